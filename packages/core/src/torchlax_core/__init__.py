@@ -1,0 +1,35 @@
+"""torchlax-core: the torch.Tensor subclass over jax.Array, the environment and the registry.
+
+Install ``torchlax-ops`` for the op lowerings, or ``torchlax`` for everything.
+"""
+
+from . import _privateuse1
+from . import hookspecs as hookspecs
+from ._dtypes import jax_dtype as jax_dtype
+from ._dtypes import torch_dtype as torch_dtype
+from ._environment import Config as Config
+from ._environment import Environment as Environment
+from ._environment import current_env as current_env
+from ._environment import default_env as default_env
+from ._environment import disable_globally as disable_globally
+from ._environment import enable as enable
+from ._environment import enable_globally as enable_globally
+from ._environment import is_enabled as is_enabled
+from ._errors import DeviceMismatchError as DeviceMismatchError
+from ._errors import NotEnabledError as NotEnabledError
+from ._errors import OpNotLoweredError as OpNotLoweredError
+from ._errors import PluginConflictError as PluginConflictError
+from ._errors import PluginError as PluginError
+from ._errors import TorchlaxError as TorchlaxError
+from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._registry import Lowering as Lowering
+from ._registry import PluginRecord as PluginRecord
+from ._registry import Registration as Registration
+from ._tensor import Tensor as Tensor
+from ._wrap import unwrap as unwrap
+from ._wrap import wrap as wrap
+from .hookspecs import hookimpl as hookimpl
+
+__version__ = "0.1.0"
+
+_privateuse1.set_up()

@@ -1,0 +1,201 @@
+"""The plugins torchlax-core ships: ordinary named plugins, so each can be blocked or replaced.
+
+- ``torchlax.device``: maps ``jax``, ``jax:N``, ``cpu``, ``cuda`` and ``None`` to JAX devices.
+- ``torchlax.transfer``: the ops at the device boundary (``copy_``, ``_to_copy``, ``empty``,
+  ``_local_scalar_dense``) that ``.to()``, ``.cpu()``, ``.item()`` and factories need.
+- ``torchlax.fallback``: runs unlowered ops with PyTorch on the CPU when
+  ``Config.fallback_to_torch`` is on (``jax.pure_callback`` under tracing).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+from torch.utils import _pytree as pytree
+
+from ._dtypes import jax_dtype
+from ._registry import op_name
+from ._tensor import Tensor, _from_cpu, _to_cpu
+from .hookspecs import hookimpl
+
+aten = torch.ops.aten
+
+
+# -- torchlax.device --------------------------------------------------------------------------
+
+
+class DevicePlacement:
+    @hookimpl(trylast=True)
+    def torchlax_device_placement(self, device, env):
+        if device is None:
+            return jax.devices()[0]
+        if device.type == "jax":
+            devices = jax.devices()
+            index = device.index or 0
+            if index >= len(devices):
+                raise ValueError(
+                    f"Device jax:{index} does not exist: JAX sees {len(devices)} device(s) "
+                    f"({', '.join(str(d) for d in devices)})."
+                )
+            return devices[index]
+        if device.type == "cpu":
+            return jax.devices("cpu")[device.index or 0]
+        if device.type == "cuda":
+            try:
+                return jax.devices("gpu")[device.index or 0]
+            except RuntimeError:
+                raise ValueError(
+                    "device='cuda' was asked of torchlax, but JAX sees no GPU. Install a CUDA "
+                    "build of jax (jax[cuda12]) or use device='jax'."
+                ) from None
+        return None
+
+
+# -- torchlax.transfer ------------------------------------------------------------------------
+
+
+def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    # XLA has no uninitialised memory; an "empty" tensor is zeros.
+    return Tensor(jnp.zeros(tuple(size), jax_dtype(dtype or torch.get_default_dtype())))
+
+
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _empty(size, dtype=dtype)
+
+
+def _copy_(self, src, non_blocking=False):
+    if not isinstance(self, Tensor):  # cpu_tensor.copy_(torchlax_tensor)
+        return self.copy_(_to_cpu(src._value()), non_blocking)
+    value = src._value() if isinstance(src, Tensor) else _from_cpu(src)
+    value = jnp.broadcast_to(value.astype(jax_dtype(self.dtype)), tuple(self.shape))
+    self._write(value)
+    return self
+
+
+def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    from ._environment import current_env
+
+    if not isinstance(self, Tensor):  # cpu_tensor.to("jax"): one copy, straight into JAX
+        target = torch.device(device) if device is not None else torch.device("jax")
+        source = self if dtype is None else self.to(dtype)
+        return Tensor(_from_cpu(source, current_env().placement(target)))
+    value = self._value()
+    if device is not None and torch.device(device).type != "jax":
+        out = _to_cpu(value)
+        return out.to(device=device, dtype=dtype or out.dtype)
+    if dtype is not None:
+        with jax.enable_x64(True):
+            value = value.astype(jax_dtype(dtype))
+    elif device is None:
+        value = jnp.array(value, copy=True)
+    if device is not None:
+        value = current_env().place(value, torch.device(device))
+    return Tensor(value)
+
+
+def _local_scalar_dense(self):
+    return self.item()
+
+
+def _identity(self):
+    return self
+
+
+def _lift_fresh(self):
+    return self
+
+
+class Transfer:
+    @hookimpl
+    def torchlax_register_lowerings(self, registry):
+        # Torch-level: these move data between torch and JAX, so they see torch tensors.
+        registry.register_decomposition(aten.empty.memory_format, _empty)
+        registry.register_decomposition(aten.empty_strided.default, _empty_strided)
+        registry.register_decomposition(aten.copy_.default, _copy_)
+        registry.register_decomposition(aten._to_copy.default, _to_copy)
+        registry.register_decomposition(aten._local_scalar_dense.default, _local_scalar_dense)
+        registry.register_decomposition(aten.lift_fresh.default, _lift_fresh)
+        # Autograd itself detaches (module.to, Parameter, .grad): alias views of the input.
+        registry.register_lowering(aten.detach.default, _identity)
+        registry.register_lowering(aten.alias.default, _identity)
+
+
+# -- torchlax.fallback ------------------------------------------------------------------------
+
+
+def _to_torch_cpu(x):
+    return _to_cpu(x._value()) if isinstance(x, Tensor) else x
+
+
+def _cpu_fallback(op, env):
+    name = op_name(op)
+    mutated = [
+        i for i, a in enumerate(getattr(op, "_schema", None).arguments if hasattr(op, "_schema") else [])
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+
+    def run(*args, **kwargs):
+        env.warn_once(
+            ("fallback", op),
+            f"torchlax: {name} has no JAX lowering; running it with PyTorch on the CPU "
+            "(config.fallback_to_torch). Register a lowering to keep it on XLA.",
+        )
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if any(isinstance(x, Tensor) and isinstance(x._value(), jax.core.Tracer) for x in flat):
+            return _traced_fallback(op, flat, spec)
+        cpu_args, cpu_kwargs = pytree.tree_unflatten([_to_torch_cpu(x) for x in flat], spec)
+        out = op(*cpu_args, **cpu_kwargs)
+        for i in mutated:  # write the CPU result of an in-place op back into the jax tensor
+            if i < len(args) and isinstance(args[i], Tensor):
+                args[i]._write(_from_cpu(cpu_args[i]))
+        if mutated and isinstance(out, torch.Tensor) and len(args) and out is cpu_args[0]:
+            return args[0]
+        return pytree.tree_map(
+            lambda t: Tensor(_from_cpu(t)) if isinstance(t, torch.Tensor) else t, out
+        )
+
+    return run
+
+
+def _traced_fallback(op, flat, spec):
+    positions = [i for i, x in enumerate(flat) if isinstance(x, Tensor)]
+    arrays = [flat[i]._value() for i in positions]
+
+    def with_tensors(tensors):
+        values = list(flat)
+        for i, t in zip(positions, tensors, strict=True):
+            values[i] = t
+        return pytree.tree_unflatten(values, spec)
+
+    meta_args, meta_kwargs = with_tensors(
+        [torch.empty(a.shape, dtype=flat[i].dtype, device="meta") for i, a in zip(positions, arrays, strict=True)]
+    )
+    meta_out = op(*meta_args, **meta_kwargs)
+    out_flat, out_spec = pytree.tree_flatten(meta_out)
+    shapes = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in out_flat]
+
+    def host(*host_arrays):
+        cpu = [_to_cpu(jnp.asarray(a)) for a in host_arrays]
+        a, k = with_tensors(cpu)
+        res, _ = pytree.tree_flatten(op(*a, **k))
+        return [jax.device_get(_from_cpu(r)) for r in res]
+
+    results = jax.pure_callback(host, shapes, *arrays)
+    return pytree.tree_unflatten([Tensor(r) for r in results], out_spec)
+
+
+class Fallback:
+    @hookimpl(trylast=True)
+    def torchlax_fallback(self, op, env):
+        if not env.config.fallback_to_torch or not isinstance(op, torch._ops.OpOverload):
+            return None
+        return _cpu_fallback(op, env)
+
+
+BUILTIN_PLUGINS = {
+    "torchlax.device": DevicePlacement(),
+    "torchlax.transfer": Transfer(),
+    "torchlax.fallback": Fallback(),
+}

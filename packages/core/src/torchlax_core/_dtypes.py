@@ -1,0 +1,58 @@
+"""One-to-one mapping between torch and JAX dtypes.
+
+PyTorch's dtype is the contract: a torchlax Tensor always reports the torch dtype whose JAX
+counterpart its array holds. Nothing is narrowed; a dtype JAX cannot hold raises.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ._errors import UnsupportedDtypeError
+
+_TORCH_TO_JAX: dict[torch.dtype, np.dtype] = {
+    torch.bool: jnp.dtype(jnp.bool_),
+    torch.uint8: jnp.dtype(jnp.uint8),
+    torch.uint16: jnp.dtype(jnp.uint16),
+    torch.uint32: jnp.dtype(jnp.uint32),
+    torch.uint64: jnp.dtype(jnp.uint64),
+    torch.int8: jnp.dtype(jnp.int8),
+    torch.int16: jnp.dtype(jnp.int16),
+    torch.int32: jnp.dtype(jnp.int32),
+    torch.int64: jnp.dtype(jnp.int64),
+    torch.float16: jnp.dtype(jnp.float16),
+    torch.bfloat16: jnp.dtype(jnp.bfloat16),
+    torch.float32: jnp.dtype(jnp.float32),
+    torch.float64: jnp.dtype(jnp.float64),
+    torch.complex64: jnp.dtype(jnp.complex64),
+    torch.complex128: jnp.dtype(jnp.complex128),
+    torch.float8_e4m3fn: jnp.dtype(jnp.float8_e4m3fn),
+    torch.float8_e5m2: jnp.dtype(jnp.float8_e5m2),
+    torch.float8_e4m3fnuz: jnp.dtype(jnp.float8_e4m3fnuz),
+    torch.float8_e5m2fnuz: jnp.dtype(jnp.float8_e5m2fnuz),
+}
+_JAX_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in _TORCH_TO_JAX.items()}
+
+
+def jax_dtype(dtype: torch.dtype) -> np.dtype:
+    """The JAX dtype that holds torch ``dtype`` exactly; raises for one JAX cannot hold."""
+    try:
+        return _TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise UnsupportedDtypeError(
+            f"torch dtype {dtype} has no JAX counterpart, so a torchlax Tensor cannot hold it. "
+            f"Convert the tensor to a supported dtype first (supported: "
+            f"{', '.join(str(d) for d in _TORCH_TO_JAX)})."
+        ) from None
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype for a JAX/NumPy dtype; raises for one torch cannot hold."""
+    try:
+        return _JAX_TO_TORCH[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise UnsupportedDtypeError(
+            f"JAX dtype {dtype} has no torch counterpart, so it cannot become a torchlax Tensor."
+        ) from None

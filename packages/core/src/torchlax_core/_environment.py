@@ -1,0 +1,582 @@
+"""The environment: configuration, lowering tables, PRNG state and device placement.
+
+``Environment.dispatch`` is the eager hot path: one dict lookup for the op's resolved
+implementation, then the call. Everything else (asking plugins, deriving in-place, ``out=``
+and view behaviour from the functional lowering) happens once per op in ``_resolve``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import torch
+
+from . import _privateuse1
+from ._errors import DeviceMismatchError, NotEnabledError, OpNotLoweredError
+from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
+from ._tensor import Tensor
+
+_x64 = jax.enable_x64
+
+
+@dataclasses.dataclass
+class Config:
+    """Settings of one environment. Plugins may adjust them in ``torchlax_configure``."""
+
+    #: Run ops that have no lowering with PyTorch on the CPU (``jax.pure_callback`` under jit)
+    #: instead of raising ``OpNotLoweredError``. Each such op warns once. Env: TORCHLAX_FALLBACK=1.
+    fallback_to_torch: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("TORCHLAX_FALLBACK", "") == "1"
+    )
+
+
+class _ForeignTensor(Exception):
+    def __init__(self, tensor, position):
+        self.tensor = tensor
+        self.position = position
+
+
+def _unwrap(x, position=None):
+    if isinstance(x, Tensor):
+        return x._elem if x._view is None else x._value()
+    if isinstance(x, torch.Tensor):
+        # PyTorch lets a 0-d CPU tensor act as a scalar next to tensors on any device.
+        if x.dim() == 0 and x.device.type == "cpu":
+            from ._tensor import _from_cpu
+
+            return _from_cpu(x)
+        raise _ForeignTensor(x, position)
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_unwrap(y, position) for y in x)
+    return x
+
+
+def _wrap(x):
+    if isinstance(x, jax.Array):
+        return Tensor(x)
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_wrap(y) for y in x)
+    return x
+
+
+class Environment:
+    """Configuration, lowering tables, PRNG state and device placement for torchlax.
+
+    Most programs use the one ``torchlax.default_env()`` returns. A separate environment
+    (``Environment(autoload=False)``) is useful in tests of the registry.
+    """
+
+    def __init__(self, config: Config | None = None, *, autoload: bool | None = None,
+                 strict_plugins: bool | None = None):
+        self.config = config or Config()
+        self._host = PluginHost(autoload=autoload, strict=strict_plugins)
+        from . import _builtins
+
+        for name, plugin in _builtins.BUILTIN_PLUGINS.items():
+            self._host.register(plugin, name, distribution="torchlax-core")
+        self._host.load_entry_points()
+        self._host.pm.hook.torchlax_configure.call_historic(kwargs={"config": self.config})
+        self._tables: Tables = Tables()
+        self._resolved: dict[Any, Callable] = {}
+        self._placements: dict[Any, Any] = {}
+        self._key_stack: list[jax.Array] = []
+        self._warned: set[Any] = set()
+        self._rebuild()
+
+    # -- plugins ------------------------------------------------------------------------------
+
+    @property
+    def plugin_manager(self):
+        """The underlying ``pluggy.PluginManager``."""
+        return self._host.pm
+
+    def register_plugin(self, plugin: Any, name: str | None = None) -> str | None:
+        """Register a plugin object or module now; its registrations take effect at once.
+
+        Returns the plugin's name, or ``None`` if it is blocked or failed (and was reported).
+        """
+        registered = self._host.register(plugin, name)
+        self._rebuild()
+        return registered
+
+    def unregister_plugin(self, plugin_or_name: Any) -> None:
+        """Remove a plugin; ops it lowered go back to their previous owner (or to none)."""
+        self._host.unregister(plugin_or_name)
+        self._rebuild()
+
+    def plugins(self) -> list[PluginRecord]:
+        """Every plugin this environment knows of: loaded, blocked or failed."""
+        return list(self._host.records.values())
+
+    def _rebuild(self) -> None:
+        self._tables = self._host.build_tables()
+        self._resolved = {}
+        self._placements = {}
+        _privateuse1.register_factory_kernels(self._tables)
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def lowering_for(self, op: Any) -> Lowering | None:
+        """The table entry that will handle ``op``, with the name of the plugin that owns it.
+
+        ``op`` is an ATen ``OpOverload``/``OpOverloadPacket`` or a torch-level function. Returns
+        ``None`` when nothing lowers it (the fallback, if on, would then run it).
+        """
+        t = self._tables
+        if isinstance(op, torch._ops.OpOverload):
+            candidates = (t.lowerings, op), (t.lowerings, op.overloadpacket), (
+                t.decompositions, op), (t.decompositions, op.overloadpacket)
+            for table, key in candidates:
+                if key in table:
+                    return table[key]
+            functional = _functional_counterpart(op)
+            return self.lowering_for(functional) if functional is not None else None
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            return t.lowerings.get(op) or t.decompositions.get(op)
+        return t.functions.get(op)
+
+    def lowering_counts(self) -> dict[str, dict[str, int]]:
+        """How many lowerings, decompositions and function overrides each plugin provides."""
+        return self._tables.counts_by_plugin()
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def dispatch(self, func, args: tuple, kwargs: dict):
+        impl = self._resolved.get(func)
+        if impl is None:
+            impl = self._resolve(func)
+        return impl(args, kwargs)
+
+    def call_function(self, func, types, args, kwargs):
+        if self._tables.functions:
+            entry = self._tables.functions.get(func)
+            if entry is not None and not _records_autograd(args, kwargs):
+                return entry.fn(*args, **kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    def _resolve(self, func) -> Callable:
+        impl = self._implementation_for(func)
+        if impl is None:
+            raise self._not_lowered(func)
+        self._resolved[func] = impl
+        return impl
+
+    def _implementation_for(self, func) -> Callable | None:
+        t = self._tables
+        packet = getattr(func, "overloadpacket", None)
+        entry = t.lowerings.get(func) or (packet is not None and t.lowerings.get(packet)) or None
+        if entry is not None:
+            return _lowering_impl(func, entry.fn)
+        entry = t.decompositions.get(func) or (packet is not None and t.decompositions.get(packet)) or None
+        if entry is not None:
+            fn = entry.fn
+            return lambda args, kwargs: fn(*args, **kwargs)
+        functional = _functional_counterpart(func)
+        if functional is not None:
+            inner = self._implementation_for(functional)
+            if inner is not None:
+                return _derived_mutation_impl(func, functional, inner)
+        fallback = self._host.pm.hook.torchlax_fallback(op=func, env=self)
+        if fallback is not None:
+            return lambda args, kwargs: fallback(*args, **kwargs)
+        return None
+
+    def _not_lowered(self, func) -> OpNotLoweredError:
+        name = op_name(func)
+        schema = getattr(func, "_schema", None)
+        asked = ", ".join(self._host.loaded_plugin_names()) or "none"
+        lines = [f"torchlax has no JAX lowering for {name}."]
+        if schema is not None:
+            lines.append(f"  schema: {schema}")
+        lines.append(f"  plugins asked: {asked}")
+        if importlib.util.find_spec("torchlax_ops") is None:
+            lines.append(
+                "The built-in lowerings live in the package torchlax-ops, which is not installed: "
+                "run `pip install torchlax-ops` (or install the umbrella package `torchlax`)."
+            )
+        elif "ops" not in self._host.loaded_plugin_names():
+            lines.append(
+                "The built-in lowerings (plugin 'ops' of torchlax-ops) are not loaded: check "
+                "TORCHLAX_DISABLE_PLUGIN_AUTOLOAD and TORCHLAX_BLOCK_PLUGINS."
+            )
+        target = f"torch.ops.{name}" if isinstance(func, torch._ops.OpOverload) else name
+        lines += [
+            "To lower it yourself, register a plugin:",
+            "",
+            "    @torchlax_core.hookimpl",
+            "    def torchlax_register_lowerings(registry):",
+            f"        registry.register_lowering({target}, my_jax_function)",
+            "",
+            "    torchlax.default_env().register_plugin(sys.modules[__name__])",
+            "",
+            "or run unlowered ops with PyTorch on the CPU: "
+            "torchlax.default_env().config.fallback_to_torch = True. "
+            "torchlax.explain(fn, *example_args) lists every op a program lacks at once.",
+        ]
+        return OpNotLoweredError("\n".join(lines), op=func)
+
+    # -- devices ------------------------------------------------------------------------------
+
+    def placement(self, device: torch.device | str | None):
+        """Where data for torch ``device`` goes: a ``jax.Device`` or ``jax.sharding.Sharding``."""
+        if isinstance(device, str):
+            device = torch.device(device)
+        try:
+            return self._placements[device]
+        except KeyError:
+            pass
+        target = self._host.pm.hook.torchlax_device_placement(device=device, env=self)
+        if target is None:
+            raise ValueError(
+                f"No torchlax plugin can place data on device {device}. Use device='jax' (or "
+                "'jax:N'), or register a torchlax_device_placement hook for it."
+            )
+        self._placements[device] = target
+        return target
+
+    def place(self, array: jax.Array, device) -> jax.Array:
+        target = self.placement(device)
+        if isinstance(array, jax.core.Tracer):
+            return array
+        if isinstance(target, jax.Device):
+            if array.devices() == {target}:
+                return array
+        return jax.device_put(array, target)
+
+    # -- randomness ---------------------------------------------------------------------------
+
+    def next_prng_key(self, generator: torch.Generator | None = None) -> jax.Array:
+        """A fresh JAX PRNG key for one random op.
+
+        Eagerly the key's seed is drawn from ``generator`` (default: torch's global CPU
+        generator), so ``torch.manual_seed`` and ``torch.Generator`` arguments work as in
+        PyTorch. Inside ``prng_key_scope`` (used by ``torchlax.jit``) keys are split from the
+        key passed into the traced program, so randomness is an input, never a constant.
+        """
+        if self._key_stack:
+            key, sub = jax.random.split(self._key_stack[-1])
+            self._key_stack[-1] = key
+            return sub
+        gen = generator if generator is not None else torch.default_generator
+        seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
+        with _x64(True):
+            return jax.random.key(seed)
+
+    @contextlib.contextmanager
+    def prng_key_scope(self, key: jax.Array) -> Iterator[None]:
+        """Draw random keys from ``key`` (for example a traced jit argument) inside the block."""
+        self._key_stack.append(key)
+        try:
+            yield
+        finally:
+            self._key_stack.pop()
+
+    def warn_once(self, key: Any, message: str, category=UserWarning) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            import warnings
+
+            warnings.warn(message, category, stacklevel=4)
+
+
+def _records_autograd(args, kwargs) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    flat, _ = torch.utils._pytree.tree_flatten((args, kwargs))
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat)
+
+
+# -- how one op runs ---------------------------------------------------------------------------
+
+_REINTERPRETING_VIEWS = frozenset({
+    "aten::view.dtype", "aten::view_as_real", "aten::view_as_complex", "aten::real", "aten::imag",
+    "aten::_neg_view", "aten::_conj",
+})
+
+
+def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
+    arg = "an argument"
+    schema = getattr(func, "_schema", None)
+    if schema is not None and isinstance(exc.position, int) and exc.position < len(schema.arguments):
+        arg = f"argument '{schema.arguments[exc.position].name}'"
+    elif isinstance(exc.position, str):
+        arg = f"argument '{exc.position}'"
+    return DeviceMismatchError(
+        f"{op_name(func)} got a tensor on device {exc.tensor.device} as {arg}, next to torchlax "
+        "Tensors on device jax. Only 0-d CPU tensors mix with jax tensors (as scalars). Move it "
+        "first with tensor.to('jax') inside torchlax.enable(), or torchlax.from_torch(tensor)."
+    )
+
+
+def _unwrap_call(func, args, kwargs):
+    try:
+        jargs = tuple([_unwrap(a, i) for i, a in enumerate(args)])
+        jkwargs = {k: _unwrap(v, k) for k, v in kwargs.items()} if kwargs else kwargs
+    except _ForeignTensor as exc:
+        raise _foreign_tensor_error(func, exc) from None
+    return jargs, jkwargs
+
+
+def _lowering_impl(func, fn) -> Callable:
+    schema = getattr(func, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return _derived_mutation_impl(func, None, _plain_impl(func, fn))
+    if getattr(func, "is_view", False) and torch.Tag.inplace_view not in func.tags:
+        return _view_impl(func, fn)
+    return _plain_impl(func, fn)
+
+
+def _plain_impl(func, fn) -> Callable:
+    def impl(args, kwargs):
+        jargs, jkwargs = _unwrap_call(func, args, kwargs)
+        with _x64(True):
+            out = fn(*jargs, **jkwargs)
+        return _wrap(out)
+
+    return impl
+
+
+def _view_impl(func, fn) -> Callable:
+    shape_only = str(func._schema.name) + (
+        f".{func._overloadname}" if func._overloadname != "default" else "") not in _REINTERPRETING_VIEWS and (
+        str(func._schema.name) not in _REINTERPRETING_VIEWS)
+
+    def impl(args, kwargs):
+        base = args[0]
+        jargs, jkwargs = _unwrap_call(func, args, kwargs)
+        rest = jargs[1:]
+        with _x64(True):
+            out = fn(*jargs, **jkwargs)
+        if not isinstance(base, Tensor):
+            return _wrap(out)
+
+        def step(array):
+            with _x64(True):
+                return fn(array, *rest, **jkwargs)
+
+        parent = base._view
+        if parent is None:
+            root, compute = base, step
+        else:
+            root, parent_compute = parent.root, parent.compute
+
+            def compute(array):
+                return step(parent_compute(array))
+
+        from ._tensor import _View
+
+        root_array = root._elem if root._view is None else root._value()
+
+        def make(array, pick):
+            view = _View(root, pick, shape_only and array.dtype == root_array.dtype)
+            view.seen = root_array
+            return Tensor(array, _view=view)
+
+        if isinstance(out, list | tuple):
+            return type(out)(
+                make(a, lambda r, i=i: compute(r)[i]) for i, a in enumerate(out)
+            )
+        return make(out, compute)
+
+    return impl
+
+
+def _functional_counterpart(func):
+    """The functional overload an in-place (``add_``) or ``out=`` overload is derived from."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    schema = func._schema
+    if not schema.is_mutable:
+        return None
+    name = schema.name.split("::")[-1]
+    namespace = getattr(torch.ops, func.namespace)
+    if name.endswith("_") and not name.endswith("__"):
+        packet = getattr(namespace, name[:-1], None)
+        if packet is None:
+            return None
+        overload = getattr(packet, func._overloadname, None)
+        if overload is not None and not overload._schema.is_mutable and len(
+            overload._schema.arguments) == len(schema.arguments):
+            return overload
+        return None
+    out_names = [a.name for a in schema.arguments if a.is_out]
+    if not out_names:
+        return None
+    wanted = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    packet = func.overloadpacket
+    for overload_name in packet.overloads():
+        candidate = getattr(packet, overload_name)
+        cs = candidate._schema
+        if cs.is_mutable:
+            continue
+        if [(a.name, str(a.type)) for a in cs.arguments] == wanted:
+            return candidate
+    return None
+
+
+def _mutated_targets(func) -> list:
+    """For each return of a mutating op: the position or name of the argument it writes."""
+    schema = func._schema
+    targets = []
+    for ret in schema.returns:
+        target = None
+        if ret.alias_info is not None and ret.alias_info.is_write:
+            alias = set(ret.alias_info.before_set)
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and alias & set(arg.alias_info.before_set):
+                    target = arg.name if arg.kwarg_only else i
+                    break
+        targets.append(target)
+    return targets
+
+
+def _cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
+    from ._dtypes import jax_dtype, torch_dtype
+
+    if value.dtype == jax_dtype(dst.dtype):
+        pass
+    else:
+        src = torch_dtype(value.dtype)
+        if not torch.can_cast(src, dst.dtype):
+            raise RuntimeError(
+                f"{op_name(func)}: result type {str(src).replace('torch.', '').capitalize()} "
+                f"can't be cast to the desired output type "
+                f"{str(dst.dtype).replace('torch.', '').capitalize()}"
+            )
+        value = value.astype(jax_dtype(dst.dtype))
+    if tuple(value.shape) != tuple(dst.shape):
+        try:
+            import jax.numpy as jnp
+
+            value = jnp.broadcast_to(value, tuple(dst.shape))
+        except ValueError:
+            raise RuntimeError(
+                f"{op_name(func)}: the output tensor has shape {tuple(dst.shape)} but the result "
+                f"has shape {tuple(value.shape)}; torchlax cannot resize a tensor in place. Pass an "
+                "output of the result's shape."
+            ) from None
+    return value
+
+
+def _derived_mutation_impl(func, functional, inner: Callable) -> Callable:
+    """Run ``inner`` functionally, then write its results into the arguments ``func`` mutates."""
+    targets = _mutated_targets(func)
+    out_names = {a.name for a in func._schema.arguments if a.is_out}
+    single = len(func._schema.returns) == 1
+
+    def impl(args, kwargs):
+        if functional is not None and out_names:
+            call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+        else:
+            call_kwargs = kwargs
+        result = inner(args, call_kwargs)
+        results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
+        outputs = []
+        for value, target in zip(results, targets, strict=False):
+            if target is None:
+                outputs.append(value)
+                continue
+            dst = kwargs[target] if isinstance(target, str) else args[target]
+            if dst is value:
+                outputs.append(dst)
+                continue
+            if isinstance(dst, list):  # e.g. _foreach_add_: one tensor per element
+                for d, v in zip(dst, value, strict=True):
+                    d._write(_cast_for_write(func, d, v._value()))
+                outputs.append(None)
+                continue
+            dst._write(_cast_for_write(func, dst, value._value() if isinstance(value, Tensor) else value))
+            outputs.append(dst)
+        if not func._schema.returns:
+            return None
+        return outputs[0] if single else tuple(outputs)
+
+    return impl
+
+
+# -- the current environment --------------------------------------------------------------------
+
+_lock = threading.Lock()
+_default: Environment | None = None
+_stack: list[Environment] = []
+_globally_enabled = False
+_x64_before_global: bool | None = None
+
+
+def default_env() -> Environment:
+    """The process-wide environment, created (and its plugins loaded) on first use."""
+    global _default
+    if _default is None:
+        with _lock:
+            if _default is None:
+                _default = Environment()
+    return _default
+
+
+def current_env() -> Environment:
+    """The innermost ``torchlax.enable(env)`` environment, else the default one."""
+    return _stack[-1] if _stack else (_default or default_env())
+
+
+def is_enabled() -> bool:
+    """Whether ``device="jax"`` tensors may be created here (inside ``enable`` or globally)."""
+    return _globally_enabled or bool(_stack)
+
+
+@contextlib.contextmanager
+def enable(env: Environment | None = None) -> Iterator[Environment]:
+    """Scope torchlax: inside, ``device="jax"`` creates torchlax Tensors.
+
+    ``torch.randn(2, 3, device="jax")``, ``tensor.to("jax")`` and ``module.to("jax")`` then
+    work; CPU code keeps running on the CPU. JAX's 64-bit mode is on within the block, so
+    plain JAX code there sees int64/float64 as torch does; outside it JAX is unaffected.
+    """
+    env = env or default_env()
+    _stack.append(env)
+    try:
+        with _x64(True):
+            yield env
+    finally:
+        _stack.pop()
+
+
+def enable_globally(env: Environment | None = None) -> Environment:
+    """Enable torchlax for the rest of the process (undo with ``disable_globally``).
+
+    Also turns on JAX's 64-bit mode process-wide, so that plain JAX code handed torchlax's
+    int64/float64 arrays keeps their dtypes. Prefer the scoped ``enable()`` to leave plain JAX
+    code outside it untouched.
+    """
+    global _globally_enabled, _default, _x64_before_global
+    if env is not None:
+        _default = env
+    if not _globally_enabled:
+        _x64_before_global = bool(jax.config.jax_enable_x64)
+        jax.config.update("jax_enable_x64", True)
+    _globally_enabled = True
+    return default_env()
+
+
+def disable_globally() -> None:
+    """Undo ``enable_globally`` (and restore JAX's 64-bit setting)."""
+    global _globally_enabled, _x64_before_global
+    if _globally_enabled and _x64_before_global is not None:
+        jax.config.update("jax_enable_x64", _x64_before_global)
+    _globally_enabled = False
+    _x64_before_global = None
+
+
+def require_enabled(what: str) -> None:
+    if not is_enabled():
+        raise NotEnabledError(
+            f"{what} needs torchlax enabled: wrap the code in `with torchlax.enable():` or call "
+            "torchlax.enable_globally() first."
+        )

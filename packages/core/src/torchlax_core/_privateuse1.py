@@ -1,0 +1,160 @@
+"""Make ``"jax"`` a torch device type, with no effect on code that does not use it.
+
+PyTorch reserves one dispatch key, PrivateUse1, for an out-of-tree backend. torchlax names it
+``jax`` so ``torch.device("jax", 1)`` parses, gives it the Python-side device module, hooks and
+device guard autograd needs, and routes every ATen op that reaches it (factories called with
+``device="jax"``, and the ``empty``/``copy_`` pair behind ``cpu_tensor.to("jax")``) to the
+current environment. Only tensors on the ``jax`` device can reach these kernels, so CPU, CUDA
+and other backends are untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BACKEND = "jax"
+_state = {"set_up": False, "fallback": None, "aten": None, "factories": set()}
+
+
+class _DeviceModule:
+    """What ``torch.jax`` answers; the counts come from JAX."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def device_count(self) -> int:
+        import jax
+
+        return len(jax.devices())
+
+    def get_amp_supported_dtype(self):
+        return [torch.float16, torch.bfloat16]
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def set_up() -> None:
+    """Name PrivateUse1 ``jax`` and install the kernels (idempotent)."""
+    if _state["set_up"]:
+        return
+    current = torch._C._get_privateuse1_backend_name()
+    if current == "privateuseone":
+        torch.utils.rename_privateuse1_backend(BACKEND)
+    elif current != BACKEND:
+        raise RuntimeError(
+            f"torchlax needs PyTorch's PrivateUse1 device slot to name its 'jax' device, but "
+            f"another library already named it {current!r}. Import torchlax in a process without "
+            "that library."
+        )
+    if getattr(torch, BACKEND, None) is None:
+        torch._register_device_module(BACKEND, _DeviceModule())
+        torch._C._acc.register_python_privateuseone_hook(_Hooks())
+        torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
+    library = torch.library.Library("_", "IMPL")  # noqa: TOR901 - a fallback, not an op
+    library.fallback(_kernel, "PrivateUse1", with_keyset=True)
+    _state["fallback"] = library
+    _state["aten"] = torch.library.Library("aten", "IMPL")  # noqa: TOR901
+    # Ops that reach the jax device with Python dispatch turned off (torch.tensor(...,
+    # device="jax") builds its result that way) need explicit kernels; the fallback cannot
+    # serve them.
+    for name in ("copy_", "_copy_from", "_to_copy", "lift_fresh", "_local_scalar_dense"):
+        op = getattr(torch.ops.aten, name).default
+        _state["aten"].impl(name, _make_factory_kernel(op, check=False), "PrivateUse1")
+    _state["set_up"] = True
+
+
+def _kernel(keyset, op, *args, **kwargs):
+    from ._environment import current_env, require_enabled
+
+    require_enabled(f"Creating a tensor on device 'jax' ({op})")
+    env = current_env()
+    out = env.dispatch(op, args, kwargs)
+    return _place(env, out, kwargs.get("device"))
+
+
+def _place(env, out, device):
+    from ._tensor import Tensor
+
+    if isinstance(out, Tensor) and device is not None:
+        placed = env.place(out._value(), device)
+        if placed is not out._elem:
+            return Tensor(placed)
+    return out
+
+
+def register_factory_kernels(tables) -> None:
+    """Send factory ops with a lowering straight to torchlax when ``device="jax"``.
+
+    Factories such as ``arange`` have a backend-independent kernel that would otherwise
+    allocate an empty tensor and fill it through ``out=``; a PrivateUse1 kernel takes the whole
+    call instead. Kernels are registered once per op for the life of the process.
+    """
+    if not _state["set_up"]:
+        return
+    library = _state["aten"]
+    for op in list(tables.lowerings) + list(tables.decompositions):
+        overloads = (
+            [getattr(op, name) for name in op.overloads()]
+            if isinstance(op, torch._ops.OpOverloadPacket)
+            else [op]
+        )
+        for overload in overloads:
+            if overload in _state["factories"] or not _is_factory(overload):
+                continue
+            name = overload._schema.name
+            qualified = name + ("." + overload._overloadname if overload._overloadname != "default" else "")
+            try:
+                library.impl(qualified.split("::", 1)[1], _make_factory_kernel(overload), "PrivateUse1")
+            except RuntimeError:
+                continue  # a C++ kernel already exists for this key
+            _state["factories"].add(overload)
+
+
+def _is_factory(op) -> bool:
+    schema = op._schema
+    if schema.is_mutable or op.namespace != "aten":
+        return False
+    names = {a.name for a in schema.arguments}
+    has_tensor = any("Tensor" in str(a.type) for a in schema.arguments)
+    return "device" in names and not has_tensor
+
+
+def _make_factory_kernel(op, check=True):
+    if not check:
+        def kernel(*args, **kwargs):
+            from ._environment import current_env
+
+            return current_env().dispatch(op, args, kwargs)
+
+        return kernel
+
+    def kernel(*args, **kwargs):
+        return _kernel(None, op, *args, **kwargs)
+
+    return kernel

@@ -1,0 +1,255 @@
+"""Plugin loading and the lowering tables the hooks fill.
+
+An environment owns one pluggy ``PluginManager``. ``build_tables`` calls each plugin's
+registration hooks once, in load order, and returns plain dicts; dispatch only reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+import torch
+
+from . import hookspecs
+from ._errors import PluginConflictError, PluginError
+
+# Distributions whose entry-point plugins load before any third party's, so that a third
+# party's ``override=True`` lands after the built-in lowering it replaces.
+_FIRST_PARTY = frozenset({"torchlax-core", "torchlax-ops", "torchlax-interop", "torchlax-dynamo",
+                          "torchlax-export", "torchlax"})
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def blocked_plugin_names() -> set[str]:
+    value = os.environ.get("TORCHLAX_BLOCK_PLUGINS", "")
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def op_name(op: Any) -> str:
+    """The name a user sees: ``aten.add.Tensor``, ``aten.add`` or ``torch.nn.functional.gelu``."""
+    if isinstance(op, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return str(op)
+    module = getattr(op, "__module__", None) or ""
+    qualname = getattr(op, "__qualname__", None) or getattr(op, "__name__", repr(op))
+    if module.startswith("torch._C"):
+        module = "torch"
+    return f"{module}.{qualname}" if module else qualname
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginRecord:
+    """What ``doctor`` and error messages say about one plugin."""
+
+    name: str
+    status: str  # "loaded", "blocked", "failed"
+    distribution: str | None = None
+    version: str | None = None
+    error: str | None = None  # the traceback, for a failed plugin
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """One table entry: who registered ``fn`` for ``op``, and what kind of function it is.
+
+    ``kind`` is ``"lowering"`` (takes and returns jax.Arrays), ``"decomposition"`` (takes and
+    returns torch-level tensors) or ``"function"`` (a torch-level function override).
+    """
+
+    op: Any
+    fn: Callable
+    plugin: str
+    kind: str
+
+
+@dataclasses.dataclass
+class Tables:
+    lowerings: dict[Any, Lowering] = dataclasses.field(default_factory=dict)
+    decompositions: dict[Any, Lowering] = dataclasses.field(default_factory=dict)
+    functions: dict[Any, Lowering] = dataclasses.field(default_factory=dict)
+
+    def table(self, kind: str) -> dict[Any, Lowering]:
+        return {"lowering": self.lowerings, "decomposition": self.decompositions,
+                "function": self.functions}[kind]
+
+    def counts_by_plugin(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for kind in ("lowering", "decomposition", "function"):
+            for entry in self.table(kind).values():
+                per = counts.setdefault(entry.plugin, {})
+                per[kind] = per.get(kind, 0) + 1
+        return counts
+
+
+class Registration:
+    """The object a plugin's registration hook receives (named ``registry`` in the hookspecs).
+
+    Entries are staged and applied only when the plugin's hook returns, so a plugin that
+    raises halfway leaves nothing behind.
+    """
+
+    def __init__(self, plugin: str):
+        self.plugin = plugin
+        self._staged: list[tuple[str, Any, Callable, bool]] = []
+
+    def register_lowering(self, op: Any, fn: Callable, *, override: bool = False) -> None:
+        """Lower ATen ``op`` (an ``OpOverload`` or a whole ``OpOverloadPacket``) with ``fn``."""
+        self._stage("lowering", op, fn, override)
+
+    def register_decomposition(self, op: Any, fn: Callable, *, override: bool = False) -> None:
+        """Implement ATen ``op`` with a torch-level function of other ops."""
+        self._stage("decomposition", op, fn, override)
+
+    def register_function(self, torch_fn: Callable, fn: Callable, *, override: bool = False) -> None:
+        """Replace torch-level ``torch_fn`` (e.g. ``F.gelu``) on torchlax Tensors."""
+        self._stage("function", torch_fn, fn, override)
+
+    def lowering(self, *ops: Any, override: bool = False):
+        """Decorator form of ``register_lowering`` for one or more ops."""
+
+        def decorate(fn):
+            for op in ops:
+                self.register_lowering(op, fn, override=override)
+            return fn
+
+        return decorate
+
+    def _stage(self, kind: str, op: Any, fn: Callable, override: bool) -> None:
+        if kind != "function" and not isinstance(
+            op, torch._ops.OpOverload | torch._ops.OpOverloadPacket
+        ):
+            raise TypeError(
+                f"Plugin {self.plugin!r} passed {op!r} to register_{kind}; it takes an ATen op "
+                "such as torch.ops.aten.add.Tensor (one overload) or torch.ops.aten.add (all). "
+                "Use register_function for a torch-level function."
+            )
+        if not callable(fn):
+            raise TypeError(
+                f"Plugin {self.plugin!r} registered {fn!r} for {op_name(op)}; it must be callable."
+            )
+        self._staged.append((kind, op, fn, override))
+
+    def apply(self, tables: Tables) -> None:
+        for kind, op, fn, override in self._staged:
+            table = tables.table(kind)
+            current = table.get(op)
+            if current is not None and not override and current.plugin != self.plugin:
+                raise PluginConflictError(
+                    f"Plugins {current.plugin!r} and {self.plugin!r} both register a {kind} for "
+                    f"{op_name(op)}. Pass override=True in {self.plugin!r} to replace the one "
+                    f"from {current.plugin!r}, or block one of them with "
+                    f"TORCHLAX_BLOCK_PLUGINS={self.plugin}."
+                )
+            table[op] = Lowering(op=op, fn=fn, plugin=self.plugin, kind=kind)
+
+
+class PluginHost:
+    """The pluggy manager plus the bookkeeping ``doctor`` shows."""
+
+    def __init__(self, *, autoload: bool | None = None, strict: bool | None = None):
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.autoload = (not _env_flag("TORCHLAX_DISABLE_PLUGIN_AUTOLOAD")) if autoload is None else autoload
+        self.strict = _env_flag("TORCHLAX_STRICT_PLUGINS") if strict is None else strict
+        self.records: dict[str, PluginRecord] = {}
+        self._entry_points_loaded = False
+        for name in blocked_plugin_names():
+            self.pm.set_blocked(name)
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def register(self, plugin: Any, name: str | None = None, *, distribution=None, version=None) -> str | None:
+        name = name or self.pm.get_canonical_name(plugin)
+        if self.pm.is_blocked(name):
+            self.records[name] = PluginRecord(name, "blocked", distribution, version)
+            return None
+        self.pm.register(plugin, name)
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self.pm.unregister(plugin)
+            self._report_failure(name, exc, distribution, version)
+            return None
+        self.records[name] = PluginRecord(name, "loaded", distribution, version)
+        return name
+
+    def unregister(self, plugin_or_name: Any) -> None:
+        if isinstance(plugin_or_name, str):
+            plugin = self.pm.get_plugin(plugin_or_name)
+            name = plugin_or_name
+        else:
+            plugin = plugin_or_name
+            name = self.pm.get_name(plugin)
+        if plugin is None or name is None:
+            raise ValueError(f"No plugin {plugin_or_name!r} is registered.")
+        self.pm.unregister(plugin)
+        self.records.pop(name, None)
+
+    def load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        if not self.autoload:
+            return
+        eps = importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP)
+
+        def order(ep):
+            dist = ep.dist.name if ep.dist is not None else ""
+            return (dist not in _FIRST_PARTY, ep.name)
+
+        for ep in sorted(eps, key=order):
+            dist = ep.dist.name if ep.dist is not None else None
+            version = ep.dist.version if ep.dist is not None else None
+            if self.pm.is_blocked(ep.name):
+                self.records[ep.name] = PluginRecord(ep.name, "blocked", dist, version)
+                continue
+            if self.pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken plugin must not break torchlax
+                self._report_failure(ep.name, exc, dist, version)
+                continue
+            self.register(plugin, ep.name, distribution=dist, version=version)
+
+    def _report_failure(self, name: str, exc: BaseException, distribution=None, version=None) -> None:
+        tb = "".join(traceback.format_exception(exc))
+        self.records[name] = PluginRecord(name, "failed", distribution, version, tb)
+        if self.strict:
+            raise PluginError(f"torchlax plugin {name!r} failed to load:\n{tb}") from exc
+        warnings.warn(
+            f"torchlax plugin {name!r} failed and was skipped (set TORCHLAX_STRICT_PLUGINS=1 to "
+            f"make this an error):\n{tb}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    # -- tables -------------------------------------------------------------------------------
+
+    def build_tables(self) -> Tables:
+        tables = Tables()
+        hooks = self.pm.hook
+        for hook_name in ("torchlax_register_lowerings", "torchlax_register_decompositions"):
+            # get_hookimpls() is in load order; calling each one ourselves tells us its owner.
+            for impl in getattr(hooks, hook_name).get_hookimpls():
+                registration = Registration(impl.plugin_name)
+                try:
+                    impl.function(registry=registration)
+                except Exception as exc:
+                    self.pm.unregister(name=impl.plugin_name)
+                    self._report_failure(impl.plugin_name, exc)
+                    return self.build_tables()
+                registration.apply(tables)
+        return tables
+
+    def loaded_plugin_names(self) -> list[str]:
+        return [name for name, _ in self.pm.list_name_plugin()]

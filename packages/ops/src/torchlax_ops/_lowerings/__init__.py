@@ -1,0 +1,3 @@
+"""Every op family's lowerings; importing this package fills ``_table``."""
+
+from . import elementwise  # noqa: F401

@@ -1,0 +1,27 @@
+"""torchlax: run PyTorch programs on JAX/XLA, and mix the two freely.
+
+This umbrella package re-exports the public API of every layer:
+``torchlax-core`` (Tensor, environment, registry), ``torchlax-ops`` (lowerings, ``explain``),
+``torchlax-interop`` (DLPack, ``call_jax``/``call_torch``, ``functional``, ``jit``),
+``torchlax-dynamo`` (``torch.compile(backend="torchlax")``) and ``torchlax-export``.
+"""
+
+from torchlax_core import Config as Config
+from torchlax_core import DeviceMismatchError as DeviceMismatchError
+from torchlax_core import Environment as Environment
+from torchlax_core import NotEnabledError as NotEnabledError
+from torchlax_core import OpNotLoweredError as OpNotLoweredError
+from torchlax_core import PluginConflictError as PluginConflictError
+from torchlax_core import PluginError as PluginError
+from torchlax_core import Tensor as Tensor
+from torchlax_core import UnsupportedDtypeError as UnsupportedDtypeError
+from torchlax_core import current_env as current_env
+from torchlax_core import default_env as default_env
+from torchlax_core import disable_globally as disable_globally
+from torchlax_core import enable as enable
+from torchlax_core import enable_globally as enable_globally
+from torchlax_core import hookimpl as hookimpl
+from torchlax_core import unwrap as unwrap
+from torchlax_core import wrap as wrap
+
+__version__ = "0.1.0"
