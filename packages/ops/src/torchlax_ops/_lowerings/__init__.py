@@ -1,3 +1,13 @@
-"""Every op family's lowerings; importing this package fills ``_table``."""
+"""Every op family's lowerings; importing this package fills ``torchlax_ops._table``."""
 
-from . import elementwise  # noqa: F401
+from . import (  # noqa: F401
+    elementwise,
+    factories,
+    foreach,
+    indexing,
+    linalg,
+    nn,
+    random,
+    reductions,
+    shape,
+)

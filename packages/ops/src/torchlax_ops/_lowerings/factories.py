@@ -1,0 +1,3 @@
+"""factories lowerings."""
+
+from __future__ import annotations

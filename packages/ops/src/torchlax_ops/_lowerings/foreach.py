@@ -1,0 +1,3 @@
+"""foreach lowerings."""
+
+from __future__ import annotations

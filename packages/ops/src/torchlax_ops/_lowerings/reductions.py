@@ -1,0 +1,3 @@
+"""reductions lowerings."""
+
+from __future__ import annotations
