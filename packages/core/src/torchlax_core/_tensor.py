@@ -149,16 +149,16 @@ class Tensor(torch.Tensor):
                 f"torchlax.Tensor(<traced>, shape={tuple(self.shape)}, dtype={self.dtype}, "
                 f"device='{self.device}')"
             )
-        text = repr(_to_cpu(value))
-        suffix = f"device='{self.device}'"
+        # Reuse PyTorch's formatting of the values; PyTorch names the device before the dtype.
+        head = repr(_to_cpu(value))[:-1]
+        device = f", device='{self.device}'"
+        at = head.find(", dtype=")
+        head = head + device if at < 0 else head[:at] + device + head[at:]
         if self.grad_fn is not None:
-            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+            head += f", grad_fn=<{type(self.grad_fn).__name__}>"
         elif self.requires_grad:
-            suffix += ", requires_grad=True"
-        # Reuse PyTorch's formatting and name our device, as PyTorch does for CUDA tensors.
-        head, _, _ = text.rpartition(")")
-        head = head.replace(", requires_grad=True", "").split(", grad_fn=")[0]
-        return f"{head}, {suffix})"
+            head += ", requires_grad=True"
+        return head + ")"
 
     def __reduce_ex__(self, protocol):
         # Pickles (torch.save) as a plain CPU tensor, so it loads where torchlax is absent.

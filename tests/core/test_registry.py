@@ -1,0 +1,262 @@
+"""The pluggy registry: loading, ownership, conflicts, overrides, blocking, failures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+
+import jax.numpy as jnp
+import pytest
+import torch
+import torchlax_core
+from torchlax_core import Environment, OpNotLoweredError, PluginConflictError, PluginError, hookimpl
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def env():
+    """A fresh environment with entry-point autoload off: only core's built-ins."""
+    return Environment(autoload=False)
+
+
+@pytest.fixture
+def plugins(env):
+    """Register plugins into ``env``; every one is unregistered afterwards."""
+    registered = []
+
+    def register(plugin, name=None):
+        result = env.register_plugin(plugin, name)
+        if result is not None:
+            registered.append(result)
+        return result
+
+    yield register
+    for name in reversed(registered):
+        if env.plugin_manager.get_plugin(name) is not None:
+            env.unregister_plugin(name)
+
+
+def lowering_plugin(op, fn, *, override=False):
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowerings(registry):
+        registry.register_lowering(op, fn, override=override)
+
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
+    return plugin
+
+
+def run_add(env, a, b):
+    with torchlax_core.enable(env):
+        return torchlax_core.wrap(jnp.asarray(a)) + torchlax_core.wrap(jnp.asarray(b))
+
+
+def test_builtin_plugins_are_named_and_listed(env):
+    names = {record.name: record.status for record in env.plugins()}
+    assert names == {"torchlax.device": "loaded", "torchlax.transfer": "loaded",
+                     "torchlax.fallback": "loaded"}
+
+
+def test_autoload_off_leaves_ops_unlowered(env):
+    assert env.lowering_for(aten.add.Tensor) is None
+    with pytest.raises(OpNotLoweredError) as info:
+        run_add(env, [1.0], [2.0])
+    message = str(info.value)
+    assert "aten.add.Tensor" in message
+    assert "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" in message
+    assert "plugins asked: torchlax.device, torchlax.transfer, torchlax.fallback" in message
+    assert "registry.register_lowering(torch.ops.aten.add.Tensor, my_jax_function)" in message
+    assert isinstance(info.value, NotImplementedError)
+    assert info.value.op is aten.add.Tensor
+
+
+def test_registration_after_creation_takes_effect(env, plugins):
+    with pytest.raises(OpNotLoweredError):
+        run_add(env, [1.0], [2.0])
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "adder")
+    out = run_add(env, [1.0], [2.0])
+    assert out.tolist() == [3.0]
+    owner = env.lowering_for(aten.add.Tensor)
+    assert (owner.plugin, owner.kind) == ("adder", "lowering")
+
+
+def test_packet_registration_covers_every_overload(env, plugins):
+    plugins(lowering_plugin(aten.add, lambda a, b, alpha=1: a + b), "adder")
+    assert env.lowering_for(aten.add.Tensor).plugin == "adder"
+    assert env.lowering_for(aten.add.Scalar).plugin == "adder"
+
+
+def test_inplace_variant_is_derived_from_functional(env, plugins):
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "adder")
+    with torchlax_core.enable(env):
+        x = torchlax_core.wrap(jnp.asarray([1.0, 2.0]))
+        before, ident = x._version, id(x)
+        x.add_(x)
+        assert id(x) == ident and x._version == before + 1
+        assert x.tolist() == [2.0, 4.0]
+    assert env.lowering_for(aten.add_.Tensor).plugin == "adder"
+
+
+def test_conflict_names_both_plugins(env, plugins):
+    plugins(lowering_plugin(aten.mul.Tensor, lambda a, b: a * b), "first")
+    with pytest.raises(PluginConflictError) as info:
+        plugins(lowering_plugin(aten.mul.Tensor, lambda a, b: a * b), "second")
+    assert "'first'" in str(info.value) and "'second'" in str(info.value)
+    assert "override=True" in str(info.value)
+
+
+def test_override_replaces_and_unregister_restores(env, plugins):
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "base")
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b + 100, override=True),
+            "better")
+    assert run_add(env, [1.0], [2.0]).tolist() == [103.0]
+    assert env.lowering_for(aten.add.Tensor).plugin == "better"
+    env.unregister_plugin("better")
+    assert run_add(env, [1.0], [2.0]).tolist() == [3.0]
+    assert env.lowering_for(aten.add.Tensor).plugin == "base"
+
+
+def test_two_overrides_last_loaded_wins(env, plugins):
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "base")
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a * 0 + 1, override=True), "one")
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a * 0 + 2, override=True), "two")
+    assert run_add(env, [5.0], [5.0]).tolist() == [2.0]
+    assert env.lowering_for(aten.add.Tensor).plugin == "two"
+
+
+def test_misspelled_hook_is_reported_not_loaded(env, plugins):
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowering(registry):  # missing the final "s"
+        raise AssertionError("never called")
+
+    plugin.torchlax_register_lowering = torchlax_register_lowering
+    with pytest.warns(RuntimeWarning, match="torchlax_register_lowering"):
+        assert plugins(plugin, "typo") is None
+    record = {r.name: r for r in env.plugins()}["typo"]
+    assert record.status == "failed" and "unknown hook" in record.error
+
+
+def test_misspelled_hook_raises_in_strict_mode():
+    env = Environment(autoload=False, strict_plugins=True)
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowering(registry):
+        pass
+
+    plugin.torchlax_register_lowering = torchlax_register_lowering
+    with pytest.raises(PluginError, match="typo"):
+        env.register_plugin(plugin, "typo")
+
+
+def test_plugin_raising_while_registering_is_skipped_and_rest_load(env, plugins):
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "good")
+    broken = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowerings(registry):
+        registry.register_lowering(aten.mul.Tensor, lambda a, b: a * b)
+        raise ValueError("boom in broken plugin")
+
+    broken.torchlax_register_lowerings = torchlax_register_lowerings
+    with pytest.warns(RuntimeWarning, match="'broken'"):
+        env.register_plugin(broken, "broken")
+    assert env.lowering_for(aten.mul.Tensor) is None  # nothing half-registered
+    assert env.lowering_for(aten.add.Tensor).plugin == "good"
+    record = {r.name: r for r in env.plugins()}["broken"]
+    assert record.status == "failed" and "boom in broken plugin" in record.error
+
+
+def test_register_lowering_rejects_non_ops(env):
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowerings(registry):
+        registry.register_lowering(torch.add, lambda a, b: a + b)
+
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
+    with pytest.warns(RuntimeWarning, match="register_function"):
+        env.register_plugin(plugin, "wrong")
+
+
+def test_device_placement_hook_first_result(env, plugins):
+    import jax
+
+    class Placement:
+        @hookimpl
+        def torchlax_device_placement(self, device, env):
+            if device is not None and device.type == "jax" and device.index == 7:
+                return jax.devices()[0]
+            return None
+
+    assert env.placement("jax") == jax.devices()[0]
+    with pytest.raises(ValueError, match="jax:7 does not exist"):
+        env.placement("jax:7")
+    plugins(Placement(), "seven")
+    assert env.placement("jax:7") == jax.devices()[0]
+
+
+def test_configure_hook_is_historic(env, plugins):
+    class Configure:
+        @hookimpl
+        def torchlax_configure(self, config):
+            config.fallback_to_torch = True
+
+    assert env.config.fallback_to_torch is False
+    plugins(Configure(), "configure")
+    assert env.config.fallback_to_torch is True
+
+
+def test_fallback_hook_provides_implementation(env, plugins):
+    calls = []
+
+    class Fallback:
+        @hookimpl
+        def torchlax_fallback(self, op, env):
+            calls.append(op)
+            return lambda a, b, alpha=1: torchlax_core.wrap(a.jax() - b.jax())
+
+    plugins(Fallback(), "minus")
+    assert run_add(env, [5.0], [2.0]).tolist() == [3.0]
+    run_add(env, [5.0], [2.0])
+    assert calls == [aten.add.Tensor]  # asked once, then cached
+
+
+def _run(code: str, **env_vars) -> str:
+    import os
+
+    env = {**os.environ, **env_vars}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_ops_plugin_autoloads_through_entry_point():
+    out = _run("""
+        import torch, torchlax_core
+        env = torchlax_core.default_env()
+        owner = env.lowering_for(torch.ops.aten.add.Tensor)
+        print(owner.plugin, [r.distribution for r in env.plugins() if r.name == owner.plugin][0])
+    """)
+    assert out.split() == ["ops", "torchlax-ops"]
+
+
+def test_env_variables_block_and_disable_autoload():
+    code = """
+        import torch, torchlax_core
+        env = torchlax_core.default_env()
+        print(sorted((r.name, r.status) for r in env.plugins()))
+        print(env.lowering_for(torch.ops.aten.add.Tensor))
+    """
+    blocked = _run(code, TORCHLAX_BLOCK_PLUGINS="ops,torchlax.fallback")
+    assert "('ops', 'blocked')" in blocked and "('torchlax.fallback', 'blocked')" in blocked
+    assert blocked.strip().endswith("None")
+    off = _run(code, TORCHLAX_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert "'ops'" not in off and off.strip().endswith("None")
