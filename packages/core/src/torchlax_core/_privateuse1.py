@@ -32,7 +32,9 @@ class _DeviceModule:
         return False
 
     def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
+        # torch.manual_seed calls this after seeding the CPU generator, which torchlax's keys
+        # are drawn from: nothing left to do (calling torch.manual_seed here would recurse).
+        pass
 
     def device_count(self) -> int:
         import jax
