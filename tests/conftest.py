@@ -5,3 +5,9 @@ import os
 # Keep XLA to one host device here; tests that need many devices start a subprocess with
 # XLA_FLAGS=--xla_force_host_platform_device_count=8 (see tests/distributed).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+# The example third-party plugin (examples/plugins/torchlax-example-plugin) is installed in the
+# development environment; it overrides a built-in lowering. The suite tests the built-in
+# behaviour, so the plugin is blocked here, exactly as a user would block it. Its own tests
+# (tests/plugins) run it in subprocesses with the block lifted.
+os.environ.setdefault("TORCHLAX_BLOCK_PLUGINS", "example")
