@@ -1,3 +1,236 @@
-"""factories lowerings."""
+"""Factories: arange, full/zeros/ones (+ ``_like``, ``new_*``), eye, linspace, logspace, ...
+
+Factories receive ``dtype``/``layout``/``device``/``pin_memory``; the core places the result on
+the requested device, so a lowering only builds an array of PyTorch's dtype. ``empty`` and
+``empty_strided`` belong to the core (``torchlax.transfer``).
+"""
 
 from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torchlax_core import jax_dtype
+
+from .._table import lowering
+
+aten = torch.ops.aten
+
+
+def _default_float():
+    return jax_dtype(torch.get_default_dtype())
+
+
+def _default_complex():
+    return jax_dtype(torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64)
+
+
+def scalar_dtype(value, dtype=None):
+    """PyTorch's dtype for a tensor built from a Python scalar (``torch.full``'s inference)."""
+    if dtype is not None:
+        return jax_dtype(dtype)
+    if isinstance(value, bool):
+        return jnp.dtype(jnp.bool_)
+    if isinstance(value, int):
+        return jnp.dtype(jnp.int64)
+    if isinstance(value, complex):
+        return _default_complex()
+    return _default_float()
+
+
+def _like_dtype(self, dtype):
+    return self.dtype if dtype is None else jax_dtype(dtype)
+
+
+def _fill(shape, value, dtype):
+    return jnp.full(tuple(shape), value, dtype=dtype)
+
+
+# -- arange ---------------------------------------------------------------------------------
+
+
+def _arange_length(start, end, step, integral: bool) -> int:
+    if step == 0:
+        raise RuntimeError("aten.arange: step must be nonzero.")
+    if integral:
+        # Integer arithmetic with C's truncating division, as PyTorch's int64 path.
+        sign = (step > 0) - (step < 0)
+        numerator = end - start + step - sign
+        length = abs(numerator) // abs(step) * (1 if (numerator >= 0) == (step > 0) else -1)
+    else:
+        length = math.ceil((float(end) - float(start)) / float(step))
+    if length < 0:
+        raise RuntimeError(
+            f"aten.arange: upper bound and larger bound inconsistent with step sign "
+            f"(start={start}, end={end}, step={step})."
+        )
+    return int(length)
+
+
+@lowering(aten.arange.default)
+def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_start_step(0, end, 1, dtype=dtype)
+
+
+@lowering(aten.arange.start)
+def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_start_step(start, end, 1, dtype=dtype)
+
+
+@lowering(aten.arange.start_step)
+def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    values = (start, end, step)
+    if dtype is None:
+        floating = any(isinstance(v, float) for v in values)
+        out_dtype = _default_float() if floating else jnp.dtype(jnp.int64)
+    else:
+        out_dtype = jax_dtype(dtype)
+    integral = jnp.issubdtype(out_dtype, jnp.integer)
+    if integral:
+        # PyTorch converts the bounds to the integer type first (truncating).
+        start, end, step = (int(v) for v in values)
+    length = _arange_length(start, end, step, integral)
+    if integral:
+        return (start + step * jnp.arange(length, dtype=jnp.int64)).astype(out_dtype)
+    # Values are start + i * step in double precision (CPU's accumulate type), then rounded.
+    iota = jnp.arange(length, dtype=jnp.float64)
+    return (float(start) + float(step) * iota).astype(out_dtype)
+
+
+# -- full, zeros, ones and their _like / new_ forms -----------------------------------------
+
+
+@lowering(aten.full.default)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, fill_value, scalar_dtype(fill_value, dtype))
+
+
+@lowering(aten.zeros.default)
+def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, 0, jax_dtype(dtype) if dtype is not None else _default_float())
+
+
+@lowering(aten.ones.default)
+def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, 1, jax_dtype(dtype) if dtype is not None else _default_float())
+
+
+@lowering(aten.scalar_tensor.default)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill((), s, jax_dtype(dtype) if dtype is not None else _default_float())
+
+
+@lowering(aten.full_like.default)
+def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
+              memory_format=None):
+    return _fill(self.shape, fill_value, _like_dtype(self, dtype))
+
+
+@lowering(aten.zeros_like.default, aten.empty_like.default)
+def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    # XLA has no uninitialised memory: empty_like is zeros_like.
+    return _fill(self.shape, 0, _like_dtype(self, dtype))
+
+
+@lowering(aten.ones_like.default)
+def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _fill(self.shape, 1, _like_dtype(self, dtype))
+
+
+@lowering(aten.new_full.default)
+def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, fill_value, _like_dtype(self, dtype))
+
+
+@lowering(aten.new_zeros.default, aten.new_empty.default)
+def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, 0, _like_dtype(self, dtype))
+
+
+@lowering(aten.new_empty_strided.default)
+def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, 0, _like_dtype(self, dtype))
+
+
+@lowering(aten.new_ones.default)
+def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill(size, 1, _like_dtype(self, dtype))
+
+
+# -- structured factories ---------------------------------------------------------------------
+
+
+@lowering(aten.eye.default)
+def eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return eye_m(n, n, dtype=dtype)
+
+
+@lowering(aten.eye.m)
+def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.eye(n, m, dtype=jax_dtype(dtype) if dtype is not None else _default_float())
+
+
+def _linspace_dtype(values, dtype):
+    if dtype is not None:
+        return jax_dtype(dtype)
+    if any(isinstance(v, complex) for v in values):
+        return _default_complex()
+    return _default_float()
+
+
+def _scalar(x):
+    # linspace.Tensor_* overloads pass 0-d arrays; their bounds are values, as in PyTorch.
+    return x.item() if hasattr(x, "item") else x
+
+
+@lowering(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
+          aten.linspace.Scalar_Tensor)
+def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    start, end = _scalar(start), _scalar(end)
+    out_dtype = _linspace_dtype((start, end), dtype)
+    if steps < 0:
+        raise RuntimeError("aten.linspace: number of steps must be non-negative.")
+    if steps == 0:
+        return jnp.zeros((0,), out_dtype)
+    if steps == 1:
+        return jnp.full((1,), start, out_dtype)
+    # As PyTorch: the first half counts up from start, the second down from end, so both
+    # endpoints are exact. Integer outputs are computed in float64, then truncated.
+    compute = out_dtype if jnp.issubdtype(out_dtype, jnp.inexact) else jnp.dtype(jnp.float64)
+    if compute in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
+        compute = jnp.dtype(jnp.float32)
+    step = (end - start) / (steps - 1)
+    i = jnp.arange(steps, dtype=jnp.int64)
+    up = jnp.asarray(start, compute) + jnp.asarray(step, compute) * i.astype(compute)
+    down = jnp.asarray(end, compute) - jnp.asarray(step, compute) * (steps - 1 - i).astype(compute)
+    return jnp.where(i < steps / 2, up, down).astype(out_dtype)
+
+
+@lowering(aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar,
+          aten.logspace.Scalar_Tensor)
+def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
+             pin_memory=None):
+    start, end = _scalar(start), _scalar(end)
+    out_dtype = _linspace_dtype((start, end), dtype)
+    exponents = linspace(start, end, steps, dtype=torch.float64)
+    return jnp.power(jnp.float64(base), exponents).astype(out_dtype)
+
+
+def _triangle_indices(row, col, offset, dtype, lower: bool):
+    # Shapes depend only on Python ints, so numpy builds them at trace time.
+    rows, cols = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
+    return jnp.asarray(np.stack([rows, cols]), dtype=jax_dtype(dtype) if dtype else jnp.int64)
+
+
+@lowering(aten.tril_indices.default)
+def tril_indices(row, col, offset=0, *, dtype=torch.long, layout=None, device=None,
+                 pin_memory=None):
+    return _triangle_indices(row, col, offset, dtype, lower=True)
+
+
+@lowering(aten.triu_indices.default)
+def triu_indices(row, col, offset=0, *, dtype=torch.long, layout=None, device=None,
+                 pin_memory=None):
+    return _triangle_indices(row, col, offset, dtype, lower=False)
