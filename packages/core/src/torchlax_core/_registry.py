@@ -152,6 +152,13 @@ class Registration:
             table[op] = Lowering(op=op, fn=fn, plugin=self.plugin, kind=kind)
 
 
+def _distribution_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 class PluginHost:
     """The pluggy manager plus the bookkeeping ``doctor`` shows."""
 
@@ -169,6 +176,8 @@ class PluginHost:
 
     def register(self, plugin: Any, name: str | None = None, *, distribution=None, version=None) -> str | None:
         name = name or self.pm.get_canonical_name(plugin)
+        if distribution is not None and version is None:
+            version = _distribution_version(distribution)
         if self.pm.is_blocked(name):
             self.records[name] = PluginRecord(name, "blocked", distribution, version)
             return None
@@ -246,7 +255,10 @@ class PluginHost:
                     impl.function(registry=registration)
                 except Exception as exc:
                     self.pm.unregister(name=impl.plugin_name)
-                    self._report_failure(impl.plugin_name, exc)
+                    known = self.records.get(impl.plugin_name)
+                    self._report_failure(impl.plugin_name, exc,
+                                         known.distribution if known else None,
+                                         known.version if known else None)
                     return self.build_tables()
                 registration.apply(tables)
         return tables

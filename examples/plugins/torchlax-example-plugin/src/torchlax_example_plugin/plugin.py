@@ -17,8 +17,7 @@ def place_on(target) -> None:
     import torchlax_core
 
     _placement["target"] = target
-    env = torchlax_core.default_env()
-    env._placements.clear()  # placements are cached per device
+    torchlax_core.default_env().clear_placement_cache()
 
 
 def scaled_swish(x, beta):

@@ -1,0 +1,62 @@
+"""``python -m torchlax doctor``: what a plugin author (or a bug report) needs to know."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+
+LAYERS = ("torchlax", "torchlax-core", "torchlax-ops", "torchlax-interop", "torchlax-dynamo",
+          "torchlax-export")
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def report() -> str:
+    """The doctor's report as text."""
+    import jax
+    import torchlax_core
+
+    lines = ["torchlax doctor", "", "Versions:"]
+    lines.append(f"  python      {platform.python_version()} ({sys.executable})")
+    for dist in ("torch", "jax", "jaxlib", *LAYERS):
+        lines.append(f"  {dist:<17} {_version(dist)}")
+    lines += ["", f"JAX devices ({jax.default_backend()}):"]
+    lines += [f"  {d.id}: {d}" for d in jax.devices()]
+
+    env = torchlax_core.default_env()
+    counts = env.lowering_counts()
+    records = env.plugins()
+    lines += ["", "Plugins (load order):"]
+    for record in records:
+        if record.status != "loaded":
+            continue
+        per = counts.get(record.name, {})
+        summary = ", ".join(f"{n} {kind}s" for kind, n in sorted(per.items())) or "no ops"
+        source = f"{record.distribution} {record.version or ''}".strip() if record.distribution else "registered at run time"
+        lines.append(f"  {record.name:<20} {source:<30} {summary}")
+    blocked = [r for r in records if r.status == "blocked"]
+    lines += ["", "Blocked plugins (TORCHLAX_BLOCK_PLUGINS):"]
+    lines += [f"  {r.name} ({r.distribution or 'unknown distribution'})" for r in blocked] or ["  none"]
+    failed = [r for r in records if r.status == "failed"]
+    lines += ["", "Failed plugins:"]
+    if not failed:
+        lines.append("  none")
+    for r in failed:
+        last = (r.error or "").strip().splitlines()[-1:] or ["?"]
+        lines.append(f"  {r.name} ({r.distribution or 'unknown distribution'}): {last[0]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["doctor"]:
+        print("usage: python -m torchlax doctor", file=sys.stderr)
+        return 2
+    print(report())
+    return 0

@@ -1,0 +1,175 @@
+"""The example third-party plugin, loaded through its entry point in a fresh process.
+
+The suite blocks it (tests/conftest.py); each test here runs a subprocess with the block lifted,
+as a user who installed the plugin would run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def run(code: str, *, block: str = "", extra_path: Path | None = None, **env_vars) -> str:
+    env = {**os.environ, "TORCHLAX_BLOCK_PLUGINS": block, **env_vars}
+    if extra_path is not None:
+        env["PYTHONPATH"] = f"{extra_path}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-6000:]
+    return out.stdout
+
+
+def test_new_op_runs_eagerly_and_under_jax_jit():
+    out = run("""
+        import jax, jax.numpy as jnp, torch, torchlax_core
+        import torchlax_example_plugin as example
+        x = torch.linspace(-3, 3, 12).reshape(3, 4)
+        expected = example.scaled_swish(x, 1.5)
+        env = torchlax_core.default_env()
+        print(env.lowering_for(torch.ops.example.scaled_swish.default).plugin)
+        with torchlax_core.enable():
+            t = x.to("jax")
+            eager = example.scaled_swish(t, 1.5)
+        assert isinstance(eager, torchlax_core.Tensor)
+        torch.testing.assert_close(eager.cpu(), expected)
+
+        def f(a):
+            return torch.ops.example.scaled_swish(torchlax_core.wrap(a), 1.5).jax()
+
+        jitted = jax.jit(f)(t.jax())
+        torch.testing.assert_close(torch.from_numpy(jax.device_get(jitted).copy()), expected)
+        # autograd through the plugin's op on torchlax tensors, vs CPU
+        xc = x.clone().requires_grad_()
+        example.scaled_swish(xc, 1.5).sum().backward()
+        with torchlax_core.enable():
+            xj = x.to("jax").requires_grad_()
+        example.scaled_swish(xj, 1.5).sum().backward()
+        torch.testing.assert_close(xj.grad.cpu(), xc.grad)
+        print("ok")
+    """)
+    assert out.split() == ["example", "ok"]
+
+
+def test_override_replaces_softmax_and_blocking_restores_builtin():
+    code = """
+        import torch, torchlax_core
+        env = torchlax_core.default_env()
+        print(env.lowering_for(torch.ops.aten._softmax.default).plugin)
+        x = torch.randn(4, 5, dtype=torch.bfloat16)
+        with torchlax_core.enable():
+            got = torch.softmax(x.to("jax"), dim=-1)
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.cpu(), torch.softmax(x, dim=-1), atol=1e-2, rtol=1e-2)
+    """
+    assert run(code).split() == ["example"]
+    assert run(code, block="example").split() == ["ops"]
+
+
+def test_placement_hook_places_new_tensors_on_a_device_and_a_mesh():
+    out = run("""
+        import jax, numpy as np, torch, torchlax_core
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        import torchlax_example_plugin as example
+        devices = jax.devices()
+        assert len(devices) == 8
+        example.place_on(devices[5])
+        with torchlax_core.enable():
+            t = torch.ones(8, 2, device="jax")
+        print(t.device, t.jax().devices() == {devices[5]})
+        mesh = Mesh(np.array(devices).reshape(4, 2), ("data", "model"))
+        sharding = NamedSharding(mesh, P("data", None))
+        example.place_on(sharding)
+        with torchlax_core.enable():
+            s = torch.zeros(8, 2, device="jax")
+        print(s.jax().sharding.is_equivalent_to(sharding, 2), len(s.jax().devices()))
+        example.place_on(None)
+        with torchlax_core.enable():
+            print(torch.ones(1, device="jax").device)
+    """, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    assert out.split() == ["jax:5", "True", "True", "8", "jax:0"]
+
+
+def _fake_distribution(root: Path, dist: str, module: str, source: str) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 9.9\n")
+    (info / "entry_points.txt").write_text(f"[torchlax]\n{module} = {module}\n")
+
+
+@pytest.fixture
+def broken_and_conflicting(tmp_path) -> Path:
+    _fake_distribution(tmp_path, "torchlax-broken", "broken_plugin",
+                       "raise RuntimeError('this plugin is broken on purpose')\n")
+    _fake_distribution(tmp_path, "torchlax-late-adder", "late_adder", """
+        import torch
+        from torchlax_core import hookimpl
+
+        @hookimpl
+        def torchlax_register_lowerings(registry):
+            registry.register_lowering(torch.ops.aten.add.Tensor, lambda a, b, alpha=1: a + b)
+    """)
+    return tmp_path
+
+
+def test_broken_plugin_is_reported_and_the_rest_load(broken_and_conflicting):
+    code = """
+        import warnings, torch, torchlax_core
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            env = torchlax_core.default_env()
+        print([str(w.message).splitlines()[0] for w in caught if "broken_plugin" in str(w.message)])
+        print({r.name: r.status for r in env.plugins()}["broken_plugin"])
+        print(env.lowering_for(torch.ops.aten.mul.Tensor).plugin)
+    """
+    out = run(code, block="example,late_adder", extra_path=broken_and_conflicting)
+    assert "torchlax plugin 'broken_plugin' failed and was skipped" in out
+    assert out.split()[-2:] == ["failed", "ops"]
+    strict = subprocess.run(
+        [sys.executable, "-c", "import torchlax_core; torchlax_core.default_env()"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example,late_adder",
+             "TORCHLAX_STRICT_PLUGINS": "1",
+             "PYTHONPATH": str(broken_and_conflicting)},
+    )
+    assert strict.returncode != 0
+    assert "PluginError: torchlax plugin 'broken_plugin' failed to load" in strict.stderr
+    assert "this plugin is broken on purpose" in strict.stderr
+
+
+def test_conflicting_entry_point_plugin_fails_at_load_with_both_names(broken_and_conflicting):
+    out = subprocess.run(
+        [sys.executable, "-c", "import torchlax_core; torchlax_core.default_env()"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example,broken_plugin",
+             "PYTHONPATH": str(broken_and_conflicting)},
+    )
+    assert out.returncode != 0
+    assert "PluginConflictError: Plugins 'ops' and 'late_adder' both register a lowering for aten.add.Tensor" in out.stderr
+
+
+def test_doctor_lists_versions_devices_plugins_and_counts(broken_and_conflicting):
+    out = subprocess.run(
+        [sys.executable, "-m", "torchlax", "doctor"], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "late_adder",
+             "PYTHONPATH": str(broken_and_conflicting)},
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for needle in ("torch ", "jax ", "jaxlib ", "torchlax-core ", "torchlax-ops ",
+                   "JAX devices (cpu):", "0: cpu:0"):
+        assert needle in text
+    plugins = text.split("Plugins (load order):")[1].split("Blocked plugins")[0]
+    assert "torchlax.transfer" in plugins and "torchlax-core 0.1.0" in plugins
+    ops_line = next(line for line in plugins.splitlines() if line.strip().startswith("ops "))
+    assert "torchlax-ops 0.1.0" in ops_line and "lowerings" in ops_line
+    example_line = next(line for line in plugins.splitlines() if line.strip().startswith("example "))
+    assert "torchlax-example-plugin 0.1.0" in example_line and "2 lowerings" in example_line
+    assert "late_adder (torchlax-late-adder)" in text.split("Blocked plugins")[1]
+    assert "broken_plugin (torchlax-broken): RuntimeError: this plugin is broken on purpose" in text
