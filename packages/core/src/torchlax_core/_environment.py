@@ -242,6 +242,10 @@ class Environment:
         self._placements[device] = target
         return target
 
+    def clear_placement_cache(self) -> None:
+        """Forget cached placements; call it after changing what a placement hook answers."""
+        self._placements.clear()
+
     def place(self, array: jax.Array, device) -> jax.Array:
         target = self.placement(device)
         if isinstance(array, jax.core.Tracer):
