@@ -1,0 +1,97 @@
+"""Real models built from configs with random weights (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+
+
+@dataclasses.dataclass
+class ModelCase:
+    name: str
+    build: Callable[[], torch.nn.Module]
+    inputs: Callable[[], tuple]
+    output: Callable[[object], torch.Tensor]  # the tensor to compare (logits, features)
+    tolerance: float = 1e-4
+
+
+def _tokens(batch=2, length=12, vocab=128):
+    return (torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(1)),)
+
+
+def _images(size=32):
+    return (torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(2)),)
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=128,
+                                      n_positions=64, pad_token_id=0))
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, vocab_size=128,
+                                        max_position_embeddings=64, pad_token_id=0))
+
+
+def _bert():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    return BertForSequenceClassification(BertConfig(hidden_size=64, num_hidden_layers=2,
+                                                    num_attention_heads=4,
+                                                    intermediate_size=128, vocab_size=128,
+                                                    max_position_embeddings=64, num_labels=3))
+
+
+def _vit():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    return ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, hidden_size=64,
+                                               num_hidden_layers=2, num_attention_heads=4,
+                                               intermediate_size=128, num_labels=10))
+
+
+def _resnet18():
+    import torchvision
+
+    return torchvision.models.resnet18(num_classes=10)
+
+
+def _mobilenet_v3():
+    import torchvision
+
+    return torchvision.models.mobilenet_v3_small(num_classes=10)
+
+
+def _logits(out):
+    return out.logits if hasattr(out, "logits") else out
+
+
+CASES = {
+    "gpt2": ModelCase("gpt2", _gpt2, _tokens, _logits),
+    "llama": ModelCase("llama", _llama, _tokens, _logits),
+    "bert": ModelCase("bert", _bert, _tokens, _logits),
+    "vit": ModelCase("vit", _vit, _images, _logits),
+    "resnet18": ModelCase("resnet18", _resnet18, lambda: _images(64), _logits, 2e-4),
+    "mobilenet_v3": ModelCase("mobilenet_v3", _mobilenet_v3, lambda: _images(64), _logits, 2e-4),
+}
+
+
+@pytest.fixture(params=list(CASES), ids=list(CASES))
+def case(request) -> ModelCase:
+    return CASES[request.param]
+
+
+def built(case: ModelCase, *, train: bool = False):
+    torch.manual_seed(0)
+    model = case.build()
+    model.train(train)
+    return model, case.inputs()

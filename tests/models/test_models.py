@@ -1,0 +1,130 @@
+"""End to end: each model eagerly, under torchlax.jit, torch.compile and export, and training.
+
+Every result is compared with the same model run by eager PyTorch on the CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torchlax
+import torchlax_export
+
+from .conftest import CASES, built
+
+pytestmark = pytest.mark.slow
+
+
+def to_jax(model, inputs):
+    with torchlax.enable():
+        return copy.deepcopy(model).to("jax"), tuple(t.to("jax") for t in inputs)
+
+
+def close(actual, expected, tol):
+    actual = actual.detach()
+    actual = actual.cpu() if isinstance(actual, torchlax.Tensor) else actual
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected.detach(), rtol=tol, atol=tol)
+
+
+def test_forward_eager(case):
+    model, inputs = built(case)
+    expected = case.output(model(*inputs))
+    jmodel, jinputs = to_jax(model, inputs)
+    got = case.output(jmodel(*jinputs))
+    assert isinstance(got, torchlax.Tensor)
+    close(got, expected, case.tolerance)
+
+
+def test_forward_jit(case):
+    model, inputs = built(case)
+    expected = case.output(model(*inputs))
+    jmodel, jinputs = to_jax(model, inputs)
+    jitted = torchlax.jit(jmodel)
+    close(case.output(jitted(*jinputs)), expected, case.tolerance)
+    close(case.output(jitted(*jinputs)), expected, case.tolerance)  # cached executable
+
+
+def test_forward_torch_compile(case):
+    model, inputs = built(case)
+    expected = case.output(model(*inputs))
+    torch._dynamo.reset()
+    compiled = torch.compile(copy.deepcopy(model), backend="torchlax")
+    got = case.output(compiled(*inputs))
+    assert type(got) is torch.Tensor
+    close(got, expected, case.tolerance)
+
+
+def test_forward_export(case, tmp_path):
+    model, inputs = built(case)
+    expected = case.output(model(*inputs))
+
+    class Logits(torch.nn.Module):  # export a tensor output (HF models return dataclasses)
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return case.output(self.inner(x))
+
+    artifact = torchlax_export.export(Logits(model), inputs)
+    artifact.save(tmp_path / case.name)
+    program = torchlax_export.load(tmp_path / case.name)
+    out = program(*[t.numpy() for t in inputs])
+    out = out[0] if isinstance(out, list | tuple) else out
+    close(torch.from_numpy(np.asarray(out).copy()), expected, case.tolerance)
+
+
+def _loss(case, out):
+    logits = case.output(out)
+    return logits.float().pow(2).mean()
+
+
+def test_training_step(case):
+    model, inputs = built(case, train=True)
+    if case.name in ("gpt2", "llama", "bert", "vit"):
+        model.eval()  # dropout streams differ between CPU and JAX; batch norm still trains below
+    jmodel, jinputs = to_jax(model, inputs)
+    results = []
+    for m, x in ((model, inputs), (jmodel, jinputs)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = _loss(case, m(*x))
+            loss.backward()
+            opt.step()
+        results.append((loss, dict(m.named_parameters()), dict(m.named_buffers())))
+    (cpu_loss, cpu_params, cpu_buffers), (jax_loss, jax_params, jax_buffers) = results
+    close(jax_loss, cpu_loss, 1e-3)
+    for name, p in cpu_params.items():
+        close(jax_params[name], p, 1e-3)
+    for name, b in cpu_buffers.items():
+        if b.is_floating_point():
+            close(jax_buffers[name], b, 1e-3)
+
+
+def test_training_step_torch_compile(case):
+    model, inputs = built(case, train=False)
+    torch._dynamo.reset()
+    compiled = torch.compile(copy.deepcopy(model), backend="torchlax")
+    _loss(case, model(*inputs)).backward()
+    _loss(case, compiled(*inputs)).backward()
+    compiled_params = dict(compiled.named_parameters())
+    for name, p in model.named_parameters():
+        q = compiled_params.get(name) or compiled_params.get(f"_orig_mod.{name}")
+        close(q.grad, p.grad, 1e-3)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_greedy_generation_with_kv_cache_matches_cpu(name):
+    case = CASES[name]
+    model, (tokens,) = built(case)
+    prompt = tokens[:1, :6]
+    kwargs = dict(max_new_tokens=5, do_sample=False, use_cache=True, pad_token_id=0)
+    expected = model.generate(prompt, **kwargs)
+    jmodel, (jprompt,) = to_jax(model, (prompt,))
+    got = jmodel.generate(jprompt, **kwargs)
+    assert got.cpu().tolist() == expected.tolist()
