@@ -1,0 +1,320 @@
+"""torchlax's benchmarks in one process: ratios against eager PyTorch, inductor and JAX.
+
+    uv run python benchmarks/run.py            # full run (a few minutes on 2 cores)
+    uv run python benchmarks/run.py --quick    # fewer repetitions, for a smoke test
+
+Prints a table, and writes ``benchmarks/results/results.json`` and
+``benchmarks/results/results.png`` (the chart the README embeds). Timings are medians of
+repeated steady-state calls after a first (compiling) call, whose time is reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch import nn
+
+import torchlax
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class Bench:
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.rows: list[dict] = []
+        self.step = 0
+
+    def progress(self, what: str) -> None:
+        self.step += 1
+        print(f"[{self.step:>2}] {what} ...", file=sys.stderr, flush=True)
+
+    def measure(self, group: str, variant: str, fn: Callable[[], object], *, size: str = "") -> None:
+        """Time ``fn`` (which must block until its result is ready)."""
+        self.progress(f"{group} · {variant}")
+        try:
+            start = time.perf_counter()
+            fn()
+            first = time.perf_counter() - start
+            budget = 0.3 if self.quick else 1.5
+            times: list[float] = []
+            begin = time.perf_counter()
+            while len(times) < 3 or (time.perf_counter() - begin < budget and len(times) < 200):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            row = {"group": group, "variant": variant, "size": size, "first_s": first,
+                   "median_s": statistics.median(times), "runs": len(times)}
+        except Exception as exc:  # a failing variant is reported, not hidden
+            row = {"group": group, "variant": variant, "size": size, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        self.rows.append(row)
+
+
+def ready(x):
+    """Block until a result (torch, torchlax or JAX, or a tuple of them) is computed."""
+    if isinstance(x, tuple | list):
+        for item in x:
+            ready(item)
+    elif isinstance(x, torchlax.Tensor):
+        x.jax().block_until_ready()
+    elif isinstance(x, jax.Array):
+        x.block_until_ready()
+    elif hasattr(x, "logits"):
+        ready(x.logits)
+    return x
+
+
+# -- eager per-op overhead ---------------------------------------------------------------------
+
+
+def bench_eager_ops(b: Bench) -> None:
+    for name, n in (("add 1000 floats", 1000), ("matmul 256x256", 256)):
+        if n == 1000:
+            cpu = torch.randn(n)
+            torch_fn = lambda: cpu + cpu  # noqa: E731
+        else:
+            cpu = torch.randn(n, n)
+            torch_fn = lambda: cpu @ cpu  # noqa: E731
+        with torchlax.enable():
+            t = cpu.to("jax")
+        a = t.jax()
+        with jax.enable_x64(True):
+            jnp_fn = (lambda: jnp.add(a, a)) if n == 1000 else (lambda: jnp.matmul(a, a))
+            lax_fn = (lambda: t + t) if n == 1000 else (lambda: t @ t)
+            b.measure(f"eager op: {name}", "PyTorch (CPU)", torch_fn)
+            b.measure(f"eager op: {name}", "jax.numpy", lambda: ready(jnp_fn()))
+            b.measure(f"eager op: {name}", "torchlax eager", lambda: ready(lax_fn()))
+
+
+# -- models --------------------------------------------------------------------------------------
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(),
+                         nn.Linear(512, 10))
+
+
+def small_gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2Model
+
+    return GPT2Model(GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=512, n_positions=128))
+
+
+def resnet18() -> nn.Module:
+    import torchvision
+
+    return torchvision.models.resnet18(num_classes=10)
+
+
+MODELS = {
+    "MLP": (mlp, lambda: (torch.randn(64, 256),)),
+    "GPT-2 (2 layers)": (small_gpt2, lambda: (torch.randint(0, 512, (4, 64)),)),
+    "ResNet-18": (resnet18, lambda: (torch.randn(4, 3, 64, 64),)),
+}
+
+
+def hand_written_mlp(model: nn.Module):
+    """The MLP written directly in JAX, with the same weights."""
+    params = [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+              for m in model if isinstance(m, nn.Linear)]
+
+    def forward(params, x):
+        for i, (w, bias) in enumerate(params):
+            x = x @ w.T + bias
+            if i < len(params) - 1:
+                x = jax.nn.gelu(x, approximate=False)
+        return x
+
+    return params, forward
+
+
+def bench_models(b: Bench) -> None:
+    for name, (build, make_inputs) in MODELS.items():
+        torch.manual_seed(0)
+        model = build().eval()
+        inputs = make_inputs()
+        group = f"forward: {name}"
+        with torch.no_grad():
+            b.measure(group, "PyTorch eager (CPU)", lambda: model(*inputs))
+            torch._dynamo.reset()
+            inductor = torch.compile(model)
+            b.measure(group, "torch.compile inductor", lambda: inductor(*inputs))
+            torch._dynamo.reset()
+            backend = torch.compile(copy.deepcopy(model), backend="torchlax")
+            b.measure(group, 'torch.compile backend="torchlax"', lambda: ready(backend(*inputs)))
+            with torchlax.enable():
+                jmodel = copy.deepcopy(model).to("jax")
+                jinputs = tuple(t.to("jax") for t in inputs)
+            b.measure(group, "torchlax eager", lambda: ready(jmodel(*jinputs)))
+            jitted = torchlax.jit(jmodel)
+            b.measure(group, "torchlax.jit", lambda: ready(jitted(*jinputs)))
+            if name == "MLP":
+                params, forward = hand_written_mlp(model)
+                fast = jax.jit(forward)
+                x = jnp.asarray(inputs[0].numpy())
+                b.measure(group, "hand-written JAX", lambda: ready(fast(params, x)))
+
+
+def bench_training(b: Bench) -> None:
+    torch.manual_seed(0)
+    model = mlp()
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    group = "training step: MLP"
+
+    def step_fn(m, opt, xb, yb, forward=None):
+        def step():
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy((forward or m)(xb), yb)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    cpu = copy.deepcopy(model)
+    b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, torch.optim.SGD(cpu.parameters(), lr=0.01), x, y))
+    torch._dynamo.reset()
+    ind = copy.deepcopy(model)
+    ind_fwd = torch.compile(ind)
+    b.measure(group, "torch.compile inductor",
+              step_fn(ind, torch.optim.SGD(ind.parameters(), lr=0.01), x, y, ind_fwd))
+    torch._dynamo.reset()
+    tl = copy.deepcopy(model)
+    tl_fwd = torch.compile(tl, backend="torchlax")
+    b.measure(group, 'torch.compile backend="torchlax"',
+              lambda: ready(step_fn(tl, torch.optim.SGD(tl.parameters(), lr=0.01), x, y, tl_fwd)()))
+    with torchlax.enable():
+        jm = copy.deepcopy(model).to("jax")
+        jx, jy = x.to("jax"), y.to("jax")
+    jopt = torch.optim.SGD(jm.parameters(), lr=0.01)
+    b.measure(group, "torchlax eager", lambda: ready(step_fn(jm, jopt, jx, jy)()))
+    jm2 = copy.deepcopy(jm)
+    jopt2 = torch.optim.SGD(jm2.parameters(), lr=0.01)
+    jitted = torchlax.jit(jm2)
+    b.measure(group, "torchlax.jit forward + backward",
+              lambda: ready(step_fn(jm2, jopt2, jx, jy, jitted)()))
+
+    params, forward = hand_written_mlp(model)
+    xa, ya = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    @jax.jit
+    def jax_step(params, xb, yb):
+        def loss_fn(p):
+            logits = forward(p, xb)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), yb[:, None], 1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    state = {"p": params}
+
+    def hand():
+        state["p"], loss = jax_step(state["p"], xa, ya)
+        return ready(loss)
+
+    b.measure(group, "hand-written JAX", hand)
+
+
+def bench_dlpack(b: Bench) -> None:
+    for label, numel in (("1 KiB", 256), ("256 MiB", 64 * 1024 * 1024)):
+        t = torch.ones(numel, dtype=torch.float32)
+        b.measure("DLPack promotion", f"from_torch {label}", lambda: torchlax.from_torch(t), size=label)
+        x = torchlax.from_torch(torch.ones(numel, dtype=torch.float32))
+        b.measure("DLPack promotion", f"to_torch {label}", lambda: torchlax.to_torch(x), size=label)
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def table(rows: list[dict]) -> str:
+    lines = []
+    groups = dict.fromkeys(r["group"] for r in rows)
+    for group in groups:
+        items = [r for r in rows if r["group"] == group]
+        base = next((r for r in items if r["variant"].startswith("PyTorch") and "median_s" in r), None)
+        jax_base = next((r for r in items if r["variant"] in ("hand-written JAX", "jax.numpy") and "median_s" in r), None)
+        lines.append(f"\n{group}")
+        lines.append(f"  {'variant':<36}{'steady':>12}{'first call':>12}{'vs PyTorch':>12}{'vs JAX':>10}")
+        for r in items:
+            if "error" in r:
+                lines.append(f"  {r['variant']:<36}  failed: {r['error'][:90]}")
+                continue
+            vs_torch = f"{r['median_s'] / base['median_s']:.2f}x" if base else ""
+            vs_jax = f"{r['median_s'] / jax_base['median_s']:.2f}x" if jax_base else ""
+            lines.append(f"  {r['variant']:<36}{_fmt(r['median_s']):>12}{_fmt(r['first_s']):>12}"
+                         f"{vs_torch:>12}{vs_jax:>10}")
+    return "\n".join(lines)
+
+
+def _fmt(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def chart(rows: list[dict], machine: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [g for g in dict.fromkeys(r["group"] for r in rows) if not g.startswith("DLPack")]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.1 * len(groups)), squeeze=False)
+    for ax, group in zip(axes[:, 0], groups, strict=True):
+        items = [r for r in rows if r["group"] == group and "median_s" in r]
+        base = next((r for r in items if r["variant"].startswith("PyTorch")), items[0])
+        ratios = [r["median_s"] / base["median_s"] for r in items]
+        colors = ["#c44e52" if "torchlax" in r["variant"] else "#8c8c8c" for r in items]
+        ax.barh([r["variant"] for r in items], ratios, color=colors)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        ax.set_title(f"{group} (time relative to {base['variant']}; lower is faster)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        for y, ratio in enumerate(ratios):
+            ax.text(ratio, y, f" {ratio:.2f}x", va="center", fontsize=7)
+    fig.suptitle(f"torchlax benchmarks — {machine}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--only", choices=["ops", "models", "training", "dlpack"], action="append")
+    args = parser.parse_args()
+    b = Bench(args.quick)
+    sections = {"ops": bench_eager_ops, "models": bench_models, "training": bench_training,
+                "dlpack": bench_dlpack}
+    for name, fn in sections.items():
+        if not args.only or name in args.only:
+            fn(b)
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, "
+               f"torch {torch.__version__.split('+')[0]}, jax {jax.__version__}")
+    print(f"\ntorchlax benchmarks on {machine}")
+    print(table(b.rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({"machine": machine, "rows": b.rows}, indent=1))
+    chart(b.rows, machine, args.out / "results.png")
+    print(f"\nwrote {args.out / 'results.json'} and {args.out / 'results.png'}")
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main()
