@@ -1,1 +1,19 @@
-"""placeholder"""
+"""torchlax-interop: move data and functions between PyTorch and JAX.
+
+- ``from_torch`` / ``to_torch``: zero-copy DLPack exchange with copy-on-write protection.
+- ``jax_view`` / ``torch_view``: the same for whole pytrees.
+- ``call_jax``: call a JAX function from PyTorch (autograd and ``torch.compile`` included).
+- ``call_torch``: call PyTorch code from JAX (``jax.jit``, ``jax.grad``, ``jax.vmap``).
+- ``functional``: an ``nn.Module`` as a pure JAX function of its weights.
+- ``jit``: compile a PyTorch function or module with ``jax.jit``.
+"""
+
+from ._call_jax import call_jax as call_jax
+from ._dlpack import SharedMemoryWriteError as SharedMemoryWriteError
+from ._dlpack import check_shared_writes as check_shared_writes
+from ._dlpack import from_torch as from_torch
+from ._dlpack import to_torch as to_torch
+from ._views import jax_view as jax_view
+from ._views import torch_view as torch_view
+
+__version__ = "0.1.0"

@@ -1,0 +1,237 @@
+"""Zero-copy exchange of tensors between PyTorch and JAX through the DLPack protocol.
+
+Aliasing rules (JAX arrays are immutable, torch tensors are not):
+
+* ``from_torch(t)`` shares ``t``'s memory with the new JAX array, then turns ``t``'s storage
+  copy-on-write (PyTorch's lazy clone). A later in-place write to ``t`` (or any view of its
+  storage) first moves ``t`` to a private copy, so the JAX array keeps the value ``t`` had at
+  promotion. The copy is paid only if and when torch writes; reading ``t`` stays free.
+* ``to_torch(x)`` returns a torch tensor sharing the JAX array's memory. It is read-only by
+  contract. Writing to it would change an immutable JAX array, so such writes are detected:
+  the next interop call (``from_torch``, ``to_torch``, ``call_jax``, ``jit``, ...) raises
+  ``SharedMemoryWriteError``. Ask for ``copy=True`` (or use ``tensor.cpu()``) for a tensor
+  you will write to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import jax
+import jax.numpy as jnp
+import torch
+from torchlax_core import Tensor, TorchlaxError, jax_dtype, wrap
+
+_ALIGNMENT = 16  # XLA's CPU client aliases only buffers aligned to 16 bytes; it copies others.
+
+
+class SharedMemoryWriteError(TorchlaxError):
+    """A torch tensor sharing memory with a JAX array was written to in place."""
+
+
+# -- tensors handed out by to_torch, watched for writes -------------------------------------------
+
+
+@dataclasses.dataclass
+class _Export:
+    tensor: weakref.ref
+    version: int
+    array: jax.Array
+
+
+_exports: dict[int, _Export] = {}
+
+
+def _watch(tensor: torch.Tensor, array: jax.Array) -> None:
+    key = id(tensor)
+    _exports[key] = _Export(weakref.ref(tensor, lambda _: _exports.pop(key, None)),
+                            tensor._version, array)
+
+
+def check_shared_writes() -> None:
+    """Raise ``SharedMemoryWriteError`` if a tensor ``to_torch`` shared was written in place.
+
+    Every interop entry point calls this; call it yourself to check at a point of your choice.
+    """
+    if not _exports:
+        return
+    for key, export in list(_exports.items()):
+        tensor = export.tensor()
+        if tensor is None or tensor._version == export.version:
+            continue
+        del _exports[key]
+        raise SharedMemoryWriteError(
+            f"A torch tensor returned by torchlax.to_torch (shape {tuple(tensor.shape)}, "
+            f"dtype {tensor.dtype}) was modified in place. It shares memory with an immutable "
+            "JAX array, whose value is now corrupted. Call to_torch(x, copy=True) (or "
+            "tensor.cpu()) to get a tensor you may write to."
+        )
+
+
+# -- torch -> JAX ---------------------------------------------------------------------------------
+
+
+def from_torch(tensor: torch.Tensor, *, copy: bool = False) -> Tensor:
+    """A torchlax Tensor holding ``tensor``'s data, shared through DLPack without a copy.
+
+    Works for CPU tensors (and CUDA tensors when JAX sees a GPU) of every dtype torchlax
+    supports, including bool, bfloat16, 0-d and empty tensors. The memory is shared; ``tensor``
+    becomes copy-on-write, so later in-place writes to it never reach the JAX array (see the
+    module docstring). A copy is made (and nothing is shared) where DLPack or PyTorch cannot
+    express the sharing:
+
+    * strides that are not a permutation of a compact layout (``t[::2]``, ``expand``);
+    * tensors with the conjugate or negative bit set (``t.conj()`` of a complex tensor);
+    * data not aligned to 16 bytes (XLA copies such buffers itself);
+    * memory PyTorch does not own (from NumPy or another DLPack producer), which cannot be
+      made copy-on-write; a tensor that ``to_torch`` made is the exception: it gives back the
+      very JAX array it came from;
+    * ``copy=True``.
+
+    If ``tensor`` requires grad (and grad mode is on), the result is connected to it by
+    autograd: gradients flow back through ``to_torch``. A torchlax Tensor is returned as is.
+    """
+    check_shared_writes()
+    if isinstance(tensor, Tensor):
+        return tensor
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(
+            f"torchlax.from_torch expects a torch.Tensor, got {type(tensor).__name__}. For a "
+            "jax.Array use torchlax.wrap(array)."
+        )
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _FromTorch.apply(tensor, copy)
+    return wrap(_to_jax_array(tensor, copy))
+
+
+def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
+    jax_dtype(tensor.dtype)  # raises a clear error for dtypes JAX cannot hold
+    if tensor.device.type == "meta":
+        raise ValueError(
+            "torchlax.from_torch got a tensor on the meta device, which has no data. Use "
+            "jax.ShapeDtypeStruct for shapes, or materialize the tensor first."
+        )
+    export = _exports.get(id(tensor))
+    if export is not None and export.tensor() is tensor and not copy:
+        return export.array  # a round trip: the array to_torch shared, still unmodified
+    tensor = tensor.detach()
+    with jax.enable_x64(True):
+        if tensor.numel() == 0:
+            return jnp.zeros(tuple(tensor.shape), jax_dtype(tensor.dtype))
+        if tensor.is_conj() or tensor.is_neg() or not _compact(tensor):
+            # A private copy in a layout DLPack can express: share it, nothing to protect.
+            return jnp.from_dlpack(tensor.resolve_conj().resolve_neg().contiguous())
+        if copy:
+            return jnp.array(jnp.from_dlpack(tensor), copy=True)
+        # data_ptr() first: it moves an already copy-on-write tensor to its own buffer.
+        pointer = tensor.data_ptr()
+        array = jnp.from_dlpack(tensor)
+        if array.unsafe_buffer_pointer() != pointer:
+            return array  # XLA copied (unaligned data): nothing is shared
+        if not _make_copy_on_write(tensor):
+            return jnp.array(array, copy=True)
+        return array
+
+
+def _compact(tensor: torch.Tensor) -> bool:
+    """Whether the strides are a permutation of a dense layout (all DLPack/XLA can alias)."""
+    dims = sorted(
+        (stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size != 1
+    )
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _make_copy_on_write(tensor: torch.Tensor) -> bool:
+    """Turn ``tensor``'s storage copy-on-write; its current buffer then belongs to JAX.
+
+    The lazy clone holds the original buffer; it is kept alive by the storage object, which
+    the JAX array keeps alive through its DLPack handle, so the buffer lives as long as JAX
+    may read it. Returns False for storage PyTorch cannot make copy-on-write.
+    """
+    lazy_clone = getattr(torch, "_lazy_clone", None)
+    if lazy_clone is None:
+        return False
+    try:
+        keeper = lazy_clone(tensor)
+    except RuntimeError:  # memory torch does not own (from NumPy, DLPack, shared memory)
+        return False
+    storage = tensor.untyped_storage()
+    kept = getattr(storage, "_torchlax_keep", None)
+    if kept is None:
+        kept = storage._torchlax_keep = []
+    kept.append(keeper)
+    return True
+
+
+class _FromTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, copy):
+        ctx.device = tensor.device
+        return wrap(_to_jax_array(tensor, copy))
+
+    @staticmethod
+    def backward(ctx, grad):
+        if isinstance(grad, Tensor):
+            grad = _to_torch_tensor(grad.jax(), copy=True)
+        return grad.to(ctx.device), None
+
+
+# -- JAX -> torch ---------------------------------------------------------------------------------
+
+
+def to_torch(x: Tensor | jax.Array, *, copy: bool = False) -> torch.Tensor:
+    """A plain torch tensor with the data of a torchlax Tensor or ``jax.Array``.
+
+    The memory is shared through DLPack (a CPU tensor for a CPU array, CUDA for a GPU array),
+    so the call is free. The result is read-only by contract: JAX arrays are immutable, and a
+    write to it is detected and reported by the next interop call (``SharedMemoryWriteError``).
+    With ``copy=True`` the result owns fresh memory and may be written to. Arrays spread over
+    several devices are gathered (a copy). A torch tensor that is not a torchlax Tensor is
+    returned as is. If ``x`` is a torchlax Tensor that requires grad, gradients flow back
+    through ``from_torch``.
+    """
+    check_shared_writes()
+    if isinstance(x, Tensor):
+        if x.requires_grad and torch.is_grad_enabled():
+            return _ToTorch.apply(x, copy)
+        return _to_torch_tensor(x.jax(), copy, watch=not copy)
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, jax.Array):
+        return _to_torch_tensor(x, copy, watch=not copy)
+    raise TypeError(
+        f"torchlax.to_torch expects a torchlax.Tensor or a jax.Array, got {type(x).__name__}."
+    )
+
+
+def _to_torch_tensor(array: jax.Array, copy: bool, watch: bool = False) -> torch.Tensor:
+    if isinstance(array, jax.core.Tracer):
+        raise TypeError(
+            "torchlax.to_torch got a value traced by JAX (inside jax.jit, jax.grad or "
+            "torchlax.jit). Return it from the transformed function and convert it outside."
+        )
+    if len(array.devices()) != 1:
+        array = jax.device_put(array, next(iter(array.devices())))
+        copy, watch = False, False  # already a fresh buffer
+    if copy:
+        array = jnp.array(array, copy=True)
+    tensor = torch.from_dlpack(array)
+    if watch:
+        _watch(tensor, array)
+    return tensor
+
+
+class _ToTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, copy):
+        return _to_torch_tensor(x.jax(), copy, watch=not copy)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return wrap(_to_jax_array(grad, copy=False)), None
