@@ -1,3 +1,745 @@
-"""nn lowerings."""
+"""Neural-network ops: convolution, pooling, normalization, activations, attention, resampling.
+
+Backward ops whose forward is lowered here are the ``jax.vjp`` of that forward (exact, and XLA
+fuses them); the rest (batch/group norm, losses, ...) are ``torch._decomp`` decompositions in
+``torchlax_ops._decompositions``. Half-precision inputs compute in float32 and round once, as
+PyTorch's CPU kernels do.
+"""
 
 from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .._table import lowering
+
+aten = torch.ops.aten
+HIGHEST = jax.lax.Precision.HIGHEST
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def _up(x):
+    """x in PyTorch's opmath dtype: float32 for half precision, else unchanged."""
+    return x.astype(jnp.float32) if x.dtype in _HALF else x
+
+
+def _vjp(forward, x, grad_output):
+    """The gradient of ``forward`` at ``x`` for ``grad_output``, in x's dtype."""
+    out, pull = jax.vjp(forward, _up(x))
+    return pull(_up(grad_output).astype(out.dtype))[0].astype(x.dtype)
+
+
+def _ntuple(value, n):
+    if isinstance(value, int):
+        return (value,) * n
+    value = tuple(value)
+    return value * n if len(value) == 1 else value
+
+
+# -- convolution --------------------------------------------------------------------------------
+
+
+def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
+    spatial = weight.ndim - 2
+    unbatched = input.ndim == weight.ndim - 1
+    if unbatched:
+        input = input[None]
+    stride, padding, dilation = (_ntuple(v, spatial) for v in (stride, padding, dilation))
+    acc = jnp.float32 if input.dtype in _HALF else None
+    letters = "DHW"[-spatial:] if spatial <= 3 else None
+    if letters is None:
+        raise NotImplementedError("torchlax lowers convolutions of 1 to 3 spatial dimensions.")
+    numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
+    if not transposed:
+        out = jax.lax.conv_general_dilated(
+            input, weight, window_strides=stride, padding=[(p, p) for p in padding],
+            rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
+            precision=HIGHEST, preferred_element_type=acc)
+    else:
+        # A transposed convolution is the input-gradient of a convolution: dilate the input by
+        # the stride and convolve with the flipped kernel, its in/out channels swapped per group.
+        output_padding = _ntuple(output_padding, spatial)
+        cin, cout_g = weight.shape[:2]
+        kernel = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
+        kernel = jnp.swapaxes(kernel, 1, 2).reshape(groups * cout_g, cin // groups, *weight.shape[2:])
+        kernel = jnp.flip(kernel, axis=tuple(range(2, weight.ndim)))
+        pads = [(d * (k - 1) - p, d * (k - 1) - p + op) for k, p, d, op in
+                zip(weight.shape[2:], padding, dilation, output_padding, strict=True)]
+        out = jax.lax.conv_general_dilated(
+            input, kernel, window_strides=(1,) * spatial, padding=pads, lhs_dilation=stride,
+            rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
+            precision=HIGHEST, preferred_element_type=acc)
+    out = out.astype(input.dtype)
+    return out[0] if unbatched else out
+
+
+def _add_bias(out, bias, unbatched):
+    if bias is None:
+        return out
+    shape = (-1,) + (1,) * (out.ndim - (1 if unbatched else 2))
+    return (out + bias.reshape(shape)).astype(out.dtype)
+
+
+@lowering(aten.convolution.default)
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    return _add_bias(out, bias, input.ndim == weight.ndim - 1)
+
+
+@lowering(aten._convolution.default)
+def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                 groups, benchmark, deterministic, cudnn_enabled, allow_tf32):
+    return convolution(input, weight, bias, stride, padding, dilation, transposed,
+                       output_padding, groups)
+
+
+@lowering(aten.convolution_backward.default)
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                         transposed, output_padding, groups, output_mask):
+    def forward(x, w):
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+
+    _, pull = jax.vjp(forward, input, weight)
+    grad_input, grad_weight = pull(grad_output.astype(input.dtype))
+    grad_bias = None
+    if output_mask[2]:
+        batched = input.ndim == weight.ndim
+        axes = tuple(i for i in range(grad_output.ndim) if i != (1 if batched else 0))
+        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+    return (grad_input if output_mask[0] else None,
+            grad_weight if output_mask[1] else None, grad_bias)
+
+
+# -- pooling --------------------------------------------------------------------------------------
+
+
+def _pool_geometry(in_size, kernel, stride, padding, dilation, ceil_mode):
+    """Output length of one pooled dimension, as PyTorch's pooling_output_shape computes it."""
+    numerator = in_size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (numerator + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= in_size + padding:
+        out -= 1
+    return out
+
+
+def _windows(x, kernel, stride, padding, dilation, ceil_mode, fill):
+    """Stack every window element: (..., *out, K) values, plus static (out..., K) positions."""
+    n = len(kernel)
+    spatial = x.shape[-n:]
+    outs = [_pool_geometry(s, k, st, p, d, ceil_mode)
+            for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation, strict=True)]
+    config = [(0, 0, 0)] * (x.ndim - n)
+    for s, k, st, p, d, o in zip(spatial, kernel, stride, padding, dilation, outs, strict=True):
+        high = max((o - 1) * st + d * (k - 1) + 1 - (s + p), 0)
+        config.append((p, high, 0))
+    padded = jax.lax.pad(x, jnp.asarray(fill, x.dtype), config)
+    lead = x.ndim - n
+    slices, positions = [], []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        starts = [0] * lead + [o * d for o, d in zip(offset, dilation, strict=True)]
+        limits = list(x.shape[:lead]) + [
+            start + (o - 1) * st + 1
+            for start, o, st in zip(starts[lead:], outs, stride, strict=True)]
+        slices.append(jax.lax.slice(padded, starts, limits, [1] * lead + list(stride)))
+        grids = np.meshgrid(*[np.arange(o) * st - p + off * d for o, st, p, off, d in
+                              zip(outs, stride, padding, offset, dilation, strict=True)],
+                            indexing="ij")
+        positions.append(np.stack(grids, axis=-1))
+    return jnp.stack(slices, axis=-1), np.stack(positions, axis=-2), outs  # positions: (*out, K, n)
+
+
+def _lowest(dtype):
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf
+    return jnp.iinfo(dtype).min
+
+
+def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, n):
+    kernel = _ntuple(kernel_size, n)
+    stride = _ntuple(stride, n) if stride else kernel
+    padding, dilation = _ntuple(padding, n), _ntuple(dilation, n)
+    values, positions, _ = _windows(self, kernel, stride, padding, dilation, ceil_mode,
+                                    _lowest(self.dtype))
+    spatial = np.array(self.shape[-n:])
+    valid = np.all((positions >= 0) & (positions < spatial), axis=-1)
+    flat = np.sum(positions * np.concatenate([np.cumprod(spatial[::-1])[::-1][1:], [1]]), axis=-1)
+    values = jnp.where(valid, values, _lowest(self.dtype))
+    best = jnp.argmax(values, axis=-1)
+    out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
+    indices = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape),
+                                  best[..., None], axis=-1)[..., 0]
+    return out, indices
+
+
+@lowering(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 2)
+
+
+@lowering(aten.max_pool3d_with_indices.default)
+def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, 3)
+
+
+def _scatter_to_indices(grad_output, self, indices, n):
+    """Add each output gradient into the input position its index names (max/adaptive pools)."""
+    lead = self.shape[:-n]
+    rows = int(np.prod(lead, dtype=np.int64))
+    plane = int(np.prod(self.shape[-n:], dtype=np.int64))
+    grad = _up(grad_output).reshape(rows, -1)
+    where = indices.reshape(rows, -1)
+    out = jnp.zeros((rows, plane), grad.dtype).at[jnp.arange(rows)[:, None], where].add(grad)
+    return out.reshape(self.shape).astype(self.dtype)
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+                                     ceil_mode, indices):
+    return _scatter_to_indices(grad_output, self, indices, 2)
+
+
+@lowering(aten.max_pool3d_with_indices_backward.default)
+def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+                                     ceil_mode, indices):
+    return _scatter_to_indices(grad_output, self, indices, 3)
+
+
+def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n):
+    kernel = _ntuple(kernel_size, n)
+    stride = _ntuple(stride, n) if stride else kernel
+    padding = _ntuple(padding, n)
+    x = _up(self)
+    values, positions, outs = _windows(x, kernel, stride, padding, (1,) * n, ceil_mode, 0)
+    total = jnp.sum(values, axis=-1)
+    if divisor_override:
+        divisor = np.full(outs, divisor_override)
+    else:
+        spatial = np.array(self.shape[-n:])
+        if count_include_pad:
+            # The window clipped to the padded extent (ceil_mode's overhang does not count).
+            inside = np.all(positions < spatial + np.array(padding), axis=-1)
+        else:
+            inside = np.all((positions >= 0) & (positions < spatial), axis=-1)
+        divisor = inside.sum(axis=-1)
+    return (total / jnp.asarray(divisor, total.dtype)).astype(self.dtype)
+
+
+@lowering(aten.avg_pool2d.default)
+def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 2)
+
+
+@lowering(aten.avg_pool3d.default)
+def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 3)
+
+
+@lowering(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    return _vjp(lambda x: _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                    divisor_override, 2), self, grad_output)
+
+
+@lowering(aten.avg_pool3d_backward.default)
+def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    return _vjp(lambda x: _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                    divisor_override, 3), self, grad_output)
+
+
+def _adaptive_bounds(in_size, out_size):
+    starts = [(i * in_size) // out_size for i in range(out_size)]
+    ends = [-(-((i + 1) * in_size) // out_size) for i in range(out_size)]
+    return starts, ends
+
+
+def _adaptive_avg(self, output_size):
+    n = len(output_size)
+    x = _up(self)
+    for axis, out_size in zip(range(self.ndim - n, self.ndim), output_size, strict=True):
+        in_size = self.shape[axis]
+        starts, ends = _adaptive_bounds(in_size, out_size)
+        weights = np.zeros((out_size, in_size))
+        for o, (s, e) in enumerate(zip(starts, ends, strict=True)):
+            weights[o, s:e] = 1.0 / (e - s)
+        x = jnp.moveaxis(jnp.tensordot(x, jnp.asarray(weights, x.dtype), axes=[[axis], [1]],
+                                       precision=HIGHEST), -1, axis)
+    return x.astype(self.dtype)
+
+
+@lowering(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def _adaptive_avg_pool(self, output_size):
+    return _adaptive_avg(self, output_size)
+
+
+@lowering(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(grad_output, self):
+    return _vjp(lambda x: _adaptive_avg(x, grad_output.shape[-2:]), self, grad_output)
+
+
+@lowering(aten._adaptive_avg_pool3d_backward.default)
+def _adaptive_avg_pool3d_backward(grad_output, self):
+    return _vjp(lambda x: _adaptive_avg(x, grad_output.shape[-3:]), self, grad_output)
+
+
+def _adaptive_max(self, output_size):
+    n = len(output_size)
+    lead = self.ndim - n
+    gathered = self
+    picks, valids = [], []
+    for d, out_size in enumerate(output_size):
+        in_size = self.shape[lead + d]
+        starts, ends = _adaptive_bounds(in_size, out_size)
+        width = max(e - s for s, e in zip(starts, ends, strict=True))
+        offsets = np.arange(width)
+        index = np.minimum(np.array(starts)[:, None] + offsets, in_size - 1)  # (out, width)
+        picks.append(index)
+        valids.append(offsets < (np.array(ends) - np.array(starts))[:, None])
+    # Gather every candidate: (..., o1, w1, o2, w2, ...), then move the windows last.
+    for d, index in enumerate(picks):
+        axis = lead + 2 * d
+        gathered = jnp.take(gathered, jnp.asarray(index.reshape(-1)), axis=axis)
+        gathered = gathered.reshape(gathered.shape[:axis] + index.shape + gathered.shape[axis + 1:])
+    order = list(range(lead)) + [lead + 2 * d for d in range(n)] + [lead + 2 * d + 1 for d in range(n)]
+    gathered = jnp.transpose(gathered, order)
+    out_shape = gathered.shape[:lead + n]
+    widths = gathered.shape[lead + n:]
+    values = gathered.reshape(*out_shape, -1)
+    valid = np.ones(tuple(output_size) + tuple(widths), bool)
+    flat = np.zeros(tuple(output_size) + tuple(widths), np.int64)
+    strides = np.concatenate([np.cumprod(np.array(self.shape[lead:])[::-1])[::-1][1:], [1]])
+    for d in range(n):
+        shape = [1] * (2 * n)
+        shape[d], shape[n + d] = picks[d].shape
+        valid &= valids[d].reshape(shape)
+        flat += picks[d].reshape(shape) * strides[d]
+    valid = valid.reshape(*output_size, -1)
+    flat = flat.reshape(*output_size, -1)
+    values = jnp.where(valid, values, _lowest(self.dtype))
+    best = jnp.argmax(values, axis=-1)
+    out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
+    indices = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat), values.shape),
+                                  best[..., None], axis=-1)[..., 0]
+    return out, indices
+
+
+@lowering(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def adaptive_max_pool(self, output_size):
+    return _adaptive_max(self, output_size)
+
+
+@lowering(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    return _scatter_to_indices(grad_output, self, indices, 2)
+
+
+@lowering(aten.adaptive_max_pool3d_backward.default)
+def adaptive_max_pool3d_backward(grad_output, self, indices):
+    return _scatter_to_indices(grad_output, self, indices, 3)
+
+
+# -- softmax ------------------------------------------------------------------------------------
+
+
+def _softmax_like(fn, self, dim, half_to_float):
+    x = _up(self)
+    out = fn(x[None], axis=0)[0] if self.ndim == 0 else fn(x, axis=dim)
+    return out.astype(jnp.float32 if half_to_float else self.dtype)
+
+
+@lowering(aten._softmax.default)
+def _softmax(self, dim, half_to_float):
+    return _softmax_like(jax.nn.softmax, self, dim, half_to_float)
+
+
+@lowering(aten._log_softmax.default)
+def _log_softmax(self, dim, half_to_float):
+    return _softmax_like(jax.nn.log_softmax, self, dim, half_to_float)
+
+
+def _reduce_dim(x, dim):
+    return x if x.ndim == 0 else jnp.sum(x, axis=dim, keepdims=True)
+
+
+@lowering(aten._softmax_backward_data.default)
+def _softmax_backward_data(grad_output, output, dim, input_dtype):
+    g, y = _up(grad_output), _up(output)
+    return (y * (g - _reduce_dim(g * y, dim))).astype(_dtype_of(input_dtype))
+
+
+@lowering(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
+    g, y = _up(grad_output), _up(output)
+    return (g - jnp.exp(y) * _reduce_dim(g, dim)).astype(_dtype_of(input_dtype))
+
+
+def _dtype_of(torch_dtype):
+    from torchlax_core import jax_dtype
+
+    return jax_dtype(torch_dtype)
+
+
+# -- activations --------------------------------------------------------------------------------
+
+
+def _pointwise(fn):
+    """Lower ``fn(x, *scalars)`` computed in opmath and rounded back to x's dtype."""
+
+    def lowered(self, *args):
+        return fn(_up(self), *args).astype(self.dtype)
+
+    lowered.__name__ = fn.__name__
+    return lowered
+
+
+def _gelu(x, approximate="none"):
+    return jax.nn.gelu(x, approximate=approximate == "tanh")
+
+
+def _silu(x):
+    return x * jax.nn.sigmoid(x)
+
+
+def _mish(x):
+    return x * jnp.tanh(jax.nn.softplus(x))
+
+
+def _hardswish(x):
+    return x * jnp.clip(x + 3, 0, 6) / 6
+
+
+def _hardsigmoid(x):
+    return jnp.clip(x + 3, 0, 6) / 6
+
+
+def _softplus(x, beta=1, threshold=20):
+    scaled = x * beta
+    return jnp.where(scaled > threshold, x, jnp.log1p(jnp.exp(scaled)) / beta)
+
+
+def _elu(x, alpha=1, scale=1, input_scale=1):
+    negative = alpha * scale * jnp.expm1(x * input_scale)
+    return jnp.where(x > 0, x * scale, negative)
+
+
+@lowering(aten.relu.default)
+def relu(self):
+    return jnp.maximum(self, jnp.zeros((), self.dtype))
+
+
+@lowering(aten.gelu.default)
+def gelu(self, *, approximate="none"):
+    return _gelu(_up(self), approximate).astype(self.dtype)
+
+
+@lowering(aten.gelu_backward.default)
+def gelu_backward(grad_output, self, *, approximate="none"):
+    return _vjp(lambda x: _gelu(x, approximate), self, grad_output)
+
+
+lowering(aten.silu.default)(_pointwise(_silu))
+lowering(aten.mish.default)(_pointwise(_mish))
+lowering(aten.hardswish.default)(_pointwise(_hardswish))
+lowering(aten.hardsigmoid.default)(_pointwise(_hardsigmoid))
+lowering(aten.softplus.default)(_pointwise(_softplus))
+lowering(aten.elu.default)(_pointwise(_elu))
+
+
+@lowering(aten.hardswish_backward.default)
+def hardswish_backward(grad_output, self):
+    x, g = _up(self), _up(grad_output)
+    grad = jnp.where(x < -3, 0, jnp.where(x <= 3, g * (x / 3 + 0.5), g))
+    return grad.astype(self.dtype)
+
+
+@lowering(aten.hardsigmoid_backward.default)
+def hardsigmoid_backward(grad_output, self):
+    x, g = _up(self), _up(grad_output)
+    return jnp.where((x > -3) & (x < 3), g / 6, 0).astype(self.dtype)
+
+
+@lowering(aten.softplus_backward.default)
+def softplus_backward(grad_output, self, beta, threshold):
+    x, g = _up(self), _up(grad_output)
+    z = jnp.exp(x * beta)
+    return jnp.where(x * beta > threshold, g, g * z / (z + 1)).astype(self.dtype)
+
+
+@lowering(aten.celu.default)
+def celu(self, alpha=1.0):
+    return _elu(_up(self), alpha, 1, 1 / alpha).astype(self.dtype)
+
+
+@lowering(aten.elu_backward.default)
+def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
+    g, y = _up(grad_output), _up(self_or_result)
+    if is_result:
+        negative = g * input_scale * (y + alpha * scale)
+    else:
+        negative = g * input_scale * alpha * scale * jnp.exp(y * input_scale)
+    return jnp.where(y <= 0, negative, g * scale).astype(grad_output.dtype)
+
+
+@lowering(aten.leaky_relu.default)
+def leaky_relu(self, negative_slope=0.01):
+    x = _up(self)
+    return jnp.where(x > 0, x, x * negative_slope).astype(self.dtype)
+
+
+@lowering(aten.leaky_relu_backward.default)
+def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
+    g = _up(grad_output)
+    return jnp.where(self > 0, g, g * negative_slope).astype(grad_output.dtype)
+
+
+@lowering(aten.hardtanh.default)
+def hardtanh(self, min_val=-1, max_val=1):
+    return jnp.clip(self, jnp.asarray(min_val, self.dtype), jnp.asarray(max_val, self.dtype))
+
+
+@lowering(aten.hardtanh_backward.default)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    return jnp.where((self <= min_val) | (self >= max_val), 0, grad_output).astype(grad_output.dtype)
+
+
+@lowering(aten.threshold.default)
+def threshold(self, threshold, value):
+    return jnp.where(self <= threshold, jnp.asarray(value, self.dtype), self)
+
+
+@lowering(aten.threshold_backward.default)
+def threshold_backward(grad_output, self, threshold):
+    return jnp.where(self <= threshold, jnp.zeros((), grad_output.dtype), grad_output)
+
+
+@lowering(aten.hardshrink.default)
+def hardshrink(self, lambd=0.5):
+    return jnp.where(jnp.abs(self) <= lambd, jnp.zeros((), self.dtype), self)
+
+
+@lowering(aten.hardshrink_backward.default)
+def hardshrink_backward(grad_out, self, lambd):
+    return jnp.where(jnp.abs(self) <= lambd, jnp.zeros((), grad_out.dtype), grad_out)
+
+
+@lowering(aten.softshrink.default)
+def softshrink(self, lambd=0.5):
+    x = _up(self)
+    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, 0)).astype(self.dtype)
+
+
+@lowering(aten.softshrink_backward.default)
+def softshrink_backward(grad_output, self, lambd):
+    return jnp.where(jnp.abs(self) <= lambd, jnp.zeros((), grad_output.dtype), grad_output)
+
+
+# -- normalization, embedding, dropout ------------------------------------------------------------
+
+
+@lowering(aten.native_layer_norm.default)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
+    x = _up(input)
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    rstd = jax.lax.rsqrt(jnp.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    out = centered * rstd
+    if weight is not None:
+        out = out * _up(weight)
+    if bias is not None:
+        out = out + _up(bias)
+    mixed = weight is not None and weight.dtype != input.dtype
+    stats = jnp.float32 if mixed else input.dtype
+    return out.astype(input.dtype), mean.astype(stats), rstd.astype(stats)
+
+
+@lowering(aten.embedding.default)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(weight, indices, axis=0)
+
+
+@lowering(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    flat = indices.reshape(-1)
+    grad = _up(grad_output).reshape(flat.shape[0], -1)
+    if padding_idx >= 0:
+        grad = jnp.where((flat == padding_idx)[:, None], 0, grad)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), grad.dtype).at[flat].add(1)
+        grad = grad / counts[flat][:, None]
+    out = jnp.zeros((num_weights, grad.shape[1]), grad.dtype).at[flat].add(grad)
+    return out.astype(grad_output.dtype)
+
+
+@lowering(aten.native_dropout_backward.default)
+def native_dropout_backward(grad_output, mask, scale):
+    return (_up(grad_output) * mask * scale).astype(grad_output.dtype)
+
+
+# -- attention ------------------------------------------------------------------------------------
+
+
+@lowering(aten._fused_sdp_choice.default)
+def _fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+                      scale=None, enable_gqa=False):
+    # 0 = SDPBackend.math: PyTorch's composite math path (matmul, softmax, dropout), which XLA
+    # fuses and autograd differentiates.
+    return 0
+
+
+# -- resampling ---------------------------------------------------------------------------------
+
+
+def _scale_value(scale, in_size, out_size):
+    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(in_size / out_size)
+
+
+def _nearest_index(in_size, out_size, scale, exact):
+    dst = np.arange(out_size)
+    if not exact and out_size == in_size:
+        return dst
+    if not exact and out_size == 2 * in_size:
+        return dst >> 1
+    s = _scale_value(scale, in_size, out_size)
+    src = (dst.astype(np.float32) + (np.float32(0.5) if exact else 0)) * s
+    return np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+
+
+def _nearest(self, output_size, scales, exact=False):
+    n = len(output_size)
+    out = self
+    for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
+        axis = self.ndim - n + d
+        out = jnp.take(out, jnp.asarray(_nearest_index(self.shape[axis], size, scale, exact)), axis=axis)
+    return out
+
+
+def _linear_taps(in_size, out_size, align_corners, scale, dtype):
+    acc = np.float64 if dtype == jnp.float64 else np.float32
+    dst = np.arange(out_size, dtype=acc)
+    if align_corners:
+        ratio = acc((in_size - 1) / (out_size - 1)) if out_size > 1 else acc(0)
+        src = ratio * dst
+    else:
+        ratio = acc(1.0 / scale) if scale is not None and scale > 0 else acc(in_size / out_size)
+        src = np.maximum(ratio * (dst + acc(0.5)) - acc(0.5), acc(0))
+    low = src.astype(np.int64)
+    high = low + (low < in_size - 1)
+    weight_high = src - low
+    return low, high, acc(1) - weight_high, weight_high
+
+
+def _linear(self, output_size, align_corners, scales):
+    n = len(output_size)
+    out = _up(self)
+    for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
+        axis = self.ndim - n + d
+        low, high, w_low, w_high = _linear_taps(self.shape[axis], size, align_corners, scale, out.dtype)
+        shape = [1] * out.ndim
+        shape[axis] = size
+        out = (jnp.take(out, jnp.asarray(low), axis=axis) * jnp.asarray(w_low, out.dtype).reshape(shape)
+               + jnp.take(out, jnp.asarray(high), axis=axis) * jnp.asarray(w_high, out.dtype).reshape(shape))
+    return out.astype(self.dtype)
+
+
+def _nearest_lowering(op, backward_op, n, exact):
+    @lowering(op)
+    def upsample(self, output_size, *scales):
+        return _nearest(self, output_size, _ntuple_scales(scales, n), exact)
+
+    @lowering(backward_op)
+    def upsample_backward(grad_output, output_size, input_size, *scales):
+        zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
+        return _vjp(lambda x: _nearest(x, output_size, _ntuple_scales(scales, n), exact), zeros,
+                    grad_output)
+
+
+def _linear_lowering(op, backward_op, n):
+    @lowering(op)
+    def upsample(self, output_size, align_corners, *scales):
+        return _linear(self, output_size, align_corners, _ntuple_scales(scales, n))
+
+    @lowering(backward_op)
+    def upsample_backward(grad_output, output_size, input_size, align_corners, *scales):
+        zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
+        return _vjp(lambda x: _linear(x, output_size, align_corners, _ntuple_scales(scales, n)),
+                    zeros, grad_output)
+
+
+def _ntuple_scales(scales, n):
+    return tuple(scales) + (None,) * (n - len(scales))
+
+
+for _n, _dims in ((1, "1d"), (2, "2d"), (3, "3d")):
+    _nearest_lowering(getattr(aten, f"upsample_nearest{_dims}").default,
+                      getattr(aten, f"upsample_nearest{_dims}_backward").default, _n, exact=False)
+    _nearest_lowering(getattr(aten, f"_upsample_nearest_exact{_dims}").default,
+                      getattr(aten, f"_upsample_nearest_exact{_dims}_backward").default, _n, exact=True)
+_linear_lowering(aten.upsample_linear1d.default, aten.upsample_linear1d_backward.default, 1)
+_linear_lowering(aten.upsample_bilinear2d.default, aten.upsample_bilinear2d_backward.default, 2)
+_linear_lowering(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_backward.default, 3)
+
+
+# -- reflection and replication padding -------------------------------------------------------------
+
+
+def _pad(self, padding, mode):
+    n = len(padding) // 2
+    widths = [(0, 0)] * (self.ndim - n)
+    widths += [(padding[2 * (n - 1 - d)], padding[2 * (n - 1 - d) + 1]) for d in range(n)]
+    if mode == "reflect":
+        for d, (low, high) in enumerate(widths):
+            size = self.shape[d]
+            if low >= size or high >= size:
+                raise RuntimeError(
+                    f"reflection_pad: padding ({low}, {high}) should be less than the input size "
+                    f"{size} of dimension {d}.")
+    return jnp.pad(self, widths, mode=mode)
+
+
+def _pad_lowering(name, mode, n):
+    @lowering(getattr(aten, f"{name}{n}d").default)
+    def pad(self, padding):
+        return _pad(self, padding, mode)
+
+    @lowering(getattr(aten, f"{name}{n}d_backward").default)
+    def pad_backward(grad_output, self, padding):
+        return _vjp(lambda x: _pad(x, padding, mode), self, grad_output)
+
+
+for _n in (1, 2, 3):
+    _pad_lowering("reflection_pad", "reflect", _n)
+    _pad_lowering("replication_pad", "edge", _n)
+
+
+# -- pixel shuffle ------------------------------------------------------------------------------
+
+
+@lowering(aten.pixel_shuffle.default)
+def pixel_shuffle(self, upscale_factor):
+    r = upscale_factor
+    *lead, c, h, w = self.shape
+    x = self.reshape(*lead, c // (r * r), r, r, h, w)
+    k = len(lead)
+    x = jnp.transpose(x, (*range(k), k, k + 3, k + 1, k + 4, k + 2))
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+@lowering(aten.pixel_unshuffle.default)
+def pixel_unshuffle(self, downscale_factor):
+    r = downscale_factor
+    *lead, c, h, w = self.shape
+    x = self.reshape(*lead, c, h // r, r, w // r, r)
+    k = len(lead)
+    x = jnp.transpose(x, (*range(k), k, k + 2, k + 4, k + 1, k + 3))
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
