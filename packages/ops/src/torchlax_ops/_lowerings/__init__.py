@@ -1,5 +1,6 @@
 """Every op family's lowerings; importing this package fills ``torchlax_ops._table``."""
 
+from .. import _decompositions  # noqa: F401  (torch._decomp decompositions)
 from . import (  # noqa: F401
     elementwise,
     factories,

@@ -1,0 +1,77 @@
+"""ATen ops implemented by PyTorch's own ``torch._decomp`` decompositions.
+
+Each runs at the torch level on torchlax Tensors, so every op it calls dispatches again to a
+lowering. These are the ops where PyTorch's decomposition is exact and XLA-friendly (no host
+syncs, static shapes) and a hand-written lowering would buy little: batch and group norm (whose
+decompositions ``copy_`` the new running statistics into the module's buffers, the in-place
+update PyTorch performs in training mode), the losses and their backward ops, and a few
+rearrangements. A lowering of the same op, from this package or a plugin, wins over these.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import decomposition_table
+
+from ._table import decomposition
+
+aten = torch.ops.aten
+
+_OPS = [
+    # normalization
+    aten.native_batch_norm.default,
+    aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats,
+    aten._native_batch_norm_legit_no_training.default,
+    aten._native_batch_norm_legit_functional.default,
+    aten._batch_norm_with_update.default,
+    aten._batch_norm_with_update_functional.default,
+    aten._batch_norm_no_update.default,
+    aten.batch_norm_backward.default,
+    aten.native_batch_norm_backward.default,
+    aten.native_layer_norm_backward.default,
+    aten.native_group_norm.default,
+    aten.native_group_norm_backward.default,
+    aten._fused_rms_norm.default,
+    aten._fused_rms_norm_backward.default,
+    aten._weight_norm_interface.default,
+    # losses
+    aten.nll_loss_forward.default,
+    aten.nll_loss_backward.default,
+    aten.nll_loss2d_forward.default,
+    aten.nll_loss2d_backward.default,
+    aten.mse_loss.default,
+    aten.mse_loss_backward.default,
+    aten.smooth_l1_loss.default,
+    aten.smooth_l1_loss_backward.default,
+    aten.huber_loss.default,
+    aten.huber_loss_backward.default,
+    aten.binary_cross_entropy.default,
+    aten.binary_cross_entropy_backward.default,
+    aten.binary_cross_entropy_with_logits.default,
+    aten.soft_margin_loss.default,
+    aten.soft_margin_loss_backward.default,
+    aten.multi_margin_loss.default,
+    aten.multilabel_margin_loss_forward.default,
+    # activations whose forward returns extra buffers, or that gate
+    aten.glu.default,
+    aten.glu_backward.default,
+    aten.log_sigmoid_forward.default,
+    aten.log_sigmoid_backward.default,
+    aten._prelu_kernel.default,
+    aten._prelu_kernel_backward.default,
+    # rearrangements and sampling
+    aten.im2col.default,
+    aten.col2im.default,
+    aten.channel_shuffle.default,
+    aten.grid_sampler_2d.default,
+    aten.upsample_bicubic2d.default,
+    aten.max_unpool2d.default,
+    aten.max_unpool3d.default,
+    # reductions that nn ops lean on; an elementwise/reduction lowering of them wins
+    aten.logsumexp.default,
+    aten.linalg_vector_norm.default,
+]
+
+for _op in _OPS:
+    decomposition(_op)(decomposition_table[_op])
