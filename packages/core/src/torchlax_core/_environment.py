@@ -184,6 +184,10 @@ class Environment:
             inner = self._implementation_for(functional)
             if inner is not None:
                 return _derived_mutation_impl(func, functional, inner)
+        if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd"):
+            # Reached below autograd (from inside a decomposition): run PyTorch's own composite.
+            return lambda args, kwargs: func.decompose(*args, **kwargs)
         fallback = self._host.pm.hook.torchlax_fallback(op=func, env=self)
         if fallback is not None:
             return lambda args, kwargs: fallback(*args, **kwargs)
