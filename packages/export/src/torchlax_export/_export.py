@@ -136,19 +136,29 @@ def _decompose(ep: ExportedProgram, env) -> ExportedProgram:
         if isinstance(op, torch._ops.OpOverload) and not op._schema.is_mutable and _direct_lowering(env, op):
             del table[op]
     ep = ep.run_decompositions(table)
-    for _ in range(4):  # decompose further what the registry lacks but torch._decomp knows
-        extra = {}
-        for gm in _interpret.graph_modules(ep.graph_module):
-            for node in gm.graph.nodes:
-                op = node.target
-                if (node.op == "call_function" and isinstance(op, torch._ops.OpOverload)
-                        and env.lowering_for(op) is None
-                        and op in torch._decomp.decomposition_table):
-                    extra[op] = torch._decomp.decomposition_table[op]
+    # Ops the registry lacks may decompose (torch._decomp) into ops it has: try, and keep the
+    # result only if fewer ops are left unlowered (refs decompose into prims, which rarely are).
+    for _ in range(3):
+        missing = _unlowered(ep, env)
+        extra = {op: torch._decomp.decomposition_table[op] for op in missing
+                 if op in torch._decomp.decomposition_table}
         if not extra:
             break
-        ep = ep.run_decompositions(extra)
+        candidate = ep.run_decompositions(extra)
+        if len(_unlowered(candidate, env)) >= len(missing):
+            break
+        ep = candidate
     return ep
+
+
+def _unlowered(ep: ExportedProgram, env) -> set:
+    return {
+        node.target
+        for gm in _interpret.graph_modules(ep.graph_module) for node in gm.graph.nodes
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+        and node.target not in _interpret.NO_OPS and node.target not in _interpret.SIZE_OPS
+        and env.lowering_for(node.target) is None
+    }
 
 
 def _uses_randomness(ep: ExportedProgram) -> bool:

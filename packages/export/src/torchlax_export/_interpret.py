@@ -30,13 +30,13 @@ aten = torch.ops.aten
 
 # Runtime assertions torch.export leaves in the graph: shapes were already checked by tracing,
 # and JAX checks the symbolic-shape constraints of the exported program itself.
-_NO_OPS = {
+NO_OPS = {
     aten._assert_scalar.default, aten._assert_tensor_metadata.default,
     aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default,
     aten._assert_async.default, aten._assert_async.msg,
 }
 
-_SIZE_OPS: dict[Any, Callable] = {
+SIZE_OPS: dict[Any, Callable] = {
     aten.sym_size.int: lambda x, dim: x.shape[dim],
     aten.sym_numel.default: lambda x: math.prod(x.shape),
 }
@@ -75,7 +75,7 @@ def check_lowerable(root: fx.GraphModule, env) -> None:
                 continue
             target = node.target
             if isinstance(target, torch._ops.OpOverload):
-                if target in _NO_OPS or target in _SIZE_OPS:
+                if target in NO_OPS or target in SIZE_OPS:
                     continue
                 entry = env.lowering_for(target)
                 if entry is None or entry.kind not in ("lowering", "decomposition"):
@@ -176,10 +176,10 @@ class Interpreter:
         if name is not None:
             return getattr(self, f"_hop_{name}")(*args, **kwargs)
         if isinstance(target, torch._ops.OpOverload):
-            if target in _NO_OPS:
+            if target in NO_OPS:
                 return None
-            if target in _SIZE_OPS:
-                return _SIZE_OPS[target](*args, **kwargs)
+            if target in SIZE_OPS:
+                return SIZE_OPS[target](*args, **kwargs)
             args, kwargs = _normalize(target, args, kwargs)
             out = self._impl(target)(*args, **kwargs)
             _check_result(node, out)
