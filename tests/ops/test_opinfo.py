@@ -1,0 +1,264 @@
+"""OpInfo conformance: every op of PyTorch's ``op_db`` on torchlax Tensors against eager CPU.
+
+Each test runs one OpInfo at one dtype on a few of its sample inputs, eagerly
+(``test_opinfo[eager-add-float32]``) or inside ``jax.jit`` (``test_opinfo[jit-add-float32]``),
+and compares values, dtypes and shapes with PyTorch on the CPU. Known failures live in ONE table,
+``opinfo_expected_failures.EXPECTED_FAILURES``; an entry that passes fails the test (strict), and
+a dtype mismatch is never excused by the table.
+
+``python tests/ops/opinfo_report.py`` runs the same cases in-process and prints coverage.
+Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from dataclasses import dataclass
+
+import jax
+import pytest
+import torch
+import torchlax_core
+from torch.testing._internal.common_device_type import toleranceOverride
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils import _pytree as pytree
+
+sys.path.insert(0, os.path.dirname(__file__))
+from opinfo_expected_failures import EXPECTED_FAILURES  # noqa: E402
+
+DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16)
+MODES = ("eager", "jit")
+MAX_SAMPLES = int(os.environ.get("TORCHLAX_OPINFO_SAMPLES", "3"))
+
+# Ops whose values are random: checked for shape, dtype and reproducibility under a seed.
+RANDOM_OPS = frozenset({
+    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal",
+    "uniform", "rand_like", "randn", "randn_like", "randint", "randint_like",
+    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout.with_train",
+    "nn.functional.rrelu", "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank",
+})
+# Ops whose values are uninitialised memory in PyTorch: only shape and dtype are compared.
+UNINITIALISED_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
+    "resize_", "resize_as_",
+})
+# Ops that return host values or whose sample inputs have data-dependent output shapes: by
+# nature they cannot run under jax.jit, so they are tested eagerly only.
+EAGER_ONLY = frozenset({
+    "item", "allclose", "equal", "nonzero", "argwhere", "unique", "unique_consecutive",
+    "masked_select", "repeat_interleave", "bincount", "__getitem__", "index_put",
+    "tensor_split", "narrow",
+})
+
+BASE_TOLERANCE = {  # (atol, rtol): XLA's math functions differ from ATen's by a few ulps
+    torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.bfloat16: (1e-2, 1.6e-2),
+}
+
+
+def case_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class Case:
+    mode: str
+    op: object
+    dtype: torch.dtype
+
+    @property
+    def id(self) -> str:
+        return f"{self.mode}-{case_name(self.op)}-{dtype_name(self.dtype)}"
+
+    @property
+    def key(self) -> tuple:
+        return (self.op.name, self.op.variant_test_name or None, dtype_name(self.dtype), self.mode)
+
+
+def all_cases() -> list[Case]:
+    cases = []
+    for op in op_db:
+        supported = op.supported_dtypes("cpu")
+        for mode in MODES:
+            if mode == "jit" and op.name in EAGER_ONLY:
+                continue
+            cases.extend(Case(mode, op, d) for d in DTYPES if d in supported)
+    return cases
+
+
+def expected_failure(case: Case) -> str | None:
+    name, variant, dtype, mode = case.key
+    for d in (dtype, None):
+        reason = EXPECTED_FAILURES.get((name, variant, d, mode))
+        if reason is not None:
+            return reason
+    return None
+
+
+# -- running one case ---------------------------------------------------------------------------
+
+
+class DtypeMismatch(AssertionError):
+    """torchlax's result dtype differs from PyTorch's: never excused by the failure table."""
+
+
+class ShapeMismatch(AssertionError):
+    pass
+
+
+def tolerance(op, dtype):
+    atol, rtol = BASE_TOLERANCE.get(dtype, (0.0, 0.0))
+    for info in op.decorators:
+        for decorator in getattr(info, "decorators", ()):
+            if isinstance(decorator, toleranceOverride) and dtype in decorator.d:
+                atol = max(atol, decorator.d[dtype].atol)
+                rtol = max(rtol, decorator.d[dtype].rtol)
+    return atol, rtol
+
+
+def samples(op, dtype):
+    torch.manual_seed(0)
+    return list(itertools.islice(op.sample_inputs("cpu", dtype), MAX_SAMPLES))
+
+
+def clone(x):
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def to_jax(tree):
+    return pytree.tree_map(lambda x: x.to("jax") if isinstance(x, torch.Tensor) else x, tree)
+
+
+def to_cpu(tree):
+    def convert(x):
+        if isinstance(x, jax.Array):
+            x = torchlax_core.wrap(x)
+        return x.cpu() if isinstance(x, torch.Tensor) else x
+
+    return pytree.tree_map(convert, tree)
+
+
+def call(op, args_tree):
+    sample_input, args, kwargs = args_tree
+    return op.op(sample_input, *args, **kwargs)
+
+
+def run_eager(op, jax_tree):
+    out = call(op, jax_tree)
+    return out, jax_tree
+
+
+def run_jit(op, jax_tree):
+    """Trace ``op`` with the sample's tensors as jit inputs and everything else static."""
+    leaves, spec = pytree.tree_flatten(jax_tree)
+    positions = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    host_outputs = {}
+
+    def program(*arrays):
+        values = list(leaves)
+        for i, a in zip(positions, arrays):
+            values[i] = torchlax_core.wrap(a)
+        tree = pytree.tree_unflatten(values, spec)
+        out = call(op, tree)
+        out_leaves, out_spec = pytree.tree_flatten(out)
+        host_outputs["spec"] = out_spec
+        host_outputs["leaves"] = out_leaves
+        in_after = [pytree.tree_flatten(tree)[0][i].jax() for i in positions]
+        return [x.jax() for x in out_leaves if isinstance(x, torch.Tensor)], in_after
+
+    out_arrays, in_after = jax.jit(program)(*[leaves[i].jax() for i in positions])
+    arrays = iter(out_arrays)
+    out_leaves = [
+        next(arrays) if isinstance(x, torch.Tensor) else x for x in host_outputs["leaves"]
+    ]
+    values = list(leaves)
+    for i, a in zip(positions, in_after):
+        values[i] = a
+    return pytree.tree_unflatten(out_leaves, host_outputs["spec"]), pytree.tree_unflatten(values, spec)
+
+
+def compare(actual, expected, *, atol, rtol, values=True, what="output"):
+    actual_leaves, _ = pytree.tree_flatten(to_cpu(actual))
+    expected_leaves, _ = pytree.tree_flatten(expected)
+    if len(actual_leaves) != len(expected_leaves):
+        raise AssertionError(
+            f"{what}: torchlax returned {len(actual_leaves)} values, PyTorch {len(expected_leaves)}"
+        )
+    for i, (a, e) in enumerate(zip(actual_leaves, expected_leaves)):
+        where = f"{what}[{i}]"
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise AssertionError(f"{where}: expected a tensor, torchlax gave {type(a).__name__}")
+            if a.dtype != e.dtype:
+                raise DtypeMismatch(f"{where}: dtype {a.dtype}, PyTorch gives {e.dtype}")
+            if a.shape != e.shape:
+                raise ShapeMismatch(f"{where}: shape {tuple(a.shape)}, PyTorch gives {tuple(e.shape)}")
+            if values:
+                torch.testing.assert_close(
+                    a, e, atol=atol, rtol=rtol, equal_nan=True, check_device=False,
+                    msg=lambda m, where=where: f"{where}: {m}",
+                )
+        elif values and isinstance(e, float) and isinstance(a, float):
+            torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
+        elif values and a != e:
+            raise AssertionError(f"{where}: torchlax gave {a!r}, PyTorch {e!r}")
+
+
+def run_case(case: Case) -> None:
+    """Raise if torchlax disagrees with eager PyTorch on any sample of ``case``."""
+    op, dtype = case.op, case.dtype
+    atol, rtol = tolerance(op, dtype)
+    runner = run_jit if case.mode == "jit" else run_eager
+    random = case_name(op) in RANDOM_OPS or op.name in RANDOM_OPS
+    uninitialised = op.name in UNINITIALISED_OPS
+    with torchlax_core.enable():
+        for n, sample in enumerate(samples(op, dtype)):
+            tree = (sample.input, tuple(sample.args), dict(sample.kwargs))
+            pristine = pytree.tree_map(clone, tree)  # the CPU run may mutate ``tree``
+            torch.manual_seed(1)
+            expected = call(op, tree)
+            torch.manual_seed(1)
+            actual, jax_after = runner(op, to_jax(pristine))
+            what = f"sample {n}"
+            values = not (random or uninitialised)
+            compare(actual, expected, atol=atol, rtol=rtol, values=values, what=what)
+            if values:  # in-place ops: the mutated inputs must match too
+                compare(jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs")
+            if random:  # the same seed draws the same values
+                torch.manual_seed(1)
+                again, _ = runner(op, to_jax(pristine))
+                compare(again, to_cpu(actual), atol=0, rtol=0, what=f"{what} reseeded")
+
+
+# -- pytest -------------------------------------------------------------------------------------
+
+CASES = all_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_opinfo(case: Case):
+    torchlax_core.default_env().config.fallback_to_torch = False
+    reason = expected_failure(case)
+    if reason is None:
+        run_case(case)
+        return
+    try:
+        run_case(case)
+    except (DtypeMismatch, ShapeMismatch):
+        raise  # a wrong dtype or shape is a bug even where the table expects a failure
+    except Exception:
+        pytest.xfail(reason)
+    pytest.fail(
+        f"unexpected success, remove from table: {case.key!r} in "
+        "tests/ops/opinfo_expected_failures.py",
+        pytrace=False,
+    )
