@@ -9,10 +9,13 @@
 """
 
 from ._call_jax import call_jax as call_jax
+from ._call_torch import call_torch as call_torch
 from ._dlpack import SharedMemoryWriteError as SharedMemoryWriteError
 from ._dlpack import check_shared_writes as check_shared_writes
 from ._dlpack import from_torch as from_torch
 from ._dlpack import to_torch as to_torch
+from ._functional import functional as functional
+from ._jit import jit as jit
 from ._views import jax_view as jax_view
 from ._views import torch_view as torch_view
 
