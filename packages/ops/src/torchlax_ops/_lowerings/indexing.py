@@ -1,3 +1,485 @@
-"""indexing lowerings."""
+"""Indexing, gather/scatter, sorting and searching, and the ops whose output size is data.
+
+Advanced indexing builds a NumPy-style index tuple: jnp places the advanced-index dims exactly
+as PyTorch does (at the first advanced index when they are adjacent, else in front). Ops
+whose output shape depends on values (``nonzero``, ``masked_select``, ``unique``, boolean
+masks in ``index``) work eagerly and raise ``DataDependentShapeError`` under tracing.
+"""
 
 from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torchlax_core import jax_dtype, torch_dtype
+
+from .._table import lowering
+
+aten = torch.ops.aten
+
+
+class DataDependentShapeError(RuntimeError):
+    """An op whose output shape depends on tensor values was traced (jax.jit, torchlax.jit)."""
+
+
+def _require_concrete(op: str, *arrays, hint: str = "") -> None:
+    if any(isinstance(a, jax.core.Tracer) for a in arrays):
+        raise DataDependentShapeError(
+            f"{op} returns a tensor whose shape depends on the input's values, which JAX cannot "
+            f"trace (jax.jit / torchlax.jit need static shapes). Run it eagerly, outside the "
+            f"traced function{hint}."
+        )
+
+
+def _dim(dim: int, ndim: int) -> int:
+    rank = max(ndim, 1)
+    if not -rank <= dim < rank:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
+        )
+    return dim % rank
+
+
+def _is_mask(index) -> bool:
+    return index is not None and index.dtype in (jnp.bool_, jnp.uint8)
+
+
+def _key(self, indices, op: str):
+    """The NumPy-style index tuple for ATen's ``indices`` (None means a full slice)."""
+    key = []
+    for index in indices:
+        if index is None:
+            key.append(slice(None))
+        elif _is_mask(index):
+            _require_concrete(op, index, hint=(
+                "; for `x[mask] = value` under jit use torch.where(mask, value, x) instead"))
+            key.extend(jnp.nonzero(index.astype(jnp.bool_)))
+        else:
+            key.append(index)
+    if len(key) > self.ndim:
+        raise IndexError(
+            f"too many indices for tensor of dimension {self.ndim} (got {len(key)})"
+        )
+    return tuple(key)
+
+
+@lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(self, indices):
+    return self[_key(self, indices, "aten.index.Tensor (indexing with a boolean mask)")]
+
+
+def _mask_update(self, indices, values):
+    """``x[..., mask] = v`` as a select when v is the same for every selected position.
+
+    Returns None when the values differ per selected element (then it needs nonzero).
+    """
+    masks = [i for i, index in enumerate(indices) if index is not None]
+    if len(masks) != 1 or not _is_mask(indices[masks[0]]):
+        return None
+    position = masks[0]
+    mask = indices[position].astype(jnp.bool_)
+    lead, trail = self.shape[:position], self.shape[position + mask.ndim:]
+    rank = len(lead) + 1 + len(trail)
+    if values.ndim > rank:
+        return None
+    values = jnp.reshape(values, (1,) * (rank - values.ndim) + values.shape)
+    if values.shape[len(lead)] != 1:
+        return None
+    values = jnp.reshape(values, values.shape[:len(lead)] + (1,) * mask.ndim + values.shape[len(lead) + 1:])
+    mask = jnp.reshape(mask, (1,) * len(lead) + mask.shape + (1,) * len(trail))
+    return mask, jnp.broadcast_to(values, self.shape)
+
+
+@lowering(aten.index_put.default, aten._unsafe_index_put.default, aten._index_put_impl.default)
+def index_put(self, indices, values, accumulate=False, unsafe=False):
+    values = values.astype(self.dtype)
+    update = _mask_update(self, indices, values)
+    if update is not None:  # jit-friendly: no nonzero needed
+        mask, values = update
+        return jnp.where(mask, self + values if accumulate else values, self)
+    key = _key(self, indices, "aten.index_put (assigning to a boolean-masked selection)")
+    return self.at[key].add(values) if accumulate else self.at[key].set(values)
+
+
+def _along(dim, ndim, index):
+    return (slice(None),) * dim + (index,)
+
+
+@lowering(aten.index_select.default)
+def index_select(self, dim, index):
+    if self.ndim == 0:
+        return self
+    return jnp.take(self, jnp.ravel(index), axis=_dim(dim, self.ndim), mode="clip")
+
+
+@lowering(aten.index_add.default)
+def index_add(self, dim, index, source, *, alpha=1):
+    if self.ndim == 0:
+        return self + source * alpha
+    source = source * alpha if alpha != 1 else source
+    return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].add(source.astype(self.dtype))
+
+
+@lowering(aten.index_copy.default)
+def index_copy(self, dim, index, source):
+    if self.ndim == 0:
+        return jnp.reshape(source, ()).astype(self.dtype)
+    return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].set(source.astype(self.dtype))
+
+
+@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(self, dim, index, value):
+    value = jnp.asarray(value).astype(self.dtype)
+    if self.ndim == 0:
+        return jnp.broadcast_to(value, ())
+    return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].set(value)
+
+
+# -- gather / scatter ----------------------------------------------------------------------------
+
+
+def _grid(index, dim):
+    """Full coordinates for each element of ``index``: ``index`` itself along ``dim``."""
+    coords = []
+    for d in range(index.ndim):
+        if d == dim:
+            coords.append(index)
+        else:
+            shape = [1] * index.ndim
+            shape[d] = index.shape[d]
+            coords.append(jnp.arange(index.shape[d]).reshape(shape))
+    return tuple(coords)
+
+
+def _as_rank(self, index, src=None):
+    if self.ndim == 0:
+        return jnp.reshape(self, (1,)), jnp.reshape(index, (-1,)), None if src is None else jnp.reshape(src, (-1,))
+    return self, index, src
+
+
+def _cropped(src, shape):
+    return src[tuple(slice(0, n) for n in shape)]
+
+
+@lowering(aten.gather.default)
+def gather(self, dim, index, *, sparse_grad=False):
+    squeeze = self.ndim == 0
+    self, index, _ = _as_rank(self, index)
+    out = self[_grid(index, _dim(dim, self.ndim))]
+    return jnp.reshape(out, ()) if squeeze and index.size == 1 else out
+
+
+def _scatter_with(self, dim, index, src, combine):
+    shape = self.shape
+    self, index, src = _as_rank(self, index, src)
+    dim = _dim(dim, self.ndim)
+    if not isinstance(src, jax.Array) or src.ndim == 0:
+        src = jnp.broadcast_to(jnp.asarray(src).astype(self.dtype), index.shape)
+    else:
+        src = _cropped(src, index.shape).astype(self.dtype)
+    out = combine(self.at[_grid(index, dim)], src)
+    return jnp.reshape(out, shape)
+
+
+def _scatter_reducer(reduce: str):
+    if reduce == "add":
+        return lambda at, src: at.add(src)
+    if reduce == "multiply":
+        return lambda at, src: at.multiply(src)
+    raise RuntimeError(f"scatter: reduce argument must be either 'add' or 'multiply', got '{reduce}'.")
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def scatter(self, dim, index, src):
+    return _scatter_with(self, dim, index, src, lambda at, s: at.set(s))
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce_legacy(self, dim, index, src, *, reduce):
+    return _scatter_with(self, dim, index, src, _scatter_reducer(reduce))
+
+
+@lowering(aten.scatter_add.default)
+def scatter_add(self, dim, index, src):
+    return _scatter_with(self, dim, index, src, lambda at, s: at.add(s))
+
+
+def _identity(reduce: str, dtype):
+    if reduce in ("sum", "mean"):
+        return jnp.zeros((), dtype)
+    if reduce == "prod":
+        return jnp.ones((), dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(-jnp.inf if reduce == "amax" else jnp.inf, dtype)
+    info = jnp.iinfo(dtype) if dtype != jnp.bool_ else None
+    if info is None:
+        return jnp.asarray(reduce == "amin")
+    return jnp.asarray(info.min if reduce == "amax" else info.max, dtype)
+
+
+_REDUCERS = {
+    "sum": lambda at, s: at.add(s), "mean": lambda at, s: at.add(s),
+    "prod": lambda at, s: at.multiply(s), "amax": lambda at, s: at.max(s),
+    "amin": lambda at, s: at.min(s),
+}
+
+
+def _reduce_into(self, dim, index, src, reduce, include_self, place):
+    """The scatter_reduce/index_reduce core; ``place(array)`` is the ``.at`` view of targets."""
+    if reduce not in _REDUCERS:
+        raise RuntimeError(
+            f"reduce argument must be one of sum, prod, mean, amax, amin, got {reduce}"
+        )
+    src = src.astype(self.dtype)
+    base = self if include_self else place(self).set(_identity(reduce, self.dtype))
+    out = _REDUCERS[reduce](place(base), src)
+    if reduce in ("amax", "amin") and jnp.issubdtype(self.dtype, jnp.inexact):
+        # XLA's scatter max/min may drop NaN; PyTorch propagates it.
+        nan = place(jnp.zeros(self.shape, jnp.bool_)).max(jnp.isnan(src))
+        if include_self:
+            nan = nan | jnp.isnan(self)
+        out = jnp.where(nan, jnp.nan, out)
+    if reduce == "mean":
+        count = place(jnp.full(self.shape, 1 if include_self else 0, jnp.int64)).add(1)
+        count = jnp.maximum(count, 1).astype(self.dtype)
+        if jnp.issubdtype(self.dtype, jnp.integer):
+            out = jnp.floor_divide(out, count)
+        else:
+            out = out / count
+    return out
+
+
+@lowering(aten.scatter_reduce.two)
+def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+    shape = self.shape
+    self, index, src = _as_rank(self, index, src)
+    dim = _dim(dim, self.ndim)
+    coords = _grid(index, dim)
+    src = _cropped(src, index.shape)
+    out = _reduce_into(self, dim, index, src, reduce, include_self, lambda a: a.at[coords])
+    return jnp.reshape(out, shape)
+
+
+@lowering(aten.index_reduce.default)
+def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    shape = self.shape
+    self, index, source = _as_rank(self, index, source)
+    dim = _dim(dim, self.ndim)
+    key = _along(dim, self.ndim, jnp.ravel(index))
+    out = _reduce_into(self, dim, index, source, reduce, include_self, lambda a: a.at[key])
+    return jnp.reshape(out, shape)
+
+
+@lowering(aten.take.default)
+def take(self, index):
+    return jnp.ravel(self)[index]
+
+
+@lowering(aten.put.default)
+def put(self, index, source, accumulate=False):
+    flat = jnp.ravel(self).at[jnp.ravel(index)]
+    source = jnp.ravel(source).astype(self.dtype)
+    flat = flat.add(source) if accumulate else flat.set(source)
+    return flat.reshape(self.shape)
+
+
+# -- outputs whose size is data ---------------------------------------------------------------
+
+
+@lowering(aten.nonzero.default)
+def nonzero(self):
+    _require_concrete("aten.nonzero", self, hint=(
+        ", or use torch.nonzero_static(x, size=N) to get a fixed number of rows"))
+    return jnp.stack(jnp.nonzero(jnp.atleast_1d(self) if self.ndim == 0 else self), axis=-1)[
+        :, : self.ndim].astype(jnp.int64)
+
+
+@lowering(aten.nonzero_static.default)
+def nonzero_static(self, *, size, fill_value=-1):
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    rows = jnp.nonzero(self, size=size, fill_value=fill_value)
+    return jnp.stack(rows, axis=-1).astype(jnp.int64)
+
+
+@lowering(aten.masked_select.default)
+def masked_select(self, mask):
+    _require_concrete("aten.masked_select", self, mask, hint=(
+        ", or use torch.where(mask, x, fill) to keep the shape static"))
+    shape = jnp.broadcast_shapes(self.shape, mask.shape)
+    return jnp.broadcast_to(self, shape)[jnp.broadcast_to(mask, shape)]
+
+
+def _unique_flat(self, sorted, return_inverse, return_counts, op):
+    _require_concrete(op, self)
+    values, inverse, counts = jnp.unique(
+        jnp.ravel(self), return_inverse=True, return_counts=True)
+    inverse = jnp.reshape(inverse, self.shape).astype(jnp.int64) if return_inverse else _none()
+    counts = counts.astype(jnp.int64) if return_counts else _none()
+    return values, inverse, counts
+
+
+def _none():
+    return jnp.zeros((0,), jnp.int64)
+
+
+@lowering(aten._unique2.default)
+def unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    return _unique_flat(self, sorted, return_inverse, return_counts, "torch.unique")
+
+
+@lowering(aten._unique.default)
+def unique(self, sorted=True, return_inverse=False):
+    values, inverse, _ = _unique_flat(self, sorted, return_inverse, False, "torch.unique")
+    return values, inverse
+
+
+@lowering(aten.unique_dim.default)
+def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
+    _require_concrete("torch.unique(dim=...)", self)
+    dim = _dim(dim, self.ndim)
+    values, inverse, counts = jnp.unique(
+        self, return_inverse=True, return_counts=True, axis=dim)
+    inverse = jnp.ravel(inverse).astype(jnp.int64) if return_inverse else _none()
+    return values, inverse, counts.astype(jnp.int64) if return_counts else _none()
+
+
+@lowering(aten.unique_consecutive.default)
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    _require_concrete("torch.unique_consecutive", self)
+    moved = jnp.ravel(self)[:, None] if dim is None else jnp.moveaxis(self, _dim(dim, self.ndim), 0)
+    length = moved.shape[0]
+    rows = moved.reshape(length, -1)
+    starts = np.ones(length, dtype=bool)
+    if length:
+        starts[1:] = np.asarray(jnp.any(rows[1:] != rows[:-1], axis=1))
+    first = np.flatnonzero(starts)
+    values = moved[first] if dim is not None else jnp.ravel(self)[first]
+    if dim is not None:
+        values = jnp.moveaxis(values, 0, _dim(dim, self.ndim))
+    group = np.cumsum(starts) - 1
+    if return_inverse:
+        inverse = jnp.asarray(group, jnp.int64)
+        inverse = inverse.reshape(self.shape) if dim is None else inverse
+    else:
+        inverse = _none()
+    counts = jnp.asarray(np.diff(np.append(first, length)), jnp.int64) if return_counts else _none()
+    return values, inverse, counts
+
+
+@lowering(aten.bincount.default)
+def bincount(self, weights=None, minlength=0):
+    _require_concrete("aten.bincount", self, hint=(
+        ", or use torch.zeros(n).scatter_add_(0, x, weights) with a fixed n"))
+    length = max(int(jnp.max(self)) + 1 if self.size else 0, minlength)
+    if weights is None:
+        return jnp.zeros(length, jnp.int64).at[self].add(1)
+    dtype = jnp.float32 if weights.dtype == jnp.float32 else jnp.float64
+    return jnp.zeros(length, dtype).at[self].add(weights.astype(dtype))
+
+
+@lowering(aten.histc.default)
+def histc(self, bins=100, min=0, max=0):
+    data = jnp.ravel(self)
+    low, high = jnp.asarray(min, self.dtype), jnp.asarray(max, self.dtype)
+    if min == max and data.size:
+        low, high = jnp.min(data), jnp.max(data)
+    same = low == high
+    low, high = jnp.where(same, low - 1, low), jnp.where(same, high + 1, high)
+    position = jnp.floor((data - low) / (high - low) * bins).astype(jnp.int64)
+    position = jnp.where(data == high, bins - 1, position)
+    keep = (data >= low) & (data <= high)
+    return jnp.zeros(bins, self.dtype).at[jnp.where(keep, position, bins)].add(1, mode="drop")
+
+
+# -- sorting and searching ---------------------------------------------------------------------
+
+
+def _sort_indices(self, dim, descending, stable=True):
+    return jnp.argsort(self, axis=dim, stable=True, descending=descending)
+
+
+@lowering(aten.sort.default)
+def sort(self, dim=-1, descending=False):
+    return sort_stable(self, stable=True, dim=dim, descending=descending)
+
+
+@lowering(aten.sort.stable)
+def sort_stable(self, *, stable=None, dim=-1, descending=False):
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, self.ndim)
+    order = _sort_indices(self, dim, descending)
+    return jnp.take_along_axis(self, order, axis=dim), order.astype(jnp.int64)
+
+
+@lowering(aten.argsort.default, aten.argsort.stable)
+def argsort(self, *args, stable=False, dim=-1, descending=False):
+    if args:  # argsort.default(self, dim, descending)
+        dim, descending = (list(args) + [descending])[:2]
+    if self.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    return _sort_indices(self, _dim(dim, self.ndim), descending).astype(jnp.int64)
+
+
+@lowering(aten.topk.default)
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, self.ndim)
+    if not 0 <= k <= self.shape[dim]:
+        raise RuntimeError(f"topk: k ({k}) is out of range for dimension {dim} of size {self.shape[dim]}")
+    order = jax.lax.slice_in_dim(_sort_indices(self, dim, largest), 0, k, axis=dim)
+    return jnp.take_along_axis(self, order, axis=dim), order.astype(jnp.int64)
+
+
+@lowering(aten.kthvalue.default)
+def kthvalue(self, k, dim=-1, keepdim=False):
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, self.ndim)
+    if not 1 <= k <= self.shape[dim]:
+        raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
+    order = jax.lax.slice_in_dim(_sort_indices(self, dim, False), k - 1, k, axis=dim)
+    values = jnp.take_along_axis(self, order, axis=dim)
+    if not keepdim:
+        values, order = jnp.squeeze(values, dim), jnp.squeeze(order, dim)
+    return values, order.astype(jnp.int64)
+
+
+def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
+    side = side or ("right" if right else "left")
+    common = jax_dtype(torch.promote_types(torch_dtype(sorted_sequence.dtype), torch_dtype(values.dtype)))
+    sorted_sequence, values = sorted_sequence.astype(common), values.astype(common)
+    if sorter is not None:
+        sorted_sequence = jnp.take_along_axis(sorted_sequence, sorter, axis=-1)
+    dtype = jnp.int32 if out_int32 else jnp.int64
+    if sorted_sequence.ndim <= 1:
+        return jnp.searchsorted(sorted_sequence, values, side=side).astype(dtype)
+    rows = sorted_sequence.reshape(-1, sorted_sequence.shape[-1])
+    found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(
+        rows, values.reshape(rows.shape[0], -1))
+    return found.reshape(values.shape).astype(dtype)
+
+
+@lowering(aten.searchsorted.Tensor)
+def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    return _searchsorted(sorted_sequence, self, right, side, sorter, out_int32)
+
+
+@lowering(aten.searchsorted.Scalar)
+def searchsorted_scalar(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    value = jnp.asarray(self, sorted_sequence.dtype)
+    return _searchsorted(sorted_sequence, value, right, side, sorter, out_int32)
+
+
+@lowering(aten.bucketize.Tensor)
+def bucketize(self, boundaries, *, out_int32=False, right=False):
+    return _searchsorted(boundaries, self, right, None, None, out_int32)
+
+
+@lowering(aten.bucketize.Scalar)
+def bucketize_scalar(self, boundaries, *, out_int32=False, right=False):
+    return _searchsorted(boundaries, jnp.asarray(self, boundaries.dtype), right, None, None, out_int32)
+
