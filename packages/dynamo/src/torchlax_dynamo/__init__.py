@@ -1,1 +1,17 @@
-"""placeholder"""
+"""torchlax-dynamo: the ``torch.compile(model, backend="torchlax")`` backend.
+
+Registered through the ``torch_dynamo_backends`` entry point: ``torch.compile`` finds it by
+name, without ``import torchlax``. Each graph Dynamo captures runs as ``jax.jit``-compiled XLA
+programs, forward and backward, on plain CPU/CUDA tensors (handed over through DLPack) or on
+torchlax Tensors. See ``_backend`` for the pipeline and the treatment of dynamic shapes.
+"""
+
+from . import _subclass
+from ._backend import torchlax_backend as torchlax_backend
+from ._partition import SplitGraph as SplitGraph
+from ._program import XlaProgram as XlaProgram
+from ._program import counters as counters
+
+__version__ = "0.1.0"
+
+_subclass.install()

@@ -1,0 +1,104 @@
+"""The hand-off between torch tensors and jax.Arrays on every call of a compiled graph.
+
+Both directions share memory (DLPack). ``jax.dlpack.from_dlpack`` costs about 100 us a call
+(it re-canonicalises the dtype through ``jnp.asarray``), which would dominate a small compiled
+graph, so the hot path talks to jaxlib's DLPack entry points directly and falls back to the
+public API (``torchlax_interop`` when installed) where they are missing or refuse.
+
+CPU parameters and buffers come back on every call with the same storage: ``InputCache``
+remembers the array made for each input slot, keyed on the tensor's identity and data
+pointer, so a steady-state call converts only the tensors that actually changed.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import torch
+
+try:  # jaxlib's DLPack entry points (what jax.dlpack wraps)
+    from jax._src.lib import _jax as _jaxlib
+    from jax._src.lib import jaxlib_extension_version as _jaxlib_version
+
+    _to_buffer = _jaxlib.dlpack_managed_tensor_to_buffer if _jaxlib_version >= 467 else None
+    _to_capsule = _jaxlib.buffer_to_dlpack_managed_tensor
+except (ImportError, AttributeError):  # pragma: no cover - other jaxlib versions
+    _to_buffer = _to_capsule = None
+
+_KDL_CPU = 1
+_cpu_device = []
+
+
+def _shared_cpu_array(tensor: torch.Tensor) -> jax.Array | None:
+    """A jax.Array viewing a contiguous CPU tensor's memory, or None if JAX cannot view it."""
+    if _to_buffer is None or not tensor.is_contiguous():
+        return None
+    if not _cpu_device:
+        _cpu_device.append(jax.devices("cpu")[0])
+    try:
+        # copy=False: XLA refuses data not aligned to 64 bytes instead of copying silently.
+        return _to_buffer(torch._C._to_dlpack(tensor), _cpu_device[0], None, False, _KDL_CPU)
+    except Exception:
+        return None
+
+
+def torch_to_jax(tensor: torch.Tensor) -> jax.Array:
+    """A jax.Array sharing ``tensor``'s memory (a copy only if JAX cannot take it as is)."""
+    if tensor.device.type == "cpu":
+        array = _shared_cpu_array(tensor)
+        if array is not None:
+            return array
+    try:
+        from torchlax_interop import from_torch
+    except ImportError:
+        pass
+    else:
+        return from_torch(tensor).jax()
+    with jax.enable_x64(True):  # keep int64/float64: from_dlpack canonicalises dtypes
+        return jax.dlpack.from_dlpack(tensor.detach().resolve_conj().resolve_neg().contiguous())
+
+
+def jax_to_torch(array: jax.Array) -> torch.Tensor:
+    """A torch tensor sharing ``array``'s memory (waits until the array is computed)."""
+    if _to_capsule is not None:
+        try:
+            return torch._C._from_dlpack(_to_capsule(array))
+        except Exception:  # devices that need a stream, and the like
+            pass
+    return torch.from_dlpack(array)
+
+
+class InputCache:
+    """Per input slot: the jax.Array viewing the CPU tensor seen there last.
+
+    An entry is reused only for the very same tensor object with the same data pointer and
+    shape, so it views exactly the bytes the tensor holds now; in-place updates (an optimizer
+    step) are seen through the shared memory. An entry dies with its tensor (weak reference),
+    so the cache keeps no memory alive. Copies and CUDA tensors are never cached: a copy would
+    go stale, and a reused CUDA array would skip the stream synchronisation DLPack performs.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, size: int):
+        self._entries: list = [None] * size
+
+    def get(self, slot: int, tensor: torch.Tensor) -> jax.Array:
+        entry = self._entries[slot]
+        if entry is not None:
+            ref, ptr, array = entry
+            if ref() is tensor and tensor.data_ptr() == ptr and array.shape == tensor.shape:
+                return array
+        array = _shared_cpu_array(tensor) if tensor.device.type == "cpu" else None
+        if array is None:
+            return torch_to_jax(tensor)
+        entries = self._entries
+
+        def forget(ref, slot=slot):
+            current = entries[slot]
+            if current is not None and current[0] is ref:
+                entries[slot] = None
+
+        entries[slot] = (weakref.ref(tensor, forget), tensor.data_ptr(), array)
+        return array

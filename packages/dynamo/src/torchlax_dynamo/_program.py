@@ -1,0 +1,243 @@
+"""One ATen graph (from AOT autograd) run as one ``jax.jit``-compiled XLA program.
+
+Tracing: ``jax.jit`` calls ``_trace`` with tracers; each becomes a torchlax Tensor, and the
+graph's nodes are evaluated on them by the environment's lowerings (``Environment.dispatch``,
+the very code eager torchlax runs, so in-place, ``out=`` and view ops behave the same). The
+traced program is cached by ``jax.jit`` per input signature; ``counters["xla_traces"]`` counts
+traces, so a steady-state call is: convert the inputs, one ``jax.jit`` dispatch, convert the
+outputs.
+
+Inputs: a torchlax Tensor gives its ``jax.Array``; a CPU/CUDA tensor is viewed through DLPack
+(no copy); anything else (a ``SymInt`` under dynamic shapes, a float) is a static argument.
+Outputs follow the device of the graph's own output (its fake tensor's device): ``jax`` gives
+a torchlax Tensor, ``cpu``/``cuda`` a torch tensor viewing the XLA buffer. An output that is
+an input, unchanged, is handed back as that very object. Inputs the graph writes in place
+(``copy_`` into an argument, as AOT autograd leaves them with
+``keep_inference_input_mutations``) come out as extra results and are written back: a
+torchlax Tensor takes the new array (no copy), a torch tensor is ``copy_``-ed into.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+
+import jax
+import torch
+from torch.fx.node import map_arg
+from torchlax_core import Tensor, enable
+
+from ._dlpack import InputCache, jax_to_torch, torch_to_jax
+
+#: Statistics of this process: ``graphs`` (ATen graphs compiled), ``xla_programs`` (XLA
+#: programs built from them), ``xla_traces`` (times a program was traced by ``jax.jit``),
+#: ``eager_nodes`` (ATen nodes left to eager PyTorch). ``counters.clear()`` resets them.
+counters: collections.Counter = collections.Counter()
+
+_SIZE_QUERIES = frozenset({
+    torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+})
+
+# What ``_trace`` returns for each graph output.
+_ARRAY, _INPUT, _CONSTANT = 0, 1, 2
+
+
+def _is_random(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+def _meta_device(node) -> torch.device | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value.device if isinstance(value, torch.Tensor) else None
+
+
+def _constant_array(value) -> jax.Array:
+    if isinstance(value, Tensor):
+        return value._value()
+    return torch_to_jax(value.detach().contiguous().clone())
+
+
+class XlaProgram:
+    """An ATen ``GraphModule`` compiled into one XLA program; call it like the module.
+
+    ``program(*args)`` takes the graph's inputs (torchlax Tensors, torch tensors, Python
+    scalars) and returns its outputs as a tuple. ``program.boxed(args)`` is the same for AOT
+    autograd's boxed calling convention.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, env, name: str = "graph"):
+        self.gm = gm
+        self.env = env
+        self.name = name
+        nodes = list(gm.graph.nodes)
+        self._num_inputs = sum(1 for n in nodes if n.op == "placeholder")
+        output = gm.graph.output_node().args[0]
+        self._single_output = not isinstance(output, list | tuple)
+        outputs = [output] if self._single_output else list(output)
+        self._output_devices = [_meta_device(n) for n in outputs]
+        self._random = any(_is_random(n) for n in nodes)
+        self._inputs = InputCache(self._num_inputs)
+        self._layouts: dict = {}
+        self._layout = None  # the layout when no output depends on the input signature
+        self._jitted = jax.jit(self._trace, static_argnums=(1,))
+        self.boxed = boxed(self)
+        counters["xla_programs"] += 1
+
+    # -- tracing ----------------------------------------------------------------------------
+
+    def _trace(self, arrays, statics, key):
+        counters["xla_traces"] += 1
+        static_at = dict(statics)
+        tensors = [Tensor(a) for a in arrays]
+        pick = iter(tensors)
+        args = [static_at[i] if i in static_at else next(pick) for i in range(self._num_inputs)]
+        with enable(self.env):
+            if key is None:
+                outs = run_graph(self.gm, args, self.env)
+            else:
+                with self.env.prng_key_scope(key):
+                    outs = run_graph(self.gm, args, self.env)
+        if self._single_output:
+            outs = (outs,)
+        array_positions = [i for i in range(self._num_inputs) if i not in static_at]
+        results, layout, keyed = [], [], False
+        for out in outs:
+            if isinstance(out, Tensor):
+                for k, t in enumerate(tensors):
+                    if out is t and t._elem is arrays[k] and t._view is None:
+                        layout.append((_INPUT, array_positions[k]))
+                        break
+                else:
+                    layout.append((_ARRAY, len(results)))
+                    results.append(out._value())
+            elif isinstance(out, torch.Tensor):
+                layout.append((_ARRAY, len(results)))
+                results.append(_constant_array(out))
+            else:  # None, or a shape-derived int (saved for backward under dynamic shapes)
+                layout.append((_CONSTANT, out))
+                keyed = keyed or out is not None
+        mutations = []
+        for k, t in enumerate(tensors):
+            if t._elem is not arrays[k]:
+                mutations.append((array_positions[k], len(results)))
+                results.append(t._value())
+        if keyed:
+            self._layouts[self._signature(arrays, statics)] = (layout, mutations)
+            self._layout = None
+        else:
+            self._layout = (layout, mutations)
+        return results
+
+    @staticmethod
+    def _signature(arrays, statics):
+        return statics, tuple((a.shape, a.dtype) for a in arrays)
+
+    # -- calling ----------------------------------------------------------------------------
+
+    def __call__(self, *args):
+        arrays, statics = [], []
+        cache = self._inputs
+        any_torchlax = False
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                arrays.append(a._value())
+                any_torchlax = True
+            elif isinstance(a, torch.Tensor):
+                arrays.append(cache.get(i, a))
+            else:
+                statics.append((i, a))
+        statics = tuple(statics)
+        key = self.env.next_prng_key(None) if self._random else None
+        with jax.enable_x64(True):
+            results = self._jitted(arrays, statics, key)
+        layout, mutations = self._layout or self._layouts[self._signature(arrays, statics)]
+        outs = []
+        devices = self._output_devices
+        for i, (kind, value) in enumerate(layout):
+            if kind == _ARRAY:
+                outs.append(_to_output(results[value], devices[i], any_torchlax))
+            elif kind == _INPUT:
+                outs.append(args[value])
+            else:
+                outs.append(value)
+        for position, index in mutations:
+            _write_back(args[position], results[index])
+        return outs[0] if self._single_output else tuple(outs)
+
+
+def _to_output(array: jax.Array, device: torch.device | None, any_torchlax: bool):
+    if device is None:
+        return Tensor(array) if any_torchlax else jax_to_torch(array)
+    if device.type == "jax":
+        return Tensor(array)
+    out = jax_to_torch(array)
+    if out.device != device:  # XLA ran where its inputs were; the graph promised another device
+        out = out.to(device)
+    return out
+
+
+def _write_back(dst, array: jax.Array) -> None:
+    if isinstance(dst, Tensor):
+        dst._write(array)
+        return
+    with torch.no_grad():
+        dst.copy_(jax_to_torch(array))
+
+
+# -- evaluating the graph on torchlax Tensors ------------------------------------------------------
+
+
+def run_graph(gm: torch.fx.GraphModule, args, env):
+    """Evaluate ``gm``'s nodes on ``args`` (torchlax Tensors) with ``env``'s lowerings."""
+    values: dict = {}
+    inputs = iter(args)
+    for node in gm.graph.nodes:
+        op = node.op
+        if op == "call_function":
+            node_args = map_arg(node.args, values.__getitem__)
+            node_kwargs = map_arg(node.kwargs, values.__getitem__)
+            values[node] = call_node(node.target, node_args, node_kwargs, env)
+        elif op == "placeholder":
+            values[node] = next(inputs)
+        elif op == "get_attr":
+            value = operator.attrgetter(node.target)(gm)
+            values[node] = Tensor(_constant_array(value)) if isinstance(value, torch.Tensor) else value
+        elif op == "output":
+            return map_arg(node.args[0], values.__getitem__)
+        else:
+            raise NotImplementedError(
+                f"torchlax's torch.compile backend cannot run FX node {node.format_node()} "
+                f"({op}) inside an XLA program."
+            )
+    raise AssertionError("graph has no output node")
+
+
+def call_node(target, args, kwargs, env):
+    if isinstance(target, torch._ops.OpOverload):
+        special = SPECIAL_TARGETS.get(target)
+        if special is not None:
+            return special(env, *args, **kwargs)
+        if target not in _SIZE_QUERIES and env.lowering_for(target) is not None:
+            return env.dispatch(target, args, kwargs)
+    return target(*args, **kwargs)
+
+
+#: ATen-level targets the backend evaluates itself inside an XLA program, as
+#: ``fn(env, *args, **kwargs)`` (for example ``torchlax_interop``'s ``call_jax`` custom op, whose
+#: JAX function is called directly). Filled by ``_special``.
+SPECIAL_TARGETS: dict = {}
+
+
+def boxed(fn):
+    """``fn`` in AOT autograd's boxed calling convention: one list of inputs, owned (and freed)
+    by the callee, so activations die as soon as the program has taken them."""
+
+    def call(args):
+        out = fn(*args)
+        args.clear()
+        return out
+
+    call._boxed_call = True
+    return call
