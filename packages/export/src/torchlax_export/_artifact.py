@@ -334,7 +334,8 @@ def _check_array(what: str, spec: dict, shape: tuple, dtype, bound: dict, dims: 
         if isinstance(dim, int):
             if got != dim:
                 raise InputMismatchError(
-                    f"{what} has size {got} in dim {axis}, but the artifact expects {_describe(spec)}: "
+                    f"{what} has shape {tuple(shape)}: size {got} in dim {axis}, but the artifact "
+                    f"expects {_describe(spec)}; "
                     "that dim was not exported as dynamic (pass dynamic_shapes to export)."
                 )
             continue
@@ -342,7 +343,8 @@ def _check_array(what: str, spec: dict, shape: tuple, dtype, bound: dict, dims: 
             low, high = dims[dim].get("min"), dims[dim].get("max")
             if (low is not None and got < low) or (high is not None and got > high):
                 raise InputMismatchError(
-                    f"{what} has size {got} in dim {axis} ({dim}), outside the exported range "
+                    f"{what} has shape {tuple(shape)}: size {got} in dim {axis} ({dim}) is outside "
+                    "the exported range "
                     f"{dim} in [{low}, {high if high is not None else 'inf'}]."
                 )
             if dim in bound and bound[dim][0] != got:

@@ -35,16 +35,22 @@ from ._artifact import FORMAT, FORMAT_VERSION, Artifact
 from ._errors import ExportError
 
 
-class _FunctionModule(torch.nn.Module):
-    """Lets ``torch.export`` (which takes modules) export a plain function."""
+def _function_module(fn: Callable) -> torch.nn.Module:
+    """Lets ``torch.export`` (which takes modules) export a plain function, keeping its names."""
 
-    def __init__(self, fn: Callable):
-        super().__init__()
-        self.fn = fn
-        self.forward_signature = inspect.signature(fn)
+    class FunctionModule(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            return fn(*args, **kwargs)
 
-    def forward(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
+    try:
+        signature = inspect.signature(fn)
+        me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        FunctionModule.forward.__signature__ = signature.replace(
+            parameters=[me, *signature.parameters.values()])
+    except (TypeError, ValueError):  # a builtin without a signature: generic names
+        pass
+    FunctionModule.__name__ = getattr(fn, "__name__", "FunctionModule")
+    return FunctionModule()
 
 
 def export(
@@ -68,7 +74,7 @@ def export(
     prints each slow step with its time to stderr (or passes the lines to a callable).
     """
     report = _reporter(progress)
-    module = module_or_fn if isinstance(module_or_fn, torch.nn.Module) else _FunctionModule(module_or_fn)
+    module = module_or_fn if isinstance(module_or_fn, torch.nn.Module) else _function_module(module_or_fn)
     args = tuple(args) if isinstance(args, list | tuple) else (args,)
     kwargs = dict(kwargs or {})
     env = torchlax_core.default_env()
@@ -191,9 +197,7 @@ def _dim_names(module, args, kwargs, dynamic_shapes, ep) -> list[dict[int, str]]
 
     try:
         if isinstance(dynamic_shapes, dict):
-            forward = module.forward
-            signature = getattr(module, "forward_signature", None) or inspect.signature(forward)
-            bound = signature.bind(*args, **kwargs)
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
             for name, value in bound.arguments.items():
                 walk(value, dynamic_shapes.get(name))
         else:
