@@ -6,6 +6,7 @@ This umbrella package re-exports the public API of every layer:
 ``torchlax-dynamo`` (``torch.compile(backend="torchlax")``) and ``torchlax-export``.
 """
 
+import torchlax_export as export  # torchlax.export.export / .load (lazy: loads without torch)
 from torchlax_core import Config as Config
 from torchlax_core import DeviceMismatchError as DeviceMismatchError
 from torchlax_core import Environment as Environment
@@ -23,5 +24,17 @@ from torchlax_core import enable_globally as enable_globally
 from torchlax_core import hookimpl as hookimpl
 from torchlax_core import unwrap as unwrap
 from torchlax_core import wrap as wrap
+from torchlax_interop import SharedMemoryWriteError as SharedMemoryWriteError
+from torchlax_interop import call_jax as call_jax
+from torchlax_interop import call_torch as call_torch
+from torchlax_interop import check_shared_writes as check_shared_writes
+from torchlax_interop import from_torch as from_torch
+from torchlax_interop import functional as functional
+from torchlax_interop import jax_view as jax_view
+from torchlax_interop import jit as jit
+from torchlax_interop import to_torch as to_torch
+from torchlax_interop import torch_view as torch_view
+from torchlax_ops import explain as explain
 
+__all__ = ["export"]  # the rest are `x as x` re-exports
 __version__ = "0.1.0"
