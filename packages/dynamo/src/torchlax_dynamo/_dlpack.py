@@ -3,7 +3,7 @@
 Both directions share memory (DLPack). ``jax.dlpack.from_dlpack`` costs about 100 us a call
 (it re-canonicalises the dtype through ``jnp.asarray``), which would dominate a small compiled
 graph, so the hot path talks to jaxlib's DLPack entry points directly and falls back to the
-public API (``torchlax_interop`` when installed) where they are missing or refuse.
+public API where they are missing or refuse.
 
 CPU parameters and buffers come back on every call with the same storage: ``InputCache``
 remembers the array made for each input slot, keyed on the tensor's identity and data
@@ -49,12 +49,8 @@ def torch_to_jax(tensor: torch.Tensor) -> jax.Array:
         array = _shared_cpu_array(tensor)
         if array is not None:
             return array
-    try:
-        from torchlax_interop import from_torch
-    except ImportError:
-        pass
-    else:
-        return from_torch(tensor).jax()
+    # Not torchlax_interop.from_torch: that makes the tensor copy-on-write, so that a long-lived
+    # array keeps its value; a compiled program only borrows its inputs for one call.
     with jax.enable_x64(True):  # keep int64/float64: from_dlpack canonicalises dtypes
         return jax.dlpack.from_dlpack(tensor.detach().resolve_conj().resolve_neg().contiguous())
 

@@ -16,7 +16,7 @@ from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
 
 from ._dlpack import jax_to_torch, torch_to_jax
-from ._program import _SIZE_QUERIES, SPECIAL_TARGETS, XlaProgram, boxed, counters
+from ._program import _SIZE_QUERIES, XlaProgram, boxed, counters
 
 aten = torch.ops.aten
 _DATA_DEPENDENT = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
@@ -52,8 +52,6 @@ def eager_reason(node: torch.fx.Node, env) -> str | None:
     if node.op != "call_function":
         return None
     target = node.target
-    if target in SPECIAL_TARGETS:
-        return None
     if isinstance(target, torch._ops.HigherOrderOperator):
         return "no lowering"
     if not isinstance(target, torch._ops.OpOverload):

@@ -215,19 +215,16 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
 
 
 def call_node(target, args, kwargs, env):
-    if isinstance(target, torch._ops.OpOverload):
-        special = SPECIAL_TARGETS.get(target)
-        if special is not None:
-            return special(env, *args, **kwargs)
-        if target not in _SIZE_QUERIES and env.lowering_for(target) is not None:
-            return env.dispatch(target, args, kwargs)
+    # Straight to the lowering: factories (no tensor argument) never reach torchlax through
+    # PyTorch's dispatcher. torchlax_interop's call_jax op is lowered like any other op: its
+    # lowering calls the JAX function on the traced arrays, inlining it into this program.
+    if (
+        isinstance(target, torch._ops.OpOverload)
+        and target not in _SIZE_QUERIES
+        and env.lowering_for(target) is not None
+    ):
+        return env.dispatch(target, args, kwargs)
     return target(*args, **kwargs)
-
-
-#: ATen-level targets the backend evaluates itself inside an XLA program, as
-#: ``fn(env, *args, **kwargs)`` (for example ``torchlax_interop``'s ``call_jax`` custom op, whose
-#: JAX function is called directly). Filled by ``_special``.
-SPECIAL_TARGETS: dict = {}
 
 
 def boxed(fn):

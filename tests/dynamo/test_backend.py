@@ -1,0 +1,224 @@
+"""torch.compile(backend="torchlax"): registration, inference, training, caching, mutation."""
+
+import copy
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torchlax_core
+import torchlax_dynamo
+from dynamo_helpers import assert_same, to_jax
+
+counters = torchlax_dynamo.counters
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+    )
+
+
+def train_step(model, optimizer, x, y):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def test_registered_by_entry_point_without_importing_torchlax():
+    code = textwrap.dedent("""
+        import sys, torch
+        assert "torchlax_dynamo" not in sys.modules and "torchlax" not in sys.modules
+        assert "torchlax" in torch._dynamo.list_backends()
+        f = torch.compile(lambda x: x * 2 + 1, backend="torchlax", fullgraph=True)
+        x = torch.arange(6.0).reshape(2, 3)
+        out = f(x)
+        assert type(out) is torch.Tensor and out.device.type == "cpu", out
+        torch.testing.assert_close(out, x * 2 + 1)
+        import torchlax_dynamo
+        assert torchlax_dynamo.counters["xla_programs"] == 1, torchlax_dynamo.counters
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+def test_mlp_forward_on_cpu_tensors_is_one_xla_program():
+    model = mlp()
+    x = torch.randn(5, 8)
+    compiled = torch.compile(model, backend="torchlax")
+    with torch.no_grad():
+        out = compiled(x)
+        assert type(out) is torch.Tensor
+        assert_same(out, model(x))
+    assert counters["xla_programs"] == 1
+    assert counters["eager_nodes"] == 0
+
+
+def test_mlp_forward_on_torchlax_tensors():
+    model = mlp()
+    x = torch.randn(5, 8)
+    compiled = torch.compile(to_jax(model), backend="torchlax")
+    with torch.no_grad():
+        out = compiled(to_jax(x))
+    assert type(out) is torchlax_core.Tensor
+    assert out.device.type == "jax"
+    assert_same(out, model(x))
+
+
+def test_outputs_share_memory_with_xla():
+    # The result is the XLA buffer itself, seen through DLPack: no copy on the way out.
+    import jax
+
+    f = torch.compile(lambda x: x + 1, backend="torchlax")
+    out = f(torch.ones(64, 64))
+    assert out.data_ptr() != 0
+    array = jax.dlpack.from_dlpack(out)
+    assert array.unsafe_buffer_pointer() == out.data_ptr()
+
+
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+def test_mlp_training_matches_eager(on_jax):
+    model = mlp()
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    eager = copy.deepcopy(model)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    trained = to_jax(model) if on_jax else copy.deepcopy(model)
+    opt = torch.optim.SGD(trained.parameters(), lr=0.1, momentum=0.9)
+    compiled = torch.compile(trained, backend="torchlax")
+    cx, cy = (to_jax(x), to_jax(y)) if on_jax else (x, y)
+    for _ in range(3):
+        expected = train_step(eager, eager_opt, x, y)
+        loss = train_step(compiled, opt, cx, cy)
+        assert_same(loss, expected)
+    for p, q in zip(trained.parameters(), eager.parameters(), strict=True):
+        assert type(p) is (torchlax_core.Tensor if on_jax else torch.nn.Parameter)
+        assert_same(p, q)
+        assert_same(p.grad, q.grad)
+    # forward + backward: two programs, each traced once for all three steps
+    assert counters["xla_programs"] == 2
+    assert counters["xla_traces"] == 2
+
+
+def test_second_call_does_not_retrace():
+    model = mlp()
+    compiled = torch.compile(model, backend="torchlax")
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        first = compiled(x)
+        traces = counters["xla_traces"]
+        for _ in range(3):
+            again = compiled(x)
+    assert traces == 1 and counters["xla_traces"] == 1
+    assert_same(again, first)
+
+
+def test_recompiles_on_new_batch_size():
+    model = mlp()
+    compiled = torch.compile(model, backend="torchlax", dynamic=False)
+    with torch.no_grad():
+        for batch in (2, 3, 2):
+            x = torch.randn(batch, 8)
+            assert_same(compiled(x), model(x))
+    # Dynamo recompiles once for batch 3; batch 2 again reuses the first graph.
+    assert counters["graphs"] == 2
+    assert counters["xla_traces"] == 2
+
+
+def test_dynamic_shapes_compile_once_and_trace_per_shape():
+    model = mlp()
+    compiled = torch.compile(model, backend="torchlax", dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 3, 5, 3):
+            x = torch.randn(batch, 8)
+            assert_same(compiled(x), model(x))
+    assert counters["graphs"] == 1  # one Dynamo/AOT graph with a symbolic batch size
+    assert counters["xla_traces"] == 3  # one XLA program per concrete shape met
+
+
+def test_dynamic_shapes_training():
+    model = mlp()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="torchlax", dynamic=True)
+    for batch in (2, 3):
+        x, y = torch.randn(batch, 8), torch.randn(batch, 4)
+        torch.nn.functional.mse_loss(compiled(x), y).backward()
+        torch.nn.functional.mse_loss(eager(x), y).backward()
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        assert_same(p.grad, q.grad)
+
+
+def test_graph_break_runs_both_halves():
+    def f(x):
+        y = torch.sin(x) * 2
+        print("graph break")  # noqa: T201
+        return torch.cos(y) + x
+
+    x = torch.randn(4, 3)
+    compiled = torch.compile(f, backend="torchlax")
+    assert_same(compiled(x), f(x))
+    assert counters["graphs"] == 2
+
+
+def test_int64_and_float64_keep_their_dtypes():
+    def f(i, d):
+        return i * 3 + 2**40, d.exp() * 1e-300
+
+    i = torch.arange(6, dtype=torch.int64)
+    d = torch.linspace(0, 1, 6, dtype=torch.float64)
+    compiled = torch.compile(f, backend="torchlax")
+    for actual, expected in zip(compiled(i, d), f(i, d), strict=True):
+        assert actual.dtype == expected.dtype
+        assert_same(actual, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+def test_in_place_update_of_an_argument_is_written_back(on_jax):
+    def f(acc, x):
+        acc.add_(x * 2)
+        return acc.sum()
+
+    acc, x = torch.zeros(3), torch.arange(3.0)
+    if on_jax:
+        acc, x = to_jax(acc), to_jax(x)
+    compiled = torch.compile(f, backend="torchlax")
+    total = compiled(acc, x)
+    assert_same(acc, torch.tensor([0.0, 2.0, 4.0]))
+    assert_same(total, torch.tensor(6.0))
+    compiled(acc, x)
+    assert_same(acc, torch.tensor([0.0, 4.0, 8.0]))
+
+
+def test_factories_inside_the_graph():
+    def f(x):
+        return x + torch.ones(3, dtype=torch.float64) + torch.arange(3)
+
+    x = torch.randn(3)
+    compiled = torch.compile(f, backend="torchlax")
+    assert_same(compiled(x), f(x))
+
+
+def test_random_ops_differ_per_call_and_follow_manual_seed():
+    f = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
+                      backend="torchlax")
+    x = torch.ones(1000)
+    torch.manual_seed(1)
+    a, b = f(x), f(x)
+    torch.manual_seed(1)
+    c = f(x)
+    assert not torch.equal(a, b)
+    assert torch.equal(a, c)
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+    assert counters["xla_traces"] == 1
+
+
+def test_options_are_checked():
+    f = torch.compile(lambda x: x + 1, backend="torchlax", options={"nonsense": 1})
+    with pytest.raises(Exception, match="unknown options"):
+        f(torch.ones(2))
