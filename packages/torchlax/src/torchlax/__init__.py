@@ -6,7 +6,7 @@ This umbrella package re-exports the public API of every layer:
 ``torchlax-dynamo`` (``torch.compile(backend="torchlax")``) and ``torchlax-export``.
 """
 
-import torchlax_export as export  # torchlax.export.export / .load (lazy: loads without torch)
+import torchlax_export
 from torchlax_core import Config as Config
 from torchlax_core import DeviceMismatchError as DeviceMismatchError
 from torchlax_core import Environment as Environment
@@ -36,5 +36,6 @@ from torchlax_interop import to_torch as to_torch
 from torchlax_interop import torch_view as torch_view
 from torchlax_ops import explain as explain
 
-__all__ = ["export"]  # the rest are `x as x` re-exports
+#: ``torchlax.export.export(model, args)`` and ``torchlax.export.load(path)``.
+export = torchlax_export
 __version__ = "0.1.0"
