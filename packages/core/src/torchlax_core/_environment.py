@@ -18,10 +18,10 @@ from typing import Any
 import jax
 import torch
 
-from . import _privateuse1
-from ._errors import DeviceMismatchError, NotEnabledError, OpNotLoweredError
+from . import _privateuse1, _tensor
+from ._dispatch import derived_mutation_impl, functional_counterpart, lowering_impl
+from ._errors import NotEnabledError, OpNotLoweredError
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
-from ._tensor import Tensor
 
 _x64 = jax.enable_x64
 
@@ -35,35 +35,6 @@ class Config:
     fallback_to_torch: bool = dataclasses.field(
         default_factory=lambda: os.environ.get("TORCHLAX_FALLBACK", "") == "1"
     )
-
-
-class _ForeignTensor(Exception):
-    def __init__(self, tensor, position):
-        self.tensor = tensor
-        self.position = position
-
-
-def _unwrap(x, position=None):
-    if isinstance(x, Tensor):
-        return x._elem if x._view is None else x._value()
-    if isinstance(x, torch.Tensor):
-        # PyTorch lets a 0-d CPU tensor act as a scalar next to tensors on any device.
-        if x.dim() == 0 and x.device.type == "cpu":
-            from ._tensor import _from_cpu
-
-            return _from_cpu(x)
-        raise _ForeignTensor(x, position)
-    if type(x) is list or type(x) is tuple:
-        return type(x)(_unwrap(y, position) for y in x)
-    return x
-
-
-def _wrap(x):
-    if isinstance(x, jax.Array):
-        return Tensor(x)
-    if type(x) is list or type(x) is tuple:
-        return type(x)(_wrap(y) for y in x)
-    return x
 
 
 class Environment:
@@ -119,6 +90,7 @@ class Environment:
         self._tables = self._host.build_tables()
         self._resolved = {}
         self._placements = {}
+        _tensor.set_function_overrides(self, self._tables.functions)
         _privateuse1.register_factory_kernels(self._tables)
 
     # -- introspection ------------------------------------------------------------------------
@@ -136,7 +108,7 @@ class Environment:
             for table, key in candidates:
                 if key in table:
                     return table[key]
-            functional = _functional_counterpart(op)
+            functional = functional_counterpart(op)
             return self.lowering_for(functional) if functional is not None else None
         if isinstance(op, torch._ops.OpOverloadPacket):
             return t.lowerings.get(op) or t.decompositions.get(op)
@@ -174,16 +146,16 @@ class Environment:
         packet = getattr(func, "overloadpacket", None)
         entry = t.lowerings.get(func) or (packet is not None and t.lowerings.get(packet)) or None
         if entry is not None:
-            return _lowering_impl(func, entry.fn)
+            return lowering_impl(func, entry.fn)
         entry = t.decompositions.get(func) or (packet is not None and t.decompositions.get(packet)) or None
         if entry is not None:
             fn = entry.fn
             return lambda args, kwargs: fn(*args, **kwargs)
-        functional = _functional_counterpart(func)
+        functional = functional_counterpart(func)
         if functional is not None:
             inner = self._implementation_for(functional)
             if inner is not None:
-                return _derived_mutation_impl(func, functional, inner)
+                return derived_mutation_impl(func, functional, inner)
         if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
                 func.name(), "CompositeImplicitAutograd"):
             # Reached below autograd (from inside a decomposition): run PyTorch's own composite.
@@ -302,214 +274,6 @@ def _records_autograd(args, kwargs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat)
 
 
-# -- how one op runs ---------------------------------------------------------------------------
-
-_REINTERPRETING_VIEWS = frozenset({
-    "aten::view.dtype", "aten::view_as_real", "aten::view_as_complex", "aten::real", "aten::imag",
-    "aten::_neg_view", "aten::_conj",
-})
-
-
-def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
-    arg = "an argument"
-    schema = getattr(func, "_schema", None)
-    if schema is not None and isinstance(exc.position, int) and exc.position < len(schema.arguments):
-        arg = f"argument '{schema.arguments[exc.position].name}'"
-    elif isinstance(exc.position, str):
-        arg = f"argument '{exc.position}'"
-    return DeviceMismatchError(
-        f"{op_name(func)} got a tensor on device {exc.tensor.device} as {arg}, next to torchlax "
-        "Tensors on device jax. Only 0-d CPU tensors mix with jax tensors (as scalars). Move it "
-        "first with tensor.to('jax') inside torchlax.enable(), or torchlax.from_torch(tensor)."
-    )
-
-
-def _unwrap_call(func, args, kwargs):
-    try:
-        jargs = tuple([_unwrap(a, i) for i, a in enumerate(args)])
-        jkwargs = {k: _unwrap(v, k) for k, v in kwargs.items()} if kwargs else kwargs
-    except _ForeignTensor as exc:
-        raise _foreign_tensor_error(func, exc) from None
-    return jargs, jkwargs
-
-
-def _lowering_impl(func, fn) -> Callable:
-    schema = getattr(func, "_schema", None)
-    if schema is not None and schema.is_mutable:
-        return _derived_mutation_impl(func, None, _plain_impl(func, fn))
-    if getattr(func, "is_view", False) and torch.Tag.inplace_view not in func.tags:
-        return _view_impl(func, fn)
-    return _plain_impl(func, fn)
-
-
-def _plain_impl(func, fn) -> Callable:
-    def impl(args, kwargs):
-        jargs, jkwargs = _unwrap_call(func, args, kwargs)
-        with _x64(True):
-            out = fn(*jargs, **jkwargs)
-        return _wrap(out)
-
-    return impl
-
-
-def _view_impl(func, fn) -> Callable:
-    shape_only = str(func._schema.name) + (
-        f".{func._overloadname}" if func._overloadname != "default" else "") not in _REINTERPRETING_VIEWS and (
-        str(func._schema.name) not in _REINTERPRETING_VIEWS)
-
-    def impl(args, kwargs):
-        base = args[0]
-        jargs, jkwargs = _unwrap_call(func, args, kwargs)
-        rest = jargs[1:]
-        with _x64(True):
-            out = fn(*jargs, **jkwargs)
-        if not isinstance(base, Tensor):
-            return _wrap(out)
-
-        def step(array):
-            with _x64(True):
-                return fn(array, *rest, **jkwargs)
-
-        parent = base._view
-        if parent is None:
-            root, compute = base, step
-        else:
-            root, parent_compute = parent.root, parent.compute
-
-            def compute(array):
-                return step(parent_compute(array))
-
-        from ._tensor import _View
-
-        root_array = root._elem if root._view is None else root._value()
-
-        def make(array, pick):
-            view = _View(root, pick, shape_only and array.dtype == root_array.dtype)
-            view.seen = root_array
-            return Tensor(array, _view=view)
-
-        if isinstance(out, list | tuple):
-            return type(out)(
-                make(a, lambda r, i=i: compute(r)[i]) for i, a in enumerate(out)
-            )
-        return make(out, compute)
-
-    return impl
-
-
-def _functional_counterpart(func):
-    """The functional overload an in-place (``add_``) or ``out=`` overload is derived from."""
-    if not isinstance(func, torch._ops.OpOverload):
-        return None
-    schema = func._schema
-    if not schema.is_mutable:
-        return None
-    name = schema.name.split("::")[-1]
-    namespace = getattr(torch.ops, func.namespace)
-    if name.endswith("_") and not name.endswith("__"):
-        packet = getattr(namespace, name[:-1], None)
-        if packet is None:
-            return None
-        overload = getattr(packet, func._overloadname, None)
-        if overload is not None and not overload._schema.is_mutable and len(
-            overload._schema.arguments) == len(schema.arguments):
-            return overload
-        return None
-    out_names = [a.name for a in schema.arguments if a.is_out]
-    if not out_names:
-        return None
-    wanted = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
-    packet = func.overloadpacket
-    for overload_name in packet.overloads():
-        candidate = getattr(packet, overload_name)
-        cs = candidate._schema
-        if cs.is_mutable:
-            continue
-        if [(a.name, str(a.type)) for a in cs.arguments] == wanted:
-            return candidate
-    return None
-
-
-def _mutated_targets(func) -> list:
-    """For each return of a mutating op: the position or name of the argument it writes."""
-    schema = func._schema
-    targets = []
-    for ret in schema.returns:
-        target = None
-        if ret.alias_info is not None and ret.alias_info.is_write:
-            alias = set(ret.alias_info.before_set)
-            for i, arg in enumerate(schema.arguments):
-                if arg.alias_info is not None and alias & set(arg.alias_info.before_set):
-                    target = arg.name if arg.kwarg_only else i
-                    break
-        targets.append(target)
-    return targets
-
-
-def _cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
-    from ._dtypes import jax_dtype, torch_dtype
-
-    if value.dtype == jax_dtype(dst.dtype):
-        pass
-    else:
-        src = torch_dtype(value.dtype)
-        if not torch.can_cast(src, dst.dtype):
-            raise RuntimeError(
-                f"{op_name(func)}: result type {str(src).replace('torch.', '').capitalize()} "
-                f"can't be cast to the desired output type "
-                f"{str(dst.dtype).replace('torch.', '').capitalize()}"
-            )
-        value = value.astype(jax_dtype(dst.dtype))
-    if tuple(value.shape) != tuple(dst.shape):
-        try:
-            import jax.numpy as jnp
-
-            value = jnp.broadcast_to(value, tuple(dst.shape))
-        except ValueError:
-            raise RuntimeError(
-                f"{op_name(func)}: the output tensor has shape {tuple(dst.shape)} but the result "
-                f"has shape {tuple(value.shape)}; torchlax cannot resize a tensor in place. Pass an "
-                "output of the result's shape."
-            ) from None
-    return value
-
-
-def _derived_mutation_impl(func, functional, inner: Callable) -> Callable:
-    """Run ``inner`` functionally, then write its results into the arguments ``func`` mutates."""
-    targets = _mutated_targets(func)
-    out_names = {a.name for a in func._schema.arguments if a.is_out}
-    single = len(func._schema.returns) == 1
-
-    def impl(args, kwargs):
-        if functional is not None and out_names:
-            call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
-        else:
-            call_kwargs = kwargs
-        result = inner(args, call_kwargs)
-        results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
-        outputs = []
-        for value, target in zip(results, targets, strict=False):
-            if target is None:
-                outputs.append(value)
-                continue
-            dst = kwargs[target] if isinstance(target, str) else args[target]
-            if dst is value:
-                outputs.append(dst)
-                continue
-            if isinstance(dst, list):  # e.g. _foreach_add_: one tensor per element
-                for d, v in zip(dst, value, strict=True):
-                    d._write(_cast_for_write(func, d, v._value()))
-                outputs.append(None)
-                continue
-            dst._write(_cast_for_write(func, dst, value._value() if isinstance(value, Tensor) else value))
-            outputs.append(dst)
-        if not func._schema.returns:
-            return None
-        return outputs[0] if single else tuple(outputs)
-
-    return impl
-
-
 # -- the current environment --------------------------------------------------------------------
 
 _lock = threading.Lock()
@@ -532,6 +296,9 @@ def default_env() -> Environment:
 def current_env() -> Environment:
     """The innermost ``torchlax.enable(env)`` environment, else the default one."""
     return _stack[-1] if _stack else (_default or default_env())
+
+
+_tensor._current_env = current_env  # Tensor.__torch_dispatch__ calls it on every op
 
 
 def is_enabled() -> bool:

@@ -4,14 +4,17 @@ Every ATen op on it reaches ``__torch_dispatch__``, which hands it to the curren
 (``_environment.Environment.dispatch``). Autograd sits above the Python dispatch key, so
 ``loss.backward()`` runs PyTorch's own derivative formulas on torchlax Tensors.
 
-Views alias as in PyTorch. A view keeps its root tensor and the function that computes it from
-the root's array; reading it recomputes when the root's array changed, and writing to it
-scatters the new value back into the root (see ``_write``).
+Views alias as in PyTorch. A root tensor and its views share one ``_Storage`` (a box holding
+the root's array); a view also keeps the function that computes it from that array. Reading a
+view recomputes when the storage's array changed; writing to it puts the new value back into
+the storage (see ``_write``).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +22,17 @@ import numpy as np
 import torch
 
 from ._dtypes import jax_dtype, torch_dtype
+
+# -- what a tensor is made of -----------------------------------------------------------------
+
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+_DTYPES = {jax_dtype(t): t for t in (
+    torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16,
+    torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
+    torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)}
+_ArrayImpl = type(jnp.zeros(()))
+_DEVICES: dict = {}  # sharding -> torch.device("jax", index): one hash per new tensor
 
 
 @functools.cache
@@ -38,26 +52,76 @@ def _device_index(array) -> int:
     return min(d.id for d in devices)
 
 
+def _device_of(array) -> torch.device:
+    if type(array) is _ArrayImpl:
+        sharding = array.sharding
+        device = _DEVICES.get(sharding)
+        if device is None:
+            device = _torch_device(_device_index(array))
+            if len(_DEVICES) < 4096:
+                _DEVICES[sharding] = device
+        return device
+    return _torch_device(_device_index(array))
+
+
+class _Storage:
+    """The array a root tensor and all its views share (PyTorch's storage).
+
+    Tensors point at it rather than at each other, so swapping two tensors' contents
+    (``torch.utils.swap_tensors``, used by ``module.to``) keeps every alias consistent.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+
+# How a view's elements relate to its storage's: ordered so that composing two views takes
+# the larger kind.
+IDENTITY, RESHAPE, GATHER, REINTERPRET = 0, 1, 2, 3
+
+
 class _View:
-    """How a view tensor is computed from its root, and how writes go back."""
+    """How a view tensor is computed from its storage's array, and how writes go back.
 
-    __slots__ = ("root", "compute", "seen", "_indices", "shape_only")
+    ``compute`` maps the storage array to the view's (``None`` for an identity view: detach,
+    alias). ``value`` caches it for the storage array ``seen``; an in-place op on the base
+    replaces the storage array, so the next read recomputes.
+    """
 
-    def __init__(self, root: Tensor, compute, shape_only: bool):
-        self.root = root
-        self.compute = compute  # root array -> view array
-        self.seen = None  # the root array the cached value was computed from
+    __slots__ = ("compute", "kind", "seen", "value", "_indices")
+
+    def __init__(self, compute, kind: int, seen, value):
+        self.compute = compute
+        self.kind = kind
+        self.seen = seen
+        self.value = value
         self._indices = None
-        self.shape_only = shape_only
 
     def indices(self, root_array):
         # Applying the view function to an iota of the root's shape tells which root element
-        # each view element is: that makes one generic scatter for every shape-only view op.
+        # each view element is: that makes one generic scatter for every gathering view op.
         if self._indices is None:
             size = int(np.prod(root_array.shape, dtype=np.int64))
             iota = jnp.arange(size, dtype=jnp.int64 if size > 2**31 - 1 else jnp.int32)
-            self._indices = self.compute(iota.reshape(root_array.shape)).reshape(-1)
+            with jax.enable_x64(True):
+                self._indices = self.compute(iota.reshape(root_array.shape)).reshape(-1)
         return self._indices
+
+
+def _make(array, storage: _Storage | None = None, view: _View | None = None,
+          requires_grad: bool = False) -> Tensor:
+    """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls)."""
+    try:
+        dtype = _DTYPES[array.dtype]
+    except KeyError:
+        dtype = torch_dtype(array.dtype)  # raises UnsupportedDtypeError
+    r = _make_wrapper_subclass(Tensor, array.shape, dtype=dtype, device=_device_of(array),
+                               requires_grad=requires_grad)
+    r._storage = _Storage(array) if storage is None else storage
+    r._view = view
+    return r
 
 
 class Tensor(torch.Tensor):
@@ -68,24 +132,14 @@ class Tensor(torch.Tensor):
     ``torchlax.from_torch(tensor)``. ``t.jax()`` returns the array.
     """
 
-    _elem: jax.Array
+    _storage: _Storage
     _view: _View | None
 
     @staticmethod
-    def __new__(cls, elem: jax.Array, *, requires_grad: bool = False, _view: _View | None = None):
-        dtype = torch_dtype(elem.dtype)
-        r = torch.Tensor._make_wrapper_subclass(
-            cls,
-            elem.shape,
-            dtype=dtype,
-            device=_torch_device(_device_index(elem)),
-            requires_grad=requires_grad,
-        )
-        r._elem = elem
-        r._view = _view
-        return r
+    def __new__(cls, elem: jax.Array, *, requires_grad: bool = False):
+        return _make(elem, requires_grad=requires_grad)
 
-    def __init__(self, elem: jax.Array, *, requires_grad: bool = False, _view=None):
+    def __init__(self, elem: jax.Array, *, requires_grad: bool = False):
         pass
 
     # -- data -----------------------------------------------------------------------------
@@ -94,34 +148,62 @@ class Tensor(torch.Tensor):
         """The ``jax.Array`` this tensor holds (for a view: its current value)."""
         return self._value()
 
+    @property
+    def _elem(self) -> jax.Array:
+        return self._value()
+
     def _value(self) -> jax.Array:
         view = self._view
+        root = self._storage.array
         if view is None:
-            return self._elem
-        root_array = view.root._value()
-        if view.seen is not root_array:
-            self._elem = view.compute(root_array)
-            view.seen = root_array
-        return self._elem
+            return root
+        if view.seen is not root:
+            view.value = root if view.compute is None else view.compute(root)
+            view.seen = root
+        return view.value
 
     def _write(self, new: jax.Array) -> None:
         """Replace this tensor's data in place (same shape and dtype), through any view."""
+        storage = self._storage
         view = self._view
         if view is None:
-            self._elem = new
+            storage.array = new
             return
-        if not view.shape_only:
+        kind = view.kind
+        root = storage.array
+        if kind == IDENTITY:
+            storage.array = new
+        elif kind == RESHAPE:
+            storage.array = new.reshape(root.shape)
+        elif kind == GATHER:
+            flat = root.reshape(-1).at[view.indices(root)].set(new.reshape(-1))
+            storage.array = flat.reshape(root.shape)
+        else:
             raise NotImplementedError(
                 "Writing in place through a view that reinterprets the dtype (view(dtype), "
                 "real, imag, view_as_real, view_as_complex) is not supported by torchlax; "
                 "write to the base tensor instead."
             )
-        root = view.root
-        root_array = root._value()
-        flat = root_array.reshape(-1).at[view.indices(root_array)].set(new.reshape(-1))
-        root._write(flat.reshape(root_array.shape))
-        self._elem = new
-        view.seen = root._value()
+        view.value = new
+        view.seen = storage.array
+
+    def _alias_of(self, other: Tensor) -> None:
+        """Make this tensor share ``other``'s storage and view (``self.data = other``)."""
+        self._storage = other._storage
+        view = other._view
+        self._view = None if view is None else _View(view.compute, view.kind, view.seen, view.value)
+
+    @property
+    def data(self):
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        # ``param.data = t`` (module.to between jax devices or dtypes) swaps the C++ metadata;
+        # the jax data must follow, or the tensor would report one dtype and hold another.
+        torch.Tensor.data.__set__(self, new)
+        if isinstance(new, Tensor):
+            self._alias_of(new)
 
     # -- conversions that behave as PyTorch's ------------------------------------------------
 
@@ -167,25 +249,63 @@ class Tensor(torch.Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
-        new = Tensor(self._value(), requires_grad=self.requires_grad)
+        new = _make(self._value(), requires_grad=self.requires_grad)
         if getattr(self, "_is_param", False):
             new._is_param = True
         memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
         return new
 
     # -- dispatch -----------------------------------------------------------------------------
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from ._environment import current_env
+        env = _current_env()
+        impl = env._resolved.get(func)
+        if impl is None:
+            impl = env._resolve(func)
+        return impl(args, kwargs or {})
 
-        return current_env().dispatch(func, args, kwargs or {})
+    # While no environment overrides a torch-level function, PyTorch skips
+    # __torch_function__ altogether for this class (see set_function_overrides).
+    __torch_function__ = torch._C._disabled_torch_function_impl
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        from ._environment import current_env
 
-        return current_env().call_function(func, types, args, kwargs or {})
+def _current_env():  # rebound by _environment when it is imported
+    from ._environment import current_env
+
+    return current_env()
+
+
+_DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
+_overrides_by_env: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_overridden: frozenset = frozenset()
+
+
+def _torch_function(cls, func, types, args=(), kwargs=None):
+    try:
+        overridden = func in _overridden
+    except TypeError:  # an unhashable callable is never overridden
+        overridden = False
+    if overridden:
+        return _current_env().call_function(func, types, args, kwargs or {})
+    with _DisableTorchFunctionSubclass():
+        return func(*args, **(kwargs or {}))
+
+
+def set_function_overrides(env, functions) -> None:
+    """Record which torch-level functions ``env`` overrides (called when its tables change).
+
+    ``__torch_function__`` costs every torch call on a Tensor a Python round trip, so it is
+    installed only while some environment has function overrides.
+    """
+    global _overridden
+    _overrides_by_env[env] = frozenset(functions)
+    _overridden = frozenset().union(*_overrides_by_env.values())
+    Tensor.__torch_function__ = (
+        classmethod(_torch_function) if _overridden else torch._C._disabled_torch_function_impl
+    )
 
 
 def _concrete(array, what: str):

@@ -1,0 +1,89 @@
+"""Eager dispatch overhead of torchlax on one small op.
+
+Times ``a + b`` on 1000-element float32 tensors three ways and prints a table:
+
+- torch CPU: plain PyTorch on CPU tensors;
+- jnp: ``jax.numpy.add`` on the jax.Arrays directly (inside and outside JAX's x64 mode,
+  which keeps separate caches, so each is warmed up on its own);
+- torchlax: ``a + b`` on torchlax Tensors inside ``torchlax_core.enable()``.
+
+"overhead" is torchlax's time minus the jnp call's (same arrays, x64 on, as torchlax runs
+its lowerings); the goal is overhead <= 0.5 x the jnp call. Each figure is the best of
+several repeats, so a busy machine disturbs it less.
+
+    uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import torch
+import torchlax_core
+
+
+def best_time(fn, n: int, repeats: int, clock=time.process_time) -> float:
+    """Best per-call time of ``fn`` in microseconds over ``repeats`` runs of ``n`` calls.
+
+    The default clock is the process's CPU time, which other processes on a busy machine
+    barely disturb (the op runs synchronously on the calling thread for arrays this small).
+    """
+    for _ in range(max(50, n // 10)):  # warm up: compile, fill caches
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = clock()
+        for _ in range(n):
+            fn()
+        best = min(best, (clock() - start) / n)
+    return best * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000, help="calls per repeat")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--profile", action="store_true", help="cProfile the torchlax loop")
+    args = parser.parse_args()
+    n, repeats = args.n, args.repeats
+
+    cpu_a, cpu_b = torch.rand(args.size), torch.rand(args.size)
+    results: dict[str, float] = {}
+    results["torch CPU"] = best_time(lambda: cpu_a + cpu_b, n, repeats)
+
+    arr_a = jnp.asarray(cpu_a.numpy())
+    arr_b = jnp.asarray(cpu_b.numpy())
+    results["jnp.add (x64 off)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
+
+    with torchlax_core.enable():
+        a, b = torchlax_core.wrap(arr_a), torchlax_core.wrap(arr_b)
+        results["jnp.add (x64 on)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
+        results["torchlax a + b"] = best_time(lambda: a + b, n, repeats)
+        results["torchlax torch.add(a, b)"] = best_time(lambda: torch.add(a, b), n, repeats)
+        results["torchlax a.add_(b)"] = best_time(lambda: a.add_(b), n, repeats)
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(n):
+                a + b
+            profile.disable()
+            pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+
+    jnp_call = results["jnp.add (x64 on)"]
+    print(f"jax {jax.__version__}, torch {torch.__version__}, {args.size} float32 elements, "
+          f"best of {repeats} x {n} calls")
+    print(f"{'what':<28}{'us/call':>10}{'vs jnp':>9}{'overhead/jnp':>14}")
+    for name, us in results.items():
+        overhead = f"{(us - jnp_call) / jnp_call:>14.2f}" if name.startswith("torchlax") else ""
+        print(f"{name:<28}{us:>10.2f}{us / jnp_call:>9.2f}{overhead}")
+
+
+if __name__ == "__main__":
+    main()

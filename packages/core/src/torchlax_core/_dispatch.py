@@ -1,0 +1,368 @@
+"""How one ATen op runs on torchlax Tensors: unwrap, call the lowering, wrap.
+
+``Environment._resolve`` builds one ``impl(args, kwargs)`` per op overload, once; the eager hot
+path is then ``Tensor.__torch_dispatch__`` -> ``impl``. Each impl is specialised for its op:
+
+- plain ops unwrap only the argument positions the schema types as tensors (an "unwrap plan");
+- view ops return tensors that share their base's storage (``_tensor._View``);
+- in-place and ``out=`` overloads run the functional lowering and write the result back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax._src.config import enable_x64 as _x64
+
+from ._dtypes import jax_dtype, torch_dtype
+from ._errors import DeviceMismatchError
+from ._registry import op_name
+from ._tensor import GATHER, IDENTITY, REINTERPRET, RESHAPE, Tensor, _from_cpu, _make, _View
+
+_ArrayImpl = type(jnp.zeros(()))
+
+
+# -- unwrapping and wrapping --------------------------------------------------------------------
+
+
+class _ForeignTensor(Exception):
+    def __init__(self, tensor, position):
+        self.tensor = tensor
+        self.position = position
+
+
+def _unwrap(x, position=None):
+    """Any argument value -> what a lowering sees (arrays for tensors, recursively in lists)."""
+    if isinstance(x, Tensor):
+        return x._value()
+    if isinstance(x, torch.Tensor):
+        # PyTorch lets a 0-d CPU tensor act as a scalar next to tensors on any device.
+        if x.dim() == 0 and x.device.type == "cpu":
+            return _from_cpu(x)
+        raise _ForeignTensor(x, position)
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_unwrap(y, position) for y in x)
+    return x
+
+
+def _wrap(x):
+    """A lowering's result -> Tensors (recursively in lists and tuples)."""
+    if type(x) is _ArrayImpl or isinstance(x, jax.Array):
+        return _make(x)
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_wrap(y) for y in x)
+    return x
+
+
+def _is_tensor_type(t) -> bool:
+    if isinstance(t, torch.TensorType):
+        return True
+    if isinstance(t, torch.OptionalType | torch.ListType):
+        return _is_tensor_type(t.getElementType())
+    return False
+
+
+def _unwrap_plan(func) -> tuple[tuple[int, ...], bool]:
+    """(positions of tensor-typed arguments, whether any kwarg-only argument is a tensor)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:  # not an ATen overload: look at everything
+        return (), True
+    positions = tuple(i for i, a in enumerate(schema.arguments)
+                      if not a.kwarg_only and _is_tensor_type(a.type))
+    tensor_kwargs = any(a.kwarg_only and _is_tensor_type(a.type) for a in schema.arguments)
+    return positions, tensor_kwargs
+
+
+def _make_unwrapper(func) -> Callable:
+    """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema."""
+    positions, tensor_kwargs = _unwrap_plan(func)
+    schema = getattr(func, "_schema", None)
+
+    def unwrap_kwargs(kwargs):
+        if not kwargs or not tensor_kwargs:
+            return kwargs
+        return {k: _unwrap(v, k) for k, v in kwargs.items()}
+
+    if schema is None:
+        def unwrap(args, kwargs):
+            return [_unwrap(a, i) for i, a in enumerate(args)], unwrap_kwargs(kwargs)
+    else:
+        def unwrap(args, kwargs):
+            jargs = list(args)
+            n = len(jargs)
+            for i in positions:
+                if i >= n:
+                    break
+                a = jargs[i]
+                if type(a) is Tensor:
+                    jargs[i] = a._storage.array if a._view is None else a._value()
+                elif a is not None:
+                    jargs[i] = _unwrap(a, i)
+            return jargs, unwrap_kwargs(kwargs)
+
+    def guarded(args, kwargs):
+        try:
+            return unwrap(args, kwargs)
+        except _ForeignTensor as exc:
+            raise _foreign_tensor_error(func, exc) from None
+
+    return guarded
+
+
+def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
+    arg = "an argument"
+    schema = getattr(func, "_schema", None)
+    if schema is not None and isinstance(exc.position, int) and exc.position < len(schema.arguments):
+        arg = f"argument '{schema.arguments[exc.position].name}'"
+    elif isinstance(exc.position, str):
+        arg = f"argument '{exc.position}'"
+    return DeviceMismatchError(
+        f"{op_name(func)} got a tensor on device {exc.tensor.device} as {arg}, next to torchlax "
+        "Tensors on device jax. Only 0-d CPU tensors mix with jax tensors (as scalars). Move it "
+        "first with tensor.to('jax') inside torchlax.enable(), or torchlax.from_torch(tensor)."
+    )
+
+
+def _call(fn, jargs, jkwargs):
+    """Run a lowering with JAX's 64-bit mode on (entering it only when it is off)."""
+    if _x64.value:
+        return fn(*jargs, **jkwargs)
+    with _x64(True):
+        return fn(*jargs, **jkwargs)
+
+
+# -- one impl per op ----------------------------------------------------------------------------
+
+
+def lowering_impl(func, fn) -> Callable:
+    schema = getattr(func, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return derived_mutation_impl(func, None, plain_impl(func, fn))
+    if getattr(func, "is_view", False) and torch.Tag.inplace_view not in func.tags:
+        return view_impl(func, fn)
+    return plain_impl(func, fn)
+
+
+def plain_impl(func, fn) -> Callable:
+    unwrap = _make_unwrapper(func)
+
+    def impl(args, kwargs):
+        jargs, jkwargs = unwrap(args, kwargs)
+        if _x64.value:
+            out = fn(*jargs, **jkwargs)
+        else:
+            with _x64(True):
+                out = fn(*jargs, **jkwargs)
+        if type(out) is _ArrayImpl:
+            return _make(out)
+        return _wrap(out)
+
+    return impl
+
+
+# View ops whose result reads the same elements in the same order (a reshape of the base).
+_RESHAPING_VIEWS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::unsqueeze", "aten::squeeze",
+    "aten::flatten", "aten::unflatten", "aten::view_as",
+})
+# View ops whose result reinterprets the base's bytes: readable, not writable through.
+_REINTERPRETING_VIEWS = frozenset({
+    "aten::view.dtype", "aten::view_as_real", "aten::view_as_complex", "aten::real",
+    "aten::imag", "aten::_neg_view", "aten::_conj",
+})
+
+
+def _view_kind(func) -> int:
+    name = str(func._schema.name)
+    qualified = name if func._overloadname == "default" else f"{name}.{func._overloadname}"
+    if name in _REINTERPRETING_VIEWS or qualified in _REINTERPRETING_VIEWS:
+        return REINTERPRET
+    if name in _RESHAPING_VIEWS and qualified != "aten::view.dtype":
+        return RESHAPE
+    return GATHER
+
+
+def view_impl(func, fn) -> Callable:
+    """A view op: its results share the base's storage and remember how to recompute."""
+    unwrap = _make_unwrapper(func)
+    op_kind = _view_kind(func)
+
+    def impl(args, kwargs):
+        base = args[0]
+        jargs, jkwargs = unwrap(args, kwargs)
+        out = _call(fn, jargs, jkwargs)
+        if not isinstance(base, Tensor):
+            return _wrap(out)
+        rest = jargs[1:]
+        base_array = jargs[0]
+        parent = base._view
+        storage = base._storage
+        root_array = storage.array
+
+        def step(array):
+            return _call(fn, [array, *rest], jkwargs)
+
+        if isinstance(out, list | tuple):
+            compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
+            kind = max(GATHER, parent.kind if parent is not None else IDENTITY)
+            return type(out)(
+                _view_of(storage, a, _pick(compute, i), kind, root_array, base_array)
+                for i, a in enumerate(out)
+            )
+        if out is base_array:  # detach, alias: the very same elements
+            kind = IDENTITY
+            compute = None if parent is None else parent.compute
+        else:
+            kind = op_kind
+            compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
+        if parent is not None:
+            kind = max(kind, parent.kind)
+        return _view_of(storage, out, compute, kind, root_array, base_array)
+
+    return impl
+
+
+def _then(first, second):
+    return lambda array: second(first(array))
+
+
+def _pick(compute, i):
+    return lambda array: compute(array)[i]
+
+
+def _view_of(storage, array, compute, kind, root_array, base_array):
+    if kind != REINTERPRET and array.dtype != root_array.dtype:
+        kind = REINTERPRET
+    return _make(array, storage, _View(compute, kind, root_array, array))
+
+
+# -- in-place and out= ---------------------------------------------------------------------------
+
+
+def functional_counterpart(func):
+    """The functional overload an in-place (``add_``) or ``out=`` overload is derived from."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    schema = func._schema
+    if not schema.is_mutable:
+        return None
+    name = schema.name.split("::")[-1]
+    namespace = getattr(torch.ops, func.namespace)
+    if name.endswith("_") and not name.endswith("__"):
+        packet = getattr(namespace, name[:-1], None)
+        if packet is None:
+            return None
+        overload = getattr(packet, func._overloadname, None)
+        if overload is not None and not overload._schema.is_mutable and len(
+            overload._schema.arguments) == len(schema.arguments):
+            return overload
+        return None
+    out_names = [a.name for a in schema.arguments if a.is_out]
+    if not out_names:
+        return None
+    wanted = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    packet = func.overloadpacket
+    for overload_name in packet.overloads():
+        candidate = getattr(packet, overload_name)
+        cs = candidate._schema
+        if cs.is_mutable:
+            continue
+        if [(a.name, str(a.type)) for a in cs.arguments] == wanted:
+            return candidate
+    return None
+
+
+def _mutated_targets(func) -> list:
+    """For each return of a mutating op: the position or name of the argument it writes."""
+    schema = func._schema
+    if not schema.returns:  # e.g. _foreach_add_(Tensor(a!)[] self, ...) -> ()
+        return [a.name if a.kwarg_only else i for i, a in enumerate(schema.arguments)
+                if a.alias_info is not None and a.alias_info.is_write]
+    targets = []
+    for ret in schema.returns:
+        target = None
+        if ret.alias_info is not None and ret.alias_info.is_write:
+            alias = set(ret.alias_info.before_set)
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and alias & set(arg.alias_info.before_set):
+                    target = arg.name if arg.kwarg_only else i
+                    break
+        targets.append(target)
+    return targets
+
+
+_SCALAR_TYPE_NAMES = {
+    torch.bool: "Bool", torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short",
+    torch.int32: "Int", torch.int64: "Long", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.float32: "Float", torch.float64: "Double", torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
+    """``value`` as ``dst`` holds it: PyTorch's can_cast check, then the cast (no resizing)."""
+    dst_dtype = dst.dtype
+    if value.dtype != jax_dtype(dst_dtype):
+        src = torch_dtype(value.dtype)
+        if not torch.can_cast(src, dst_dtype):
+            raise RuntimeError(
+                f"{op_name(func)}: result type {_type_name(src)} can't be cast to the desired "
+                f"output type {_type_name(dst_dtype)}"
+            )
+        value = value.astype(jax_dtype(dst_dtype))
+    if value.shape != tuple(dst.shape):
+        if value.size == dst.numel() and value.ndim == 0:
+            value = value.reshape(tuple(dst.shape))
+        else:
+            raise RuntimeError(
+                f"{op_name(func)}: the output tensor has shape {tuple(dst.shape)} but the result "
+                f"has shape {tuple(value.shape)}; torchlax cannot resize a tensor in place (an "
+                "in-place op must not broadcast its tensor to a larger shape). Pass an output of "
+                "the result's shape."
+            )
+    return value
+
+
+def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
+    """Run ``inner`` functionally, then write its results into the arguments ``func`` mutates.
+
+    The written tensor keeps its identity (``id``) and dtype; autograd bumps its ``_version``.
+    """
+    targets = _mutated_targets(func)
+    out_names = {a.name for a in func._schema.arguments if a.is_out}
+    single = len(targets) == 1
+    drop_out = functional is not None and bool(out_names)
+
+    def impl(args, kwargs):
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if drop_out else kwargs
+        result = inner(args, call_kwargs)
+        results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
+        outputs = []
+        for value, target in zip(results, targets, strict=False):
+            if target is None:
+                outputs.append(value)
+                continue
+            dst = kwargs[target] if isinstance(target, str) else args[target]
+            if dst is value:
+                outputs.append(dst)
+                continue
+            if isinstance(dst, list):  # e.g. _foreach_add_: one tensor per element
+                for d, v in zip(dst, value, strict=True):
+                    d._write(cast_for_write(func, d, v._value() if isinstance(v, Tensor) else v))
+                outputs.append(None)
+                continue
+            new = value._value() if isinstance(value, Tensor) else value
+            dst._write(cast_for_write(func, dst, new))
+            outputs.append(dst)
+        if not func._schema.returns:
+            return None
+        return outputs[0] if single else tuple(outputs)
+
+    return impl

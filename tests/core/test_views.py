@@ -1,0 +1,213 @@
+"""Views alias their base as in PyTorch: writes through a view reach the base and back.
+
+Each case runs the same function on a CPU tensor and on a torchlax Tensor and compares every
+tensor it returns (values, dtype, shape).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchlax_core
+from eager_compare import assert_same, to_jax
+
+
+@pytest.fixture(autouse=True)
+def _enabled():
+    with torchlax_core.enable():
+        yield
+
+
+def _base():
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+
+def _check(fn, make=_base):
+    cpu = make()
+    jx = to_jax(cpu)
+    expected = fn(cpu)
+    actual = fn(jx)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        assert_same(a, e)
+
+
+# Each view op, written through (the base changes) and read after a write to the base (the view
+# changes): fn(base) -> (base, view).
+VIEW_WRITES = {
+    "view": lambda x: x.view(24),
+    "view_3d": lambda x: x.view(2, 2, 6),
+    "reshape_view": lambda x: x.reshape(6, 4),
+    "flatten": lambda x: x.flatten(),
+    "transpose": lambda x: x.transpose(0, 1),
+    "permute": lambda x: x.view(2, 2, 6).permute(2, 0, 1),
+    "t": lambda x: x.t(),
+    "narrow": lambda x: x.narrow(1, 2, 3),
+    "select": lambda x: x.select(0, 2),
+    "select_neg": lambda x: x[:, -1],
+    "diagonal": lambda x: x.diagonal(),
+    "diagonal_offset": lambda x: x.diagonal(1),
+    "unsqueeze": lambda x: x.unsqueeze(1),
+    "squeeze": lambda x: x.view(4, 1, 6).squeeze(1),
+    "unfold": lambda x: x[0].unfold(0, 2, 2),
+    "slice_step": lambda x: x[1:, ::2],
+    "basic_index": lambda x: x[1:3, 2:5],
+    "ellipsis_none": lambda x: x[..., None, 1:4],
+    "chunk": lambda x: x.chunk(2, dim=1)[1],
+    "split": lambda x: x.split(2)[1],
+    "unbind": lambda x: x.unbind(1)[3],
+    "detach": lambda x: x.detach(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_WRITES))
+def test_write_through_view_reaches_base(name):
+    make_view = VIEW_WRITES[name]
+
+    def fn(x):
+        v = make_view(x)
+        v.mul_(-1)
+        return x, v
+
+    _check(fn)
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_WRITES))
+def test_write_to_base_shows_in_view(name):
+    make_view = VIEW_WRITES[name]
+
+    def fn(x):
+        v = make_view(x)
+        before = v.clone()
+        x.add_(100)
+        return v, before
+
+    _check(fn)
+
+
+def test_expand_reads_follow_base():
+    def fn(x):
+        v = x[0].expand(3, 6)
+        x[0, 1] = 7.0
+        return v
+
+    _check(fn)
+
+
+def test_view_of_a_view_chain():
+    def fn(x):
+        a = x.view(2, 12)
+        b = a[1]  # a view of a view
+        c = b.view(3, 4).t()  # and of that
+        c[1].fill_(-5.0)
+        b.add_(1)
+        return x, a, b, c
+
+    _check(fn)
+
+
+def test_view_then_inplace_updates_base():
+    def fn(x):
+        x.view(-1).add_(1)
+        x.t().mul_(2)
+        return x
+
+    _check(fn)
+
+
+def test_base_inplace_invalidates_every_view():
+    def fn(x):
+        views = [x.view(24), x[1], x.t(), x.diagonal()]
+        x.zero_()
+        x.add_(3)
+        return tuple(views)
+
+    _check(fn)
+
+
+def test_multi_output_views_write_back():
+    def fn(x):
+        a, b, c = x.split([1, 2, 3], dim=1)
+        a.fill_(1.0)
+        c.mul_(10)
+        return x, a, b, c
+
+    _check(fn)
+
+
+def test_sibling_views_see_each_other():
+    def fn(x):
+        row = x[2]
+        col = x[:, 3]
+        row.fill_(9.0)
+        col.add_(1)
+        return x, row, col
+
+    _check(fn)
+
+
+def test_slice_assignment():
+    def fn(x):
+        x[1:3] = 0.5
+        x[:, 0] = torch.arange(4, dtype=torch.float32).to(x.device)
+        x[0, 4:] = x[3, :2]
+        return x
+
+    _check(fn)
+
+
+def test_mask_assignment():
+    def fn(x):
+        x[x > 10] = -1.0
+        return x
+
+    _check(fn)
+
+
+def test_advanced_index_assignment():
+    def fn(x):
+        idx = torch.tensor([0, 2]).to(x.device)
+        x[idx] = 4.0
+        x[idx, idx] += 10
+        x[1, idx] += 1
+        return x
+
+    _check(fn)
+
+
+def test_index_put_accumulate():
+    def fn(x):
+        idx = torch.tensor([0, 0, 3]).to(x.device)
+        vals = torch.tensor([1.0, 2.0, 3.0]).to(x.device)
+        x.view(-1).index_put_((idx,), vals, accumulate=True)
+        return x
+
+    _check(fn)
+
+
+def test_inplace_through_advanced_index_on_view():
+    def fn(x):
+        v = x[1:]
+        idx = torch.tensor([0, 2]).to(x.device)
+        v[idx] = -2.0
+        return x, v
+
+    _check(fn)
+
+
+def test_view_shares_version_counter():
+    x = to_jax(_base())
+    v = x[1]
+    before = x._version
+    v.add_(1)
+    assert x._version > before
+    assert v._version == x._version
+
+
+def test_view_of_dtype_reads_bits():
+    def fn(x):
+        return x.view(torch.int32)
+
+    _check(fn)
