@@ -176,3 +176,21 @@ def test_while_loop_scan_map():
     x, w = torch.randn(4, 3), torch.randn(3)
     artifact = torchlax_export.export(program, (x, w))
     assert_matches(artifact(x.numpy(), w.numpy()), program(x, w))
+
+
+def test_random_ops_take_a_key_input():
+    def noisy(x):
+        return x + torch.rand_like(x), torch.nn.functional.dropout(x, 0.5, training=True)
+
+    x = np.ones((64, 32), np.float32)
+    artifact = torchlax_export.export(noisy, (torch.from_numpy(x),))
+    assert artifact.inputs[-1]["role"] == "rng"  # randomness is an input, never a baked key
+    first, second = artifact(x)[0], artifact(x)[0]
+    assert not np.array_equal(np.asarray(first), np.asarray(second))  # fresh per call
+    for noise in (np.asarray(first) - 1, np.asarray(second) - 1):
+        assert noise.min() >= 0 and noise.max() < 1 and abs(noise.mean() - 0.5) < 0.05
+    key = np.array([0, 7], np.uint32)
+    a, b = artifact(x, rng_key=key)[1], artifact(x, rng_key=key)[1]
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # reproducible with one key
+    assert set(np.unique(np.asarray(a))) <= {0.0, 2.0}
+    assert abs(float(np.mean(np.asarray(a) == 0)) - 0.5) < 0.1

@@ -306,8 +306,11 @@ def _check_result(node: fx.Node, out) -> None:
     if isinstance(expected, torch.Tensor):
         _check_one(node, expected, out)
     elif isinstance(expected, list | tuple) and isinstance(out, list | tuple):
-        for e, o in zip(expected, out, strict=False):
-            if isinstance(e, torch.Tensor):
+        # Only the results the program reads matter (eval-mode batch norm's unused statistics
+        # may differ in shape from PyTorch's empty ones without changing any answer).
+        used = {user.args[1] for user in node.users if user.target is operator.getitem}
+        for i, (e, o) in enumerate(zip(expected, out, strict=False)):
+            if i in used and isinstance(e, torch.Tensor):
                 _check_one(node, e, o)
 
 
