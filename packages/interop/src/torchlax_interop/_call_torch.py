@@ -7,11 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import torchlax_core
 
-from ._views import jax_view, torch_view
+from ._views import jax_view, numpy_to_jax, torch_view
 
 
 def call_torch(torch_fn: Callable, *args: Any, prng_key: jax.Array | None = None,
@@ -34,10 +32,7 @@ def call_torch(torch_fn: Callable, *args: Any, prng_key: jax.Array | None = None
     env = torchlax_core.current_env()
     keys = env.prng_key_scope(prng_key) if prng_key is not None else contextlib.nullcontext()
     with torchlax_core.enable(env), keys:
-        args, kwargs = jax.tree_util.tree_map(_numpy_to_jax, (args, kwargs))
+        args, kwargs = numpy_to_jax((args, kwargs))
         tensor_args, tensor_kwargs = torch_view((args, kwargs))
         return jax_view(torch_fn(*tensor_args, **tensor_kwargs))
 
-
-def _numpy_to_jax(x):
-    return jnp.asarray(x) if isinstance(x, np.ndarray) else x

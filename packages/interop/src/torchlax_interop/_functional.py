@@ -10,7 +10,7 @@ import torch
 import torchlax_core
 
 from ._dlpack import from_torch
-from ._views import jax_view, torch_view
+from ._views import jax_view, numpy_to_jax, torch_view
 
 
 def module_state(module: torch.nn.Module) -> dict[str, jax.Array]:
@@ -49,8 +49,8 @@ def functional(module: torch.nn.Module) -> tuple[dict[str, jax.Array], Callable]
 
     def fn(params: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         with torchlax_core.enable():
-            weights = torch_view(dict(params))
-            tensor_args, tensor_kwargs = torch_view((args, kwargs))
+            weights = torch_view(numpy_to_jax(dict(params)))
+            tensor_args, tensor_kwargs = torch_view(numpy_to_jax((args, kwargs)))
             out = torch.func.functional_call(
                 module, weights, tensor_args, tensor_kwargs, tie_weights=True, strict=False
             )

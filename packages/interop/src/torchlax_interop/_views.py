@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import torch
 from torchlax_core import Tensor, wrap
 
@@ -45,3 +47,10 @@ def torch_view(tree: Any) -> Any:
     The arrays are shared, not copied. Other leaves and the containers are kept.
     """
     return jax.tree_util.tree_map(_to_tensor, tree, is_leaf=_is_tensor)
+
+
+def numpy_to_jax(tree: Any) -> Any:
+    """``tree`` with NumPy arrays made JAX arrays (JAX functions accept both)."""
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x, tree, is_leaf=_is_tensor
+    )

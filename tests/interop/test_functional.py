@@ -1,0 +1,116 @@
+"""functional: an nn.Module as a pure JAX function, trained with jax.grad and optax."""
+
+import copy
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import torch
+from torchlax_interop import functional
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+def _data(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(16, 4, generator=g), torch.randn(16, 2, generator=g)
+
+
+def test_params_are_the_module_state_shared():
+    model = _mlp()
+    model.register_buffer("counter", torch.arange(3))
+    address = model[0].weight.data_ptr()  # read before: after promotion it is copy-on-write
+    params, _ = functional(model)
+    assert set(params) == {"0.weight", "0.bias", "2.weight", "2.bias", "counter"}
+    assert params["counter"].dtype == jnp.int64
+    assert params["0.weight"].unsafe_buffer_pointer() == address
+    np.testing.assert_array_equal(np.asarray(params["2.bias"]), model[2].bias.detach().numpy())
+
+
+def test_forward_matches_the_module():
+    model = _mlp()
+    x, _ = _data()
+    params, fn = functional(model)
+    out = fn(params, jnp.asarray(x.numpy()))
+    np.testing.assert_allclose(np.asarray(out), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    out = jax.jit(fn)(params, x.numpy())
+    np.testing.assert_allclose(np.asarray(out), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_new_params_are_used_and_the_module_is_untouched():
+    model = _mlp()
+    before = copy.deepcopy(model.state_dict())
+    params, fn = functional(model)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    out = fn(zeros, jnp.ones((3, 4)))
+    np.testing.assert_array_equal(np.asarray(out), np.zeros((3, 2)))
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name])
+
+
+def test_tied_weights_appear_once_and_stay_tied():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Linear(3, 3, bias=False)
+            self.head = torch.nn.Linear(3, 3, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, x):
+            return self.head(self.embed(x))
+
+    model = Tied()
+    params, fn = functional(model)
+    assert list(params) == ["embed.weight"]
+    w = jnp.eye(3) * 2
+    out = fn({"embed.weight": w}, jnp.ones((1, 3)))
+    np.testing.assert_allclose(np.asarray(out), [[4.0, 4.0, 4.0]])  # both layers use w
+
+
+def test_grad_matches_torch_autograd():
+    model = _mlp()
+    x, y = _data()
+    params, fn = functional(model)
+
+    def loss(params):
+        return jnp.mean((fn(params, x.numpy()) - y.numpy()) ** 2)
+
+    grads = jax.grad(loss)(params)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(np.asarray(grads[name]), p.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_ten_optax_steps_match_torch_training(optimizer):
+    model = _mlp(1)
+    reference = copy.deepcopy(model)
+    x, y = _data(1)
+    params, fn = functional(model)
+    params = {k: v for k, v in params.items()}
+    lr = 0.05 if optimizer == "sgd" else 0.01
+    tx = optax.sgd(lr) if optimizer == "sgd" else optax.adam(lr)
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state, x, y):
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((fn(p, x) - y) ** 2))(params)
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(reference.parameters(), lr=lr)
+    for _ in range(10):
+        params, state, loss = step(params, state, x.numpy(), y.numpy())
+        opt.zero_grad()
+        ref_loss = torch.nn.functional.mse_loss(reference(x), y)
+        ref_loss.backward()
+        opt.step()
+        np.testing.assert_allclose(float(loss), ref_loss.item(), rtol=1e-4)
+    for name, p in reference.named_parameters():
+        np.testing.assert_allclose(np.asarray(params[name]), p.detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
