@@ -196,8 +196,8 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
     for node in gm.graph.nodes:
         op = node.op
         if op == "call_function":
-            node_args = map_arg(node.args, values.__getitem__)
-            node_kwargs = map_arg(node.kwargs, values.__getitem__)
+            node_args = _load(node.args, values)
+            node_kwargs = {k: _load(v, values) for k, v in node.kwargs.items()}
             values[node] = call_node(node.target, node_args, node_kwargs, env)
         elif op == "placeholder":
             values[node] = next(inputs)
@@ -212,6 +212,18 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
                 f"({op}) inside an XLA program."
             )
     raise AssertionError("graph has no output node")
+
+
+def _load(arg, values):
+    # Plain lists and tuples, as PyTorch's dispatcher hands them to __torch_dispatch__ (FX keeps
+    # immutable_list, which torchlax's dispatch would not look into).
+    if isinstance(arg, torch.fx.Node):
+        return values[arg]
+    if isinstance(arg, list):
+        return [_load(a, values) for a in arg]
+    if isinstance(arg, tuple):
+        return tuple(_load(a, values) for a in arg)
+    return arg
 
 
 def call_node(target, args, kwargs, env):
