@@ -1,0 +1,182 @@
+"""jit: PyTorch functions and modules compiled with jax.jit."""
+
+import copy
+
+import pytest
+import torch
+import torchlax_core
+from torchlax_interop import from_torch, jit
+
+
+def _jax(t: torch.Tensor) -> torchlax_core.Tensor:
+    return from_torch(t)
+
+
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu()
+
+
+def test_function_matches_eager_and_returns_torchlax_tensors():
+    def fn(x, y, *, power):
+        return {"out": torch.tanh(x @ y) ** power, "shape": x.shape[0]}
+
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    out = jit(fn)(_jax(x), _jax(y), power=2)
+    assert isinstance(out["out"], torchlax_core.Tensor) and out["shape"] == 3
+    torch.testing.assert_close(_cpu(out["out"]), fn(x, y, power=2)["out"])
+
+
+def test_cpu_tensors_in_cpu_tensors_out():
+    fn = jit(lambda x: torch.sin(x) * 2)
+    x = torch.randn(5)
+    out = fn(x)
+    assert type(out) is torch.Tensor and out.device.type == "cpu"
+    torch.testing.assert_close(out, torch.sin(x) * 2)
+
+
+def test_int64_stays_int64():
+    out = jit(lambda i: i * 3 + 1)(_jax(torch.arange(4)))
+    assert out.dtype == torch.int64
+    assert torch.equal(_cpu(out), torch.arange(4) * 3 + 1)
+
+
+def test_new_shapes_and_static_values_compile_new_programs_weights_do_not():
+    traces = []
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            traces.append(tuple(x.shape))
+            return self.linear(x)
+
+    module = Counting()
+    jitted = jit(module)
+    x = torch.randn(4, 3)
+    first = jitted(_jax(x))
+    count = len(traces)
+    with torch.no_grad():
+        module.linear.weight.mul_(2)  # a CPU module: its weights are inputs each call
+    second = jitted(_jax(x))
+    assert len(traces) == count  # updated weights: no retrace
+    torch.testing.assert_close(_cpu(second), module(x).detach())
+    assert not torch.allclose(_cpu(first), _cpu(second))
+    jitted(_jax(torch.randn(7, 3)))
+    assert traces[-1] == (7, 3)  # a new shape: a new trace
+
+
+def test_static_argnums():
+    def fn(x, axis):
+        return x.sum(axis)
+
+    jitted = jit(fn, static_argnums=1)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(_cpu(jitted(_jax(x), 0)), x.sum(0))
+    torch.testing.assert_close(_cpu(jitted(_jax(x), 1)), x.sum(1))
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(3, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 2)
+    )
+
+
+def test_batchnorm_buffers_are_written_back():
+    reference = _net()
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    for _ in range(3):
+        x = torch.randn(8, 3)
+        out = jitted(_jax(x))
+        want = reference(x)
+        torch.testing.assert_close(_cpu(out), want.detach(), rtol=1e-4, atol=1e-5)
+    bn, ref_bn = model[1], reference[1]
+    torch.testing.assert_close(_cpu(bn.running_mean), ref_bn.running_mean)
+    torch.testing.assert_close(_cpu(bn.running_var), ref_bn.running_var)
+    assert int(bn.num_batches_tracked.item()) == 3
+    model.eval()
+    reference.eval()
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(_cpu(jitted(_jax(x))), reference(x).detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_backward_matches_torch():
+    reference = _net(1)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    x = torch.randn(8, 3)
+    xj = _jax(x).requires_grad_()
+    out = jitted(xj)
+    loss = (out * out).mean()
+    loss.backward()
+    x_ref = x.clone().requires_grad_()
+    ref_loss = (reference(x_ref) ** 2).mean()
+    ref_loss.backward()
+    torch.testing.assert_close(_cpu(loss), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(_cpu(xj.grad), x_ref.grad, rtol=1e-4, atol=1e-6)
+    for (name, p), (_, r) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
+        torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6, msg=name)
+    # buffers were written back on the differentiable path too
+    torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
+
+
+def test_trains_with_an_optimizer():
+    reference = _net(2)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    jitted = jit(model)
+    x, y = torch.randn(8, 3), torch.randn(8, 2)
+    for _ in range(3):
+        opt.zero_grad()
+        ((jitted(_jax(x)) - _jax(y)) ** 2).mean().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        ((reference(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+    for p, r in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(_cpu(p), r.detach(), rtol=1e-4, atol=1e-5)
+    assert len(jitted.programs) == 1
+
+
+def test_dropout_differs_per_call_and_follows_manual_seed():
+    model = torch.nn.Dropout(0.5)
+    jitted = jit(model)
+    x = _jax(torch.ones(64))
+    torch.manual_seed(0)
+    a, b = _cpu(jitted(x)), _cpu(jitted(x))
+    assert not torch.equal(a, b)
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+    torch.manual_seed(0)
+    assert torch.equal(_cpu(jitted(x)), a)
+    model.eval()
+    assert torch.equal(_cpu(jitted(x)), torch.ones(64))
+
+
+def test_deterministic_program_leaves_torch_rng_alone():
+    jitted = jit(lambda x: x + 1)
+    x = _jax(torch.ones(3))
+    jitted(x)
+    torch.manual_seed(0)
+    jitted(x)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(1), after)
+
+
+@pytest.mark.parametrize("device", ["cpu", "jax"])
+def test_cpu_and_jax_modules(device):
+    reference = torch.nn.Linear(3, 2)
+    model = copy.deepcopy(reference)
+    if device == "jax":
+        with torchlax_core.enable():
+            model = model.to("jax")
+    x = torch.randn(4, 3)
+    out = jit(model)(x if device == "cpu" else _jax(x))
+    torch.testing.assert_close(_cpu(out), reference(x).detach())
