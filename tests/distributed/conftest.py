@@ -1,0 +1,50 @@
+"""Helpers for the distributed tests: each runs its body in a fresh Python process.
+
+The parent test process keeps one XLA host device; a body runs with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N`` so JAX sees N simulated CPU devices.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+PRELUDE = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+import jax
+import numpy as np
+import torch
+import torchlax_core
+from jax.sharding import NamedSharding, PartitionSpec as P
+import torchlax_interop.distributed as D
+"""
+
+
+def device_env(devices: int = 8) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env.setdefault("TORCHLAX_BLOCK_PLUGINS", "example")
+    return env
+
+
+def run_on_devices(body: str, devices: int = 8, timeout: float = 240) -> str:
+    """Run ``body`` (after ``PRELUDE``) with ``devices`` simulated CPU devices; return stdout.
+
+    Fails the test with the child's output if it exits non-zero.
+    """
+    code = PRELUDE + f"assert len(jax.devices()) == {devices}, jax.devices()\n" + textwrap.dedent(body)
+    proc = subprocess.run([sys.executable, "-c", code], env=device_env(devices),
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"subprocess failed (exit {proc.returncode})\n--- stdout\n{proc.stdout}\n"
+            f"--- stderr\n{proc.stderr[-6000:]}"
+        )
+    return proc.stdout

@@ -1,0 +1,109 @@
+"""torch.distributed functional collectives inside shard_map equal their definitions."""
+
+from conftest import run_on_devices
+
+
+def test_collectives_match_definitions():
+    run_on_devices("""
+        import warnings
+        import torch.distributed._functional_collectives as fc
+        warnings.simplefilter("ignore", FutureWarning)
+
+        mesh = D.make_mesh((2, 4), ("data", "model"))
+        x = torch.randn(2 * 4 * 4, 6)            # rows split over data x model: blocks of 4
+        blocks = x.reshape(2, 4, 4, 6)            # [data, model, rows, cols]
+        ints = torch.randint(-50, 50, (32, 6))
+        spec = P(("data", "model"))
+
+        def per_device(result):                  # (32, ...) -> [data, model, ...]
+            return result.reshape(2, 4, -1, *result.shape[1:])
+
+        def along_model(per_group):              # one value per data group -> every device
+            return per_group.unsqueeze(1).expand(2, 4, *per_group.shape[1:])
+
+        with torchlax_core.enable():
+            xj, ij = x.to("jax"), ints.to("jax")
+
+            # all_reduce: every reduce op, over the axis named as the group
+            for op, ref in [("sum", blocks.sum(1)), ("avg", blocks.mean(1)),
+                            ("max", blocks.amax(1)), ("min", blocks.amin(1)),
+                            ("product", blocks.prod(1))]:
+                f = D.shard_map(lambda t, op=op: fc.all_reduce(t, op, "model"), mesh, spec, spec)
+                out = f(xj)
+                torch.testing.assert_close(per_device(out.cpu()), along_model(ref), msg=op)
+                assert out.shape == x.shape
+            f = D.shard_map(lambda t: fc.all_reduce(t, "sum", "model"), mesh, spec, spec)
+            out = f(ij)
+            assert out.dtype == torch.int64
+            assert torch.equal(per_device(out.cpu()), along_model(ints.reshape(2, 4, 4, 6).sum(1)))
+
+            # all_reduce over the data axis, set with collectives_axis (the group is ignored)
+            with D.collectives_axis("data") as group:
+                f = D.shard_map(lambda t: fc.all_reduce(t, "sum", "ignored"), mesh, spec, spec)
+                out = f(xj)
+            torch.testing.assert_close(per_device(out.cpu()),
+                                       blocks.sum(0, keepdim=True).expand(2, 4, 4, 6))
+            assert group == "data"
+
+            # all_gather: each device gets its model group's blocks concatenated (dims 0 and 1)
+            f = D.shard_map(lambda t: fc.all_gather_tensor(t, 0, "model"), mesh, spec, spec)
+            out = per_device(f(xj).cpu())
+            assert out.shape == (2, 4, 16, 6)  # 4 rows per device, gathered over 4 devices
+            torch.testing.assert_close(out, along_model(blocks.reshape(2, 16, 6)))
+            f = D.shard_map(lambda t: fc.all_gather_tensor(t, 1, "model"), mesh, spec, spec)
+            out = per_device(f(xj).cpu())
+            assert out.shape == (2, 4, 4, 24)
+            torch.testing.assert_close(out, along_model(blocks.permute(0, 2, 1, 3).reshape(2, 4, 24)))
+
+            # reduce_scatter: sum over the group, device i keeps rows [i] of the sum
+            for op, reduce in [("sum", lambda b: b.sum(1)), ("avg", lambda b: b.mean(1)),
+                               ("max", lambda b: b.amax(1))]:
+                f = D.shard_map(lambda t, op=op: fc.reduce_scatter_tensor(t, op, 0, "model"),
+                                mesh, spec, spec)
+                out = per_device(f(xj).cpu())
+                assert out.shape == (2, 4, 1, 6)
+                torch.testing.assert_close(out.reshape(2, 4, 6), reduce(blocks), msg=op)
+
+            # broadcast from group rank 2
+            f = D.shard_map(lambda t: fc.broadcast(t, 2, "model"), mesh, spec, spec)
+            torch.testing.assert_close(per_device(f(xj).cpu()), along_model(blocks[:, 2]))
+
+            # all_to_all_single: device j's chunk i goes to device i, as chunk j
+            f = D.shard_map(lambda t: fc.all_to_all_single(t, None, None, "model"), mesh, spec, spec)
+            out = per_device(f(xj).cpu())
+            expected = blocks.reshape(2, 4, 4, 1, 6).transpose(1, 2).reshape(2, 4, 4, 6)
+            torch.testing.assert_close(out, expected)
+
+            # the same under jax.jit, on a sharded input: one XLA program
+            f = D.shard_map(lambda t: fc.all_reduce(t * 2, "sum", "model"), mesh, spec, spec)
+            jitted = jax.jit(lambda a: f(torchlax_core.wrap(a)).jax())
+            sharded = jax.device_put(xj.jax(), NamedSharding(mesh, spec))
+            out = torchlax_core.wrap(jitted(sharded))
+            torch.testing.assert_close(per_device(out.cpu()), along_model(2 * blocks.sum(1)))
+            assert out.jax().sharding.spec == spec
+        print("ok")
+    """)
+
+
+def test_collective_errors_name_the_axis():
+    run_on_devices("""
+        import torch.distributed._functional_collectives as fc
+        mesh = D.make_mesh((2, 4), ("data", "model"))
+        with torchlax_core.enable():
+            x = torch.randn(8, 2).to("jax")
+            f = D.shard_map(lambda t: fc.all_reduce(t, "sum", "nope"), mesh, P("data"), P("data"))
+            try:
+                f(x)
+            except Exception as e:
+                assert "no mesh axis bound here" in str(e), e
+            else:
+                raise AssertionError("an unknown axis must raise")
+            f = D.shard_map(lambda t: fc.all_reduce(t, "bxor", "data"), mesh, P("data"), P("data"))
+            try:
+                f(x)
+            except Exception as e:
+                assert "'bxor' is not supported" in str(e), e
+            else:
+                raise AssertionError("an unsupported reduce op must raise")
+        print("ok")
+    """)
