@@ -4,6 +4,7 @@ Nothing to call here: the package registers itself as the ``ops`` plugin of torc
 its entry point. Each op family lives in ``torchlax_ops._lowerings.<family>``.
 """
 
+from ._explain import explain as explain
 from ._promotion import Promotion as Promotion
 from ._promotion import elementwise as elementwise
 from ._promotion import result_dtypes as result_dtypes
