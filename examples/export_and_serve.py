@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torchlax_export
 from torch import nn
 from torch.export import Dim
-
-import torchlax_export
 
 
 class SmallCNN(nn.Module):

@@ -142,29 +142,64 @@ def _decompose(ep: ExportedProgram, env) -> ExportedProgram:
         if isinstance(op, torch._ops.OpOverload) and not op._schema.is_mutable and _direct_lowering(env, op):
             del table[op]
     ep = ep.run_decompositions(table)
-    # Ops the registry lacks may decompose (torch._decomp) into ops it has: try, and keep the
-    # result only if fewer ops are left unlowered (refs decompose into prims, which rarely are).
+    # Ops without a direct JAX lowering (none at all, or only a torch-level decomposition, which
+    # cannot run on symbolic shapes) may decompose with torch._decomp into ops that have one.
+    # Keep a decomposition only if it leaves the program better off: refs that decompose into
+    # prims, which the registry rarely lowers, are dropped.
     for _ in range(3):
-        missing = _unlowered(ep, env)
-        extra = {op: torch._decomp.decomposition_table[op] for op in missing
+        before = _lowering_gaps(ep, env)
+        extra = {op: torch._decomp.decomposition_table[op] for op in before[1]
                  if op in torch._decomp.decomposition_table}
         if not extra:
             break
-        candidate = ep.run_decompositions(extra)
-        if len(_unlowered(candidate, env)) >= len(missing):
+        improved = _try_decompose(ep, env, extra, before)
+        if improved is None and len(extra) > 1:
+            for op, fn in extra.items():
+                improved = _try_decompose(ep, env, {op: fn}, before) or improved
+                if improved is not None:
+                    ep, before = improved, _lowering_gaps(improved, env)
             break
-        ep = candidate
+        if improved is None:
+            break
+        ep = improved
     return ep
 
 
-def _unlowered(ep: ExportedProgram, env) -> set:
-    return {
-        node.target
-        for gm in _interpret.graph_modules(ep.graph_module) for node in gm.graph.nodes
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-        and node.target not in _interpret.NO_OPS and node.target not in _interpret.SIZE_OPS
-        and env.lowering_for(node.target) is None
-    }
+def _try_decompose(ep, env, table, before) -> ExportedProgram | None:
+    try:
+        candidate = ep.run_decompositions(table)
+    except Exception:
+        # A decomposition may call a mutating relative (_native_batch_norm_legit_no_training
+        # calls _native_batch_norm_legit); decomposing that relative too keeps it functional.
+        names = {op._schema.name for op in table}
+        relatives = {op: fn for op, fn in torch._decomp.decomposition_table.items()
+                     if isinstance(op, torch._ops.OpOverload)
+                     and any(n.startswith(op._schema.name) for n in names)}
+        try:
+            candidate = ep.run_decompositions({**relatives, **table})
+        except Exception:
+            return None
+    after = _lowering_gaps(candidate, env)
+    better = (len(after[0]), len(after[1])) < (len(before[0]), len(before[1]))
+    return candidate if better else None
+
+
+def _lowering_gaps(ep: ExportedProgram, env) -> tuple[set, set]:
+    """(ops nothing lowers, ops without a direct JAX lowering) in the program."""
+    missing, indirect = set(), set()
+    for gm in _interpret.graph_modules(ep.graph_module):
+        for node in gm.graph.nodes:
+            op = node.target
+            if (node.op != "call_function" or not isinstance(op, torch._ops.OpOverload)
+                    or op in _interpret.NO_OPS or op in _interpret.SIZE_OPS
+                    or op in _interpret.PROGRAM_OPS):
+                continue
+            entry = env.lowering_for(op)
+            if entry is None:
+                missing.add(op)
+            if entry is None or entry.kind != "lowering":
+                indirect.add(op)
+    return missing, indirect
 
 
 def _uses_randomness(ep: ExportedProgram) -> bool:

@@ -36,6 +36,16 @@ NO_OPS = {
     aten._assert_async.default, aten._assert_async.msg,
 }
 
+def _to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    # Inside an exported program a device move is meaningless; only the dtype cast remains.
+    return x if dtype is None else x.astype(torchlax_core.jax_dtype(dtype))
+
+
+# Ops the registry implements at the torch level (they move data between torch and JAX) that
+# an exported program needs as plain JAX functions, symbolic shapes included.
+PROGRAM_OPS: dict[Any, Callable] = {aten._to_copy.default: _to_copy}
+
 SIZE_OPS: dict[Any, Callable] = {
     aten.sym_size.int: lambda x, dim: x.shape[dim],
     aten.sym_numel.default: lambda x: math.prod(x.shape),
@@ -75,7 +85,7 @@ def check_lowerable(root: fx.GraphModule, env) -> None:
                 continue
             target = node.target
             if isinstance(target, torch._ops.OpOverload):
-                if target in NO_OPS or target in SIZE_OPS:
+                if target in NO_OPS or target in SIZE_OPS or target in PROGRAM_OPS:
                     continue
                 entry = env.lowering_for(target)
                 if entry is None or entry.kind not in ("lowering", "decomposition"):
@@ -192,7 +202,9 @@ class Interpreter:
         impl = self._impls.get(op)
         if impl is None:
             entry = self.env.lowering_for(op)
-            if entry is not None and entry.kind == "lowering":
+            if op in PROGRAM_OPS and (entry is None or entry.kind != "lowering"):
+                impl = PROGRAM_OPS[op]
+            elif entry is not None and entry.kind == "lowering":
                 impl = entry.fn
             else:
                 impl = self._torch_level(op)
