@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torchlax_core
-from torchlax_core import DeviceMismatchError, NotEnabledError, Tensor, UnsupportedDtypeError
+from torchlax_core import DeviceMismatchError, Tensor, UnsupportedDtypeError
 
 ALL_DTYPES = [
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -110,9 +110,10 @@ def test_repr_under_tracing_names_shape_and_dtype():
     assert seen == ["torchlax.Tensor(<traced>, shape=(2, 3), dtype=torch.float32, device='jax:0')"]
 
 
-def test_factories_need_enable_and_then_make_torchlax_tensors():
-    with pytest.raises(NotEnabledError, match="torchlax.enable"):
-        torch.zeros(2, device="jax")
+def test_factories_on_the_jax_device_make_torchlax_tensors():
+    # Models create tensors on their inputs' device (torch.arange(n, device=x.device)), so
+    # device="jax" works wherever torchlax is imported; enable() scopes the environment.
+    assert isinstance(torch.zeros(2, device="jax"), Tensor)
     with torchlax_core.enable():
         cases = {
             "randn": torch.randn(2, 3, device="jax"),

@@ -12,10 +12,14 @@ import pytest
 import torch
 import torchlax
 import torchlax_export
-
-from .conftest import CASES, built
+from model_cases import CASES, ModelCase, built
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=list(CASES), ids=list(CASES))
+def case(request) -> ModelCase:
+    return CASES[request.param]
 
 
 def to_jax(model, inputs):

@@ -20,7 +20,7 @@ import torch
 
 from . import _privateuse1, _tensor
 from ._dispatch import derived_mutation_impl, functional_counterpart, lowering_impl
-from ._errors import NotEnabledError, OpNotLoweredError
+from ._errors import OpNotLoweredError
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
 
 _x64 = jax.enable_x64
@@ -347,11 +347,3 @@ def disable_globally() -> None:
         jax.config.update("jax_enable_x64", _x64_before_global)
     _globally_enabled = False
     _x64_before_global = None
-
-
-def require_enabled(what: str) -> None:
-    if not is_enabled():
-        raise NotEnabledError(
-            f"{what} needs torchlax enabled: wrap the code in `with torchlax.enable():` or call "
-            "torchlax.enable_globally() first."
-        )

@@ -29,7 +29,3 @@ class PluginConflictError(TorchlaxError):
 
 class PluginError(TorchlaxError):
     """A plugin failed to load or register (raised in strict mode, reported otherwise)."""
-
-
-class NotEnabledError(TorchlaxError):
-    """``device="jax"`` was used outside ``torchlax.enable()``."""

@@ -264,4 +264,5 @@ class PluginHost:
         return tables
 
     def loaded_plugin_names(self) -> list[str]:
-        return [name for name, _ in self.pm.list_name_plugin()]
+        # Blocked names sit in pluggy's table with no plugin object.
+        return [name for name, plugin in self.pm.list_name_plugin() if plugin is not None]

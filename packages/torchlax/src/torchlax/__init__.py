@@ -10,7 +10,6 @@ import torchlax_export
 from torchlax_core import Config as Config
 from torchlax_core import DeviceMismatchError as DeviceMismatchError
 from torchlax_core import Environment as Environment
-from torchlax_core import NotEnabledError as NotEnabledError
 from torchlax_core import OpNotLoweredError as OpNotLoweredError
 from torchlax_core import PluginConflictError as PluginConflictError
 from torchlax_core import PluginError as PluginError

@@ -1,11 +1,12 @@
-"""Real models built from configs with random weights (nothing is downloaded)."""
+"""Real models built from configs with random weights (nothing is downloaded).
+
+Imported by the model tests as ``model_cases`` (a unique name: tests/ has no packages)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
-import pytest
 import torch
 
 
@@ -83,11 +84,6 @@ CASES = {
     "resnet18": ModelCase("resnet18", _resnet18, lambda: _images(64), _logits, 2e-4),
     "mobilenet_v3": ModelCase("mobilenet_v3", _mobilenet_v3, lambda: _images(64), _logits, 2e-4),
 }
-
-
-@pytest.fixture(params=list(CASES), ids=list(CASES))
-def case(request) -> ModelCase:
-    return CASES[request.param]
 
 
 def built(case: ModelCase, *, train: bool = False):
