@@ -206,3 +206,35 @@ def test_jax_view_and_torch_view_convert_pytrees_without_copies():
     cpu = torch.arange(4.0)
     address = cpu.data_ptr()
     assert _pointer(jax_view({"cpu": cpu})["cpu"]) == address
+
+
+def test_promoting_the_same_tensor_again_reuses_the_array():
+    t = torch.arange(32, dtype=torch.float32)
+    first = from_torch(t).jax()
+    assert from_torch(t).jax() is first  # nothing written since: the same array, no copy
+    t.add_(1)
+    second = from_torch(t).jax()
+    assert second is not first
+    np.testing.assert_array_equal(np.asarray(second), np.arange(32) + 1)
+    np.testing.assert_array_equal(np.asarray(first), np.arange(32))
+
+
+def test_a_dropped_promotion_costs_nothing_later():
+    t = torch.arange(32, dtype=torch.float32)
+    address = t.data_ptr()
+    from_torch(t)  # the array is dropped at once
+    gc.collect()
+    assert _pointer(from_torch(t).jax()) == address  # the buffer came back to torch, uncopied
+
+
+def test_the_buffer_lives_as_long_as_a_jax_array_sharing_it():
+    t = torch.arange(256, dtype=torch.float32)
+    array = from_torch(t).jax()
+    moved = jax.device_put(array, jax.devices()[0])  # a new array object on the same buffer
+    del array
+    t.mul_(0)
+    del t
+    gc.collect()
+    garbage = [torch.full((256,), 9.0) for _ in range(32)]
+    np.testing.assert_array_equal(np.asarray(moved), np.arange(256))
+    del garbage

@@ -124,13 +124,18 @@ def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
             return jnp.from_dlpack(tensor.resolve_conj().resolve_neg().contiguous())
         if copy:
             return jnp.array(jnp.from_dlpack(tensor), copy=True)
-        # data_ptr() first: it moves an already copy-on-write tensor to its own buffer.
+        cached = _promoted_before(tensor)
+        if cached is not None:
+            return cached
+        # data_ptr() gives an already copy-on-write tensor its own buffer (a copy, unless the
+        # earlier JAX array is gone), so that the export below aliases exactly that buffer.
         pointer = tensor.data_ptr()
         array = jnp.from_dlpack(tensor)
         if array.unsafe_buffer_pointer() != pointer:
             return array  # XLA copied (unaligned data): nothing is shared
         if not _make_copy_on_write(tensor):
             return jnp.array(array, copy=True)
+        _remember(tensor, array)
         return array
 
 
@@ -147,26 +152,60 @@ def _compact(tensor: torch.Tensor) -> bool:
     return True
 
 
-def _make_copy_on_write(tensor: torch.Tensor) -> bool:
-    """Turn ``tensor``'s storage copy-on-write; its current buffer then belongs to JAX.
+def _make_copy_on_write(exported: torch.Tensor) -> bool:
+    """Turn ``exported``'s storage copy-on-write; its current buffer then belongs to JAX.
 
-    The lazy clone holds the original buffer; it is kept alive by the storage object, which
-    the JAX array keeps alive through its DLPack handle, so the buffer lives as long as JAX
-    may read it. Returns False for storage PyTorch cannot make copy-on-write.
+    A lazy clone holds the buffer for JAX: whichever side writes first gets a copy, and the
+    buffer is freed when both the clone and the storage let go. The clone is attached to the
+    tensor object JAX's DLPack handle holds, which lives exactly as long as the JAX buffer
+    (PyTorch keeps a tensor's Python object alive while C++ holds the tensor). Returns False
+    for memory PyTorch cannot make copy-on-write.
     """
     lazy_clone = getattr(torch, "_lazy_clone", None)
     if lazy_clone is None:
         return False
     try:
-        keeper = lazy_clone(tensor)
+        exported._torchlax_keep = lazy_clone(exported)
     except RuntimeError:  # memory torch does not own (from NumPy, DLPack, shared memory)
         return False
-    storage = tensor.untyped_storage()
-    kept = getattr(storage, "_torchlax_keep", None)
-    if kept is None:
-        kept = storage._torchlax_keep = []
-    kept.append(keeper)
     return True
+
+
+def _view_key(tensor: torch.Tensor) -> tuple:
+    return (tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+
+def _promoted_before(tensor: torch.Tensor) -> jax.Array | None:
+    """The array an earlier ``from_torch`` made of this very view, if nothing was written since.
+
+    Exporting a copy-on-write tensor again would give it a private copy first; reusing the
+    earlier array is free. Any write moves the storage to a new buffer, which the address
+    check sees (``const_data_ptr`` does not trigger the copy).
+    """
+    is_cow = getattr(torch._C, "_is_cow_tensor", None)
+    if is_cow is None or not is_cow(tensor):
+        return None
+    arrays = getattr(tensor.untyped_storage(), "_torchlax_arrays", None)
+    if not arrays:
+        return None
+    entry = arrays.get(_view_key(tensor))
+    if entry is None:
+        return None
+    ref, address = entry
+    array = ref()
+    if array is None or address != tensor.const_data_ptr():
+        return None
+    return array
+
+
+def _remember(tensor: torch.Tensor, array: jax.Array) -> None:
+    storage = tensor.untyped_storage()
+    arrays = getattr(storage, "_torchlax_arrays", None)
+    if arrays is None:
+        arrays = storage._torchlax_arrays = {}
+    for key in [k for k, (ref, _) in arrays.items() if ref() is None]:
+        del arrays[key]
+    arrays[_view_key(tensor)] = (weakref.ref(array), tensor.const_data_ptr())
 
 
 class _FromTorch(torch.autograd.Function):
