@@ -5,7 +5,10 @@ Aliasing rules (JAX arrays are immutable, torch tensors are not):
 * ``from_torch(t)`` shares ``t``'s memory with the new JAX array, then turns ``t``'s storage
   copy-on-write (PyTorch's lazy clone). A later in-place write to ``t`` (or any view of its
   storage) first moves ``t`` to a private copy, so the JAX array keeps the value ``t`` had at
-  promotion. The copy is paid only if and when torch writes; reading ``t`` stays free.
+  promotion. The copy is paid only if torch writes while the JAX array is alive; reading
+  ``t`` stays free, and promoting the same unwritten tensor again returns the same array.
+  PyTorch code that asks for a writable pointer (``t.data_ptr()``, ``t.numpy()``) counts as a
+  write: it gets the copy, never the JAX array's buffer.
 * ``to_torch(x)`` returns a torch tensor sharing the JAX array's memory. It is read-only by
   contract. Writing to it would change an immutable JAX array, so such writes are detected:
   the next interop call (``from_torch``, ``to_torch``, ``call_jax``, ``jit``, ...) raises

@@ -40,16 +40,19 @@ def functional(module: torch.nn.Module) -> tuple[dict[str, jax.Array], Callable]
     forward with the weights taken from ``params`` (``torch.func.functional_call`` over
     torchlax Tensors wrapping the arrays), takes arrays and returns arrays, and is a JAX
     function: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and optax apply to it. ``params`` may
-    omit names: those keep the module's own values. In-place updates of buffers inside the
-    forward (BatchNorm's running statistics in training mode) are not returned: evaluate in
-    ``module.eval()`` mode, or use ``torchlax.jit``, which writes them back. The module itself
-    is never modified.
+    omit names: those keep the values they had when ``functional`` was called. In-place
+    updates of buffers inside the forward (BatchNorm's running statistics in training mode)
+    are not returned: evaluate in ``module.eval()`` mode, or use ``torchlax.jit``, which writes
+    them back. The module itself is never modified. Random ops draw keys from torch's
+    generator; to make them an input, call ``fn`` inside
+    ``torchlax.current_env().prng_key_scope(key)``.
     """
     params = module_state(module)
+    defaults = dict(params)
 
     def fn(params: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         with torchlax_core.enable():
-            weights = torch_view(numpy_to_jax(dict(params)))
+            weights = torch_view(numpy_to_jax({**defaults, **params}))
             tensor_args, tensor_kwargs = torch_view(numpy_to_jax((args, kwargs)))
             out = torch.func.functional_call(
                 module, weights, tensor_args, tensor_kwargs, tie_weights=True, strict=False
