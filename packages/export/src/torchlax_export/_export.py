@@ -282,6 +282,12 @@ class _Plan:
             elif spec.kind == InputKind.USER_INPUT:
                 if isinstance(spec.arg, TensorArgument):
                     self._input_nodes.append(node)
+                elif not isinstance(spec.arg, ConstantArgument):
+                    raise ExportError(
+                        f"Input '{spec.arg.name}' is a {type(spec.arg).__name__} (a dynamic Python "
+                        "number); torchlax-export takes tensors and constants. Pass it as a "
+                        "0-d tensor, or leave it static."
+                    )
             else:
                 raise ExportError(
                     f"torchlax-export does not support program inputs of kind {spec.kind.name} "
