@@ -34,12 +34,13 @@ def device_env(devices: int = 8) -> dict[str, str]:
     return env
 
 
-def run_on_devices(body: str, devices: int = 8, timeout: float = 240) -> str:
-    """Run ``body`` (after ``PRELUDE``) with ``devices`` simulated CPU devices; return stdout.
+def run_on_devices(*parts: str, devices: int = 8, timeout: float = 240) -> str:
+    """Run the code ``parts`` (each dedented, after ``PRELUDE``) with ``devices`` simulated CPU
+    devices; return the child's stdout.
 
     Fails the test with the child's output if it exits non-zero.
     """
-    code = PRELUDE + f"assert len(jax.devices()) == {devices}, jax.devices()\n" + textwrap.dedent(body)
+    code = PRELUDE + f"assert len(jax.devices()) == {devices}, jax.devices()\n" + "".join(textwrap.dedent(p) for p in parts)
     proc = subprocess.run([sys.executable, "-c", code], env=device_env(devices),
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
