@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import torch
 import torchlax_core
 import torchlax_export
 from torchlax_export import (
+    ArtifactError,
     ArtifactFormatError,
     ExportError,
     InputMismatchError,
@@ -184,3 +186,22 @@ def test_input_mutation_is_refused():
 
     with pytest.raises(ExportError, match="mutates its input 'x'"):
         torchlax_export.export(add_in_place, (torch.randn(3),))
+
+
+def test_wrong_platform_is_named(saved, monkeypatch):
+    program = torchlax_export.load(saved[1])
+    assert program.manifest["platforms"] == ["cpu"]
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(ArtifactError, match="lowered for cpu, but JAX runs on gpu"):
+        program(np.zeros((2, 3), np.float32), np.int64(1))
+
+
+@pytest.mark.slow
+def test_multi_platform_export(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.GELU(), torch.nn.LayerNorm(4)).eval()
+    x = torch.randn(2, 3)
+    artifact = torchlax_export.export(model, (x,), platforms=("cpu", "cuda"))
+    program = torchlax_export.load(artifact.save(tmp_path / "multi"))
+    assert program.exported.platforms == ("cpu", "cuda")
+    np.testing.assert_allclose(np.asarray(program(x.numpy())), model(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)

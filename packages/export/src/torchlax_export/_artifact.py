@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._errors import ArtifactFormatError, InputMismatchError
+from ._errors import ArtifactError, ArtifactFormatError, InputMismatchError
 
 FORMAT = "torchlax-export"
 FORMAT_VERSION = 1
@@ -101,6 +101,7 @@ class Artifact:
         program mutates none). ``self.weights`` is left unchanged.
         """
         arrays = self._check_inputs(inputs, named_inputs)
+        self._check_platform()
         with jax.enable_x64(True):
             try:
                 flat = self._call(*self._weight_arrays(weights), *arrays)
@@ -116,6 +117,16 @@ class Artifact:
         outputs, new_buffers = self.run(*inputs, **named_inputs)
         self.weights.update(new_buffers)
         return outputs
+
+    def _check_platform(self) -> None:
+        backend = jax.default_backend()
+        here = {"gpu": ("cuda", "rocm")}.get(backend, (backend,))
+        if not set(here) & set(self.exported.platforms):
+            raise ArtifactError(
+                f"This artifact was lowered for {', '.join(self.exported.platforms)}, but JAX runs "
+                f"on {backend} here. Export it with platforms=(..., '{here[0]}') (CLI: --platform "
+                f"{here[0]}), or run JAX on a lowered platform (e.g. JAX_PLATFORMS=cpu)."
+            )
 
     def _weight_arrays(self, override: Mapping[str, Any] | None) -> list:
         if override:
