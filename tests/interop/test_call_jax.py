@@ -138,3 +138,14 @@ def test_jax_jit_function_works_too():
     out = call_jax(fn, x)
     out.sum().backward()
     torch.testing.assert_close(x.grad, torch.full((4,), 2.0))
+
+
+def test_inside_torchlax_jit_with_backward():
+    from torchlax_interop import jit
+
+    fn = jit(lambda x: call_jax(jnp.sin, x) * 2)
+    x = from_torch(torch.linspace(0, 1, 5)).requires_grad_()
+    out = fn(x)
+    torch.testing.assert_close(out.cpu().detach(), torch.sin(torch.linspace(0, 1, 5)) * 2)
+    out.backward(from_torch(torch.ones(5)))
+    torch.testing.assert_close(x.grad.cpu(), 2 * torch.cos(torch.linspace(0, 1, 5)))

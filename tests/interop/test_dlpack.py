@@ -238,3 +238,27 @@ def test_the_buffer_lives_as_long_as_a_jax_array_sharing_it():
     garbage = [torch.full((256,), 9.0) for _ in range(32)]
     np.testing.assert_array_equal(np.asarray(moved), np.arange(256))
     del garbage
+
+
+def test_sparse_tensor_is_a_clear_error():
+    with pytest.raises(TypeError, match="to_dense"):
+        from_torch(torch.ones(3).to_sparse())
+
+
+def test_inference_tensors_and_parameters():
+    with torch.inference_mode():
+        t = torch.arange(4.0)
+    assert float(from_torch(t).jax()[3]) == 3.0
+    p = torch.nn.Parameter(torch.ones(3))
+    with torch.no_grad():
+        x = from_torch(p)
+        assert not x.requires_grad
+        p.add_(1)  # an optimizer step after promotion
+    np.testing.assert_array_equal(np.asarray(x.jax()), np.ones(3))
+
+
+def test_numpy_backed_tensor_is_copied_and_protected():
+    n = np.arange(4.0)
+    x = from_torch(torch.from_numpy(n))
+    n[0] = 100.0  # memory torch does not own cannot be made copy-on-write: it was copied
+    np.testing.assert_array_equal(np.asarray(x.jax()), np.arange(4.0))

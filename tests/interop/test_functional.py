@@ -114,3 +114,12 @@ def test_ten_optax_steps_match_torch_training(optimizer):
     for name, p in reference.named_parameters():
         np.testing.assert_allclose(np.asarray(params[name]), p.detach().numpy(), rtol=1e-4,
                                    atol=1e-5)
+
+
+def test_vmap_over_the_functional_form():
+    model = _mlp()
+    params, fn = functional(model)
+    xs = torch.randn(5, 3, 4)
+    batched = jax.vmap(lambda x: fn(params, x))(xs.numpy())
+    want = torch.stack([model(x) for x in xs]).detach().numpy()
+    np.testing.assert_allclose(np.asarray(batched), want, rtol=1e-5, atol=1e-6)

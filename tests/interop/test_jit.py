@@ -180,3 +180,18 @@ def test_cpu_and_jax_modules(device):
     x = torch.randn(4, 3)
     out = jit(model)(x if device == "cpu" else _jax(x))
     torch.testing.assert_close(_cpu(out), reference(x).detach())
+
+
+def test_cpu_module_with_cpu_inputs_trains_with_backward():
+    reference = _net(3)
+    model = copy.deepcopy(reference)
+    x = torch.randn(6, 3, requires_grad=True)
+    out = jit(model)(x)
+    assert type(out) is torch.Tensor
+    out.pow(2).sum().backward()
+    x_ref = x.detach().clone().requires_grad_()
+    reference(x_ref).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(model[0].weight.grad, reference[0].weight.grad, rtol=1e-4,
+                               atol=1e-6)
+    torch.testing.assert_close(model[1].running_mean, reference[1].running_mean)

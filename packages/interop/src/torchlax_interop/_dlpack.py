@@ -110,6 +110,11 @@ def from_torch(tensor: torch.Tensor, *, copy: bool = False) -> Tensor:
 
 def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
     jax_dtype(tensor.dtype)  # raises a clear error for dtypes JAX cannot hold
+    if tensor.layout != torch.strided:
+        raise TypeError(
+            f"torchlax.from_torch takes dense (strided) tensors; got layout {tensor.layout}. "
+            "Call tensor.to_dense() first."
+        )
     if tensor.device.type == "meta":
         raise ValueError(
             "torchlax.from_torch got a tensor on the meta device, which has no data. Use "
