@@ -28,10 +28,12 @@ aten = torch.ops.aten
 class DevicePlacement:
     @hookimpl(trylast=True)
     def torchlax_device_placement(self, device, env):
+        # Process-local devices, as torch's cuda:N: in a multi-process run (jax.distributed)
+        # jax.devices() lists every process's devices, most of which this one cannot use.
         if device is None:
-            return jax.devices()[0]
+            return jax.local_devices()[0]
         if device.type == "jax":
-            devices = jax.devices()
+            devices = jax.local_devices()
             index = device.index or 0
             if index >= len(devices):
                 raise ValueError(
@@ -40,10 +42,10 @@ class DevicePlacement:
                 )
             return devices[index]
         if device.type == "cpu":
-            return jax.devices("cpu")[device.index or 0]
+            return jax.local_devices(backend="cpu")[device.index or 0]
         if device.type == "cuda":
             try:
-                return jax.devices("gpu")[device.index or 0]
+                return jax.local_devices(backend="gpu")[device.index or 0]
             except RuntimeError:
                 raise ValueError(
                     "device='cuda' was asked of torchlax, but JAX sees no GPU. Install a CUDA "

@@ -97,7 +97,7 @@ def torchlax_device_placement(device: Any, env: Environment) -> Any:
     ``device`` is a ``torch.device`` (``jax``, ``jax:1``, ``cuda``, ``cpu``, ...) or ``None``
     (no device named: the default). Return a ``jax.Device`` or a ``jax.sharding.Sharding``, or
     ``None`` to let the next plugin answer. The built-in plugin ``torchlax.device`` maps
-    ``jax:i`` to ``jax.devices()[i]`` and ``None``/``jax`` to the default device. Answers are
+    ``jax:i`` to ``jax.local_devices()[i]`` and ``None``/``jax`` to the default device. Answers are
     cached per device; registering or unregistering a plugin clears the cache.
     """
 
