@@ -199,3 +199,35 @@ def test_random_ops_take_a_key_input():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # reproducible with one key
     assert set(np.unique(np.asarray(a))) <= {0.0, 2.0}
     assert abs(float(np.mean(np.asarray(a) == 0)) - 0.5) < 0.1
+
+
+class _TinyGPTBlock(nn.Module):
+    def __init__(self, d=16, heads=2, vocab=50, context=32):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, d), nn.Embedding(context, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.head, self.heads = nn.Linear(d, vocab), heads
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.tokens(ids) + self.positions(torch.arange(t))
+        q, k, v = self.qkv(self.ln1(x)).split(x.shape[-1], dim=-1)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, -1))
+        return self.head(x + self.mlp(self.ln2(x)))
+
+
+@pytest.mark.slow
+def test_tiny_gpt_block_dynamic_batch(tmp_path, run_without_torch):
+    torch.manual_seed(0)
+    model = _TinyGPTBlock().eval()
+    ids, more = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (5, 8))
+    _, (outputs, _) = _roundtrip(model, [ids], tmp_path, run_without_torch,
+                                 calls=[[ids.numpy()], [more.numpy()]],
+                                 dynamic_shapes={"ids": {0: Dim("batch", max=16)}})
+    with torch.no_grad():
+        assert_matches(outputs[0], [model(ids)], atol=1e-4)
+        assert_matches(outputs[1], [model(more)], atol=1e-4)

@@ -191,7 +191,17 @@ class Interpreter:
             if target in SIZE_OPS:
                 return SIZE_OPS[target](*args, **kwargs)
             args, kwargs = _normalize(target, args, kwargs)
-            out = self._impl(target)(*args, **kwargs)
+            try:
+                out = self._impl(target)(*args, **kwargs)
+            except Exception as exc:
+                if not any(c.__name__ == "InconclusiveDimensionOperation" for c in type(exc).__mro__):
+                    raise
+                raise ExportError(
+                    f"The torchlax lowering of {target} (node {node.name}) cannot handle a "
+                    f"symbolic dimension: {str(exc).splitlines()[0]}. Export with that dimension "
+                    "static, or make the lowering shape-polymorphic (no int() or Python "
+                    "comparisons on sizes)."
+                ) from exc
             _check_result(node, out)
             return out
         if target in _SYM_MAX_MIN:
