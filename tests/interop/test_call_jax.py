@@ -149,3 +149,20 @@ def test_inside_torchlax_jit_with_backward():
     torch.testing.assert_close(out.cpu().detach(), torch.sin(torch.linspace(0, 1, 5)) * 2)
     out.backward(from_torch(torch.ones(5)))
     torch.testing.assert_close(x.grad.cpu(), 2 * torch.cos(torch.linspace(0, 1, 5)))
+
+
+def test_a_function_made_per_call_does_not_pile_up_and_backward_still_runs():
+    import gc
+
+    from torchlax_interop import _call_jax
+
+    x = torch.randn(4, requires_grad=True)
+    outs = [call_jax(lambda a, k=k: jnp.sin(a) * k, x) for k in range(1, 4)]
+    gc.collect()
+    before = len(_call_jax._ENTRIES)
+    for k in range(20):
+        call_jax(lambda a, k=k: a * k, x.detach())
+    gc.collect()
+    assert len(_call_jax._ENTRIES) <= before + 1
+    sum(o.sum() for o in outs).backward()  # the lambdas live as long as the graph needs them
+    torch.testing.assert_close(x.grad, 6 * torch.cos(x.detach()))

@@ -16,7 +16,7 @@ saved inputs (the forward is recomputed, nothing JAX-side outlives the forward).
 
 from __future__ import annotations
 
-import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,27 +34,51 @@ from ._dlpack import check_shared_writes
 _SLOT = "\x00torchlax_interop:tensor\x00"
 
 
-@dataclasses.dataclass
 class _Entry:
-    fn: Callable
-    in_spec: Any  # torch TreeSpec of (args, kwargs)
-    statics: tuple  # each leaf: its value, or _SLOT for a tensor passed to the op
-    out_spec: Any = None  # torch TreeSpec of the result, known once the function ran
+    """One registered call shape: the function, and how to rebuild its arguments."""
+
+    def __init__(self, fn: Callable, in_spec, statics: tuple):
+        self.in_spec = in_spec  # torch TreeSpec of (args, kwargs)
+        self.statics = statics  # each leaf: its value, or _SLOT for a tensor passed to the op
+        self.signature = (str(in_spec), statics)
+        self.out_spec = None  # torch TreeSpec of the result, known once the function ran
+        self.pinned: Callable | None = None
+        try:
+            # Eager calls hold the function only weakly, so a lambda made per call does not
+            # pile up here; the entry goes when the function does.
+            self._ref = weakref.ref(fn)
+        except TypeError:
+            self._ref, self.pinned = None, fn
+
+    @property
+    def fn(self) -> Callable:
+        fn = self.pinned if self.pinned is not None else self._ref()
+        if fn is None:
+            raise RuntimeError(
+                "torchlax.call_jax: the JAX function of this call was garbage collected."
+            )
+        return fn
+
+    def pin(self) -> None:
+        """Hold the function for good (a compiled graph refers to it by key)."""
+        self.pinned = self.fn
 
 
 _ENTRIES: dict[str, _Entry] = {}
 
 
 @torch.compiler.assume_constant_result
-def _register(fn: Callable, skeleton: Any) -> str:
+def _register(fn: Callable, skeleton: Any, pin: bool) -> str:
     """The registry key for calling ``fn`` with this argument skeleton.
 
     Dynamo runs this for real while tracing and keeps its result as a constant, so the entry
-    exists when the op's fake kernel looks it up.
+    exists when the op's fake kernel looks it up; a compiled graph refers to the function by
+    key for good, so it is pinned then (``pin``).
     """
     statics, in_spec = pytree.tree_flatten(skeleton)
+    statics = tuple(statics)
     try:
-        signature = hash((str(in_spec), tuple(statics)))
+        signature = hash((str(in_spec), statics))
     except TypeError:
         raise TypeError(
             "torchlax.call_jax passes non-tensor arguments to the JAX function as static "
@@ -62,11 +86,23 @@ def _register(fn: Callable, skeleton: Any) -> str:
             "tensors, and other values as hashable Python objects (tuples, not lists)."
         ) from None
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    key = f"{name}@{id(fn):x}/{signature & 0xFFFFFFFFFFFF:x}"
-    if key not in _ENTRIES:
-        # The registry keeps ``fn`` alive, so its id is never reused for another function.
-        _ENTRIES[key] = _Entry(fn, in_spec, tuple(statics))
-    return key
+    base = f"{name}@{id(fn):x}/{signature & 0xFFFFFFFFFFFF:x}"
+    key, n = base, 0
+    while True:
+        entry = _ENTRIES.get(key)
+        if entry is None:
+            entry = _ENTRIES[key] = _Entry(fn, in_spec, statics)
+            if pin:
+                entry.pin()
+            elif entry._ref is not None:
+                weakref.finalize(fn, _ENTRIES.pop, key, None)
+            return key
+        if entry.signature == (str(in_spec), statics) and entry.fn is fn:
+            if pin:
+                entry.pin()
+            return key
+        n += 1  # a hash collision
+        key = f"{base}#{n}"
 
 
 def call_jax(jax_fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -89,7 +125,7 @@ def call_jax(jax_fn: Callable, *args: Any, **kwargs: Any) -> Any:
     skeleton = pytree.tree_unflatten(
         [_SLOT if isinstance(x, torch.Tensor) else x for x in flat], in_spec
     )
-    key = _register(jax_fn, skeleton)
+    key = _register(jax_fn, skeleton, torch.compiler.is_compiling())
     outputs = torch.ops.torchlax_interop.call_jax(key, tensors)
     return pytree.tree_unflatten(outputs, _ENTRIES[key].out_spec)
 
@@ -188,6 +224,7 @@ def _call_jax_op(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 @_call_jax_op.register_fake
 def _call_jax_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    _ENTRIES[key].pin()
     with jax.enable_x64(True):
         structs = [_struct(t) for t in inputs]
         outputs = jax.eval_shape(_flat_fn(key), *structs)
@@ -218,6 +255,7 @@ def _struct(tensor: torch.Tensor) -> jax.ShapeDtypeStruct:
 def _setup_context(ctx, inputs, output):
     key, tensors = inputs
     ctx.key = key
+    ctx.fn = _ENTRIES[key].fn  # alive until the backward has run
     ctx.differentiable = [t.is_floating_point() or t.is_complex() for t in tensors]
     ctx.save_for_backward(*tensors)
 
