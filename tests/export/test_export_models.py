@@ -231,3 +231,15 @@ def test_tiny_gpt_block_dynamic_batch(tmp_path, run_without_torch):
     with torch.no_grad():
         assert_matches(outputs[0], [model(ids)], atol=1e-4)
         assert_matches(outputs[1], [model(more)], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_cond_on_a_symbolic_size():
+    def pick(x):
+        return torch.cond(x.shape[0] > 4, lambda x: x.sin(), lambda x: x.cos() * 3, (x,))
+
+    artifact = torchlax_export.export(pick, (torch.randn(3, 2),),
+                                      dynamic_shapes={"x": {0: Dim("batch", min=2, max=10)}})
+    for rows in (3, 7):  # one branch each, decided at run time from the batch size
+        x = torch.randn(rows, 2)
+        assert_matches(artifact(x.numpy()), pick(x))

@@ -194,7 +194,7 @@ class Interpreter:
             try:
                 out = self._impl(target)(*args, **kwargs)
             except Exception as exc:
-                if not any(c.__name__ == "InconclusiveDimensionOperation" for c in type(exc).__mro__):
+                if not _inconclusive(exc):
                     raise
                 raise ExportError(
                     f"The torchlax lowering of {target} (node {node.name}) cannot handle a "
@@ -205,8 +205,15 @@ class Interpreter:
             _check_result(node, out)
             return out
         if target in _SYM_MAX_MIN:
-            return _SYM_MAX_MIN[target](*args)
-        return target(*args, **kwargs)
+            target = _SYM_MAX_MIN[target]
+        try:
+            return target(*args, **kwargs)
+        except Exception as exc:
+            if not _inconclusive(exc):
+                raise
+            # A comparison of symbolic sizes (e.g. the predicate of torch.cond on x.shape[0])
+            # is decided at run time: compute it on arrays.
+            return target(*[_dim_as_array(a) for a in args], **kwargs)
 
     def _impl(self, op) -> Callable:
         impl = self._impls.get(op)
@@ -320,6 +327,16 @@ class Interpreter:
 
     def _hop_invoke_subgraph(self, gm, identifier, *operands):
         return self.run(gm, operands)
+
+
+def _inconclusive(exc: BaseException) -> bool:
+    return any(c.__name__ == "InconclusiveDimensionOperation" for c in type(exc).__mro__)
+
+
+def _dim_as_array(value):
+    if isinstance(value, int | float | bool) or _is_array(value) or value is None:
+        return value
+    return jnp.asarray(value)  # a symbolic dimension becomes a (run-time) int array
 
 
 def _check_result(node: fx.Node, out) -> None:
