@@ -260,27 +260,27 @@ def view_dtype(self, dtype):
     target = jax_dtype(dtype)
     if target == self.dtype:
         return self
-    if self.dtype.itemsize == target.itemsize:
-        if target.kind != "c" and self.dtype.kind != "c":
-            return _from_units(_as_units(self), target)
-        return view_dtype(self[..., None], dtype).reshape(self.shape)
-    if self.ndim == 0:
+    same_size = self.dtype.itemsize == target.itemsize
+    if same_size and target.kind != "c" and self.dtype.kind != "c":
+        return _from_units(_as_units(self), target)
+    if self.ndim == 0 and not same_size:
         raise RuntimeError(
             f"self.dim() cannot be 0 to view {torch_dtype(self.dtype)} as {dtype} "
             "(different element sizes)"
         )
     # Through bytes: split every element, then regroup the last dim for the target.
-    units = _as_units(self)
-    data = jax.lax.bitcast_convert_type(units, jnp.uint8).reshape(*self.shape[:-1], -1)
-    unit = target.itemsize // 2 if target.kind == "c" else target.itemsize
+    source = self[..., None] if same_size else self
+    data = jax.lax.bitcast_convert_type(_as_units(source), jnp.uint8).reshape(*source.shape[:-1], -1)
     if data.shape[-1] % target.itemsize:
-        ratio = target.itemsize // self.dtype.itemsize
         raise RuntimeError(
-            f"self.size(-1) must be divisible by {ratio} to view {torch_dtype(self.dtype)} as "
-            f"{dtype} (different element sizes), but got {self.shape[-1]}"
+            f"self.size(-1) must be divisible by {target.itemsize // self.dtype.itemsize} to view "
+            f"{torch_dtype(self.dtype)} as {dtype} (different element sizes), but got {self.shape[-1]}"
         )
-    grouped = data.reshape(*data.shape[:-1], -1, unit)
-    return _from_units(jax.lax.bitcast_convert_type(grouped, jnp.dtype(f"uint{unit * 8}")), target)
+    unit = target.itemsize // 2 if target.kind == "c" else target.itemsize
+    if unit > 1:
+        data = jax.lax.bitcast_convert_type(data.reshape(*data.shape[:-1], -1, unit), f"uint{unit * 8}")
+    out = _from_units(data, target)
+    return out.reshape(self.shape) if same_size else out
 
 
 @lowering(aten.view_as_real.default, aten.view_as_real_copy.default)
