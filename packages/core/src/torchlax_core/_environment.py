@@ -316,10 +316,15 @@ def enable(env: Environment | None = None) -> Iterator[Environment]:
     """
     env = env or default_env()
     _stack.append(env)
+    swap_before = torch.__future__.get_swap_module_params_on_conversion()
+    # module.to("jax") then swaps each parameter's contents in place (as for CUDA, where it
+    # sets .data): the Parameter objects stay, so tied weights stay tied.
+    torch.__future__.set_swap_module_params_on_conversion(True)
     try:
         with _x64(True):
             yield env
     finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap_before)
         _stack.pop()
 
 
@@ -336,6 +341,7 @@ def enable_globally(env: Environment | None = None) -> Environment:
     if not _globally_enabled:
         _x64_before_global = bool(jax.config.jax_enable_x64)
         jax.config.update("jax_enable_x64", True)
+        torch.__future__.set_swap_module_params_on_conversion(True)  # see enable()
     _globally_enabled = True
     return default_env()
 
@@ -345,5 +351,6 @@ def disable_globally() -> None:
     global _globally_enabled, _x64_before_global
     if _globally_enabled and _x64_before_global is not None:
         jax.config.update("jax_enable_x64", _x64_before_global)
+        torch.__future__.set_swap_module_params_on_conversion(False)
     _globally_enabled = False
     _x64_before_global = None

@@ -1,0 +1,119 @@
+"""In-place ops and ``out=`` keep the tensor object, bump ``_version`` and follow PyTorch's dtypes.
+
+Also: CPU tensors mixed with torchlax Tensors (0-d CPU tensors are scalars, others raise).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchlax_core
+from eager_compare import assert_same, to_jax
+
+
+@pytest.fixture(autouse=True)
+def _enabled():
+    with torchlax_core.enable():
+        yield
+
+
+def _pair(t):
+    return t, to_jax(t)
+
+
+INPLACE = {
+    "add_": lambda x: x.add_(torch.ones_like(x), alpha=2),
+    "add_scalar": lambda x: x.add_(1.5),
+    "mul_": lambda x: x.mul_(3),
+    "sub_": lambda x: x.sub_(x),
+    "zero_": lambda x: x.zero_(),
+    "fill_": lambda x: x.fill_(2.5),
+    "copy_": lambda x: x.copy_(torch.full_like(x, 4.0)),
+    "iadd": lambda x: x.__iadd__(2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_inplace_keeps_identity_and_bumps_version(name):
+    op = INPLACE[name]
+    cpu, jx = _pair(torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    obj_id, version = id(jx), jx._version
+    expected = op(cpu)
+    actual = op(jx)
+    assert actual is jx and id(jx) == obj_id
+    assert jx._version > version
+    assert_same(jx, expected)
+
+
+def test_inplace_on_int_keeps_int_and_rejects_float_result():
+    cpu, jx = _pair(torch.arange(4))
+    jx.add_(2)
+    cpu.add_(2)
+    assert_same(jx, cpu)
+    jx.mul_(True)
+    assert jx.dtype == torch.int64
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        torch.arange(4).add_(1.5)  # PyTorch's own message, for reference
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        jx.add_(1.5)
+
+
+def test_inplace_on_float16_casts_result_down():
+    cpu, jx = _pair(torch.ones(3, dtype=torch.float16))
+    other_cpu, other = _pair(torch.full((3,), 0.5, dtype=torch.float32))
+    assert_same(jx.add_(other), cpu.add_(other_cpu))
+    assert jx.dtype == torch.float16
+
+
+def test_inplace_broadcast_to_larger_shape_raises():
+    jx = to_jax(torch.ones(3, 1))
+    with pytest.raises(RuntimeError):
+        jx.add_(to_jax(torch.ones(3, 4)))
+
+
+def test_out_keeps_identity_and_dtype():
+    a_cpu, a = _pair(torch.arange(6, dtype=torch.float32))
+    out_cpu, out = _pair(torch.empty(6, dtype=torch.float32))
+    obj_id = id(out)
+    result = torch.add(a, a, out=out)
+    torch.add(a_cpu, a_cpu, out=out_cpu)
+    assert result is out and id(out) == obj_id
+    assert_same(out, out_cpu)
+
+
+def test_out_with_wider_dtype_casts():
+    a_cpu, a = _pair(torch.arange(6))
+    out_cpu, out = _pair(torch.zeros(6, dtype=torch.float64))
+    torch.mul(a, 3, out=out)
+    torch.mul(a_cpu, 3, out=out_cpu)
+    assert_same(out, out_cpu)
+
+
+def test_out_with_narrowing_category_raises_like_pytorch():
+    a = to_jax(torch.rand(4))
+    out = to_jax(torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        torch.add(torch.rand(4), 1, out=torch.zeros(4, dtype=torch.int64))  # PyTorch agrees
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        torch.add(a, 1, out=out)
+
+
+def test_zero_dim_cpu_tensor_acts_as_scalar():
+    cpu, jx = _pair(torch.arange(4, dtype=torch.float32))
+    scalar = torch.tensor(2.5)
+    assert_same(jx * scalar, cpu * scalar)
+    assert_same(scalar + jx, scalar + cpu)
+    # An int64 0-d tensor does not promote a float32 tensor (it is a scalar of a lower category).
+    assert_same(jx + torch.tensor(3), cpu + torch.tensor(3))
+
+
+def test_cpu_tensor_next_to_jax_tensor_raises_naming_op_argument_and_devices():
+    jx = to_jax(torch.ones(3))
+    with pytest.raises(torchlax_core.DeviceMismatchError) as info:
+        jx + torch.ones(3)
+    message = str(info.value)
+    assert "aten.add.Tensor" in message
+    assert "argument 'other'" in message
+    assert "cpu" in message and "jax" in message
+    with pytest.raises(torchlax_core.DeviceMismatchError, match="argument 'self'"):
+        torch.ones(3).mul(jx)
