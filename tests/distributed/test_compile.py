@@ -1,6 +1,10 @@
 """A sharded model under torch.compile(backend="torchlax")."""
 
-from conftest import run_on_devices
+import pytest
+from _multidevice import run_on_devices
+
+# Each test starts fresh Python processes (8 simulated devices): seconds, not milliseconds.
+pytestmark = pytest.mark.slow
 
 
 def test_torch_compile_runs_a_sharded_model():

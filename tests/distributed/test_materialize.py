@@ -1,6 +1,10 @@
 """Models built on meta get their weights created directly sharded."""
 
-from conftest import run_on_devices
+import pytest
+from _multidevice import run_on_devices
+
+# Each test starts fresh Python processes (8 simulated devices): seconds, not milliseconds.
+pytestmark = pytest.mark.slow
 
 
 def test_materialize_creates_sharded_parameters_without_a_full_copy():

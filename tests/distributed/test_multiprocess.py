@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+# Each test starts fresh Python processes (8 simulated devices): seconds, not milliseconds.
+pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multiprocess_data_parallel.py"
 

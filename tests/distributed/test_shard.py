@@ -1,6 +1,10 @@
 """Sharded models equal unsharded ones: eager, under jit, and with the shardings asked for."""
 
-from conftest import run_on_devices
+import pytest
+from _multidevice import run_on_devices
+
+# Each test starts fresh Python processes (8 simulated devices): seconds, not milliseconds.
+pytestmark = pytest.mark.slow
 
 SETUP = """
     import copy

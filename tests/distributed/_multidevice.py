@@ -1,4 +1,4 @@
-"""Helpers for the distributed tests: each runs its body in a fresh Python process.
+"""The distributed tests run their bodies in fresh Python processes: this starts them.
 
 The parent test process keeps one XLA host device; a body runs with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` so JAX sees N simulated CPU devices.
