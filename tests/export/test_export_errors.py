@@ -205,3 +205,10 @@ def test_multi_platform_export(tmp_path):
     assert program.exported.platforms == ("cpu", "cuda")
     np.testing.assert_allclose(np.asarray(program(x.numpy())), model(x).detach().numpy(),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_torchlax_tensors_must_come_back_to_cpu():
+    with torchlax_core.enable():
+        x = torch.randn(2, 3).to("jax")
+    with pytest.raises(ExportError, match="input 0 is a torchlax Tensor"):
+        torchlax_export.export(lambda x: x * 2, (x,))

@@ -78,6 +78,7 @@ def export(
     args = tuple(args) if isinstance(args, list | tuple) else (args,)
     kwargs = dict(kwargs or {})
     env = torchlax_core.default_env()
+    _check_on_cpu(module, args, kwargs)
 
     with _step(report, "torch.export"):
         ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
@@ -109,6 +110,19 @@ def export(
 
 
 # -- steps --------------------------------------------------------------------------------------
+
+
+def _check_on_cpu(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    """torch.export traces CPU (or meta) tensors; torchlax Tensors must come back first."""
+    named = [*module.named_parameters(), *module.named_buffers()]
+    named += [(f"input {i}", t) for i, t in enumerate(pytree.tree_leaves((args, kwargs)))]
+    for name, tensor in named:
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "jax":
+            raise ExportError(
+                f"{name} is a torchlax Tensor (device {tensor.device}); torch.export traces CPU "
+                "tensors. Export a CPU copy (e.g. copy.deepcopy(model).cpu(), x.cpu()): the "
+                "artifact runs on JAX anyway."
+            )
 
 
 def _reporter(progress) -> Callable[[str], None] | None:
