@@ -175,8 +175,40 @@ def test_custom_op_with_registered_lowering():
         x = torch.randn(2, 3)
         artifact = torchlax_export.export(_uses_custom_op, (x,))
         np.testing.assert_allclose(np.asarray(artifact(x.numpy())), (x * 3).numpy(), rtol=1e-6)
+        assert [i["name"] for i in artifact.inputs] == ["x"]  # it draws no random key
     finally:
         env.unregister_plugin("export-test-custom-op")
+
+
+_lib.define("jitter(Tensor x) -> Tensor")  # random, but torch does not know (no tag)
+_lib.impl("jitter", lambda x: x + torch.rand_like(x), "CompositeExplicitAutograd")
+_lib.impl("jitter", lambda x: torch.empty_like(x), "Meta")
+
+
+def _jitter_lowering(x):
+    key = torchlax_core.current_env().next_prng_key()
+    return x + jax.random.uniform(key, x.shape, x.dtype)
+
+
+class _JitterLowering:
+    @torchlax_core.hookimpl
+    def torchlax_register_lowerings(self, registry):
+        registry.register_lowering(torch.ops.torchlax_export_test.jitter.default, _jitter_lowering)
+
+
+def test_custom_op_drawing_keys_gets_a_key_input():
+    env = torchlax_core.default_env()
+    env.register_plugin(_JitterLowering(), "export-test-jitter")
+    try:
+        artifact = torchlax_export.export(lambda x: torch.ops.torchlax_export_test.jitter(x),
+                                          (torch.zeros(16),))
+    finally:
+        env.unregister_plugin("export-test-jitter")
+    assert artifact.inputs[-1]["role"] == "rng"
+    x = np.zeros(16, np.float32)
+    first, second = np.asarray(artifact(x)), np.asarray(artifact(x))
+    assert not np.array_equal(first, second)
+    assert first.min() >= 0 and first.max() < 1
 
 
 def test_input_mutation_is_refused():

@@ -88,23 +88,33 @@ def export(
     plan = _Plan(ep, _dim_names(module, args, kwargs, dynamic_shapes, ep))
 
     interpreter = _interpret.Interpreter(env)
-    rng_used = _uses_randomness(ep)
 
-    def program(*flat):
-        weights = flat[: len(plan.weights)]
-        inputs = flat[len(plan.weights):len(plan.weights) + len(plan.inputs)]
-        scope = env.prng_key_scope(jax.random.wrap_key_data(flat[-1])) if rng_used \
-            else contextlib.nullcontext()
-        with scope:
-            outputs = interpreter.run(ep.graph_module, plan.placeholder_values(weights, inputs))
-        return plan.split_outputs(outputs)
+    def lower(rng_used: bool):
+        def program(*flat):
+            weights = flat[: len(plan.weights)]
+            inputs = flat[len(plan.weights):len(plan.weights) + len(plan.inputs)]
+            # Random ops draw their keys from an input of the program, never from a baked key.
+            scope = env.prng_key_scope(jax.random.wrap_key_data(flat[-1])) if rng_used \
+                else contextlib.nullcontext()
+            with scope:
+                outputs = interpreter.run(ep.graph_module, plan.placeholder_values(weights, inputs))
+            return plan.split_outputs(outputs)
 
-    avals = plan.avals()
-    if rng_used:
-        avals.append(jax.ShapeDtypeStruct(jax.random.key_data(jax.random.key(0)).shape, np.uint32))
-    with _step(report, "lowering to StableHLO"):
+        avals = plan.avals()
+        if rng_used:
+            avals.append(jax.ShapeDtypeStruct(jax.random.key_data(jax.random.key(0)).shape, np.uint32))
         with torchlax_core.enable(env), jax.enable_x64(True):
-            exported = jax.export.export(jax.jit(program), platforms=platforms)(*avals)
+            return jax.export.export(jax.jit(program), platforms=platforms)(*avals)
+
+    random_ops, custom_ops = _randomness(ep)
+    with _step(report, "lowering to StableHLO"):
+        # A custom op's lowering may draw random keys without torch knowing: give it a key, and
+        # lower again without one if it took none.
+        rng_used = random_ops or custom_ops
+        exported = lower(rng_used)
+        if rng_used and not random_ops and len(exported.in_avals) - 1 not in exported.module_kept_var_idx:
+            rng_used = False
+            exported = lower(False)
     manifest = plan.manifest(exported, rng_used)
     return Artifact(exported, plan.weight_values, manifest)
 
@@ -216,12 +226,17 @@ def _lowering_gaps(ep: ExportedProgram, env) -> tuple[set, set]:
     return missing, indirect
 
 
-def _uses_randomness(ep: ExportedProgram) -> bool:
-    return any(
-        node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-        and torch.Tag.nondeterministic_seeded in node.target.tags
-        for gm in _interpret.graph_modules(ep.graph_module) for node in gm.graph.nodes
-    )
+def _randomness(ep: ExportedProgram) -> tuple[bool, bool]:
+    """(whether the program has random ATen ops, whether it has ops outside aten/prims)."""
+    random_ops = custom_ops = False
+    for gm in _interpret.graph_modules(ep.graph_module):
+        for node in gm.graph.nodes:
+            op = node.target
+            if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+                continue
+            random_ops |= torch.Tag.nondeterministic_seeded in op.tags
+            custom_ops |= op.namespace not in ("aten", "prims")
+    return random_ops, custom_ops
 
 
 def _dim_names(module, args, kwargs, dynamic_shapes, ep) -> list[dict[int, str]]:
