@@ -51,7 +51,10 @@ def run_one(index: int):
     except Exception as exc:  # noqa: BLE001  (every failure is a finding)
         outcome = classify(exc)
         if os.environ.get("OPINFO_TRACEBACKS"):
+            print(f"---- {case.id}", file=sys.stderr)
             traceback.print_exc()
+        elif os.environ.get("OPINFO_MESSAGES"):
+            print(f"---- {case.id}: {str(exc)[:600]}", file=sys.stderr)
     return index, outcome, time.perf_counter() - start
 
 
@@ -59,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("-j", "--jobs", type=int, default=1)
     parser.add_argument("-k", default=None, help="only cases whose id contains this")
+    parser.add_argument("--ops", default=None, help="comma-separated OpInfo names (with variant)")
     parser.add_argument("--mode", choices=harness.MODES, default=None)
     parser.add_argument("--write-table", action="store_true")
     parser.add_argument("--failures", action="store_true", help="list every failing case")
@@ -67,7 +71,8 @@ def main() -> None:
 
     indices = [
         i for i, c in enumerate(harness.CASES)
-        if (opts.k is None or opts.k in c.id) and (opts.mode is None or c.mode == opts.mode)
+        if (opts.k is None or opts.k in c.id)
+        and (opts.ops is None or harness.case_name(c.op) in opts.ops.split(",")) and (opts.mode is None or c.mode == opts.mode)
     ]
     start = time.perf_counter()
     if opts.jobs > 1:

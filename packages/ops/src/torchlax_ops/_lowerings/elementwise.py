@@ -1,33 +1,623 @@
-"""Pointwise ops: arithmetic, comparisons, math functions."""
+"""Pointwise ops: arithmetic, comparisons, math functions.
+
+Every lowering declares PyTorch's type promotion with ``@elementwise``; the body then sees its
+tensors (and Python scalars) already in the computation dtype. Where PyTorch's semantics differ
+from jnp's (floor division, remainder, integer powers, rounding with decimals, xlogy at 0, ...)
+the body spells out PyTorch's.
+"""
 
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 import torch
+from jax import lax
 
 from .._promotion import Promotion, elementwise
 from .._table import lowering
 
 aten = torch.ops.aten
 
+SELF = ("self",)
+BINARY = ("self", "other")
+
+
+def _is_int(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+
 
 def _scaled(other, alpha):
     return other if alpha == 1 else other * alpha
 
 
+# -- arithmetic ---------------------------------------------------------------------------------
+
+
 @lowering(aten.add.Tensor, aten.add.Scalar)
-@elementwise(("self", "other"), Promotion.DEFAULT)
+@elementwise(BINARY, Promotion.DEFAULT)
 def add(self, other, *, alpha=1):
+    if self.dtype == jnp.bool_:
+        return jnp.logical_or(self, other if alpha == 1 else jnp.logical_and(other, bool(alpha)))
     return jnp.add(self, _scaled(other, alpha))
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
-@elementwise(("self", "other"), Promotion.DEFAULT)
+@elementwise(BINARY, Promotion.DEFAULT)
 def sub(self, other, *, alpha=1):
     return jnp.subtract(self, _scaled(other, alpha))
 
 
+@lowering(aten.rsub.Tensor, aten.rsub.Scalar)
+@elementwise(BINARY, Promotion.DEFAULT)
+def rsub(self, other, *, alpha=1):
+    return jnp.subtract(other, _scaled(self, alpha))
+
+
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
-@elementwise(("self", "other"), Promotion.DEFAULT)
+@elementwise(BINARY, Promotion.DEFAULT)
 def mul(self, other):
+    if self.dtype == jnp.bool_:
+        return jnp.logical_and(self, other)
     return jnp.multiply(self, other)
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def div(self, other):
+    return jnp.true_divide(self, other)
+
+
+def _floor_divide(a, b):
+    if _is_int(a):
+        return jnp.floor_divide(a, b)
+    # PyTorch's div_floor: floor of the exact quotient, a / b where b is zero.
+    mod = jnp.fmod(a, b)
+    quotient = (a - mod) / b
+    quotient = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), quotient - 1, quotient)
+    floored = jnp.floor(quotient)
+    floored = jnp.where(quotient - floored > 0.5, floored + 1, floored)
+    floored = jnp.where(quotient == 0, jnp.copysign(jnp.zeros_like(quotient), a / b), floored)
+    return jnp.where(b == 0, a / b, floored)
+
+
+def _trunc_divide(a, b):
+    if _is_int(a):
+        return lax.div(*jnp.broadcast_arrays(a, b))  # C division truncates toward zero
+    return jnp.trunc(a / b)
+
+
+@elementwise(BINARY, Promotion.DEFAULT)
+def _rounding_div(self, other, rounding_mode):
+    return (_floor_divide if rounding_mode == "floor" else _trunc_divide)(self, other)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(self, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return div(self, other)
+    return _rounding_div(self, other, rounding_mode)
+
+
+@lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
+@elementwise(BINARY, Promotion.DEFAULT)
+def floor_divide(self, other):
+    return _floor_divide(self, other)
+
+
+def _remainder(a, b):
+    # PyTorch (and Python): the result takes the divisor's sign.
+    mod = jnp.fmod(a, b)
+    wrong_sign = (mod != 0) & ((b < 0) != (mod < 0))
+    return jnp.where(wrong_sign, mod + b, mod)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
+@elementwise(BINARY, Promotion.DEFAULT)
+def remainder(self, other):
+    return _remainder(self, other)
+
+
+@lowering(aten.remainder.Scalar_Tensor)
+@elementwise(BINARY, Promotion.DEFAULT)
+def remainder_scalar_tensor(self, other):
+    return _remainder(self, other)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+@elementwise(BINARY, Promotion.DEFAULT)
+def fmod(self, other):
+    return jnp.fmod(self, other)
+
+
+def _power(base, exponent):
+    if jnp.issubdtype(base.dtype, jnp.integer):
+        # Integer powers with negative exponents: 1 and -1 stay, every other base gives 0.
+        safe = jnp.power(base, jnp.maximum(exponent, 0))
+        odd = (exponent % 2) != 0
+        negative = jnp.where(base == 1, 1, jnp.where(base == -1, jnp.where(odd, -1, 1), 0))
+        return jnp.where(exponent < 0, negative.astype(base.dtype), safe)
+    if base.dtype == jnp.bool_:
+        return jnp.logical_or(jnp.logical_not(exponent), base)
+    return jnp.power(base, exponent)
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)
+@elementwise(("self", "exponent"), Promotion.BOOL_TO_LONG)
+def power(self, exponent):
+    return _power(self, exponent)
+
+
+@lowering(aten.pow.Scalar)
+@elementwise(("self", "exponent"), Promotion.BOOL_TO_LONG)
+def pow_scalar(self, exponent):
+    return _power(self, exponent)
+
+
+@lowering(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)
+def float_power(self, exponent):
+    # float_power computes in double (complex double) whatever its inputs.
+    base = jnp.asarray(self, dtype=jnp.float64)
+    return jnp.power(base, jnp.asarray(exponent, dtype=jnp.float64))
+
+
+@lowering(aten.neg.default)
+@elementwise(SELF, Promotion.DEFAULT)
+def neg(self):
+    return jnp.negative(self)
+
+
+@lowering(aten.abs.default)
+@elementwise(SELF, Promotion.COMPLEX_TO_FLOAT)
+def absolute(self):
+    return self if self.dtype == jnp.bool_ else jnp.abs(self)
+
+
+@lowering(aten.reciprocal.default)
+@elementwise(SELF, Promotion.INT_TO_FLOAT)
+def reciprocal(self):
+    return 1 / self
+
+
+@lowering(aten.positive.default, aten.conj_physical.default, aten.resolve_conj.default,
+          aten.resolve_neg.default)
+def positive(self):
+    return self
+
+
+@lowering(aten.sign.default, aten.sgn.default)
+@elementwise(SELF, Promotion.DEFAULT)
+def sign(self):
+    return self if self.dtype == jnp.bool_ else jnp.sign(self)
+
+
+@lowering(aten.signbit.default)
+@elementwise(SELF, Promotion.ALWAYS_BOOL)
+def signbit(self):
+    return jnp.signbit(self) if not _is_int(self) else self < 0
+
+
+@lowering(aten.addcmul.default)
+@elementwise(("self", "tensor1", "tensor2"), Promotion.DEFAULT)
+def addcmul(self, tensor1, tensor2, *, value=1):
+    return self + _scaled(tensor1 * tensor2, value)
+
+
+@lowering(aten.addcdiv.default)
+@elementwise(("self", "tensor1", "tensor2"), Promotion.DEFAULT)
+def addcdiv(self, tensor1, tensor2, *, value=1):
+    return self + _scaled(tensor1 / tensor2, value)
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+@elementwise(("self", "end", "weight"), Promotion.DEFAULT)
+def lerp(self, end, weight):
+    # PyTorch's formula: exact at both ends.
+    diff = end - self
+    return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
+
+
+# -- rounding -----------------------------------------------------------------------------------
+
+
+def _integral_or(fn):
+    def apply(self):
+        return self if _is_int(self) else fn(self)
+
+    return apply
+
+
+for _op, _fn in {
+    aten.floor.default: jnp.floor,
+    aten.ceil.default: jnp.ceil,
+    aten.trunc.default: jnp.trunc,
+    aten.round.default: jnp.round,  # half to even, as PyTorch's nearbyint
+}.items():
+    lowering(_op)(elementwise(SELF, Promotion.DEFAULT)(_integral_or(_fn)))
+
+
+@lowering(aten.round.decimals)
+@elementwise(SELF, Promotion.DEFAULT)
+def round_decimals(self, *, decimals=0):
+    if _is_int(self):
+        return self
+    scale = 10.0 ** abs(decimals)
+    if decimals < 0:
+        return jnp.round(self / scale) * scale
+    return jnp.round(self * scale) / scale
+
+
+@lowering(aten.frac.default)
+@elementwise(SELF, Promotion.DEFAULT)
+def frac(self):
+    return self - jnp.trunc(self)
+
+
+# -- unary math ---------------------------------------------------------------------------------
+
+
+def _digamma(x):
+    # PyTorch: digamma(+-0) = -+inf, nan at negative integers, and the reflection formula
+    # for other negative x (where jax's series is inaccurate).
+    negative = x < 0
+    reflected = jsp.digamma(1 - x) - jnp.pi / jnp.tan(jnp.pi * x)
+    result = jnp.where(negative, reflected, jsp.digamma(jnp.where(negative, 1, x)))
+    result = jnp.where(negative & (x == jnp.floor(x)), jnp.nan, result)
+    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), result).astype(x.dtype)
+
+
+def _sinc(x):
+    pix = jnp.pi * x
+    return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(pix) / jnp.where(x == 0, 1, pix))
+
+
+def _entr(x):
+    return jnp.where(jnp.isnan(x), x, jnp.where(
+        x > 0, -x * jnp.log(jnp.where(x > 0, x, 1)), jnp.where(x == 0, 0.0, -jnp.inf)
+    ).astype(x.dtype))
+
+
+def _erfcx(x):
+    return jsp.erfcx(x)
+
+
+def _angle(x):
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0.0).astype(x.dtype))
+
+
+_INT_TO_FLOAT_UNARY = {
+    aten.exp.default: jnp.exp,
+    aten.exp2.default: jnp.exp2,
+    aten.expm1.default: jnp.expm1,
+    aten.log.default: jnp.log,
+    aten.log2.default: jnp.log2,
+    aten.log10.default: jnp.log10,
+    aten.log1p.default: jnp.log1p,
+    aten.sqrt.default: jnp.sqrt,
+    aten.rsqrt.default: lax.rsqrt,
+    aten.sin.default: jnp.sin,
+    aten.cos.default: jnp.cos,
+    aten.tan.default: jnp.tan,
+    aten.asin.default: jnp.arcsin,
+    aten.acos.default: jnp.arccos,
+    aten.atan.default: jnp.arctan,
+    aten.sinh.default: jnp.sinh,
+    aten.cosh.default: jnp.cosh,
+    aten.tanh.default: jnp.tanh,
+    aten.asinh.default: jnp.arcsinh,
+    aten.acosh.default: jnp.arccosh,
+    aten.atanh.default: jnp.arctanh,
+    aten.erf.default: lax.erf,
+    aten.erfc.default: lax.erfc,
+    aten.erfinv.default: lax.erf_inv,
+    aten.sigmoid.default: jax.nn.sigmoid,
+    aten.lgamma.default: lax.lgamma,
+    aten.digamma.default: _digamma,
+    aten.i0.default: jsp.i0,
+    aten.sinc.default: _sinc,
+    aten.deg2rad.default: jnp.deg2rad,
+    aten.rad2deg.default: jnp.rad2deg,
+    aten.special_i0e.default: jsp.i0e,
+    aten.special_i1.default: jsp.i1,
+    aten.special_modified_bessel_i0.default: jsp.i0,
+    aten.special_modified_bessel_i1.default: jsp.i1,
+    aten.special_i1e.default: jsp.i1e,
+    aten.special_ndtr.default: jsp.ndtr,
+    aten.special_ndtri.default: jsp.ndtri,
+    aten.special_log_ndtr.default: jsp.log_ndtr,
+    aten.special_erfcx.default: _erfcx,
+    aten.special_entr.default: _entr,
+    aten.special_bessel_j0.default: lambda x: jsp.bessel_jn(x, v=0)[0],
+    aten.special_bessel_j1.default: lambda x: jsp.bessel_jn(x, v=1)[1],
+    aten.special_spherical_bessel_j0.default: lambda x: jnp.where(
+        x == 0, jnp.ones_like(x), jnp.sin(x) / jnp.where(x == 0, 1, x)),
+    aten.angle.default: _angle,
+}
+
+
+def _float_unary(fn):
+    def apply(self):
+        return fn(self)
+
+    return apply
+
+
+for _op, _fn in _INT_TO_FLOAT_UNARY.items():
+    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_float_unary(_fn)))
+
+
+@lowering(aten.logit.default)
+@elementwise(SELF, Promotion.INT_TO_FLOAT)
+def logit(self, eps=None):
+    x = self if eps is None else jnp.clip(self, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+@lowering(aten.polygamma.default, aten.special_polygamma.default)
+@elementwise(SELF, Promotion.INT_TO_FLOAT)
+def polygamma(n, self):
+    if n == 0:
+        return _digamma(self)
+    return jsp.polygamma(n, self)
+
+
+@lowering(aten.mvlgamma.default)
+@elementwise(SELF, Promotion.INT_TO_FLOAT)
+def mvlgamma(self, p):
+    terms = sum(lax.lgamma(self - j / 2) for j in range(p))
+    return terms + p * (p - 1) / 4 * math.log(math.pi)
+
+
+@lowering(aten.nan_to_num.default)
+@elementwise(SELF, Promotion.DEFAULT)
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    if _is_int(self):
+        return self
+    return jnp.nan_to_num(self, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
+
+
+# -- binary math --------------------------------------------------------------------------------
+
+
+@lowering(aten.atan2.default)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def atan2(self, other):
+    return jnp.arctan2(self, other)
+
+
+@lowering(aten.hypot.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def hypot(self, other):
+    return jnp.hypot(self, other)
+
+
+@lowering(aten.copysign.Tensor, aten.copysign.Scalar)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def copysign(self, other):
+    return jnp.copysign(self, other)
+
+
+@lowering(aten.nextafter.default)
+@elementwise(BINARY, Promotion.NO_OPMATH)
+def nextafter(self, other):
+    return jnp.nextafter(self, other)
+
+
+@lowering(aten.logaddexp.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def logaddexp(self, other):
+    return jnp.logaddexp(self, other)
+
+
+@lowering(aten.logaddexp2.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def logaddexp2(self, other):
+    return jnp.logaddexp2(self, other)
+
+
+def _xlogy(x, y):
+    # PyTorch: nan where y is nan, 0 where x == 0, else x * log(y).
+    result = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(y))
+    return jnp.where(jnp.isnan(y), y, result)
+
+
+@lowering(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self,
+          aten.special_xlogy.default)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def xlogy(self, other):
+    return _xlogy(self, other)
+
+
+@lowering(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar,
+          aten.special_xlog1py.other_scalar)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def xlog1py(self, other):
+    result = jnp.where(self == 0, jnp.zeros_like(self), self * jnp.log1p(other))
+    return jnp.where(jnp.isnan(other), other, result)
+
+
+@lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def zeta(self, other):
+    return jsp.zeta(self, other)
+
+
+@lowering(aten.igamma.default)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def igamma(self, other):
+    return jsp.gammainc(self, other)
+
+
+@lowering(aten.igammac.default)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def igammac(self, other):
+    return jsp.gammaincc(self, other)
+
+
+@lowering(aten.heaviside.default)
+@elementwise(("self", "values"), Promotion.DEFAULT)
+def heaviside(self, values):
+    return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
+
+
+@lowering(aten.gcd.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def gcd(self, other):
+    return jnp.gcd(self, other)
+
+
+@lowering(aten.lcm.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def lcm(self, other):
+    return jnp.lcm(self, other)
+
+
+@lowering(aten.maximum.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def maximum(self, other):
+    return jnp.maximum(self, other)
+
+
+@lowering(aten.minimum.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def minimum(self, other):
+    return jnp.minimum(self, other)
+
+
+@lowering(aten.fmax.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def fmax(self, other):
+    return jnp.fmax(self, other)
+
+
+@lowering(aten.fmin.default)
+@elementwise(BINARY, Promotion.DEFAULT)
+def fmin(self, other):
+    return jnp.fmin(self, other)
+
+
+@lowering(aten.frexp.Tensor)
+def frexp(self):
+    mantissa, exponent = jnp.frexp(self)
+    return mantissa.astype(self.dtype), exponent.astype(jnp.int32)
+
+
+@lowering(aten.ldexp.Tensor)
+@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+def ldexp(self, other):
+    return self * jnp.exp2(other)
+
+
+# -- clamping -----------------------------------------------------------------------------------
+
+
+def _clamp(x, lo, hi):
+    if lo is not None:
+        x = jnp.maximum(x, lo)
+    if hi is not None:
+        x = jnp.minimum(x, hi)
+    return x
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+@elementwise(("self", "min", "max"), Promotion.DEFAULT)
+def clamp(self, min=None, max=None):
+    return _clamp(self, min, max)
+
+
+@lowering(aten.clip.default, aten.clip.Tensor)
+@elementwise(("self", "min", "max"), Promotion.DEFAULT)
+def clip(self, min=None, max=None):
+    return _clamp(self, min, max)
+
+
+@lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
+@elementwise(("self", "min"), Promotion.DEFAULT)
+def clamp_min(self, min):
+    return jnp.maximum(self, min)
+
+
+@lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
+@elementwise(("self", "max"), Promotion.DEFAULT)
+def clamp_max(self, max):
+    return jnp.minimum(self, max)
+
+
+# -- comparisons and predicates -----------------------------------------------------------------
+
+for _op, _fn in {
+    aten.eq: jnp.equal,
+    aten.ne: jnp.not_equal,
+    aten.lt: jnp.less,
+    aten.le: jnp.less_equal,
+    aten.gt: jnp.greater,
+    aten.ge: jnp.greater_equal,
+}.items():
+    lowering(_op.Tensor, _op.Scalar)(elementwise(BINARY, Promotion.ALWAYS_BOOL)(
+        (lambda fn: lambda self, other: fn(self, other))(_fn)))
+
+
+for _op, _fn in {
+    aten.logical_and.default: jnp.logical_and,
+    aten.logical_or.default: jnp.logical_or,
+    aten.logical_xor.default: jnp.logical_xor,
+}.items():
+    lowering(_op)((lambda fn: lambda self, other: fn(self != 0, other != 0))(_fn))
+
+
+@lowering(aten.logical_not.default)
+def logical_not(self):
+    return self == 0
+
+
+for _op, _fn in {
+    aten.isnan.default: jnp.isnan,
+    aten.isinf.default: jnp.isinf,
+    aten.isposinf.default: jnp.isposinf,
+    aten.isneginf.default: jnp.isneginf,
+    aten.isfinite.default: jnp.isfinite,
+}.items():
+    lowering(_op)((lambda fn: lambda self: (
+        jnp.zeros(self.shape, jnp.bool_) if _is_int(self) else fn(self)))(_fn))
+
+
+# -- bitwise ------------------------------------------------------------------------------------
+
+for _op, _fn in {
+    aten.bitwise_and: jnp.bitwise_and,
+    aten.bitwise_or: jnp.bitwise_or,
+    aten.bitwise_xor: jnp.bitwise_xor,
+}.items():
+    lowering(_op.Tensor, _op.Scalar, _op.Scalar_Tensor)(elementwise(BINARY, Promotion.DEFAULT)(
+        (lambda fn: lambda self, other: fn(self, other))(_fn)))
+
+
+@lowering(aten.bitwise_not.default)
+@elementwise(SELF, Promotion.DEFAULT)
+def bitwise_not(self):
+    return jnp.logical_not(self) if self.dtype == jnp.bool_ else jnp.invert(self)
+
+
+@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+          aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)
+@elementwise(BINARY, Promotion.DEFAULT)
+def bitwise_left_shift(self, other):
+    # PyTorch: shifting by a negative amount or by the bit width or more gives 0.
+    bits = jnp.iinfo(self.dtype).bits
+    out_of_range = (other < 0) | (other >= bits)
+    shifted = lax.shift_left(*jnp.broadcast_arrays(self, jnp.clip(other, 0, bits - 1)))
+    return jnp.where(out_of_range, jnp.zeros_like(self), shifted)
+
+
+@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+          aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)
+@elementwise(BINARY, Promotion.DEFAULT)
+def bitwise_right_shift(self, other):
+    bits = jnp.iinfo(self.dtype).bits
+    out_of_range = (other < 0) | (other >= bits)
+    value, shift = jnp.broadcast_arrays(self, jnp.where(out_of_range, bits - 1, other))
+    if jnp.issubdtype(self.dtype, jnp.unsignedinteger):
+        return jnp.where(out_of_range, jnp.zeros_like(value), lax.shift_right_logical(value, shift))
+    return lax.shift_right_arithmetic(value, shift)

@@ -1,3 +1,588 @@
-"""reductions lowerings."""
+"""Reductions and scans: sum, mean, prod, max/min, var/std, norms, cumulative ops, median, mode.
+
+PyTorch's rules kept here: ``dim=None`` or ``[]`` reduces every dimension; integer and bool sums
+and products are int64; ``mean``/``var`` need a floating input; a max/min over an empty
+dimension raises; low-precision floats accumulate in float32 and round once at the end.
+"""
 
 from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from .._promotion import to_jax_dtype
+from .._table import lowering
+
+aten = torch.ops.aten
+
+_LOW_PRECISION = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _dims(x, dim) -> tuple[int, ...]:
+    """Normalised reduction axes; ``None`` and ``[]`` mean all (a 0-d tensor has none)."""
+    if dim is None or (isinstance(dim, list | tuple) and len(dim) == 0):
+        return tuple(range(x.ndim))
+    if isinstance(dim, int):
+        dim = (dim,)
+    rank = max(x.ndim, 1)
+    axes = []
+    for d in dim:
+        if not -rank <= d < rank:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], "
+                f"but got {d})"
+            )
+        axes.append(d % rank)
+    return tuple(a for a in axes if a < x.ndim)
+
+
+def _is_int(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+
+
+def _accumulate_dtype(x, dtype):
+    """The dtype a sum/prod accumulates in and returns: int64 for integers and bools."""
+    if dtype is not None:
+        return to_jax_dtype(dtype)
+    return jnp.dtype(jnp.int64) if _is_int(x) else x.dtype
+
+
+def _opmath(x):
+    return x.astype(jnp.float32) if x.dtype in _LOW_PRECISION else x
+
+
+def _require_float(x, op: str, dtype=None):
+    target = to_jax_dtype(dtype) if dtype is not None else x.dtype
+    if not jnp.issubdtype(target, jnp.inexact):
+        name = str(torch_dtype_of(target)).removeprefix("torch.").capitalize()
+        raise RuntimeError(
+            f"{op}(): could not infer output dtype. Input dtype must be either a floating point "
+            f"or complex dtype. Got: {name}"
+        )
+    return target
+
+
+def torch_dtype_of(jax_dtype):
+    from torchlax_core import torch_dtype
+
+    return torch_dtype(jax_dtype)
+
+
+def _require_nonempty(x, axes, op: str):
+    for a in axes:
+        if x.shape[a] == 0:
+            raise IndexError(
+                f"{op}(): Expected reduction dim {a} to have non-zero size."
+            )
+    if not axes and x.size == 0:
+        raise RuntimeError(
+            f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify "
+            "the reduction dim with the 'dim' argument."
+        )
+
+
+# -- sums and products --------------------------------------------------------------------------
+
+
+def _sum(x, dim, keepdim, dtype):
+    out = _accumulate_dtype(x, dtype)
+    acc = jnp.float32 if out in _LOW_PRECISION else out
+    return jnp.sum(x.astype(acc), axis=_dims(x, dim), keepdims=keepdim).astype(out)
+
+
+@lowering(aten.sum.default)
+def sum_(self, *, dtype=None):
+    return _sum(self, None, False, dtype)
+
+
+@lowering(aten.sum.dim_IntList)
+def sum_dim(self, dim, keepdim=False, *, dtype=None):
+    return _sum(self, dim, keepdim, dtype)
+
+
+@lowering(aten.nansum.default)
+def nansum(self, dim=None, keepdim=False, *, dtype=None):
+    x = self if _is_int(self) else jnp.where(jnp.isnan(self), jnp.zeros_like(self), self)
+    return _sum(x, dim, keepdim, dtype)
+
+
+def _mean(x, dim, keepdim, dtype):
+    out = _require_float(x, "mean", dtype)
+    acc = jnp.float32 if out in _LOW_PRECISION else out
+    return jnp.mean(x.astype(acc), axis=_dims(x, dim), keepdims=keepdim).astype(out)
+
+
+@lowering(aten.mean.default)
+def mean(self, *, dtype=None):
+    return _mean(self, None, False, dtype)
+
+
+@lowering(aten.mean.dim)
+def mean_dim(self, dim, keepdim=False, *, dtype=None):
+    return _mean(self, dim, keepdim, dtype)
+
+
+def _prod(x, dim, keepdim, dtype):
+    out = _accumulate_dtype(x, dtype)
+    acc = jnp.float32 if out in _LOW_PRECISION else out
+    return jnp.prod(x.astype(acc), axis=_dims(x, dim), keepdims=keepdim).astype(out)
+
+
+@lowering(aten.prod.default)
+def prod(self, *, dtype=None):
+    return _prod(self, None, False, dtype)
+
+
+@lowering(aten.prod.dim_int)
+def prod_dim(self, dim, keepdim=False, *, dtype=None):
+    return _prod(self, dim, keepdim, dtype)
+
+
+@lowering(aten.count_nonzero.dim_IntList)
+def count_nonzero(self, dim):
+    return jnp.sum(self != 0, axis=_dims(self, dim), dtype=jnp.int64)
+
+
+@lowering(aten.count_nonzero.default)
+def count_nonzero_default(self, dim=None):
+    return jnp.sum(self != 0, axis=_dims(self, dim), dtype=jnp.int64)
+
+
+# -- max, min and friends -----------------------------------------------------------------------
+
+
+@lowering(aten.amax.default)
+def amax(self, dim=(), keepdim=False):
+    axes = _dims(self, dim)
+    _require_nonempty(self, axes, "amax")
+    return jnp.max(self, axis=axes, keepdims=keepdim)
+
+
+@lowering(aten.amin.default)
+def amin(self, dim=(), keepdim=False):
+    axes = _dims(self, dim)
+    _require_nonempty(self, axes, "amin")
+    return jnp.min(self, axis=axes, keepdims=keepdim)
+
+
+def _full_reduce_nonempty(x, op):
+    if x.size == 0:
+        raise RuntimeError(
+            f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify "
+            "the reduction dim with the 'dim' argument."
+        )
+
+
+@lowering(aten.max.default)
+def max_(self):
+    _full_reduce_nonempty(self, "max")
+    return jnp.max(self)
+
+
+@lowering(aten.min.default)
+def min_(self):
+    _full_reduce_nonempty(self, "min")
+    return jnp.min(self)
+
+
+def _arg_extreme(x, axis, keepdims, largest: bool):
+    """Index of the first max (min); a NaN counts as the extreme, as in PyTorch."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int8)
+    fn = jnp.argmax if largest else jnp.argmin
+    if x.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    return fn(x, axis=axis, keepdims=keepdims).astype(jnp.int64)
+
+
+def _max_min_dim(x, dim, keepdim, largest: bool, op: str):
+    axis = _dims(x, dim)
+    _require_nonempty(x, axis, op)
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    (axis,) = axis
+    values = (jnp.max if largest else jnp.min)(x, axis=axis, keepdims=keepdim)
+    return values, _arg_extreme(x, axis, keepdim, largest)
+
+
+@lowering(aten.max.dim)
+def max_dim(self, dim, keepdim=False):
+    return _max_min_dim(self, dim, keepdim, True, "max")
+
+
+@lowering(aten.min.dim)
+def min_dim(self, dim, keepdim=False):
+    return _max_min_dim(self, dim, keepdim, False, "min")
+
+
+def _argmax_argmin(x, dim, keepdim, largest: bool, op: str):
+    if dim is None:
+        _full_reduce_nonempty(x, op)
+        index = _arg_extreme(x.reshape(-1), 0, False, largest)
+        return index.reshape((1,) * x.ndim) if keepdim else index
+    axes = _dims(x, dim)
+    _require_nonempty(x, axes, op)
+    if x.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    return _arg_extreme(x, axes[0], keepdim, largest)
+
+
+@lowering(aten.argmax.default)
+def argmax(self, dim=None, keepdim=False):
+    return _argmax_argmin(self, dim, keepdim, True, "argmax")
+
+
+@lowering(aten.argmin.default)
+def argmin(self, dim=None, keepdim=False):
+    return _argmax_argmin(self, dim, keepdim, False, "argmin")
+
+
+@lowering(aten.aminmax.default)
+def aminmax(self, *, dim=None, keepdim=False):
+    axes = _dims(self, dim)
+    _require_nonempty(self, axes, "aminmax")
+    if dim is None and keepdim:
+        axes = tuple(range(self.ndim))
+    return (jnp.min(self, axis=axes, keepdims=keepdim), jnp.max(self, axis=axes, keepdims=keepdim))
+
+
+# -- logical reductions -------------------------------------------------------------------------
+
+
+def _logical(x, dim, keepdim, fn):
+    out = fn(x != 0, axis=_dims(x, dim), keepdims=keepdim)
+    return out.astype(jnp.uint8) if x.dtype == jnp.uint8 else out
+
+
+@lowering(aten.all.default)
+def all_(self):
+    return _logical(self, None, False, jnp.all)
+
+
+@lowering(aten.all.dim, aten.all.dims)
+def all_dim(self, dim=None, keepdim=False):
+    return _logical(self, dim, keepdim, jnp.all)
+
+
+@lowering(aten.any.default)
+def any_(self):
+    return _logical(self, None, False, jnp.any)
+
+
+@lowering(aten.any.dim, aten.any.dims)
+def any_dim(self, dim=None, keepdim=False):
+    return _logical(self, dim, keepdim, jnp.any)
+
+
+# -- variance and standard deviation ------------------------------------------------------------
+
+
+def _var(x, dim, correction, keepdim, op="var"):
+    _require_float(x, op)
+    out = x.dtype
+    x = _opmath(x)
+    axes = _dims(x, dim)
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    correction = 1 if correction is None else correction
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    squares = jnp.sum(jnp.square(jnp.abs(x - mean)), axis=axes, keepdims=keepdim)
+    var = squares / max(n - correction, 0)
+    return var, jnp.mean(x, axis=axes, keepdims=keepdim), out
+
+
+def _correction(unbiased):
+    return 1 if unbiased else 0
+
+
+@lowering(aten.var.correction)
+def var(self, dim=None, *, correction=None, keepdim=False):
+    v, _, out = _var(self, dim, correction, keepdim)
+    return v.astype(out)
+
+
+@lowering(aten.var.dim)
+def var_dim(self, dim, unbiased=True, keepdim=False):
+    return var(self, dim, correction=_correction(unbiased), keepdim=keepdim)
+
+
+@lowering(aten.var.default)
+def var_default(self, unbiased=True):
+    return var(self, None, correction=_correction(unbiased))
+
+
+@lowering(aten.std.correction)
+def std(self, dim=None, *, correction=None, keepdim=False):
+    v, _, out = _var(self, dim, correction, keepdim, "std")
+    return jnp.sqrt(v).astype(out)
+
+
+@lowering(aten.std.dim)
+def std_dim(self, dim, unbiased=True, keepdim=False):
+    return std(self, dim, correction=_correction(unbiased), keepdim=keepdim)
+
+
+@lowering(aten.std.default)
+def std_default(self, unbiased=True):
+    return std(self, None, correction=_correction(unbiased))
+
+
+@lowering(aten.var_mean.correction)
+def var_mean(self, dim=None, *, correction=None, keepdim=False):
+    v, m, out = _var(self, dim, correction, keepdim, "var_mean")
+    return v.astype(out), m.astype(out)
+
+
+@lowering(aten.var_mean.dim)
+def var_mean_dim(self, dim, unbiased=True, keepdim=False):
+    return var_mean(self, dim, correction=_correction(unbiased), keepdim=keepdim)
+
+
+@lowering(aten.var_mean.default)
+def var_mean_default(self, unbiased=True):
+    return var_mean(self, None, correction=_correction(unbiased))
+
+
+@lowering(aten.std_mean.correction)
+def std_mean(self, dim=None, *, correction=None, keepdim=False):
+    v, m, out = _var(self, dim, correction, keepdim, "std_mean")
+    return jnp.sqrt(v).astype(out), m.astype(out)
+
+
+@lowering(aten.std_mean.dim)
+def std_mean_dim(self, dim, unbiased=True, keepdim=False):
+    return std_mean(self, dim, correction=_correction(unbiased), keepdim=keepdim)
+
+
+@lowering(aten.std_mean.default)
+def std_mean_default(self, unbiased=True):
+    return std_mean(self, None, correction=_correction(unbiased))
+
+
+# -- logsumexp and norms ------------------------------------------------------------------------
+
+
+@lowering(aten.logsumexp.default)
+def logsumexp(self, dim, keepdim=False):
+    out = jnp.dtype(jnp.float32) if _is_int(self) else self.dtype
+    x = _opmath(self.astype(out))
+    axes = _dims(self, dim)
+    if x.size == 0 or not axes:
+        return jnp.log(jnp.sum(jnp.exp(x), axis=axes, keepdims=keepdim)).astype(out)
+    peak = jnp.max(x, axis=axes, keepdims=True)
+    peak = jnp.where(jnp.isfinite(peak), peak, 0)
+    total = jnp.sum(jnp.exp(x - peak), axis=axes, keepdims=True)
+    result = jnp.log(total) + peak
+    if not keepdim:
+        result = jnp.squeeze(result, axis=axes)
+    return result.astype(out)
+
+
+def _vector_norm(x, ord, dim, keepdim, dtype):
+    if dtype is not None:
+        x = x.astype(to_jax_dtype(dtype))
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        raise RuntimeError(
+            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            f"{str(torch_dtype_of(x.dtype)).removeprefix('torch.').capitalize()}"
+        )
+    out = jnp.abs(x[..., :0]).dtype if jnp.iscomplexobj(x) else x.dtype
+    a = _opmath(jnp.abs(x))
+    axes = _dims(x, dim)
+    ord = float(ord)
+    if ord == float("inf"):
+        if a.size == 0:
+            _require_nonempty(x, axes, "linalg.vector_norm")
+        r = jnp.max(a, axis=axes, keepdims=keepdim)
+    elif ord == float("-inf"):
+        _require_nonempty(x, axes, "linalg.vector_norm")
+        r = jnp.min(a, axis=axes, keepdims=keepdim)
+    elif ord == 0:
+        r = jnp.sum(a != 0, axis=axes, keepdims=keepdim).astype(a.dtype)
+    elif ord == 1:
+        r = jnp.sum(a, axis=axes, keepdims=keepdim)
+    elif ord == 2:
+        r = jnp.sqrt(jnp.sum(a * a, axis=axes, keepdims=keepdim))
+    else:
+        r = jnp.power(jnp.sum(jnp.power(a, ord), axis=axes, keepdims=keepdim), 1.0 / ord)
+    return r.astype(out)
+
+
+@lowering(aten.linalg_vector_norm.default)
+def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
+    return _vector_norm(self, ord, dim, keepdim, dtype)
+
+
+@lowering(aten.norm.Scalar, aten.norm.ScalarOpt_dtype)
+def norm(self, p=2, *, dtype=None):
+    return _vector_norm(self, 2 if p is None else p, None, False, dtype)
+
+
+@lowering(aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype)
+def norm_dim(self, p, dim, keepdim=False, *, dtype=None):
+    return _vector_norm(self, 2 if p is None else p, dim, keepdim, dtype)
+
+
+# -- scans --------------------------------------------------------------------------------------
+
+
+def _scan_axis(x, dim) -> int:
+    return _dims(x, dim)[0] if x.ndim else 0
+
+
+@lowering(aten.cumsum.default)
+def cumsum(self, dim, *, dtype=None):
+    out = _accumulate_dtype(self, dtype)
+    if self.ndim == 0:
+        return self.astype(out)
+    acc = jnp.float32 if out in _LOW_PRECISION else out
+    return jnp.cumsum(self.astype(acc), axis=_scan_axis(self, dim)).astype(out)
+
+
+@lowering(aten.cumprod.default)
+def cumprod(self, dim, *, dtype=None):
+    out = _accumulate_dtype(self, dtype)
+    if self.ndim == 0:
+        return self.astype(out)
+    acc = jnp.float32 if out in _LOW_PRECISION else out
+    return jnp.cumprod(self.astype(acc), axis=_scan_axis(self, dim)).astype(out)
+
+
+@lowering(aten.logcumsumexp.default)
+def logcumsumexp(self, dim):
+    if self.ndim == 0:
+        return self
+    x = _opmath(self)
+    return lax.cumlogsumexp(x, axis=_scan_axis(self, dim)).astype(self.dtype)
+
+
+def _cumulative_extreme(x, dim, largest: bool):
+    """cummax/cummin: ties take the later index; the first NaN wins from there on."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    axis = _scan_axis(x, dim)
+    index = lax.broadcasted_iota(jnp.int64, x.shape, axis)
+    is_float = jnp.issubdtype(x.dtype, jnp.inexact)
+
+    def combine(earlier, later):
+        a, ia = earlier
+        b, ib = later
+        better = b >= a if largest else b <= a
+        if is_float:
+            take = ~jnp.isnan(a) & (jnp.isnan(b) | better)
+        else:
+            take = better
+        return jnp.where(take, b, a), jnp.where(take, ib, ia)
+
+    values, indices = lax.associative_scan(combine, (x, index), axis=axis)
+    return values, indices
+
+
+@lowering(aten.cummax.default)
+def cummax(self, dim):
+    return _cumulative_extreme(self, dim, True)
+
+
+@lowering(aten.cummin.default)
+def cummin(self, dim):
+    return _cumulative_extreme(self, dim, False)
+
+
+# -- order statistics ---------------------------------------------------------------------------
+
+
+def _median_along(x, axis, keepdim, ignore_nan: bool):
+    """Lower median and its index along ``axis``; NaN propagates unless ``ignore_nan``."""
+    n = x.shape[axis]
+    order = jnp.argsort(x, axis=axis, stable=True)  # NaN sorts last
+    ordered = jnp.take_along_axis(x, order, axis=axis)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        nans = jnp.sum(jnp.isnan(x), axis=axis, keepdims=True)
+        if ignore_nan:
+            k = jnp.maximum((n - nans - 1) // 2, 0)
+        else:
+            k = jnp.where(nans > 0, n - nans, (n - 1) // 2)  # the first NaN
+        k = jnp.minimum(k, n - 1)
+    else:
+        k = jnp.full(x.shape[:axis] + (1,) + x.shape[axis + 1:], (n - 1) // 2)
+    values = jnp.take_along_axis(ordered, k, axis=axis)
+    indices = jnp.take_along_axis(order, k, axis=axis).astype(jnp.int64)
+    if not keepdim:
+        values, indices = jnp.squeeze(values, axis), jnp.squeeze(indices, axis)
+    return values, indices
+
+
+def _median_all(x, op, ignore_nan):
+    if x.size == 0:
+        return jnp.full((), jnp.nan, x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else (
+            _raise_empty(op))
+    values, _ = _median_along(x.reshape(-1), 0, False, ignore_nan)
+    return values
+
+
+def _raise_empty(op):
+    raise IndexError(f"{op}(): Expected reduction dim 0 to have non-zero size.")
+
+
+def _median_dim(x, dim, keepdim, op, ignore_nan):
+    axes = _dims(x, dim)
+    _require_nonempty(x, axes, op)
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    return _median_along(x, axes[0], keepdim, ignore_nan)
+
+
+@lowering(aten.median.default)
+def median(self):
+    return _median_all(self, "median", False)
+
+
+@lowering(aten.nanmedian.default)
+def nanmedian(self):
+    return _median_all(self, "nanmedian", True)
+
+
+@lowering(aten.median.dim)
+def median_dim(self, dim, keepdim=False):
+    return _median_dim(self, dim, keepdim, "median", False)
+
+
+@lowering(aten.nanmedian.dim)
+def nanmedian_dim(self, dim, keepdim=False):
+    return _median_dim(self, dim, keepdim, "nanmedian", True)
+
+
+@lowering(aten.mode.default)
+def mode(self, dim=-1, keepdim=False):
+    """Most frequent value (the smallest among ties) and the index of its last occurrence."""
+    if self.ndim == 0:
+        return self, jnp.zeros((), jnp.int64)
+    axis = _dims(self, dim)[0]
+    x = jnp.moveaxis(self, axis, -1)
+    n = x.shape[-1]
+    if n == 0:
+        _raise_empty("mode")
+    same = x[..., :, None] == x[..., None, :]
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        same = same | (jnp.isnan(x)[..., :, None] & jnp.isnan(x)[..., None, :])
+    counts = jnp.sum(same, axis=-1)
+    best = jnp.max(counts, axis=-1, keepdims=True)
+    candidates = jnp.where(counts == best, x, _largest(x.dtype))
+    value = jnp.min(candidates, axis=-1, keepdims=True)
+    matches = (x == value) | (jnp.isnan(x) & jnp.isnan(value)) if jnp.issubdtype(
+        x.dtype, jnp.inexact) else (x == value)
+    index = jnp.max(jnp.where(matches, jnp.arange(n), -1), axis=-1, keepdims=True)
+    value, index = jnp.moveaxis(value, -1, axis), jnp.moveaxis(index, -1, axis)
+    if not keepdim:
+        value, index = jnp.squeeze(value, axis), jnp.squeeze(index, axis)
+    return value, index.astype(jnp.int64)
+
+
+def _largest(dtype):
+    if dtype == jnp.bool_:
+        return True
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.iinfo(dtype).max
+    return jnp.inf
+
