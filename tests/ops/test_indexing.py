@@ -46,6 +46,7 @@ def run_jit(fn, *args):
             values[i] = torchlax_core.wrap(a)
         with torch.device("jax"):
             out = fn(*pytree.tree_unflatten(values, spec))
+        out = tuple(out) if isinstance(out, tuple) else out  # torch.return_types are no JAX type
         return pytree.tree_map(lambda t: t.jax() if isinstance(t, Tensor) else t, out)
 
     out = jax.jit(traced)(*[flat[i].to("jax").jax() for i in positions])
@@ -64,6 +65,8 @@ def check(fn, *args, jit=True, exact=True):
 
 torch.manual_seed(0)
 x = torch.randn(4, 5, 6)
+G1 = torch.randint(0, 5, (4, 3, 2)).tolist()
+G2 = torch.randint(0, 6, (2, 5, 6)).tolist()
 xi = torch.arange(120).reshape(4, 5, 6)
 mask = x > 0
 
@@ -73,13 +76,13 @@ def i():  # literals: on the CPU in the PyTorch run, on device jax in the torchl
 
 
 def j():
-    return torch.tensor([[1, 0], [4, 2]])
+    return torch.tensor([[1, 0], [3, 2]])
 
 
 @pytest.mark.parametrize("fn", [
-    lambda a: a[i()], lambda a: a[:, i()], lambda a: a[i(), j()[0]], lambda a: a[j()], lambda a: a[:, j(), 1:3],
+    lambda a: a[i()], lambda a: a[:, i()], lambda a: a[i(), torch.tensor([1, 0, 4])], lambda a: a[j()], lambda a: a[:, j(), 1:3],
     lambda a: a[i(), :, i()], lambda a: a[None, i(), ..., i()], lambda a: a[1:, j(), j()], lambda a: a[..., i()],
-    lambda a: a[i(), None], lambda a: a[j(), :, torch.tensor(2)], lambda a: a[torch.tensor(1)],
+    lambda a: a[i(), None], lambda a: a[j(), :, torch.tensor([2])],
     lambda a: a[i().int()], lambda a: a[:, torch.tensor([], dtype=torch.int64)],
     lambda a: torch.ops.aten.index.Tensor(a, [None, i()]), lambda a: torch.ops.aten.index.Tensor(a, [i(), None, j()[:, :1]]),
 ])
@@ -100,10 +103,10 @@ def test_bool_mask_indexing_is_eager_only():
 @pytest.mark.parametrize("fn", [
     lambda a, v, m: a.index_put((i(),), v[0, 0, 0]), lambda a, v, m: a.index_put((i(), j()[0, :1]), v[0, 0, 0]),
     lambda a, v, m: a.index_put((torch.tensor([1, 1, 2]),), v[:3], accumulate=True),
-    lambda a, v, m: a.index_put((None, torch.tensor([0, 0])), v[:, :2] * 0 + 1, accumulate=True),
+    lambda a, v, m: torch.ops.aten.index_put(a, [None, torch.tensor([0, 0])], v[:, :2], accumulate=True),
     lambda a, v, m: torch.ops.aten.index_put(a, [None, None, torch.tensor([5, -6])], v[..., :2]),
     lambda a, v, m: a.index_put((m,), v[0, 0, 0]), lambda a, v, m: a.index_put((m,), v[0, 0, :1], accumulate=True),
-    lambda a, v, m: a.index_put((m[:, :, 0],), v[0, 0]), lambda a, v, m: a.index_put((None, m[0]), v[:, 0, :1]),
+    lambda a, v, m: a.index_put((m[:, :, 0],), v[0, 0]), lambda a, v, m: torch.ops.aten.index_put(a, [None, m[0]], v[:, 0, :1]),
 ])
 def test_index_put(fn):
     check(fn, x, -x, mask)
@@ -132,7 +135,7 @@ def test_setitem_forms():
 
 @pytest.mark.parametrize("fn", [
     lambda a: a.index_select(0, torch.tensor([0, 3, 1])), lambda a: a.index_select(-1, j()[0]), lambda a: a.index_select(1, torch.tensor(2)),
-    lambda a: a.gather(1, torch.randint(0, 5, (4, 3, 2))), lambda a: a.gather(-1, torch.randint(0, 6, (2, 5, 6))),
+    lambda a: a.gather(1, torch.tensor(G1)), lambda a: a.gather(-1, torch.tensor(G2)),
     lambda a: torch.take_along_dim(a, torch.tensor([[[1], [0], [4]]]), 1), lambda a: a.take(j()),
     lambda a: a.take(torch.tensor([[0, -1], [7, 100]])),
     lambda a: a.scatter(0, torch.tensor([[[3, 1, 0]]]), a[:1, :1, :3] * 2),
@@ -156,10 +159,18 @@ def test_gather_scatter_family(fn):
 def test_scatter_reduce(reduce, include_self, dtype):
     src = (torch.randn(3, 4) * 10).to(dtype)
     base = (torch.randn(3, 5) * 10).to(dtype)
-    index = torch.tensor([[0, 0, 4, 1], [2, 2, 2, 2], [1, 3, 1, 3]])
-    check(lambda a, s: a.scatter_reduce(1, index, s, reduce, include_self=include_self), base, src, exact=False)
-    check(lambda a, s: a.index_reduce(0, torch.tensor([0, 2, 0]), s[:, :1].expand(3, 5).contiguous(), reduce,
-                                      include_self=include_self) if reduce != "sum" else a, base, src, exact=False)
+    index = [[0, 0, 4, 1], [2, 2, 2, 2], [1, 3, 1, 3]]
+    check(lambda a, s: a.scatter_reduce(1, torch.tensor(index), s, reduce, include_self=include_self), base, src, exact=False)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_index_reduce(reduce, include_self, dtype):
+    base = (torch.randn(3, 5) * 10).to(dtype)
+    source = (torch.randn(4, 5) * 10).to(dtype)
+    check(lambda a, s: a.index_reduce(0, torch.tensor([0, 2, 0, 0]), s, reduce, include_self=include_self),
+          base, source, exact=False)
 
 
 def test_scatter_reduce_amax_propagates_nan():
@@ -219,14 +230,14 @@ def test_bincount_and_histc():
     check(lambda a: torch.histc(a, bins=3), torch.tensor([2.0, 2.0]))
 
 
-nan_data = torch.tensor([[3.0, float("nan"), 1.0, 1.0, -2.0, float("nan"), 7.0],
-                         [0.5, 0.5, -1.0, float("inf"), 2.0, -float("inf"), 0.0]])
+nan_data = torch.tensor([[3.0, float("nan"), 1.0, 1.5, -2.0, float("nan"), 7.0],
+                         [0.5, 0.25, -1.0, float("inf"), 2.0, -float("inf"), 0.0]])
 
 
 @pytest.mark.parametrize("fn", [
     lambda a: a.sort(), lambda a: a.sort(descending=True), lambda a: a.sort(0), lambda a: a.sort(stable=True),
     lambda a: a.sort(dim=0, descending=True, stable=True), lambda a: a.argsort(), lambda a: a.argsort(descending=True),
-    lambda a: a.argsort(dim=0, stable=True), lambda a: a.msort(), lambda a: a.int().sort(descending=True, stable=True),
+    lambda a: a.argsort(dim=0, stable=True), lambda a: a.msort(),
     lambda a: a.topk(3), lambda a: a.topk(2, largest=False), lambda a: a.topk(1, dim=0),
     lambda a: a.kthvalue(2), lambda a: a.kthvalue(7), lambda a: a.kthvalue(1, 0, keepdim=True),
     lambda a: a[0, 0].sort(), lambda a: a[0, 0].topk(1), lambda a: a[:, :0].sort(),
@@ -235,8 +246,18 @@ def test_sort_family_nan_is_largest(fn):
     check(fn, nan_data)
 
 
-def test_sort_bool_is_stable():
+def test_stable_sort_keeps_order_of_ties():
     check(lambda a: a.sort(stable=True), torch.tensor([True, False, True, False, False]))
+    ties = torch.tensor([[3, 1, 3, -2, 1, 3], [0, 0, 5, 5, 0, -7]])
+    check(lambda a: a.sort(stable=True), ties)
+    check(lambda a: a.sort(descending=True, stable=True), ties)
+    check(lambda a: a.sort(dim=0, descending=True, stable=True), ties)
+    check(lambda a: a.argsort(stable=True, descending=True), ties.double())
+
+
+def test_zero_dim_tensor_index_is_eager():
+    # PyTorch turns a 0-d integer index into a Python int (item()), so it cannot be traced.
+    check(lambda a: a[torch.tensor(1)], x, jit=False)
 
 
 def test_searchsorted_and_bucketize():
