@@ -10,6 +10,7 @@ an enclosing ``collectives_axis("data")`` block, which takes precedence.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -176,6 +177,11 @@ def _coalesced(fn: Callable) -> Callable:
 
 def register_lowerings(registry) -> None:
     """Register the functional-collective lowerings (called by this package's plugin)."""
+    if not torch.distributed.is_available():
+        return
+    # Defines the Python-side ops (_wrap_tensor_autograd) next to the C++ ones.
+    importlib.import_module("torch.distributed._functional_collectives")
+
     registry.register_lowering(c10d.all_reduce.default, all_reduce)
     registry.register_lowering(c10d.all_gather_into_tensor.default, all_gather_into_tensor)
     registry.register_lowering(c10d.reduce_scatter_tensor.default, reduce_scatter_tensor)
