@@ -115,10 +115,29 @@ def test_collectives_match_definitions():
     """)
 
 
-def test_collective_errors_name_the_axis():
+def test_collectives_in_call_torch_under_jax_shard_map_and_errors():
     run_on_devices("""
+        import warnings
+        import jax.numpy as jnp
         import torch.distributed._functional_collectives as fc
+        import torchlax_interop
+        warnings.simplefilter("ignore", FutureWarning)
         mesh = D.make_mesh((2, 4), ("data", "model"))
+
+        # plain jax.shard_map around call_torch; process_groups_for lets torch look up sizes
+        def body(t):
+            return fc.all_gather_tensor(fc.all_reduce(t, "sum", "model") * 2, 0, "data")
+        f = jax.shard_map(lambda a: torchlax_interop.call_torch(body, a), mesh=mesh,
+                          in_specs=P(("data", "model")), out_specs=P(("data", "model")),
+                          check_vma=False)
+        x = jnp.arange(32.0 * 3).reshape(32, 3)
+        with D.process_groups_for(mesh):
+            out = np.asarray(jax.jit(f)(x))
+        blocks = np.asarray(x).reshape(2, 4, 4, 3)
+        reduced = 2 * blocks.sum(1)                               # [data, rows, cols]
+        per_device = np.concatenate([reduced[0], reduced[1]])     # gathered over data
+        np.testing.assert_allclose(out.reshape(8, 8, 3), np.broadcast_to(per_device, (8, 8, 3)))
+
         with torchlax_core.enable():
             x = torch.randn(8, 2).to("jax")
             f = D.shard_map(lambda t: fc.all_reduce(t, "sum", "nope"), mesh, P("data"), P("data"))
