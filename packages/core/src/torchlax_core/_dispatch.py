@@ -316,7 +316,8 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
                 f"{op_name(func)}: result type {_type_name(src)} can't be cast to the desired "
                 f"output type {_type_name(dst_dtype)}"
             )
-        value = value.astype(jax_dtype(dst_dtype))
+        with _x64(True):  # may run outside a lowering's x64 scope (int64/float64 outputs)
+            value = value.astype(jax_dtype(dst_dtype))
     if value.shape != tuple(dst.shape):
         if value.size == dst.numel() and value.ndim == 0:
             value = value.reshape(tuple(dst.shape))

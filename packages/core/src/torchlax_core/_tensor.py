@@ -262,14 +262,40 @@ class Tensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         env = _current_env()
-        impl = env._resolved.get(func)
-        if impl is None:
-            impl = env._resolve(func)
-        return impl(args, kwargs or {})
+        try:
+            impl = env._resolved.get(func)
+            if impl is None:
+                impl = env._resolve(func)
+            return impl(args, kwargs or {})
+        except Exception as exc:
+            if _current_graph_task_id() == -1:
+                raise
+            return _BackwardFailure(func, exc)
 
     # While no environment overrides a torch-level function, PyTorch skips
     # __torch_function__ altogether for this class (see set_function_overrides).
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+_current_graph_task_id = torch._C._current_graph_task_id
+
+
+class _BackwardFailure:
+    """What an op that failed inside the autograd engine returns instead of raising.
+
+    A Python exception raised there unwinds through PyTorch's stream guard for the ``jax``
+    device, whose (Python-backed, ``noexcept``) methods then abort the process. Returning an
+    object PyTorch cannot convert makes it raise its own C++ error instead, whose message
+    carries this object's repr: the op and the original error.
+    """
+
+    def __init__(self, func, exc: BaseException):
+        self.func = func
+        self.exc = exc
+
+    def __repr__(self) -> str:
+        return (f"<torchlax: {self.func} failed during backward with "
+                f"{type(self.exc).__name__}: {self.exc}>")
 
 
 def _current_env():  # rebound by _environment when it is imported
@@ -339,4 +365,5 @@ def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
         host = raw.view(target)
     else:
         host = t.numpy()
-    return jax.device_put(np.array(host, copy=True), device)
+    with jax.enable_x64(True):  # keep int64/float64 (0-d CPU scalars are unwrapped outside x64)
+        return jax.device_put(np.array(host, copy=True), device)

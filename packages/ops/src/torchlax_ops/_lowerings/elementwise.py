@@ -101,7 +101,9 @@ def div_mode(self, other, *, rounding_mode=None):
     return _rounding_div(self, other, rounding_mode)
 
 
-@lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
+# floor_divide_.Tensor has no functional twin of the same overload name; lower it directly
+# (the core writes the result into ``self``).
+@lowering(aten.floor_divide.default, aten.floor_divide.Scalar, aten.floor_divide_.Tensor)
 @elementwise(BINARY, Promotion.DEFAULT)
 def floor_divide(self, other):
     return _floor_divide(self, other)
