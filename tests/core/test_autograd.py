@@ -188,3 +188,23 @@ def test_function_overrides_are_skipped_while_autograd_records():
             _assert_grad(x, x_cpu)
     finally:
         env.unregister_plugin("softsign-override")
+
+
+class _FailingTanhBackward:
+    @torchlax_core.hookimpl
+    def torchlax_register_lowerings(self, registry):
+        def fail(grad_output, output):
+            raise ValueError("deliberate failure in a backward lowering")
+
+        registry.register_lowering(torch.ops.aten.tanh_backward.default, fail, override=True)
+
+
+def test_error_in_backward_lowering_raises_instead_of_aborting():
+    env = torchlax_core.Environment()
+    env.register_plugin(_FailingTanhBackward(), "failing-tanh-backward")
+    _, x = _leaf(3)
+    with torchlax_core.enable(env):
+        y = torch.tanh(x).sum()
+        with pytest.raises(RuntimeError, match="aten.tanh_backward.default failed during backward "
+                                               "with ValueError: deliberate failure"):
+            y.backward()
