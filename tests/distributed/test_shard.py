@@ -171,5 +171,16 @@ def test_mesh_placement_puts_new_tensors_on_the_mesh_until_exit():
             z = torch.randn(2, device="jax")
             assert len(z.jax().devices()) == 1
             assert len(env.plugins()) == before
+
+            # shard() of a module still on the CPU moves its weights straight onto the mesh
+            cpu = torch.nn.Linear(4, 16)
+            expected = cpu(torch.ones(2, 4)).detach()
+            D.shard(cpu, mesh, D.fsdp_rules("data"))
+            assert isinstance(cpu.weight, torch.nn.Parameter) and cpu.weight.requires_grad
+            assert cpu.weight.jax().sharding == NamedSharding(mesh, P("data"))
+            assert D.shard_shapes(cpu.bias) == [(2,)] * 8
+            with D.mesh_placement(mesh):
+                out = cpu(torch.ones(2, 4, device="jax"))
+            torch.testing.assert_close(out.detach().cpu(), expected)
         print("ok")
     """)
