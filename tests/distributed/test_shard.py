@@ -76,6 +76,21 @@ def test_jit_keeps_shardings_and_gives_the_ones_asked_for():
             assert logits.jax().sharding.spec == P("data", None, "model"), logits.jax().sharding
             torch.testing.assert_close(logits.cpu(), reference(tokens).detach(), atol=1e-5, rtol=1e-5)
 
+            # sharded_jit: torchlax_interop.jit of the module with out_shardings as asked,
+            # forward and backward (the weights stay program inputs)
+            for spec in (P(None, None, "model"), P("data", None, None)):
+                jitted_model = D.sharded_jit(model, mesh, spec)
+                logits = jitted_model(tk)
+                assert logits.jax().sharding.is_equivalent_to(NamedSharding(mesh, spec), 3), spec
+                torch.testing.assert_close(logits.detach().cpu(), reference(tokens).detach(),
+                                           atol=1e-5, rtol=1e-5)
+            with D.mesh_placement(mesh):   # the eager loss makes constants: on the mesh
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 64), tg.reshape(-1))
+                loss.backward()
+            for (name, p), g in zip(model.named_parameters(), grads):
+                torch.testing.assert_close(p.grad.cpu(), g, atol=1e-5, rtol=1e-4, msg=name)
+            model.zero_grad(set_to_none=True)
+
             # a functional training step under jax.jit with explicit in/out shardings
             params, apply = torchlax_interop.functional(model)
             param_shardings = {n: a.sharding for n, a in params.items()}

@@ -20,6 +20,8 @@ from ._collectives import collectives_axis as collectives_axis
 from ._collectives import group_size as group_size
 from ._collectives import process_groups_for as process_groups_for
 from ._collectives import shard_map as shard_map
+from ._jit import constrain as constrain
+from ._jit import sharded_jit as sharded_jit
 from ._materialize import init_on_meta as init_on_meta
 from ._materialize import materialize as materialize
 from ._materialize import shard_shapes as shard_shapes
