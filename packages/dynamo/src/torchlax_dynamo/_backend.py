@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchlax_core import current_env
 
 from ._decompositions import decompositions_for
@@ -65,4 +66,9 @@ def torchlax_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str
         decompositions=decompositions_for(env),
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs)
+    # Scaled dot-product attention as plain ATen ops (matmuls, softmax) whose backward autograd
+    # derives, instead of the CPU flash kernel pair: its forward decomposes, but its backward
+    # (a fused kernel) would then be handed the decomposition's outputs, which are not the
+    # logsumexp it expects. Inductor excludes that decomposition for the same reason.
+    with sdpa_kernel([SDPBackend.MATH]):
+        return backend(gm, example_inputs)

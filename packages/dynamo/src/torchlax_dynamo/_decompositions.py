@@ -19,6 +19,11 @@ import torch
 
 _cache: dict[int, tuple[Any, dict]] = {}
 
+# Decompositions that are wrong next to an undecomposed partner op: the CPU flash attention
+# forward decomposes into the math path, whose second output is not the logsumexp that the
+# (fused, undecomposed) flash backward reads. Inductor excludes it too.
+_EXCLUDED = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default})
+
 
 def decompositions_for(env) -> dict[torch._ops.OpOverload, Callable]:
     """The decompositions AOT autograd should apply for ``env``'s lowerings."""
@@ -30,7 +35,8 @@ def decompositions_for(env) -> dict[torch._ops.OpOverload, Callable]:
 
     table = {
         op: fn for op, fn in core_aten_decompositions().items()
-        if isinstance(op, torch._ops.OpOverload) and env.lowering_for(op) is None
+        if isinstance(op, torch._ops.OpOverload) and op not in _EXCLUDED
+        and env.lowering_for(op) is None
     }
     _cache[id(env)] = (tables, table)
     return table

@@ -15,7 +15,11 @@ device ``jax`` from it without touching its data. Two hooks route it there:
 - ``VariableBuilder._wrap`` sends a torchlax Tensor straight to ``wrap_tensor`` (the path of
   ``torch.Tensor`` and traceable subclasses), instead of the user-defined-object path;
 - ``infer_subclass_type`` answers ``None`` for it, so Dynamo does not model it as a
-  ``__torch_function__`` subclass (``TensorWithTFOverrideVariable``).
+  ``__torch_function__`` subclass (``TensorWithTFOverrideVariable``);
+- ``clone_input`` (used for a real tensor Dynamo installs as a graph attribute: a module
+  buffer it treats as a constant) clones a torchlax Tensor by sharing its array - JAX arrays are
+  immutable, so that is a true clone - instead of PyTorch's ``empty`` + ``as_strided_`` +
+  ``copy_`` recipe, which resizes a tensor in place (torchlax Tensors cannot).
 
 Guards keep the distinction: ``TENSOR_MATCH`` checks the Python type and the dispatch keys,
 so a graph compiled for torchlax Tensors never runs on CPU tensors and the reverse (each gets
@@ -23,6 +27,15 @@ its own compile). The real torchlax Tensors reach the compiled graph at run time
 ``_program`` reads their arrays. Nothing changes for other tensors or other backends; a
 torchlax Tensor given to another backend (inductor) reaches that backend as a ``jax`` device
 tensor, which it rejects as it would any unknown device.
+
+Fake tensors and ``torch.tensor(data, device=x.device)``: PyTorch builds such a tensor for
+real on its device and then *lifts* it into the fake world. On the ``jax`` device the real
+tensor is a torchlax Tensor, which FakeTensorMode does not recognise and so never lifts: a
+real tensor would leak into the fake trace. PyTorch already has the remedy, used when no accelerator is
+available (``FakeTensorMode.avoid_device_init``): build the data on the CPU, lift it, and move
+the fake tensor. FakeTensorMode takes the ``jax`` PrivateUse1 device for an accelerator that
+can hold real data, so its availability check (``fake_tensor._is_privateuse1_backend_available``)
+answers False for torchlax's device; CUDA and other PrivateUse1 backends are unaffected.
 
 At run time AOT autograd checks that each tangent reaching a compiled backward has the type
 it traced with (a plain tensor, for a fakeified torchlax Tensor) and otherwise asks the
@@ -36,6 +49,7 @@ backend up), and idempotent.
 
 from __future__ import annotations
 
+import torch
 from torchlax_core import Tensor
 
 _installed = []
@@ -62,10 +76,38 @@ def install() -> None:
     if not hasattr(Tensor, "__coerce_same_metadata_as_tangent__"):
         Tensor.__coerce_same_metadata_as_tangent__ = _same_tangent
 
+    clone_input = builder.clone_input
+
+    def _clone_input(value, *args, **kwargs):
+        if isinstance(value, Tensor):
+            return _clone(value)
+        return clone_input(value, *args, **kwargs)
+
+    from torch._subclasses import fake_tensor
+
+    privateuse1_available = fake_tensor._is_privateuse1_backend_available
+
+    def _materialising_device_available():
+        # torchlax's "jax" device holds only torchlax Tensors, never real data fake mode can lift.
+        if torch._C._get_privateuse1_backend_name() == "jax":
+            return False
+        return privateuse1_available()
+
+    fake_tensor._is_privateuse1_backend_available = _materialising_device_available
+
     builder.VariableBuilder._wrap = _wrap
     builder.infer_subclass_type = _infer_subclass_type
-    _installed.append((wrap, infer_subclass_type))
+    builder.clone_input = _clone_input
+    _installed.append((wrap, infer_subclass_type, clone_input))
 
 
 def _same_tangent(self, expected_metadata=None, expected_type=None):
     return self
+
+
+def _clone(value: Tensor) -> Tensor:
+    from torch._dynamo.utils import copy_dynamo_tensor_attributes
+
+    clone = Tensor(value._value(), requires_grad=value.requires_grad and value.is_leaf)
+    copy_dynamo_tensor_attributes(value, clone)
+    return clone

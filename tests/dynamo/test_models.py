@@ -1,0 +1,139 @@
+"""Whole models compiled with backend="torchlax", against eager PyTorch on the CPU."""
+
+import copy
+
+import pytest
+import torch
+import torchlax_core
+import torchlax_dynamo
+from dynamo_helpers import assert_same, to_jax
+
+counters = torchlax_dynamo.counters
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2)
+        self.bn2 = torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        x = torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.head(x)
+
+
+def cnn():
+    torch.manual_seed(0)
+    return SmallCNN()
+
+
+def train_steps(model, x, target, steps=2):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return losses
+
+
+def check_state(actual: torch.nn.Module, expected: torch.nn.Module, **tol):
+    for (name, a), (_, e) in zip(actual.state_dict().items(), expected.state_dict().items(),
+                                 strict=True):
+        assert_same(a, e, **tol), name
+
+
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+def test_cnn_with_batchnorm_inference(on_jax):
+    model = cnn().eval()
+    x = torch.randn(2, 3, 8, 8)
+    compiled = torch.compile(to_jax(model) if on_jax else model, backend="torchlax")
+    with torch.no_grad():
+        out = compiled(to_jax(x) if on_jax else x)
+        assert_same(out, model(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+def test_cnn_with_batchnorm_training_updates_running_stats(on_jax):
+    model = cnn()
+    eager = copy.deepcopy(model)
+    x, target = torch.randn(4, 3, 8, 8), torch.tensor([0, 3, 1, 4])
+    trained = to_jax(model) if on_jax else model
+    compiled = torch.compile(trained, backend="torchlax")
+    cx, ct = (to_jax(x), to_jax(target)) if on_jax else (x, target)
+    losses = train_steps(compiled, cx, ct)
+    expected = train_steps(eager, x, target)
+    for loss, e in zip(losses, expected, strict=True):
+        assert_same(loss, e, rtol=1e-4, atol=1e-5)
+    # weights, running_mean/var and num_batches_tracked, as eager BatchNorm leaves them
+    check_state(trained, eager, rtol=1e-4, atol=1e-5)
+    assert int(trained.bn1.num_batches_tracked) == 2
+    assert counters["eager_nodes"] == 0
+
+
+def test_batchnorm_running_stats_in_no_grad_forward():
+    # Without autograd AOT keeps the buffer updates inside the program (copy_ into inputs).
+    model = cnn()
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 3, 8, 8)
+    compiled = torch.compile(model, backend="torchlax")
+    with torch.no_grad():
+        for _ in range(2):
+            assert_same(compiled(x), eager(x), rtol=1e-4, atol=1e-5)
+    check_state(model, eager, rtol=1e-4, atol=1e-5)
+
+
+def tiny_gpt2():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+def test_gpt2_forward(on_jax):
+    model = tiny_gpt2()
+    ids = torch.randint(0, 64, (2, 12))
+    compiled = torch.compile(to_jax(model) if on_jax else model, backend="torchlax")
+    with torch.no_grad():
+        out = compiled(to_jax(ids) if on_jax else ids).logits
+        expected = model(ids).logits
+    assert type(out) is (torchlax_core.Tensor if on_jax else torch.Tensor)
+    assert_same(out, expected, rtol=1e-4, atol=1e-4)
+    assert counters["eager_nodes"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+def test_gpt2_training_step(on_jax):
+    model = tiny_gpt2().train()
+    eager = copy.deepcopy(model)
+    ids = torch.randint(0, 64, (2, 12))
+    trained = to_jax(model) if on_jax else model
+    compiled = torch.compile(trained, backend="torchlax")
+
+    def step(m, opt, ids):
+        opt.zero_grad()
+        loss = m(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    opt = torch.optim.AdamW(trained.parameters(), lr=1e-3)
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    cids = to_jax(ids) if on_jax else ids
+    for _ in range(2):
+        assert_same(step(compiled, opt, cids), step(eager, eager_opt, ids), rtol=1e-4, atol=1e-4)
+    check_state(trained, eager, rtol=1e-3, atol=1e-4)
+    assert counters["eager_nodes"] == 0  # attention's backward too: no fused CPU kernel
