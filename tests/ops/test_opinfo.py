@@ -7,7 +7,7 @@ and compares values, dtypes and shapes with PyTorch on the CPU. Known failures l
 a dtype mismatch is never excused by the table.
 
 ``python tests/ops/opinfo_report.py`` runs the same cases in-process and prints coverage.
-Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 3).
+Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 2).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from opinfo_expected_failures import EXPECTED_FAILURES  # noqa: E402
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16)
 MODES = ("eager", "jit")
-MAX_SAMPLES = int(os.environ.get("TORCHLAX_OPINFO_SAMPLES", "3"))
+MAX_SAMPLES = int(os.environ.get("TORCHLAX_OPINFO_SAMPLES", "2"))
 
 # Ops whose values are random: checked for shape, dtype and reproducibility under a seed.
 RANDOM_OPS = frozenset({
