@@ -60,6 +60,7 @@ _OPS = [
     aten.log_sigmoid_backward.default,
     aten._prelu_kernel.default,
     aten._prelu_kernel_backward.default,
+    aten.logit_backward.default,
     # rearrangements and sampling
     aten.im2col.default,
     aten.col2im.default,
@@ -68,6 +69,9 @@ _OPS = [
     aten.upsample_bicubic2d.default,
     aten.max_unpool2d.default,
     aten.max_unpool3d.default,
+    # backward of views, as autograd calls them (a shape lowering of them wins)
+    aten.select_backward.default,
+    aten.slice_backward.default,
     # reductions that nn ops lean on; an elementwise/reduction lowering of them wins
     aten.logsumexp.default,
     aten.linalg_vector_norm.default,

@@ -366,6 +366,16 @@ def _log_softmax(self, dim, half_to_float):
     return _softmax_like(jax.nn.log_softmax, self, dim, half_to_float)
 
 
+@lowering(aten._safe_softmax.default)
+def _safe_softmax(self, dim, dtype=None):
+    # Attention's softmax: a row masked out entirely (all -inf) gives zeros, not NaN.
+    x = _up(self) if dtype is None else self.astype(_dtype_of(dtype))
+    out = _softmax_like(jax.nn.softmax, x, dim, False)
+    masked = jnp.all(x == -jnp.inf, axis=dim, keepdims=True) if x.ndim else x == -jnp.inf
+    out = jnp.where(masked, 0, out)
+    return out.astype(self.dtype if dtype is None else _dtype_of(dtype))
+
+
 def _reduce_dim(x, dim):
     return x if x.ndim == 0 else jnp.sum(x, axis=dim, keepdims=True)
 
@@ -452,6 +462,18 @@ lowering(aten.hardswish.default)(_pointwise(_hardswish))
 lowering(aten.hardsigmoid.default)(_pointwise(_hardsigmoid))
 lowering(aten.softplus.default)(_pointwise(_softplus))
 lowering(aten.elu.default)(_pointwise(_elu))
+
+
+@lowering(aten.sigmoid_backward.default)
+def sigmoid_backward(grad_output, output):
+    g, y = _up(grad_output), _up(output)
+    return (g * jnp.conj((1 - y) * y)).astype(grad_output.dtype)
+
+
+@lowering(aten.tanh_backward.default)
+def tanh_backward(grad_output, output):
+    g, y = _up(grad_output), _up(output)
+    return (g * jnp.conj(1 - y * y)).astype(grad_output.dtype)
 
 
 @lowering(aten.hardswish_backward.default)

@@ -1,0 +1,409 @@
+"""nn ops on torchlax Tensors against eager PyTorch on the CPU: values, dtypes, shapes, grads."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchlax_core
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _compare_cpu import check, grads_match, to_jax  # noqa: E402
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+# -- convolution --------------------------------------------------------------------------------
+
+CONVOLUTIONS = {
+    "conv1d_groups_padding": (lambda x, w: F.conv1d(x, w, groups=3, padding=2),
+                              (randn(2, 6, 10), randn(6, 2, 3))),
+    "conv2d_bias": (F.conv2d, (randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4))),
+    "conv2d_stride_dilation": (lambda x, w: F.conv2d(x, w, stride=2, padding=1, dilation=2),
+                               (randn(2, 3, 9, 9), randn(4, 3, 3, 3))),
+    "conv2d_same": (lambda x, w: F.conv2d(x, w, padding="same"), (randn(1, 3, 7, 7), randn(2, 3, 4, 2))),
+    "conv2d_unbatched": (F.conv2d, (randn(3, 6, 6), randn(4, 3, 3, 3))),
+    "conv3d": (F.conv3d, (randn(1, 2, 4, 5, 6), randn(3, 2, 2, 2, 2))),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1,
+                                                            output_padding=1),
+                         (randn(2, 3, 5, 5), randn(3, 4, 3, 3), randn(4))),
+    "conv_transpose2d_groups_dilation": (
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, groups=3, dilation=2),
+        (randn(1, 6, 4, 4), randn(6, 2, 3, 3))),
+    "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x, w, stride=3),
+                         (randn(2, 4, 5), randn(4, 2, 3))),
+}
+
+
+@pytest.mark.parametrize("name", CONVOLUTIONS)
+def test_convolution(name):
+    fn, args = CONVOLUTIONS[name]
+    check(fn, *args, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["conv2d_bias", "conv2d_stride_dilation", "conv_transpose2d",
+                                  "conv_transpose2d_groups_dilation", "conv1d_groups_padding"])
+def test_convolution_grads(name):
+    fn, args = CONVOLUTIONS[name]
+    grads_match(lambda *a: (fn(*a) ** 2).sum(), list(args), atol=1e-3, rtol=1e-4)
+
+
+def test_convolution_bfloat16_accumulates_in_float32():
+    x, w = randn(1, 8, 6, 6).bfloat16(), randn(4, 8, 3, 3).bfloat16()
+    check(F.conv2d, x, w, atol=2e-2, rtol=2e-2, jit=False)
+
+
+# -- pooling --------------------------------------------------------------------------------------
+
+POOLS = {
+    "max_pool2d": lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+    "max_pool2d_ceil": lambda x: F.max_pool2d(x, 3, 2, 0, ceil_mode=True, return_indices=True),
+    "max_pool2d_dilation": lambda x: F.max_pool2d(x, 2, 1, 0, dilation=2, return_indices=True),
+    "max_pool1d": lambda x: F.max_pool1d(x[0], 2),
+    "max_pool3d": lambda x: F.max_pool3d(x[:, :, None].expand(-1, -1, 4, -1, -1), 2,
+                                         return_indices=True),
+    "avg_pool2d": lambda x: F.avg_pool2d(x, 3, 2, 1),
+    "avg_pool2d_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    "avg_pool2d_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+    "avg_pool2d_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                          count_include_pad=False),
+    "avg_pool2d_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
+    "avg_pool1d": lambda x: F.avg_pool1d(x[0], 3, 2, 1),
+    "avg_pool3d": lambda x: F.avg_pool3d(x[:, :, None].expand(-1, -1, 4, -1, -1), 2),
+    "adaptive_avg_pool2d": lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
+    "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x[0], 4),
+    "adaptive_max_pool2d": lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+}
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pooling(name):
+    check(POOLS[name], randn(2, 3, 9, 9))
+
+
+@pytest.mark.parametrize("name", ["max_pool2d", "max_pool2d_ceil", "avg_pool2d_exclude_pad",
+                                  "avg_pool2d_ceil", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+                                  "max_pool3d"])
+def test_pooling_grads(name):
+    def loss(x):
+        out = POOLS[name](x)
+        out = out[0] if isinstance(out, tuple) else out
+        return (out * torch.arange(out.numel(), device=out.device).reshape(out.shape)).sum()
+
+    grads_match(loss, [randn(2, 3, 9, 9)])
+
+
+def test_max_pool_int64():
+    x = torch.randint(-50, 50, (1, 2, 6, 6))
+    check(lambda t: F.max_pool2d(t, 2), x)
+
+
+# -- softmax and activations ----------------------------------------------------------------------
+
+ACTIVATIONS = {
+    "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "mish": F.mish,
+    "elu": lambda x: F.elu(x, 0.7), "selu": F.selu, "celu": lambda x: F.celu(x, 0.5),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.7),
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+    "softplus": lambda x: F.softplus(x, 2, 1), "threshold": lambda x: F.threshold(x, 0.1, 20),
+    "hardshrink": F.hardshrink, "softshrink": F.softshrink, "logsigmoid": F.logsigmoid,
+    "glu": F.glu, "prelu": lambda x: F.prelu(x, torch.tensor([0.1, 0.2, 0.3, 0.4], device=x.device)),
+    "softmax": lambda x: F.softmax(x, 1), "log_softmax": lambda x: F.log_softmax(x, -1),
+    "softmin": lambda x: F.softmin(x, 0),
+}
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation(name):
+    x = randn(3, 4, 6) * 4
+    check(ACTIVATIONS[name], x, jit=name in ("gelu", "softmax", "elu"))
+    grads_match(lambda t: ACTIVATIONS[name](t).sin().sum(), [x], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "softmax", "log_softmax", "hardswish"])
+def test_activation_bfloat16(name):
+    check(ACTIVATIONS[name], randn(3, 4, 6).bfloat16(), atol=1e-2, rtol=1e-2, jit=False)
+
+
+def test_inplace_activation_writes_through_view():
+    x = randn(4, 6)
+    def fn(t):
+        t = t.clone()
+        F.relu(t[:, 2:], inplace=True)
+        return t
+    check(fn, x)
+
+
+# -- normalization --------------------------------------------------------------------------------
+
+
+def test_layer_norm_forward_and_grads():
+    x, w, b = randn(2, 5, 8), randn(8), randn(8)
+    check(lambda x, w, b: F.layer_norm(x, (8,), w, b), x, w, b, atol=1e-5)
+    grads_match(lambda x, w, b: (F.layer_norm(x, (8,), w, b) * x.detach()).sum(), [x, w, b],
+                atol=1e-4)
+
+
+def test_group_norm_forward_and_grads():
+    x, w, b = randn(2, 6, 4, 4), randn(6), randn(6)
+    check(lambda x, w, b: F.group_norm(x, 3, w, b), x, w, b, atol=1e-5)
+    grads_match(lambda x, w, b: (F.group_norm(x, 3, w, b) ** 2).sum(), [x, w, b], atol=1e-4)
+
+
+def test_rms_norm():
+    x, w = randn(2, 5, 8), randn(8)
+    check(lambda x, w: F.rms_norm(x, (8,), w), x, w, atol=1e-5)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_batch_norm_module_updates_running_stats(train):
+    cpu = torch.nn.BatchNorm2d(3, momentum=0.3)
+    cpu.running_mean.uniform_()
+    cpu.running_var.uniform_(1, 2)
+    with torchlax_core.enable():
+        on_jax = torch.nn.BatchNorm2d(3, momentum=0.3)
+        on_jax.load_state_dict(cpu.state_dict())
+        on_jax = on_jax.to("jax")
+    cpu.train(train)
+    on_jax.train(train)
+    x = randn(4, 3, 5, 5)
+    for _ in range(2):
+        expected = cpu(x)
+        with torchlax_core.enable():
+            actual = on_jax(x.to("jax"))
+        torch.testing.assert_close(actual.detach().cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        a, e = getattr(on_jax, name), getattr(cpu, name)
+        assert a.dtype == e.dtype
+        torch.testing.assert_close(a.cpu(), e, atol=1e-6, rtol=1e-5)
+
+
+def test_batch_norm_grads():
+    x, w, b = randn(4, 3, 5, 5), randn(3), randn(3)
+    rm, rv = torch.zeros(3), torch.ones(3)
+
+    def loss(x, w, b):
+        return (F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=True) * x.detach()).sum()
+
+    grads_match(loss, [x, w, b], atol=1e-4)
+
+
+def test_batch_norm_functional_eval_under_jit():
+    x, rm, rv, w, b = randn(4, 3, 5), randn(3), randn(3).abs() + 0.5, randn(3), randn(3)
+    check(lambda *a: F.batch_norm(a[0], a[1], a[2], a[3], a[4], training=False), x, rm, rv, w, b)
+
+
+# -- losses ---------------------------------------------------------------------------------------
+
+LOSSES = {
+    "cross_entropy": lambda x, t: F.cross_entropy(x, t),
+    "cross_entropy_weight_ignore": lambda x, t: F.cross_entropy(
+        x, t, weight=torch.linspace(0.5, 2, 5, device=x.device), ignore_index=2),
+    "cross_entropy_sum": lambda x, t: F.cross_entropy(x, t, reduction="sum", label_smoothing=0.1),
+    "cross_entropy_none": lambda x, t: F.cross_entropy(x, t, reduction="none"),
+    "nll_loss": lambda x, t: F.nll_loss(F.log_softmax(x, 1), t),
+    "nll_loss_ignore": lambda x, t: F.nll_loss(F.log_softmax(x, 1), t, ignore_index=1),
+}
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_classification_loss(name):
+    x, t = randn(6, 5), torch.tensor([0, 1, 2, 3, 4, 2])
+    check(LOSSES[name], x, t)
+    grads_match(lambda x, t: LOSSES[name](x, t).sum(), [x, t])
+
+
+def test_cross_entropy_2d():
+    x, t = randn(2, 4, 3, 3), torch.randint(0, 4, (2, 3, 3))
+    check(F.cross_entropy, x, t)
+    grads_match(F.cross_entropy, [x, t])
+
+
+REGRESSION_LOSSES = {
+    "mse": F.mse_loss, "l1": F.l1_loss, "smooth_l1": lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),
+    "huber": lambda a, b: F.huber_loss(a, b, delta=0.7),
+    "kl_div": lambda a, b: F.kl_div(F.log_softmax(a, 1), F.softmax(b, 1), reduction="batchmean"),
+    "bce": lambda a, b: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b)),
+    "bce_with_logits": lambda a, b: F.binary_cross_entropy_with_logits(
+        a, torch.sigmoid(b), pos_weight=torch.full((4,), 2.0, device=a.device)),
+    "soft_margin": lambda a, b: F.soft_margin_loss(a, b.detach().sign()),
+    "mse_none": lambda a, b: F.mse_loss(a, b, reduction="none"),
+}
+
+
+@pytest.mark.parametrize("name", REGRESSION_LOSSES)
+def test_regression_loss(name):
+    a, b = randn(3, 4), randn(3, 4)
+    check(REGRESSION_LOSSES[name], a, b, jit=name in ("mse", "bce_with_logits"))
+    grads_match(lambda a, b: REGRESSION_LOSSES[name](a, b).sum(), [a, b])
+
+
+# -- embedding, dropout, attention -----------------------------------------------------------------
+
+
+def test_embedding_and_dense_backward():
+    weight, idx = randn(6, 4), torch.tensor([[0, 2, 2], [5, 1, 2]])
+    check(F.embedding, idx, weight)
+    grads_match(lambda i, w: (F.embedding(i, w, padding_idx=1) ** 2).sum(), [idx, weight])
+    grads_match(lambda i, w: (F.embedding(i, w, scale_grad_by_freq=True) ** 2).sum(), [idx, weight])
+
+
+def test_dropout_train_and_eval():
+    with torchlax_core.enable():
+        x = torch.ones(200, 50, device="jax")
+        torch.manual_seed(3)
+        a = F.dropout(x, 0.25, training=True)
+        torch.manual_seed(3)
+        b = F.dropout(x, 0.25, training=True)
+        c = F.dropout(x, 0.25, training=True)
+        evaluated = F.dropout(x, 0.25, training=False)
+    a, b, c = a.cpu(), b.cpu(), c.cpu()
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.all((a == 0) | torch.isclose(a, torch.tensor(1 / 0.75)))
+    assert abs((a == 0).float().mean().item() - 0.25) < 0.02
+    assert torch.equal(evaluated.cpu(), torch.ones(200, 50))
+
+
+def test_dropout_backward_uses_the_mask():
+    with torchlax_core.enable():
+        x = torch.randn(30, 40, device="jax", requires_grad=True)
+        out = F.dropout(x, 0.5, training=True)
+        out.sum().backward()
+        kept = (out != 0).cpu()
+    assert torch.equal(x.grad.cpu(), kept.float() * 2)
+
+
+SDPA = {
+    "plain": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (5, 6)),
+    "causal_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                    scale=0.3), (5, 5)),
+    "bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.tensor([[True, False, True, True, False, True]] * 5,
+                                        device=q.device)), (5, 6)),
+    "float_mask": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.linspace(-1, 1, 30, device=q.device).reshape(5, 6)), (5, 6)),
+}
+
+
+@pytest.mark.parametrize("name", SDPA)
+def test_scaled_dot_product_attention(name):
+    fn, (lq, lk) = SDPA[name]
+    q, k, v = randn(2, 3, lq, 8), randn(2, 3, lk, 8), randn(2, 3, lk, 8)
+    check(fn, q, k, v, atol=1e-5)
+    grads_match(lambda q, k, v: (fn(q, k, v) * v.detach().mean()).sum(), [q, k, v], atol=1e-5)
+
+
+def test_sdpa_gqa_and_fully_masked_rows():
+    q, k, v = randn(1, 4, 3, 8), randn(1, 2, 5, 8), randn(1, 2, 5, 8)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), q, k, v)
+    mask = torch.tensor([[False] * 5, [True] * 5, [True, False] * 2 + [True]])
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], attn_mask=m),
+          q, k, v, mask)
+
+
+def test_sdpa_dropout_is_random_and_seeded():
+    q = randn(1, 2, 8, 4)
+    with torchlax_core.enable():
+        qj = q.to("jax")
+        torch.manual_seed(1)
+        a = F.scaled_dot_product_attention(qj, qj, qj, dropout_p=0.5).cpu()
+        torch.manual_seed(1)
+        b = F.scaled_dot_product_attention(qj, qj, qj, dropout_p=0.5).cpu()
+    assert torch.equal(a, b)
+    assert not torch.allclose(a, F.scaled_dot_product_attention(q, q, q))
+
+
+def test_multihead_attention_module():
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    with torchlax_core.enable():
+        on_jax = copy.deepcopy(mha).to("jax")
+    x = randn(2, 5, 8)
+    expected, weights = mha(x, x, x)
+    with torchlax_core.enable():
+        xj = x.to("jax")
+        actual, actual_weights = on_jax(xj, xj, xj)
+    torch.testing.assert_close(actual.detach().cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(actual_weights.detach().cpu(), weights.detach(), atol=1e-5, rtol=1e-5)
+
+
+# -- resampling, padding, shuffles ----------------------------------------------------------------
+
+RESAMPLE = {
+    "nearest_x2": lambda x: F.interpolate(x, scale_factor=2),
+    "nearest_size": lambda x: F.interpolate(x, size=(5, 11)),
+    "nearest_exact": lambda x: F.interpolate(x, size=(5, 11), mode="nearest-exact"),
+    "bilinear": lambda x: F.interpolate(x, size=(5, 13), mode="bilinear"),
+    "bilinear_align_corners": lambda x: F.interpolate(x, size=(5, 13), mode="bilinear",
+                                                      align_corners=True),
+    "bilinear_scale": lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"),
+    "linear": lambda x: F.interpolate(x[0], size=13, mode="linear"),
+    "trilinear": lambda x: F.interpolate(x[:, :, None], size=(3, 5, 7), mode="trilinear"),
+    "nearest3d": lambda x: F.interpolate(x[:, :, None], size=(3, 5, 7)),
+    "bicubic": lambda x: F.interpolate(x, size=(5, 9), mode="bicubic"),
+    "reflect_pad2d": lambda x: F.pad(x, (1, 2, 3, 1), mode="reflect"),
+    "replicate_pad2d": lambda x: F.pad(x, (1, 2, 3, 1), mode="replicate"),
+    "reflect_pad1d": lambda x: F.pad(x[0], (2, 1), mode="reflect"),
+    "replicate_pad3d": lambda x: F.pad(x[:, :, None], (1, 1, 2, 0, 0, 1), mode="replicate"),
+    "pixel_shuffle": lambda x: F.pixel_shuffle(x[:, :2].repeat(1, 2, 1, 1), 2),
+    "pixel_unshuffle": lambda x: F.pixel_unshuffle(x[..., :8, :8], 2),
+    "unfold_im2col": lambda x: F.unfold(x, 3, padding=1, stride=2),
+}
+
+
+@pytest.mark.parametrize("name", RESAMPLE)
+def test_resampling_and_padding(name):
+    x = randn(2, 3, 8, 8)
+    check(RESAMPLE[name], x, atol=1e-5, jit=name in ("bilinear", "nearest_size", "reflect_pad2d"))
+    if name not in ("bicubic", "trilinear", "pixel_unshuffle"):
+        grads_match(lambda t: (RESAMPLE[name](t) ** 2).sum(), [x], atol=1e-4)
+
+
+def test_fold_col2im():
+    cols = randn(2, 3 * 9, 16)
+    check(lambda c: F.fold(c, (8, 8), 3, padding=1, stride=2), cols)
+
+
+# -- a model end to end ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_small_cnn_training_step_matches_cpu():
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3), torch.nn.GELU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.LayerNorm(8),
+            torch.nn.Linear(8, 5))
+
+    cpu = make()
+    with torchlax_core.enable():
+        on_jax = make().to("jax")
+    x, y = randn(4, 3, 10, 10), torch.tensor([0, 1, 4, 2])
+    F.cross_entropy(cpu(x), y).backward()
+    with torchlax_core.enable():
+        loss = F.cross_entropy(on_jax(x.to("jax")), y.to("jax"))
+        loss.backward()
+    for (name, p), q in zip(cpu.named_parameters(), on_jax.parameters(), strict=True):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-4, rtol=1e-4, msg=name)
+    torch.testing.assert_close(on_jax[1].running_var.cpu(), cpu[1].running_var)
+
+
+def test_functional_ops_accept_jax_inputs_only_on_jax():
+    # A CPU weight next to jax inputs is an error that names the argument (core behaviour).
+    with torchlax_core.enable(), pytest.raises(Exception, match="device"):
+        F.conv2d(to_jax(randn(1, 3, 4, 4)), randn(2, 3, 3, 3))
