@@ -17,12 +17,14 @@ import jax.numpy as jnp
 import torch
 from jax._src.config import enable_x64 as _x64
 
+from . import _tensor
 from ._dtypes import jax_dtype, torch_dtype
 from ._errors import DeviceMismatchError
 from ._registry import op_name
 from ._tensor import GATHER, IDENTITY, REINTERPRET, RESHAPE, Tensor, _from_cpu, _make, _View
 
 _ArrayImpl = type(jnp.zeros(()))
+_JAX_DTYPES = {t: jax_dtype(t) for t in _tensor._DTYPES.values()}
 
 
 # -- unwrapping and wrapping --------------------------------------------------------------------
@@ -149,6 +151,13 @@ def lowering_impl(func, fn) -> Callable:
 def plain_impl(func, fn) -> Callable:
     unwrap = _make_unwrapper(func)
 
+    def raw(args, kwargs):
+        jargs, jkwargs = unwrap(args, kwargs)
+        if _x64.value:
+            return fn(*jargs, **jkwargs)
+        with _x64(True):
+            return fn(*jargs, **jkwargs)
+
     def impl(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
         if _x64.value:
@@ -160,6 +169,7 @@ def plain_impl(func, fn) -> Callable:
             return _make(out)
         return _wrap(out)
 
+    impl.raw = raw  # arrays out, for in-place and out= variants that write them back
     return impl
 
 
@@ -309,7 +319,7 @@ def _type_name(dtype: torch.dtype) -> str:
 def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
     """``value`` as ``dst`` holds it: PyTorch's can_cast check, then the cast (no resizing)."""
     dst_dtype = dst.dtype
-    if value.dtype != jax_dtype(dst_dtype):
+    if value.dtype != _JAX_DTYPES[dst_dtype]:
         src = torch_dtype(value.dtype)
         if not torch.can_cast(src, dst_dtype):
             raise RuntimeError(
@@ -318,7 +328,7 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
             )
         with _x64(True):  # may run outside a lowering's x64 scope (int64/float64 outputs)
             value = value.astype(jax_dtype(dst_dtype))
-    if value.shape != tuple(dst.shape):
+    if value.shape != dst.shape:
         if value.size == dst.numel() and value.ndim == 0:
             value = value.reshape(tuple(dst.shape))
         else:
@@ -341,14 +351,16 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
     single = len(targets) == 1
     drop_out = functional is not None and bool(out_names)
 
+    run = getattr(inner, "raw", inner)  # skip wrapping a result that is written back
+
     def impl(args, kwargs):
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if drop_out else kwargs
-        result = inner(args, call_kwargs)
+        result = run(args, call_kwargs)
         results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
         outputs = []
         for value, target in zip(results, targets, strict=False):
             if target is None:
-                outputs.append(value)
+                outputs.append(_wrap(value))
                 continue
             dst = kwargs[target] if isinstance(target, str) else args[target]
             if dst is value:

@@ -23,6 +23,7 @@ from torchlax_core import jax_dtype, torch_dtype
 __all__ = ["Promotion", "elementwise", "result_dtypes", "to_jax_dtype"]
 
 _cache: dict[tuple, tuple[np.dtype, np.dtype]] = {}
+_ArrayImpl = type(jnp.zeros(()))
 _placeholders: dict[tuple, torch.Tensor] = {}
 
 
@@ -87,19 +88,31 @@ def elementwise(
         positions = [params.index(a) for a in args]
         names = tuple(args)
 
+        pairs = tuple(zip(positions, names, strict=True))
+        # Per lowering: (dtype, has-dims) of each promoted array -> (compute, result). The hot
+        # path is then one tuple and one dict lookup for the common all-arrays call.
+        fast_cache: dict[tuple, tuple[np.dtype, np.dtype]] = {}
+
         @functools.wraps(fn)
         def promoted(*call_args, **call_kwargs):
-            values = [
-                call_args[p] if p < len(call_args) else call_kwargs.get(n)
-                for p, n in zip(positions, names, strict=True)
-            ]
-            compute, result = result_dtypes(values, kind)
+            n_args = len(call_args)
+            values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
+            if all(type(v) is _ArrayImpl for v in values):
+                key = tuple((v.dtype, v.ndim != 0) for v in values)
+                hit = fast_cache.get(key)
+                if hit is None:
+                    hit = fast_cache[key] = result_dtypes(values, kind)
+                compute, result = hit
+            else:
+                compute, result = result_dtypes(values, kind)
             call_args = list(call_args)
-            for p, n in zip(positions, names, strict=True):
-                if p < len(call_args):
-                    call_args[p] = _cast(call_args[p], compute)
+            for (p, n), v in zip(pairs, values, strict=True):
+                if getattr(v, "dtype", None) == compute:
+                    continue
+                if p < n_args:
+                    call_args[p] = _cast(v, compute)
                 elif n in call_kwargs:
-                    call_kwargs[n] = _cast(call_kwargs[n], compute)
+                    call_kwargs[n] = _cast(v, compute)
             out = fn(*call_args, **call_kwargs)
             if cast_result and isinstance(out, jax.Array) and out.dtype != result:
                 out = out.astype(result)
