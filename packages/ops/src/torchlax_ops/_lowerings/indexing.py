@@ -64,6 +64,15 @@ def _key(self, indices, op: str):
     return tuple(key)
 
 
+def _add(at, values):
+    # On bool tensors PyTorch's add is logical or, its multiply logical and.
+    return at.max(values) if values.dtype == jnp.bool_ else at.add(values)
+
+
+def _multiply(at, values):
+    return at.min(values) if values.dtype == jnp.bool_ else at.multiply(values)
+
+
 @lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(self, indices):
     return self[_key(self, indices, "aten.index.Tensor (indexing with a boolean mask)")]
@@ -99,7 +108,7 @@ def index_put(self, indices, values, accumulate=False, unsafe=False):
         mask, values = update
         return jnp.where(mask, self + values if accumulate else values, self)
     key = _key(self, indices, "aten.index_put (assigning to a boolean-masked selection)")
-    return self.at[key].add(values) if accumulate else self.at[key].set(values)
+    return _add(self.at[key], values) if accumulate else self.at[key].set(values)
 
 
 def _along(dim, ndim, index):
@@ -118,7 +127,7 @@ def index_add(self, dim, index, source, *, alpha=1):
     if self.ndim == 0:
         return self + source * alpha
     source = source * alpha if alpha != 1 else source
-    return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].add(source.astype(self.dtype))
+    return _add(self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))], source.astype(self.dtype))
 
 
 @lowering(aten.index_copy.default)
@@ -184,9 +193,9 @@ def _scatter_with(self, dim, index, src, combine):
 
 def _scatter_reducer(reduce: str):
     if reduce == "add":
-        return lambda at, src: at.add(src)
+        return _add
     if reduce == "multiply":
-        return lambda at, src: at.multiply(src)
+        return _multiply
     raise RuntimeError(f"scatter: reduce argument must be either 'add' or 'multiply', got '{reduce}'.")
 
 
@@ -202,7 +211,7 @@ def scatter_reduce_legacy(self, dim, index, src, *, reduce):
 
 @lowering(aten.scatter_add.default)
 def scatter_add(self, dim, index, src):
-    return _scatter_with(self, dim, index, src, lambda at, s: at.add(s))
+    return _scatter_with(self, dim, index, src, _add)
 
 
 def _identity(reduce: str, dtype):
@@ -219,8 +228,7 @@ def _identity(reduce: str, dtype):
 
 
 _REDUCERS = {
-    "sum": lambda at, s: at.add(s), "mean": lambda at, s: at.add(s),
-    "prod": lambda at, s: at.multiply(s), "amax": lambda at, s: at.max(s),
+    "sum": _add, "mean": _add, "prod": _multiply, "amax": lambda at, s: at.max(s),
     "amin": lambda at, s: at.min(s),
 }
 
@@ -280,7 +288,7 @@ def take(self, index):
 def put(self, index, source, accumulate=False):
     flat = jnp.ravel(self).at[jnp.ravel(index)]
     source = jnp.ravel(source).astype(self.dtype)
-    flat = flat.add(source) if accumulate else flat.set(source)
+    flat = _add(flat, source) if accumulate else flat.set(source)
     return flat.reshape(self.shape)
 
 
