@@ -34,7 +34,7 @@ def device_env(devices: int = 8) -> dict[str, str]:
     return env
 
 
-def run_on_devices(*parts: str, devices: int = 8, timeout: float = 240) -> str:
+def run_on_devices(*parts: str, devices: int = 8, timeout: float = 600) -> str:
     """Run the code ``parts`` (each dedented, after ``PRELUDE``) with ``devices`` simulated CPU
     devices; return the child's stdout.
 

@@ -46,7 +46,7 @@ def test_two_processes_equal_one_process(tmp_path):
     outputs = []
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=240)
+            out, _ = p.communicate(timeout=600)
             outputs.append(out)
     finally:
         for p in procs:
