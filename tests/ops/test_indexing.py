@@ -292,3 +292,17 @@ def test_writes_through_index_ops_reach_base():
         return a
 
     check(program, x, mask)
+
+
+def test_bool_accumulation_is_logical():
+    base = torch.tensor([[True, False, False], [False, False, True]])
+    src = torch.tensor([[True, False, True], [False, True, False]])
+    check(lambda a, s: a.index_add(1, torch.tensor([2, 0, 2]), s), base, src)
+    check(lambda a, s: a.scatter_add(1, torch.tensor([[1, 1, 0], [2, 2, 2]]), s), base, src)
+    check(lambda a, s: a.scatter(1, torch.tensor([[1, 1, 0], [2, 2, 2]]), s, reduce="multiply"), base, src)
+    check(lambda a, s: a.put(torch.tensor([1, 1, 4]), s[0], accumulate=True), base, src)
+    check(lambda a, s: a.index_put((torch.tensor([0, 0]),), s, accumulate=True), base, src)
+
+
+def test_one_hot_with_class_count():
+    check(lambda a: torch.nn.functional.one_hot(a, 5), torch.tensor([[0, 3], [4, 1]]))
