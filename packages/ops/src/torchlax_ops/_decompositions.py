@@ -72,9 +72,6 @@ _OPS = [
     # backward of views, as autograd calls them (a shape lowering of them wins)
     aten.select_backward.default,
     aten.slice_backward.default,
-    # reductions that nn ops lean on; an elementwise/reduction lowering of them wins
-    aten.logsumexp.default,
-    aten.linalg_vector_norm.default,
 ]
 
 for _op in _OPS:
