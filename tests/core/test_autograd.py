@@ -175,6 +175,8 @@ class _SoftsignOverride:
 def test_function_overrides_are_skipped_while_autograd_records():
     env = torchlax_core.Environment()
     env.register_plugin(_SoftsignOverride(), "softsign-override")
+    # With an override registered, Tensor takes the __torch_function__ round trip...
+    assert torchlax_core.Tensor.__torch_function__ is not torch._C._disabled_torch_function_impl
     try:
         x_cpu, x = _leaf(4)
         with torchlax_core.enable(env):
@@ -188,6 +190,9 @@ def test_function_overrides_are_skipped_while_autograd_records():
             _assert_grad(x, x_cpu)
     finally:
         env.unregister_plugin("softsign-override")
+    if not torchlax_core.default_env()._tables.functions:
+        # ...and without any, PyTorch skips it (no cost on the eager hot path).
+        assert torchlax_core.Tensor.__torch_function__ is torch._C._disabled_torch_function_impl
 
 
 class _FailingTanhBackward:

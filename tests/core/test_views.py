@@ -211,3 +211,14 @@ def test_view_of_dtype_reads_bits():
         return x.view(torch.int32)
 
     _check(fn)
+
+
+def test_data_aliases_and_data_assignment_rebinds():
+    def fn(x):
+        x.data.add_(1)  # .data shares storage
+        y = torch.zeros(4, 6).to(x.device)
+        x.data = y  # x now shares y's storage
+        y.add_(2)
+        return x, y
+
+    _check(fn)
