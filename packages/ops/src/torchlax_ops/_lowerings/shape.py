@@ -116,7 +116,7 @@ def unsqueeze(self, dim):
 
 def _slice_key(ndim, dim, start, end, step):
     if step <= 0:
-        raise ValueError("slice step must be positive")
+        raise RuntimeError("slice step must be positive")
     # Python's slice clamps out-of-range and negative bounds exactly as PyTorch's slice does.
     return (slice(None),) * dim + (slice(start, end, step),)
 
