@@ -55,12 +55,16 @@ def torch_to_jax(tensor: torch.Tensor) -> jax.Array:
         return jax.dlpack.from_dlpack(tensor.detach().resolve_conj().resolve_neg().contiguous())
 
 
-def jax_to_torch(array: jax.Array) -> torch.Tensor:
-    """A torch tensor sharing ``array``'s memory (waits until the array is computed)."""
-    if _to_capsule is not None:
+def jax_to_torch(array: jax.Array, *, on_cpu: bool = False) -> torch.Tensor:
+    """A torch tensor sharing ``array``'s memory (waits until the array is computed).
+
+    ``on_cpu`` (the caller knows the array is on the CPU) takes jaxlib's capsule directly;
+    otherwise the DLPack protocol runs, which orders JAX's stream before torch's on a GPU.
+    """
+    if on_cpu and _to_capsule is not None:
         try:
             return torch._C._from_dlpack(_to_capsule(array))
-        except Exception:  # devices that need a stream, and the like
+        except Exception:
             pass
     return torch.from_dlpack(array)
 

@@ -60,7 +60,10 @@ def eager_reason(node: torch.fx.Node, env) -> str | None:
         return None
     if any(tag in target.tags for tag in _DATA_DEPENDENT):
         return "data-dependent output shape"
-    if target is aten._to_copy.default and node.kwargs.get("device") is not None:
+    device = node.kwargs.get("device") if target is aten._to_copy.default else None
+    if device is not None and torch.device(device).type != "jax":
+        # Onto a jax device is a placement inside the program (a constant built on the CPU,
+        # say); off it, only eager torchlax can produce the CPU/CUDA tensor.
         return "device transfer"
     if env.lowering_for(target) is not None:
         return None

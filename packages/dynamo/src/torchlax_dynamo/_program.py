@@ -172,7 +172,7 @@ def _to_output(array: jax.Array, device: torch.device | None, any_torchlax: bool
         return Tensor(array) if any_torchlax else jax_to_torch(array)
     if device.type == "jax":
         return Tensor(array)
-    out = jax_to_torch(array)
+    out = jax_to_torch(array, on_cpu=device.type == "cpu")
     if out.device != device:  # XLA ran where its inputs were; the graph promised another device
         out = out.to(device)
     return out
@@ -183,7 +183,7 @@ def _write_back(dst, array: jax.Array) -> None:
         dst._write(array)
         return
     with torch.no_grad():
-        dst.copy_(jax_to_torch(array))
+        dst.copy_(jax_to_torch(array, on_cpu=dst.device.type == "cpu"))
 
 
 # -- evaluating the graph on torchlax Tensors ------------------------------------------------------
