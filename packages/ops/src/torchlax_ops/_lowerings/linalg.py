@@ -232,6 +232,13 @@ def _is_vector_rhs(A, B):
     return B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
 
 
+def _factored_transposed(A) -> bool:
+    # PyTorch's det/slogdet factor A^T instead of A when A is real (and contiguous, as torchlax
+    # Tensors report): LAPACK wants column-major input. The LU they return is then A^T's, and
+    # their derivative formulas count on that, so torchlax does the same.
+    return not jnp.iscomplexobj(A)
+
+
 @lowering(aten._linalg_solve_ex.default)
 def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
     lu, pivots, permutation, info = _lu(A)
@@ -239,7 +246,7 @@ def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
     rhs = B[..., None] if vector else B
     if left:
         result = _lu_solve(lu, permutation, rhs)
-    else:
+    else:  # X A = B  <=>  A^H X^H = B^H
         result = _mH(_lu_solve(lu, permutation, _mH(rhs), adjoint=True))
     return (result[..., 0] if vector else result), lu, pivots, info
 
@@ -253,14 +260,14 @@ def linalg_inv_ex(A, *, check_errors=False):
 
 @lowering(aten._linalg_det.default)
 def _linalg_det(A):
-    lu, pivots, _, _ = _lu(A)
+    lu, pivots, _, _ = _lu(_mT(A) if _factored_transposed(A) else A)
     diag, parity = _det_from_lu(lu, pivots)
     return parity * jnp.prod(diag, axis=-1), lu, pivots
 
 
 @lowering(aten._linalg_slogdet.default)
 def _linalg_slogdet(A):
-    lu, pivots, _, _ = _lu(A)
+    lu, pivots, _, _ = _lu(_mT(A) if _factored_transposed(A) else A)
     diag, parity = _det_from_lu(lu, pivots)
     magnitude = jnp.abs(diag)
     if jnp.iscomplexobj(diag):

@@ -1,0 +1,166 @@
+"""Matrix products and torch.linalg on torchlax Tensors against eager PyTorch on the CPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+import torchlax_core
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _compare_cpu import check, grads_match, to_jax  # noqa: E402
+
+torch.manual_seed(0)
+F64 = torch.float64
+A = torch.randn(4, 4, dtype=F64)
+SPD = A @ A.T + 4 * torch.eye(4, dtype=F64)
+B = torch.randn(4, 3, dtype=F64)
+BATCH = torch.randn(2, 3, 3, dtype=F64)
+RECT = torch.randn(4, 3, dtype=F64)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+PRODUCTS = {
+    "mm": (torch.mm, (randn(3, 4), randn(4, 5))),
+    "bmm": (torch.bmm, (randn(2, 3, 4), randn(2, 4, 5))),
+    "matmul_broadcast": (torch.matmul, (randn(2, 1, 3, 4), randn(3, 4, 2))),
+    "matmul_vector": (torch.matmul, (randn(3, 4), randn(4))),
+    "addmm": (lambda s, a, b: torch.addmm(s, a, b, beta=0.5, alpha=2), (randn(5), randn(3, 4),
+                                                                         randn(4, 5))),
+    "addmm_beta0_ignores_nan": (lambda s, a, b: torch.addmm(s, a, b, beta=0),
+                                (torch.full((3, 5), float("nan")), randn(3, 4), randn(4, 5))),
+    "addmv": (torch.addmv, (randn(3), randn(3, 4), randn(4))),
+    "addbmm": (torch.addbmm, (randn(3, 5), randn(2, 3, 4), randn(2, 4, 5))),
+    "baddbmm": (lambda s, a, b: torch.baddbmm(s, a, b, alpha=0.3), (randn(3, 5), randn(2, 3, 4),
+                                                                  randn(2, 4, 5))),
+    "addr": (torch.addr, (randn(3, 4), randn(3), randn(4))),
+    "mv": (torch.mv, (randn(3, 4), randn(4))),
+    "dot": (torch.dot, (randn(5), randn(5))),
+    "vdot_complex": (torch.vdot, (randn(5, dtype=torch.complex64), randn(5, dtype=torch.complex64))),
+    "outer": (torch.outer, (randn(3), randn(4))),
+    "einsum": (lambda a, b: torch.einsum("bij,bjk->bik", a, b), (randn(2, 3, 4), randn(2, 4, 2))),
+    "tensordot": (lambda a, b: torch.tensordot(a, b, dims=([1, 2], [0, 1])),
+                  (randn(2, 3, 4), randn(3, 4, 5))),
+    "mm_int64": (torch.mm, (torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2)))),
+    "mm_float64": (torch.mm, (randn(3, 4, dtype=F64), randn(4, 2, dtype=F64))),
+    "cross": (torch.linalg.cross, (randn(2, 3), randn(2, 3))),
+}
+
+
+@pytest.mark.parametrize("name", PRODUCTS)
+def test_product(name):
+    fn, args = PRODUCTS[name]
+    check(fn, *args, atol=1e-5, rtol=1e-5, jit=name in ("mm", "addmm", "matmul_broadcast"))
+
+
+def test_float32_matmul_is_full_precision():
+    a, b = randn(64, 256), randn(256, 64)
+    check(torch.mm, a, b, atol=1e-4, rtol=1e-5)
+
+
+def test_bfloat16_matmul_accumulates_in_float32():
+    check(torch.mm, randn(8, 64).bfloat16(), randn(64, 8).bfloat16(), atol=1e-2, rtol=1e-2,
+          jit=False)
+
+
+def _recon_svd(x):
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    return u @ torch.diag_embed(s).to(u.dtype) @ vh
+
+
+DECOMPOSITIONS = {
+    "cholesky": (torch.linalg.cholesky, (SPD,)),
+    "cholesky_upper": (lambda x: torch.linalg.cholesky(x, upper=True), (SPD,)),
+    "cholesky_ex": (torch.linalg.cholesky_ex, (SPD,)),
+    "inv": (torch.linalg.inv, (A,)),
+    "inv_batched": (torch.linalg.inv, (BATCH,)),
+    "det": (torch.linalg.det, (BATCH,)),
+    "slogdet": (torch.linalg.slogdet, (BATCH,)),
+    "logdet": (torch.logdet, (SPD,)),
+    "solve": (torch.linalg.solve, (A, B)),
+    "solve_vector": (torch.linalg.solve, (A, B[:, 0])),
+    "solve_right": (lambda a, b: torch.linalg.solve(a, b, left=False), (A, B.T)),
+    "solve_batched_broadcast": (torch.linalg.solve, (BATCH, torch.randn(3, 2, dtype=F64))),
+    "lu_factor": (torch.linalg.lu_factor, (A,)),
+    "lu": (torch.linalg.lu, (RECT,)),
+    "lu_wide": (torch.linalg.lu, (RECT.T,)),
+    "lu_solve": (lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b), (A, B)),
+    "lu_solve_adjoint": (lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b,
+                                                            adjoint=True), (A, B)),
+    "lu_solve_right": (lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b,
+                                                          left=False), (A, B.T)),
+    "lu_unpack": (lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), (A,)),
+    "svdvals": (torch.linalg.svdvals, (BATCH,)),
+    "svd_reconstructs": (_recon_svd, (RECT,)),
+    "qr_reconstructs": (lambda x: torch.matmul(*torch.linalg.qr(x)), (RECT,)),
+    "qr_complete_shapes": (lambda x: [t.shape for t in torch.linalg.qr(x, mode="complete")],
+                           (RECT,)),
+    "eigvalsh": (torch.linalg.eigvalsh, (SPD,)),
+    "eigh_reconstructs": (lambda x: (lambda w, v: v @ torch.diag(w) @ v.T)(*torch.linalg.eigh(x)),
+                          (SPD,)),
+    "eigvals_sorted": (lambda x: torch.linalg.eigvals(x).abs().sort().values, (A,)),
+    "eig_dtype": (lambda x: [t.dtype for t in torch.linalg.eig(x)], (A,)),
+    "pinv": (torch.linalg.pinv, (RECT,)),
+    "pinv_hermitian": (lambda x: torch.linalg.pinv(x, hermitian=True), (SPD,)),
+    "matrix_exp": (torch.linalg.matrix_exp, (BATCH,)),
+    "matrix_norm_fro": (torch.linalg.matrix_norm, (RECT,)),
+    "matrix_norm_nuc": (lambda x: torch.linalg.matrix_norm(x, "nuc"), (RECT,)),
+    "matrix_norm_2": (lambda x: torch.linalg.matrix_norm(x, 2), (RECT,)),
+    "matrix_norm_inf": (lambda x: torch.linalg.matrix_norm(x, float("inf")), (RECT,)),
+    "cond": (torch.linalg.cond, (A,)),
+    "matrix_rank": (torch.linalg.matrix_rank, (RECT,)),
+    "solve_triangular": (lambda a, b: torch.linalg.solve_triangular(a.triu(), b, upper=True),
+                         (A, B)),
+    "solve_triangular_right_unit": (lambda a, b: torch.linalg.solve_triangular(
+        a.tril(), b, upper=False, left=False, unitriangular=True), (A, B.T)),
+    "triangular_solve": (lambda a, b: torch.triangular_solve(b, a.tril(), upper=False,
+                                                             transpose=True), (A, B)),
+    "cholesky_solve": (lambda factor, b: torch.cholesky_solve(b, factor), (torch.linalg.cholesky(SPD), B)),
+    "cholesky_inverse": (torch.cholesky_inverse, (torch.linalg.cholesky(SPD),)),
+}
+
+
+@pytest.mark.parametrize("name", DECOMPOSITIONS)
+def test_decomposition(name):
+    fn, args = DECOMPOSITIONS[name]
+    check(fn, *args, atol=1e-8, rtol=1e-7, jit=name in ("solve", "det", "cholesky", "inv"))
+
+
+@pytest.mark.parametrize("fn, match", [
+    (torch.linalg.inv, "singular"),
+    (torch.linalg.cholesky, "positive-definite"),
+])
+def test_errors_match_pytorch(fn, match):
+    bad = torch.zeros(3, 3, dtype=F64) if fn is torch.linalg.inv else -SPD
+    with pytest.raises(torch.linalg.LinAlgError, match=match):
+        fn(bad)
+    with torchlax_core.enable(), pytest.raises(torch.linalg.LinAlgError, match=match):
+        fn(to_jax(bad))
+
+
+GRADS = {
+    "mm": (lambda a, b: (a @ b).sum(), (A, B)),
+    "det": (lambda a: torch.linalg.det(a).sum(), (BATCH,)),
+    "inv": (lambda a: torch.linalg.inv(a).sum(), (A,)),
+    "solve": (lambda a, b: torch.linalg.solve(a, b).sum(), (A, B)),
+    "cholesky": (lambda a: torch.linalg.cholesky(a).sum(), (SPD,)),
+    "eigvalsh": (lambda a: torch.linalg.eigvalsh(a).pow(2).sum(), (SPD,)),
+    "svdvals": (lambda a: torch.linalg.svdvals(a).sum(), (RECT,)),
+    "slogdet": (lambda a: torch.linalg.slogdet(a)[1], (SPD,)),
+}
+
+
+@pytest.mark.parametrize("name", GRADS)
+def test_gradients(name):
+    fn, args = GRADS[name]
+    grads_match(fn, list(args), atol=1e-8, rtol=1e-7)
+
+
+def test_solve_left_false_grads():
+    grads_match(lambda a, b: (torch.linalg.solve(a, b, left=False) ** 2).sum(), [A, B.T],
+                atol=1e-8, rtol=1e-7)
