@@ -2,11 +2,13 @@
 
 from .. import _decompositions  # noqa: F401  (torch._decomp decompositions)
 from . import (  # noqa: F401
+    backward,
     elementwise,
     factories,
     foreach,
     indexing,
     linalg,
+    misc,
     nn,
     random,
     reductions,
