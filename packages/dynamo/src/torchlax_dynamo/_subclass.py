@@ -10,7 +10,7 @@ a traceable subclass must flatten into inner *torch* tensors, and a torchlax Ten
 What works is what Dynamo already does for a tensor of another backend (an XLA or CUDA tensor):
 fakeify it from its metadata. A torchlax Tensor has honest sizes, strides, dtype and device
 (``jax:N``, the PrivateUse1 device), so Dynamo's ``MetaConverter`` makes a ``FakeTensor`` on
-device ``jax`` from it without touching its data. Two hooks route it there:
+device ``jax`` from it without touching its data. Three hooks route it there:
 
 - ``VariableBuilder._wrap`` sends a torchlax Tensor straight to ``wrap_tensor`` (the path of
   ``torch.Tensor`` and traceable subclasses), instead of the user-defined-object path;
@@ -31,9 +31,9 @@ tensor, which it rejects as it would any unknown device.
 Fake tensors and ``torch.tensor(data, device=x.device)``: PyTorch builds such a tensor for
 real on its device and then *lifts* it into the fake world. On the ``jax`` device the real
 tensor is a torchlax Tensor, which FakeTensorMode does not recognise and so never lifts: a
-real tensor would leak into the fake trace. PyTorch already has the remedy, used when no accelerator is
-available (``FakeTensorMode.avoid_device_init``): build the data on the CPU, lift it, and move
-the fake tensor. FakeTensorMode takes the ``jax`` PrivateUse1 device for an accelerator that
+real tensor would leak into the fake trace. PyTorch already has the remedy, used when no
+accelerator is available (``FakeTensorMode.avoid_device_init``): build the data on the CPU,
+lift it, and move the fake tensor. FakeTensorMode takes the ``jax`` PrivateUse1 device for an accelerator that
 can hold real data, so its availability check (``fake_tensor._is_privateuse1_backend_available``)
 answers False for torchlax's device; CUDA and other PrivateUse1 backends are unaffected.
 
