@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torchlax_core import current_env
 
 from .._table import lowering
 
@@ -616,6 +617,36 @@ def _fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causa
     # 0 = SDPBackend.math: PyTorch's composite math path (matmul, softmax, dropout), which XLA
     # fuses and autograd differentiates.
     return 0
+
+
+@lowering(aten.scaled_dot_product_attention.default)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, *, scale=None, enable_gqa=False):
+    # Eager torchlax decomposes this composite op above the dispatcher; export and dynamo graphs
+    # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
+    # row masked out entirely giving zeros (``_safe_softmax``).
+    q, k, v = _up(query), _up(key), _up(value)
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        repeats = q.shape[-3] // k.shape[-3]
+        k, v = jnp.repeat(k, repeats, axis=-3), jnp.repeat(v, repeats, axis=-3)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = jnp.matmul(q * scale, jnp.swapaxes(k, -1, -2), precision=HIGHEST)
+    length, source = q.shape[-2], k.shape[-2]
+    if is_causal:
+        attn_mask = jnp.tril(jnp.ones((length, source), jnp.bool_))
+    if attn_mask is not None:
+        if attn_mask.dtype == jnp.bool_:
+            scores = jnp.where(attn_mask, scores, -jnp.inf)
+        else:
+            scores = scores + _up(attn_mask).astype(scores.dtype)
+    weights = jax.nn.softmax(scores, axis=-1)
+    weights = jnp.where(jnp.all(scores == -jnp.inf, axis=-1, keepdims=True), 0, weights)
+    if dropout_p > 0.0:
+        keep = jax.random.bernoulli(current_env().next_prng_key(None), 1.0 - dropout_p,
+                                    weights.shape)
+        weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
+    out = jnp.matmul(weights, v, precision=HIGHEST)
+    return out.astype(query.dtype)
 
 
 # -- resampling ---------------------------------------------------------------------------------
