@@ -623,3 +623,112 @@ def bitwise_right_shift(self, other):
     if jnp.issubdtype(self.dtype, jnp.unsignedinteger):
         return jnp.where(out_of_range, jnp.zeros_like(value), lax.shift_right_logical(value, shift))
     return lax.shift_right_arithmetic(value, shift)
+
+
+# -- orthogonal polynomials ---------------------------------------------------------------------
+# PyTorch evaluates P_n(x) by the three-term recurrence, with closed forms at x = +-1 and (for
+# Chebyshev) a trigonometric form for large n inside (-1, 1). The recurrence runs to the largest
+# n present, each element keeping its own P_n: one while loop, jit-friendly.
+
+
+def _recurrence(x, n, p0, p1, step):
+    """P_n(x) from P_0 = p0, P_1 = p1 and P_{k+1} = step(k, x, P_k, P_{k-1})."""
+    top = jnp.max(n, initial=1)
+
+    def body(k, state):
+        prev, cur = state
+        nxt = step(k, x, cur, prev)
+        keep = k + 1 <= n
+        return jnp.where(keep, cur, prev), jnp.where(keep, nxt, cur)
+
+    _, last = lax.fori_loop(1, top, body, (p0, p1))
+    return jnp.where(n == 0, p0, jnp.where(n < 0, jnp.zeros_like(x), last))
+
+
+def _orders(x, n):
+    x, n = jnp.broadcast_arrays(x, n)
+    return x, jnp.trunc(n).astype(jnp.int64) if not _is_int(n) else n.astype(jnp.int64)
+
+
+def _chebyshev(kind, x, n):
+    x, n = _orders(x, n)
+    one = jnp.ones_like(x)
+    first = {"t": x, "u": x + x, "v": x + x - 1, "w": x + x + 1}[kind]
+    value = _recurrence(x, n, one, first, lambda k, x, cur, prev: (x + x) * cur - prev)
+    nf = n.astype(x.dtype)
+    odd = (n % 2) != 0
+    theta = jnp.arccos(jnp.clip(x, -1, 1))
+    inside = jnp.abs(x) < 1
+    if kind == "t":
+        at_one = jnp.where((x > 0) | ~odd, one, -one)
+        trig, limit = jnp.cos(nf * theta), 6
+    elif kind == "u":
+        at_one = jnp.where((x > 0) | ~odd, nf + 1, -(nf + 1))
+        s = jnp.sin(theta)
+        trig = jnp.where(s != 0, jnp.sin((nf + 1) * theta) / jnp.where(s != 0, s, 1),
+                         (nf + 1) * jnp.cos((nf + 1) * theta) / x)
+        limit = 8
+    elif kind == "v":
+        at_one = jnp.where(x > 0, one, jnp.where(~odd, nf + nf + 1, -(nf + nf + 1)))
+        c = jnp.cos(theta / 2)
+        trig = jnp.where(jnp.sin(theta / 2) != 1, jnp.cos((nf + 0.5) * theta) / c,
+                         jnp.where(~odd, nf + nf + 1, -(nf + nf + 1)))
+        limit = 8
+    else:
+        at_one = jnp.where(x > 0, nf + nf + 1, jnp.where(~odd, one, -one))
+        s = jnp.sin(theta / 2)
+        trig = jnp.where(jnp.cos(theta / 2) != 1, jnp.sin((nf + 0.5) * theta) / s,
+                         jnp.where(x > 0, nf + nf + 1, jnp.where(~odd, one, -one)))
+        limit = 8
+    value = jnp.where((n > limit) & inside, trig, value)
+    value = jnp.where(jnp.abs(x) == 1, at_one, value)
+    return jnp.where(n < 0, jnp.zeros_like(x), value)
+
+
+def _register_polynomial(names, fn):
+    ops = []
+    for name in names:
+        packet = getattr(aten, name)
+        ops += [packet.default, packet.x_scalar, packet.n_scalar]
+    lowering(*ops)(elementwise(("x", "n"), Promotion.INT_TO_FLOAT)(fn))
+
+
+for _kind in "tuvw":
+    _register_polynomial(
+        [f"special_chebyshev_polynomial_{_kind}"],
+        (lambda kind: lambda x, n: _chebyshev(kind, x, n))(_kind))
+    _register_polynomial(
+        [f"special_shifted_chebyshev_polynomial_{_kind}"],
+        (lambda kind: lambda x, n: _chebyshev(kind, x + x - 1, n))(_kind))
+
+
+def _hermite_h(x, n):
+    x, n = _orders(x, n)
+    return _recurrence(x, n, jnp.ones_like(x), x + x,
+                       lambda k, x, cur, prev: (x + x) * cur - (2 * k) * prev)
+
+
+def _hermite_he(x, n):
+    x, n = _orders(x, n)
+    return _recurrence(x, n, jnp.ones_like(x), x, lambda k, x, cur, prev: x * cur - k * prev)
+
+
+def _laguerre_l(x, n):
+    x, n = _orders(x, n)
+    value = _recurrence(x, n, jnp.ones_like(x), 1 - x,
+                        lambda k, x, cur, prev: ((k + k + (1 - x)) * cur - k * prev) / (k + 1))
+    return jnp.where((x == 0) & (n >= 0), jnp.ones_like(x), value)
+
+
+def _legendre_p(x, n):
+    x, n = _orders(x, n)
+    value = _recurrence(x, n, jnp.ones_like(x), x,
+                        lambda k, x, cur, prev: ((k + k + 1) * x * cur - k * prev) / (k + 1))
+    at_one = jnp.where((x > 0) | (n % 2 == 0), 1.0, -1.0).astype(x.dtype)
+    return jnp.where((jnp.abs(x) == 1) & (n >= 0), at_one, value)
+
+
+_register_polynomial(["special_hermite_polynomial_h"], _hermite_h)
+_register_polynomial(["special_hermite_polynomial_he"], _hermite_he)
+_register_polynomial(["special_laguerre_polynomial_l"], _laguerre_l)
+_register_polynomial(["special_legendre_polynomial_p"], _legendre_p)
