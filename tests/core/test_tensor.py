@@ -166,3 +166,16 @@ def test_mixing_with_cpu_tensors_follows_pytorch():
         t + torch.ones(2)
     message = str(info.value)
     assert "aten.add.Tensor" in message and "'other'" in message and "cpu" in message
+
+
+def test_cpu_index_tensors_index_torchlax_tensors_as_in_pytorch():
+    cpu = torch.arange(12.0).reshape(3, 4)
+    index = torch.tensor([2, 0])
+    mask = torch.tensor([True, False, True])
+    t = torchlax_core.wrap(jnp.asarray(cpu.numpy()))
+    assert torch.equal(t[index].cpu(), cpu[index]) and torch.equal(t[mask].cpu(), cpu[mask])
+    t[index] = torchlax_core.wrap(jnp.zeros(4))
+    cpu[index] = 0.0
+    assert torch.equal(t.cpu(), cpu)
+    with pytest.raises(DeviceMismatchError, match="aten.index_select.default"):
+        torch.index_select(t, 0, index)  # PyTorch too wants this index on the tensor's device

@@ -105,13 +105,33 @@ def _make_unwrapper(func) -> Callable:
                     jargs[i] = _unwrap(a, i)
             return jargs, unwrap_kwargs(kwargs)
 
+    cpu_index_positions = _cpu_index_positions(func)
+
     def guarded(args, kwargs):
         try:
             return unwrap(args, kwargs)
         except _ForeignTensor as exc:
+            if exc.position in cpu_index_positions:
+                args = list(args)
+                args[exc.position] = [_from_cpu(t) if _is_cpu_tensor(t) else t
+                                      for t in args[exc.position]]
+                return guarded(args, kwargs)
             raise _foreign_tensor_error(func, exc) from None
 
     return guarded
+
+
+def _cpu_index_positions(func) -> frozenset[int]:
+    """Arguments PyTorch lets stay on the CPU next to tensors on any device: ``x[cpu_index]``."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return frozenset()
+    return frozenset(i for i, a in enumerate(schema.arguments)
+                     if a.name == "indices" and isinstance(a.type, torch.ListType))
+
+
+def _is_cpu_tensor(t) -> bool:
+    return isinstance(t, torch.Tensor) and not isinstance(t, Tensor) and t.device.type == "cpu"
 
 
 def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
