@@ -69,23 +69,32 @@ def main() -> None:
                         help="rerun only the table's cases and drop the entries that now pass")
     parser.add_argument("--failures", action="store_true", help="list every failing case")
     parser.add_argument("--slowest", type=int, default=0)
+    parser.add_argument("--start", type=int, default=0, help="first case index (to split a run)")
+    parser.add_argument("--stop", type=int, default=None, help="case index to stop before")
+    parser.add_argument("--log", default=None, help="append 'case-id<TAB>outcome' per case")
     opts = parser.parse_args()
 
     indices = [
-        i for i, c in enumerate(harness.CASES)
-        if not opts.prune_table or harness.expected_failure(c) is not None
+        i for i, c in enumerate(harness.CASES[: opts.stop])
+        if i >= opts.start and (not opts.prune_table or harness.expected_failure(c) is not None)
     ]
     indices = [
         i for i in indices if (c := harness.CASES[i])
         if (opts.k is None or opts.k in c.id)
-        and (opts.ops is None or harness.case_name(c.op) in opts.ops.split(",")) and (opts.mode is None or c.mode == opts.mode)
+        and (opts.ops is None or harness.case_name(c.op) in opts.ops.split(","))
+        and (opts.mode is None or c.mode == opts.mode)
     ]
     start = time.perf_counter()
     if opts.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(opts.jobs) as pool:
             results = pool.map(run_one, indices, chunksize=8)
     else:
-        results = [run_one(i) for i in indices]
+        results = []
+        for i in indices:
+            results.append(run_one(i))
+            if opts.log:
+                with open(opts.log, "a") as f:
+                    f.write(f"{harness.CASES[i].id}\t{results[-1][1]}\n")
     wall = time.perf_counter() - start
 
     per_op = collections.defaultdict(dict)  # (mode, case name) -> {dtype: outcome}

@@ -31,6 +31,14 @@ class _DeviceModule:
     def _is_in_bad_fork(self) -> bool:
         return False
 
+    def get_rng_state(self, device=None) -> torch.Tensor:
+        # torchlax's keys are drawn from the CPU generator: that is the "jax" RNG state too
+        # (torch.random.fork_rng saves and restores it per device).
+        return torch.get_rng_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device=None) -> None:
+        torch.set_rng_state(new_state)
+
     def manual_seed_all(self, seed: int) -> None:
         # torch.manual_seed calls this after seeding the CPU generator, which torchlax's keys
         # are drawn from: nothing left to do (calling torch.manual_seed here would recurse).

@@ -732,3 +732,23 @@ _register_polynomial(["special_hermite_polynomial_h"], _hermite_h)
 _register_polynomial(["special_hermite_polynomial_he"], _hermite_he)
 _register_polynomial(["special_laguerre_polynomial_l"], _laguerre_l)
 _register_polynomial(["special_legendre_polynomial_p"], _legendre_p)
+
+
+# -- whole-tensor comparisons -------------------------------------------------------------------
+
+
+@lowering(aten.equal.default)
+def equal(self, other):
+    # Returns a Python bool, so it reads the device: eager only (under jit, compare with eq).
+    return tuple(self.shape) == tuple(other.shape) and bool(jnp.array_equal(self, other))
+
+
+@lowering(aten.allclose.default)
+def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(jnp.allclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+@lowering(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+@elementwise(("elements", "test_elements"), Promotion.ALWAYS_BOOL)
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    return jnp.isin(elements, test_elements, invert=invert)
