@@ -246,6 +246,11 @@ class Tensor(torch.Tensor):
         # Pickles (torch.save) as a plain CPU tensor, so it loads where torchlax is absent.
         return self.detach().cpu().__reduce_ex__(protocol)
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata=None, expected_type=None):
+        # AOT autograd (torch.compile) asks a tangent to match what its backward traced; a
+        # torchlax Tensor already is the tensor a compiled backward takes.
+        return self
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]

@@ -40,8 +40,8 @@ answers False for torchlax's device; CUDA and other PrivateUse1 backends are una
 At run time AOT autograd checks that each tangent reaching a compiled backward has the type
 it traced with (a plain tensor, for a fakeified torchlax Tensor) and otherwise asks the
 tangent's ``__coerce_same_metadata_as_tangent__``. A torchlax Tensor *is* the tensor the
-backward program wants, so torchlax's Tensor answers with itself (added here, unless the
-class defines it).
+backward program wants, so torchlax's Tensor answers with itself (``torchlax_core.Tensor``
+defines it).
 
 Installed when ``torchlax_dynamo`` is imported (that is, when ``torch.compile`` looks the
 backend up), and idempotent.
@@ -73,9 +73,6 @@ def install() -> None:
             return None
         return infer_subclass_type(value)
 
-    if not hasattr(Tensor, "__coerce_same_metadata_as_tangent__"):
-        Tensor.__coerce_same_metadata_as_tangent__ = _same_tangent
-
     clone_input = builder.clone_input
 
     def _clone_input(value, *args, **kwargs):
@@ -99,10 +96,6 @@ def install() -> None:
     builder.infer_subclass_type = _infer_subclass_type
     builder.clone_input = _clone_input
     _installed.append((wrap, infer_subclass_type, clone_input))
-
-
-def _same_tangent(self, expected_metadata=None, expected_type=None):
-    return self
 
 
 def _clone(value: Tensor) -> Tensor:
