@@ -135,6 +135,8 @@ def _lu(A):
 def _singular_info(lu):
     # LAPACK's info: 1-based index of the first zero on U's diagonal, else 0.
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    if diag.shape[-1] == 0:  # 0x0 matrices are never singular
+        return jnp.zeros(diag.shape[:-1], jnp.int32)
     zero = diag == 0
     first = jnp.argmax(zero, axis=-1).astype(jnp.int32) + 1
     return jnp.where(jnp.any(zero, axis=-1), first, 0).astype(jnp.int32)
@@ -296,6 +298,7 @@ def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
 def linalg_cholesky_ex(self, *, upper=False, check_errors=False):
     L = jnp.linalg.cholesky(self, symmetrize_input=False)
     bad = jnp.isnan(jnp.diagonal(L, axis1=-2, axis2=-1).real)
+    bad = jnp.concatenate([bad, jnp.zeros(bad.shape[:-1] + (1,), bool)], axis=-1)  # 0x0 safe
     info = jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, 0).astype(jnp.int32)
     # JAX leaves a non-positive-definite factor full of NaN; PyTorch returns a partial factor.
     L = jnp.tril(L)
