@@ -386,11 +386,11 @@ def linalg_pinv(self, *, atol=None, rtol=None, hermitian=False):
         rtol = jnp.where(atol > 0, 0.0, default) if atol is not None else default
     atol = jnp.asarray(0.0, real) if atol is None else atol
     if hermitian:
-        values, vectors = jnp.linalg.eigh(self)
+        values, vectors = jnp.linalg.eigh(self, UPLO="L", symmetrize_input=False)  # as LAPACK
         magnitude = jnp.abs(values)
         cutoff = jnp.maximum(atol[..., None] if jnp.ndim(atol) else atol,
                              (rtol[..., None] if jnp.ndim(rtol) else rtol)
-                             * jnp.max(magnitude, axis=-1, keepdims=True))
+                             * jnp.max(magnitude, axis=-1, keepdims=True, initial=0))
         inverse = jnp.where(magnitude > cutoff, 1 / values, 0).astype(self.dtype)
         return matmul(vectors * inverse[..., None, :], _mH(vectors))
     U, S, Vh = jnp.linalg.svd(self, full_matrices=False)

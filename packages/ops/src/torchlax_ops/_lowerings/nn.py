@@ -605,7 +605,10 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 
 @lowering(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
-    return (_up(grad_output) * mask * scale).astype(grad_output.dtype)
+    # grad * mask * scale with PyTorch's promotion: an integer gradient becomes floating.
+    floating = jnp.issubdtype(grad_output.dtype, jnp.inexact)
+    out_dtype = grad_output.dtype if floating else _dtype_of(torch.get_default_dtype())
+    return (_up(grad_output.astype(out_dtype)) * mask * scale).astype(out_dtype)
 
 
 # -- attention ------------------------------------------------------------------------------------
