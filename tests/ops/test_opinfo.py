@@ -136,7 +136,12 @@ def clone(x):
 
 
 def to_jax(tree):
-    return pytree.tree_map(lambda x: x.to("jax") if isinstance(x, torch.Tensor) else x, tree)
+    """The sample on torchlax: tensors moved to "jax", and a factory's ``device="cpu"`` too."""
+    sample_input, args, kwargs = pytree.tree_map(
+        lambda x: x.to("jax") if isinstance(x, torch.Tensor) else x, tree)
+    if "device" in kwargs and torch.device(kwargs["device"]).type == "cpu":
+        kwargs = {**kwargs, "device": "jax"}
+    return sample_input, args, kwargs
 
 
 def to_cpu(tree):
@@ -188,6 +193,9 @@ def run_jit(op, jax_tree):
 
 
 def compare(actual, expected, *, atol, rtol, values=True, what="output"):
+    for leaf in pytree.tree_leaves(actual):
+        if isinstance(leaf, torch.Tensor) and not isinstance(leaf, torchlax_core.Tensor):
+            raise AssertionError(f"{what}: torchlax returned a {leaf.device} tensor, not a jax one")
     actual_leaves, _ = pytree.tree_flatten(to_cpu(actual))
     expected_leaves, _ = pytree.tree_flatten(expected)
     if len(actual_leaves) != len(expected_leaves):
@@ -197,7 +205,7 @@ def compare(actual, expected, *, atol, rtol, values=True, what="output"):
     for i, (a, e) in enumerate(zip(actual_leaves, expected_leaves)):
         where = f"{what}[{i}]"
         if isinstance(e, torch.Tensor):
-            if not isinstance(a, torch.Tensor):
+            if not isinstance(a, torch.Tensor | jax.Array):
                 raise AssertionError(f"{where}: expected a tensor, torchlax gave {type(a).__name__}")
             if a.dtype != e.dtype:
                 raise DtypeMismatch(f"{where}: dtype {a.dtype}, PyTorch gives {e.dtype}")

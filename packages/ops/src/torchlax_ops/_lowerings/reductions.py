@@ -194,6 +194,10 @@ def _arg_extreme(x, axis, keepdims, largest: bool):
     fn = jnp.argmax if largest else jnp.argmin
     if x.ndim == 0:
         return jnp.zeros((), jnp.int64)
+    if x.size == 0:  # an empty batch (the reduced dim itself is checked non-empty): jnp refuses
+        shape = list(x.shape)
+        shape[axis] = 1
+        return jnp.zeros(shape if keepdims else shape[:axis] + shape[axis + 1:], jnp.int64)
     return fn(x, axis=axis, keepdims=keepdims).astype(jnp.int64)
 
 
