@@ -1,4 +1,4 @@
-"""Backward ops (backward.py) and ops models need (misc.py) against eager PyTorch on the CPU."""
+"""Backward ops (backward.py) and ops models need (isin, sdpa) against eager PyTorch on the CPU."""
 
 from __future__ import annotations
 

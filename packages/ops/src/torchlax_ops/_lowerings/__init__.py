@@ -8,7 +8,6 @@ from . import (  # noqa: F401
     foreach,
     indexing,
     linalg,
-    misc,
     nn,
     random,
     reductions,
