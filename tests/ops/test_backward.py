@@ -130,3 +130,21 @@ def test_scaled_dot_product_attention_dropout_keeps_expectation():
     # calls draw different keys.
     assert set(np.unique(np.asarray(first) * 2).tolist()) <= set(range(9))
     assert not np.array_equal(np.asarray(first), np.asarray(second))
+
+
+def test_arange_with_a_symbolic_bound_exports():
+    # jax.export's shape polymorphism hands arange a symbolic dim as its bound (dynamic export).
+    import jax
+    import jax.numpy as jnp
+    from torchlax_ops._lowerings.factories import arange, arange_start_step
+
+    with jax.enable_x64(True):
+        (n,) = jax.export.symbolic_shape("n")
+        spec = jax.ShapeDtypeStruct((n,), jnp.int64)
+        plus = jax.export.export(jax.jit(lambda x: arange(x.shape[0]) + x))(spec)
+        strided = jax.export.export(jax.jit(lambda x: arange_start_step(2, x.shape[0], 3)))(spec)
+        x = np.arange(10, dtype=np.int64)
+        np.testing.assert_array_equal(plus.call(x), torch.arange(10).numpy() + x)
+        got = strided.call(x)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, torch.arange(2, 10, 3).numpy())

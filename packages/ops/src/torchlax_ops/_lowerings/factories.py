@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -88,6 +89,12 @@ def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=Non
     else:
         out_dtype = jax_dtype(dtype)
     integral = jnp.issubdtype(out_dtype, jnp.integer)
+    if integral and any(not isinstance(v, int | float | np.generic) for v in values) \
+            and isinstance(step, int) and step > 0:
+        # A symbolic bound (a dim of jax.export's shape polymorphism): the length stays an
+        # expression of dims, so no int() and no sign checks on it.
+        length = (end - start + step - 1) // step
+        return (start + step * jax.lax.iota(jnp.int64, length)).astype(out_dtype)
     if integral:
         # PyTorch converts the bounds to the integer type first (truncating).
         start, end, step = (int(v) for v in values)
