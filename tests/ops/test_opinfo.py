@@ -192,7 +192,7 @@ def run_jit(op, jax_tree):
     return pytree.tree_unflatten(out_leaves, host_outputs["spec"]), pytree.tree_unflatten(values, spec)
 
 
-def compare(actual, expected, *, atol, rtol, values=True, what="output"):
+def compare(actual, expected, *, atol, rtol, values=True, what="output", tensors_only=False):
     for leaf in pytree.tree_leaves(actual):
         if isinstance(leaf, torch.Tensor) and not isinstance(leaf, torchlax_core.Tensor):
             raise AssertionError(f"{what}: torchlax returned a {leaf.device} tensor, not a jax one")
@@ -217,6 +217,8 @@ def compare(actual, expected, *, atol, rtol, values=True, what="output"):
                     a, e, atol=max(atol, base_atol), rtol=max(rtol, base_rtol), equal_nan=True, check_device=False,
                     msg=lambda m, where=where: f"{where}: {m}",
                 )
+        elif tensors_only:
+            continue
         elif values and isinstance(e, float) and isinstance(a, float):
             torch.testing.assert_close(a, e, atol=max(atol, 1e-7), rtol=max(rtol, 1e-7),
                                        equal_nan=True)
@@ -243,7 +245,8 @@ def run_case(case: Case) -> None:
             values = not (random or uninitialised)
             compare(actual, expected, atol=atol, rtol=rtol, values=values, what=what)
             if values:  # in-place ops: the mutated inputs must match too
-                compare(jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs")
+                compare(jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs",
+                        tensors_only=True)
             if random:  # the same seed draws the same values
                 torch.manual_seed(1)
                 again, _ = runner(op, to_jax(pristine))
