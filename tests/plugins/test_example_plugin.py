@@ -56,6 +56,38 @@ def test_new_op_runs_eagerly_and_under_jax_jit():
     assert out.split() == ["example", "ok"]
 
 
+def test_new_op_runs_under_torchlax_jit_torch_compile_and_export(tmp_path):
+    out = run(f"""
+        import numpy as np, torch, torchlax, torchlax_dynamo, torchlax_export
+        import torchlax_example_plugin as example
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(6, 6)
+
+            def forward(self, x):
+                return example.scaled_swish(self.proj(x), 0.7)
+
+        torch.manual_seed(0)
+        model, x = Block(), torch.randn(3, 6)
+        expected = model(x).detach()
+        with torchlax.enable():
+            jitted = torchlax.jit(model.to("jax"))(x.to("jax"))
+        torch.testing.assert_close(jitted.cpu(), expected)
+        model.to("cpu")
+        compiled = torch.compile(model, backend="torchlax", fullgraph=True)
+        torch.testing.assert_close(compiled(x), expected)
+        assert torchlax_dynamo.counters["eager_nodes"] == 0, dict(torchlax_dynamo.counters)
+        artifact = torchlax_export.export(model, (x,))
+        artifact.save({str(tmp_path / "block")!r})
+        served = torchlax_export.load({str(tmp_path / "block")!r})(x.numpy())
+        torch.testing.assert_close(torch.from_numpy(np.asarray(served).copy()), expected)
+        print("ok")
+    """)
+    assert out.split() == ["ok"]
+
+
 def test_override_replaces_softmax_and_blocking_restores_builtin():
     code = """
         import torch, torchlax_core
