@@ -4,7 +4,11 @@ Each process holds its half of the batch; one global mesh spans every device of 
 and one jitted training step runs on all of them: the gradient average across processes is an
 all-reduce that XLA inserts because the loss is a mean over the global batch.
 
-Run two local processes on the CPU (loopback only)::
+Run it as is and it starts the processes itself, on the CPU over loopback::
+
+    uv run python examples/multiprocess_data_parallel.py
+
+or start each process yourself (what a cluster launcher does)::
 
     python examples/multiprocess_data_parallel.py --num-processes 2 --process-id 0 --port 29411 &
     python examples/multiprocess_data_parallel.py --num-processes 2 --process-id 1 --port 29411
@@ -108,11 +112,15 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-processes", type=int, default=2)
-    parser.add_argument("--process-id", type=int, required=True)
+    parser.add_argument("--process-id", type=int, default=None,
+                        help="this process's rank; without it, start every process locally")
     parser.add_argument("--coordinator", default=None, help="host:port of process 0")
     parser.add_argument("--port", type=int, default=29411)
     parser.add_argument("--output", default=None, help="write the result here as JSON")
     args = parser.parse_args()
+    if args.process_id is None:
+        launch_locally(args.num_processes)
+        return
     coordinator = args.coordinator or f"127.0.0.1:{args.port}"
     result = train_step(args.process_id, args.num_processes, coordinator)
     if args.output:
@@ -124,6 +132,23 @@ def main() -> None:
     print(f"process {args.process_id}/{args.num_processes}: loss {result['loss']:.6f} "
           f"(one process, full batch: {reference['loss']:.6f}); largest weight difference "
           f"{worst:.2e} over {result['devices']} devices")
+
+
+def launch_locally(num_processes: int) -> None:
+    """Start ``num_processes`` copies of this script on the CPU, over a loopback coordinator."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a free local port for the coordinator
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, __file__, "--num-processes", str(num_processes),
+                               "--process-id", str(rank), "--port", str(port)])
+             for rank in range(num_processes)]
+    codes = [proc.wait(timeout=600) for proc in procs]
+    if any(codes):
+        raise SystemExit(f"a process failed (exit codes {codes})")
 
 
 if __name__ == "__main__":

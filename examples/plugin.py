@@ -8,10 +8,9 @@ workspace). torchlax found it through its entry point; nothing here registers it
 
 import jax
 import torch
+import torchlax
 import torchlax_example_plugin as example
 from torch import nn
-
-import torchlax
 
 
 class Block(nn.Module):

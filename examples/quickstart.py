@@ -6,9 +6,8 @@
 import copy
 
 import torch
-from torch import nn
-
 import torchlax
+from torch import nn
 
 torch.manual_seed(0)
 model = nn.Sequential(
