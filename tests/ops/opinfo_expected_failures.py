@@ -96,12 +96,18 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     ('nn.functional.ctc_loss', None, None, 'jit'): 'not lowered yet: aten._ctc_loss.default',
     ('nn.functional.embedding_bag', None, None, 'eager'): 'not lowered yet: aten._embedding_bag_forward_only.default',
     ('nn.functional.embedding_bag', None, None, 'jit'): 'not lowered yet: aten._embedding_bag_forward_only.default',
+    ('nn.functional.fractional_max_pool2d', None, None, 'eager'): 'not lowered yet: aten.fractional_max_pool2d.default',
+    ('nn.functional.fractional_max_pool2d', None, None, 'jit'): 'not lowered yet: aten.fractional_max_pool2d.default',
+    ('nn.functional.fractional_max_pool3d', None, None, 'eager'): 'not lowered yet: aten.fractional_max_pool3d.default',
+    ('nn.functional.fractional_max_pool3d', None, None, 'jit'): 'not lowered yet: aten.fractional_max_pool3d.default',
     ('nn.functional.linear_cross_entropy', 'chunked', None, 'eager'): 'not lowered yet: torch_nn._linear_cross_entropy_batch_chunked.default',
     ('nn.functional.linear_cross_entropy', 'chunked', None, 'jit'): 'not lowered yet: torch_nn._linear_cross_entropy_batch_chunked.default',
     ('nn.functional.linear_cross_entropy', 'chunked_none', None, 'eager'): 'not lowered yet: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default',
     ('nn.functional.linear_cross_entropy', 'chunked_none', None, 'jit'): 'not lowered yet: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default',
     ('nn.functional.pdist', None, None, 'eager'): 'not lowered yet: aten._pdist_forward.default',
     ('nn.functional.pdist', None, None, 'jit'): 'not lowered yet: aten._pdist_forward.default',
+    ('nn.functional.rrelu', None, None, 'eager'): 'not lowered yet: aten.rrelu_with_noise.default',
+    ('nn.functional.rrelu', None, None, 'jit'): 'not lowered yet: aten.rrelu_with_noise.default',
     ('ormqr', None, None, 'eager'): 'not lowered yet: aten.ormqr.default',
     ('ormqr', None, None, 'jit'): 'not lowered yet: aten.ormqr.default',
     ('polar', None, None, 'eager'): 'not lowered yet: aten.polar.default',
@@ -165,8 +171,6 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     ('linalg.eigh', None, None, 'jit'): 'values differ from PyTorch',
     ('linalg.eigvals', None, None, 'eager'): 'values differ from PyTorch',
     ('linalg.eigvals', None, None, 'jit'): 'values differ from PyTorch',
-    ('linalg.pinv', 'hermitian', None, 'eager'): 'values differ from PyTorch',
-    ('linalg.pinv', 'hermitian', None, 'jit'): 'values differ from PyTorch',
     ('matrix_exp', None, 'float32', 'eager'): 'values differ from PyTorch',
     ('matrix_exp', None, 'float32', 'jit'): 'values differ from PyTorch',
     ('nn.functional.adaptive_avg_pool3d', None, 'bfloat16', 'eager'): 'values differ from PyTorch',
@@ -241,72 +245,33 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     ('topk', None, 'bfloat16', 'jit'): 'values differ from PyTorch',
     ('topk', None, 'int64', 'eager'): 'values differ from PyTorch',
     ('topk', None, 'int64', 'jit'): 'values differ from PyTorch',
-    # AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'
-    ('nn.functional.alpha_dropout', None, None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.alpha_dropout', None, None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.dropout', None, None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.dropout', None, None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.dropout2d', None, None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.dropout2d', None, None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.dropout3d', None, None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.dropout3d', None, None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.feature_alpha_dropout', 'with_train', None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.feature_alpha_dropout', 'with_train', None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.feature_alpha_dropout', 'without_train', None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.feature_alpha_dropout', 'without_train', None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.multi_head_attention_forward', None, None, 'eager'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.multi_head_attention_forward', None, None, 'jit'): "AttributeError: '_DeviceModule' object has no attribute 'get_rng_state'",
-    # fails: '_DeviceModule' object has no attribute 'get_rng_state'
-    ('nn.functional.fractional_max_pool2d', None, None, 'eager'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.fractional_max_pool2d', None, None, 'jit'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.fractional_max_pool3d', None, None, 'eager'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.fractional_max_pool3d', None, None, 'jit'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.rrelu', None, None, 'eager'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.rrelu', None, None, 'jit'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.scaled_dot_product_attention', None, None, 'eager'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('nn.functional.scaled_dot_product_attention', None, None, 'jit'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('pca_lowrank', None, None, 'eager'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('pca_lowrank', None, None, 'jit'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('svd_lowrank', None, None, 'eager'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    ('svd_lowrank', None, None, 'jit'): "fails: '_DeviceModule' object has no attribute 'get_rng_state'",
-    # ValueError: attempt to get argmax of an empty sequence
-    ('linalg.det', None, None, 'eager'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.det', None, None, 'jit'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.inv', None, None, 'eager'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.inv', None, None, 'jit'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.inv_ex', None, None, 'eager'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.inv_ex', None, None, 'jit'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.slogdet', None, None, 'eager'): 'ValueError: attempt to get argmax of an empty sequence',
-    ('linalg.slogdet', None, None, 'jit'): 'ValueError: attempt to get argmax of an empty sequence',
+    # AttributeError: 'Tensor' object has no attribute 'jax'
+    ('sparse.mm', 'reduce', None, 'jit'): "AttributeError: 'Tensor' object has no attribute 'jax'",
+    ('sparse.sampled_addmm', None, None, 'jit'): "AttributeError: 'Tensor' object has no attribute 'jax'",
     # RuntimeError: Tensor.item() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Re
     ('nn.functional.gaussian_nll_loss', None, None, 'jit'): 'RuntimeError: Tensor.item() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Re',
     ('nn.functional.one_hot', None, None, 'jit'): 'RuntimeError: Tensor.item() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Re',
+    # RuntimeError: aten.squeeze_.dim: the output tensor has shape (1, 4) but the result has shape (4,); torchlax cannot resize a tensor in 
+    ('nn.functional.linear_cross_entropy', None, None, 'eager'): 'RuntimeError: aten.squeeze_.dim: the output tensor has shape (1, 4) but the result has shape (4,); torchlax cannot resize a tensor in ',
+    ('nn.functional.linear_cross_entropy', None, None, 'jit'): 'RuntimeError: aten.squeeze_.dim: the output tensor has shape (1, 4) but the result has shape (4,); torchlax cannot resize a tensor in ',
     # TracerBoolConversionError: Attempted boolean conversion of traced array with shape bool[].
     ('corrcoef', None, None, 'jit'): 'TracerBoolConversionError: Attempted boolean conversion of traced array with shape bool[].',
     ('cov', None, None, 'jit'): 'TracerBoolConversionError: Attempted boolean conversion of traced array with shape bool[].',
-    # fails: 'Tensor' object has no attribute 'jax'
-    ('sparse.mm', 'reduce', None, 'jit'): "fails: 'Tensor' object has no attribute 'jax'",
-    ('sparse.sampled_addmm', None, None, 'jit'): "fails: 'Tensor' object has no attribute 'jax'",
-    # fails: A.dtype=bfloat16 is not supported.
-    ('matrix_exp', None, 'bfloat16', 'eager'): 'fails: A.dtype=bfloat16 is not supported.',
-    ('matrix_exp', None, 'bfloat16', 'jit'): 'fails: A.dtype=bfloat16 is not supported.',
-    # fails: aten.squeeze_.dim: the output tensor has shape (1, 4) but the result has shape (4,); torchlax cannot resize a tensor in 
-    ('nn.functional.linear_cross_entropy', None, None, 'eager'): 'fails: aten.squeeze_.dim: the output tensor has shape (1, 4) but the result has shape (4,); torchlax cannot resize a tensor in ',
-    ('nn.functional.linear_cross_entropy', None, None, 'jit'): 'fails: aten.squeeze_.dim: the output tensor has shape (1, 4) but the result has shape (4,); torchlax cannot resize a tensor in ',
-    # fails: index can't contain negative values
-    ('nn.functional.pad', 'replicate_negative', None, 'eager'): "fails: index can't contain negative values",
-    ('nn.functional.pad', 'replicate_negative', None, 'jit'): "fails: index can't contain negative values",
-    # fails: torch dtype torch.complex32 has no JAX counterpart, so a torchlax Tensor cannot hold it. Convert the tensor to a support
-    ('chalf', None, None, 'eager'): 'fails: torch dtype torch.complex32 has no JAX counterpart, so a torchlax Tensor cannot hold it. Convert the tensor to a support',
-    ('chalf', None, None, 'jit'): 'fails: torch dtype torch.complex32 has no JAX counterpart, so a torchlax Tensor cannot hold it. Convert the tensor to a support',
-    # AttributeError: 'Tensor' object has no attribute 'jax'
-    ('normal', 'number_mean', None, 'jit'): "AttributeError: 'Tensor' object has no attribute 'jax'",
-    # fails: Abstract tracer value encountered where concrete value is expected: traced array with shape float32[]
-    ('linspace', 'tensor_overload', None, 'jit'): 'fails: Abstract tracer value encountered where concrete value is expected: traced array with shape float32[]',
-    # fails: Abstract tracer value encountered where concrete value is expected: traced array with shape int64[]
-    ('logspace', 'tensor_overload', None, 'jit'): 'fails: Abstract tracer value encountered where concrete value is expected: traced array with shape int64[]',
-    # fails: Tensor.cpu() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Ret
-    ('to', None, None, 'jit'): 'fails: Tensor.cpu() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Ret',
-    # fails: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on jax:0
-    ('tensor_split', None, None, 'eager'): "fails: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on jax:0",
+    # TypeError: A.dtype=bfloat16 is not supported.
+    ('matrix_exp', None, 'bfloat16', 'eager'): 'TypeError: A.dtype=bfloat16 is not supported.',
+    ('matrix_exp', None, 'bfloat16', 'jit'): 'TypeError: A.dtype=bfloat16 is not supported.',
+    # UnsupportedDtypeError: torch dtype torch.complex32 has no JAX counterpart, so a torchlax Tensor cannot hold it. Convert the tensor to a support
+    ('chalf', None, None, 'eager'): 'UnsupportedDtypeError: torch dtype torch.complex32 has no JAX counterpart, so a torchlax Tensor cannot hold it. Convert the tensor to a support',
+    ('chalf', None, None, 'jit'): 'UnsupportedDtypeError: torch dtype torch.complex32 has no JAX counterpart, so a torchlax Tensor cannot hold it. Convert the tensor to a support',
+    # ValueError: index can't contain negative values
+    ('nn.functional.pad', 'replicate_negative', None, 'eager'): "ValueError: index can't contain negative values",
+    ('nn.functional.pad', 'replicate_negative', None, 'jit'): "ValueError: index can't contain negative values",
+    # ConcretizationTypeError: Abstract tracer value encountered where concrete value is expected: traced array with shape float32[]
+    ('linspace', 'tensor_overload', None, 'jit'): 'ConcretizationTypeError: Abstract tracer value encountered where concrete value is expected: traced array with shape float32[]',
+    # ConcretizationTypeError: Abstract tracer value encountered where concrete value is expected: traced array with shape int64[]
+    ('logspace', 'tensor_overload', None, 'jit'): 'ConcretizationTypeError: Abstract tracer value encountered where concrete value is expected: traced array with shape int64[]',
+    # RuntimeError: Tensor.cpu() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Ret
+    ('to', None, None, 'jit'): 'RuntimeError: Tensor.cpu() needs a concrete value, but this torchlax Tensor is being traced by JAX (under jax.jit / torchlax.jit). Ret',
+    # RuntimeError: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on jax:0
+    ('tensor_split', None, None, 'eager'): "RuntimeError: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on jax:0",
 }
