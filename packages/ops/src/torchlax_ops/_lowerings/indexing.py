@@ -15,6 +15,7 @@ import torch
 from torchlax_core import jax_dtype, torch_dtype
 
 from .._table import lowering
+from .shape import _dim  # PyTorch's dim wrapping, one definition for both families
 
 aten = torch.ops.aten
 
@@ -30,15 +31,6 @@ def _require_concrete(op: str, *arrays, hint: str = "") -> None:
             f"trace (jax.jit / torchlax.jit need static shapes). Run it eagerly, outside the "
             f"traced function{hint}."
         )
-
-
-def _dim(dim: int, ndim: int) -> int:
-    rank = max(ndim, 1)
-    if not -rank <= dim < rank:
-        raise IndexError(
-            f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
-        )
-    return dim % rank
 
 
 def _is_mask(index) -> bool:
