@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     backward,
     elementwise,
     factories,
+    fft,
     foreach,
     indexing,
     linalg,
@@ -12,4 +13,5 @@ from . import (  # noqa: F401
     random,
     reductions,
     shape,
+    special,
 )

@@ -1,0 +1,3 @@
+"""fft lowerings."""
+
+from __future__ import annotations

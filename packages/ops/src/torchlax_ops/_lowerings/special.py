@@ -1,0 +1,3 @@
+"""special lowerings."""
+
+from __future__ import annotations
