@@ -2,10 +2,10 @@
 
 Each runs at the torch level on torchlax Tensors, so every op it calls dispatches again to a
 lowering. These are the ops where PyTorch's decomposition is exact and XLA-friendly (no host
-syncs, static shapes) and a hand-written lowering would buy little: batch and group norm (whose
-decompositions ``copy_`` the new running statistics into the module's buffers, the in-place
-update PyTorch performs in training mode), the losses and their backward ops, and a few
-rearrangements. A lowering of the same op, from this package or a plugin, wins over these.
+syncs, static shapes) and a hand-written lowering would buy little: group norm, the
+normalization backward ops (batch norm's forward is lowered in ``_lowerings.nn``), the losses
+and their backward ops, and a few rearrangements. A lowering of the same op, from this package
+or a plugin, wins over these.
 """
 
 from __future__ import annotations
@@ -19,14 +19,6 @@ aten = torch.ops.aten
 
 _OPS = [
     # normalization
-    aten.native_batch_norm.default,
-    aten._native_batch_norm_legit.default,
-    aten._native_batch_norm_legit.no_stats,
-    aten._native_batch_norm_legit_no_training.default,
-    aten._native_batch_norm_legit_functional.default,
-    aten._batch_norm_with_update.default,
-    aten._batch_norm_with_update_functional.default,
-    aten._batch_norm_no_update.default,
     aten.batch_norm_backward.default,
     aten.native_batch_norm_backward.default,
     aten.native_layer_norm_backward.default,
