@@ -398,3 +398,49 @@ def linalg_pinv(self, *, atol=None, rtol=None, hermitian=False):
                          (rtol[..., None] if jnp.ndim(rtol) else rtol) * S[..., :1])
     inverse = jnp.where(S > cutoff, 1 / S, 0).astype(self.dtype)
     return matmul(_mH(Vh) * inverse[..., None, :], _mH(U))
+
+
+@lowering(aten.linalg_matrix_sqrth.default)
+def linalg_matrix_sqrth(self):
+    # Eigendecomposition of the lower triangle; PyTorch clamps negative eigenvalues to zero.
+    values, vectors = jnp.linalg.eigh(self, UPLO="L", symmetrize_input=False)
+    roots = jnp.sqrt(jnp.maximum(values, 0)).astype(self.dtype)
+    return matmul(vectors * roots[..., None, :], _mH(vectors))
+
+
+@lowering(aten.linalg_polar.default)
+def linalg_polar(A):
+    if A.shape[-2] < A.shape[-1]:
+        raise RuntimeError(
+            f"linalg.polar: input must have at least as many rows as columns, but got "
+            f"{A.shape[-2]} by {A.shape[-1]} matrices; transpose A to decompose it.")
+    # A = W S V^H  =>  U = W V^H, H = V S V^H (as PyTorch's CPU kernel, from the SVD).
+    W, S, Vh = jnp.linalg.svd(A, full_matrices=False)
+    U = matmul(W, Vh)
+    H = matmul(_mH(Vh) * S.astype(A.dtype)[..., None, :], Vh)
+    return U, (H + _mH(H)) / 2
+
+
+# -- Householder QR (LAPACK layouts) --------------------------------------------------------------
+
+
+@lowering(aten.geqrf.default)
+def geqrf(self):
+    # LAPACK's packed QR: R on and above the diagonal, the reflectors' tails below, and tau.
+    packed, tau = jnp.linalg.qr(self, mode="raw")  # JAX returns the packed matrix transposed
+    return _mT(packed), tau
+
+
+@lowering(aten.linalg_householder_product.default)
+def linalg_householder_product(input, tau):
+    if tau.shape[-1] == 0:  # no reflectors: Q is the identity's leading columns
+        eye = jnp.eye(*input.shape[-2:], dtype=input.dtype)
+        return jnp.broadcast_to(eye, input.shape)
+    return jax.lax.linalg.householder_product(input, tau)
+
+
+@lowering(aten.ormqr.default)
+def ormqr(self, input2, input3, left=True, transpose=False):
+    if input2.shape[-1] == 0:
+        return input3
+    return jax.lax.linalg.ormqr(self, input2, input3, left=left, transpose=transpose)
