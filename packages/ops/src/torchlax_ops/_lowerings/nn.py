@@ -875,6 +875,18 @@ def _pad(self, padding, mode):
     n = len(padding) // 2
     widths = [(0, 0)] * (self.ndim - n)
     widths += [(padding[2 * (n - 1 - d)], padding[2 * (n - 1 - d) + 1]) for d in range(n)]
+    if mode == "edge":
+        # Output element i reads input clamp(i - low, 0, size - 1): negative padding crops.
+        for d, (low, high) in enumerate(widths):
+            if low or high:
+                size = self.shape[d]
+                index = np.clip(np.arange(size + low + high) - low, 0, size - 1)
+                self = jnp.take(self, jnp.asarray(index), axis=d)
+        return self
+    # Negative padding crops that side first (PyTorch allows it), then the rest pads.
+    self = self[tuple(slice(max(-low, 0), size - max(-high, 0))
+                      for (low, high), size in zip(widths, self.shape, strict=True))]
+    widths = [(max(low, 0), max(high, 0)) for low, high in widths]
     if mode == "reflect":
         for d, (low, high) in enumerate(widths):
             size = self.shape[d]
@@ -922,3 +934,32 @@ def pixel_unshuffle(self, downscale_factor):
     x = jnp.transpose(x, (*range(k), k, k + 2, k + 4, k + 1, k + 3))
     return x.reshape(*lead, c * r * r, h // r, w // r)
 
+
+
+# -- bilinear -------------------------------------------------------------------------------------
+
+
+@lowering(aten._trilinear.default)
+def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    # sum over ``sumdim`` of i1 * i2 * i3, each unsqueezed at its ``expand`` dims: one einsum,
+    # where an operand's size-1 dim that broadcasts simply does not carry that index.
+    operands = [_up(i1), _up(i2), _up(i3)]
+    total = i1.ndim + len(expand1)
+    letters = [chr(ord("a") + d) for d in range(total)]
+    shapes = []
+    for x, expand in zip(operands, (expand1, expand2, expand3), strict=True):
+        dims = iter(x.shape)
+        shapes.append([1 if d in expand else next(dims) for d in range(total)])
+    sizes = [max(s[d] for s in shapes) for d in range(total)]
+    specs, squeezed = [], []
+    for x, expand, shape in zip(operands, (expand1, expand2, expand3), shapes, strict=True):
+        kept = [d for d in range(total) if d not in expand]
+        broadcast = [i for i, d in enumerate(kept) if shape[d] == 1 and sizes[d] != 1]
+        squeezed.append(jnp.squeeze(x, axis=tuple(broadcast)) if broadcast else x)
+        specs.append("".join(letters[d] for d in kept if not (shape[d] == 1 and sizes[d] != 1)))
+    used = set("".join(specs))
+    kept = [d for d in range(total) if d not in sumdim]
+    output = "".join(letters[d] for d in kept if letters[d] in used)
+    out = jnp.einsum(f"{specs[0]},{specs[1]},{specs[2]}->{output}", *squeezed, precision=HIGHEST)
+    out = out.reshape([sizes[d] for d in kept])  # dims of size 1 everywhere come back
+    return out.astype(jnp.result_type(i1.dtype, i2.dtype, i3.dtype))
