@@ -195,29 +195,45 @@ def bench_training(b: Bench) -> None:
     torch._dynamo.reset()
     tl = copy.deepcopy(model)
     tl_fwd = torch.compile(tl, backend="torchlax")
-    b.measure(group, 'torch.compile backend="torchlax"',
-              lambda: ready(step_fn(tl, torch.optim.SGD(tl.parameters(), lr=0.01), x, y, tl_fwd)()))
+    tl_step = step_fn(tl, torch.optim.SGD(tl.parameters(), lr=0.01), x, y, tl_fwd)
+    b.measure(group, 'torch.compile backend="torchlax"', lambda: ready(tl_step()))
     with torchlax.enable():
         jm = copy.deepcopy(model).to("jax")
         jx, jy = x.to("jax"), y.to("jax")
     jopt = torch.optim.SGD(jm.parameters(), lr=0.01)
-    b.measure(group, "torchlax eager", lambda: ready(step_fn(jm, jopt, jx, jy)()))
+    jstep = step_fn(jm, jopt, jx, jy)
+    b.measure(group, "torchlax eager", lambda: ready(jstep()))
     jm2 = copy.deepcopy(jm)
     jopt2 = torch.optim.SGD(jm2.parameters(), lr=0.01)
     jitted = torchlax.jit(jm2)
-    b.measure(group, "torchlax.jit forward + backward",
-              lambda: ready(step_fn(jm2, jopt2, jx, jy, jitted)()))
+    jit_step = step_fn(jm2, jopt2, jx, jy, jitted)
+    b.measure(group, "torchlax.jit forward + backward", lambda: ready(jit_step()))
+
+    # The whole step (forward, backward, SGD update) as one XLA program, from the PyTorch module.
+    weights, apply = torchlax.functional(copy.deepcopy(model))
+    xa, ya = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def cross_entropy(logits, labels):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
+
+    @jax.jit
+    def functional_step(weights, xb, yb):
+        loss, grads = jax.value_and_grad(lambda w: cross_entropy(apply(w, xb), yb))(weights)
+        return jax.tree.map(lambda w, g: w - 0.01 * g, weights, grads), loss
+
+    fstate = {"w": weights}
+
+    def functional():
+        fstate["w"], loss = functional_step(fstate["w"], xa, ya)
+        return ready(loss)
+
+    b.measure(group, "torchlax.functional + jax.grad (jitted step)", functional)
 
     params, forward = hand_written_mlp(model)
-    xa, ya = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
 
     @jax.jit
     def jax_step(params, xb, yb):
-        def loss_fn(p):
-            logits = forward(p, xb)
-            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), yb[:, None], 1))
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        loss, grads = jax.value_and_grad(lambda p: cross_entropy(forward(p, xb), yb))(params)
         return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
 
     state = {"p": params}
