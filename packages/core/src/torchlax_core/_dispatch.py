@@ -255,6 +255,50 @@ def view_impl(func, fn) -> Callable:
     return impl
 
 
+def inplace_view_counterpart(func):
+    """The view op an in-place view op applies to ``self`` (``transpose_`` -> ``transpose.int``)."""
+    if not isinstance(func, torch._ops.OpOverload) or not func._schema.is_mutable:
+        return None
+    name = func._schema.name.split("::")[-1]
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, func.namespace), name[:-1], None)
+    if packet is None:
+        return None
+    wanted = [a.name for a in func._schema.arguments]
+    for overload_name in packet.overloads():
+        candidate = getattr(packet, overload_name)
+        if candidate.is_view and [a.name for a in candidate._schema.arguments] == wanted:
+            return candidate
+    return None
+
+
+def inplace_view_impl(func, functional, fn) -> Callable:
+    """An in-place view op (``squeeze_``, ``transpose_``, ``as_strided_``): ``self`` changes
+    shape and strides in place and becomes a view of the storage it already shares."""
+    unwrap = _make_unwrapper(func)
+    op_kind = _view_kind(functional)
+
+    def impl(args, kwargs):
+        self = args[0]
+        jargs, jkwargs = unwrap(args, kwargs)
+        rest = jargs[1:]
+
+        def step(array):
+            return _call(fn, [array, *rest], jkwargs)
+
+        value = step(jargs[0])
+        parent = self._view
+        compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
+        kind = op_kind if parent is None else max(op_kind, parent.kind)
+        with torch._C._DisableTorchDispatch():  # the wrapper's own sizes and strides
+            func(*args, **kwargs)
+        self._view = _View(compute, kind, self._storage.array, value)
+        return self
+
+    return impl
+
+
 def _then(first, second):
     return lambda array: second(first(array))
 

@@ -19,7 +19,13 @@ import jax
 import torch
 
 from . import _privateuse1, _tensor
-from ._dispatch import derived_mutation_impl, functional_counterpart, lowering_impl
+from ._dispatch import (
+    derived_mutation_impl,
+    functional_counterpart,
+    inplace_view_counterpart,
+    inplace_view_impl,
+    lowering_impl,
+)
 from ._errors import OpNotLoweredError
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
 
@@ -151,6 +157,11 @@ class Environment:
         if entry is not None:
             fn = entry.fn
             return lambda args, kwargs: fn(*args, **kwargs)
+        view_op = inplace_view_counterpart(func)  # squeeze_, transpose_, as_strided_
+        if view_op is not None:
+            view = t.lowerings.get(view_op) or t.lowerings.get(view_op.overloadpacket)
+            if view is not None:
+                return inplace_view_impl(func, view_op, view.fn)
         functional = functional_counterpart(func)
         if functional is not None:
             inner = self._implementation_for(functional)
