@@ -222,3 +222,26 @@ def test_writes_through_view_chain_into_root():
     expected[1:].permute(2, 0, 1)[0].add_(10)
     assert_same(to_cpu(t), expected)
     assert_same(to_cpu(y), expected[1:])
+
+
+def test_inplace_view_ops_change_shape_and_keep_aliasing():
+    def program(a):
+        a = a.clone()
+        row = a[1]
+        row.unsqueeze_(0)  # a view of a view, reshaped in place
+        row.add_(1)
+        a.transpose_(0, 2)
+        a[0].mul_(2)
+        first = a[:1, :1]
+        first.squeeze_()
+        first.sub_(3)
+        a.t_() if a.ndim == 2 else a.swapdims_(0, 1)
+        return a, row, first, a[..., :1].squeeze_(-1)
+
+    check(program, x)
+
+
+def test_quantile_of_scalar_q_is_0d():
+    check(lambda a: (torch.quantile(a, 0.3), torch.nanquantile(a, 0.5, dim=1, keepdim=True),
+                     torch.quantile(a.flatten(), torch.tensor([0.2, 0.9]), interpolation="midpoint")),
+          x)
