@@ -8,11 +8,8 @@ the body spells out PyTorch's.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
-import jax.scipy.special as jsp
 import torch
 from jax import lax
 
@@ -260,29 +257,9 @@ def frac(self):
 # -- unary math ---------------------------------------------------------------------------------
 
 
-def _digamma(x):
-    # PyTorch: digamma(+-0) = -+inf, nan at negative integers, and the reflection formula
-    # for other negative x (where jax's series is inaccurate).
-    negative = x < 0
-    reflected = jsp.digamma(1 - x) - jnp.pi / jnp.tan(jnp.pi * x)
-    result = jnp.where(negative, reflected, jsp.digamma(jnp.where(negative, 1, x)))
-    result = jnp.where(negative & (x == jnp.floor(x)), jnp.nan, result)
-    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), result).astype(x.dtype)
-
-
 def _sinc(x):
     pix = jnp.pi * x
     return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(pix) / jnp.where(x == 0, 1, pix))
-
-
-def _entr(x):
-    return jnp.where(jnp.isnan(x), x, jnp.where(
-        x > 0, -x * jnp.log(jnp.where(x > 0, x, 1)), jnp.where(x == 0, 0.0, -jnp.inf)
-    ).astype(x.dtype))
-
-
-def _erfcx(x):
-    return jsp.erfcx(x)
 
 
 def _angle(x):
@@ -316,25 +293,9 @@ _INT_TO_FLOAT_UNARY = {
     aten.erfinv.default: lax.erf_inv,
     aten.sigmoid.default: jax.nn.sigmoid,
     aten.lgamma.default: lax.lgamma,
-    aten.digamma.default: _digamma,
-    aten.i0.default: jsp.i0,
     aten.sinc.default: _sinc,
     aten.deg2rad.default: jnp.deg2rad,
     aten.rad2deg.default: jnp.rad2deg,
-    aten.special_i0e.default: jsp.i0e,
-    aten.special_i1.default: jsp.i1,
-    aten.special_modified_bessel_i0.default: jsp.i0,
-    aten.special_modified_bessel_i1.default: jsp.i1,
-    aten.special_i1e.default: jsp.i1e,
-    aten.special_ndtr.default: jsp.ndtr,
-    aten.special_ndtri.default: jsp.ndtri,
-    aten.special_log_ndtr.default: jsp.log_ndtr,
-    aten.special_erfcx.default: _erfcx,
-    aten.special_entr.default: _entr,
-    aten.special_bessel_j0.default: lambda x: jsp.bessel_jn(x, v=0)[0],
-    aten.special_bessel_j1.default: lambda x: jsp.bessel_jn(x, v=1)[1],
-    aten.special_spherical_bessel_j0.default: lambda x: jnp.where(
-        x == 0, jnp.ones_like(x), jnp.sin(x) / jnp.where(x == 0, 1, x)),
     aten.angle.default: _angle,
 }
 
@@ -355,21 +316,6 @@ for _op, _fn in _INT_TO_FLOAT_UNARY.items():
 def logit(self, eps=None):
     x = self if eps is None else jnp.clip(self, eps, 1 - eps)
     return jnp.log(x / (1 - x))
-
-
-@lowering(aten.polygamma.default, aten.special_polygamma.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
-def polygamma(n, self):
-    if n == 0:
-        return _digamma(self)
-    return jsp.polygamma(n, self)
-
-
-@lowering(aten.mvlgamma.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
-def mvlgamma(self, p):
-    terms = sum(lax.lgamma(self - j / 2) for j in range(p))
-    return terms + p * (p - 1) / 4 * math.log(math.pi)
 
 
 @lowering(aten.nan_to_num.default)
@@ -438,24 +384,6 @@ def xlogy(self, other):
 def xlog1py(self, other):
     result = jnp.where(self == 0, jnp.zeros_like(self), self * jnp.log1p(other))
     return jnp.where(jnp.isnan(other), other, result)
-
-
-@lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
-def zeta(self, other):
-    return jsp.zeta(self, other)
-
-
-@lowering(aten.igamma.default)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
-def igamma(self, other):
-    return jsp.gammainc(self, other)
-
-
-@lowering(aten.igammac.default)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
-def igammac(self, other):
-    return jsp.gammaincc(self, other)
 
 
 @lowering(aten.heaviside.default)
