@@ -9,14 +9,16 @@ PyTorch's CPU kernels do.
 from __future__ import annotations
 
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torchlax_core import current_env
 
-from .._table import decomposition, lowering
+from .._table import decomposition, function, lowering
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -963,3 +965,53 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     out = jnp.einsum(f"{specs[0]},{specs[1]},{specs[2]}->{output}", *squeezed, precision=HIGHEST)
     out = out.reshape([sizes[d] for d in kept])  # dims of size 1 everywhere come back
     return out.astype(jnp.result_type(i1.dtype, i2.dtype, i3.dtype))
+
+
+# -- torch-level functions whose PyTorch code reads data on the host ------------------------------
+
+
+def _traced(tensor) -> bool:
+    return isinstance(tensor, torch.Tensor) and hasattr(tensor, "jax") and isinstance(
+        tensor.jax(), jax.core.Tracer)
+
+
+@function(F.one_hot)
+def one_hot(tensor, num_classes=-1):
+    if num_classes == -1 and _traced(tensor):
+        raise RuntimeError(
+            "one_hot: num_classes=-1 infers the number of classes from the data (its maximum), "
+            "which a JAX trace (jax.jit / torchlax.jit) cannot do because the output shape would "
+            "depend on it. Pass num_classes explicitly.")
+    with torch._C.DisableTorchFunctionSubclass():
+        return F.one_hot(tensor, num_classes)
+
+
+@function(F.gaussian_nll_loss)
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    # PyTorch's own code, except that the check for negative variances reads the data only
+    # eagerly; under a JAX trace such entries make the loss NaN instead of raising.
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = var * torch.ones_like(input)
+    elif not _traced(var) and torch.any(var < 0):
+        raise ValueError("var has negative entry/entries")
+    if var.size() != input.size():
+        if input.size()[:-1] == var.size():
+            var = torch.unsqueeze(var, -1)
+        elif not (input.ndim == var.ndim and sum(
+                y for x, y in zip(input.size(), var.size(), strict=True) if x != y) == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    negative = var < 0
+    var = var.clamp(min=eps)
+    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    loss = torch.where(negative, torch.full_like(loss, math.nan), loss)
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
