@@ -180,8 +180,8 @@ def reciprocal(self):
     return 1 / self
 
 
-@lowering(aten.positive.default, aten.conj_physical.default, aten.resolve_conj.default,
-          aten.resolve_neg.default)
+# conj_physical conjugates complex values: lowered with the complex ops in fft.py.
+@lowering(aten.positive.default, aten.resolve_conj.default, aten.resolve_neg.default)
 def positive(self):
     return self
 

@@ -1,3 +1,146 @@
-"""fft lowerings."""
+"""Discrete Fourier transforms and complex-number construction.
+
+``torch.fft.*`` and ``stft``/``istft`` reach ATen as three primitives: ``_fft_r2c`` (real to
+complex, forward), ``_fft_c2c`` (complex to complex, either direction) and ``_fft_c2r`` (complex
+to real, inverse). PyTorch has already promoted integer inputs to the default float dtype,
+padded or trimmed the signal, and turned ``norm=`` into an integer ``normalization``:
+
+    0: no scaling, 1: scale by 1/sqrt(n), 2: scale by 1/n
+
+where n is the product of the signal sizes along the transformed dims (the output's, for
+c2r). jnp's transforms scale inverses by 1/n themselves; ``_rescale`` turns that into
+PyTorch's scaling with one multiply.
+
+Conjugation: PyTorch's ``conj()`` is a lazy view (``_conj``) that sets a conjugate bit. A
+torchlax Tensor holds a ``jax.Array`` and has no such bit, so ``_conj`` computes the conjugate
+as a view of its base: reads see the base's current values conjugated, ``is_conj()`` is False
+and ``resolve_conj()`` returns the tensor as is (there is nothing left to resolve). Writing
+through a conjugate view raises (the core cannot write a reinterpreting view back into its
+base); write to the base, or ``conj_physical()`` for a tensor of its own.
+"""
 
 from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import torch
+from torchlax_core import torch_dtype
+
+from .._table import lowering
+
+aten = torch.ops.aten
+
+_NORMALIZATIONS = {0: "none", 1: "by_root_n", 2: "by_n"}
+
+
+def _signal_size(shape, dim) -> int:
+    return math.prod(shape[d] for d in dim)
+
+
+def _rescale(out, dim, normalization: int, *, inverse: bool, n: int):
+    """Scale jnp's result (inverses already divided by ``n``) as PyTorch's ``normalization``."""
+    if normalization not in _NORMALIZATIONS:
+        raise RuntimeError(
+            f"_fft: normalization must be 0 (none), 1 (by 1/sqrt(n)) or 2 (by 1/n), got "
+            f"{normalization!r}."
+        )
+    wanted = {0: 1.0, 1: 1.0 / math.sqrt(n) if n else 1.0, 2: 1.0 / n if n else 1.0}[normalization]
+    factor = wanted * n if inverse else wanted
+    if factor == 1.0:
+        return out
+    real_dtype = jnp.finfo(out.dtype).dtype
+    return out * jnp.asarray(factor, dtype=real_dtype)
+
+
+def _check_real(op: str, self) -> None:
+    if self.dtype not in (jnp.float32, jnp.float64):
+        raise RuntimeError(
+            f"{op}: torchlax transforms float32 and float64 signals (to complex64/complex128); "
+            f"got a {torch_dtype(self.dtype)} tensor. Convert it with .float() or .double() first."
+        )
+
+
+def _check_complex(op: str, self) -> None:
+    if self.dtype not in (jnp.complex64, jnp.complex128):
+        raise RuntimeError(
+            f"{op}: expects a complex64 or complex128 tensor, got {torch_dtype(self.dtype)}."
+        )
+
+
+def _dims(self, dim) -> list[int]:
+    return [d % self.ndim if self.ndim else d for d in dim]
+
+
+@lowering(aten._fft_r2c.default)
+def fft_r2c(self, dim, normalization, onesided):
+    _check_real("_fft_r2c", self)
+    dim = _dims(self, dim)
+    if not dim:
+        return self.astype(jnp.result_type(self.dtype, jnp.complex64))
+    transform = jnp.fft.rfftn if onesided else jnp.fft.fftn
+    out = transform(self, axes=dim)
+    return _rescale(out, dim, normalization, inverse=False, n=_signal_size(self.shape, dim))
+
+
+@lowering(aten._fft_c2c.default)
+def fft_c2c(self, dim, normalization, forward):
+    _check_complex("_fft_c2c", self)
+    dim = _dims(self, dim)
+    if not dim:
+        return self
+    transform = jnp.fft.fftn if forward else jnp.fft.ifftn
+    out = transform(self, axes=dim)
+    return _rescale(out, dim, normalization, inverse=not forward,
+                    n=_signal_size(self.shape, dim))
+
+
+@lowering(aten._fft_c2r.default)
+def fft_c2r(self, dim, normalization, last_dim_size):
+    _check_complex("_fft_c2r", self)
+    dim = _dims(self, dim)
+    sizes = [self.shape[d] for d in dim[:-1]] + [last_dim_size]
+    out = jnp.fft.irfftn(self, s=sizes, axes=dim)
+    return _rescale(out, dim, normalization, inverse=True, n=math.prod(sizes))
+
+
+# -- complex numbers ------------------------------------------------------------------------------
+
+
+@lowering(aten._conj.default)
+def conj_view(self):
+    # A view op: the core keeps it aliased to its base (see the module docstring).
+    return jnp.conj(self)
+
+
+@lowering(aten._conj_physical.default, aten.conj_physical.default, aten._conj_copy.default)
+def conj_physical(self):
+    return jnp.conj(self)
+
+
+def _check_complex_parts(op: str, a, b, names: tuple[str, str]) -> None:
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            f"{op}: expected '{names[0]}' and '{names[1]}' to have the same dtype, but got "
+            f"{torch_dtype(a.dtype)} and {torch_dtype(b.dtype)}."
+        )
+    if a.dtype not in (jnp.float32, jnp.float64):
+        raise RuntimeError(
+            f"{op}: expected float32 or float64 '{names[0]}' and '{names[1]}' (torchlax has no "
+            f"complex32), but got {torch_dtype(a.dtype)}."
+        )
+
+
+@lowering(aten.complex.default)
+def complex_(real, imag):
+    _check_complex_parts("complex", real, imag, ("real", "imag"))
+    real, imag = jnp.broadcast_arrays(real, imag)
+    return jax.lax.complex(real, imag)
+
+
+@lowering(aten.polar.default)
+def polar(abs, angle):  # noqa: A002  (the schema's name)
+    _check_complex_parts("polar", abs, angle, ("abs", "angle"))
+    abs, angle = jnp.broadcast_arrays(abs, angle)  # noqa: A001
+    return jax.lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
