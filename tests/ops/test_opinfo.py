@@ -59,6 +59,9 @@ BASE_TOLERANCE = {  # (atol, rtol): XLA's math functions differ from ATen's by a
     torch.float32: (1e-5, 1e-5),
     torch.float64: (1e-7, 1e-7),
     torch.bfloat16: (1e-2, 1.6e-2),
+    # complex results (FFTs: XLA's and MKL's/pocketfft's transforms round differently)
+    torch.complex64: (1e-5, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
 }
 
 
