@@ -103,6 +103,32 @@ def index_put(self, indices, values, accumulate=False, unsafe=False):
     return _add(self.at[key], values) if accumulate else self.at[key].set(values)
 
 
+def _clamped(self, indices, low_is_negative: bool):
+    """Indices clamped into range: the masked-off positions of the unsafe masked ops may hold
+    anything, and reading or writing them must stay in bounds."""
+    return [None if index is None else jnp.clip(
+        index, -self.shape[d] if low_is_negative else 0, self.shape[d] - 1)
+        for d, index in enumerate(indices)]
+
+
+@lowering(aten._unsafe_masked_index.default)
+def unsafe_masked_index(self, mask, indices, fill):
+    if self.size == 0:
+        picked = jax.eval_shape(lambda x, key: x[_key(x, key, "")], self, indices)
+        return jnp.full(picked.shape, fill, self.dtype)
+    picked = self[_key(self, _clamped(self, indices, False), "aten._unsafe_masked_index")]
+    return jnp.where(mask, picked, jnp.asarray(fill).astype(self.dtype))
+
+
+@lowering(aten._unsafe_masked_index_put_accumulate.default)
+def unsafe_masked_index_put_accumulate(self, mask, indices, values):
+    if self.size == 0:
+        return self
+    values = jnp.where(mask, values, jnp.zeros((), values.dtype)).astype(self.dtype)
+    key = _key(self, _clamped(self, indices, True), "aten._unsafe_masked_index_put_accumulate")
+    return _add(self.at[key], values)
+
+
 def _along(dim, ndim, index):
     return (slice(None),) * dim + (index,)
 

@@ -7,6 +7,7 @@ dimension raises; low-precision floats accumulate in float32 and round once at t
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -590,3 +591,162 @@ def _largest(dtype):
         return jnp.iinfo(dtype).max
     return jnp.inf
 
+
+
+# -- traces, distances and norms of slices ------------------------------------------------------
+
+
+@lowering(aten.trace.default)
+def trace(self):
+    if self.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.ndim}")
+    return _sum(jnp.diagonal(self), None, False, None)
+
+
+@lowering(aten.dist.default)
+def dist(self, other, p=2):
+    common = to_jax_dtype(torch.promote_types(torch_dtype_of(self.dtype), torch_dtype_of(other.dtype)))
+    difference = self.astype(common) - other.astype(common)
+    return _vector_norm(difference, p, None, False, None)
+
+
+def _pairwise_norm(difference, p: float):
+    """The p-norm over the last axis, as ATen's cdist/pdist kernels take it."""
+    a = jnp.abs(difference)
+    if p == 0:
+        return jnp.sum(a != 0, axis=-1).astype(a.dtype)
+    if p == 1:
+        return jnp.sum(a, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=-1))
+    if p == float("inf"):
+        return jnp.max(a, axis=-1, initial=0)
+    return jnp.power(jnp.sum(jnp.power(a, p), axis=-1), 1.0 / p)
+
+
+def _euclidean_by_matmul(x1, x2):
+    """ATen's matrix-multiply Euclidean distance: |a|^2 - 2ab + |b|^2, clamped at 0."""
+    x1_norm = jnp.sum(x1 * x1, axis=-1, keepdims=True)
+    x2_norm = jnp.sum(x2 * x2, axis=-1, keepdims=True)
+    left = jnp.concatenate([-2 * x1, x1_norm, jnp.ones_like(x1_norm)], axis=-1)
+    right = jnp.concatenate([x2, jnp.ones_like(x2_norm), x2_norm], axis=-1)
+    product = jnp.matmul(left, jnp.swapaxes(right, -1, -2), precision="highest")
+    return jnp.sqrt(jnp.maximum(product, 0))
+
+
+@lowering(aten._cdist_forward.default)
+def cdist_forward(x1, x2, p, compute_mode=None):
+    if x1.ndim < 2 or x2.ndim < 2:
+        raise RuntimeError("cdist only supports at least 2D tensors, X1 got: "
+                           f"{x1.ndim}D, X2 got: {x2.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} "
+                           f"X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    x1 = jnp.broadcast_to(x1, batch + x1.shape[-2:])
+    x2 = jnp.broadcast_to(x2, batch + x2.shape[-2:])
+    rows1, rows2 = x1.shape[-2], x2.shape[-2]
+    mode = 0 if compute_mode is None else compute_mode
+    if p == 2 and (mode == 1 or (mode == 0 and (rows1 > 25 or rows2 > 25))):
+        return _euclidean_by_matmul(x1, x2)
+    return _pairwise_norm(x1[..., :, None, :] - x2[..., None, :, :], p)
+
+
+@lowering(aten._pdist_forward.default)
+def pdist_forward(self, p=2.0):
+    if self.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {self.ndim}D")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    first, second = np.triu_indices(self.shape[0], 1)
+    return _pairwise_norm(self[first] - self[second], p)
+
+
+@lowering(aten.renorm.default)
+def renorm(self, p, dim, maxnorm):
+    if p < 0:
+        raise RuntimeError(f"renorm: non-positive-norm not supported (got p={p})")
+    if maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    axis = _dims(self, dim)
+    others = tuple(a for a in range(self.ndim) if a not in axis)
+    norm = _vector_norm(_opmath(self), p, others, True, None)
+    factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(norm.dtype)
+    return self * factor.astype(self.dtype)
+
+
+@lowering(aten.hash_tensor.default)
+def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
+    """XOR of every element's 64 bits: floats widened to float64, integers to int64."""
+    if mode != 0:
+        raise RuntimeError(f"hash_tensor: mode {mode} is not supported; only mode 0 (xor_sum).")
+    wide = jnp.float64 if jnp.issubdtype(self.dtype, jnp.inexact) else jnp.int64
+    bits = lax.bitcast_convert_type(self.astype(wide), jnp.uint64)
+    axes = _dims(self, dim)
+    out = lax.reduce(bits, np.uint64(0), lax.bitwise_xor, axes)
+    if keepdim:
+        out = jnp.expand_dims(out, axes)
+    return out
+
+
+# -- segment reductions -------------------------------------------------------------------------
+
+
+def _segment_offsets(lengths, offsets, axis, data):
+    if offsets is not None:
+        return offsets.astype(jnp.int64)
+    if lengths is None:
+        raise RuntimeError("segment_reduce: either lengths or offsets must be given (indices "
+                           "are not supported, as in PyTorch).")
+    lengths = lengths.astype(jnp.int64)
+    start = jnp.zeros(lengths.shape[:-1] + (1,), jnp.int64)
+    return jnp.concatenate([start, jnp.cumsum(lengths, axis=-1)], axis=-1)
+
+
+@lowering(aten.segment_reduce.default)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    if indices is not None:
+        raise RuntimeError("segment_reduce: indices based reduction is not supported yet; pass "
+                           "lengths or offsets.")
+    axis = _dims(data, axis)[0]
+    bounds = _segment_offsets(lengths, offsets, axis, data)
+    if not unsafe and not isinstance(bounds, jax.core.Tracer):
+        if lengths is not None and bool(jnp.any(lengths < 0)):
+            raise RuntimeError("segment_reduce: lengths contains negative value!")
+        if bool(jnp.any(bounds[..., -1] != data.shape[axis])):
+            raise RuntimeError(f"segment_reduce: Expected all rows of lengths along axis to sum "
+                               f"to data.size(lengths.dim()-1) = {data.shape[axis]}.")
+    lead, n, trail = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+    rows = int(np.prod(lead, dtype=np.int64))
+    segments = bounds.shape[-1] - 1
+    bounds = bounds.reshape(rows, segments + 1)
+    position = jnp.arange(n, dtype=jnp.int64)
+    segment = jax.vmap(lambda ends: jnp.searchsorted(ends, position, side="right"))(bounds[:, 1:])
+    inside = (position >= bounds[:, :1]) & (position < bounds[:, -1:])
+    ids = jnp.where(inside, jnp.arange(rows)[:, None] * segments + segment, rows * segments)
+    x = _opmath(data).reshape(rows * n, -1)
+    ids, total = ids.reshape(-1), rows * segments
+    counts = jax.ops.segment_sum(jnp.ones_like(ids), ids, total)[:, None]
+    nans = jax.ops.segment_max(jnp.isnan(x).astype(jnp.int8), ids, total) > 0
+    if reduce in ("sum", "mean"):
+        out = jax.ops.segment_sum(x, ids, total) + (0 if initial is None else initial)
+        if reduce == "mean":
+            empty = jnp.nan if initial is None else initial
+            out = jnp.where(counts > 0, out / jnp.maximum(counts, 1), empty)
+    elif reduce == "prod":
+        out = jax.ops.segment_prod(x, ids, total) * (1 if initial is None else initial)
+    elif reduce in ("max", "min"):
+        fn, pick = ((jax.ops.segment_max, jnp.maximum) if reduce == "max"
+                    else (jax.ops.segment_min, jnp.minimum))
+        out = fn(x, ids, total)
+        out = jnp.where(counts > 0, out, -jnp.inf if reduce == "max" else jnp.inf)
+        if initial is not None:
+            out = pick(out, initial)
+    else:
+        raise RuntimeError(f"segment_reduce: reduce argument must be one of sum, mean, max, min "
+                           f"or prod, got {reduce!r}.")
+    out = jnp.where(nans, jnp.nan, out) if reduce != "sum" and reduce != "mean" else out
+    return out.reshape(lead + (segments,) + trail).astype(data.dtype)

@@ -337,6 +337,27 @@ def stack(tensors, dim=0):
     return jnp.stack([a.astype(dtype) for a in tensors], axis=dim)
 
 
+@lowering(aten._chunk_cat.default)
+def chunk_cat(tensors, dim, num_chunks):
+    """Each tensor split into ``num_chunks`` along ``dim`` (zero-padded to divide evenly); chunk i
+    of every tensor, flattened past ``dim``, concatenated into row i."""
+    if not tensors:
+        raise RuntimeError("_chunk_cat expects a non-empty input tensor list")
+    if num_chunks < 1:
+        raise RuntimeError("_chunk_cat expects positive num_chunks")
+    dtype = _promoted(tensors)
+    dim = _dim(dim, tensors[0].ndim)
+    rows = []
+    for a in tensors:
+        chunk = -(-a.shape[dim] // num_chunks)
+        padding = [(0, 0)] * a.ndim
+        padding[dim] = (0, chunk * num_chunks - a.shape[dim])
+        padded = jnp.pad(a.astype(dtype), padding)
+        width = chunk * int(np.prod(a.shape[dim + 1:], dtype=np.int64))
+        rows.append(padded.reshape(a.shape[:dim] + (num_chunks, width)))
+    return jnp.concatenate(rows, axis=dim + 1)
+
+
 @lowering(aten.flip.default)
 def flip(self, dims):
     if self.ndim == 0:
