@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torchlax_core import jax_dtype
+from torchlax_core import jax_dtype, torch_dtype
 
 from .._table import lowering
 
@@ -106,6 +106,18 @@ def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=Non
     return (float(start) + float(step) * iota).astype(out_dtype)
 
 
+# arange's out= overloads have no functional twin of the same arguments (the core cannot derive
+# them): the values take ``out``'s dtype; the core writes them (it cannot resize ``out``).
+@lowering(aten.arange.out)
+def arange_out(end, *, out):
+    return arange_start_step(0, end, 1, dtype=torch_dtype(out.dtype))
+
+
+@lowering(aten.arange.start_out)
+def arange_start_out(start, end, step=1, *, out):
+    return arange_start_step(start, end, step, dtype=torch_dtype(out.dtype))
+
+
 # -- full, zeros, ones and their _like / new_ forms -----------------------------------------
 
 
@@ -182,14 +194,20 @@ def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
 def _linspace_dtype(values, dtype):
     if dtype is not None:
         return jax_dtype(dtype)
-    if any(isinstance(v, complex) for v in values):
+    if any(isinstance(v, complex) or jnp.iscomplexobj(v) for v in values):
         return _default_complex()
     return _default_float()
 
 
 def _scalar(x):
-    # linspace.Tensor_* overloads pass 0-d arrays; their bounds are values, as in PyTorch.
-    return x.item() if hasattr(x, "item") else x
+    """A bound as PyTorch reads it: linspace.Tensor_* overloads pass 0-d arrays, whose value
+    counts as a double (or complex double); they stay arrays, so they may be traced."""
+    if not hasattr(x, "dtype"):
+        return x
+    if x.ndim != 0:
+        raise RuntimeError(f"linspace only supports 0-dimensional start and end tensors, but "
+                           f"got a tensor with {x.ndim} dimensions.")
+    return x.astype(jnp.complex128 if jnp.iscomplexobj(x) else jnp.float64)
 
 
 @lowering(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,

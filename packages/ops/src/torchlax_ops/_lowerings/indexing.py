@@ -419,6 +419,111 @@ def histc(self, bins=100, min=0, max=0):
     return jnp.zeros(bins, self.dtype).at[jnp.where(keep, position, bins)].add(1, mode="drop")
 
 
+def _even_edges(left, right, count, dtype):
+    """``count`` evenly spaced edges from ``left`` to ``right`` as ATen's linspace computes them
+    (in the output dtype; the first half counts up from ``left``, the rest down from ``right``)."""
+    left, right = left.astype(dtype), right.astype(dtype)
+    step = (right - left) / max(count - 1, 1)
+    i = jnp.arange(count)
+    up = left + step * i.astype(dtype)
+    down = right - step * (count - 1 - i).astype(dtype)
+    return jnp.where(i < count // 2, up, down)
+
+
+def _outer_edges(points, bins, range):
+    """Per dimension, the histogram's outermost edges: ``range``, else the data's extremes
+    (0 and 1 for no data); equal edges are moved half a unit apart, as in PyTorch."""
+    dims = points.shape[1]
+    if range is not None:
+        if len(range) != 2 * dims:
+            raise RuntimeError(f"histogramdd: for a {dims}-dimensional histogram, range should "
+                               f"have {2 * dims} elements, but got {len(range)}")
+        left = jnp.asarray(range[0::2], jnp.float64)
+        right = jnp.asarray(range[1::2], jnp.float64)
+        if not isinstance(left, jax.core.Tracer) and bool(jnp.any(left > right)):
+            raise ValueError("histogramdd: expected the lower edge of each range to be at most "
+                             "its upper edge")
+    elif points.shape[0]:
+        left = jnp.min(points, axis=0).astype(jnp.float64)
+        right = jnp.max(points, axis=0).astype(jnp.float64)
+    else:
+        left, right = jnp.zeros(dims, jnp.float64), jnp.ones(dims, jnp.float64)
+    same = left == right
+    return jnp.where(same, left - 0.5, left), jnp.where(same, right + 0.5, right)
+
+
+def _bin_edges(points, bins, range):
+    for b in bins:
+        if b <= 0:
+            raise RuntimeError("histogramdd(): bins must be > 0, but got " + str(b))
+    left, right = _outer_edges(points, bins, range)
+    return [_even_edges(left[d], right[d], b + 1, points.dtype) for d, b in enumerate(bins)]
+
+
+def _points(self, dims):
+    """The input as an (N, D) array of points (a plain histogram has D = 1)."""
+    return self.reshape(-1, dims)
+
+
+def _histogram_counts(points, edges, weight, density):
+    """Counts (or summed weights) per bin; a value on an inner edge goes to the bin on its
+    right, one on the last edge to the last bin, values outside the edges nowhere."""
+    bins = [e.shape[0] - 1 for e in edges]
+    flat = jnp.zeros(points.shape[0], jnp.int64)
+    inside = jnp.ones(points.shape[0], jnp.bool_)
+    for d, e in enumerate(edges):
+        x = points[:, d]
+        position = jnp.searchsorted(e, x, side="right") - 1
+        position = jnp.minimum(position, bins[d] - 1)
+        inside &= (x >= e[0]) & (x <= e[-1])
+        flat = flat * bins[d] + position
+    total = int(np.prod(bins, dtype=np.int64))
+    flat = jnp.where(inside, flat, total)
+    amount = jnp.ones(points.shape[0], points.dtype) if weight is None else weight.reshape(-1)
+    hist = jnp.zeros(total, points.dtype).at[flat].add(amount.astype(points.dtype), mode="drop")
+    hist = hist.reshape(bins)
+    if density:
+        hist = hist / jnp.sum(hist)
+        for d, e in enumerate(edges):
+            shape = [1] * len(bins)
+            shape[d] = bins[d]
+            hist = hist / jnp.diff(e).reshape(shape)
+    return hist
+
+
+def _dims_of(self):
+    return self.shape[-1] if self.ndim else 1
+
+
+@lowering(aten.histogram.bin_ct)
+def histogram(self, bins=100, *, range=None, weight=None, density=False):
+    points = _points(self, 1)
+    edges = _bin_edges(points, [bins], range)
+    return _histogram_counts(points, edges, weight, density), edges[0]
+
+
+@lowering(aten.histogram.bins_tensor)
+def histogram_bins_tensor(self, bins, *, weight=None, density=False):
+    points = _points(self, 1)
+    return _histogram_counts(points, [bins], weight, density), bins
+
+
+@lowering(aten._histogramdd_bin_edges.default)
+def histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
+    return _bin_edges(_points(self, _dims_of(self)), bins, range)
+
+
+@lowering(aten._histogramdd_from_bin_cts.default)
+def histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
+    points = _points(self, _dims_of(self))
+    return _histogram_counts(points, _bin_edges(points, bins, range), weight, density)
+
+
+@lowering(aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
+    return _histogram_counts(_points(self, _dims_of(self)), bins, weight, density)
+
+
 # -- sorting and searching ---------------------------------------------------------------------
 
 
