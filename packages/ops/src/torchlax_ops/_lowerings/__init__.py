@@ -13,5 +13,6 @@ from . import (  # noqa: F401
     random,
     reductions,
     shape,
+    spatial,
     special,
 )

@@ -43,80 +43,6 @@ def _ntuple(value, n):
     return value * n if len(value) == 1 else value
 
 
-# -- convolution --------------------------------------------------------------------------------
-
-
-def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
-    spatial = weight.ndim - 2
-    unbatched = input.ndim == weight.ndim - 1
-    if unbatched:
-        input = input[None]
-    stride, padding, dilation = (_ntuple(v, spatial) for v in (stride, padding, dilation))
-    acc = jnp.float32 if input.dtype in _HALF else None
-    letters = "DHW"[-spatial:] if spatial <= 3 else None
-    if letters is None:
-        raise NotImplementedError("torchlax lowers convolutions of 1 to 3 spatial dimensions.")
-    numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
-    if not transposed:
-        out = jax.lax.conv_general_dilated(
-            input, weight, window_strides=stride, padding=[(p, p) for p in padding],
-            rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
-            precision=HIGHEST, preferred_element_type=acc)
-    else:
-        # A transposed convolution is the input-gradient of a convolution: dilate the input by
-        # the stride and convolve with the flipped kernel, its in/out channels swapped per group.
-        output_padding = _ntuple(output_padding, spatial)
-        cin, cout_g = weight.shape[:2]
-        kernel = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
-        kernel = jnp.swapaxes(kernel, 1, 2).reshape(groups * cout_g, cin // groups, *weight.shape[2:])
-        kernel = jnp.flip(kernel, axis=tuple(range(2, weight.ndim)))
-        pads = [(d * (k - 1) - p, d * (k - 1) - p + op) for k, p, d, op in
-                zip(weight.shape[2:], padding, dilation, output_padding, strict=True)]
-        out = jax.lax.conv_general_dilated(
-            input, kernel, window_strides=(1,) * spatial, padding=pads, lhs_dilation=stride,
-            rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
-            precision=HIGHEST, preferred_element_type=acc)
-    out = out.astype(input.dtype)
-    return out[0] if unbatched else out
-
-
-def _add_bias(out, bias, unbatched):
-    if bias is None:
-        return out
-    shape = (-1,) + (1,) * (out.ndim - (1 if unbatched else 2))
-    return (out + bias.reshape(shape)).astype(out.dtype)
-
-
-@lowering(aten.convolution.default)
-def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
-    return _add_bias(out, bias, input.ndim == weight.ndim - 1)
-
-
-@lowering(aten._convolution.default)
-def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                 groups, benchmark, deterministic, cudnn_enabled, allow_tf32):
-    return convolution(input, weight, bias, stride, padding, dilation, transposed,
-                       output_padding, groups)
-
-
-@lowering(aten.convolution_backward.default)
-def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-                         transposed, output_padding, groups, output_mask):
-    def forward(x, w):
-        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
-
-    _, pull = jax.vjp(forward, input, weight)
-    grad_input, grad_weight = pull(grad_output.astype(input.dtype))
-    grad_bias = None
-    if output_mask[2]:
-        batched = input.ndim == weight.ndim
-        axes = tuple(i for i in range(grad_output.ndim) if i != (1 if batched else 0))
-        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
-    return (grad_input if output_mask[0] else None,
-            grad_weight if output_mask[1] else None, grad_bias)
-
-
 # -- pooling --------------------------------------------------------------------------------------
 
 
@@ -279,7 +205,7 @@ def _adaptive_avg(self, output_size):
     return x.astype(self.dtype)
 
 
-@lowering(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+@lowering(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool(self, output_size):
     return _adaptive_avg(self, output_size)
 
