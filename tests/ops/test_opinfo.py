@@ -139,10 +139,24 @@ def clone(x):
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
-def to_jax(tree):
-    """The sample on torchlax: tensors moved to "jax", and a factory's ``device="cpu"`` too."""
-    sample_input, args, kwargs = pytree.tree_map(
-        lambda x: x.to("jax") if isinstance(x, torch.Tensor) else x, tree)
+# Ops whose samples pass tensor arguments that PyTorch requires on the CPU whatever the input's
+# device (tensor_split's indices, read on the host): only the sample's input moves.
+HOST_TENSOR_ARGS = frozenset({"tensor_split"})
+
+
+def to_jax(tree, op=None):
+    """The sample on torchlax: tensors moved to "jax", and a ``device="cpu"`` argument too."""
+    def move(x):
+        if isinstance(x, torch.Tensor):
+            return x.to("jax")
+        if isinstance(x, torch.device | str) and x in ("cpu", torch.device("cpu")):
+            return torch.device("jax")  # e.g. x.to("cpu", torch.float64): the tested device
+        return x
+
+    if op is not None and op.name in HOST_TENSOR_ARGS:
+        sample_input, args, kwargs = tree
+        return move(sample_input), args, kwargs
+    sample_input, args, kwargs = pytree.tree_map(move, tree)
     if "device" in kwargs and torch.device(kwargs["device"]).type == "cpu":
         kwargs = {**kwargs, "device": "jax"}
     return sample_input, args, kwargs
@@ -244,16 +258,16 @@ def run_case(case: Case) -> None:
             torch.manual_seed(1)
             expected = call(op, tree)
             torch.manual_seed(1)
-            actual, jax_after = runner(op, to_jax(pristine))
+            actual, jax_after = runner(op, to_jax(pristine, op))
             what = f"sample {n}"
             values = not (random or uninitialised)
             compare(actual, expected, atol=atol, rtol=rtol, values=values, what=what)
-            if values:  # in-place ops: the mutated inputs must match too
+            if values and op.name not in HOST_TENSOR_ARGS:  # in-place ops: mutated inputs too
                 compare(jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs",
                         tensors_only=True)
             if random:  # the same seed draws the same values
                 torch.manual_seed(1)
-                again, _ = runner(op, to_jax(pristine))
+                again, _ = runner(op, to_jax(pristine, op))
                 compare(again, to_cpu(actual), atol=0, rtol=0, what=f"{what} reseeded")
 
 
