@@ -452,6 +452,35 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     return jnp.where(self > 0, g, g * negative_slope).astype(grad_output.dtype)
 
 
+@lowering(aten.rrelu_with_noise_functional.default)
+def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1 / 3, training=False,
+                                generator=None):
+    x = _up(self)
+    if not training:  # the mean slope; the noise is left as it is
+        return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(self.dtype), noise
+    # Training: each non-positive element gets its own slope drawn from U(lower, upper).
+    slope = jax.random.uniform(current_env().next_prng_key(generator), self.shape, x.dtype,
+                               lower, upper)
+    slope = jnp.where(x <= 0, slope, 1)
+    return (x * slope).astype(self.dtype), slope.astype(noise.dtype)
+
+
+@decomposition(aten.rrelu_with_noise.default)
+def rrelu_with_noise(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    out, new_noise = aten.rrelu_with_noise_functional(self, noise, lower, upper, training,
+                                                      generator=generator)
+    noise.copy_(new_noise)  # the schema writes the drawn slopes into ``noise``
+    return out
+
+
+@decomposition(aten.rrelu_with_noise_.default)
+def rrelu_with_noise_(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    out, new_noise = aten.rrelu_with_noise_functional(self, noise, lower, upper, training,
+                                                      generator=generator)
+    noise.copy_(new_noise)
+    return self.copy_(out)
+
+
 @lowering(aten.hardtanh.default)
 def hardtanh(self, min_val=-1, max_val=1):
     return jnp.clip(self, jnp.asarray(min_val, self.dtype), jnp.asarray(max_val, self.dtype))
@@ -673,18 +702,21 @@ def _fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causa
     return 0
 
 
-@lowering(aten.scaled_dot_product_attention.default)
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, *, scale=None, enable_gqa=False):
-    # Eager torchlax decomposes this composite op above the dispatcher; export and dynamo graphs
-    # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
-    # row masked out entirely giving zeros (``_safe_softmax``).
+def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv,
+                      scale_first=True):
+    """(q k^T * scale + mask in opmath, v): masked-out positions are -inf.
+
+    The math path scales q before the product (``scale_first``), the flash kernel after it.
+    """
     q, k, v = _up(query), _up(key), _up(value)
-    if enable_gqa and k.shape[-3] != q.shape[-3]:
+    if repeat_kv and k.shape[-3] != q.shape[-3]:  # grouped-query attention
         repeats = q.shape[-3] // k.shape[-3]
         k, v = jnp.repeat(k, repeats, axis=-3), jnp.repeat(v, repeats, axis=-3)
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    scores = jnp.matmul(q * scale, jnp.swapaxes(k, -1, -2), precision=HIGHEST)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # a weak Python float
+    if scale_first:
+        scores = jnp.matmul(q * scale, jnp.swapaxes(k, -1, -2), precision=HIGHEST)
+    else:
+        scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2), precision=HIGHEST) * scale
     length, source = q.shape[-2], k.shape[-2]
     if is_causal:
         attn_mask = jnp.tril(jnp.ones((length, source), jnp.bool_))
@@ -693,6 +725,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = jnp.where(attn_mask, scores, -jnp.inf)
         else:
             scores = scores + _up(attn_mask).astype(scores.dtype)
+    return scores, v
+
+
+@lowering(aten.scaled_dot_product_attention.default)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, *, scale=None, enable_gqa=False):
+    # Eager torchlax decomposes this composite op above the dispatcher; export and dynamo graphs
+    # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
+    # row masked out entirely giving zeros (``_safe_softmax``).
+    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa)
     weights = jax.nn.softmax(scores, axis=-1)
     weights = jnp.where(jnp.all(scores == -jnp.inf, axis=-1, keepdims=True), 0, weights)
     if dropout_p > 0.0:
@@ -701,6 +743,25 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
     out = jnp.matmul(weights, v, precision=HIGHEST)
     return out.astype(query.dtype)
+
+
+@lowering(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0,
+                                                is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p != 0.0:
+        raise RuntimeError("_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
+                           f"(got {dropout_p}); use scaled_dot_product_attention for dropout.")
+    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, True,
+                                  scale_first=False)
+    # (output, logsumexp of each row's scores), normalising by the row sum last as the kernel
+    # does; a row masked out entirely gives 0 for both.
+    top = jnp.max(scores, axis=-1, keepdims=True)
+    masked = top == -jnp.inf
+    weights = jnp.exp(scores - jnp.where(masked, 0, top))
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    out = jnp.matmul(weights, v, precision=HIGHEST) / jnp.where(masked, 1, total)
+    logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
+    return out.astype(query.dtype), logsumexp
 
 
 # -- resampling ---------------------------------------------------------------------------------
