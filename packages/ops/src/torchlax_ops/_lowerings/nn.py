@@ -683,6 +683,55 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     return out.astype(grad_output.dtype)
 
 
+def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+                   padding_idx):
+    """(output, offset2bag, bag_size, max_indices) as PyTorch's CPU kernel returns them.
+
+    Bag b holds the indices from offsets[b] on; indices equal to ``padding_idx`` count for
+    nothing, and an empty bag gives zeros. With ``include_last_offset`` the last bag runs to
+    the end of ``indices``, except on PyTorch's fast path (sum/mean of float32/half weights, no
+    padding_idx), which stops it at offsets[-1] (while mean still divides by the longer count).
+    """
+    index_dtype = indices.dtype
+    count = indices.shape[0]
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    position = jnp.arange(count, dtype=offsets.dtype)
+    bag = jnp.searchsorted(offsets[:bags], position, side="right").astype(index_dtype) - 1
+    valid = indices != padding_idx if padding_idx >= 0 else jnp.ones((count,), jnp.bool_)
+    sizes = jax.ops.segment_sum(valid.astype(index_dtype), bag, num_segments=bags)
+    fast = mode != 2 and weight.dtype in (jnp.float32, *_HALF) and padding_idx < 0
+    rows = _up(jnp.take(weight, indices, axis=0))
+    if per_sample_weights is not None:
+        rows = rows * _up(per_sample_weights)[:, None]
+    if mode == 2:  # max: PyTorch keeps the first index reaching the maximum
+        candidates = jnp.where(valid[:, None], rows, -jnp.inf)
+        best = jax.ops.segment_max(candidates, bag, num_segments=bags)
+        hit = valid[:, None] & (candidates == best[bag])
+        first = jax.ops.segment_min(jnp.where(hit, jnp.arange(count)[:, None], count), bag,
+                                    num_segments=bags)
+        max_indices = jnp.where(first < count, jnp.take(indices, jnp.minimum(first, count - 1)), 0)
+        return (jnp.where(sizes[:, None] > 0, best, 0).astype(weight.dtype), bag, sizes,
+                max_indices.astype(index_dtype))
+    summed = valid & (position < offsets[-1]) if fast and include_last_offset else valid
+    out = jax.ops.segment_sum(jnp.where(summed[:, None], rows, 0), bag, num_segments=bags)
+    if mode == 1:
+        out = out / jnp.maximum(sizes, 1)[:, None].astype(out.dtype)
+        return out.astype(weight.dtype), bag, sizes, sizes
+    # Sum mode leaves bag_size and max_indices unset (zeros, one per offset); its fast path
+    # does not compute offset2bag either.
+    unset = jnp.zeros(offsets.shape, index_dtype)
+    offset2bag = jnp.zeros((0,), index_dtype) if fast else bag
+    return out.astype(weight.dtype), offset2bag, unset, unset
+
+
+@lowering(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def _embedding_bag_forward(weight, indices, offsets, scale_grad_by_freq=False, mode=0,
+                           sparse=False, per_sample_weights=None, include_last_offset=False,
+                           padding_idx=-1):
+    return _embedding_bag(weight, indices, offsets, mode, per_sample_weights,
+                          include_last_offset, padding_idx)
+
+
 @lowering(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
     # grad * mask * scale with PyTorch's promotion: an integer gradient becomes floating.
