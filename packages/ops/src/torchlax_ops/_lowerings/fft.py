@@ -25,8 +25,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
 import torch
-from torchlax_core import torch_dtype
+from torchlax_core import jax_dtype, torch_dtype
 
 from .._table import lowering
 
@@ -103,6 +105,112 @@ def fft_c2r(self, dim, normalization, last_dim_size):
     sizes = [self.shape[d] for d in dim[:-1]] + [last_dim_size]
     out = jnp.fft.irfftn(self, s=sizes, axes=dim)
     return _rescale(out, dim, normalization, inverse=True, n=math.prod(sizes))
+
+
+# -- sample frequencies -------------------------------------------------------------------------
+
+
+def _frequencies(op: str, indices, n: int, d: float, dtype):
+    out_dtype = jnp.dtype(jax_dtype(dtype or torch.get_default_dtype()))
+    if not jnp.issubdtype(out_dtype, jnp.floating):
+        raise RuntimeError(f"{op} requires a floating point dtype, got {torch_dtype(out_dtype)}.")
+    # PyTorch multiplies by 1 / (n * d) in the op's compute type (float32 for half types), as
+    # C++ doubles: d == 0 gives infinities, not an error.
+    compute = jnp.float64 if out_dtype == jnp.float64 else jnp.float32
+    with np.errstate(divide="ignore"):
+        scale = np.float64(1.0) / np.float64(n * d)
+    return (indices.astype(compute) * jnp.asarray(scale, dtype=compute)).astype(out_dtype)
+
+
+@lowering(aten.fft_fftfreq.default)
+def fft_fftfreq(n, d=1.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    indices = jnp.concatenate([jnp.arange((n + 1) // 2), jnp.arange(-(n // 2), 0)])
+    return _frequencies("fftfreq", indices, n, d, dtype)
+
+
+@lowering(aten.fft_rfftfreq.default)
+def fft_rfftfreq(n, d=1.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _frequencies("rfftfreq", jnp.arange(n // 2 + 1), n, d, dtype)
+
+
+# -- windows (stft's ``window=torch.hann_window(n, device=x.device)``) ---------------------------
+# PyTorch evaluates them step by step on an arange in the window's dtype (for half types: each
+# step in float32 on constants of the window's dtype (``c``), then rounded (``r``)); a periodic
+# window is the symmetric one of length n + 1 without its last element.
+
+
+def _window(op: str, window_length: int, periodic: bool, dtype, formula):
+    out_dtype = jnp.dtype(jax_dtype(dtype or torch.get_default_dtype()))
+    if not jnp.issubdtype(out_dtype, jnp.floating):
+        raise RuntimeError(f"{op} expects floating point dtypes, got: {torch_dtype(out_dtype)}.")
+    if window_length < 0:
+        raise RuntimeError(f"{op} requires non-negative window length, got window_length="
+                           f"{window_length}.")
+    if window_length <= 1:
+        return jnp.ones((window_length,), out_dtype)
+    n = window_length + 1 if periodic else window_length
+    compute = jnp.float64 if out_dtype == jnp.float64 else jnp.float32
+
+    def r(x):
+        return x if out_dtype == compute else x.astype(out_dtype).astype(compute)
+
+    def c(value):
+        return r(jnp.asarray(value, dtype=compute))
+
+    window = formula(r(jnp.arange(n, dtype=compute)), n, c, r)
+    return window[:window_length].astype(out_dtype)
+
+
+@lowering(aten.hamming_window.default, aten.hamming_window.periodic,
+          aten.hamming_window.periodic_alpha, aten.hamming_window.periodic_alpha_beta)
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
+                   layout=None, device=None, pin_memory=None):
+    def formula(i, n, c, r):
+        angle = r(i * c(2 * math.pi / (n - 1)))
+        return r(r(jnp.cos(angle)) * c(-beta)) + c(alpha)
+
+    return _window("hamming_window", window_length, periodic, dtype, formula)
+
+
+@lowering(aten.hann_window.default, aten.hann_window.periodic)
+def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                pin_memory=None):
+    return hamming_window(window_length, periodic, 0.5, 0.5, dtype=dtype)
+
+
+@lowering(aten.blackman_window.default, aten.blackman_window.periodic)
+def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    pin_memory=None):
+    def formula(i, n, c, r):
+        x = r(i * c(math.pi / (n - 1)))
+        first = r(r(jnp.cos(r(x * c(4)))) * c(0.08))
+        second = r(r(jnp.cos(r(x * c(2)))) * c(0.5))
+        return r(first - second) + c(0.42)
+
+    return _window("blackman_window", window_length, periodic, dtype, formula)
+
+
+@lowering(aten.bartlett_window.default, aten.bartlett_window.periodic)
+def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    pin_memory=None):
+    def formula(i, n, c, r):
+        x = r(i * c(2 / (n - 1)))
+        return jnp.where(i >= ((n - 1) >> 1) + 1, c(2) - x, x)
+
+    return _window("bartlett_window", window_length, periodic, dtype, formula)
+
+
+@lowering(aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta)
+def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout=None,
+                  device=None, pin_memory=None):
+    def formula(i, n, c, r):
+        # One kernel in the compute type: its constants are not rounded to the window's dtype.
+        alpha = jnp.asarray((n - 1) / 2.0, dtype=i.dtype)
+        b = jnp.asarray(beta, dtype=i.dtype)
+        ratio = (i - alpha) / alpha
+        return jsp.i0(b * jnp.sqrt(1 - ratio * ratio)) / jsp.i0(b)
+
+    return _window("kaiser_window", window_length, periodic, dtype, formula)
 
 
 # -- complex numbers ------------------------------------------------------------------------------
