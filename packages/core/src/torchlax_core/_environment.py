@@ -98,6 +98,7 @@ class Environment:
         self._placements = {}
         _tensor.set_function_overrides(self, self._tables.functions)
         _privateuse1.register_factory_kernels(self._tables)
+        _privateuse1.register_composite_overrides(self._tables)
 
     # -- introspection ------------------------------------------------------------------------
 

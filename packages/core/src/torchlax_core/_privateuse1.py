@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 BACKEND = "jax"
-_state = {"set_up": False, "fallback": None, "aten": None, "factories": set()}
+_state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
+          "composites": set()}
 
 
 class _DeviceModule:
@@ -143,6 +144,46 @@ def register_factory_kernels(tables) -> None:
             except RuntimeError:
                 continue  # a C++ kernel already exists for this key
             _state["factories"].add(overload)
+
+
+def register_composite_overrides(tables) -> None:
+    """Let a decomposition replace PyTorch's own composite (CompositeImplicitAutograd) kernel.
+
+    Such ops (``cov``, ...) never reach ``__torch_dispatch__``: PyTorch runs their composite
+    above autograd. A kernel at the jax device's autograd key runs the current environment's
+    decomposition instead (torch-level, so autograd records its ops), else the composite.
+    """
+    if not _state["set_up"]:
+        return
+    library = _state["aten"]
+    for op in tables.decompositions:
+        overloads = (
+            [getattr(op, name) for name in op.overloads()]
+            if isinstance(op, torch._ops.OpOverloadPacket)
+            else [op]
+        )
+        for overload in overloads:
+            if overload in _state["composites"] or not torch._C._dispatch_has_kernel_for_dispatch_key(
+                    overload.name(), "CompositeImplicitAutograd"):
+                continue
+            name = overload._schema.name.split("::", 1)[1]
+            if overload._overloadname != "default":
+                name += "." + overload._overloadname
+            library.impl(name, _make_composite_kernel(overload), "AutogradPrivateUse1")
+            _state["composites"].add(overload)
+
+
+def _make_composite_kernel(op):
+    def kernel(*args, **kwargs):
+        from ._environment import current_env
+
+        decompositions = current_env()._tables.decompositions
+        entry = decompositions.get(op) or decompositions.get(op.overloadpacket)
+        if entry is None:
+            return op.decompose(*args, **kwargs)
+        return entry.fn(*args, **kwargs)
+
+    return kernel
 
 
 def _is_factory(op) -> bool:
