@@ -196,3 +196,109 @@ def test_reductions_under_jit():
     expected = (x.sum(0), x.var(1), *torch.max(x, 1), torch.cummax(x, 1).indices)
     for a, e in zip(outs, expected):
         same(torchlax_core.wrap(a), e)
+
+
+def _jitted(fn, *tensors):
+    """``fn`` run inside jax.jit on torchlax Tensors; the results come back as torchlax Tensors."""
+    import jax
+    from torch.utils import _pytree as pytree
+
+    def program(*arrays):
+        out = fn(*[torchlax_core.wrap(a) for a in arrays])
+        return pytree.tree_map(lambda t: t.jax(), out)
+
+    with torchlax_core.enable():
+        out = jax.jit(program)(*[jx(t).jax() for t in tensors])
+    return pytree.tree_map(torchlax_core.wrap, out)
+
+
+COV_CASES = [
+    lambda x, fw, aw: torch.cov(x),
+    lambda x, fw, aw: torch.cov(x, correction=0),
+    lambda x, fw, aw: torch.cov(x[0]),
+    lambda x, fw, aw: torch.cov(x, fweights=fw),
+    lambda x, fw, aw: torch.cov(x, aweights=aw),
+    lambda x, fw, aw: torch.cov(x, correction=3, fweights=fw, aweights=aw),
+    lambda x, fw, aw: torch.corrcoef(x),
+]
+
+
+@pytest.mark.parametrize("fn", COV_CASES)
+def test_cov_and_corrcoef_eager_and_jit(fn):
+    x = torch.randn(3, 6, dtype=torch.float64)
+    fw = torch.tensor([1, 2, 0, 3, 1, 1])
+    aw = torch.rand(6, dtype=torch.float64)
+    expected = fn(x, fw, aw)
+    same(fn(jx(x), jx(fw), jx(aw)), expected)
+    same(_jitted(fn, x, fw, aw), expected)
+
+
+def test_cov_integer_input_and_too_few_observations():
+    x = torch.tensor([[1, 2, 4], [0, 3, 3]])
+    same(torch.cov(jx(x)), torch.cov(x))
+    one = torch.tensor([[2.0], [3.0]])
+    with pytest.warns(UserWarning):
+        expected = torch.cov(one)
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        same(torch.cov(jx(one)), expected)
+    with pytest.raises(RuntimeError, match="negative"):
+        torch.cov(jx(x), fweights=jx(torch.tensor([1, -1, 2])))
+
+
+def test_cov_gradient():
+    x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    aw = torch.rand(5, dtype=torch.float64)
+    (torch.cov(x, aweights=aw) ** 2).sum().backward()
+    xj = jx(x.detach()).requires_grad_()
+    (torch.cov(xj, aweights=jx(aw)) ** 2).sum().backward()
+    same(xj.grad, x.grad)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.5, math.inf])
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
+                                  "donot_use_mm_for_euclid_dist"])
+def test_cdist(p, mode):
+    a, b = torch.randn(2, 30, 4, dtype=torch.float64), torch.randn(1, 7, 4, dtype=torch.float64)
+    same(torch.cdist(jx(a), jx(b), p, compute_mode=mode), torch.cdist(a, b, p, compute_mode=mode))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 0.5, math.inf])
+def test_pdist_dist_renorm_trace(p):
+    x = torch.randn(6, 3)
+    same(torch.nn.functional.pdist(jx(x), p), torch.nn.functional.pdist(x, p))
+    same(torch.dist(jx(x), jx(x[:1]), p), torch.dist(x, x[:1], p))
+    if p > 0:
+        same(torch.renorm(jx(x), p, 0, 1.0), torch.renorm(x, p, 0, 1.0))
+        same(torch.renorm(jx(x), p, 1, 0.5), torch.renorm(x, p, 1, 0.5))
+    same(torch.trace(jx(x)), torch.trace(x))
+    same(torch.trace(jx(torch.arange(12).reshape(3, 4))), torch.trace(torch.arange(12).reshape(3, 4)))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 2.0])
+def test_segment_reduce(reduce, initial):
+    data = torch.randn(3, 5, 2)
+    data[0, 1, 0] = math.nan
+    lengths = torch.tensor([[2, 0, 3], [1, 1, 3], [5, 0, 0]])
+    offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1)
+    for name, bounds in (("lengths", lengths), ("offsets", offsets)):
+        expected = torch.segment_reduce(data, reduce, axis=1, initial=initial, **{name: bounds})
+        got = torch.segment_reduce(jx(data), reduce, axis=1, initial=initial,
+                                   **{name: jx(bounds)})
+        same(got, expected)
+        jitted = _jitted(lambda d, s, name=name: torch.segment_reduce(
+            d, reduce, axis=1, initial=initial, unsafe=True, **{name: s}), data, bounds)
+        same(jitted, expected)
+
+
+def test_segment_reduce_checks_lengths_eagerly():
+    with pytest.raises(RuntimeError, match="sum"):
+        torch.segment_reduce(jx(torch.randn(5)), "sum", lengths=jx(torch.tensor([1, 2])))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64,
+                                   torch.bool])
+def test_hash_tensor(dtype):
+    x = (torch.randn(3, 4) * 10).to(dtype)
+    for kwargs in ({}, {"dim": 1}, {"dim": 0, "keepdim": True}):
+        same(torch.hash_tensor(jx(x), **kwargs), torch.hash_tensor(x, **kwargs))

@@ -14,7 +14,7 @@ import torch
 from jax import lax
 
 from .._promotion import to_jax_dtype
-from .._table import lowering
+from .._table import decomposition, lowering
 
 aten = torch.ops.aten
 
@@ -634,6 +634,11 @@ def _euclidean_by_matmul(x1, x2):
     return jnp.sqrt(jnp.maximum(product, 0))
 
 
+@lowering(aten._euclidean_dist.default)
+def euclidean_dist(x1, x2):
+    return _euclidean_by_matmul(x1, x2)
+
+
 @lowering(aten._cdist_forward.default)
 def cdist_forward(x1, x2, p, compute_mode=None):
     if x1.ndim < 2 or x2.ndim < 2:
@@ -750,3 +755,67 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
                            f"or prod, got {reduce!r}.")
     out = jnp.where(nans, jnp.nan, out) if reduce != "sum" and reduce != "mean" else out
     return out.reshape(lead + (segments,) + trail).astype(data.dtype)
+
+
+# -- covariance ---------------------------------------------------------------------------------
+
+
+def _traced(t) -> bool:
+    return isinstance(t.jax(), jax.core.Tracer)
+
+
+def _check_weights(w, name, num_observations, integral: bool):
+    if w.dim() > 1:
+        raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} "
+                           f"with {w.dim()} dimensions")
+    if integral and (w.is_floating_point() or w.is_complex()):
+        raise RuntimeError(f"cov(): expected {name} to have integral dtype but got {name} with "
+                           f"{w.dtype} dtype")
+    if not integral and not w.is_floating_point():
+        raise RuntimeError(f"cov(): expected {name} to have floating point dtype but got {name} "
+                           f"with {w.dtype} dtype")
+    if w.numel() != num_observations:
+        raise RuntimeError(f"cov(): expected {name} to have the same numel as there are "
+                           f"observations in the input but got {w.numel()} != {num_observations}")
+    if not _traced(w) and bool((w < 0).any()):
+        raise RuntimeError(f"cov(): {name} cannot be negative")
+
+
+@decomposition(aten.cov.default)
+def cov(self, *, correction=1, fweights=None, aweights=None):
+    """PyTorch's composite, minus its host reads: under jit a non-positive degrees-of-freedom
+    count becomes 0 with torch.where (eagerly PyTorch also warns), weights go unchecked."""
+    if self.dim() > 2:
+        raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an "
+                           f"input with {self.dim()} dimensions")
+    if self.dtype == torch.bool:
+        raise RuntimeError("cov(): bool dtype is not supported for input")
+    x = self if self.dim() == 2 else self.view(1, -1)
+    num_observations = x.size(1)
+    w = None
+    if fweights is not None:
+        _check_weights(fweights, "fweights", num_observations, integral=True)
+        w = fweights
+    if aweights is not None:
+        _check_weights(aweights, "aweights", num_observations, integral=False)
+        w = aweights if w is None else w * aweights
+    if w is None:
+        w_sum = torch.scalar_tensor(num_observations, dtype=torch.long, device=x.device)
+    else:
+        w_sum = w.sum()
+        if not _traced(w_sum) and bool(w_sum == 0):
+            raise RuntimeError("cov(): weights sum to zero, can't be normalized")
+    avg = (x if w is None else x * w).sum(1) / w_sum
+    if w is not None and correction != 0 and aweights is not None:
+        norm_factor = w_sum - correction * (w * aweights).sum() / w_sum
+    else:
+        norm_factor = w_sum - correction
+    if not _traced(norm_factor) and bool(norm_factor <= 0):
+        import warnings
+
+        warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less "
+                      "than the number of observations.", stacklevel=2)
+    norm_factor = torch.where(norm_factor <= 0, torch.zeros_like(norm_factor), norm_factor)
+    x = x - avg.unsqueeze(1)
+    c = torch.mm(x, (x if w is None else x * w).t().conj())
+    return torch.true_divide(c, norm_factor).squeeze()
