@@ -5,13 +5,15 @@ input's own precision; XLA's and jax.scipy's versions differ from them by more t
 tolerances in places (negative arguments, poles, float32 rounding of large arguments). So these
 lowerings follow the same algorithms: each branch computed everywhere and selected with
 ``jnp.where``, loops over a fixed number of terms (or a ``lax.while_loop`` over the whole array
-where the count depends on the data), all jit-friendly.
+where the count depends on the data), all jit-friendly. Each kernel is itself ``jax.jit``-compiled, so an eager call is one XLA
+computation rather than hundreds of op-by-op dispatches (under an outer trace it inlines).
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
@@ -47,17 +49,13 @@ def _chbevl(x, coefficients):
     return 0.5 * (b0 - b2)
 
 
-def _nan(x):
-    return jnp.full_like(x, jnp.nan)
-
-
 def _inf(x):
     return jnp.full_like(x, jnp.inf)
 
 
 def _wide(x):
     """float64 for the parts PyTorch computes in double whatever the input precision."""
-    return x.astype(jnp.float64)
+    return jnp.asarray(x, jnp.float64)
 
 
 # -- digamma, trigamma, polygamma, zeta ---------------------------------------------------------
@@ -154,16 +152,18 @@ def _zeta(x, q):
 
     w = a
     s = s + b * w / (x - 1) - 0.5 * b
-    factor, k = jnp.ones_like(x), 0.0
-    for denominator in _ZETA_A:
+
+    def correction(j, state):
+        s, factor, b, done = state
+        k = 2.0 * j
         factor = factor * (x + k)
         b = b / w
-        t = factor * b / denominator
+        t = factor * b / jnp.asarray(_ZETA_A)[j]
         s = jnp.where(done, s, s + t)
         done = done | (jnp.abs(t / s) < _MACHEP)
-        factor = factor * (x + k + 1)
-        b = b / w
-        k += 2
+        return s, factor * (x + k + 1), b / w, done
+
+    s, *_ = lax.fori_loop(0, len(_ZETA_A), correction, (s, jnp.ones_like(x), b, done))
     s = jnp.where(pole, jnp.inf, s)
     return jnp.where(undefined, jnp.nan, s)
 
@@ -178,10 +178,15 @@ def _polygamma(n, x):
     return (sign * math.factorial(n) * _zeta(jnp.full_like(_wide(x), n + 1), x)).astype(x.dtype)
 
 
+_digamma_kernel = jax.jit(_digamma)
+_polygamma_kernel = jax.jit(_polygamma, static_argnums=0)
+_zeta_kernel = jax.jit(_zeta)
+
+
 @lowering(aten.digamma.default)
 @elementwise(SELF, Promotion.INT_TO_FLOAT)
 def digamma(self):
-    return _digamma(self)
+    return _digamma_kernel(self)
 
 
 @lowering(aten.polygamma.default, aten.special_polygamma.default)
@@ -189,13 +194,13 @@ def digamma(self):
 def polygamma(n, self):
     if n < 0:
         raise ValueError(f"polygamma: the order n must be non-negative, got {n}.")
-    return _polygamma(n, self)
+    return _polygamma_kernel(n, self)
 
 
 @lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
 @elementwise(BINARY, Promotion.INT_TO_FLOAT)
 def zeta(self, other):
-    return _zeta(self, other).astype(self.dtype)
+    return _zeta_kernel(self, other)  # in double; the promotion wrapper casts to the result dtype
 
 
 @lowering(aten.mvlgamma.default)
@@ -519,17 +524,19 @@ def _airy_ai(x):
     # negligible (|x| < 2.09 needs at most 16).
     eps = jnp.finfo(x.dtype).eps
     cube = xm * xm * xm
-    f_sum, g_sum, m, n, k = jnp.ones_like(xm), xm, jnp.ones_like(xm), xm, jnp.ones_like(xm)
-    going = jnp.ones(xm.shape, bool)
-    for _ in range(20):
+
+    def term(_, state):
+        f_sum, g_sum, m, n, k, going = state
         m_next = m * cube / (k + 1) / (k + 2)
         n_next = n * cube / (k + 2) / (k + 3)
+        f_next = jnp.where(going, f_sum + m_next, f_sum)
         m = jnp.where(going, m_next, m)
-        n = jnp.where(going, n_next, n)
-        f_sum = jnp.where(going, f_sum + m_next, f_sum)
-        g_sum = jnp.where(going, g_sum + n_next, g_sum)
-        k = jnp.where(going, k + 3, k)
-        going = going & (jnp.abs(m / f_sum) > eps)
+        going_next = going & (jnp.abs(m / f_next) > eps)
+        return (f_next, jnp.where(going, g_sum + n_next, g_sum), m,
+                jnp.where(going, n_next, n), jnp.where(going, k + 3, k), going_next)
+
+    one = jnp.ones_like(xm)
+    f_sum, g_sum, *_ = lax.fori_loop(0, 20, term, (one, xm, one, xm, one, one > 0))
     series = _AIRY_C1 * f_sum - _AIRY_C2 * g_sum
 
     value = jnp.where(oscillating, oscillatory, jnp.where(decaying, decay, series))
@@ -582,8 +589,10 @@ _INT_TO_FLOAT_UNARY = {
 
 
 def _unary(fn):
+    kernel = jax.jit(fn)
+
     def apply(self):
-        return fn(self).astype(self.dtype)
+        return kernel(self).astype(self.dtype)
 
     return apply
 
