@@ -974,6 +974,109 @@ def pixel_unshuffle(self, downscale_factor):
 
 
 
+# -- connectionist temporal classification ----------------------------------------------------------
+
+
+def _static_lengths(lengths):
+    """A length list as Python ints when it is known on the host, else None (a traced array)."""
+    if isinstance(lengths, list | tuple):
+        return [int(n) for n in lengths]
+    if isinstance(lengths, jax.core.Tracer):
+        return None
+    return [int(n) for n in np.asarray(lengths).reshape(-1)]
+
+
+def _logsumexp3(a, b, c):
+    """log(e^a + e^b + e^c) whose gradient stays finite (zero) where all three are -inf."""
+    top = jnp.maximum(jnp.maximum(a, b), c)
+    empty = top == -jnp.inf
+    top = jnp.where(empty, 0, top)
+    total = jnp.exp(a - top) + jnp.exp(b - top) + jnp.exp(c - top)
+    return jnp.where(empty, -jnp.inf, top + jnp.log(jnp.where(empty, 1, total)))
+
+
+def _ctc_alphas(log_probs, targets, input_lengths, target_lengths, blank):
+    """(nll (N,), log_alpha (N, T, 2S+1)) by the CTC forward recursion, a lax.scan over time."""
+    lengths = _static_lengths(target_lengths)
+    if lengths is not None:
+        width = max(lengths, default=0)
+    else:  # traced lengths: the padded target width bounds them
+        width = targets.shape[1] if targets.ndim == 2 else targets.shape[0]
+    input_lengths = jnp.asarray(input_lengths, jnp.int64)
+    target_lengths = jnp.asarray(target_lengths, jnp.int64)
+    time, batch, _ = log_probs.shape
+    lp = _up(log_probs)
+    steps = jnp.arange(width)
+    if targets.ndim == 2:
+        labels = jnp.take(targets, jnp.minimum(steps, targets.shape[1] - 1), axis=1)
+    else:  # targets of every sample concatenated
+        starts = jnp.cumsum(target_lengths) - target_lengths
+        labels = jnp.take(targets, jnp.clip(starts[:, None] + steps, 0,
+                                            max(targets.shape[0] - 1, 0)))
+        labels = labels.reshape(batch, width)
+    extended = jnp.full((batch, 2 * width + 1), blank, labels.dtype).at[:, 1::2].set(labels)
+    skip = (extended != blank) & (extended != jnp.roll(extended, 2, axis=1))
+    skip = skip.at[:, :2].set(False)  # may come from s - 2 (a repeated label may not)
+    emissions = jnp.take_along_axis(lp, jnp.broadcast_to(extended[None], (time,) + extended.shape),
+                                    axis=2)  # (T, N, 2S+1)
+    neg_inf = jnp.asarray(-jnp.inf, lp.dtype)
+    first = jnp.full(extended.shape, neg_inf).at[:, :2].set(emissions[0, :, :2])
+
+    def shifted(alpha, by):
+        return jnp.concatenate([jnp.full((batch, by), neg_inf), alpha[:, :-by]], axis=1)
+
+    def step(alpha, emit):
+        alpha = _logsumexp3(alpha, shifted(alpha, 1), jnp.where(skip, shifted(alpha, 2), neg_inf))
+        alpha = alpha + emit
+        return alpha, alpha
+
+    _, rest = jax.lax.scan(step, first, emissions[1:])
+    alphas = jnp.concatenate([first[None], rest], axis=0)  # (T, N, 2S+1)
+    final = jnp.take_along_axis(alphas, jnp.clip(input_lengths - 1, 0)[None, :, None], axis=0)[0]
+    end = 2 * target_lengths  # the last blank; the last label sits just before it
+    last = jnp.take_along_axis(final, end[:, None], axis=1)[:, 0]
+    before = jnp.take_along_axis(final, jnp.maximum(end - 1, 0)[:, None], axis=1)[:, 0]
+    nll = -_logsumexp3(last, jnp.where(target_lengths > 0, before, neg_inf), neg_inf)
+    # PyTorch leaves log_alpha unset past each sample's lengths: -inf here.
+    inside = ((jnp.arange(time)[:, None, None] < input_lengths[None, :, None])
+              & (jnp.arange(2 * width + 1)[None, None, :] <= end[None, :, None]))
+    log_alpha = jnp.transpose(jnp.where(inside, alphas, neg_inf), (1, 0, 2))
+    return nll, log_alpha
+
+
+@lowering(aten._ctc_loss.default, aten._ctc_loss.Tensor)
+def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    if log_probs.ndim != 3:
+        raise RuntimeError(f"_ctc_loss: log_probs must be 3-dimensional (T, N, C), got "
+                           f"{log_probs.ndim} dimensions; ctc_loss adds the batch dimension.")
+    nll, log_alpha = _ctc_alphas(log_probs, targets, input_lengths, target_lengths, blank)
+    if zero_infinity:
+        nll = jnp.where(nll == jnp.inf, 0, nll)
+    return nll.astype(log_probs.dtype), log_alpha.astype(log_probs.dtype)
+
+
+@lowering(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
+def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
+                       log_alpha, blank, zero_infinity=False):
+    # PyTorch's gradient assumes log_probs came from log_softmax: exp(log_probs) minus the
+    # label occupation (the vjp of the nll), zero past each input length and, with
+    # zero_infinity, for samples whose loss is infinite.
+    def nll_of(lp):
+        return _ctc_alphas(lp, targets, input_lengths, target_lengths, blank)[0]
+
+    nll, pull = jax.vjp(nll_of, _up(log_probs))
+    g = _up(grad)
+    if zero_infinity:
+        g = jnp.where(nll == jnp.inf, 0, g)
+    occupation = pull(g.astype(nll.dtype))[0]
+    time = log_probs.shape[0]
+    inside = jnp.arange(time)[:, None] < jnp.asarray(input_lengths, jnp.int64)[None, :]
+    out = jnp.where(inside[..., None], jnp.exp(_up(log_probs)) * g[None, :, None] + occupation, 0)
+    if zero_infinity:
+        out = jnp.where((nll == jnp.inf)[None, :, None], 0, out)
+    return out.astype(log_probs.dtype)
+
+
 # -- bilinear -------------------------------------------------------------------------------------
 
 
