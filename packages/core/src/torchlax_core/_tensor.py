@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax._src.config import enable_x64 as _x64
 
 from ._dtypes import jax_dtype, torch_dtype
 
@@ -176,7 +177,8 @@ class Tensor(torch.Tensor):
         elif kind == RESHAPE:
             storage.array = new.reshape(root.shape)
         elif kind == GATHER:
-            flat = root.reshape(-1).at[view.indices(root)].set(new.reshape(-1))
+            with _x64(True):  # a scatter outside 64-bit mode would narrow int64/float64 roots
+                flat = root.reshape(-1).at[view.indices(root)].set(new.reshape(-1))
             storage.array = flat.reshape(root.shape)
         else:
             raise NotImplementedError(
@@ -271,7 +273,13 @@ class Tensor(torch.Tensor):
             impl = env._resolved.get(func)
             if impl is None:
                 impl = env._resolve(func)
-            return impl(args, kwargs or {})
+            if _x64.value:
+                return impl(args, kwargs or {})
+            # Everything an op does runs in 64-bit mode, not only its lowering: outside it JAX
+            # would silently narrow int64/float64 data in the core's own array code (copy_,
+            # writes through views) and in torch-level decompositions.
+            with _x64(True):
+                return impl(args, kwargs or {})
         except Exception as exc:
             if _current_graph_task_id() == -1:
                 raise
