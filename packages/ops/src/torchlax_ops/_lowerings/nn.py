@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.nn.modules.linear_cross_entropy  # noqa: F401  (defines the torch_nn ops)
 from torchlax_core import current_env
 
 from .._table import decomposition, function, lowering
@@ -1075,6 +1076,74 @@ def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, 
     if zero_infinity:
         out = jnp.where((nll == jnp.inf)[None, :, None], 0, out)
     return out.astype(log_probs.dtype)
+
+
+# -- linear cross entropy -------------------------------------------------------------------------
+# F.linear_cross_entropy(..., options=...) calls these custom ops, which chunk the batch to bound
+# memory on PyTorch's backends. XLA fuses the projection into the loss, so one pass suffices.
+
+torch_nn = torch.ops.torch_nn
+
+
+def _linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction,
+                          ignore_index, acc_dtype):
+    """cross_entropy(input @ linear_weight.T + linear_bias, target), in the accumulation dtype."""
+    acc = jnp.promote_types(_dtype_of(acc_dtype), _up(input).dtype)
+    logits = jnp.matmul(input.astype(acc), linear_weight.astype(acc).T, precision=HIGHEST)
+    if linear_bias is not None:
+        logits = logits + linear_bias.astype(acc)
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    class_weight = jnp.ones(logits.shape[-1], acc) if weight is None else weight.astype(acc)
+    if jnp.issubdtype(target.dtype, jnp.floating):  # class probabilities
+        losses = -jnp.sum(log_probs * target.astype(acc) * class_weight, axis=-1)
+        if reduction == "mean":
+            return jnp.sum(losses) / losses.shape[0]
+        return jnp.sum(losses) if reduction == "sum" else losses
+    kept = target != ignore_index
+    safe = jnp.where(kept, target, 0)
+    picked = jnp.take_along_axis(log_probs, safe[:, None], axis=-1)[:, 0]
+    sample_weight = jnp.where(kept, class_weight[safe], 0)
+    losses = -picked * sample_weight
+    if reduction == "mean":
+        return jnp.sum(losses) / jnp.sum(sample_weight)
+    return jnp.sum(losses) if reduction == "sum" else losses
+
+
+@lowering(torch_nn._linear_cross_entropy_batch_chunked.default)
+def _linear_cross_entropy_batch_chunked(input, linear_weight, target, linear_bias, weight,
+                                        reduction, ignore_index, label_smoothing,
+                                        batch_chunk_size, acc_policy, acc_dtype,
+                                        allow_retain_graph, compute_input_grad,
+                                        compute_linear_weight_grad, compute_linear_bias_grad):
+    # (loss, grad_input, grad_linear_weight, grad_linear_bias): the gradients of the loss are
+    # computed here (autograd scales them by the upstream gradient), empty where not asked for.
+    if label_smoothing != 0.0:
+        raise RuntimeError("torch_nn._linear_cross_entropy_batch_chunked: label_smoothing must "
+                           "be 0 on the chunked path (F.linear_cross_entropy falls back to the "
+                           "reference path otherwise); pass options=None.")
+
+    def loss_of(x, w, b):
+        return _linear_cross_entropy(x, w, target, b, weight, reduction, ignore_index,
+                                     acc_dtype)
+
+    bias = linear_bias if linear_bias is not None else jnp.zeros(linear_weight.shape[0],
+                                                                 linear_weight.dtype)
+    loss, pull = jax.vjp(loss_of, input, linear_weight, bias)
+    grad_input, grad_weight, grad_bias = pull(jnp.ones_like(loss))
+    dtype = input.dtype
+    return (loss.astype(dtype),
+            grad_input.astype(dtype) if compute_input_grad else jnp.zeros((0, 0), dtype),
+            grad_weight.astype(dtype) if compute_linear_weight_grad else jnp.zeros((0, 0), dtype),
+            grad_bias.astype(dtype) if compute_linear_bias_grad else jnp.zeros((0,), dtype))
+
+
+@lowering(torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default)
+def _linear_cross_entropy_batch_chunked_no_reduction(input, linear_weight, target, linear_bias,
+                                                     weight, ignore_index, batch_chunk_size,
+                                                     acc_policy, acc_dtype):
+    losses = _linear_cross_entropy(input, linear_weight, target, linear_bias, weight, "none",
+                                   ignore_index, acc_dtype)
+    return losses.astype(input.dtype)
 
 
 # -- bilinear -------------------------------------------------------------------------------------
