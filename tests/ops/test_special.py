@@ -132,3 +132,11 @@ def test_bfloat16_is_computed_in_float32():
     for fn in (torch.digamma, lambda t: torch.polygamma(1, t),
                lambda t: torch.polygamma(2, t)):
         check(fn, x, atol=1e-2, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_polygamma_high_order_overflows_like_pytorch(dtype):
+    # n! overflows float32 from n = 35 (PyTorch then gives +-inf even where zeta is tiny).
+    x = grid([0.5, 3.0, 5.0, 40.0], dtype)
+    for n in (20, 36, 171):
+        same(lambda t, n=n: torch.polygamma(n, t), x, dtype=dtype)

@@ -173,9 +173,12 @@ def _polygamma(n, x):
         return _digamma(x)
     if n == 1:
         return _trigamma(x)
-    # (-1)^(n+1) n! zeta(n + 1, x)
-    sign = 1.0 if n % 2 else -1.0
-    return (sign * math.factorial(n) * _zeta(jnp.full_like(_wide(x), n + 1), x)).astype(x.dtype)
+    # (-1)^(n+1) n! zeta(n + 1, x); n! in the input's precision (inf once it overflows there,
+    # as PyTorch's exp(lgamma(n + 1))), zeta in double.
+    with np.errstate(over="ignore"):
+        factorial = np.asarray(math.exp(math.lgamma(n + 1)) if n <= 170 else math.inf)
+        factor = (factorial if n % 2 else -factorial).astype(x.dtype)
+    return factor * _zeta(jnp.full_like(_wide(x), n + 1), x).astype(x.dtype)
 
 
 _digamma_kernel = jax.jit(_digamma)
