@@ -8,6 +8,7 @@ their scalar kernels do. Backward ops are the ``jax.vjp`` of the forward, comput
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
@@ -122,10 +123,15 @@ def _adaptive_windows(in_size, out_size):
 
 @lowering(aten._adaptive_avg_pool3d.default)
 def _adaptive_avg_pool3d(self, output_size):
+    return _adaptive_avg_pool3d_kernel(self, tuple(output_size))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _adaptive_avg_pool3d_kernel(self, output_size):
     # PyTorch's CPU kernel sums each window in the input dtype, element by element in (t, h, w)
     # order, then divides by kT, kH and kW in turn; a bfloat16 sum is rounded at every step.
     lead = self.ndim - 3
-    gathered, lengths = self, []
+    gathered, lengths, widths = self, [], []
     for d, out_size in enumerate(output_size):
         starts, length = _adaptive_windows(self.shape[lead + d], out_size)
         width = int(length.max())
@@ -138,8 +144,10 @@ def _adaptive_avg_pool3d(self, output_size):
         mask_shape[axis], mask_shape[axis + 1] = valid.shape
         gathered = jnp.where(valid.reshape(mask_shape), gathered, jnp.zeros((), self.dtype))
         lengths.append(length)
+        widths.append(width)
     order = [*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3, lead + 5]
-    windows = jnp.transpose(gathered, order).reshape(*gathered.shape[:lead], *output_size, -1)
+    windows = jnp.transpose(gathered, order).reshape(*self.shape[:lead], *output_size,
+                                                     int(np.prod(widths)))
     if self.dtype in _HALF:
         total = jnp.zeros(windows.shape[:-1], self.dtype)
         for k in range(windows.shape[-1]):  # static window size: the kernel's rounding order
@@ -236,6 +244,7 @@ def _cubic_interp(values, t):
     return values[0] * c0 + values[1] * c1 + values[2] * c2 + values[3] * c3
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
 def _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners):
     """grid_sampler_2d/3d in the dtype of ``input``, step by step as PyTorch's CPU kernels."""
     n = grid.shape[-1]
@@ -295,13 +304,42 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
 @lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
 def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                           align_corners, output_mask):
+    grad_input, grad_grid = _grid_sample_vjp(grad_output, input, grid, interpolation_mode,
+                                             padding_mode, align_corners)
+    return grad_input if output_mask[0] else None, grad_grid
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _grid_sample_vjp(grad_output, input, grid, interpolation_mode, padding_mode, align_corners):
     def forward(x, g):
         return _grid_sample(x, g, interpolation_mode, padding_mode, align_corners)
 
     out, pull = jax.vjp(forward, _up(input), _up(grid))
     grad_input, grad_grid = pull(grad_output.astype(out.dtype))
-    return (grad_input.astype(input.dtype) if output_mask[0] else None,
-            grad_grid.astype(grid.dtype))
+    return grad_input.astype(input.dtype), grad_grid.astype(grid.dtype)
+
+
+def _linspace_from_neg_one(steps, align_corners, dtype):
+    """PyTorch's base-grid axis, rounded to ``dtype`` at each of its steps."""
+    if steps <= 1:
+        return jnp.zeros((steps,), dtype)
+    points = jnp.linspace(-1, 1, steps, dtype=jnp.float32 if dtype in _HALF else dtype)
+    points = points.astype(dtype)
+    if not align_corners:
+        points = points * (steps - 1) / steps
+    return points
+
+
+@lowering(aten.affine_grid_generator.default)
+def affine_grid_generator(theta, size, align_corners):
+    # The base grid of (x, y[, z], 1) rows, one per output position, times theta transposed.
+    spatial = size[2:]
+    axes = [_linspace_from_neg_one(s, align_corners, theta.dtype) for s in reversed(spatial)]
+    mesh = jnp.meshgrid(*reversed(axes), indexing="ij")[::-1]  # x varies fastest, as in PyTorch
+    base = jnp.stack([*mesh, jnp.ones(tuple(spatial), theta.dtype)], axis=-1)
+    out = jnp.einsum("pk,nik->npi", _up(base.reshape(-1, len(spatial) + 1)), _up(theta),
+                     precision=HIGHEST)
+    return out.reshape(size[0], *spatial, len(spatial)).astype(theta.dtype)
 
 
 # -- antialiased resampling -----------------------------------------------------------------------
@@ -401,8 +439,13 @@ def _fractional_starts(sample, in_size, out_size, pool):
 
 
 def _fractional_max_pool(self, kernel_size, output_size, random_samples, n):
+    return _fractional_max_pool_kernel(self, _ntuple(kernel_size, n), _ntuple(output_size, n),
+                                       random_samples, n)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 4))
+def _fractional_max_pool_kernel(self, pool, out, random_samples, n):
     name = f"fractional_max_pool{n}d"
-    pool, out = _ntuple(kernel_size, n), _ntuple(output_size, n)
     unbatched = self.ndim == n + 1
     x = self[None] if unbatched else self
     sizes = x.shape[2:]
