@@ -1183,15 +1183,23 @@ def _traced(tensor) -> bool:
         tensor.jax(), jax.core.Tracer)
 
 
-@function(F.one_hot)
-def one_hot(tensor, num_classes=-1):
-    if num_classes == -1 and _traced(tensor):
+@decomposition(aten.one_hot.default)
+def one_hot(self, num_classes=-1):
+    if num_classes == -1 and _traced(self):
         raise RuntimeError(
             "one_hot: num_classes=-1 infers the number of classes from the data (its maximum), "
             "which a JAX trace (jax.jit / torchlax.jit) cannot do because the output shape would "
             "depend on it. Pass num_classes explicitly.")
-    with torch._C.DisableTorchFunctionSubclass():
-        return F.one_hot(tensor, num_classes)
+    if self.dtype != torch.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if self.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(self.max()) + 1  # eager only: a host read, as in PyTorch
+    # Like PyTorch on accelerators, class values are not checked against num_classes here (that
+    # would read the data on the host); one outside [0, num_classes) gives a row of zeros.
+    classes = torch.arange(num_classes, device=self.device)
+    return (self.unsqueeze(-1) == classes).to(torch.int64)
 
 
 @function(F.gaussian_nll_loss)
