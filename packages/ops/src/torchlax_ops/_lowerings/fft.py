@@ -25,7 +25,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.special as jsp
 import numpy as np
 import torch
 from torchlax_core import jax_dtype, torch_dtype
@@ -134,13 +133,15 @@ def fft_rfftfreq(n, d=1.0, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 # -- windows (stft's ``window=torch.hann_window(n, device=x.device)``) ---------------------------
-# PyTorch evaluates them step by step on an arange in the window's dtype (for half types: each
-# step in float32 on constants of the window's dtype (``c``), then rounded (``r``)); a periodic
-# window is the symmetric one of length n + 1 without its last element.
+# A window depends only on static arguments: computed with NumPy on the host (no per-length XLA
+# compilation), then placed as a constant. PyTorch evaluates it step by step on an arange in the
+# window's dtype (for half types: each step in float32 on constants of the window's dtype
+# (``c``), then rounded (``r``)); a periodic window is the symmetric one of length n + 1 without
+# its last element.
 
 
 def _window(op: str, window_length: int, periodic: bool, dtype, formula):
-    out_dtype = jnp.dtype(jax_dtype(dtype or torch.get_default_dtype()))
+    out_dtype = np.dtype(jax_dtype(dtype or torch.get_default_dtype()))
     if not jnp.issubdtype(out_dtype, jnp.floating):
         raise RuntimeError(f"{op} expects floating point dtypes, got: {torch_dtype(out_dtype)}.")
     if window_length < 0:
@@ -149,16 +150,16 @@ def _window(op: str, window_length: int, periodic: bool, dtype, formula):
     if window_length <= 1:
         return jnp.ones((window_length,), out_dtype)
     n = window_length + 1 if periodic else window_length
-    compute = jnp.float64 if out_dtype == jnp.float64 else jnp.float32
+    compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)
 
     def r(x):
         return x if out_dtype == compute else x.astype(out_dtype).astype(compute)
 
     def c(value):
-        return r(jnp.asarray(value, dtype=compute))
+        return r(np.asarray(value, dtype=compute))
 
-    window = formula(r(jnp.arange(n, dtype=compute)), n, c, r)
-    return window[:window_length].astype(out_dtype)
+    window = formula(r(np.arange(n, dtype=compute)), n, c, r)
+    return jnp.asarray(window[:window_length].astype(out_dtype))
 
 
 @lowering(aten.hamming_window.default, aten.hamming_window.periodic,
@@ -167,7 +168,7 @@ def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype
                    layout=None, device=None, pin_memory=None):
     def formula(i, n, c, r):
         angle = r(i * c(2 * math.pi / (n - 1)))
-        return r(r(jnp.cos(angle)) * c(-beta)) + c(alpha)
+        return r(r(np.cos(angle)) * c(-beta)) + c(alpha)
 
     return _window("hamming_window", window_length, periodic, dtype, formula)
 
@@ -183,8 +184,8 @@ def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, de
                     pin_memory=None):
     def formula(i, n, c, r):
         x = r(i * c(math.pi / (n - 1)))
-        first = r(r(jnp.cos(r(x * c(4)))) * c(0.08))
-        second = r(r(jnp.cos(r(x * c(2)))) * c(0.5))
+        first = r(r(np.cos(r(x * c(4)))) * c(0.08))
+        second = r(r(np.cos(r(x * c(2)))) * c(0.5))
         return r(first - second) + c(0.42)
 
     return _window("blackman_window", window_length, periodic, dtype, formula)
@@ -195,7 +196,7 @@ def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, de
                     pin_memory=None):
     def formula(i, n, c, r):
         x = r(i * c(2 / (n - 1)))
-        return jnp.where(i >= ((n - 1) >> 1) + 1, c(2) - x, x)
+        return np.where(i >= ((n - 1) >> 1) + 1, c(2) - x, x)
 
     return _window("bartlett_window", window_length, periodic, dtype, formula)
 
@@ -205,10 +206,11 @@ def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout
                   device=None, pin_memory=None):
     def formula(i, n, c, r):
         # One kernel in the compute type: its constants are not rounded to the window's dtype.
-        alpha = jnp.asarray((n - 1) / 2.0, dtype=i.dtype)
-        b = jnp.asarray(beta, dtype=i.dtype)
-        ratio = (i - alpha) / alpha
-        return jsp.i0(b * jnp.sqrt(1 - ratio * ratio)) / jsp.i0(b)
+        alpha = (n - 1) / 2.0
+        ratio = (i.astype(np.float64) - alpha) / alpha
+        # abs: an arange rounded to bfloat16 can step past the window's end (ratio > 1).
+        window = np.i0(beta * np.sqrt(np.abs(1 - ratio * ratio))) / np.i0(beta)
+        return window.astype(i.dtype)
 
     return _window("kaiser_window", window_length, periodic, dtype, formula)
 
