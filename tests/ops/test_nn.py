@@ -377,6 +377,265 @@ def test_fold_col2im():
     check(lambda c: F.fold(c, (8, 8), 3, padding=1, stride=2), cols)
 
 
+# -- batch norm's saved statistics -----------------------------------------------------------------
+
+
+def _batch_norm_case(op, training, dtype, param_dtype):
+    """``op`` on fresh copies of the running statistics; returns its outputs and the copies."""
+    def fn(x, w, b, rm, rv):
+        rm, rv = rm.clone(), rv.clone()
+        if op == "native_batch_norm":
+            out = aten.native_batch_norm(x, w, b, rm, rv, training, 0.2, 1e-5)
+        elif op == "_native_batch_norm_legit":
+            out = aten._native_batch_norm_legit(x, w, b, rm, rv, training, 0.2, 1e-5)
+        elif op == "_native_batch_norm_legit_no_training":
+            out = aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.2, 1e-5)
+        elif op == "_batch_norm_with_update":
+            out = aten._batch_norm_with_update(x, w, b, rm, rv, 0.2, 1e-5)
+        else:
+            out = aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.2, 1e-5)
+        return (*out, rm, rv)
+
+    args = (randn(4, 3, 5).to(dtype), randn(3).to(param_dtype), randn(3).to(param_dtype),
+            randn(3).to(param_dtype), (randn(3).abs() + 0.5).to(param_dtype))
+    return fn, args
+
+
+BATCH_NORMS = [
+    (op, training, dtype, param_dtype)
+    for op, trainings in (("native_batch_norm", (True, False)),
+                          ("_native_batch_norm_legit", (True, False)),
+                          ("_native_batch_norm_legit_no_training", (False,)),
+                          ("_batch_norm_with_update", (True,)),
+                          ("no_stats", (True,)))
+    for training in trainings
+    for dtype, param_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
+                               (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32))
+]
+
+
+@pytest.mark.parametrize("op,training,dtype,param_dtype", BATCH_NORMS)
+def test_batch_norm_saved_stats_shape_and_dtype(op, training, dtype, param_dtype):
+    # Eval mode saves empty (0,) statistics; half-precision input with float32 parameters saves
+    # float32 ones; the running statistics update in training as PyTorch's CPU kernel does.
+    fn, args = _batch_norm_case(op, training, dtype, param_dtype)
+    low = dtype == torch.bfloat16
+    check(fn, *args, atol=2e-2 if low else 1e-5, rtol=2e-2 if low else 1e-5)
+
+
+def test_batch_norm_module_bfloat16_under_jit():
+    bn = torch.nn.BatchNorm1d(3).train()
+    x = randn(6, 3, 4).bfloat16()
+
+    def fn(x, rm, rv, w, b):
+        rm, rv = rm.clone(), rv.clone()
+        return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1), rm, rv
+
+    check(fn, x, bn.running_mean, bn.running_var, bn.weight.detach(), bn.bias.detach(),
+          atol=2e-2, rtol=2e-2)
+
+
+# -- padding with negative widths, bilinear ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("padding", [(-1, 2, 0, 0), (-4, 5, 0, 0), (2, -3, -1, 1), (-1, -1, -2, -1)])
+def test_replicate_pad_negative_crops(padding):
+    x = randn(2, 3, 4, 5)
+    check(lambda t: F.pad(t, padding, mode="replicate"), x)
+    grads_match(lambda t: (F.pad(t, padding, mode="replicate") ** 2).sum(), [x])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_bilinear(dtype):
+    if dtype == torch.int64:
+        args = (torch.randint(-5, 5, (4, 3)), torch.randint(-5, 5, (4, 2)),
+                torch.randint(-5, 5, (6, 3, 2)), torch.randint(-5, 5, (6,)))
+    else:
+        args = tuple(randn(*shape, dtype=dtype) for shape in ((4, 3), (4, 2), (6, 3, 2), (6,)))
+    check(F.bilinear, *args)
+    if dtype != torch.int64:
+        grads_match(lambda *a: F.bilinear(*a).sin().sum(), list(args))
+
+
+def test_bilinear_batched_leading_dims():
+    check(F.bilinear, randn(2, 5, 3), randn(2, 5, 4), randn(7, 3, 4))
+
+
+# -- CTC loss -------------------------------------------------------------------------------------
+
+
+CTC = {
+    "padded_targets": (torch.tensor([[1, 2, 2, 0], [3, 1, 0, 0], [4, 4, 4, 1]]), [7, 6, 7],
+                       [3, 2, 4]),
+    "concatenated_targets": (torch.tensor([1, 2, 2, 3, 1, 4, 4, 4, 1]), [7, 6, 7], [3, 2, 4]),
+    "empty_target_and_short_input": (torch.tensor([[1, 2, 0], [2, 2, 2]]), [5, 3], [0, 3]),
+}
+
+
+@pytest.mark.parametrize("name", CTC)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_ctc_loss(name, reduction):
+    targets, input_lengths, target_lengths = CTC[name]
+    batch = len(input_lengths)
+    log_probs = randn(7, batch, 5, dtype=torch.float64).log_softmax(-1)
+
+    def loss(lp, t):
+        return F.ctc_loss(lp, t, input_lengths, target_lengths, reduction=reduction,
+                          zero_infinity=True)
+
+    check(loss, log_probs, targets, atol=1e-7)
+    grads_match(lambda lp, t: loss(lp, t).sum(), [log_probs, targets], atol=1e-7)
+
+
+def test_ctc_loss_tensor_lengths_and_log_alpha():
+    targets, input_lengths, target_lengths = CTC["padded_targets"]
+    log_probs = randn(7, 3, 5).log_softmax(-1)
+    check(lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl), log_probs, targets,
+          torch.tensor(input_lengths), torch.tensor(target_lengths))
+    # log_alpha (PyTorch leaves it unset past each sample's lengths): compared where defined.
+    expected = aten._ctc_loss(log_probs, targets, input_lengths, target_lengths)
+    with torchlax_core.enable():
+        actual = aten._ctc_loss(*to_jax((log_probs, targets)), input_lengths, target_lengths)
+    assert actual[1].shape == expected[1].shape and actual[1].dtype == expected[1].dtype
+    torch.testing.assert_close(actual[0].cpu(), expected[0], atol=1e-5, rtol=1e-5)
+    for n, (t_len, s_len) in enumerate(zip(input_lengths, target_lengths, strict=True)):
+        torch.testing.assert_close(actual[1][n, :t_len, :2 * s_len + 1].cpu(),
+                                   expected[1][n, :t_len, :2 * s_len + 1], atol=1e-5, rtol=1e-5)
+
+
+def test_ctc_loss_impossible_alignment_is_infinite():
+    log_probs = randn(2, 1, 4).log_softmax(-1)
+    targets = torch.tensor([[1, 1]])  # a repeated label needs a blank between: 3 steps
+    check(lambda lp, t: F.ctc_loss(lp, t, [2], [2], reduction="none"), log_probs, targets)
+    check(lambda lp, t: F.ctc_loss(lp, t, [2], [2], reduction="none", zero_infinity=True),
+          log_probs, targets)
+
+
+# -- embedding bag --------------------------------------------------------------------------------
+
+
+EMBEDDING_BAGS = [
+    (mode, per_sample, last, padding_idx, dtype)
+    for mode in (0, 1, 2) for per_sample in (False, True) for last in (False, True)
+    for padding_idx in (-1, 4) for dtype in (torch.float32, torch.float64, torch.bfloat16)
+    if not (per_sample and mode != 0)
+]
+
+
+@pytest.mark.parametrize("mode,per_sample,last,padding_idx,dtype", EMBEDDING_BAGS)
+def test_embedding_bag_all_outputs(mode, per_sample, last, padding_idx, dtype):
+    # output, offset2bag, bag_size and max_indices, with an empty bag and a padded index.
+    weight = randn(10, 3).to(dtype)
+    indices = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 4, 4])
+    offsets = torch.tensor([0, 4, 4, 6, 8])
+    weights = randn(10).to(dtype) if per_sample else None
+
+    def fn(w, i, o, p):
+        return aten._embedding_bag_forward_only(w, i, o, False, mode, False, p, last, padding_idx)
+
+    low = dtype == torch.bfloat16
+    check(fn, weight, indices, offsets, weights, atol=2e-2 if low else 1e-5)
+
+
+def test_embedding_bag_functional_2d_input_and_max_ties():
+    weight = torch.tensor([[1.0, 2.0], [1.0, 5.0], [3.0, 2.0]])
+    indices = torch.tensor([[0, 1, 2], [2, 0, 0]])
+    for mode in ("sum", "mean", "max"):
+        check(lambda w, i, mode=mode: F.embedding_bag(i, w, mode=mode), weight, indices)
+    check(lambda w, i: aten._embedding_bag(w, i.reshape(-1), torch.tensor([0, 3], device=i.device),
+                                           False, 2), weight, indices)
+
+
+# -- random, attention, and ops whose PyTorch code reads data on the host ---------------------------
+
+
+def test_rrelu_training_draws_slopes_and_writes_noise():
+    x = torch.linspace(-3, 3, 400)
+    with torchlax_core.enable():
+        xj = x.to("jax")
+        noise = torch.zeros(400, device="jax")
+        torch.manual_seed(5)
+        a = aten.rrelu_with_noise(xj, noise, 0.1, 0.3, True)
+        torch.manual_seed(5)
+        b = F.rrelu(xj, 0.1, 0.3, training=True)
+        c = F.rrelu(xj, 0.1, 0.3, training=True)
+        inplace = xj.clone()
+        F.rrelu(inplace, 0.1, 0.3, training=True, inplace=True)
+    a, noise, b, c = a.cpu(), noise.cpu(), b.cpu(), c.cpu()
+    assert a.dtype == torch.float32 and a.shape == x.shape
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    slopes = a[x < 0] / x[x < 0]
+    assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6 and slopes.std() > 0.03
+    assert torch.equal(a[x >= 0], x[x >= 0])
+    torch.testing.assert_close(noise, torch.where(x <= 0, a / x, torch.ones(())))
+    assert torch.all((inplace.cpu() >= x * 0.3 - 1e-6) & (inplace.cpu() <= x * 0.1 + 1e-6) | (x >= 0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rrelu_eval_is_the_mean_slope(dtype):
+    x = randn(5, 6).to(dtype)
+    check(lambda t: F.rrelu(t, 0.1, 0.3, training=False), x)
+
+
+FLASH = {
+    "plain": ((2, 3, 5, 8), (2, 3, 6, 8), {}),
+    "causal_scale": ((2, 3, 5, 8), (2, 3, 6, 8), {"is_causal": True, "scale": 0.3}),
+    "float_mask": ((1, 2, 4, 8), (1, 2, 6, 8), {"attn_mask": "float"}),
+    "masked_row": ((1, 2, 4, 8), (1, 2, 6, 8), {"attn_mask": "masked_row"}),
+    "grouped_query": ((1, 4, 3, 8), (1, 2, 5, 8), {}),
+}
+
+
+@pytest.mark.parametrize("name", FLASH)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_flash_attention_for_cpu_output_and_logsumexp(name, dtype):
+    q_shape, kv_shape, kwargs = FLASH[name]
+    q, k, v = randn(*q_shape).to(dtype), randn(*kv_shape).to(dtype), randn(*kv_shape).to(dtype)
+    mask = kwargs.get("attn_mask")
+    if mask is not None:
+        values = randn(q_shape[-2], kv_shape[-2])
+        if mask == "masked_row":
+            values[1] = -float("inf")
+        kwargs = {**kwargs, "attn_mask": values.to(dtype)}
+    low = dtype == torch.bfloat16
+    check(lambda q, k, v, kw: aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, **kw),
+          q, k, v, kwargs, atol=2e-2 if low else 1e-5, rtol=2e-2 if low else 1e-5)
+
+
+def test_gaussian_nll_loss_under_jit_and_its_eager_error():
+    x, t, var = randn(4, 3), randn(4, 3), randn(4, 3).abs()
+    for kwargs in ({}, {"full": True, "reduction": "sum"}, {"reduction": "none", "eps": 1e-3}):
+        check(lambda a, b, c, kw=kwargs: F.gaussian_nll_loss(a, b, c, **kw), x, t, var)
+    check(lambda a, b, c: F.gaussian_nll_loss(a, b, c), x, t, var[:, :1])  # homoscedastic
+    check(lambda a, b, c: F.gaussian_nll_loss(a, b, c), x, t, var[:, 0])
+    with torchlax_core.enable(), pytest.raises(ValueError, match="negative"):
+        F.gaussian_nll_loss(*to_jax((x, t, -var)))
+
+
+def test_one_hot_explicit_classes_under_jit_and_inferred_eagerly():
+    labels = torch.tensor([[0, 3], [2, 1]])
+    check(lambda t: F.one_hot(t, 5), labels)
+    check(lambda t: F.one_hot(t), labels, jit=False)
+    with torchlax_core.enable(), pytest.raises(RuntimeError, match="num_classes"):
+        from _compare_cpu import run_jit
+        run_jit(lambda t: F.one_hot(t), to_jax(labels))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_linear_cross_entropy_chunked(reduction):
+    options = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    x, w, b = randn(6, 4), randn(5, 4), randn(5)
+    target = torch.tensor([0, 4, 2, -100, 1, 3])
+    class_weight = torch.linspace(0.5, 2, 5)
+
+    def loss(x, w, t, b, cw):
+        return F.linear_cross_entropy(x, w, t, linear_bias=b, weight=cw, reduction=reduction,
+                                      options=options)
+
+    check(loss, x, w, target, b, class_weight, atol=1e-5)
+    grads_match(lambda *a: loss(*a).sum(), [x, w, target, b, class_weight], atol=1e-5)
+
+
 # -- a model end to end ---------------------------------------------------------------------------
 
 
