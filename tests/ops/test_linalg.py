@@ -164,3 +164,128 @@ def test_gradients(name):
 def test_solve_left_false_grads():
     grads_match(lambda a, b: (torch.linalg.solve(a, b, left=False) ** 2).sum(), [A, B.T],
                 atol=1e-8, rtol=1e-7)
+
+
+# -- LAPACK-layout factorizations, least squares, matrix functions ------------------------------
+
+def _symmetric(n, *batch, dtype=F64, hermitian=False):
+    x = torch.randn(*batch, n, n, dtype=dtype)
+    return x + (x.mH if hermitian else x.mT)
+
+
+def _with_zero_column(x):
+    x = x.clone()
+    x[..., 1:, 0] = 0
+    x[..., 0, :] = 0
+    return x
+
+
+C128 = torch.complex128
+LAPACK_LAYOUTS = {
+    "geqrf_tall": (torch.geqrf, (torch.randn(2, 5, 3, dtype=F64),)),
+    "geqrf_wide": (torch.geqrf, (torch.randn(3, 5, dtype=torch.float32),)),
+    "geqrf_complex": (torch.geqrf, (torch.randn(4, 4, dtype=C128),)),
+    "householder_product": (torch.linalg.householder_product,
+                            (torch.randn(2, 6, 4, dtype=F64), torch.randn(2, 3, dtype=F64))),
+    "householder_product_no_reflectors": (torch.linalg.householder_product,
+                                          (torch.randn(5, 4, dtype=F64), torch.randn(0, dtype=F64))),
+    "ormqr_left_transpose": (lambda a, t, c: torch.ormqr(a, t, c, left=True, transpose=True),
+                             (torch.randn(5, 3, dtype=F64), torch.randn(3, dtype=F64),
+                              torch.randn(5, 2, dtype=F64))),
+    "ormqr_right": (lambda a, t, c: torch.ormqr(a, t, c, left=False),
+                    (torch.randn(4, 4, dtype=F64), torch.randn(4, dtype=F64),
+                     torch.randn(3, 4, dtype=F64))),
+    "ormqr_complex": (lambda a, t, c: torch.ormqr(a, t, c, transpose=True),
+                      (torch.randn(4, 2, dtype=C128), torch.randn(2, dtype=C128),
+                       torch.randn(4, 3, dtype=C128))),
+    # Symmetric indefinite matrices need interchanges and 2x2 pivot blocks.
+    "ldl_factor_indefinite": (torch.linalg.ldl_factor_ex, (_symmetric(8, 3),)),
+    "ldl_factor_float32": (torch.linalg.ldl_factor, (_symmetric(6, 2, dtype=torch.float32),)),
+    "ldl_factor_spd": (torch.linalg.ldl_factor_ex, (SPD,)),
+    "ldl_factor_singular_info": (torch.linalg.ldl_factor_ex, (_with_zero_column(_symmetric(4)),)),
+    "ldl_factor_complex_symmetric": (torch.linalg.ldl_factor_ex, (_symmetric(6, 2, dtype=C128),)),
+    "ldl_factor_hermitian": (lambda a: torch.linalg.ldl_factor_ex(a, hermitian=True),
+                             (_symmetric(6, 2, dtype=C128, hermitian=True),)),
+    "ldl_factor_empty_batch": (torch.linalg.ldl_factor_ex, (torch.zeros(0, 2, 2, dtype=F64),)),
+    "ldl_solve": (lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
+                  (_symmetric(7, 2), torch.randn(7, 3, dtype=F64))),
+    "ldl_solve_hermitian": (lambda a, b: torch.linalg.ldl_solve(
+        *torch.linalg.ldl_factor(a, hermitian=True), b, hermitian=True),
+        (_symmetric(5, dtype=C128, hermitian=True), torch.randn(5, 2, dtype=C128))),
+    "polar_tall": (torch.linalg.polar, (torch.randn(2, 5, 3, dtype=F64),)),
+    "polar_complex": (torch.linalg.polar, (torch.randn(4, 4, dtype=C128),)),
+    "matrix_sqrth": (torch.linalg.matrix_sqrth, (SPD,)),
+    # Only the lower triangle is read, and negative eigenvalues are clamped to zero.
+    "matrix_sqrth_lower_clamped": (torch.linalg.matrix_sqrth,
+                                   (torch.tensor([[1.0, 9.0], [2.0, -4.0]], dtype=F64),)),
+}
+
+
+@pytest.mark.parametrize("name", LAPACK_LAYOUTS)
+def test_lapack_layout(name):
+    fn, args = LAPACK_LAYOUTS[name]
+    check(fn, *args, atol=1e-6, rtol=1e-6)
+
+
+def test_ldl_pivots_include_two_by_two_blocks():
+    # The indefinite sample above must exercise the 2x2 branch, or the test proves little.
+    pivots = torch.linalg.ldl_factor_ex(LAPACK_LAYOUTS["ldl_factor_indefinite"][1][0]).pivots
+    assert (pivots < 0).any() and (pivots > 0).any()
+
+
+def _rank_deficient(m, n):
+    x = torch.randn(m, n, dtype=F64)
+    x[:, -1] = x[:, 0] + x[:, 1]
+    return x
+
+
+LSTSQ_SHAPES = {"tall": (6, 4), "wide": (3, 5), "square": (4, 4)}
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("shape", LSTSQ_SHAPES)
+def test_lstsq(driver, shape):
+    m, n = LSTSQ_SHAPES[shape]
+    A = torch.randn(2, m, n, dtype=F64)
+    B = torch.randn(1, m, 3, dtype=F64)  # batch dims broadcast
+    check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), A, B, atol=1e-8, rtol=1e-7)
+
+
+def test_lstsq_vector_rhs_float32():
+    A, b = torch.randn(6, 3), torch.randn(6)
+    check(lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd"), A, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd", "gelss"])
+def test_lstsq_rank_deficient(driver):
+    # Rank 3 of 4: the rank, the minimum-norm solution, and (eagerly) no residuals.
+    fn = lambda a, b: torch.linalg.lstsq(a, b, driver=driver)  # noqa: E731
+    check(fn, _rank_deficient(6, 4), torch.randn(6, 2, dtype=F64), atol=1e-8, rtol=1e-7,
+          jit=False)
+    check(fn, _rank_deficient(6, 4).T, torch.randn(4, 2, dtype=F64), atol=1e-8, rtol=1e-7)
+
+
+def test_lstsq_rejects_unknown_driver():
+    with torchlax_core.enable(), pytest.raises(RuntimeError, match="driver"):
+        torch.linalg.lstsq(to_jax(A), to_jax(B), driver="gelsx")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("norm", [1e-6, 3e-4, 0.03, 0.5, 1.2, 2.5, 30.0])
+def test_matrix_exp_taylor_degrees(dtype, norm):
+    # One matrix per 1-norm band of PyTorch's degree choice (and scaling and squaring beyond).
+    x = torch.randn(2, 5, 5, dtype=dtype)
+    x = x / torch.linalg.matrix_norm(x, 1)[..., None, None] * norm
+    rtol = 1e-5 if dtype == torch.float32 else 1e-10
+    check(torch.linalg.matrix_exp, x, atol=rtol * max(1.0, norm), rtol=rtol)
+
+
+def test_matrix_exp_bfloat16_is_rounded_float32():
+    # PyTorch's CPU kernel is broken for bfloat16 (it misreads its coefficient tables), so the
+    # reference is the float32 exponential rounded once.
+    x = torch.randn(2, 4, 4) * 0.5
+    expected = torch.linalg.matrix_exp(x.bfloat16().float()).bfloat16()
+    with torchlax_core.enable():
+        actual = torch.linalg.matrix_exp(to_jax(x.bfloat16()))
+    assert actual.dtype == torch.bfloat16 and actual.shape == expected.shape
+    torch.testing.assert_close(actual.cpu(), expected, atol=1e-2, rtol=1.6e-2)

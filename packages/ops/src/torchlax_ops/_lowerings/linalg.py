@@ -8,6 +8,8 @@ pivots, ``info``), since PyTorch's derivative formulas and error checks consume 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -463,17 +465,8 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
     real = jnp.finfo(A.dtype).dtype
     if rcond is None or rcond < 0:  # LAPACK treats a negative rcond as machine precision
         rcond = jnp.finfo(real).eps * max(m, n) if rcond is None else jnp.finfo(real).eps
-    batch = A.shape[:-2]
-    rank, singular_values = jnp.zeros((0,), jnp.int64), _empty(real)
-    if driver == "gels":
-        solution = _lstsq_gels(A, B)
-    elif driver == "gelsy":
-        solution, rank = _lstsq_gelsy(A, B, rcond)
-    else:
-        solution, rank, singular_values = _lstsq_svd(A, B, rcond)
-    residuals = _empty(real)
+    solution, residuals, rank, singular_values = _lstsq_kernel(A, B, float(rcond), driver)
     if m > n and driver != "gelsy":
-        residuals = _lstsq_residuals(A, B)
         if driver != "gels":  # PyTorch reports them only if every matrix has full rank
             full = jnp.all(rank == n)
             if not isinstance(full, jax.core.Tracer):
@@ -482,7 +475,23 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
                 residuals = jnp.where(full, residuals, jnp.nan)
     if vector:
         solution = solution[..., 0]
-    rank = rank if driver == "gels" else jnp.broadcast_to(rank, batch)
+    return solution, residuals, rank, singular_values
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _lstsq_kernel(A, B, rcond, driver):
+    m, n = A.shape[-2:]
+    real = jnp.finfo(A.dtype).dtype
+    rank, singular_values = jnp.zeros((0,), jnp.int64), _empty(real)
+    if driver == "gels":
+        solution = _lstsq_gels(A, B)
+    elif driver == "gelsy":
+        solution, rank = _lstsq_gelsy(A, B, rcond)
+    else:
+        solution, rank, singular_values = _lstsq_svd(A, B, rcond)
+    if driver != "gels":
+        rank = jnp.broadcast_to(rank, A.shape[:-2])
+    residuals = _lstsq_residuals(A, B) if m > n and driver != "gelsy" else _empty(real)
     return solution, residuals, rank, singular_values
 
 
@@ -674,8 +683,14 @@ def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
     if n == 0 or self.size == 0:
         batch = self.shape[:-2]
         return self, jnp.zeros(batch + (n,), jnp.int32), jnp.zeros(batch, jnp.int32)
+    return _ldl_factor_kernel(self, hermitian)
+
+
+@functools.partial(jax.jit, static_argnums=1)  # one XLA program per shape, eagerly too
+def _ldl_factor_kernel(A, hermitian):
+    n = A.shape[-1]
     # LAPACK reads only the lower triangle.
-    A = jax.vmap(lambda a: _mirror_lower(a, hermitian))(self.reshape(-1, n, n)).reshape(self.shape)
+    A = jax.vmap(lambda a: _mirror_lower(a, hermitian))(A.reshape(-1, n, n)).reshape(A.shape)
     return _batched(lambda a: _sytf2(a, hermitian), A, A)
 
 
@@ -738,6 +753,11 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     B = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(jnp.result_type(LD, B))
     if B.size == 0:
         return B
+    return _ldl_solve_kernel(LD, pivots, B, hermitian)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _ldl_solve_kernel(LD, pivots, B, hermitian):
     pivots_matrix = pivots[..., None]  # give pivots two trailing dims so _batched can split them
     (X,) = _batched(lambda ld, p, b: _sytrs(ld, p[:, 0], b, hermitian), B, LD, pivots_matrix, B)
     return X
@@ -835,6 +855,11 @@ def linalg_matrix_exp(self):
         return jnp.exp(self)
     if self.size == 0:
         return self
+    return _matrix_exp_kernel(self)
+
+
+@jax.jit
+def _matrix_exp_kernel(self):
     single = self.dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.complex64))
     bounds = _EXP_NORM_BOUNDS["single" if single else "double"]
     norm = jnp.max(jnp.sum(jnp.abs(self), axis=-2), axis=-1)  # operator 1-norm
