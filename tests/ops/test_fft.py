@@ -258,6 +258,14 @@ def test_conj_is_a_materialised_view():
             view.add_(1)
 
 
+def test_neg_view_is_materialised_too():
+    x = torch.randn(4, dtype=C64)
+    with torchlax_core.enable():
+        view = torch._neg_view(x.to("jax"))
+    assert not view.is_neg()
+    assert_same(view, torch._neg_view(x).resolve_neg(), atol=0, rtol=0)
+
+
 def test_conj_physical_and_methods():
     c = torch.randn(5, dtype=C128)
     check(torch.conj_physical, c)

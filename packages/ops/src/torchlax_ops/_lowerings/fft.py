@@ -1,4 +1,4 @@
-"""Discrete Fourier transforms and complex-number construction.
+"""Discrete Fourier transforms, sample frequencies, windows and complex-number ops.
 
 ``torch.fft.*`` and ``stft``/``istft`` reach ATen as three primitives: ``_fft_r2c`` (real to
 complex, forward), ``_fft_c2c`` (complex to complex, either direction) and ``_fft_c2r`` (complex
@@ -8,15 +8,16 @@ padded or trimmed the signal, and turned ``norm=`` into an integer ``normalizati
     0: no scaling, 1: scale by 1/sqrt(n), 2: scale by 1/n
 
 where n is the product of the signal sizes along the transformed dims (the output's, for
-c2r). jnp's transforms scale inverses by 1/n themselves; ``_rescale`` turns that into
-PyTorch's scaling with one multiply.
+c2r). jnp's inverse transforms divide by n themselves; ``_rescale`` turns that into PyTorch's
+scaling with at most one multiply.
 
 Conjugation: PyTorch's ``conj()`` is a lazy view (``_conj``) that sets a conjugate bit. A
 torchlax Tensor holds a ``jax.Array`` and has no such bit, so ``_conj`` computes the conjugate
 as a view of its base: reads see the base's current values conjugated, ``is_conj()`` is False
-and ``resolve_conj()`` returns the tensor as is (there is nothing left to resolve). Writing
-through a conjugate view raises (the core cannot write a reinterpreting view back into its
-base); write to the base, or ``conj_physical()`` for a tensor of its own.
+and ``resolve_conj()`` returns the tensor as is (there is nothing left to resolve); the negative
+bit (``_neg_view``) likewise. Writing through a conjugate view raises (the core cannot write a
+reinterpreting view back into its base); write to the base, or ``conj_physical()`` for a tensor
+of its own.
 """
 
 from __future__ import annotations
@@ -33,26 +34,26 @@ from .._table import lowering
 
 aten = torch.ops.aten
 
-_NORMALIZATIONS = {0: "none", 1: "by_root_n", 2: "by_n"}
-
-
 def _signal_size(shape, dim) -> int:
     return math.prod(shape[d] for d in dim)
 
 
-def _rescale(out, dim, normalization: int, *, inverse: bool, n: int):
+def _rescale(out, normalization: int, *, inverse: bool, n: int):
     """Scale jnp's result (inverses already divided by ``n``) as PyTorch's ``normalization``."""
-    if normalization not in _NORMALIZATIONS:
+    if normalization not in (0, 1, 2):
         raise RuntimeError(
             f"_fft: normalization must be 0 (none), 1 (by 1/sqrt(n)) or 2 (by 1/n), got "
             f"{normalization!r}."
         )
-    wanted = {0: 1.0, 1: 1.0 / math.sqrt(n) if n else 1.0, 2: 1.0 / n if n else 1.0}[normalization]
-    factor = wanted * n if inverse else wanted
-    if factor == 1.0:
+    if n == 0:
         return out
-    real_dtype = jnp.finfo(out.dtype).dtype
-    return out * jnp.asarray(factor, dtype=real_dtype)
+    if inverse:
+        factor = (n, math.sqrt(n), 1)[normalization]
+    else:
+        factor = (1, 1 / math.sqrt(n), 1 / n)[normalization]
+    if factor == 1:
+        return out
+    return out * jnp.asarray(factor, dtype=jnp.finfo(out.dtype).dtype)
 
 
 def _check_real(op: str, self) -> None:
@@ -82,7 +83,7 @@ def fft_r2c(self, dim, normalization, onesided):
         return self.astype(jnp.result_type(self.dtype, jnp.complex64))
     transform = jnp.fft.rfftn if onesided else jnp.fft.fftn
     out = transform(self, axes=dim)
-    return _rescale(out, dim, normalization, inverse=False, n=_signal_size(self.shape, dim))
+    return _rescale(out, normalization, inverse=False, n=_signal_size(self.shape, dim))
 
 
 @lowering(aten._fft_c2c.default)
@@ -93,8 +94,7 @@ def fft_c2c(self, dim, normalization, forward):
         return self
     transform = jnp.fft.fftn if forward else jnp.fft.ifftn
     out = transform(self, axes=dim)
-    return _rescale(out, dim, normalization, inverse=not forward,
-                    n=_signal_size(self.shape, dim))
+    return _rescale(out, normalization, inverse=not forward, n=_signal_size(self.shape, dim))
 
 
 @lowering(aten._fft_c2r.default)
@@ -103,7 +103,7 @@ def fft_c2r(self, dim, normalization, last_dim_size):
     dim = _dims(self, dim)
     sizes = [self.shape[d] for d in dim[:-1]] + [last_dim_size]
     out = jnp.fft.irfftn(self, s=sizes, axes=dim)
-    return _rescale(out, dim, normalization, inverse=True, n=math.prod(sizes))
+    return _rescale(out, normalization, inverse=True, n=math.prod(sizes))
 
 
 # -- sample frequencies -------------------------------------------------------------------------
@@ -222,6 +222,12 @@ def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout
 def conj_view(self):
     # A view op: the core keeps it aliased to its base (see the module docstring).
     return jnp.conj(self)
+
+
+@lowering(aten._neg_view.default)
+def neg_view(self):
+    # PyTorch's other lazy bit (``is_neg()``), materialised the same way as ``_conj``.
+    return jnp.negative(self)
 
 
 @lowering(aten._conj_physical.default, aten.conj_physical.default, aten._conj_copy.default)
