@@ -8,6 +8,7 @@ PyTorch's CPU kernels do.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -997,14 +998,23 @@ def _logsumexp3(a, b, c):
 
 
 def _ctc_alphas(log_probs, targets, input_lengths, target_lengths, blank):
-    """(nll (N,), log_alpha (N, T, 2S+1)) by the CTC forward recursion, a lax.scan over time."""
+    """(nll (N,), log_alpha (N, T, 2S+1)) by the CTC forward recursion, a lax.scan over time.
+
+    S is the longest target when the lengths are known on the host (as in PyTorch), else the
+    padded target width bounds it.
+    """
     lengths = _static_lengths(target_lengths)
     if lengths is not None:
         width = max(lengths, default=0)
-    else:  # traced lengths: the padded target width bounds them
+    else:
         width = targets.shape[1] if targets.ndim == 2 else targets.shape[0]
-    input_lengths = jnp.asarray(input_lengths, jnp.int64)
-    target_lengths = jnp.asarray(target_lengths, jnp.int64)
+    return _ctc_recursion(log_probs, targets, jnp.asarray(input_lengths, jnp.int64),
+                          jnp.asarray(target_lengths, jnp.int64), blank=blank, width=width)
+
+
+@functools.partial(jax.jit, static_argnames=("blank", "width"))
+def _ctc_recursion(log_probs, targets, input_lengths, target_lengths, *, blank, width):
+    # One compiled computation (eagerly too): the scan's body is not re-dispatched op by op.
     time, batch, _ = log_probs.shape
     lp = _up(log_probs)
     steps = jnp.arange(width)
