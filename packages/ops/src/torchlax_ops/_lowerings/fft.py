@@ -34,6 +34,7 @@ from .._table import lowering
 
 aten = torch.ops.aten
 
+
 def _signal_size(shape, dim) -> int:
     return math.prod(shape[d] for d in dim)
 
