@@ -72,6 +72,9 @@ def test_zeta_domain_edges(dtype):
     x = grid([0.5, 1.0, 1.5, 2.0, 3.0, 4.5, 2.0, 3.0, 4.0, 2.0, 30.0, NAN], dtype)
     q = grid([1.0, 2.0, 0.5, -1.5, -2.5, -2.5, -2.0, 0.0, 1e3, 1e-3, 2.0, 1.0], dtype)
     same(torch.special.zeta, x, q, dtype=dtype)
+    # Poles at non-positive integer q win over a non-integer x; nan x is checked after them.
+    same(torch.special.zeta, grid([2.5, 16191.576, NAN, NAN], dtype),
+         grid([-3.0, -7942321.0, 0.0, -0.5], dtype), dtype=dtype)
     same(lambda a: torch.special.zeta(a, 2.5), x, dtype=dtype)
     same(lambda b: torch.special.zeta(3.0, b), q, dtype=dtype)
 
@@ -108,6 +111,14 @@ def test_modified_bessel(dtype, name):
 def test_airy_ai_regimes(dtype):
     x = grid([-200.0, -20.0, -2.1, -2.09, -2.0, -1.0, 0.0, 0.5, 2.0, 2.09, 2.1, 5.0, 8.32,
               8.33, 50.0, 103.0, 104.0, INF, -INF, NAN], dtype)
+    same(torch.special.airy_ai, x, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_airy_ai_far_left_keeps_pytorch_phase_rounding(dtype):
+    # sin((2/3)|x|^1.5 + pi/4): an ulp in the phase moves the value by ~1e-4 here.
+    x = grid([-174.107666015625, -577.128662109375, -1382.5277099609375, -8210.1806640625,
+              -4.7039751e7], dtype)
     same(torch.special.airy_ai, x, dtype=dtype)
 
 

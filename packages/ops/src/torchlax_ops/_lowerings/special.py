@@ -49,6 +49,27 @@ def _chbevl(x, coefficients):
     return 0.5 * (b0 - b2)
 
 
+def _sin(x):
+    # XLA's float32 sine loses accuracy for large arguments where libm's sinf does not: take it
+    # in double and round (the argument itself keeps its float32 rounding, as PyTorch's).
+    return jnp.sin(_wide(x)).astype(x.dtype)
+
+
+def _cos(x):
+    return jnp.cos(_wide(x)).astype(x.dtype)
+
+
+def _two_thirds_power(x):
+    """(2/3) x^(3/2), rounded as PyTorch's arithmetic rounds it.
+
+    XLA turns a division by a constant (or any scalar) into a multiplication by its rounded
+    reciprocal, an ulp off -- too much inside exp or sin of a large argument. Dividing by an
+    array the optimization barrier hides keeps it a correctly rounded division.
+    """
+    three = lax.optimization_barrier(jnp.full_like(x, 3))
+    return 2 * x * jnp.sqrt(x) / three
+
+
 def _inf(x):
     return jnp.full_like(x, jnp.inf)
 
@@ -127,9 +148,13 @@ def _zeta(x, q):
     analytic continuation polygamma relies on.
     """
     x, q = jnp.broadcast_arrays(_wide(x), _wide(q))
-    nonpositive_q = q <= 0
-    pole = (x == 1) | (nonpositive_q & (q == jnp.floor(q)))
-    undefined = (x < 1) | (nonpositive_q & (x != jnp.floor(x)))
+    # PyTorch's checks in order: inf at x == 1, nan below, then for q <= 0 inf at integers
+    # and nan unless x is an integer.
+    below_one = x < 1
+    nonpositive_q = ~below_one & (x != 1) & (q <= 0)
+    integer_q = q == jnp.floor(q)
+    pole = (x == 1) | (nonpositive_q & integer_q)
+    undefined = below_one | (nonpositive_q & ~integer_q & (x != jnp.floor(x)))
     skip = pole | undefined
     q = jnp.where(skip, 1.0, q)
 
@@ -291,9 +316,9 @@ def _hankel(x, z, pp, pq, qp, qq, phase, second_kind):
     q = 5 / x * (_polevl(z, qp) / _polevl(z, qq))
     shifted = x - phase
     if second_kind:
-        value = p * jnp.sin(shifted) + q * jnp.cos(shifted)
+        value = p * _sin(shifted) + q * _cos(shifted)
     else:
-        value = p * jnp.cos(shifted) - q * jnp.sin(shifted)
+        value = p * _cos(shifted) - q * _sin(shifted)
     return value * _SQRT_2_OVER_PI / jnp.sqrt(x)
 
 
@@ -511,15 +536,15 @@ def _airy_ai(x):
     xd = jnp.where(decaying, x, 3)
     xm = jnp.where(oscillating | decaying, 0, x)
 
-    zeta_o = -2 * xo * jnp.sqrt(-xo) / 3
+    zeta_o = _two_thirds_power(-xo)
     z = 1 / zeta_o
     z2 = z * z
     f = 1 + z2 * _polevl(z2, _AIRY_AFN) / _polevl(z2, _AIRY_AFD)
     g = z * _polevl(z2, _AIRY_AGN) / _polevl(z2, _AIRY_AGD)
     theta = zeta_o + 0.25 * np.asarray(math.pi, x.dtype)
-    oscillatory = _INV_SQRT_PI / jnp.sqrt(jnp.sqrt(-xo)) * (jnp.sin(theta) * f - jnp.cos(theta) * g)
+    oscillatory = _INV_SQRT_PI / jnp.sqrt(jnp.sqrt(-xo)) * (_sin(theta) * f - _cos(theta) * g)
 
-    zeta_d = 2 * xd * jnp.sqrt(xd) / 3
+    zeta_d = _two_thirds_power(xd)
     ratio = _polevl(1 / zeta_d, _AIRY_AN) / _polevl(1 / zeta_d, _AIRY_AD)
     decay = _INV_SQRT_PI * ratio / (2 * jnp.sqrt(jnp.sqrt(xd)) * jnp.exp(zeta_d))
 
