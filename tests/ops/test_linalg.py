@@ -289,3 +289,10 @@ def test_matrix_exp_bfloat16_is_rounded_float32():
         actual = torch.linalg.matrix_exp(to_jax(x.bfloat16()))
     assert actual.dtype == torch.bfloat16 and actual.shape == expected.shape
     torch.testing.assert_close(actual.cpu(), expected, atol=1e-2, rtol=1.6e-2)
+
+
+def test_lstsq_gelsy_rank_of_a_large_matrix():
+    # Past 48 columns the rank comes from norm estimates, not one SVD per leading triangle.
+    x = torch.randn(70, 56, dtype=F64)
+    x[:, -4:] = x[:, :4] @ torch.randn(4, 4, dtype=F64)
+    check(torch.linalg.lstsq, x, torch.randn(70, 2, dtype=F64), atol=1e-8, rtol=1e-7)

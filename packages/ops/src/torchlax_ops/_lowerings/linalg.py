@@ -529,10 +529,19 @@ def _lstsq_gelsy(A, B, rcond):
     return jnp.take_along_axis(y, inverse[..., :, None], axis=-2), rank.astype(jnp.int64)
 
 
+_EXACT_RANK_LIMIT = 48  # leading triangles up to this size get exact singular values
+
+
 def _leading_rank(R, rcond):
-    """Largest r with smax(R[:r, :r]) * rcond <= smin(R[:r, :r]) (gelsy's criterion, with exact
-    singular values where LAPACK estimates them incrementally)."""
+    """Largest r with smax(R[:r, :r]) * rcond <= smin(R[:r, :r]), gelsy's criterion.
+
+    LAPACK estimates both incrementally; here they are exact for small R (one SVD per leading
+    triangle) and, beyond ``_EXACT_RANK_LIMIT``, estimated from Frobenius norms of the leading
+    triangles of R and of R^-1 (O(k^3) in all, where exact values would cost O(k^4)).
+    """
     k = R.shape[-1]
+    if k > _EXACT_RANK_LIMIT:
+        return _leading_rank_estimate(R, rcond)
     scale = jnp.abs(R[..., :1, :1])  # |R00| >= every diagonal entry: leaves smin, smax alone
     index = jnp.arange(k)
     inside = index[:, None, None] >= jnp.maximum(index[None, :, None], index[None, None, :])
@@ -541,6 +550,23 @@ def _leading_rank(R, rcond):
     values = jnp.linalg.svd(blocks, compute_uv=False)
     ok = values[..., -1] >= values[..., 0] * rcond
     ok = ok & (scale[..., 0] > 0)  # a zero matrix has rank 0
+    return jnp.sum(jnp.cumprod(ok, axis=-1), axis=-1)
+
+
+def _leading_rank_estimate(R, rcond):
+    k = R.shape[-1]
+    diag = jnp.diagonal(R, axis1=-2, axis2=-1)
+    safe = R + jnp.where(diag == 0, 1, 0).astype(R.dtype)[..., None, :] * jnp.eye(k, dtype=R.dtype)
+    eye = jnp.broadcast_to(jnp.eye(k, dtype=R.dtype), R.shape)
+    inverse = _triangular(safe, eye, lower=False)  # leading blocks of R^-1 invert R's
+
+    def leading_norms(M):  # ||M[:r, :r]||_F for r = 1..k (upper triangular M)
+        squares = jnp.abs(M) ** 2
+        per_column = jnp.cumsum(squares, axis=-2)  # rows 0..r of each column
+        return jnp.sqrt(jnp.cumsum(jnp.diagonal(per_column, axis1=-2, axis2=-1), axis=-1))
+
+    smax, smin = leading_norms(R), 1 / leading_norms(inverse)
+    ok = (smax * rcond <= smin) & (jnp.cumsum(diag == 0, axis=-1) == 0)
     return jnp.sum(jnp.cumprod(ok, axis=-1), axis=-1)
 
 
