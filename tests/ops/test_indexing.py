@@ -306,3 +306,38 @@ def test_bool_accumulation_is_logical():
 
 def test_one_hot_with_class_count():
     check(lambda a: torch.nn.functional.one_hot(a, 5), torch.tensor([[0, 3], [4, 1]]))
+
+
+def test_kthvalue_picks_the_same_tie_as_pytorch():
+    torch.manual_seed(1)
+    ties = torch.randint(-3, 4, (6, 11, 7))
+    for k in (1, 2, 4, 7):
+        check(lambda a, k=k: a.kthvalue(k, 2), ties)
+    check(lambda a: a.kthvalue(5, 1, keepdim=True), ties)
+    check(lambda a: a.kthvalue(3, 0), ties.to(torch.bfloat16))
+    nans = torch.tensor([[1.0, float("nan"), 1.0, 0.0, float("nan"), 1.0, 1.0]])
+    for k in range(1, 8):
+        check(lambda a, k=k: a.kthvalue(k), nans)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: torch.histogram(a, 5), lambda a: torch.histogram(a, 4, range=(-1.0, 0.5)),
+    lambda a: torch.histogram(a, 3, density=True), lambda a: torch.histogram(a, 6, weight=a.abs()),
+    lambda a: torch.histogram(a, torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0], dtype=a.dtype)),
+    lambda a: torch.histogram(a[:0], 3), lambda a: torch.histogram(torch.ones(4, dtype=a.dtype), 2),
+    lambda a: torch.histogramdd(a.reshape(-1, 3), [2, 3, 4]),
+    lambda a: torch.histogramdd(a.reshape(-1, 2), 3, range=[-1.0, 1.0, 0.0, 2.0], density=True),
+    lambda a: torch.histogramdd(a.reshape(-1, 2), [torch.tensor([-1.0, 0.0, 1.0], dtype=a.dtype), torch.tensor([-3.0, 3.0], dtype=a.dtype)]),
+])
+def test_histogram_and_histogramdd(fn):
+    check(lambda a: tuple(fn(a)), x.double(), exact=False)  # edges: XLA may round an ulp apart
+
+
+def test_unsafe_masked_index_ops_clamp_masked_off_indices():
+    idx = torch.tensor([[0, 7], [-9, 2]])
+    keep = torch.tensor([[True, False], [False, True]])
+    check(lambda a, m, i: torch.ops.aten._unsafe_masked_index(a, m, [None, i], -1.5), x[0], keep, idx)
+    values = torch.arange(4.0).reshape(2, 2) + 1
+    check(lambda a, m, i, v: torch.ops.aten._unsafe_masked_index_put_accumulate(a, m, [i], v),
+          torch.zeros(5), keep, idx, values)
+    check(lambda a, m, i: torch.ops.aten._unsafe_masked_index(a, m, [i], 3), torch.zeros(0, 2), keep, idx)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 from torchlax_core import jax_dtype, torch_dtype
 
 from .._table import lowering
@@ -103,21 +104,26 @@ def index_put(self, indices, values, accumulate=False, unsafe=False):
     return _add(self.at[key], values) if accumulate else self.at[key].set(values)
 
 
-def _clamped(self, indices, low_is_negative: bool):
-    """Indices clamped into range: the masked-off positions of the unsafe masked ops may hold
-    anything, and reading or writing them must stay in bounds."""
-    return [None if index is None else jnp.clip(
-        index, -self.shape[d] if low_is_negative else 0, self.shape[d] - 1)
-        for d, index in enumerate(indices)]
+def _clamped(shape, indices):
+    """Indices clamped into ``[-size, size)``: the masked-off positions of the unsafe masked ops
+    may hold anything, and reading or writing them must stay in bounds."""
+    return [None if index is None else jnp.clip(index, -size, size - 1)
+            for size, index in zip(shape, indices, strict=False)]
 
 
 @lowering(aten._unsafe_masked_index.default)
 def unsafe_masked_index(self, mask, indices, fill):
+    fill = jnp.asarray(fill).astype(self.dtype)
     if self.size == 0:
-        picked = jax.eval_shape(lambda x, key: x[_key(x, key, "")], self, indices)
-        return jnp.full(picked.shape, fill, self.dtype)
-    picked = self[_key(self, _clamped(self, indices, False), "aten._unsafe_masked_index")]
-    return jnp.where(mask, picked, jnp.asarray(fill).astype(self.dtype))
+        # As ATen: index a stand-in filled with ``fill`` whose indexed empty dims have size 1;
+        # dims past the last index get size 0 (ATen's sizes vector is only filled that far).
+        stand_in = [1 if index is not None and size == 0 else size
+                    for size, index in zip(self.shape, indices, strict=False)]
+        stand_in += [0] * (self.ndim - len(stand_in))
+        full = jnp.full(stand_in, fill, self.dtype)
+        return full[_key(full, _clamped(full.shape, indices), "aten._unsafe_masked_index")]
+    picked = self[_key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index")]
+    return jnp.where(mask, picked, fill)
 
 
 @lowering(aten._unsafe_masked_index_put_accumulate.default)
@@ -125,7 +131,7 @@ def unsafe_masked_index_put_accumulate(self, mask, indices, values):
     if self.size == 0:
         return self
     values = jnp.where(mask, values, jnp.zeros((), values.dtype)).astype(self.dtype)
-    key = _key(self, _clamped(self, indices, True), "aten._unsafe_masked_index_put_accumulate")
+    key = _key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index_put_accumulate")
     return _add(self.at[key], values)
 
 
@@ -425,8 +431,9 @@ def _even_edges(left, right, count, dtype):
     left, right = left.astype(dtype), right.astype(dtype)
     step = (right - left) / max(count - 1, 1)
     i = jnp.arange(count)
-    up = left + step * i.astype(dtype)
-    down = right - step * (count - 1 - i).astype(dtype)
+    # The barrier keeps XLA from fusing multiply and add into an FMA, which rounds differently.
+    up = left + lax.optimization_barrier(step * i.astype(dtype))
+    down = right - lax.optimization_barrier(step * (count - 1 - i).astype(dtype))
     return jnp.where(i < count // 2, up, down)
 
 
@@ -565,18 +572,99 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     return jnp.take_along_axis(self, order, axis=dim), order.astype(jnp.int64)
 
 
+def _greater_or_nan(x, y):
+    """ATen's selection order: NaN above everything, else ``>``."""
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return (jnp.isnan(x) & ~jnp.isnan(y)) | (x > y)
+    return x > y
+
+
+def _quickselect_row(values, k):
+    """ATen's CPU quickselect (median-of-three Hoare partitioning) on one row, step for step,
+    so that among equal values the same index is selected. Returns the permuted row and the
+    permutation (``k``-th smallest at position ``k``)."""
+    n = values.shape[0]
+    gt = _greater_or_nan
+
+    def swap(state, a, b):
+        arr, idx = state
+        arr = arr.at[a].set(arr[b]).at[b].set(arr[a])
+        idx = idx.at[a].set(idx[b]).at[b].set(idx[a])
+        return arr, idx
+
+    def swap_if(state, cond, a, b):
+        swapped = swap(state, a, b)
+        return tuple(jnp.where(cond, s, t) for s, t in zip(swapped, state, strict=True))
+
+    def partition_step(carry):
+        arr, idx, low, high, _ = carry
+        state = (arr, idx)
+        two = high == low + 1
+        # Two elements: order them and stop.
+        ordered = swap_if(state, gt(arr[low], arr[high]), low, high)
+        # Median of three into low, low + 1 and high, then partition around arr[low].
+        mid = low + (high - low) // 2
+        state = swap(state, mid, low + 1)
+        state = swap_if(state, gt(state[0][low + 1], state[0][high]), low + 1, high)
+        state = swap_if(state, gt(state[0][low], state[0][high]), low, high)
+        state = swap_if(state, gt(state[0][low + 1], state[0][low]), low + 1, low)
+        pivot = state[0][low]
+
+        def scan(carry):
+            # The median of three leaves sentinels at both ends; the bounds only matter for the
+            # rows a batch carries along after they finished (their state is discarded).
+            arr, idx, i, j, _ = carry
+            i = lax.while_loop(lambda i: (i < high) & gt(pivot, arr[i]), lambda i: i + 1, i + 1)
+            j = lax.while_loop(lambda j: (j > low) & gt(arr[j], pivot), lambda j: j - 1, j - 1)
+            crossed = j < i
+            arr2, idx2 = swap_if((arr, idx), ~crossed, i, j)
+            return arr2, idx2, i, j, crossed
+
+        arr, idx, i, j, _ = lax.while_loop(
+            lambda c: ~c[4], scan, (*state, low + 1, high, jnp.bool_(False)))
+        arr, idx = swap((arr, idx), low, j)
+        new_low = jnp.where(j <= k, i, low)
+        new_high = jnp.where(j >= k, j - 1, high)
+        arr = jnp.where(two, ordered[0], arr)
+        idx = jnp.where(two, ordered[1], idx)
+        done = two | (new_high <= new_low)
+        return arr, idx, new_low, new_high, done
+
+    start = (values, jnp.arange(n, dtype=jnp.int64), jnp.int64(0), jnp.int64(n - 1),
+             jnp.bool_(n <= 1))
+    arr, idx, *_ = lax.while_loop(lambda c: ~c[4], partition_step, start)
+    return arr, idx
+
+
+def _rows_apply(fn, x, axis):
+    """``fn`` on every 1-D row of ``x`` along ``axis``, in batches that bound the work."""
+    moved = jnp.moveaxis(x, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    out = lax.map(fn, rows, batch_size=max(1, 4096 // max(rows.shape[-1], 1)))
+    return jax.tree.map(lambda o: o.reshape(moved.shape[:-1] + o.shape[1:]), out)
+
+
 @lowering(aten.kthvalue.default)
 def kthvalue(self, k, dim=-1, keepdim=False):
     if self.ndim == 0:
+        if k != 1:
+            raise IndexError("kthvalue(): selected number k out of range for dimension 0")
         return self, jnp.zeros((), jnp.int64)
     dim = _dim(dim, self.ndim)
     if not 1 <= k <= self.shape[dim]:
         raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
-    order = jax.lax.slice_in_dim(_sort_indices(self, dim, False), k - 1, k, axis=dim)
-    values = jnp.take_along_axis(self, order, axis=dim)
-    if not keepdim:
-        values, order = jnp.squeeze(values, dim), jnp.squeeze(order, dim)
-    return values, order.astype(jnp.int64)
+    if self.size == 0:
+        shape = self.shape[:dim] + ((1,) if keepdim else ()) + self.shape[dim + 1:]
+        return jnp.zeros(shape, self.dtype), jnp.zeros(shape, jnp.int64)
+
+    def select(row):
+        arr, idx = _quickselect_row(row, k - 1)
+        return arr[k - 1], idx[k - 1]
+
+    values, indices = _rows_apply(select, self, dim)
+    if keepdim:
+        values, indices = jnp.expand_dims(values, dim), jnp.expand_dims(indices, dim)
+    return values, indices
 
 
 def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
