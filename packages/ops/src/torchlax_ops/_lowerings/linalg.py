@@ -463,8 +463,10 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
     A, B = _broadcast_batch(self, b[..., None] if vector else b)
     m, n = A.shape[-2:]
     real = jnp.finfo(A.dtype).dtype
-    if rcond is None or rcond < 0:  # LAPACK treats a negative rcond as machine precision
-        rcond = jnp.finfo(real).eps * max(m, n) if rcond is None else jnp.finfo(real).eps
+    if rcond is None:
+        rcond = jnp.finfo(real).eps * max(m, n)
+    elif rcond < 0 and driver in ("gelsd", "gelss"):  # as LAPACK: machine precision instead
+        rcond = jnp.finfo(real).eps
     solution, residuals, rank, singular_values = _lstsq_kernel(A, B, float(rcond), driver)
     if m > n and driver != "gelsy":
         if driver != "gels":  # PyTorch reports them only if every matrix has full rank
@@ -709,7 +711,10 @@ def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
     if n == 0 or self.size == 0:
         batch = self.shape[:-2]
         return self, jnp.zeros(batch + (n,), jnp.int32), jnp.zeros(batch, jnp.int32)
-    return _ldl_factor_kernel(self, hermitian)
+    LD, pivots, info = _ldl_factor_kernel(self, hermitian)
+    if check_errors:
+        _linalg_check_errors(info, "torch.linalg.ldl_factor_ex", is_matrix=self.ndim == 2)
+    return LD, pivots, info
 
 
 @functools.partial(jax.jit, static_argnums=1)  # one XLA program per shape, eagerly too
