@@ -1,9 +1,12 @@
-"""Spatial ops: convolution, grid sampling, antialiased resampling, fractional and adaptive pools.
+"""Spatial ops: convolution, affine grids and grid sampling, antialiased resampling, fractional
+max pooling and 3-d adaptive average pooling.
 
 Each follows the arithmetic of PyTorch's CPU kernel, rounding where it rounds: half-precision
 convolution accumulates in float32 and rounds once (bias included); the grid samplers'
 half-precision path and ``adaptive_avg_pool3d`` compute in the input dtype step by step, as
 their scalar kernels do. Backward ops are the ``jax.vjp`` of the forward, computed in opmath.
+The larger kernels are ``jax.jit``-compiled per configuration, so an eager call is one XLA
+computation rather than dozens of small ones.
 """
 
 from __future__ import annotations
@@ -207,24 +210,29 @@ def _pad_coordinate(coord, size, padding_mode, align_corners):
     return coord
 
 
-def _gather(input, index, valid):
-    """input[n, c, index[n, ...]] where valid, else 0: (N, C, *index.shape[1:])."""
+def _gather_corners(input, corners):
+    """Values at each corner (a list of integer coordinates per spatial axis), 0 outside.
+
+    One gather for all corners: (N, C, K, *grid) for K corners, plus the (N, 1, K, *grid)
+    in-bounds mask.
+    """
+    sizes = input.shape[2:]
+    indices, masks = [], []
+    for corner in corners:
+        index = jnp.zeros_like(corner[0])
+        valid = jnp.ones(corner[0].shape, bool)
+        for position, size in zip(corner, sizes, strict=True):
+            index = index * size + position
+            valid &= (position >= 0) & (position < size)
+        indices.append(index)
+        masks.append(valid)
+    index, valid = jnp.stack(indices, axis=1), jnp.stack(masks, axis=1)[:, None]
     n, c = input.shape[:2]
     flat = input.reshape(n, c, -1)
     where = jnp.clip(index, 0, flat.shape[-1] - 1).reshape(n, 1, -1)
     values = jnp.take_along_axis(flat, jnp.broadcast_to(where, (n, c, where.shape[-1])), axis=2)
     values = values.reshape(n, c, *index.shape[1:])
-    return values, valid[:, None]
-
-
-def _flat_index(corner, sizes):
-    """Integer coordinates per spatial axis -> flat index and in-bounds mask."""
-    index = jnp.zeros_like(corner[0])
-    valid = jnp.ones(corner[0].shape, bool)
-    for position, size in zip(corner, sizes, strict=True):
-        index = index * size + position
-        valid &= (position >= 0) & (position < size)
-    return index, valid
+    return jnp.where(valid, values, jnp.zeros((), values.dtype)), valid
 
 
 def _cubic_coefficients(t):
@@ -259,40 +267,36 @@ def _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners):
         source = [_unnormalize(c, s, align_corners, fused) for c, s in zip(coords, sizes, strict=True)]
         base = [jnp.floor(s) for s in source]
         fractions = [s - b for s, b in zip(source, base, strict=True)]
-        rows = []
-        for i in range(4):
-            taps = []
-            for j in range(4):
-                corner = []
-                for position, size in zip((base[0] + (i - 1), base[1] + (j - 1)), sizes, strict=True):
-                    position = _pad_coordinate(position, size, padding_mode, align_corners)
-                    corner.append(jax.lax.stop_gradient(position).astype(jnp.int64))
-                values, valid = _gather(input, *_flat_index(corner, sizes))
-                taps.append(jnp.where(valid, values, jnp.zeros((), values.dtype)))
-            rows.append(_cubic_interp(taps, fractions[1][:, None]))
+        taps = [[jax.lax.stop_gradient(_pad_coordinate(b + (k - 1), size, padding_mode,
+                                                       align_corners)).astype(jnp.int64)
+                 for k in range(4)] for b, size in zip(base, sizes, strict=True)]
+        values, _ = _gather_corners(input, [(y, x) for y in taps[0] for x in taps[1]])
+        rows = [_cubic_interp([values[:, :, 4 * i + j] for j in range(4)], fractions[1][:, None])
+                for i in range(4)]
         return _cubic_interp(rows, fractions[0][:, None])
 
     source = [_pad_coordinate(_unnormalize(c, s, align_corners, fused), s, padding_mode,
                               align_corners) for c, s in zip(coords, sizes, strict=True)]
     if interpolation_mode == _NEAREST:
-        corner = [jnp.round(s).astype(jnp.int64) for s in source]
-        values, valid = _gather(input, *_flat_index(corner, sizes))
-        return jnp.where(valid, values, jnp.zeros((), values.dtype))
+        values, _ = _gather_corners(input, [[jnp.round(s).astype(jnp.int64) for s in source]])
+        return values[:, :, 0]
 
     low = [jnp.floor(s).astype(jnp.int64) for s in source]
-    out = jnp.zeros((input.shape[0], input.shape[1], *grid.shape[1:-1]), input.dtype)
-    for offsets in itertools.product((0, 1), repeat=n):  # nw, ne, sw, se (t before b in 3-d)
-        corner = [lo + o for lo, o in zip(low, offsets, strict=True)]
+    offsets = list(itertools.product((0, 1), repeat=n))  # nw, ne, sw, se (t before b in 3-d)
+    values, valid = _gather_corners(
+        input, [[lo + o for lo, o in zip(low, corner, strict=True)] for corner in offsets])
+    out = jnp.zeros(values.shape[:2] + values.shape[3:], input.dtype)
+    for k, corner in enumerate(offsets):
         # Weight: the product of the distances to the opposite corner, x first, then y, then z.
         weight = None
         for d in reversed(range(n)):
-            if offsets[d]:
+            if corner[d]:
                 factor = source[d] - low[d].astype(input.dtype)
             else:
                 factor = (low[d] + 1).astype(input.dtype) - source[d]
             weight = factor if weight is None else weight * factor
-        values, valid = _gather(input, *_flat_index(corner, sizes))
-        out = jnp.where(valid, out + values * weight[:, None], out)
+        # Accumulated corner by corner in the input dtype, skipping corners outside the input.
+        out = jnp.where(valid[:, :, k], out + values[:, :, k] * weight[:, None], out)
     return out
 
 
