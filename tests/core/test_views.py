@@ -222,3 +222,87 @@ def test_data_aliases_and_data_assignment_rebinds():
         return x, y
 
     _check(fn)
+
+
+# -- in-place view ops: the tensor object itself takes the view's shape ---------------------------
+
+INPLACE_VIEWS = {
+    "t_": lambda x: x.t_(),
+    "transpose_": lambda x: x.transpose_(0, 1),
+    "swapdims_": lambda x: x.swapdims_(1, 0),
+    "squeeze_": lambda x: x.view(4, 1, 6).squeeze_(),
+    "squeeze_dim_": lambda x: x.view(4, 1, 6).squeeze_(1),
+    "unsqueeze_": lambda x: x.unsqueeze_(1),
+    "as_strided_": lambda x: x.as_strided_((3, 2), (1, 6)),
+    "resize_same_numel": lambda x: x.resize_(3, 8),
+    "resize_smaller": lambda x: x.resize_(5),
+    "resize_as_": lambda x: x.resize_as_(torch.zeros(2, 12)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE_VIEWS))
+def test_inplace_view_op_changes_the_tensor_itself(name):
+    op = INPLACE_VIEWS[name]
+
+    def fn(base):
+        alias = base.view(24)
+        t = op(base if name not in ("squeeze_", "squeeze_dim_") else base)
+        same = t is base or name.startswith("squeeze")
+        assert same
+        t.mul_(10)  # writes through the reshaped tensor reach every alias
+        return t.clone(), base, alias
+
+    _check(fn)
+
+
+def test_inplace_view_op_keeps_object_and_feeds_autograd():
+    cpu = torch.arange(6.0).reshape(2, 3).requires_grad_()
+    jx = to_jax(cpu)
+    results = []
+    for leaf in (cpu, jx):
+        y = leaf * 2
+        obj = id(y)
+        y.t_().unsqueeze_(0)
+        assert id(y) == obj and tuple(y.shape) == (1, 3, 2)
+        (y * torch.arange(6.0, device=leaf.device).reshape(1, 3, 2)).sum().backward()
+        results.append((y, leaf.grad))
+    assert_same(results[1][0], results[0][0])
+    assert_same(results[1][1], results[0][1])
+
+
+def test_resize_cannot_grow():
+    jx = to_jax(torch.zeros(2, 3))
+    with pytest.raises(RuntimeError, match="cannot grow a tensor in place"):
+        jx.resize_(4, 4)
+
+
+@pytest.mark.parametrize("offset", [None, 0, 10])
+def test_as_strided_on_a_view_indexes_the_storage(offset):
+    kwargs = {} if offset is None else {"storage_offset": offset}
+
+    def fn(base):
+        view = base[5:15].as_strided((2, 2), (1, 2), **kwargs)
+        out = view.clone()
+        view.mul_(-1)  # writes land where PyTorch's do
+        return out, base
+
+    _check(fn, lambda: torch.arange(20.0))
+
+
+def test_inplace_view_ops_under_jit():
+    import jax
+
+    def program(array):
+        t = torchlax_core.wrap(array)
+        alias = t.view(-1)
+        t.t_().unsqueeze_(0).resize_(6)
+        t.add_(1)
+        return t.jax(), alias.jax()
+
+    cpu = torch.arange(6.0).reshape(2, 3)
+    expected_alias = cpu.view(-1)
+    expected = cpu.t_().unsqueeze_(0).resize_(6)
+    expected.add_(1)
+    out, alias = jax.jit(program)(to_jax(torch.arange(6.0).reshape(2, 3)).jax())
+    assert_same(torchlax_core.wrap(out), expected)
+    assert_same(torchlax_core.wrap(alias), expected_alias)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import torch
 from torch.utils import _pytree as pytree
 
+from ._dispatch import resize_, resize_as_
 from ._dtypes import jax_dtype
 from ._registry import op_name
 from ._tensor import Tensor, _from_cpu, _to_cpu
@@ -119,6 +120,9 @@ class Transfer:
         registry.register_decomposition(aten._to_copy.default, _to_copy)
         registry.register_decomposition(aten._local_scalar_dense.default, _local_scalar_dense)
         registry.register_decomposition(aten.lift_fresh.default, _lift_fresh)
+        # Change the tensor's own sizes (as the in-place view ops do), so they live in the core.
+        registry.register_decomposition(aten.resize_.default, resize_)
+        registry.register_decomposition(aten.resize_as_.default, resize_as_)
         # Autograd itself detaches (module.to, Parameter, .grad): alias views of the input.
         registry.register_lowering(aten.detach.default, _identity)
         registry.register_lowering(aten.alias.default, _identity)

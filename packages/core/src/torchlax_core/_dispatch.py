@@ -21,7 +21,17 @@ from . import _tensor
 from ._dtypes import jax_dtype, torch_dtype
 from ._errors import DeviceMismatchError
 from ._registry import op_name
-from ._tensor import GATHER, IDENTITY, REINTERPRET, RESHAPE, Tensor, _from_cpu, _make, _View
+from ._tensor import (
+    GATHER,
+    IDENTITY,
+    REINTERPRET,
+    RESHAPE,
+    Tensor,
+    _first_index,
+    _from_cpu,
+    _make,
+    _View,
+)
 
 _ArrayImpl = type(jnp.zeros(()))
 _JAX_DTYPES = {t: jax_dtype(t) for t in _tensor._DTYPES.values()}
@@ -164,6 +174,8 @@ def lowering_impl(func, fn) -> Callable:
     if schema is not None and schema.is_mutable:
         return derived_mutation_impl(func, None, plain_impl(func, fn))
     if getattr(func, "is_view", False) and torch.Tag.inplace_view not in func.tags:
+        if func is torch.ops.aten.as_strided.default:
+            return as_strided_impl(func, fn)
         return view_impl(func, fn)
     return plain_impl(func, fn)
 
@@ -295,6 +307,38 @@ def inplace_view_impl(func, functional, fn) -> Callable:
             func(*args, **kwargs)
         self._view = _View(compute, kind, self._storage.array, value)
         return self
+
+    return impl
+
+
+def as_strided_impl(func, fn) -> Callable:
+    """``as_strided`` indexes the storage, not its input: on a view (``base[5:15]``) the
+    offset and strides count from the root's first element, and the default offset is the
+    view's own (the root index of its first element), as in PyTorch."""
+    plain = view_impl(func, fn)
+
+    def impl(args, kwargs):
+        base = args[0]
+        parent = base._view if isinstance(base, Tensor) else None
+        if parent is None or parent.kind not in (RESHAPE, GATHER):
+            return plain(args, kwargs)
+        size, stride = args[1], args[2]
+        offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+        storage = base._storage
+        root_array = storage.array
+        if offset is None:
+            if base.numel() == 0:
+                offset = 0
+            else:
+                try:
+                    offset = _first_index(parent, root_array)
+                except jax.errors.ConcretizationTypeError:  # a view computed from traced values
+                    return plain(args, kwargs)
+
+        def compute(root):
+            return _call(fn, [root, size, stride, offset], {})
+
+        return _view_of(storage, compute(root_array), compute, GATHER, root_array, None)
 
     return impl
 
@@ -443,3 +487,58 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
         return outputs[0] if single else tuple(outputs)
 
     return impl
+
+
+# -- resize_ ------------------------------------------------------------------------------------
+
+
+def _contiguous_strides(shape) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
+
+
+def resize_(self, size, memory_format=None):
+    """``resize_`` as PyTorch's: the tensor reads ``prod(size)`` storage elements from its
+    storage offset on, row-major (for a transposed view: storage order, not its own).
+
+    The tensor becomes a view of its storage, so aliases stay consistent. Growing past the
+    storage would need elements a jax.Array does not have, so that raises.
+    """
+    size = [int(n) for n in size]
+    numel = 1
+    for n in size:
+        numel *= n
+    if size == list(self.shape):
+        return self
+    storage = self._storage
+    root = storage.array
+    view = self._view
+    offset = 0
+    if view is not None and view.compute is not None and self.numel():
+        if view.kind == REINTERPRET:
+            raise NotImplementedError(
+                "aten.resize_ on a view that reinterprets its base's dtype is not supported by "
+                "torchlax; resize a copy (t.clone().resize_(...)) instead.")
+        offset = _first_index(view, root)
+    if offset + numel > root.size:
+        raise RuntimeError(
+            f"aten.resize_: torchlax cannot grow a tensor in place (to {numel} elements from "
+            f"storage offset {offset}, past its storage of {root.size}): a jax.Array has no spare "
+            "storage. Create a new tensor instead (t.new_empty(size))."
+        )
+
+    def compute(array):
+        return array.reshape(-1)[offset:offset + numel].reshape(size)
+
+    kind = RESHAPE if offset == 0 and numel == root.size else GATHER
+    with torch._C._DisableTorchDispatch():  # the wrapper's own sizes, checked against its storage
+        torch.ops.aten.as_strided_.default(self, size, _contiguous_strides(size), self.storage_offset())
+    self._view = _View(compute, kind, root, compute(root))
+    return self
+
+
+def resize_as_(self, the_template, *, memory_format=None):
+    return resize_(self, the_template.shape, memory_format)

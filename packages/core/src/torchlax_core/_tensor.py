@@ -105,10 +105,18 @@ class _View:
         # each view element is: that makes one generic scatter for every gathering view op.
         if self._indices is None:
             size = int(np.prod(root_array.shape, dtype=np.int64))
-            iota = jnp.arange(size, dtype=jnp.int64 if size > 2**31 - 1 else jnp.int32)
-            with jax.enable_x64(True):
+            with jax.ensure_compile_time_eval():
+                iota = jnp.arange(size, dtype=jnp.int64 if size > 2**31 - 1 else jnp.int32)
+            # Computed now even inside a jit trace: a constant of the program, safe to cache.
+            with jax.enable_x64(True), jax.ensure_compile_time_eval():
                 self._indices = self.compute(iota.reshape(root_array.shape)).reshape(-1)
         return self._indices
+
+
+def _first_index(view: _View, root_array) -> int:
+    """The root (storage) index of a view's first element: its storage offset."""
+    with jax.ensure_compile_time_eval():
+        return int(view.indices(root_array)[0])
 
 
 def _make(array, storage: _Storage | None = None, view: _View | None = None,
