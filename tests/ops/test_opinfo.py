@@ -142,9 +142,19 @@ def clone(x):
 # Ops whose samples pass tensor arguments that PyTorch requires on the CPU whatever the input's
 # device (tensor_split's indices, read on the host): only the sample's input moves.
 HOST_TENSOR_ARGS = frozenset({"tensor_split"})
+# Ops that read their input's storage, not only its elements (as_strided's partial_views pass
+# base[5:15]): the input moves as its base, and the view is taken again on torchlax.
+STORAGE_READERS = frozenset({"as_strided"})
 
 
-def to_jax(tree, op=None):
+def storage_of(x):
+    """(a copy of the base, size, stride, offset) of a view, for STORAGE_READERS; else None."""
+    if not isinstance(x, torch.Tensor) or x._base is None:
+        return None
+    return x._base.detach().clone(), x.size(), x.stride(), x.storage_offset()
+
+
+def to_jax(tree, op=None, storage=None):
     """The sample on torchlax: tensors moved to "jax", and a ``device="cpu"`` argument too."""
     def move(x):
         if isinstance(x, torch.Tensor):
@@ -157,6 +167,9 @@ def to_jax(tree, op=None):
         sample_input, args, kwargs = tree
         return move(sample_input), args, kwargs
     sample_input, args, kwargs = pytree.tree_map(move, tree)
+    if storage is not None:
+        base, size, stride, offset = storage
+        sample_input = base.to("jax").as_strided(size, stride, offset)
     if "device" in kwargs and torch.device(kwargs["device"]).type == "cpu":
         kwargs = {**kwargs, "device": "jax"}
     return sample_input, args, kwargs
@@ -255,10 +268,11 @@ def run_case(case: Case) -> None:
         for n, sample in enumerate(samples(op, dtype)):
             tree = (sample.input, tuple(sample.args), dict(sample.kwargs))
             pristine = pytree.tree_map(clone, tree)  # the CPU run may mutate ``tree``
+            storage = storage_of(sample.input) if op.name in STORAGE_READERS else None
             torch.manual_seed(1)
             expected = call(op, tree)
             torch.manual_seed(1)
-            actual, jax_after = runner(op, to_jax(pristine, op))
+            actual, jax_after = runner(op, to_jax(pristine, op, storage))
             what = f"sample {n}"
             values = not (random or uninitialised)
             compare(actual, expected, atol=atol, rtol=rtol, values=values, what=what)
@@ -267,7 +281,7 @@ def run_case(case: Case) -> None:
                         tensors_only=True)
             if random:  # the same seed draws the same values
                 torch.manual_seed(1)
-                again, _ = runner(op, to_jax(pristine, op))
+                again, _ = runner(op, to_jax(pristine, op, storage))
                 compare(again, to_cpu(actual), atol=0, rtol=0, what=f"{what} reseeded")
 
 
