@@ -107,7 +107,8 @@ def elementwise(
                 compute, result = result_dtypes(values, kind)
             call_args = list(call_args)
             for (p, n), v in zip(pairs, values, strict=True):
-                if getattr(v, "dtype", None) == compute:
+                # (not getattr(v, "dtype", None) == compute: numpy reads None as float64)
+                if isinstance(v, jax.Array) and v.dtype == compute:
                     continue
                 if p < n_args:
                     call_args[p] = _cast(v, compute)
