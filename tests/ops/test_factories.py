@@ -125,3 +125,26 @@ def test_factory_inside_jit_program():
     with torchlax_core.enable():
         actual = run_jit(fn, torch.zeros(3).to("jax"))
     assert_same(actual, expected)
+
+
+@pytest.mark.parametrize("start, end", [
+    (torch.tensor(-2.0), torch.tensor(3.5)), (torch.tensor(1), torch.tensor(9)),
+    (torch.tensor(0.5, dtype=torch.float64), 4.0), (-1, torch.tensor(2.0)),
+])
+@pytest.mark.parametrize("steps", [0, 1, 6])
+def test_linspace_logspace_with_tensor_bounds_under_jit(start, end, steps):
+    # The bounds may be traced: steps alone fixes the shape.
+    tensors = [b for b in (start, end) if isinstance(b, torch.Tensor)]
+
+    def bounds(ts):
+        ts = iter(ts)
+        return [next(ts) if isinstance(b, torch.Tensor) else b for b in (start, end)]
+
+    def fn(*ts):
+        lo, hi = bounds(ts)
+        device = ts[0].device
+        return (torch.linspace(lo, hi, steps, device=device),
+                torch.linspace(lo, hi, steps, dtype=torch.int64, device=device),
+                torch.logspace(lo, hi, steps, base=2.0, device=device))
+
+    check(fn, *tensors)

@@ -245,3 +245,9 @@ def test_quantile_of_scalar_q_is_0d():
     check(lambda a: (torch.quantile(a, 0.3), torch.nanquantile(a, 0.5, dim=1, keepdim=True),
                      torch.quantile(a.flatten(), torch.tensor([0.2, 0.9]), interpolation="midpoint")),
           x)
+
+
+@pytest.mark.parametrize("dim, chunks", [(0, 2), (1, 3), (-1, 4), (2, 1)])
+def test_chunk_cat_pads_uneven_chunks(dim, chunks):
+    tensors = (torch.arange(30.0).reshape(2, 3, 5), torch.arange(12.0).reshape(2, 3, 2))
+    check(lambda a, b: torch.ops.aten._chunk_cat([a, b], dim, chunks), *tensors)

@@ -226,10 +226,14 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     compute = out_dtype if jnp.issubdtype(out_dtype, jnp.inexact) else jnp.dtype(jnp.float64)
     if compute in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
         compute = jnp.dtype(jnp.float32)
+    if compute != out_dtype and not jnp.issubdtype(out_dtype, jnp.inexact):
+        # ATen casts the bounds to the integer output type before stepping between them.
+        start, end = (jnp.trunc(jnp.asarray(b, compute)) for b in (start, end))
+    start, end = jnp.asarray(start, compute), jnp.asarray(end, compute)
     step = (end - start) / (steps - 1)
     i = jnp.arange(steps, dtype=jnp.int64)
-    up = jnp.asarray(start, compute) + jnp.asarray(step, compute) * i.astype(compute)
-    down = jnp.asarray(end, compute) - jnp.asarray(step, compute) * (steps - 1 - i).astype(compute)
+    up = start + step * i.astype(compute)
+    down = end - step * (steps - 1 - i).astype(compute)
     return jnp.where(i < steps / 2, up, down).astype(out_dtype)
 
 

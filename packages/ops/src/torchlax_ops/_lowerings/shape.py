@@ -345,7 +345,9 @@ def chunk_cat(tensors, dim, num_chunks):
         raise RuntimeError("_chunk_cat expects a non-empty input tensor list")
     if num_chunks < 1:
         raise RuntimeError("_chunk_cat expects positive num_chunks")
-    dtype = _promoted(tensors)
+    dtype = tensors[0].dtype
+    if any(a.dtype != dtype for a in tensors):
+        raise RuntimeError("_chunk_cat expects all input tensors with the same dtype")
     dim = _dim(dim, tensors[0].ndim)
     rows = []
     for a in tensors:
