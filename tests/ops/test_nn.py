@@ -547,6 +547,17 @@ def test_embedding_bag_functional_2d_input_and_max_ties():
                                            False, 2), weight, indices)
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_embedding_max_norm_renormalizes_named_rows_in_place(norm_type):
+    def fn(w, i):
+        w = w.clone()
+        out = F.embedding_bag(i, w, torch.tensor([0, 2], device=i.device), max_norm=1.5,
+                              norm_type=norm_type, mode="mean")
+        return out, w
+
+    check(fn, randn(6, 3) * 2, torch.tensor([0, 2, 2, 5]))
+
+
 # -- random, attention, and ops whose PyTorch code reads data on the host ---------------------------
 
 

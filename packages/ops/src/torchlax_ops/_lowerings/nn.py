@@ -672,6 +672,19 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return jnp.take(weight, indices, axis=0)
 
 
+@lowering(aten.embedding_renorm.default)
+def embedding_renorm(self, indices, max_norm, norm_type):
+    # Each row that ``indices`` names and whose p-norm exceeds max_norm is scaled down to it.
+    rows = _up(self)
+    named = jnp.zeros((self.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
+    if norm_type == float("inf"):
+        norms = jnp.max(jnp.abs(rows), axis=1)
+    else:
+        norms = jnp.sum(jnp.abs(rows) ** norm_type, axis=1) ** (1.0 / norm_type)
+    scale = jnp.where(named & (norms > max_norm), max_norm / (norms + 1e-7), 1)
+    return (rows * scale[:, None]).astype(self.dtype)
+
+
 @lowering(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     flat = indices.reshape(-1)
