@@ -761,7 +761,9 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
 
 
 def _traced(t) -> bool:
-    return isinstance(t.jax(), jax.core.Tracer)
+    """Whether ``t``'s values are unknown now (traced by JAX, or a fake tensor of export)."""
+    read = getattr(t, "jax", None)
+    return read is None or isinstance(read(), jax.core.Tracer)
 
 
 def _check_weights(w, name, num_observations, integral: bool):
