@@ -547,6 +547,22 @@ def test_embedding_bag_functional_2d_input_and_max_ties():
                                            False, 2), weight, indices)
 
 
+@pytest.mark.parametrize("mode,per_sample,padding_idx,by_freq", [
+    ("sum", False, None, False), ("sum", True, 4, False), ("mean", False, 4, True),
+    ("max", False, None, False)])
+def test_embedding_bag_grads(mode, per_sample, padding_idx, by_freq):
+    weight, indices = randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    offsets = torch.tensor([0, 3, 3, 6])
+    inputs = [weight, indices, offsets, randn(8) if per_sample else None]
+
+    def loss(w, i, o, p):
+        out = F.embedding_bag(i, w, o, mode=mode, per_sample_weights=p, padding_idx=padding_idx,
+                              scale_grad_by_freq=by_freq)
+        return (out ** 2).sum()
+
+    grads_match(loss, inputs)
+
+
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
 def test_embedding_max_norm_renormalizes_named_rows_in_place(norm_type):
     def fn(w, i):
@@ -581,12 +597,20 @@ def test_rrelu_training_draws_slopes_and_writes_noise():
     assert torch.equal(a[x >= 0], x[x >= 0])
     torch.testing.assert_close(noise, torch.where(x <= 0, a / x, torch.ones(())))
     assert torch.all((inplace.cpu() >= x * 0.3 - 1e-6) & (inplace.cpu() <= x * 0.1 + 1e-6) | (x >= 0))
+    with torchlax_core.enable():  # the gradient is the drawn slope (1 where x > 0)
+        leaf = x.to("jax").requires_grad_()
+        out = F.rrelu(leaf, 0.1, 0.3, training=True)
+        out.sum().backward()
+        grad, out = leaf.grad.cpu(), out.detach().cpu()
+    torch.testing.assert_close(grad, torch.where(x <= 0, out / x, torch.ones(())))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rrelu_eval_is_the_mean_slope(dtype):
     x = randn(5, 6).to(dtype)
     check(lambda t: F.rrelu(t, 0.1, 0.3, training=False), x)
+    if dtype == torch.float32:
+        grads_match(lambda t: F.rrelu(t, 0.1, 0.3, training=False).sin().sum(), [x])
 
 
 FLASH = {

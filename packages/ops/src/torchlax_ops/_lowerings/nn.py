@@ -467,6 +467,13 @@ def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1 / 3, training=
     return (x * slope).astype(self.dtype), slope.astype(noise.dtype)
 
 
+@lowering(aten.rrelu_with_noise_backward.default)
+def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
+    if training and upper - lower > 1e-6:  # the slopes drawn in the forward
+        return (_up(grad_output) * _up(noise)).astype(grad_output.dtype)
+    return leaky_relu_backward(grad_output, self, (lower + upper) / 2, self_is_result)
+
+
 @decomposition(aten.rrelu_with_noise.default)
 def rrelu_with_noise(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
     out, new_noise = aten.rrelu_with_noise_functional(self, noise, lower, upper, training,
@@ -745,6 +752,52 @@ def _embedding_bag_forward(weight, indices, offsets, scale_grad_by_freq=False, m
                            padding_idx=-1):
     return _embedding_bag(weight, indices, offsets, mode, per_sample_weights,
                           include_last_offset, padding_idx)
+
+
+def _bag_of_each_index(indices, offsets, bags):
+    position = jnp.arange(indices.shape[0], dtype=offsets.dtype)
+    return jnp.searchsorted(offsets[:bags], position, side="right") - 1
+
+
+@lowering(aten._embedding_bag_backward.default)
+def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+                            num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                            padding_idx=-1):
+    # Dense gradient of the weight. Bags come from the offsets (sum mode's fast path leaves
+    # offset2bag empty); each index adds its bag's gradient (scaled as the forward scaled it).
+    g = _up(grad)
+    bags = grad.shape[0]
+    if mode == 2:  # max: each feature's gradient goes to the row that won it
+        filled = (bag_size > 0)[:, None]
+        columns = jnp.broadcast_to(jnp.arange(g.shape[1]), g.shape)
+        rows = jnp.where(filled, maximum_indices, 0)
+        out = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[rows, columns].add(
+            jnp.where(filled, g, 0))
+        return out.astype(grad.dtype)
+    bag = _bag_of_each_index(indices, offsets, bags)
+    rows = g[bag]
+    if mode == 1:
+        rows = rows / jnp.maximum(bag_size[bag], 1)[:, None].astype(g.dtype)
+    if per_sample_weights is not None:
+        rows = rows * _up(per_sample_weights)[:, None]
+    keep = indices != padding_idx if padding_idx >= 0 else jnp.ones(indices.shape, jnp.bool_)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[indices].add(1)
+        rows = rows / counts[indices][:, None]
+    out = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[indices].add(
+        jnp.where(keep[:, None], rows, 0))
+    return out.astype(grad.dtype)
+
+
+@lowering(aten._embedding_bag_per_sample_weights_backward.default)
+def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
+                                               padding_idx=-1):
+    # d loss / d per_sample_weights[i] = <grad of i's bag, weight row of index i> (sum mode).
+    bag = _bag_of_each_index(indices, offsets, grad.shape[0])
+    dots = jnp.sum(_up(grad)[bag] * _up(jnp.take(weight, indices, axis=0)), axis=1)
+    if padding_idx >= 0:
+        dots = jnp.where(indices == padding_idx, 0, dots)
+    return dots.astype(grad.dtype)
 
 
 @lowering(aten.native_dropout_backward.default)
