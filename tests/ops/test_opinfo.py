@@ -233,7 +233,7 @@ def run_jit(op, jax_tree):
     return pytree.tree_unflatten(out_leaves, host_outputs["spec"]), pytree.tree_unflatten(values, spec)
 
 
-def _fix_eigenvector_phases(out):
+def _fix_eigenvector_phases(out, tree):
     """(eigenvalues, eigenvectors) with each eigenvector scaled so its largest entry is real
     and positive. LAPACK defines eigenvectors only up to a sign (real) or a unit phase
     (complex), and MKL's LAPACK (PyTorch's CPU build) and JAX's pick differently."""
@@ -245,16 +245,36 @@ def _fix_eigenvector_phases(out):
     return values, vectors * (lead.abs() / lead).conj()
 
 
+def _tie_order_free(dim_at, indices_at):
+    """Indices replaced by the values they pick, for an unstable sort or topk: PyTorch leaves
+    the order of equal elements unspecified (its CPU sort is std::sort's, not stable), so any
+    index of an equal value is right. ``stable=True`` keeps the exact comparison."""
+    def canonical(out, tree):
+        sample_input, args, kwargs = tree
+        if kwargs.get("stable") or sample_input.dim() == 0:
+            return out
+        dim = kwargs.get("dim", args[dim_at] if len(args) > dim_at else -1)
+        single = isinstance(out, torch.Tensor)
+        parts = [out] if single else list(out)
+        parts[indices_at] = sample_input.gather(dim, parts[indices_at])
+        return parts[0] if single else tuple(parts)
+
+    return canonical
+
+
 # Ops whose outputs PyTorch defines only up to an equivalence: both sides are mapped to one
 # representative before comparing values (dtype and shape are compared as they come).
 CANONICAL_FORM = {
     "linalg.eig": _fix_eigenvector_phases,
     "linalg.eigh": _fix_eigenvector_phases,
+    "sort": _tie_order_free(dim_at=0, indices_at=1),
+    "argsort": _tie_order_free(dim_at=0, indices_at=0),
+    "topk": _tie_order_free(dim_at=1, indices_at=1),
 }
 
 
 def compare(actual, expected, *, atol, rtol, values=True, what="output", tensors_only=False,
-            canonical=None):
+            canonical=None, tree=None):
     for leaf in pytree.tree_leaves(actual):
         if isinstance(leaf, torch.Tensor) and not isinstance(leaf, torchlax_core.Tensor):
             raise AssertionError(f"{what}: torchlax returned a {leaf.device} tensor, not a jax one")
@@ -264,7 +284,7 @@ def compare(actual, expected, *, atol, rtol, values=True, what="output", tensors
             if isinstance(e, torch.Tensor) and (a.dtype != e.dtype or a.shape != e.shape):
                 break  # reported as a dtype/shape mismatch below
         else:
-            actual, expected = canonical(actual), canonical(expected)
+            actual, expected = canonical(actual, tree), canonical(expected, tree)
     actual_leaves, _ = pytree.tree_flatten(actual)
     expected_leaves, _ = pytree.tree_flatten(expected)
     if len(actual_leaves) != len(expected_leaves):
@@ -314,7 +334,7 @@ def run_case(case: Case) -> None:
             what = f"sample {n}"
             values = not (random or uninitialised)
             compare(actual, expected, atol=atol, rtol=rtol, values=values, what=what,
-                    canonical=CANONICAL_FORM.get(op.name))
+                    canonical=CANONICAL_FORM.get(op.name), tree=pristine)
             if values and op.name not in HOST_TENSOR_ARGS:  # in-place ops: mutated inputs too
                 compare(jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs",
                         tensors_only=True)

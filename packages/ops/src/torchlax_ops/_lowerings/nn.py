@@ -16,11 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-import torch.nn.functional as F
 import torch.nn.modules.linear_cross_entropy  # noqa: F401  (defines the torch_nn ops)
 from torchlax_core import current_env
 
-from .._table import decomposition, function, lowering
+from .._table import decomposition, lowering
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -1282,34 +1281,3 @@ def one_hot(self, num_classes=-1):
     # would read the data on the host); one outside [0, num_classes) gives a row of zeros.
     classes = torch.arange(num_classes, device=self.device)
     return (self.unsqueeze(-1) == classes).to(torch.int64)
-
-
-@function(F.gaussian_nll_loss)
-def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
-    # PyTorch's own code, except that the check for negative variances reads the data only
-    # eagerly; under a JAX trace such entries make the loss NaN instead of raising.
-    if isinstance(var, float):
-        if var < 0:
-            raise ValueError("var has negative entry/entries")
-        var = var * torch.ones_like(input)
-    elif not _traced(var) and torch.any(var < 0):
-        raise ValueError("var has negative entry/entries")
-    if var.size() != input.size():
-        if input.size()[:-1] == var.size():
-            var = torch.unsqueeze(var, -1)
-        elif not (input.ndim == var.ndim and sum(
-                y for x, y in zip(input.size(), var.size(), strict=True) if x != y) == 1):
-            raise ValueError("var is of incorrect size")
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(reduction + " is not valid")
-    negative = var < 0
-    var = var.clamp(min=eps)
-    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
-    if full:
-        loss = loss + 0.5 * math.log(2 * math.pi)
-    loss = torch.where(negative, torch.full_like(loss, math.nan), loss)
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
