@@ -155,8 +155,11 @@ def write_table(results) -> None:
         else:
             for dtype, outcome in failing.items():
                 entries[(name, variant, dtype, mode)] = outcome
+    for key in entries:  # a hand-written reason outlives a regeneration
+        if key in harness.EXPECTED_FAILURES:
+            entries[key] = harness.EXPECTED_FAILURES[key]
     with open(TABLE) as f:
-        head = f.read().split("EXPECTED_FAILURES")[0]
+        head = f.read().split("EXPECTED_FAILURES")[0].split("\n_")[0]
     lines = [head.rstrip() + "\n", "",
              "EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {"]
     by_reason = collections.defaultdict(list)

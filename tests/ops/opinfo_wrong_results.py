@@ -9,18 +9,7 @@ count as failures in ``opinfo_report.py``'s figures.
 
 from __future__ import annotations
 
-_QUANTILE = ("PyTorch's composite ends with an in-place squeeze_ (an inplace_view op); torchlax "
-             "cannot change a tensor's shape in place, so the result keeps shape (1,) instead of ()")
-_BATCH_NORM = ("saved mean/invstd come back with the wrong shape (eval mode) or in float32 where "
-               "PyTorch keeps bfloat16")
-
 KNOWN_WRONG_RESULTS: dict[tuple[str, str | None, str | None, str], str] = {
-    **{(op, None, dtype, mode): _QUANTILE
-       for op in ("quantile", "nanquantile")
-       for dtype in ("float32", "float64") for mode in ("eager", "jit")},
-    **{(op, None, dtype, mode): _BATCH_NORM
-       for op in ("native_batch_norm", "_native_batch_norm_legit")
-       for dtype in ("float32", "float64", "bfloat16") for mode in ("eager", "jit")},
-    **{("_batch_norm_with_update", None, "bfloat16", mode): _BATCH_NORM
-       for mode in ("eager", "jit")},
+    # none today: quantile/nanquantile (in-place squeeze_) and the batch-norm saved statistics
+    # were fixed; add an entry here only with the bug it stands for.
 }
