@@ -57,7 +57,6 @@ _OPS = [
     aten.im2col.default,
     aten.col2im.default,
     aten.channel_shuffle.default,
-    aten.grid_sampler_2d.default,
     aten.upsample_bicubic2d.default,
     aten.max_unpool2d.default,
     aten.max_unpool3d.default,
