@@ -10,6 +10,7 @@ backward is a second jitted program, wired into torch autograd by a ``torch.auto
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -194,8 +195,8 @@ class _Jitted:
         arrays = [t.jax() if isinstance(t, Tensor) else _borrow(t) for t in tensors]
         env = torchlax_core.current_env()
         signature = _signature(arrays)
-        info = program.info(signature, arrays, jax.random.key(0))
-        key = env.next_prng_key() if info.uses_random else jax.random.key(0)
+        info = program.info(signature, arrays, _unused_key())
+        key = env.next_prng_key() if info.uses_random else _unused_key()
 
         mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
         if torch.is_grad_enabled() and any(mask):
@@ -232,6 +233,13 @@ class _Jitted:
         if self.module is None:
             return {}, {}
         return dict(self.module.named_parameters()), dict(self.module.named_buffers())
+
+
+@functools.cache
+def _unused_key():
+    # The key input of a program that draws none. Made once: each jax.random.key call is an
+    # XLA dispatch, which cost half of a small model's per-call overhead.
+    return jax.random.key(0)
 
 
 def _inexact(t: torch.Tensor) -> bool:
