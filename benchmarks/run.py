@@ -216,33 +216,24 @@ def bench_training(b: Bench) -> None:
     def cross_entropy(logits, labels):
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
 
-    @jax.jit
-    def functional_step(weights, xb, yb):
-        loss, grads = jax.value_and_grad(lambda w: cross_entropy(apply(w, xb), yb))(weights)
-        return jax.tree.map(lambda w, g: w - 0.01 * g, weights, grads), loss
+    def sgd_loop(forward, params):
+        """One jitted step (loss, gradients, SGD update) called on its own updated weights."""
+        @jax.jit
+        def step(params, xb, yb):
+            loss, grads = jax.value_and_grad(lambda p: cross_entropy(forward(p, xb), yb))(params)
+            return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
 
-    fstate = {"w": weights}
+        state = {"params": params}
 
-    def functional():
-        fstate["w"], loss = functional_step(fstate["w"], xa, ya)
-        return ready(loss)
+        def run():
+            state["params"], loss = step(state["params"], xa, ya)
+            return ready(loss)
 
-    b.measure(group, "torchlax.functional + jax.grad (jitted step)", functional)
+        return run
 
+    b.measure(group, "torchlax.functional + jax.grad (jitted step)", sgd_loop(apply, weights))
     params, forward = hand_written_mlp(model)
-
-    @jax.jit
-    def jax_step(params, xb, yb):
-        loss, grads = jax.value_and_grad(lambda p: cross_entropy(forward(p, xb), yb))(params)
-        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), loss
-
-    state = {"p": params}
-
-    def hand():
-        state["p"], loss = jax_step(state["p"], xa, ya)
-        return ready(loss)
-
-    b.measure(group, "hand-written JAX", hand)
+    b.measure(group, "hand-written JAX", sgd_loop(forward, params))
 
 
 def bench_dlpack(b: Bench) -> None:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax._src.config import enable_x64 as _x64
+from torch._prims_common import make_contiguous_strides_for
 
 from . import _tensor
 from ._dtypes import jax_dtype, torch_dtype
@@ -492,14 +493,6 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
 # -- resize_ ------------------------------------------------------------------------------------
 
 
-def _contiguous_strides(shape) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return strides[::-1]
-
-
 def resize_(self, size, memory_format=None):
     """``resize_`` as PyTorch's: the tensor reads ``prod(size)`` storage elements from its
     storage offset on, row-major (for a transposed view: storage order, not its own).
@@ -535,7 +528,7 @@ def resize_(self, size, memory_format=None):
 
     kind = RESHAPE if offset == 0 and numel == root.size else GATHER
     with torch._C._DisableTorchDispatch():  # the wrapper's own sizes, checked against its storage
-        torch.ops.aten.as_strided_.default(self, size, _contiguous_strides(size), self.storage_offset())
+        torch.ops.aten.as_strided_.default(self, size, make_contiguous_strides_for(size), self.storage_offset())
     self._view = _View(compute, kind, root, compute(root))
     return self
 

@@ -20,22 +20,10 @@ import numpy as np
 import torch
 
 from .._table import lowering
+from .nn import _HALF, _adaptive_bounds, _ntuple, _scatter_to_indices, _up
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _up(x):
-    """x in PyTorch's opmath dtype: float32 for half precision, else unchanged."""
-    return x.astype(jnp.float32) if x.dtype in _HALF else x
-
-
-def _ntuple(value, n):
-    if isinstance(value, int):
-        return (value,) * n
-    value = tuple(value)
-    return value * n if len(value) == 1 else value
 
 
 # -- convolution --------------------------------------------------------------------------------
@@ -119,8 +107,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
 
 def _adaptive_windows(in_size, out_size):
     """Per output index: the window's first input index and length (PyTorch's start/end_index)."""
-    starts = np.array([(i * in_size) // out_size for i in range(out_size)])
-    ends = np.array([-(-((i + 1) * in_size) // out_size) for i in range(out_size)])
+    starts, ends = map(np.array, _adaptive_bounds(in_size, out_size))
     return starts, ends - starts
 
 
@@ -483,16 +470,6 @@ def _fractional_max_pool_kernel(self, pool, out, random_samples, n):
     if unbatched:
         return output[0], indices[0]
     return output, indices
-
-
-def _scatter_to_indices(grad_output, self, indices, n):
-    """Add each output gradient into the input position its index names."""
-    rows = int(np.prod(self.shape[:-n], dtype=np.int64))
-    plane = int(np.prod(self.shape[-n:], dtype=np.int64))
-    grad = _up(grad_output).reshape(rows, -1)
-    where = indices.reshape(rows, -1)
-    out = jnp.zeros((rows, plane), grad.dtype).at[jnp.arange(rows)[:, None], where].add(grad)
-    return out.reshape(self.shape).astype(self.dtype)
 
 
 @lowering(aten.fractional_max_pool2d.default)
