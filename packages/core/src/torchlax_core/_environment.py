@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import torch
 
-from . import _privateuse1, _program, _tensor
+from . import _privateuse1, _tensor
 from ._dispatch import (
     derived_mutation_impl,
     functional_counterpart,
@@ -70,7 +70,7 @@ class Environment:
         self._tables: Tables = Tables()
         self._resolved: dict[Any, Callable] = {}
         self._placements: dict[Any, Any] = {}
-        self._key_stack: list[_program.KeyScope] = []
+        self._key_stack: list[jax.Array] = []
         self._warned: set[Any] = set()
         self._rebuild()
 
@@ -261,30 +261,20 @@ class Environment:
         key passed into the traced program, so randomness is an input, never a constant.
         """
         if self._key_stack:
-            return self._key_stack[-1].split()
-        if _program.staging():
-            raise RuntimeError(
-                "A random op ran while JAX traces a program, outside any key scope: its key "
-                "would be a constant of the compiled program, giving the same numbers on every "
-                "call. Compile PyTorch code with torchlax.jit or torch.compile(backend="
-                "'torchlax') (they pass a fresh key per call), or, under your own jax.jit, pass "
-                "a key in and wrap the call in `with torchlax.current_env().prng_key_scope(key):`."
-            )
+            key, sub = jax.random.split(self._key_stack[-1])
+            self._key_stack[-1] = key
+            return sub
         gen = generator if generator is not None else torch.default_generator
         seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
         with _x64(True):
             return jax.random.key(seed)
 
     @contextlib.contextmanager
-    def prng_key_scope(self, key: jax.Array) -> Iterator[_program.KeyScope]:
-        """Draw random keys from ``key`` (for example a traced jit argument) inside the block.
-
-        Yields a ``KeyScope`` whose ``drawn`` tells afterwards whether any op drew a key.
-        """
-        scope = _program.KeyScope(key)
-        self._key_stack.append(scope)
+    def prng_key_scope(self, key: jax.Array) -> Iterator[None]:
+        """Draw random keys from ``key`` (for example a traced jit argument) inside the block."""
+        self._key_stack.append(key)
         try:
-            yield scope
+            yield
         finally:
             self._key_stack.pop()
 
