@@ -3,7 +3,7 @@
 Install ``torchlax-ops`` for the op lowerings, or ``torchlax`` for everything.
 """
 
-from . import _privateuse1
+from . import _logging, _privateuse1
 from . import hookspecs as hookspecs
 from ._checks import check as check
 from ._checks import check_index as check_index
@@ -25,6 +25,7 @@ from ._errors import PluginConflictError as PluginConflictError
 from ._errors import PluginError as PluginError
 from ._errors import TorchlaxError as TorchlaxError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._logging import logger as logger
 from ._registry import Lowering as Lowering
 from ._registry import PluginRecord as PluginRecord
 from ._registry import Registration as Registration
@@ -36,3 +37,4 @@ from .hookspecs import hookimpl as hookimpl
 __version__ = "0.1.0"
 
 _privateuse1.set_up()
+_logging.configure_from_env()

@@ -19,6 +19,9 @@ import torch
 
 from . import hookspecs
 from ._errors import PluginConflictError, PluginError
+from ._logging import get_logger
+
+_log = get_logger("plugins")
 
 # Distributions whose entry-point plugins load before any third party's, so that a third
 # party's ``override=True`` lands after the built-in lowering it replaces.
@@ -180,6 +183,7 @@ class PluginHost:
             version = _distribution_version(distribution)
         if self.pm.is_blocked(name):
             self.records[name] = PluginRecord(name, "blocked", distribution, version)
+            _log.info("plugin %r blocked (TORCHLAX_BLOCK_PLUGINS)", name)
             return None
         self.pm.register(plugin, name)
         try:
@@ -189,6 +193,8 @@ class PluginHost:
             self._report_failure(name, exc, distribution, version)
             return None
         self.records[name] = PluginRecord(name, "loaded", distribution, version)
+        _log.info("plugin %r loaded%s", name,
+                  f" from {distribution} {version or ''}".rstrip() if distribution else "")
         return name
 
     def unregister(self, plugin_or_name: Any) -> None:
@@ -220,6 +226,8 @@ class PluginHost:
             version = ep.dist.version if ep.dist is not None else None
             if self.pm.is_blocked(ep.name):
                 self.records[ep.name] = PluginRecord(ep.name, "blocked", dist, version)
+                _log.info("plugin %r (entry point of %s) blocked (TORCHLAX_BLOCK_PLUGINS)",
+                          ep.name, dist)
                 continue
             if self.pm.get_plugin(ep.name) is not None:
                 continue
@@ -233,6 +241,7 @@ class PluginHost:
     def _report_failure(self, name: str, exc: BaseException, distribution=None, version=None) -> None:
         tb = "".join(traceback.format_exception(exc))
         self.records[name] = PluginRecord(name, "failed", distribution, version, tb)
+        _log.info("plugin %r failed: %s", name, exc)
         if self.strict:
             raise PluginError(f"torchlax plugin {name!r} failed to load:\n{tb}") from exc
         warnings.warn(
@@ -261,6 +270,7 @@ class PluginHost:
                                          known.version if known else None)
                     return self.build_tables()
                 registration.apply(tables)
+        _log.debug("lowering tables built: %s", tables.counts_by_plugin())
         return tables
 
     def loaded_plugin_names(self) -> list[str]:
