@@ -1,0 +1,147 @@
+"""The fused kernels behind ``torch.nn``'s inference fast paths.
+
+In ``eval()`` under ``no_grad``, ``nn.MultiheadAttention`` calls
+``aten._native_multi_head_attention`` and ``nn.TransformerEncoderLayer`` calls
+``aten._transformer_encoder_layer_fwd`` instead of their module code; both mask with
+``aten._masked_softmax``. These lowerings compute what PyTorch's CPU kernels compute, in the
+same order (bias, then scaling of q by ``1/sqrt(head_dim)``, then ``q k^T``), with matrix
+products at full precision. A mask is boolean with True meaning "masked out" (a float mask is
+read as ``mask != 0``, as the kernels do), and a row masked out entirely gives NaN, as on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from .._table import lowering
+from .linalg import matmul
+from .nn import _gelu, _up, native_layer_norm
+
+aten = torch.ops.aten
+
+
+def _mask_for(scores, mask, dim, mask_type, op):
+    """``mask`` broadcast to ``scores``' shape according to PyTorch's ``mask_type`` codes:
+    0 an (L, L) attention mask, 1 a (B, L) key padding mask, 2 a mask of the scores' shape."""
+    mask = mask if mask.dtype == jnp.bool_ else mask != 0
+    if mask.ndim != 2 or scores.ndim != 4:
+        mask_type = 2  # types 0 and 1 only describe 2-d masks of 4-d scores, as in ATen
+    if mask_type == 2:
+        if mask.shape != scores.shape:
+            raise RuntimeError(f"{op}: for mask_type == 2 the mask's shape {tuple(mask.shape)} "
+                               f"must match the input's shape {tuple(scores.shape)}.")
+        return mask
+    batch, _, length, keys = scores.shape
+    if mask_type == 1:
+        if mask.shape != (batch, keys):
+            raise RuntimeError(f"{op}: for mask_type == 1 (key padding) the mask must have shape "
+                               f"(B, L) = {(batch, keys)}, got {tuple(mask.shape)}.")
+        return jnp.broadcast_to(mask[:, None, None, :], scores.shape)
+    if mask_type == 0:
+        if mask.shape != (length, keys):
+            raise RuntimeError(f"{op}: for mask_type == 0 (attention mask) the mask must have "
+                               f"shape (L, L) = {(length, keys)}, got {tuple(mask.shape)}.")
+        return jnp.broadcast_to(mask, scores.shape)
+    raise RuntimeError(f"{op}: unknown mask_type {mask_type}; use 0 (an (L, L) attention mask), "
+                       "1 (a (B, L) key padding mask) or 2 (a mask of the input's shape).")
+
+
+def _softmax_masked(scores, mask, dim, mask_type, op):
+    if mask is not None:
+        scores = jnp.where(_mask_for(scores, mask, dim, mask_type, op), -jnp.inf, scores)
+    return jax.nn.softmax(_up(scores), axis=dim).astype(scores.dtype)
+
+
+@lowering(aten._masked_softmax.default)
+def _masked_softmax(self, mask, dim=None, mask_type=None):
+    if mask.dtype != jnp.bool_:
+        raise RuntimeError("aten._masked_softmax: the mask must be a boolean tensor "
+                           f"(got {mask.dtype}); pass mask.bool().")
+    dim = self.ndim - 1 if dim is None else dim % max(self.ndim, 1)
+    if mask_type is None:
+        mask_type = 2
+    return _softmax_masked(self, mask, dim, mask_type, "aten._masked_softmax")
+
+
+def _linear(x, weight, bias):
+    out = matmul(x, weight.T)
+    return out if bias is None else out + bias.astype(out.dtype)
+
+
+def _multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                          proj_weight, proj_bias, mask, need_weights, average_attn_weights,
+                          mask_type):
+    op = "aten._native_multi_head_attention"
+    if query.ndim != 3 or key.ndim != 3 or value.ndim != 3:
+        raise RuntimeError(f"{op}: expected query, key and value to be 3-d (batch, sequence, "
+                           f"embed_dim), got {query.ndim}-d, {key.ndim}-d and {value.ndim}-d.")
+    if embed_dim % num_head != 0:
+        raise RuntimeError(f"{op}: embed_dim ({embed_dim}) must be divisible by num_head "
+                           f"({num_head}).")
+    head_dim = embed_dim // num_head
+    batch, length = query.shape[:2]
+    if query.size == 0:
+        return jnp.empty_like(query), None
+
+    def heads(x, w, b):  # (B, T, D) -> (B, heads, T, head_dim), bias added
+        x = _linear(x, w, b)
+        return jnp.swapaxes(x.reshape(x.shape[0], x.shape[1], num_head, head_dim), 1, 2)
+
+    w_q, w_k, w_v = jnp.split(qkv_weight, 3, axis=0)
+    b_q, b_k, b_v = jnp.split(qkv_bias, 3, axis=0)
+    q = heads(query, w_q, b_q) * jnp.asarray(1.0 / math.sqrt(head_dim), query.dtype)
+    k = heads(key, w_k, b_k)
+    v = heads(value, w_v, b_v)
+    scores = matmul(q, jnp.swapaxes(k, -1, -2))
+    weights = _softmax_masked(scores, mask, 3, mask_type, op)
+    context = matmul(weights, v)  # (B, heads, T, head_dim)
+    context = jnp.swapaxes(context, 1, 2).reshape(batch, length, embed_dim)
+    out = _linear(context, proj_weight, proj_bias)
+    if not need_weights:
+        return out, None  # PyTorch returns an undefined tensor (None in Python)
+    if average_attn_weights:
+        weights = jnp.sum(weights, axis=1) / jnp.asarray(num_head, weights.dtype)
+    return out, weights
+
+
+@lowering(aten._native_multi_head_attention.default)
+def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                                 proj_weight, proj_bias, mask=None, need_weights=True,
+                                 average_attn_weights=True, mask_type=None):
+    return _multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                                 proj_weight, proj_bias, mask, need_weights,
+                                 average_attn_weights, mask_type)
+
+
+@lowering(aten._transformer_encoder_layer_fwd.default)
+def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                   proj_bias, use_gelu, norm_first, eps, norm_weight_1,
+                                   norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
+                                   ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                   mask_type=None):
+    # ATen's transformer_encoder_layer_forward: self-attention and a two-layer feed-forward
+    # block, each with a residual connection and a layer norm before (norm_first) or after.
+    def norm(x, weight, bias):
+        return native_layer_norm(x, (embed_dim,), weight, bias, eps)[0]
+
+    if src.size == 0:
+        return jnp.empty_like(src)
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    x = _multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                              proj_bias, mask, False, True, mask_type)[0]
+    x = x + src
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    hidden = _linear(x, ffn_weight_1, ffn_bias_1)
+    hidden = _gelu(hidden) if use_gelu else jnp.maximum(hidden, 0)
+    x = _linear(hidden, ffn_weight_2, ffn_bias_2) + residual
+    if not norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    return x
