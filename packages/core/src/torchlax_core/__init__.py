@@ -7,6 +7,7 @@ from . import _logging, _privateuse1
 from . import hookspecs as hookspecs
 from ._checks import check as check
 from ._checks import check_index as check_index
+from ._checks import check_sizes as check_sizes
 from ._checks import checked as checked
 from ._checks import raise_error as raise_error
 from ._dtypes import jax_dtype as jax_dtype

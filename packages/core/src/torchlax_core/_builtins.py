@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import torch
 from torch.utils import _pytree as pytree
 
+from ._checks import check_sizes
 from ._dispatch import resize_, resize_as_
 from ._dtypes import jax_dtype
 from ._registry import op_name
@@ -60,7 +61,9 @@ class DevicePlacement:
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     # XLA has no uninitialised memory; an "empty" tensor is zeros.
-    return Tensor(jnp.zeros(tuple(size), jax_dtype(dtype or torch.get_default_dtype())))
+    dtype = jax_dtype(dtype or torch.get_default_dtype())
+    check_sizes(size, dtype.itemsize)  # before XLA, which aborts on an overflowing shape
+    return Tensor(jnp.zeros(tuple(size), dtype))
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
