@@ -79,6 +79,24 @@ def check_index(index: Any, low: int, high: int, exc_type: type[BaseException],
         raise exc_type(message.format(index=int(first)))
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def check_sizes(size: Any, itemsize: int) -> None:
+    """PyTorch's checks of a new tensor's sizes, before XLA sees them (an overflowing shape
+    aborts XLA's process instead of raising). Symbolic sizes (shape polymorphism) pass."""
+    dims = list(size)
+    nbytes = itemsize
+    for d in dims:
+        if not isinstance(d, int):
+            return
+        if d < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {d}: {dims}")
+        nbytes *= d
+    if nbytes > _INT64_MAX:
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={dims}")
+
+
 def checked(fn: Callable) -> Callable:
     """``fn`` made to return ``(error, outputs)``: its traced checks recorded by checkify.
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torchlax_core import jax_dtype, torch_dtype
+from torchlax_core import check_sizes, jax_dtype, torch_dtype
 
 from .._table import lowering
 
@@ -46,7 +46,39 @@ def _like_dtype(self, dtype):
 
 
 def _fill(shape, value, dtype):
+    dtype = jnp.dtype(dtype)
+    check_sizes(shape, dtype.itemsize)  # before XLA, which aborts on an overflowing shape
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _check_fits(value, dtype)
     return jnp.full(tuple(shape), value, dtype=dtype)
+
+
+# The C++ type names PyTorch's overflow message uses.
+_C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int", "int64": "int64_t",
+            "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+            "float32": "float"}
+
+
+def _check_fits(value, dtype) -> None:
+    """PyTorch's check of a Python fill value against the tensor's dtype (c10's ``overflows``):
+    NaN, infinity or a value out of range does not fit an integer type (negative integers wrap
+    into unsigned types, as in two's complement); a finite value past float32's range does not
+    fit float32. Half types and float64 take anything (infinity)."""
+    if dtype.name not in _C_TYPES:
+        return
+    if jnp.issubdtype(dtype, jnp.integer):
+        info = jnp.iinfo(dtype)
+        if isinstance(value, float):
+            fits = math.isfinite(value) and info.min <= value <= info.max
+        elif info.min == 0:
+            fits = value <= info.max and -value <= info.max
+        else:
+            fits = info.min <= value <= info.max
+    else:
+        fits = not math.isfinite(value) or abs(value) <= float(jnp.finfo(dtype).max)
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_C_TYPES[dtype.name]} without "
+                           "overflow")
 
 
 # -- arange ---------------------------------------------------------------------------------

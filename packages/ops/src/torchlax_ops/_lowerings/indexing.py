@@ -4,6 +4,11 @@ Advanced indexing builds a NumPy-style index tuple: jnp places the advanced-inde
 as PyTorch does (at the first advanced index when they are adjacent, else in front). Ops
 whose output shape depends on values (``nonzero``, ``masked_select``, ``unique``, boolean
 masks in ``index``) work eagerly and raise ``DataDependentShapeError`` under tracing.
+
+Indices are checked as PyTorch checks them (``torchlax_core.check_index``): eagerly an index out
+of range raises PyTorch's error; in a program compiled with ``Config.checked`` it raises after
+the call; otherwise XLA clamps reads and drops writes. The ``_unsafe`` variants, whose indices
+PyTorch's own decompositions compute in range, are not checked.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
-from torchlax_core import jax_dtype, torch_dtype
+from torchlax_core import check_index, jax_dtype, torch_dtype
 
 from .._table import lowering
 from .shape import _dim  # PyTorch's dim wrapping, one definition for both families
@@ -38,7 +43,7 @@ def _is_mask(index) -> bool:
     return index is not None and index.dtype in (jnp.bool_, jnp.uint8)
 
 
-def _key(self, indices, op: str):
+def _key(self, indices, op: str, check: bool = True):
     """The NumPy-style index tuple for ATen's ``indices`` (None means a full slice)."""
     key = []
     for index in indices:
@@ -49,12 +54,37 @@ def _key(self, indices, op: str):
                 "; for `x[mask] = value` under jit use torch.where(mask, value, x) instead"))
             key.extend(jnp.nonzero(index.astype(jnp.bool_)))
         else:
+            if check and len(key) < self.ndim:
+                size = self.shape[len(key)]
+                check_index(index, -size, size, IndexError,
+                            f"index {{index}} is out of bounds for dimension {len(key)} with "
+                            f"size {size}")
             key.append(index)
     if len(key) > self.ndim:
         raise IndexError(
             f"too many indices for tensor of dimension {self.ndim} (got {len(key)})"
         )
     return tuple(key)
+
+
+def _check_along(self, dim, index, low_is_negative_size, exc_type=RuntimeError, prefix=""):
+    """PyTorch's range check of an index along ``dim`` ([0, size), or [-size, size))."""
+    size = self.shape[dim] if self.ndim else 1
+    check_index(index, -size if low_is_negative_size else 0, size, exc_type,
+                f"{prefix}index {{index}} is out of bounds for dimension {dim} with size {size}")
+
+
+def _check_in_self(self, dim, index):
+    """index_select's and embedding's check: [0, size), message "index out of range in self"."""
+    size = self.shape[dim] if self.ndim else 1
+    check_index(index, 0, size, IndexError, "index out of range in self")
+
+
+def _check_flat(self, index):
+    """take's and put's check on the flattened tensor: [-numel, numel)."""
+    n = self.size
+    check_index(index, -n, n, IndexError,
+                f"out of range: tried to access index {{index}} on a tensor of {n} elements.")
 
 
 def _add(at, values):
@@ -66,9 +96,14 @@ def _multiply(at, values):
     return at.min(values) if values.dtype == jnp.bool_ else at.multiply(values)
 
 
-@lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
+@lowering(aten.index.Tensor)
 def index(self, indices):
     return self[_key(self, indices, "aten.index.Tensor (indexing with a boolean mask)")]
+
+
+@lowering(aten._unsafe_index.Tensor)
+def unsafe_index(self, indices):
+    return self[_key(self, indices, "aten._unsafe_index.Tensor", check=False)]
 
 
 def _mask_update(self, indices, values):
@@ -93,14 +128,23 @@ def _mask_update(self, indices, values):
     return mask, jnp.broadcast_to(values, self.shape)
 
 
-@lowering(aten.index_put.default, aten._unsafe_index_put.default, aten._index_put_impl.default)
+@lowering(aten.index_put.default, aten._index_put_impl.default)
 def index_put(self, indices, values, accumulate=False, unsafe=False):
+    return _index_put(self, indices, values, accumulate, check=True)
+
+
+@lowering(aten._unsafe_index_put.default)
+def unsafe_index_put(self, indices, values, accumulate=False):
+    return _index_put(self, indices, values, accumulate, check=False)
+
+
+def _index_put(self, indices, values, accumulate, check):
     values = values.astype(self.dtype)
     update = _mask_update(self, indices, values)
     if update is not None:  # jit-friendly: no nonzero needed
         mask, values = update
         return jnp.where(mask, self + values if accumulate else values, self)
-    key = _key(self, indices, "aten.index_put (assigning to a boolean-masked selection)")
+    key = _key(self, indices, "aten.index_put (assigning to a boolean-masked selection)", check)
     return _add(self.at[key], values) if accumulate else self.at[key].set(values)
 
 
@@ -121,8 +165,8 @@ def unsafe_masked_index(self, mask, indices, fill):
                     for size, index in zip(self.shape, indices, strict=False)]
         stand_in += [0] * (self.ndim - len(stand_in))
         full = jnp.full(stand_in, fill, self.dtype)
-        return full[_key(full, _clamped(full.shape, indices), "aten._unsafe_masked_index")]
-    picked = self[_key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index")]
+        return full[_key(full, _clamped(full.shape, indices), "aten._unsafe_masked_index", False)]
+    picked = self[_key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index", False)]
     return jnp.where(mask, picked, fill)
 
 
@@ -131,7 +175,8 @@ def unsafe_masked_index_put_accumulate(self, mask, indices, values):
     if self.size == 0:
         return self
     values = jnp.where(mask, values, jnp.zeros((), values.dtype)).astype(self.dtype)
-    key = _key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index_put_accumulate")
+    key = _key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index_put_accumulate",
+               False)
     return _add(self.at[key], values)
 
 
@@ -141,6 +186,7 @@ def _along(dim, ndim, index):
 
 @lowering(aten.index_select.default)
 def index_select(self, dim, index):
+    _check_in_self(self, _dim(dim, max(self.ndim, 1)), index)
     if self.ndim == 0:
         return self
     return jnp.take(self, jnp.ravel(index), axis=_dim(dim, self.ndim), mode="clip")
@@ -148,6 +194,7 @@ def index_select(self, dim, index):
 
 @lowering(aten.index_add.default)
 def index_add(self, dim, index, source, *, alpha=1):
+    _check_along(self, _dim(dim, max(self.ndim, 1)), index, False)
     if self.ndim == 0:
         return self + source * alpha
     source = source * alpha if alpha != 1 else source
@@ -156,6 +203,7 @@ def index_add(self, dim, index, source, *, alpha=1):
 
 @lowering(aten.index_copy.default)
 def index_copy(self, dim, index, source):
+    _check_along(self, _dim(dim, max(self.ndim, 1)), index, False, IndexError, "index_copy_(): ")
     if self.ndim == 0:
         return jnp.reshape(source, ()).astype(self.dtype)
     return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].set(source.astype(self.dtype))
@@ -164,6 +212,7 @@ def index_copy(self, dim, index, source):
 @lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(self, dim, index, value):
     value = jnp.asarray(value).astype(self.dtype)
+    _check_along(self, _dim(dim, max(self.ndim, 1)), index, True, IndexError)
     if self.ndim == 0:
         return jnp.broadcast_to(value, ())
     return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].set(value)
@@ -199,6 +248,7 @@ def _cropped(src, shape):
 def gather(self, dim, index, *, sparse_grad=False):
     squeeze = self.ndim == 0
     self, index, _ = _as_rank(self, index)
+    _check_along(self, _dim(dim, self.ndim), index, False)
     out = self[_grid(index, _dim(dim, self.ndim))]
     return jnp.reshape(out, ()) if squeeze and index.size == 1 else out
 
@@ -207,6 +257,7 @@ def _scatter_with(self, dim, index, src, combine):
     shape = self.shape
     self, index, src = _as_rank(self, index, src)
     dim = _dim(dim, self.ndim)
+    _check_along(self, dim, index, False)
     if not isinstance(src, jax.Array) or src.ndim == 0:
         src = jnp.broadcast_to(jnp.asarray(src).astype(self.dtype), index.shape)
     else:
@@ -287,6 +338,7 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     shape = self.shape
     self, index, src = _as_rank(self, index, src)
     dim = _dim(dim, self.ndim)
+    _check_along(self, dim, index, False)
     coords = _grid(index, dim)
     src = _cropped(src, index.shape)
     out = _reduce_into(self, dim, index, src, reduce, include_self, lambda a: a.at[coords])
@@ -298,6 +350,7 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     shape = self.shape
     self, index, source = _as_rank(self, index, source)
     dim = _dim(dim, self.ndim)
+    _check_in_self(self, dim, index)
     key = _along(dim, self.ndim, jnp.ravel(index))
     out = _reduce_into(self, dim, index, source, reduce, include_self, lambda a: a.at[key])
     return jnp.reshape(out, shape)
@@ -305,11 +358,13 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
 
 @lowering(aten.take.default)
 def take(self, index):
+    _check_flat(self, index)
     return jnp.ravel(self)[index]
 
 
 @lowering(aten.put.default)
 def put(self, index, source, accumulate=False):
+    _check_flat(self, index)
     flat = jnp.ravel(self).at[jnp.ravel(index)]
     source = jnp.ravel(source).astype(self.dtype)
     flat = _add(flat, source) if accumulate else flat.set(source)
