@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torch.nn.modules.linear_cross_entropy  # noqa: F401  (defines the torch_nn ops)
-from torchlax_core import current_env
+from torch._decomp import decomposition_table
+from torchlax_core import check_index, current_env
 
 from .._table import decomposition, lowering
 
@@ -675,6 +676,7 @@ def _batch_norm_with_update(input, weight, bias, running_mean, running_var, mome
 
 @lowering(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    check_index(indices, 0, weight.shape[0], IndexError, "index out of range in self")
     return jnp.take(weight, indices, axis=0)
 
 
@@ -1264,6 +1266,31 @@ def _traced(tensor) -> bool:
         tensor.jax(), jax.core.Tracer)
 
 
+def _check_targets(self, target, ignore_index):
+    """nll_loss's check: each target is a class of ``self`` (dim 1, or 0 unbatched) or
+    ``ignore_index``."""
+    classes = self.shape[1] if self.dim() > 1 else self.shape[0]
+    targets = target.jax()
+    check_index(jnp.where(targets == ignore_index, 0, targets), 0, classes, IndexError,
+                "Target {index} is out of bounds.")
+
+
+# PyTorch's decompositions of the nll losses, after the target check their kernels make (these
+# entries come after torchlax_ops._decompositions' in the table, so they are the ones used).
+@decomposition(aten.nll_loss_forward.default)
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    _check_targets(self, target, ignore_index)
+    return decomposition_table[aten.nll_loss_forward.default](
+        self, target, weight, reduction, ignore_index)
+
+
+@decomposition(aten.nll_loss2d_forward.default)
+def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
+    _check_targets(self, target, ignore_index)
+    return decomposition_table[aten.nll_loss2d_forward.default](
+        self, target, weight, reduction, ignore_index)
+
+
 @decomposition(aten.one_hot.default)
 def one_hot(self, num_classes=-1):
     if num_classes == -1 and _traced(self):
@@ -1277,7 +1304,11 @@ def one_hot(self, num_classes=-1):
         if self.numel() == 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")
         num_classes = int(self.max()) + 1  # eager only: a host read, as in PyTorch
-    # Like PyTorch on accelerators, class values are not checked against num_classes here (that
-    # would read the data on the host); one outside [0, num_classes) gives a row of zeros.
+    # Checked as on PyTorch's CPU (eagerly a host read; under jit only in checked mode, else a
+    # value outside [0, num_classes) gives a row of zeros).
+    values = self.jax()
+    check_index(values, 0, 2**63 - 1, RuntimeError, "Class values must be non-negative.")
+    check_index(values, -(2**63), num_classes, RuntimeError,
+                "Class values must be smaller than num_classes.")
     classes = torch.arange(num_classes, device=self.device)
     return (self.unsqueeze(-1) == classes).to(torch.int64)
