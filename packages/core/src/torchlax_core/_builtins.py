@@ -46,14 +46,36 @@ class DevicePlacement:
         if device.type == "cpu":
             return jax.local_devices(backend="cpu")[device.index or 0]
         if device.type == "cuda":
-            try:
-                return jax.local_devices(backend="gpu")[device.index or 0]
-            except RuntimeError:
-                raise ValueError(
-                    "device='cuda' was asked of torchlax, but JAX sees no GPU. Install a CUDA "
-                    "build of jax (jax[cuda12]) or use device='jax'."
-                ) from None
+            return cuda_device(device)
         return None
+
+
+def cuda_device(device: torch.device) -> jax.Device:
+    """The JAX GPU device that is torch's ``device`` (``cuda`` or ``cuda:N``).
+
+    Matched on the physical ordinal both libraries number CUDA devices by (after
+    ``CUDA_VISIBLE_DEVICES``): torch's index and JAX's ``local_hardware_id``, which DLPack
+    also uses, so data placed here is where ``from_torch`` of a tensor on ``device`` lands.
+    """
+    try:
+        gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:
+        raise ValueError(
+            f"device='{device}' was asked of torchlax, but JAX sees no GPU. Install JAX's CUDA "
+            "plugin with `pip install \"torchlax[cuda]\"` (in this repository: "
+            "`uv sync --group cuda`), or use device='jax'."
+        ) from None
+    index = device.index
+    if index is None:  # as torch: the current CUDA device
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    for gpu in gpus:
+        if gpu.local_hardware_id == index:
+            return gpu
+    raise ValueError(
+        f"Device {device} has no JAX counterpart: JAX sees the GPUs "
+        f"{', '.join(f'{d} (CUDA ordinal {d.local_hardware_id})' for d in gpus)}. Check that "
+        "PyTorch and JAX see the same CUDA_VISIBLE_DEVICES."
+    )
 
 
 # -- torchlax.transfer ------------------------------------------------------------------------

@@ -8,14 +8,22 @@ public API where they are missing or refuse.
 CPU parameters and buffers come back on every call with the same storage: ``InputCache``
 remembers the array made for each input slot, keyed on the tensor's identity and data
 pointer, so a steady-state call converts only the tensors that actually changed.
+
+CUDA tensors land on the JAX GPU with the same CUDA ordinal, without a copy. DLPack's
+``stream`` argument orders the hand-over: torch makes a JAX stream wait for the work queued
+on the tensor's current torch stream, and the new array counts as ready only after that
+wait, so no XLA kernel reads a half-written tensor. In the other direction
+``torch.from_dlpack`` passes torch's current stream, which then waits for XLA's computation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import jax
 import torch
+from torchlax_core._builtins import cuda_device
 
 try:  # jaxlib's DLPack entry points (what jax.dlpack wraps)
     from jax._src.lib import _jax as _jaxlib
@@ -27,7 +35,9 @@ except (ImportError, AttributeError):  # pragma: no cover - other jaxlib version
     _to_buffer = _to_capsule = None
 
 _KDL_CPU = 1
+_KDL_CUDA = 2
 _cpu_device = []
+_gpu_devices: dict[int, jax.Device] = {}  # torch CUDA index -> JAX device
 
 
 def _shared_cpu_array(tensor: torch.Tensor) -> jax.Array | None:
@@ -43,16 +53,54 @@ def _shared_cpu_array(tensor: torch.Tensor) -> jax.Array | None:
         return None
 
 
+def _shared_cuda_array(tensor: torch.Tensor) -> jax.Array | None:
+    """A jax.Array viewing a contiguous CUDA tensor's memory, ordered after its producer.
+
+    What ``jax.dlpack.from_dlpack`` does, without its dtype round trip: JAX names a stream,
+    torch's ``__dlpack__(stream=...)`` makes it wait for torch's current stream, and jaxlib
+    marks the buffer ready on that same stream.
+    """
+    if _to_buffer is None or not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg():
+        return None
+    index = tensor.device.index
+    device = _gpu_devices.get(index)
+    if device is None:
+        device = _gpu_devices[index] = cuda_device(tensor.device)
+    try:
+        stream = device.get_stream_for_external_ready_events()
+    except Exception:  # a client without external streams: torch syncs its default stream
+        stream = None
+    # torch exports only tensors of the current CUDA device.
+    with torch.cuda.device(index):
+        capsule = tensor.__dlpack__(stream=stream)
+    try:
+        return _to_buffer(capsule, device, stream, False, _KDL_CUDA)
+    except Exception:
+        return None
+
+
 def torch_to_jax(tensor: torch.Tensor) -> jax.Array:
     """A jax.Array sharing ``tensor``'s memory (a copy only if JAX cannot take it as is)."""
     if tensor.device.type == "cpu":
         array = _shared_cpu_array(tensor)
         if array is not None:
             return array
+    elif tensor.device.type == "cuda":
+        array = _shared_cuda_array(tensor.detach())
+        if array is not None:
+            return array
     # Not torchlax_interop.from_torch: that makes the tensor copy-on-write, so that a long-lived
     # array keeps its value; a compiled program only borrows its inputs for one call.
-    with jax.enable_x64(True):  # keep int64/float64: from_dlpack canonicalises dtypes
-        return jax.dlpack.from_dlpack(tensor.detach().resolve_conj().resolve_neg().contiguous())
+    tensor = tensor.detach().resolve_conj().resolve_neg().contiguous()
+    with jax.enable_x64(True), _current_cuda_device(tensor):  # x64: keep int64/float64
+        return jax.dlpack.from_dlpack(tensor)
+
+
+def _current_cuda_device(tensor: torch.Tensor):
+    # torch's __dlpack__ exports only tensors on the current CUDA device.
+    if tensor.device.type == "cuda":
+        return torch.cuda.device(tensor.device.index)
+    return contextlib.nullcontext()
 
 
 def jax_to_torch(array: jax.Array, *, on_cpu: bool = False) -> torch.Tensor:

@@ -14,10 +14,17 @@ Aliasing rules (JAX arrays are immutable, torch tensors are not):
   the next interop call (``from_torch``, ``to_torch``, ``call_jax``, ``jit``, ...) raises
   ``SharedMemoryWriteError``. Ask for ``copy=True`` (or use ``tensor.cpu()``) for a tensor
   you will write to.
+
+On a GPU (with ``torchlax[cuda]``) both directions work the same way for CUDA tensors: a tensor
+on ``cuda:N`` becomes an array on the JAX GPU with CUDA ordinal N (``local_hardware_id``), and
+back. DLPack's ``stream`` argument orders the hand-over: ``from_torch`` makes JAX wait for the
+work queued on the tensor's current torch stream, ``to_torch`` makes torch's current stream
+wait for XLA's computation, so neither side reads half-written memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 
@@ -124,9 +131,10 @@ def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
     if export is not None and export.tensor() is tensor and not copy:
         return export.array  # a round trip: the array to_torch shared, still unmodified
     tensor = tensor.detach()
-    with jax.enable_x64(True):
-        if tensor.numel() == 0:
-            return jnp.zeros(tuple(tensor.shape), jax_dtype(tensor.dtype))
+    with jax.enable_x64(True), _current_cuda_device(tensor):
+        if tensor.numel() == 0:  # nothing to share; on the device DLPack would have used
+            return jnp.zeros(tuple(tensor.shape), jax_dtype(tensor.dtype),
+                             device=_dlpack_device(tensor))
         if tensor.is_conj() or tensor.is_neg() or not _compact(tensor):
             # A private copy in a layout DLPack can express: share it, nothing to protect.
             return jnp.from_dlpack(tensor.resolve_conj().resolve_neg().contiguous())
@@ -145,6 +153,21 @@ def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
             return jnp.array(array, copy=True)
         _remember(tensor, array)
         return array
+
+
+def _current_cuda_device(tensor: torch.Tensor):
+    # torch's __dlpack__ exports only tensors of the current CUDA device.
+    if tensor.device.type == "cuda":
+        return torch.cuda.device(tensor.device.index)
+    return contextlib.nullcontext()
+
+
+def _dlpack_device(tensor: torch.Tensor) -> jax.Device:
+    if tensor.device.type == "cuda":
+        from torchlax_core._builtins import cuda_device
+
+        return cuda_device(tensor.device)
+    return jax.local_devices(backend="cpu")[0]
 
 
 def _compact(tensor: torch.Tensor) -> bool:
