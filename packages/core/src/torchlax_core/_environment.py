@@ -8,6 +8,7 @@ and view behaviour from the functional lowering) happens once per op in ``_resol
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import importlib.util
 import os
@@ -18,7 +19,7 @@ from typing import Any
 import jax
 import torch
 
-from . import _privateuse1, _tensor
+from . import _opcache, _privateuse1, _program, _stats, _tensor
 from ._dispatch import (
     derived_mutation_impl,
     functional_counterpart,
@@ -48,6 +49,20 @@ class Config:
     checked: bool = dataclasses.field(
         default_factory=lambda: os.environ.get("TORCHLAX_CHECKS", "") == "1"
     )
+    #: Compiled executables the eager op cache keeps (one per op call signature, LRU); 0 turns
+    #: the cache off. Env: TORCHLAX_OP_CACHE_SIZE.
+    op_cache_size: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("TORCHLAX_OP_CACHE_SIZE", "") or 4096)
+    )
+    #: The call of a signature on which the op cache compiles it (earlier calls run the
+    #: lowering op by op). 1 compiles on the first call (tests use it to exercise the cache).
+    #: Env: TORCHLAX_OP_CACHE_MIN_CALLS.
+    op_cache_min_calls: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("TORCHLAX_OP_CACHE_MIN_CALLS", "") or 2)
+    )
+    #: An XLA compilation slower than this (seconds) is logged once, with its name and time,
+    #: through the ``torchlax`` logger (shown with TORCHLAX_LOG=info).
+    slow_compile_seconds: float = 2.0
 
 
 class Environment:
@@ -60,6 +75,8 @@ class Environment:
     def __init__(self, config: Config | None = None, *, autoload: bool | None = None,
                  strict_plugins: bool | None = None):
         self.config = config or Config()
+        # Serialises plugin (un)registration and table rebuilds; dispatch never takes it.
+        self._lock = threading.RLock()
         self._host = PluginHost(autoload=autoload, strict=strict_plugins)
         from . import _builtins
 
@@ -70,8 +87,9 @@ class Environment:
         self._tables: Tables = Tables()
         self._resolved: dict[Any, Callable] = {}
         self._placements: dict[Any, Any] = {}
-        self._key_stack: list[jax.Array] = []
         self._warned: set[Any] = set()
+        self._stats = _stats.Stats()
+        self._op_cache = _opcache.OpCache(self)
         self._rebuild()
 
     # -- plugins ------------------------------------------------------------------------------
@@ -86,26 +104,33 @@ class Environment:
 
         Returns the plugin's name, or ``None`` if it is blocked or failed (and was reported).
         """
-        registered = self._host.register(plugin, name)
-        self._rebuild()
-        return registered
+        with self._lock:
+            registered = self._host.register(plugin, name)
+            self._rebuild()
+            return registered
 
     def unregister_plugin(self, plugin_or_name: Any) -> None:
         """Remove a plugin; ops it lowered go back to their previous owner (or to none)."""
-        self._host.unregister(plugin_or_name)
-        self._rebuild()
+        with self._lock:
+            self._host.unregister(plugin_or_name)
+            self._rebuild()
 
     def plugins(self) -> list[PluginRecord]:
         """Every plugin this environment knows of: loaded, blocked or failed."""
         return list(self._host.records.values())
 
     def _rebuild(self) -> None:
-        self._tables = self._host.build_tables()
-        self._resolved = {}
-        self._placements = {}
-        _tensor.set_function_overrides(self, self._tables.functions)
-        _privateuse1.register_factory_kernels(self._tables)
-        _privateuse1.register_composite_overrides(self._tables)
+        # The new tables and empty caches are swapped in whole: a thread dispatching meanwhile
+        # keeps the dicts it already read. Torch's kernel registrations are process-wide.
+        with self._lock, _kernels_lock:
+            tables = self._host.build_tables()
+            self._tables = tables
+            self._resolved = {}
+            self._placements = {}
+            self._op_cache.clear()  # executables of lowerings that may have changed owner
+            _tensor.set_function_overrides(self, tables.functions)
+            _privateuse1.register_factory_kernels(tables)
+            _privateuse1.register_composite_overrides(tables)
 
     # -- introspection ------------------------------------------------------------------------
 
@@ -127,6 +152,26 @@ class Environment:
         if isinstance(op, torch._ops.OpOverloadPacket):
             return t.lowerings.get(op) or t.decompositions.get(op)
         return t.functions.get(op)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this environment: the eager op cache and XLA compilations.
+
+        ``op_cache_hits``/``op_cache_misses`` (eager ops served by / looked up and not found in
+        the cache), ``op_cache_size`` (executables held), ``op_cache_uncacheable`` (ops never
+        cached, with why), ``compilations`` and ``compile_seconds`` (every XLA compilation
+        torchlax reported: eager ops and compiled programs) and ``slowest_compile``.
+        """
+        s, cache = self._stats, self._op_cache
+        return {
+            "op_cache_hits": s.hits,
+            "op_cache_misses": s.misses,
+            "op_cache_size": len(cache.entries),
+            "op_cache_capacity": cache.capacity(),
+            "op_cache_uncacheable": {op_name(f): why for f, why in cache.uncacheable.items()},
+            "compilations": s.compilations,
+            "compile_seconds": s.compile_seconds,
+            "slowest_compile": s.slowest,
+        }
 
     def lowering_counts(self) -> dict[str, dict[str, int]]:
         """How many lowerings, decompositions and function overrides each plugin provides."""
@@ -160,7 +205,7 @@ class Environment:
         packet = getattr(func, "overloadpacket", None)
         entry = t.lowerings.get(func) or (packet is not None and t.lowerings.get(packet)) or None
         if entry is not None:
-            return lowering_impl(func, entry.fn)
+            return lowering_impl(func, entry.fn, self._op_cache)
         entry = t.decompositions.get(func) or (packet is not None and t.decompositions.get(packet)) or None
         if entry is not None:
             fn = entry.fn
@@ -261,22 +306,35 @@ class Environment:
         key passed into the traced program, so randomness is an input, never a constant.
         """
         if self._key_stack:
-            key, sub = jax.random.split(self._key_stack[-1])
-            self._key_stack[-1] = key
-            return sub
+            return self._key_stack[-1].split()
+        if _program.staging():
+            raise RuntimeError(
+                "A random op ran while JAX traces a program, outside any key scope: its key "
+                "would be a constant of the compiled program, giving the same numbers on every "
+                "call. Compile PyTorch code with torchlax.jit or torch.compile(backend="
+                "'torchlax') (they pass a fresh key per call), or, under your own jax.jit, pass "
+                "a key in and wrap the call in `with torchlax.current_env().prng_key_scope(key):`."
+            )
         gen = generator if generator is not None else torch.default_generator
         seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
         with _x64(True):
             return jax.random.key(seed)
 
     @contextlib.contextmanager
-    def prng_key_scope(self, key: jax.Array) -> Iterator[None]:
-        """Draw random keys from ``key`` (for example a traced jit argument) inside the block."""
-        self._key_stack.append(key)
-        try:
-            yield
-        finally:
-            self._key_stack.pop()
+    def prng_key_scope(self, key: jax.Array) -> Iterator[_program.KeyScope]:
+        """Draw random keys from ``key`` (for example a traced jit argument) inside the block.
+
+        Yields a ``KeyScope`` whose ``drawn`` tells afterwards whether any op drew a key.
+        """
+        scope = _program.KeyScope(key)
+        scopes = _current_scopes()
+        with _scoped(_Scopes(scopes.envs, (*scopes.keys, (self, scope)))):
+            yield scope
+
+    @property
+    def _key_stack(self) -> tuple[_program.KeyScope, ...]:
+        """The key scopes of this environment open in the current thread, innermost last."""
+        return tuple(scope for env, scope in _current_scopes().keys if env is self)
 
     def warn_once(self, key: Any, message: str, category=UserWarning) -> None:
         if key not in self._warned:
@@ -296,14 +354,71 @@ def _records_autograd(args, kwargs) -> bool:
 # -- the current environment --------------------------------------------------------------------
 
 _lock = threading.Lock()
+_kernels_lock = threading.RLock()  # table rebuilds register torch kernels, process-wide
 _default: Environment | None = None
-_stack: list[Environment] = []
 _globally_enabled = False
 _x64_before_global: bool | None = None
 
 
+class _Scopes:
+    """What ``enable`` and ``prng_key_scope`` chose in one thread: immutable, replaced whole.
+
+    ``envs`` is the ``enable`` stack (innermost last); ``keys`` pairs each key scope with the
+    environment it belongs to, so ``env_a.prng_key_scope`` leaves ``env_b``'s randomness alone.
+    """
+
+    __slots__ = ("envs", "keys")
+
+    def __init__(self, envs: tuple = (), keys: tuple = ()):
+        self.envs = envs
+        self.keys = keys
+
+
+_NO_SCOPES = _Scopes()
+# Per thread (and per asyncio task): each thread starts with no scopes, so `enable(env)` or a
+# traced program's key scope in one thread never reaches another.
+_scopes: contextvars.ContextVar[_Scopes | None] = contextvars.ContextVar("torchlax_scopes",
+                                                                        default=None)
+# PyTorch's autograd engine runs the backward of non-CPU tensors (the `jax` device is
+# PrivateUse1) on its own device thread, where the caller's contextvars are not visible. It
+# does carry the caller's torch thread-local state there: each graph task captures it when
+# `backward()`/`autograd.grad` starts and installs it around every node it runs, including
+# the Python objects stashed with `torch._C._stash_obj_in_tls`. So every change of scopes is
+# mirrored there, and a thread that has no scopes of its own reads them from it only while it
+# runs a graph task (never otherwise: asyncio tasks sharing a thread would see each other's).
+_TLS_KEY = "torchlax.scopes"
+_graph_task_id = torch._C._current_graph_task_id
+_tls_has = torch._C._is_key_in_tls
+_tls_get = torch._C._get_obj_in_tls
+_tls_set = torch._C._stash_obj_in_tls
+
+
+def _current_scopes() -> _Scopes:
+    scopes = _scopes.get()
+    if scopes is None:
+        if _graph_task_id() != -1 and _tls_has(_TLS_KEY):
+            return _tls_get(_TLS_KEY) or _NO_SCOPES
+        return _NO_SCOPES
+    return scopes
+
+
+@contextlib.contextmanager
+def _scoped(scopes: _Scopes) -> Iterator[None]:
+    previous_tls = _tls_get(_TLS_KEY) if _tls_has(_TLS_KEY) else None
+    token = _scopes.set(scopes)
+    _tls_set(_TLS_KEY, scopes)
+    try:
+        yield
+    finally:
+        _scopes.reset(token)
+        _tls_set(_TLS_KEY, previous_tls)
+
+
 def default_env() -> Environment:
-    """The process-wide environment, created (and its plugins loaded) on first use."""
+    """The process-wide environment, created (and its plugins loaded) on first use.
+
+    Created once even when several threads ask at once: the others wait for it.
+    """
     global _default
     if _default is None:
         with _lock:
@@ -313,8 +428,14 @@ def default_env() -> Environment:
 
 
 def current_env() -> Environment:
-    """The innermost ``torchlax.enable(env)`` environment, else the default one."""
-    return _stack[-1] if _stack else (_default or default_env())
+    """This thread's innermost ``torchlax.enable(env)`` environment, else the default one."""
+    scopes = _scopes.get()
+    if scopes is None:
+        scopes = _current_scopes()
+    envs = scopes.envs
+    if envs:
+        return envs[-1]
+    return _default or default_env()
 
 
 _tensor._current_env = current_env  # Tensor.__torch_dispatch__ calls it on every op
@@ -322,29 +443,52 @@ _tensor._current_env = current_env  # Tensor.__torch_dispatch__ calls it on ever
 
 def is_enabled() -> bool:
     """Whether ``device="jax"`` tensors may be created here (inside ``enable`` or globally)."""
-    return _globally_enabled or bool(_stack)
+    return _globally_enabled or bool(_current_scopes().envs)
+
+
+# module.to("jax") swaps each parameter's contents in place inside `enable` (as for CUDA, where
+# it sets .data): the Parameter objects stay, so tied weights stay tied. The switch is
+# process-wide in torch, so it is counted: on while any thread is inside `enable`.
+_swap_lock = threading.Lock()
+_swap_users = 0
+_swap_before = False
+
+
+def _swap_params_on() -> None:
+    global _swap_users, _swap_before
+    with _swap_lock:
+        if _swap_users == 0:
+            _swap_before = torch.__future__.get_swap_module_params_on_conversion()
+            torch.__future__.set_swap_module_params_on_conversion(True)
+        _swap_users += 1
+
+
+def _swap_params_off() -> None:
+    global _swap_users
+    with _swap_lock:
+        _swap_users -= 1
+        if _swap_users == 0:
+            torch.__future__.set_swap_module_params_on_conversion(_swap_before)
 
 
 @contextlib.contextmanager
 def enable(env: Environment | None = None) -> Iterator[Environment]:
-    """Scope torchlax: inside, ``device="jax"`` creates torchlax Tensors.
+    """Scope torchlax in this thread: inside, ``device="jax"`` creates torchlax Tensors.
 
     ``torch.randn(2, 3, device="jax")``, ``tensor.to("jax")`` and ``module.to("jax")`` then
     work; CPU code keeps running on the CPU. JAX's 64-bit mode is on within the block, so
     plain JAX code there sees int64/float64 as torch does; outside it JAX is unaffected.
+    Other threads are not affected (they keep their own scopes); ``backward()`` called inside
+    the block runs with ``env`` too, although PyTorch runs it on its own device thread.
     """
     env = env or default_env()
-    _stack.append(env)
-    swap_before = torch.__future__.get_swap_module_params_on_conversion()
-    # module.to("jax") then swaps each parameter's contents in place (as for CUDA, where it
-    # sets .data): the Parameter objects stay, so tied weights stay tied.
-    torch.__future__.set_swap_module_params_on_conversion(True)
+    scopes = _current_scopes()
+    _swap_params_on()
     try:
-        with _x64(True):
+        with _scoped(_Scopes((*scopes.envs, env), scopes.keys)), _x64(True):
             yield env
     finally:
-        torch.__future__.set_swap_module_params_on_conversion(swap_before)
-        _stack.pop()
+        _swap_params_off()
 
 
 def enable_globally(env: Environment | None = None) -> Environment:
@@ -354,22 +498,30 @@ def enable_globally(env: Environment | None = None) -> Environment:
     int64/float64 arrays keeps their dtypes. Prefer the scoped ``enable()`` to leave plain JAX
     code outside it untouched.
     """
-    global _globally_enabled, _default, _x64_before_global
+    global _globally_enabled, _default, _x64_before_global, _swap_before
     if env is not None:
         _default = env
     if not _globally_enabled:
         _x64_before_global = bool(jax.config.jax_enable_x64)
         jax.config.update("jax_enable_x64", True)
-        torch.__future__.set_swap_module_params_on_conversion(True)  # see enable()
+        with _swap_lock:  # see enable()
+            if _swap_users:
+                _swap_before = True
+            else:
+                torch.__future__.set_swap_module_params_on_conversion(True)
     _globally_enabled = True
     return default_env()
 
 
 def disable_globally() -> None:
     """Undo ``enable_globally`` (and restore JAX's 64-bit setting)."""
-    global _globally_enabled, _x64_before_global
+    global _globally_enabled, _x64_before_global, _swap_before
     if _globally_enabled and _x64_before_global is not None:
         jax.config.update("jax_enable_x64", _x64_before_global)
-        torch.__future__.set_swap_module_params_on_conversion(False)
+        with _swap_lock:
+            if _swap_users:  # restored when the last enable() exits
+                _swap_before = False
+            else:
+                torch.__future__.set_swap_module_params_on_conversion(False)
     _globally_enabled = False
     _x64_before_global = None
