@@ -7,7 +7,9 @@ import sys
 import textwrap
 import types
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 import torchlax_core
@@ -107,6 +109,22 @@ def test_conflict_names_both_plugins(env, plugins):
         plugins(lowering_plugin(aten.mul.Tensor, lambda a, b: a * b), "second")
     assert "'first'" in str(info.value) and "'second'" in str(info.value)
     assert "override=True" in str(info.value)
+    assert isinstance(info.value, PluginError) and info.value.plugins == ("first", "second")
+
+
+def test_conflict_leaves_the_environment_as_before(env, plugins):
+    plugins(lowering_plugin(aten.mul.Tensor, lambda a, b: a * b), "first")
+    before = _state(env)
+    with pytest.raises(PluginConflictError):
+        plugins(lowering_plugin(aten.mul.Tensor, lambda a, b: a * b + 1), "second")
+    assert _state(env) == before
+    assert env.plugin_manager.get_plugin("second") is None
+    # later registrations still work (the conflicting plugin did not stay behind)
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "adder")
+    assert run_add(env, [1.0], [2.0]).tolist() == [3.0]
+    with torchlax_core.enable(env):
+        x = torchlax_core.wrap(jnp.asarray([3.0]))
+        assert (x * x).tolist() == [9.0]  # first's lowering, not second's
 
 
 def test_override_replaces_and_unregister_restores(env, plugins):
@@ -128,7 +146,14 @@ def test_two_overrides_last_loaded_wins(env, plugins):
     assert env.lowering_for(aten.add.Tensor).plugin == "two"
 
 
-def test_misspelled_hook_is_reported_not_loaded(env, plugins):
+def _state(env):
+    """What a failed registration must leave unchanged."""
+    return ([(r.name, r.status) for r in env.plugins()], env.plugin_manager.list_name_plugin(),
+            {kind: dict(env._tables.table(kind)) for kind in ("lowering", "decomposition",
+                                                              "function")})
+
+
+def test_misspelled_hook_raises_and_leaves_nothing(env, plugins):
     plugin = types.SimpleNamespace()
 
     @hookimpl
@@ -136,10 +161,29 @@ def test_misspelled_hook_is_reported_not_loaded(env, plugins):
         raise AssertionError("never called")
 
     plugin.torchlax_register_lowering = torchlax_register_lowering
-    with pytest.warns(RuntimeWarning, match="torchlax_register_lowering"):
-        assert plugins(plugin, "typo") is None
-    record = {r.name: r for r in env.plugins()}["typo"]
-    assert record.status == "failed" and "unknown hook" in record.error
+    before = _state(env)
+    with pytest.raises(PluginError, match="'typo'.*unknown hook 'torchlax_register_lowering'"):
+        plugins(plugin, "typo")
+    assert _state(env) == before
+
+
+def test_misnamed_hook_argument_is_a_plugin_error_and_leaves_nothing(env, plugins):
+    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "adder")
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowerings(reg):  # the hookspec's argument is `registry`
+        raise AssertionError("never called")
+
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
+    before = _state(env)
+    with pytest.raises(PluginError, match="'misnamed'") as info:
+        plugins(plugin, "misnamed")
+    assert "reg" in str(info.value) and "hookspec" in str(info.value)
+    assert _state(env) == before
+    # nothing stuck: the same name registers once the plugin is fixed
+    plugins(lowering_plugin(aten.mul.Tensor, lambda a, b: a * b), "misnamed")
+    assert env.lowering_for(aten.mul.Tensor).plugin == "misnamed"
 
 
 def test_misspelled_hook_raises_in_strict_mode():
@@ -155,7 +199,7 @@ def test_misspelled_hook_raises_in_strict_mode():
         env.register_plugin(plugin, "typo")
 
 
-def test_plugin_raising_while_registering_is_skipped_and_rest_load(env, plugins):
+def test_plugin_raising_while_registering_raises_and_leaves_nothing(env, plugins):
     plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "good")
     broken = types.SimpleNamespace()
 
@@ -165,12 +209,12 @@ def test_plugin_raising_while_registering_is_skipped_and_rest_load(env, plugins)
         raise ValueError("boom in broken plugin")
 
     broken.torchlax_register_lowerings = torchlax_register_lowerings
-    with pytest.warns(RuntimeWarning, match="'broken'"):
+    before = _state(env)
+    with pytest.raises(PluginError, match="'broken'.*boom in broken plugin"):
         env.register_plugin(broken, "broken")
+    assert _state(env) == before
     assert env.lowering_for(aten.mul.Tensor) is None  # nothing half-registered
     assert env.lowering_for(aten.add.Tensor).plugin == "good"
-    record = {r.name: r for r in env.plugins()}["broken"]
-    assert record.status == "failed" and "boom in broken plugin" in record.error
 
 
 def test_register_lowering_rejects_non_ops(env):
@@ -181,8 +225,9 @@ def test_register_lowering_rejects_non_ops(env):
         registry.register_lowering(torch.add, lambda a, b: a + b)
 
     plugin.torchlax_register_lowerings = torchlax_register_lowerings
-    with pytest.warns(RuntimeWarning, match="register_function"):
+    with pytest.raises(PluginError, match="'wrong'.*register_function"):
         env.register_plugin(plugin, "wrong")
+    assert env.plugin_manager.get_plugin("wrong") is None
 
 
 def test_device_placement_hook_first_result(env, plugins):
@@ -226,6 +271,102 @@ def test_fallback_hook_provides_implementation(env, plugins):
     assert run_add(env, [5.0], [2.0]).tolist() == [3.0]
     run_add(env, [5.0], [2.0])
     assert calls == [aten.add.Tensor]  # asked once, then cached
+
+
+def test_fallback_answering_a_non_callable_names_the_plugin(env, plugins):
+    class Broken:
+        @hookimpl
+        def torchlax_fallback(self, op, env):
+            return 1
+
+    plugins(Broken(), "broken-fallback")
+    with pytest.raises(PluginError, match="'broken-fallback' answered 1 for aten.add.Tensor"):
+        run_add(env, [5.0], [2.0])
+
+
+# -- a plugin's lowerings are checked against PyTorch's meta kernels ------------------------------
+
+
+def _mm_inputs():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(12, dtype=np.float32).reshape(3, 4)
+    return a, b
+
+
+@pytest.mark.parametrize("name, lowering, says", [
+    ("half", lambda a, b: (a @ b).astype(jnp.float16), "returned float16[2, 4]"),
+    ("transposed", lambda a, b: (a @ b).T, "returned float32[4, 2]"),
+    ("none", lambda a, b: None, "returned None"),
+    ("numpy", lambda a, b: np.asarray(a @ b), "returned a NumPy array float32[2, 4]"),
+])
+def test_wrong_lowering_output_raises_naming_op_and_plugin(env, plugins, name, lowering, says):
+    plugins(lowering_plugin(aten.mm.default, lowering), name)
+    a, b = _mm_inputs()
+    with torchlax_core.enable(env):
+        x, y = torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b))
+        with pytest.raises(PluginError) as info:
+            torch.mm(x, y)
+    message = str(info.value)
+    assert f"Plugin {name!r}" in message and "aten.mm.default" in message
+    assert says in message and "float32[2, 4]" in message
+    assert f"TORCHLAX_BLOCK_PLUGINS={name}" in message
+
+
+def test_wrong_lowering_output_raises_under_jax_jit(env, plugins):
+    plugins(lowering_plugin(aten.mm.default, lambda a, b: (a @ b).T), "transposed")
+    a, b = _mm_inputs()
+
+    def f(p, q):
+        with torchlax_core.enable(env):
+            return torch.mm(torchlax_core.wrap(p), torchlax_core.wrap(q)).jax()
+
+    with pytest.raises(PluginError, match="'transposed'.*aten.mm.default"):
+        jax.jit(f)(a, b)
+
+
+def test_correct_lowering_passes_and_is_checked_once_per_signature(env, plugins, monkeypatch):
+    from torchlax_core import _plugin_checks
+
+    checks = []
+    real_check = _plugin_checks._check
+    monkeypatch.setattr(_plugin_checks, "_check",
+                        lambda func, entry, args, *rest: (checks.append(args[0].shape),
+                                                          real_check(func, entry, args, *rest)))
+    plugins(lowering_plugin(aten.mm.default, lambda a, b: a @ b), "good-mm")
+    a, b = _mm_inputs()
+    entry = env.lowering_for(aten.mm.default)
+    assert env._checked(aten.mm.default, entry) is not entry.fn  # a third party's: checked
+    with torchlax_core.enable(env):
+        x, y = torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b))
+        for _ in range(3):
+            np.testing.assert_allclose(np.asarray(torch.mm(x, y).jax()), a @ b)
+        z = torchlax_core.wrap(jnp.ones((5, 3), jnp.float32))
+        assert tuple(torch.mm(z, y).shape) == (5, 4)
+    assert checks == [(2, 3), (5, 3)]  # once per input signature
+
+
+def test_first_party_lowerings_are_not_wrapped():
+    env = torchlax_core.default_env()
+    entry = env.lowering_for(aten.add.Tensor)
+    assert entry.plugin == "ops"
+    assert env._checked(aten.add.Tensor, entry) is entry.fn  # the hot path pays nothing
+
+
+def test_wrong_decomposition_output_raises(env, plugins):
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_decompositions(registry):
+        registry.register_decomposition(
+            aten.mm.default, lambda a, b: torchlax_core.wrap(jnp.ones((3, 3), jnp.float32)))
+
+    plugin.torchlax_register_decompositions = torchlax_register_decompositions
+    plugins(plugin, "bad-decomposition")
+    a, b = _mm_inputs()
+    with torchlax_core.enable(env):
+        x, y = torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b))
+        with pytest.raises(PluginError, match="'bad-decomposition'.*float32\\[3, 3\\]"):
+            torch.mm(x, y)
 
 
 def _run(code: str, **env_vars) -> str:

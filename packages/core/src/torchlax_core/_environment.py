@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import torch
 
-from . import _opcache, _privateuse1, _program, _stats, _tensor
+from . import _opcache, _plugin_checks, _privateuse1, _program, _stats, _tensor
 from ._dispatch import (
     derived_mutation_impl,
     functional_counterpart,
@@ -102,11 +102,21 @@ class Environment:
     def register_plugin(self, plugin: Any, name: str | None = None) -> str | None:
         """Register a plugin object or module now; its registrations take effect at once.
 
-        Returns the plugin's name, or ``None`` if it is blocked or failed (and was reported).
+        Returns the plugin's name, or ``None`` if it is blocked (``TORCHLAX_BLOCK_PLUGINS``).
+        A plugin that cannot be registered (a hook argument its hookspec lacks, an unknown
+        hook, a registration hook that raises, an op another plugin owns without
+        ``override=True``) raises ``PluginError`` naming it, and the environment stays as it
+        was: nothing of the plugin is registered.
         """
         with self._lock:
-            registered = self._host.register(plugin, name)
-            self._rebuild()
+            registered = self._host.register(plugin, name, explicit=True)
+            if registered is None:
+                return None
+            try:
+                self._rebuild(new_plugin=registered)
+            except BaseException:
+                self._host.unregister(registered)  # the tables were never swapped
+                raise
             return registered
 
     def unregister_plugin(self, plugin_or_name: Any) -> None:
@@ -119,11 +129,11 @@ class Environment:
         """Every plugin this environment knows of: loaded, blocked or failed."""
         return list(self._host.records.values())
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, new_plugin: str | None = None) -> None:
         # The new tables and empty caches are swapped in whole: a thread dispatching meanwhile
         # keeps the dicts it already read. Torch's kernel registrations are process-wide.
         with self._lock, _kernels_lock:
-            tables = self._host.build_tables()
+            tables = self._host.build_tables(new_plugin)
             self._tables = tables
             self._resolved = {}
             self._placements = {}
@@ -205,10 +215,10 @@ class Environment:
         packet = getattr(func, "overloadpacket", None)
         entry = t.lowerings.get(func) or (packet is not None and t.lowerings.get(packet)) or None
         if entry is not None:
-            return lowering_impl(func, entry.fn, self._op_cache)
+            return lowering_impl(func, self._checked(func, entry), self._op_cache)
         entry = t.decompositions.get(func) or (packet is not None and t.decompositions.get(packet)) or None
         if entry is not None:
-            fn = entry.fn
+            fn = self._checked(func, entry)
             return lambda args, kwargs: fn(*args, **kwargs)
         view_op = inplace_view_counterpart(func)  # squeeze_, transpose_, as_strided_
         if view_op is not None:
@@ -224,10 +234,20 @@ class Environment:
                 func.name(), "CompositeImplicitAutograd"):
             # Reached below autograd (from inside a decomposition): run PyTorch's own composite.
             return lambda args, kwargs: func.decompose(*args, **kwargs)
-        fallback = self._host.pm.hook.torchlax_fallback(op=func, env=self)
+        fallback = self._host.fallback_for(func, self)
         if fallback is not None:
             return lambda args, kwargs: fallback(*args, **kwargs)
         return None
+
+    def _checked(self, func, entry: Lowering) -> Callable:
+        """``entry.fn``, checked against ``func``'s meta kernel if a third party wrote it.
+
+        torchlax's own lowerings are tested against PyTorch and run unwrapped (the hot path
+        pays nothing); another plugin's outputs are checked once per input signature.
+        """
+        if self._host.is_first_party(entry.plugin):
+            return entry.fn
+        return _plugin_checks.checked(func, entry)
 
     def _not_lowered(self, func) -> OpNotLoweredError:
         name = op_name(func)

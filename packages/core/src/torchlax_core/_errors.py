@@ -23,9 +23,18 @@ class DeviceMismatchError(RuntimeError):
     """An op mixes a torchlax Tensor with a tensor on another device."""
 
 
-class PluginConflictError(TorchlaxError):
-    """Two plugins claim the same op without ``override=True``."""
-
-
 class PluginError(TorchlaxError):
-    """A plugin failed to load or register (raised in strict mode, reported otherwise)."""
+    """A plugin failed to load, register or lower an op.
+
+    ``Environment.register_plugin`` raises it (leaving the environment as it was); an
+    installed (entry-point) plugin that fails is reported and skipped instead, unless
+    ``TORCHLAX_STRICT_PLUGINS=1``.
+    """
+
+
+class PluginConflictError(PluginError):
+    """Two plugins claim the same op without ``override=True``; ``plugins`` names both."""
+
+    def __init__(self, message: str, plugins: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.plugins = tuple(plugins)

@@ -142,17 +142,29 @@ class Registration:
         self._staged.append((kind, op, fn, override))
 
     def apply(self, tables: Tables) -> None:
-        for kind, op, fn, override in self._staged:
-            table = tables.table(kind)
-            current = table.get(op)
+        # Every entry is checked before any is written: a conflict leaves the tables untouched.
+        for kind, op, _fn, override in self._staged:
+            current = tables.table(kind).get(op)
             if current is not None and not override and current.plugin != self.plugin:
                 raise PluginConflictError(
                     f"Plugins {current.plugin!r} and {self.plugin!r} both register a {kind} for "
                     f"{op_name(op)}. Pass override=True in {self.plugin!r} to replace the one "
                     f"from {current.plugin!r}, or block one of them with "
-                    f"TORCHLAX_BLOCK_PLUGINS={self.plugin}."
+                    f"TORCHLAX_BLOCK_PLUGINS={self.plugin}.",
+                    plugins=(current.plugin, self.plugin),
                 )
-            table[op] = Lowering(op=op, fn=fn, plugin=self.plugin, kind=kind)
+        for kind, op, fn, _override in self._staged:
+            tables.table(kind)[op] = Lowering(op=op, fn=fn, plugin=self.plugin, kind=kind)
+
+
+def _checked_fallback(answer: Any, who: str, op: Any) -> Callable:
+    if not callable(answer):
+        raise PluginError(
+            f"The torchlax_fallback hook of {who} answered {answer!r} for {op_name(op)}; it must "
+            "return a callable impl(*args, **kwargs) (taking and returning torch-level values), "
+            "or None to let the next plugin answer."
+        )
+    return answer
 
 
 def _distribution_version(distribution: str) -> str | None:
@@ -177,7 +189,14 @@ class PluginHost:
 
     # -- loading ------------------------------------------------------------------------------
 
-    def register(self, plugin: Any, name: str | None = None, *, distribution=None, version=None) -> str | None:
+    def register(self, plugin: Any, name: str | None = None, *, distribution=None, version=None,
+                 explicit: bool = False) -> str | None:
+        """Add ``plugin`` to the manager (its tables are built by the next ``build_tables``).
+
+        ``explicit`` (``Environment.register_plugin``): a plugin that fails raises
+        ``PluginError`` and leaves nothing behind. Otherwise (entry points) it is reported
+        and skipped, or raises in strict mode.
+        """
         name = name or self.pm.get_canonical_name(plugin)
         if distribution is not None and version is None:
             version = _distribution_version(distribution)
@@ -185,13 +204,28 @@ class PluginHost:
             self.records[name] = PluginRecord(name, "blocked", distribution, version)
             _log.info("plugin %r blocked (TORCHLAX_BLOCK_PLUGINS)", name)
             return None
-        self.pm.register(plugin, name)
+        if self.pm.has_plugin(name) or self.pm.is_registered(plugin):
+            exc = PluginError(
+                f"torchlax plugin {name!r} is already registered (as "
+                f"{self.pm.get_name(plugin) or name!r}); unregister it first, or register it "
+                "under another name."
+            )
+            return self._fail(name, exc, distribution, version, explicit)
         try:
-            self.pm.check_pending()
+            # pluggy checks every hookimpl's arguments against its hookspec before it changes
+            # anything, so a rejected plugin leaves the manager as it was.
+            self.pm.register(plugin, name)
+        except pluggy.PluginValidationError as exc:
+            return self._fail(name, exc, distribution, version, explicit)
+        except Exception as exc:  # e.g. a torchlax_configure hook (historic: runs now) raised
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            return self._fail(name, exc, distribution, version, explicit)
+        try:
+            self.pm.check_pending()  # a hook name no hookspec has (a misspelt hook)
         except pluggy.PluginValidationError as exc:
             self.pm.unregister(plugin)
-            self._report_failure(name, exc, distribution, version)
-            return None
+            return self._fail(name, exc, distribution, version, explicit)
         self.records[name] = PluginRecord(name, "loaded", distribution, version)
         _log.info("plugin %r loaded%s", name,
                   f" from {distribution} {version or ''}".rstrip() if distribution else "")
@@ -208,6 +242,11 @@ class PluginHost:
             raise ValueError(f"No plugin {plugin_or_name!r} is registered.")
         self.pm.unregister(plugin)
         self.records.pop(name, None)
+
+    def is_first_party(self, name: str) -> bool:
+        """Whether plugin ``name`` comes from torchlax's own distributions (core's built-ins too)."""
+        record = self.records.get(name)
+        return record is not None and record.distribution in _FIRST_PARTY
 
     def load_entry_points(self) -> None:
         if self._entry_points_loaded:
@@ -238,10 +277,22 @@ class PluginHost:
                 continue
             self.register(plugin, ep.name, distribution=dist, version=version)
 
+    def _fail(self, name: str, exc: BaseException, distribution, version, explicit: bool) -> None:
+        if explicit:
+            if isinstance(exc, PluginError):
+                raise exc
+            raise PluginError(
+                f"torchlax plugin {name!r} could not be registered ({type(exc).__name__}): "
+                f"{exc}\nNothing of it was registered; fix the plugin and register it again."
+            ) from exc
+        self._report_failure(name, exc, distribution, version)
+        return None
+
     def _report_failure(self, name: str, exc: BaseException, distribution=None, version=None) -> None:
         tb = "".join(traceback.format_exception(exc))
         self.records[name] = PluginRecord(name, "failed", distribution, version, tb)
-        _log.info("plugin %r failed: %s", name, exc)
+        _log.error("torchlax plugin %r failed and was skipped: %s: %s", name,
+                   type(exc).__name__, exc)
         if self.strict:
             raise PluginError(f"torchlax plugin {name!r} failed to load:\n{tb}") from exc
         warnings.warn(
@@ -253,7 +304,14 @@ class PluginHost:
 
     # -- tables -------------------------------------------------------------------------------
 
-    def build_tables(self) -> Tables:
+    def build_tables(self, new_plugin: str | None = None) -> Tables:
+        """Call every registration hook in load order and collect the tables.
+
+        A plugin whose hook raises or that claims an op another plugin owns (without
+        ``override=True``) is dropped: ``new_plugin`` (being registered explicitly) raises
+        ``PluginError``; another is reported and skipped (strict mode: raises), and the tables
+        are built again without it.
+        """
         tables = Tables()
         hooks = self.pm.hook
         for hook_name in ("torchlax_register_lowerings", "torchlax_register_decompositions"):
@@ -262,16 +320,39 @@ class PluginHost:
                 registration = Registration(impl.plugin_name)
                 try:
                     impl.function(registry=registration)
+                    registration.apply(tables)
                 except Exception as exc:
-                    self.pm.unregister(name=impl.plugin_name)
-                    known = self.records.get(impl.plugin_name)
-                    self._report_failure(impl.plugin_name, exc,
+                    culprit = impl.plugin_name
+                    if isinstance(exc, PluginConflictError) and new_plugin in exc.plugins:
+                        culprit = new_plugin  # the newcomer loses, whichever hook ran first
+                    if culprit == new_plugin:
+                        if isinstance(exc, PluginError):
+                            raise
+                        raise PluginError(
+                            f"torchlax plugin {culprit!r} failed in {hook_name} "
+                            f"({type(exc).__name__}: {exc}); nothing of it was registered."
+                        ) from exc
+                    self.pm.unregister(name=culprit)
+                    known = self.records.get(culprit)
+                    self._report_failure(culprit, exc,
                                          known.distribution if known else None,
                                          known.version if known else None)
-                    return self.build_tables()
-                registration.apply(tables)
+                    return self.build_tables(new_plugin)
         _log.debug("lowering tables built: %s", tables.counts_by_plugin())
         return tables
+
+    def fallback_for(self, op: Any, env: Any) -> Callable | None:
+        """The first ``torchlax_fallback`` answer for ``op``, checked to be callable."""
+        hook = self.pm.hook.torchlax_fallback
+        impls = hook.get_hookimpls()
+        if any(impl.hookwrapper or impl.wrapper for impl in impls):
+            return _checked_fallback(hook(op=op, env=env), "a torchlax_fallback hook", op)
+        values = {"op": op, "env": env}
+        for impl in reversed(impls):  # pluggy's call order: last registered first
+            answer = impl.function(**{arg: values[arg] for arg in impl.argnames})
+            if answer is not None:
+                return _checked_fallback(answer, f"plugin {impl.plugin_name!r}", op)
+        return None
 
     def loaded_plugin_names(self) -> list[str]:
         # Blocked names sit in pluggy's table with no plugin object.
