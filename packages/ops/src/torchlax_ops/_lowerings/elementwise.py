@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
+from torchlax_core import check
 
 from .._promotion import Promotion, elementwise
 from .._table import lowering
@@ -67,8 +68,17 @@ def div(self, other):
     return jnp.true_divide(self, other)
 
 
+def _check_int_divisor(a, b) -> None:
+    """Integer division (and remainder) by zero raises in PyTorch; floats give inf or NaN.
+    ``a`` has the computation dtype (the decorator promoted it)."""
+    if not jnp.issubdtype(jnp.result_type(a), jnp.integer):
+        return
+    check(jnp.all(jnp.asarray(b) != 0), RuntimeError, "ZeroDivisionError")
+
+
 def _floor_divide(a, b):
     if _is_int(a):
+        _check_int_divisor(a, b)
         return jnp.floor_divide(a, b)
     # PyTorch's div_floor: floor of the exact quotient, a / b where b is zero.
     mod = jnp.fmod(a, b)
@@ -82,6 +92,7 @@ def _floor_divide(a, b):
 
 def _trunc_divide(a, b):
     if _is_int(a):
+        _check_int_divisor(a, b)
         return lax.div(*jnp.broadcast_arrays(a, b))  # C division truncates toward zero
     return jnp.trunc(a / b)
 
@@ -108,6 +119,7 @@ def floor_divide(self, other):
 
 def _remainder(a, b):
     # PyTorch (and Python): the result takes the divisor's sign.
+    _check_int_divisor(a, b)
     mod = jnp.fmod(a, b)
     wrong_sign = (mod != 0) & ((b < 0) != (mod < 0))
     return jnp.where(wrong_sign, mod + b, mod)
@@ -128,6 +140,7 @@ def remainder_scalar_tensor(self, other):
 @lowering(aten.fmod.Tensor, aten.fmod.Scalar)
 @elementwise(BINARY, Promotion.DEFAULT)
 def fmod(self, other):
+    _check_int_divisor(self, other)
     return jnp.fmod(self, other)
 
 
