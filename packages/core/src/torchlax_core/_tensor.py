@@ -386,5 +386,17 @@ def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
         host = raw.view(target)
     else:
         host = t.numpy()
+    if device is not None and device == _default_device():
+        # Uncommitted, as JAX's own default placement: such an array combines with arrays
+        # sharded over a mesh (JAX moves it), as a tensor on PyTorch's default device does.
+        device = None
     with jax.enable_x64(True):  # keep int64/float64 (0-d CPU scalars are unwrapped outside x64)
         return jax.device_put(np.array(host, copy=True), device)
+
+
+def _default_device():
+    """The device JAX puts uncommitted arrays on (``jax.config.jax_default_device`` or the
+    first local device)."""
+    from jax._src.interpreters.pxla import get_default_device
+
+    return get_default_device()
