@@ -6,10 +6,14 @@ third-party plugin is; block it with ``TORCHLAX_BLOCK_PLUGINS=ops``.
 
 from __future__ import annotations
 
-from torchlax_core import hookimpl
+import jax
+import torch
+from jax._src.config import enable_x64
+from torch.utils import _pytree as pytree
+from torchlax_core import Tensor, hookimpl, wrap
 
 from . import _lowerings  # noqa: F401  (fills the tables)
-from ._table import DECOMPOSITIONS, FUNCTIONS, LOWERINGS
+from ._table import DECOMPOSITIONS, FUNCTIONS, LOWERINGS, NAMED
 
 
 @hookimpl
@@ -24,3 +28,29 @@ def torchlax_register_lowerings(registry):
 def torchlax_register_decompositions(registry):
     for op, fn in DECOMPOSITIONS:
         registry.register_decomposition(op, fn)
+
+
+@hookimpl
+def torchlax_fallback(op, env):
+    # Other libraries' ops (``NAMED``), found by name the first time one reaches an environment.
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    kind, fn = NAMED.get(op.name(), (None, None))
+    if kind == "decomposition":
+        return fn
+    if kind == "lowering":
+        return _torch_level(fn)
+    return None
+
+
+def _torch_level(fn):
+    """A JAX lowering called with and returning torch-level values (64-bit mode on, as for
+    the tables' lowerings)."""
+
+    def impl(*args, **kwargs):
+        args, kwargs = pytree.tree_map_only(Tensor, lambda t: t._value(), (args, kwargs))
+        with enable_x64(True):
+            out = fn(*args, **kwargs)
+        return pytree.tree_map_only(jax.Array, wrap, out)
+
+    return impl

@@ -20,6 +20,11 @@ from typing import Any
 LOWERINGS: list[tuple[Any, Callable]] = []
 DECOMPOSITIONS: list[tuple[Any, Callable]] = []
 FUNCTIONS: list[tuple[Any, Callable]] = []
+# Ops of other libraries (torchvision, transformers) by qualified name ("torchvision::nms"):
+# each exists only once its library is imported, which may be after the tables were built, so
+# the plugin's ``torchlax_fallback`` hook answers for them on first use. (kind, fn) with kind
+# "lowering" (jax.Arrays in and out) or "decomposition" (torch-level).
+NAMED: dict[str, tuple[str, Callable]] = {}
 
 
 def lowering(*ops: Any) -> Callable[[Callable], Callable]:
@@ -50,6 +55,28 @@ def function(*torch_fns: Any) -> Callable[[Callable], Callable]:
     def record(fn: Callable) -> Callable:
         for torch_fn in torch_fns:
             FUNCTIONS.append((torch_fn, fn))
+        return fn
+
+    return record
+
+
+def named_lowering(*names: str) -> Callable[[Callable], Callable]:
+    """Record ``fn`` as the JAX lowering of other libraries' ops, named ``"namespace::op"``."""
+
+    def record(fn: Callable) -> Callable:
+        for name in names:
+            NAMED[name] = ("lowering", fn)
+        return fn
+
+    return record
+
+
+def named_decomposition(*names: str) -> Callable[[Callable], Callable]:
+    """Record a torch-level implementation of other libraries' ops, named ``"namespace::op"``."""
+
+    def record(fn: Callable) -> Callable:
+        for name in names:
+            NAMED[name] = ("decomposition", fn)
         return fn
 
     return record

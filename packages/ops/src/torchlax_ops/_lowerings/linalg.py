@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torchlax_core import jax_dtype
 
-from .._table import lowering
+from .._table import lowering, named_decomposition
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -116,6 +116,86 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
 def _raw_matmul(a, b):
     # Kept in the accumulator dtype so alpha/beta scaling rounds once, as PyTorch does.
     return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=_accumulator(a.dtype))
+
+
+# Grouped products (mixture-of-experts layers): ``offs`` holds each group's cumulative end along
+# the grouped dimension (int32), so a group's rows, contraction slice or columns are static-shape
+# masks of a traced ``offs``: the same program serves every routing. Positions past the last
+# offset belong to no group and come out 0.
+_GROUPED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _group_of(positions, offs):
+    """The group index of each position (``len(offs)`` for positions past the last offset)."""
+    return jnp.searchsorted(offs, positions, side="right")
+
+
+@lowering(aten._grouped_mm.default)
+def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    op = "aten._grouped_mm"
+    for name, x in (("self", self), ("mat2", mat2)):
+        if x.dtype not in _GROUPED_DTYPES:
+            raise RuntimeError(f"{op}: expected {name} to be a float32, bfloat16 or float16 "
+                               f"matrix, got {x.dtype}.")
+        if x.ndim not in (2, 3):
+            raise RuntimeError(f"{op}: {name} must be 2-d or 3-d, got {x.ndim}-d.")
+    if self.dtype != mat2.dtype:
+        raise RuntimeError(f"{op}: self ({self.dtype}) and mat2 ({mat2.dtype}) must have the "
+                           "same dtype.")
+    if bias is not None:
+        raise RuntimeError(f"{op}: bias is not supported (PyTorch does not support it yet); add "
+                           "it to the result instead.")
+    if out_dtype is not None and jax_dtype(out_dtype) != self.dtype:
+        raise RuntimeError(f"{op}: the output dtype must match self's dtype ({self.dtype}), got "
+                           f"{jax_dtype(out_dtype)}.")
+    both_3d = self.ndim == 3 and mat2.ndim == 3
+    if both_3d != (offs is None):
+        raise RuntimeError(f"{op}: pass offs when either matrix is 2-d, and no offs when both are "
+                           "3-d.")
+    if offs is not None and (offs.ndim != 1 or offs.dtype != jnp.int32):
+        raise RuntimeError(f"{op}: offs must be a 1-d int32 tensor of cumulative group ends, got "
+                           f"{offs.ndim}-d {offs.dtype}.")
+    if self.shape[-1] != mat2.shape[-2]:
+        raise RuntimeError(f"{op}: contraction sizes differ: self has {self.shape[-1]} columns, "
+                           f"mat2 has {mat2.shape[-2]} rows.")
+    acc = _accumulator(self.dtype)
+
+    def dot(spec, *operands):
+        return jnp.einsum(spec, *operands, precision=HIGHEST, preferred_element_type=acc)
+
+    if both_3d:  # (G, M, K) @ (G, K, N): a batched product
+        if self.shape[0] != mat2.shape[0]:
+            raise RuntimeError(f"{op}: self has {self.shape[0]} groups, mat2 {mat2.shape[0]}.")
+        out = dot("gmk,gkn->gmn", self, mat2)
+    elif self.ndim == 2 and mat2.ndim == 3:  # rows of self grouped: row r uses mat2[group(r)]
+        if offs.shape[0] != mat2.shape[0]:
+            raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, mat2 {mat2.shape[0]}.")
+        sizes = jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
+        out = jax.lax.ragged_dot(self, mat2, sizes, precision=HIGHEST,
+                                 preferred_element_type=acc)
+        rows = jnp.arange(self.shape[0])
+        out = jnp.where((rows < offs[-1])[:, None], out, 0)
+    elif self.ndim == 2:  # the contraction grouped: one (M, N) product per slice of K
+        k = jnp.arange(self.shape[1])
+        member = _group_of(k, offs)[None, :] == jnp.arange(offs.shape[0])[:, None]  # (G, K)
+        out = dot("mk,gk,kn->gmn", self, member.astype(self.dtype), mat2)
+    else:  # (G, M, K) @ (K, N): columns of mat2 grouped, column n uses self[group(n)]
+        if offs.shape[0] != self.shape[0]:
+            raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, self {self.shape[0]}.")
+        group = _group_of(jnp.arange(mat2.shape[1]), offs)  # (N,)
+        full = dot("gmk,kn->gmn", self, mat2)
+        columns = jnp.arange(mat2.shape[1])
+        picked = full[jnp.minimum(group, self.shape[0] - 1), :, columns].T  # (M, N)
+        out = jnp.where((group < self.shape[0])[None, :], picked, 0)
+    return out.astype(self.dtype)
+
+
+@named_decomposition("transformers::grouped_mm_fallback")
+def _transformers_grouped_mm_fallback(input, weight, offs):
+    # Hugging Face's MoE layers call this custom op under tracing (torch.compiler.is_compiling(),
+    # as inside torchlax.jit) for non-bfloat16 weights; its CPU kernel loops over offs.tolist().
+    # Rows past the last offset are 0 in both.
+    return aten._grouped_mm(input, weight, offs)
 
 
 @lowering(aten.linalg_cross.default)
