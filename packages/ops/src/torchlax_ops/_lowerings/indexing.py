@@ -459,6 +459,10 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 def bincount(self, weights=None, minlength=0):
     _require_concrete("aten.bincount", self, hint=(
         ", or use torch.zeros(n).scatter_add_(0, x, weights) with a fixed n"))
+    if self.ndim != 1:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    check_index(self, 0, 2**63 - 1, RuntimeError,
+                "bincount only supports 1-d non-negative integral inputs.")
     length = max(int(jnp.max(self)) + 1 if self.size else 0, minlength)
     if weights is None:
         return jnp.zeros(length, jnp.int64).at[self].add(1)

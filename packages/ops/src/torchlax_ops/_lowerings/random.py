@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import torch
-from torchlax_core import current_env, jax_dtype
+from torchlax_core import check, current_env, jax_dtype
 
 from .._table import lowering
 
@@ -277,6 +277,11 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
             "aten.multinomial: cannot sample n_sample > prob_dist.size(-1) samples without "
             "replacement."
         )
+    # PyTorch's checks of the distribution (eagerly one host read each; see torchlax_core.check).
+    check(jnp.all(jnp.isfinite(self) & (self >= 0)), RuntimeError,
+          "probability tensor contains either `inf`, `nan` or element < 0")
+    check(jnp.all(jnp.sum(self, axis=-1) > 0), RuntimeError,
+          "invalid multinomial distribution (sum of probabilities <= 0)")
     key = _key(generator)
     logits = jnp.log(self.astype(jnp.float64) if self.dtype == jnp.float64 else self.astype(jnp.float32))
     if replacement:
