@@ -147,49 +147,64 @@ def broken_and_conflicting(tmp_path) -> Path:
         def torchlax_register_lowerings(registry):
             registry.register_lowering(torch.ops.aten.add.Tensor, lambda a, b, alpha=1: a + b)
     """)
+    _fake_distribution(tmp_path, "torchlax-misnamed", "misnamed_arg", """
+        from torchlax_core import hookimpl
+
+        @hookimpl
+        def torchlax_register_lowerings(reg):  # the hookspec's argument is `registry`
+            raise AssertionError("never called")
+    """)
     return tmp_path
 
 
-def test_broken_plugin_is_reported_and_the_rest_load(broken_and_conflicting):
+def test_bad_installed_plugins_are_reported_skipped_and_the_rest_load(broken_and_conflicting):
+    # One raises on import, one claims aten.add.Tensor (owned by 'ops') without override=True,
+    # one misnames its hook's argument: each is reported (warning, error log, record) and
+    # skipped; every other plugin loads and programs run.
     code = """
         import warnings, torch, torchlax_core
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             env = torchlax_core.default_env()
-        print([str(w.message).splitlines()[0] for w in caught if "broken_plugin" in str(w.message)])
-        print({r.name: r.status for r in env.plugins()}["broken_plugin"])
-        print(env.lowering_for(torch.ops.aten.mul.Tensor).plugin)
+        for name in ("broken_plugin", "late_adder", "misnamed_arg"):
+            print([str(w.message).splitlines()[0] for w in caught if repr(name) in str(w.message)])
+        print(sorted((r.name, r.status) for r in env.plugins() if r.status != "loaded"))
+        print(env.lowering_for(torch.ops.aten.mul.Tensor).plugin,
+              env.lowering_for(torch.ops.aten.add.Tensor).plugin)
+        with torchlax_core.enable():
+            print((torch.ones(2, device="jax") + 1).tolist())
     """
-    out = run(code, block="example,late_adder", extra_path=broken_and_conflicting)
-    assert "torchlax plugin 'broken_plugin' failed and was skipped" in out
-    assert out.split()[-2:] == ["failed", "ops"]
+    env = {**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example", "TORCHLAX_LOG": "error",
+           "PYTHONPATH": str(broken_and_conflicting)}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-6000:]
+    lines = out.stdout.strip().splitlines()
+    for name, line in zip(("broken_plugin", "late_adder", "misnamed_arg"), lines, strict=False):
+        assert f"torchlax plugin '{name}' failed and was skipped" in line
+    assert lines[3] == str(sorted([("broken_plugin", "failed"), ("example", "blocked"),
+                                   ("late_adder", "failed"), ("misnamed_arg", "failed")]))
+    assert lines[4:] == ["ops ops", "[2.0, 2.0]"]
+    # the error log (logger "torchlax") says the same
+    assert "torchlax plugin 'late_adder' failed and was skipped: PluginConflictError: Plugins " \
+           "'ops' and 'late_adder' both register a lowering for aten.add.Tensor" in out.stderr
+    assert "torchlax plugin 'misnamed_arg' failed and was skipped: PluginValidationError" \
+        in out.stderr
+
     strict = subprocess.run(
         [sys.executable, "-c", "import torchlax_core; torchlax_core.default_env()"],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example,late_adder",
-             "TORCHLAX_STRICT_PLUGINS": "1",
-             "PYTHONPATH": str(broken_and_conflicting)},
+        env={**env, "TORCHLAX_STRICT_PLUGINS": "1", "TORCHLAX_LOG": ""},
     )
     assert strict.returncode != 0
     assert "PluginError: torchlax plugin 'broken_plugin' failed to load" in strict.stderr
     assert "this plugin is broken on purpose" in strict.stderr
 
 
-def test_conflicting_entry_point_plugin_fails_at_load_with_both_names(broken_and_conflicting):
-    out = subprocess.run(
-        [sys.executable, "-c", "import torchlax_core; torchlax_core.default_env()"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example,broken_plugin",
-             "PYTHONPATH": str(broken_and_conflicting)},
-    )
-    assert out.returncode != 0
-    assert "PluginConflictError: Plugins 'ops' and 'late_adder' both register a lowering for aten.add.Tensor" in out.stderr
-
-
 def test_doctor_lists_versions_devices_plugins_and_counts(broken_and_conflicting):
     out = subprocess.run(
         [sys.executable, "-m", "torchlax", "doctor"], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "late_adder",
+        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "misnamed_arg",
              "PYTHONPATH": str(broken_and_conflicting)},
     )
     assert out.returncode == 0, out.stderr
@@ -203,5 +218,20 @@ def test_doctor_lists_versions_devices_plugins_and_counts(broken_and_conflicting
     assert "torchlax-ops 0.1.0" in ops_line and "lowerings" in ops_line
     example_line = next(line for line in plugins.splitlines() if line.strip().startswith("example "))
     assert "torchlax-example-plugin 0.1.0" in example_line and "2 lowerings" in example_line
-    assert "late_adder (torchlax-late-adder)" in text.split("Blocked plugins")[1]
-    assert "broken_plugin (torchlax-broken): RuntimeError: this plugin is broken on purpose" in text
+    assert "misnamed_arg (torchlax-misnamed)" in text.split("Blocked plugins")[1]
+    failed = text.split("Failed plugins:")[1]
+    assert "broken_plugin (torchlax-broken): RuntimeError: this plugin is broken on purpose" in failed
+    assert ("late_adder (torchlax-late-adder): torchlax_core._errors.PluginConflictError: Plugins "
+            "'ops' and 'late_adder' both register a lowering for aten.add.Tensor") in failed
+
+
+def test_doctor_reports_in_strict_mode_instead_of_crashing(broken_and_conflicting):
+    out = subprocess.run(
+        [sys.executable, "-m", "torchlax", "doctor"], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example,broken_plugin,misnamed_arg",
+             "TORCHLAX_STRICT_PLUGINS": "1", "PYTHONPATH": str(broken_and_conflicting)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "late_adder (torchlax-late-adder): torchlax_core._errors.PluginConflictError" in out.stdout
+    assert "torchlax.default_env() raises (TORCHLAX_STRICT_PLUGINS=1):\n  PluginError: torchlax " \
+           "plugin 'late_adder' failed to load:" in out.stdout

@@ -29,7 +29,12 @@ def report() -> str:
     lines += ["", f"JAX devices ({jax.default_backend()}):"]
     lines += [f"  {d.id}: {d}" for d in jax.devices()]
 
-    env = torchlax_core.default_env()
+    try:
+        env = torchlax_core.default_env()
+        problem = None
+    except Exception as exc:  # strict mode (TORCHLAX_STRICT_PLUGINS=1) makes a bad plugin fatal
+        problem = exc
+        env = torchlax_core.Environment(strict_plugins=False)  # to list what loads and what not
     counts = env.lowering_counts()
     records = env.plugins()
     lines += ["", "Plugins (load order):"]
@@ -50,6 +55,13 @@ def report() -> str:
     for r in failed:
         last = (r.error or "").strip().splitlines()[-1:] or ["?"]
         lines.append(f"  {r.name} ({r.distribution or 'unknown distribution'}): {last[0]}")
+    if failed:
+        lines.append("  (skipped; the rest loaded. Fix or uninstall them, or block them with "
+                     "TORCHLAX_BLOCK_PLUGINS.)")
+    if problem is not None:
+        first = str(problem).strip().splitlines()[:1] or [""]
+        lines += ["", "torchlax.default_env() raises (TORCHLAX_STRICT_PLUGINS=1):",
+                  f"  {type(problem).__name__}: {first[0]}"]
     return "\n".join(lines)
 
 
