@@ -38,6 +38,17 @@ from torch import nn  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+#: Where the benchmark runs: "cuda" (torch) and "gpu" (JAX), or the CPU under ``--smoke``.
+DEVICE = {"torch": "cuda", "jax": "gpu"}
+#: Model and data sizes; ``--smoke`` shrinks them to check the script itself on a CPU.
+SCALE = {"gpt2_layers": 6, "gpt2_width": 512, "gpt2_tokens": (8, 256), "resnet_batch": 32,
+         "resnet_size": 224}
+
+
+def sync() -> None:
+    if DEVICE["torch"] == "cuda":
+        torch.cuda.synchronize()
+
 
 def gpu_missing() -> str | None:
     if not torch.cuda.is_available():
@@ -63,15 +74,22 @@ def ready(x):
         x.block_until_ready()
     elif hasattr(x, "logits"):
         ready(x.logits)
-    torch.cuda.synchronize()
+    sync()
     return x
 
 
 class Bench:
-    def __init__(self, quick: bool, budget_s: float):
+    def __init__(self, quick: bool, budget_s: float, save: Callable[[list[dict]], None]):
         self.quick = quick
         self.deadline = time.monotonic() + budget_s
         self.rows: list[dict] = []
+        self._save = save
+
+    def add(self, row: dict) -> dict:
+        """Record a row, and save all rows so far (a run killed midway keeps its results)."""
+        self.rows.append(row)
+        self._save(self.rows)
+        return row
 
     def out_of_time(self) -> bool:
         return time.monotonic() > self.deadline
@@ -97,8 +115,7 @@ class Bench:
                 row.update(median_s=statistics.median(times), runs=len(times))
             except Exception as exc:  # a failing variant is reported, not hidden
                 row["error"] = f"{type(exc).__name__}: {exc}"[:400]
-        self.rows.append(row)
-        return row
+        return self.add(row)
 
 
 # -- models --------------------------------------------------------------------------------------
@@ -107,7 +124,8 @@ class Bench:
 def gpt2() -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=6, n_head=8, n_embd=512, vocab_size=8192, n_positions=256)
+    config = GPT2Config(n_layer=SCALE["gpt2_layers"], n_head=8, n_embd=SCALE["gpt2_width"],
+                        vocab_size=8192, n_positions=256, bos_token_id=0, eos_token_id=0)
     config._attn_implementation = "eager"  # the same attention (matmul + softmax) everywhere
     return GPT2LMHeadModel(config)
 
@@ -119,13 +137,14 @@ def resnet18() -> nn.Module:
 
 
 def _gpt2_batch(g):
-    tokens = torch.randint(0, 8192, (8, 256), device="cuda", generator=g)
+    tokens = torch.randint(0, 8192, SCALE["gpt2_tokens"], device=DEVICE["torch"], generator=g)
     return (tokens,), tokens
 
 
 def _resnet_batch(g):
-    images = torch.randn(32, 3, 224, 224, device="cuda", generator=g)
-    return (images,), torch.randint(0, 1000, (32,), device="cuda", generator=g)
+    n, size = SCALE["resnet_batch"], SCALE["resnet_size"]
+    images = torch.randn(n, 3, size, size, device=DEVICE["torch"], generator=g)
+    return (images,), torch.randint(0, 1000, (n,), device=DEVICE["torch"], generator=g)
 
 
 MODELS = {
@@ -146,8 +165,8 @@ def bench_models(b: Bench, only: set[str]) -> None:
 
     for name, (build, batch) in MODELS.items():
         torch.manual_seed(0)
-        model = build().cuda()
-        inputs, target = batch(torch.Generator("cuda").manual_seed(1))
+        model = build().to(DEVICE["torch"])
+        inputs, target = batch(torch.Generator(DEVICE["torch"]).manual_seed(1))
         if "forward" in only:
             group = f"forward: {name}"
             model.eval()
@@ -174,7 +193,7 @@ def bench_models(b: Bench, only: set[str]) -> None:
 def _step(model, optimizer, inputs, target, forward=None):
     def step():
         optimizer.zero_grad()
-        loss = _loss((forward or model)(*inputs), target)
+        loss = _loss((model if forward is None else forward)(*inputs), target)
         loss.backward()
         optimizer.step()
         return ready(loss)
@@ -233,8 +252,8 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
     group = "DLPack promotion (GPU)"
     for label, nbytes in SIZES.items():
         if b.out_of_time():
-            b.rows.append({"group": group, "variant": "all", "size": label,
-                           "skipped": "time budget spent"})
+            b.add({"group": group, "variant": "all", "size": label,
+                   "skipped": "time budget spent"})
             continue
         print(f"  {group} · {label} ...", file=sys.stderr, flush=True)
         numel = nbytes // 4
@@ -243,9 +262,9 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
 
         def timed(variant, promote):
             def run():
-                t = torch.ones(numel, device="cuda")
+                t = torch.ones(numel, device=DEVICE["torch"])
                 address = t.data_ptr()  # before promotion makes it copy-on-write
-                torch.cuda.synchronize()
+                sync()
                 start = time.perf_counter()
                 array = promote(t)
                 array.block_until_ready()
@@ -261,7 +280,8 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
             "torch.compile backend input": _median_s(
                 timed("torch.compile backend input", torch_to_jax), repeat),
         }
-        array = jnp.ones(numel, jnp.float32, device=jax.devices("gpu")[0]).block_until_ready()
+        array = jnp.ones(numel, jnp.float32, device=jax.devices(DEVICE["jax"])[0])
+        array.block_until_ready()
 
         def back():
             start = time.perf_counter()
@@ -272,13 +292,13 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
             return elapsed
 
         seconds["to_torch"] = _median_s(back, repeat)
-        source = torch.ones(numel, device="cuda")
+        source = torch.ones(numel, device=DEVICE["torch"])
 
         def clone():
-            torch.cuda.synchronize()
+            sync()
             start = time.perf_counter()
             source.clone()
-            torch.cuda.synchronize()
+            sync()
             return time.perf_counter() - start
 
         seconds["copy (tensor.clone())"] = _median_s(clone, repeat)
@@ -287,7 +307,7 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
                    "runs": repeat}
             if variant in shared:
                 row["shared"] = all(shared[variant])
-            b.rows.append(row)
+            b.add(row)
         array = source = None  # free this size's buffers before the next
 
 
@@ -326,40 +346,61 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--budget-s", type=float, default=600.0,
                         help="stop starting new measurements after this many seconds")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"folder for gpu.json (default {RESULTS}; none under --smoke)")
     parser.add_argument("--only", choices=["forward", "training", "dlpack"], action="append")
+    parser.add_argument("--smoke", action="store_true",
+                        help="check this script on a CPU: tiny models, CPU tensors")
     args = parser.parse_args()
-    missing = gpu_missing()
-    if missing:
-        print(f"benchmarks/gpu.py needs a CUDA GPU visible to PyTorch and JAX: {missing}",
-              file=sys.stderr)
-        return 2
+    if args.smoke:
+        DEVICE.update(torch="cpu", jax="cpu")
+        SCALE.update(gpt2_layers=1, gpt2_width=64, gpt2_tokens=(2, 16), resnet_batch=2,
+                     resnet_size=32)
+        for label in ("256 MiB", "1 GiB"):
+            del SIZES[label]
+        args.quick = True
+    else:
+        missing = gpu_missing()
+        if missing:
+            print(f"benchmarks/gpu.py needs a CUDA GPU visible to PyTorch and JAX: {missing}",
+                  file=sys.stderr)
+            return 2
     # Float32 as float32 on both sides: no TF32 in cuBLAS/cuDNN, none in XLA's dots and convs.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     jax.config.update("jax_default_matmul_precision", "highest")
     torch.backends.cudnn.benchmark = True
     only = set(args.only or ["forward", "training", "dlpack"])
-    b = Bench(args.quick, args.budget_s)
-    if "dlpack" in only:  # first: cheap, and the point of the GPU path
-        bench_dlpack(b, args.quick)
-    if only & {"forward", "training"}:
-        bench_models(b, only)
-    gpu = torch.cuda.get_device_name(0)
+    gpu = torch.cuda.get_device_name(0) if DEVICE["torch"] == "cuda" else "none (--smoke)"
     machine = {
         "gpu": gpu,
-        "jax_device": jax.devices("gpu")[0].device_kind,
+        "jax_device": jax.devices(DEVICE["jax"])[0].device_kind,
         "cpu": f"{platform.machine()}, {os.cpu_count()} cores",
         "torch": torch.__version__, "jax": jax.__version__,
         "cuda (torch)": torch.version.cuda,
         "precision": "float32, TF32 off (torch), jax_default_matmul_precision=highest",
     }
+    out = args.out or (None if args.smoke else RESULTS)
+    path = out / "gpu.json" if out else None
+    state = {"complete": False}  # stays False in the file of a run killed midway
+
+    def save(rows):
+        if path is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"machine": machine, "complete": state["complete"],
+                                        "rows": rows}, indent=1))
+
+    b = Bench(args.quick, args.budget_s, save)
+    if "dlpack" in only:  # first: cheap, and the point of the GPU path
+        bench_dlpack(b, args.quick)
+    if only & {"forward", "training"}:
+        bench_models(b, only)
+    state["complete"] = True
+    save(b.rows)
     print(f"\ntorchlax GPU benchmarks on {gpu} ({machine['cpu']}, torch {torch.__version__}, "
           f"jax {jax.__version__})")
     print(table(b.rows))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "gpu.json"
-    path.write_text(json.dumps({"machine": machine, "rows": b.rows}, indent=1))
-    print(f"\nwrote {path}")
+    if path is not None:
+        print(f"\nwrote {path}")
     failed = [r for r in b.rows if "error" in r]
     copied = [r for r in b.rows if r.get("shared") is False]
     for r in copied:

@@ -93,6 +93,7 @@ say "pytest exit status $TESTS"
 BENCH_LEFT=$(( $(left) - 15 ))
 if [ "$BENCH_LEFT" -gt 60 ]; then
     say "benchmarks/gpu.py (budget ${BENCH_LEFT}s)"
+    rm -f "$LOGS/gpu.json"  # what is there afterwards is this run's
     timeout "$BENCH_LEFT" "$PY" benchmarks/gpu.py --budget-s $(( BENCH_LEFT - 60 )) \
         2>&1 | tee "$LOGS/gpu_bench.log"
     BENCH=${PIPESTATUS[0]}
@@ -107,8 +108,9 @@ echo "==================== gpu_check summary ($(elapsed)s) ===================="
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name --format=csv,noheader
 echo "tests/gpu:          exit $TESTS  ($(grep -E '[0-9]+ (passed|failed|error)' "$LOGS/gpu_tests.log" | tail -1))"
 echo "benchmarks/gpu.py:  exit $BENCH  (124 = ran out of time)"
-if [ -f "$LOGS/gpu.json" ] && [ "$BENCH" -ne 124 ]; then
-    echo "results:            $LOGS/gpu.json"
+if [ -f "$LOGS/gpu.json" ]; then
+    [ "$BENCH" -eq 124 ] && PARTIAL=" (partial: the rows measured before the time ran out)"
+    echo "results:            $LOGS/gpu.json${PARTIAL:-}"
 fi
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     cp "$LOGS"/gpu_tests.log "$LOGS"/gpu_bench.log "$LOGS"/gpu.json "$OUT"/ 2>/dev/null

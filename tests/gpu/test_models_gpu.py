@@ -44,7 +44,7 @@ def test_gpt2_forward_and_backward_under_torch_compile():
     torch.testing.assert_close(out.loss, expected.loss, rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):
         assert q.grad is not None and q.grad.device == q.device, name
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=2e-5, msg=name)
 
 
 def test_gpt2_forward_under_torchlax_jit_on_the_gpu():
@@ -72,4 +72,5 @@ def test_resnet18_forward_under_torch_compile():
         expected = eager(images)
         out = compiled(images)
     assert out.device == torch.device("cuda", 0)
-    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    # cuDNN and XLA pick different convolution algorithms (summation orders) in float32.
+    torch.testing.assert_close(out, expected, rtol=1e-3, atol=1e-3)

@@ -10,6 +10,7 @@ path is then ``Tensor.__torch_dispatch__`` -> ``impl``. Each impl is specialised
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -120,7 +121,7 @@ def _make_unwrapper(func) -> Callable:
 
     def guarded(args, kwargs):
         try:
-            return unwrap(args, kwargs)
+            out = unwrap(args, kwargs)
         except _ForeignTensor as exc:
             if exc.position in cpu_index_positions:
                 args = list(args)
@@ -128,8 +129,44 @@ def _make_unwrapper(func) -> Callable:
                                       for t in args[exc.position]]
                 return guarded(args, kwargs)
             raise _foreign_tensor_error(func, exc) from None
+        if _several_devices():
+            _check_one_device(func, args, positions)
+        return out
 
     return guarded
+
+
+@functools.cache
+def _several_devices() -> bool:
+    return jax.device_count() > 1
+
+
+def _check_one_device(func, args, positions) -> None:
+    """PyTorch's rule for ``jax:0 + jax:1``: tensors of one op must be on one device (JAX would
+    quietly compute on one of them). Only single-device arrays are compared: a sharded array
+    spans devices by design."""
+    first = None
+    for i in positions or range(len(args)):
+        if i >= len(args):
+            break
+        a = args[i]
+        if type(a) is not Tensor:
+            continue
+        if first is None:
+            first = (i, a)
+        elif a.device != first[1].device and _single_device(a) and _single_device(first[1]):
+            schema = func._schema.arguments if getattr(func, "_schema", None) else None
+            names = [f"argument '{schema[k].name}'" if schema and k < len(schema) else
+                     f"argument {k}" for k in (first[0], i)]
+            raise DeviceMismatchError(
+                f"{op_name(func)} got tensors on different devices: {first[1].device} as "
+                f"{names[0]} and {a.device} as {names[1]}. Expected all tensors to be on the "
+                "same device: move one first, e.g. with tensor.to(other.device).")
+
+
+def _single_device(t) -> bool:
+    array = t._storage.array
+    return not isinstance(array, jax.core.Tracer) and len(array.devices()) == 1
 
 
 def _cpu_index_positions(func) -> frozenset[int]:
