@@ -208,11 +208,19 @@ class Artifact:
         return path
 
 
-def load(path: str | os.PathLike) -> Artifact:
+def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
     """Load an artifact directory written by ``Artifact.save``; needs only jax and numpy.
 
+    Loading is safe on an artifact from anywhere: nothing is unpickled, no file outside the
+    directory is read, every manifest field is checked (``ArtifactFormatError`` names the
+    field), and the program may call only the custom-call targets torchlax's own exports emit
+    (below). ``trust=True`` lifts the custom-call restriction for an artifact whose origin you
+    trust (one that calls a LAPACK kernel whose operand sizes torchlax cannot check, for
+    example).
+
     Raises ``ArtifactFormatError`` when the directory is not an artifact, a file is missing,
-    truncated or altered, or the format version is not one this torchlax-export reads.
+    truncated or altered, the format version is not one this torchlax-export reads, or the
+    manifest or program is malformed or not allowed.
     """
     path = Path(path)
     manifest_path = path / MANIFEST
@@ -221,14 +229,18 @@ def load(path: str | os.PathLike) -> Artifact:
             f"{path} is not a torchlax-export artifact: it has no {MANIFEST}. Pass the directory "
             "that Artifact.save (or `python -m torchlax_export ... -o DIR`) wrote."
         )
+    _check_inside(path, MANIFEST)
     try:
         manifest = json.loads(manifest_path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactFormatError(f"{manifest_path} is not valid JSON ({exc}); the artifact is "
                                   "corrupt or truncated: export it again.") from None
+    except RecursionError:
+        raise ArtifactFormatError(f"{manifest_path} nests its JSON too deeply to be a "
+                                  "torchlax-export manifest; the artifact is corrupt.") from None
     _check_manifest(manifest, manifest_path)
     for name, record in manifest["files"].items():
-        _verify_file(path / name, record)
+        _verify_file(_check_inside(path, name), record)
     try:
         exported = jax.export.deserialize(bytearray((path / PROGRAM).read_bytes()))
     except Exception as exc:
@@ -243,6 +255,9 @@ def load(path: str | os.PathLike) -> Artifact:
             f"{path / PROGRAM} takes {len(exported.in_avals)} arrays but {MANIFEST} describes "
             f"{n_expected} (weights and inputs): the files come from different exports."
         )
+    _check_against_program(manifest, exported, path / PROGRAM)
+    if not trust:
+        _check_custom_calls(exported, path / PROGRAM)
     try:
         with np.load(path / WEIGHTS, allow_pickle=False) as stored:
             weights = {}
@@ -250,7 +265,14 @@ def load(path: str | os.PathLike) -> Artifact:
                 array = stored[f"w{i}"]
                 dtype = jnp.dtype(spec["dtype"])
                 if array.dtype != dtype:
-                    array = array.view(dtype)
+                    raw = _RAW_STORAGE.get(dtype.itemsize)
+                    if dtype.type.__module__ == "numpy" or array.dtype != raw:
+                        raise ArtifactFormatError(
+                            f"Weight '{spec['name']}' is stored as {array.dtype.name} in "
+                            f"{WEIGHTS}, but {MANIFEST} says {dtype.name}: the artifact is "
+                            "inconsistent (torchlax-export never reinterprets one as the other)."
+                        )
+                    array = array.view(dtype)  # bfloat16/float8, stored as raw bytes
                 if list(array.shape) != list(spec["shape"]):
                     raise ArtifactFormatError(
                         f"Weight '{spec['name']}' in {WEIGHTS} has shape {list(array.shape)}, "
@@ -288,9 +310,261 @@ def _check_manifest(manifest: Any, where: Path) -> None:
     if absent:
         raise ArtifactFormatError(f"{where} lacks the entries {absent}; the artifact is corrupt: "
                                   "export it again.")
+    files = manifest["files"]
+    if not isinstance(files, dict) or not all(isinstance(r, dict) for r in files.values()):
+        raise ArtifactFormatError(f"{where}: 'files' must map file names to their size and "
+                                  "checksum.")
     for name in (PROGRAM, WEIGHTS):
-        if name not in manifest["files"]:
+        if name not in files:
             raise ArtifactFormatError(f"{where} does not list the file {name}.")
+    _check_fields(manifest, where)
+
+
+_MAX_TREE_DEPTH = 64  # far deeper than any PyTorch program's outputs nest
+
+
+def _field_error(where: Path, field: str, problem: str) -> ArtifactFormatError:
+    return ArtifactFormatError(f"{where}: {field} {problem}; the artifact is corrupt or was not "
+                               "written by torchlax-export: export it again.")
+
+
+def _check_fields(manifest: dict, where: Path) -> None:
+    """Every field ``load`` and calls read, checked for type and range before any is used."""
+    dims = manifest["dims"]
+    if not isinstance(dims, dict):
+        raise _field_error(where, "'dims'", "is not an object")
+    for name, bounds in dims.items():
+        if not isinstance(bounds, dict) or not all(
+                bounds.get(k) is None or _is_int(bounds.get(k)) for k in ("min", "max")):
+            raise _field_error(where, f"dims['{name}']", "is not {'min': int, 'max': int|null}")
+    for section in ("weights", "inputs", "outputs"):
+        specs = manifest[section]
+        if not isinstance(specs, list):
+            raise _field_error(where, f"'{section}'", "is not a list")
+        for i, spec in enumerate(specs):
+            field = f"{section}[{i}]"
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+                raise _field_error(where, field, "has no string 'name'")
+            shape = spec.get("shape")
+            if not isinstance(shape, list) or not all(
+                    (_is_int(d) and d >= 0) or isinstance(d, str) for d in shape):
+                raise _field_error(where, f"{field}.shape", f"is {shape!r}, not a list of sizes "
+                                   "(non-negative ints, or names of symbolic dims)")
+            if section == "weights" and not all(_is_int(d) for d in shape):
+                raise _field_error(where, f"{field}.shape", "has a symbolic dim (weights have "
+                                   "static shapes)")
+            dtype = spec.get("dtype")
+            try:
+                if not isinstance(dtype, str):
+                    raise TypeError
+                jnp.dtype(dtype)
+            except (TypeError, ValueError):
+                raise _field_error(where, f"{field}.dtype", f"is {dtype!r}, not a dtype name such "
+                                   "as 'float32'") from None
+    names = [w["name"] for w in manifest["weights"]]
+    n_outputs = len(manifest["outputs"])
+    _check_tree(manifest["output_tree"], n_outputs, where, "output_tree", 0)
+    mutations = manifest["mutations"]
+    if not isinstance(mutations, list):
+        raise _field_error(where, "'mutations'", "is not a list")
+    for j, m in enumerate(mutations):
+        if not isinstance(m, dict) or m.get("buffer") not in names:
+            raise _field_error(where, f"mutations[{j}].buffer", "names no weight of the artifact")
+        if "output" in m and m["output"] != n_outputs + j:
+            raise _field_error(where, f"mutations[{j}].output", f"is {m['output']!r}; the "
+                               f"program returns buffer {j} as output {n_outputs + j}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_tree(tree, n_leaves: int, where: Path, field: str, depth: int) -> None:
+    if depth > _MAX_TREE_DEPTH:
+        raise _field_error(where, field, f"nests deeper than {_MAX_TREE_DEPTH} levels")
+    if tree is None:
+        return
+    if _is_int(tree):
+        if not 0 <= tree < n_leaves:
+            raise _field_error(where, field, f"refers to output {tree}, but the artifact has "
+                               f"{n_leaves} output(s)")
+        return
+    if not isinstance(tree, dict) or len(tree) != 1:
+        raise _field_error(where, field, f"is {str(tree)[:80]!r}, not an output index, null or "
+                           "a one-key object ('tuple', 'list', 'dict' or 'const')")
+    kind, body = next(iter(tree.items()))
+    if kind == "const":
+        return
+    if kind in ("tuple", "list") and isinstance(body, list):
+        for k, t in enumerate(body):
+            _check_tree(t, n_leaves, where, f"{field}.{kind}[{k}]", depth + 1)
+        return
+    if kind == "dict" and isinstance(body, list) and all(
+            isinstance(e, list) and len(e) == 2 for e in body):
+        for key, t in body:
+            try:
+                hash(key)
+            except TypeError:
+                raise _field_error(where, f"{field}.dict", f"has an unhashable key {key!r}") from None
+            _check_tree(t, n_leaves, where, f"{field}.dict[{key!r}]", depth + 1)
+        return
+    raise _field_error(where, field, f"has a node {kind!r} with a malformed body")
+
+
+def _check_inside(root: Path, name: str) -> Path:
+    """``root / name``, refused unless it stays inside ``root`` (symlinks resolved)."""
+    if (not isinstance(name, str) or not name or os.path.isabs(name) or "\\" in name
+            or any(part in ("..", "") for part in name.split("/"))):
+        raise ArtifactFormatError(
+            f"The manifest of {root} lists the file {name!r}, a name that leaves the artifact "
+            "directory (absolute, '..' or empty parts): refused. An artifact only reads its "
+            "own files."
+        )
+    target = root / name
+    base = root.resolve()
+    resolved = target.resolve()
+    if resolved != base and base not in resolved.parents:
+        raise ArtifactFormatError(
+            f"The artifact file {target} is a link to {resolved}, outside the artifact "
+            "directory: refused. An artifact only reads its own files."
+        )
+    return target
+
+
+def _check_against_program(manifest: dict, exported, where: Path) -> None:
+    n_weights = len(manifest["weights"])
+    for i, (spec, aval) in enumerate(zip(manifest["weights"] + manifest["inputs"],
+                                         exported.in_avals, strict=True)):
+        field = f"weights[{i}]" if i < n_weights else f"inputs[{i - n_weights}]"
+        if jnp.dtype(spec["dtype"]) != np.dtype(aval.dtype) or len(spec["shape"]) != len(aval.shape):
+            raise ArtifactFormatError(
+                f"{MANIFEST}: {field} is {_describe(spec)}, but {where.name} takes "
+                f"{np.dtype(aval.dtype).name} with {len(aval.shape)} dims there: the files come "
+                "from different exports."
+            )
+    n_out = len(manifest["outputs"]) + len(manifest["mutations"])
+    if len(exported.out_avals) != n_out:
+        raise ArtifactFormatError(
+            f"{MANIFEST} describes {n_out} results (outputs and mutated buffers), but "
+            f"{where.name} returns {len(exported.out_avals)}: the files come from different "
+            "exports."
+        )
+
+
+# Custom calls an artifact may make without trust=True. A custom call runs a native kernel
+# that trusts the operand and result sizes written in the program: a crafted program can
+# make it read or write past its buffers (a LAPACK LU with a one-element pivot buffer for a
+# large matrix corrupts memory). These targets are what torchlax's exports emit: structural
+# ones that touch no buffer, and the solver kernels whose result sizes are checked below.
+_SAFE_CUSTOM_CALLS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
+    "shape_assertion", "cu_threefry2x32_ffi", "hip_threefry2x32_ffi",
+})
+
+
+# Each takes the operand types [(shape, element type)] and returns the result types the kernel
+# writes, or None when the operands themselves are not what the kernel takes.
+def _lu_results(operands):  # getrf: LU factors, pivots (min(m, n) of them), info
+    if len(operands) != 1 or len(operands[0][0]) < 2:
+        return None
+    (shape, dtype), = operands
+    *batch, m, n = shape
+    return [(shape, dtype), ((*batch, min(m, n)), "i32"), (tuple(batch), "i32")]
+
+
+def _cholesky_results(operands):  # potrf: factor, info
+    if len(operands) != 1 or len(operands[0][0]) < 2 or operands[0][0][-1] != operands[0][0][-2]:
+        return None
+    (shape, dtype), = operands
+    return [(shape, dtype), (tuple(shape[:-2]), "i32")]
+
+
+def _qr_results(operands):  # geqrf: factors, tau (min(m, n) of them)
+    if len(operands) != 1 or len(operands[0][0]) < 2:
+        return None
+    (shape, dtype), = operands
+    *batch, m, n = shape
+    return [(shape, dtype), ((*batch, min(m, n)), dtype)]
+
+
+def _householder_results(operands):  # orgqr/ungqr: Q from the factors and tau
+    if len(operands) != 2 or len(operands[0][0]) < 2:
+        return None
+    (shape, dtype), (tau_shape, tau_dtype) = operands
+    *batch, m, n = shape
+    if tuple(tau_shape[:-1]) != tuple(batch) or not 0 <= tau_shape[-1] <= min(m, n) \
+            or tau_dtype != dtype:
+        return None
+    return [(shape, dtype)]
+
+
+_CHECKED_CUSTOM_CALLS = {
+    **{f"lapack_{t}getrf_ffi": _lu_results for t in "sdcz"},
+    **{f"lapack_{t}potrf_ffi": _cholesky_results for t in "sdcz"},
+    **{f"lapack_{t}geqrf_ffi": _qr_results for t in "sdcz"},
+    **{f"lapack_{t}_ffi": _householder_results for t in ("sorgqr", "dorgqr", "cungqr", "zungqr")},
+    "cusolver_getrf_ffi": _lu_results, "hipsolver_getrf_ffi": _lu_results,
+    "cusolver_potrf_ffi": _cholesky_results, "hipsolver_potrf_ffi": _cholesky_results,
+    "cusolver_geqrf_ffi": _qr_results, "hipsolver_geqrf_ffi": _qr_results,
+    "cusolver_orgqr_ffi": _householder_results, "hipsolver_orgqr_ffi": _householder_results,
+}
+
+
+def _custom_calls(exported) -> list[tuple[str, list, list]]:
+    """(target, operand types, result types) of every custom call in the program."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    found = []
+    with mlir.make_ir_context():
+        # The stored bytes are versioned VHLO; mlir_module() gives them back as StableHLO.
+        module = ir.Module.parse(exported.mlir_module())
+
+        def types(values):
+            out = []
+            for v in values:
+                try:
+                    t = ir.RankedTensorType(v.type)
+                    out.append((tuple(t.shape), str(t.element_type)))
+                except (ValueError, TypeError):
+                    out.append((None, str(v.type)))
+            return out
+
+        stack = [module.operation]
+        while stack:  # iterative: a deeply nested program cannot exhaust Python's stack
+            op = stack.pop()
+            if op.name == "stablehlo.custom_call":
+                target = ir.StringAttr(op.attributes["call_target_name"]).value
+                found.append((target, types(op.operands), types(op.results)))
+            for region in op.regions:
+                for block in region:
+                    stack.extend(o.operation for o in block)
+    return found
+
+
+def _check_custom_calls(exported, where: Path) -> None:
+    for target, operands, results in _custom_calls(exported):
+        if target in _SAFE_CUSTOM_CALLS:
+            continue
+        rule = _CHECKED_CUSTOM_CALLS.get(target)
+        if rule is None:
+            raise ArtifactFormatError(
+                f"{where} calls the custom-call target {target!r}, which is not on the list of "
+                "targets torchlax's exports emit: a custom call runs native code that trusts "
+                "the sizes written in the program, so an artifact from an untrusted source "
+                "could corrupt memory. If you trust where this artifact comes from, load it "
+                "with torchlax_export.load(path, trust=True)."
+            )
+        expected = None
+        if all(shape is not None and all(d >= 0 for d in shape) for shape, _ in operands):
+            expected = rule(operands)  # (a dynamic size is negative here: never accepted)
+        if expected is None or results != [(tuple(s), d) for s, d in expected]:
+            raise ArtifactFormatError(
+                f"{where} calls {target!r} with operand {operands} and results {results}, "
+                f"but that kernel writes {expected}: the program is malformed or crafted and "
+                "running it could corrupt memory. Refused (load(path, trust=True) skips this "
+                "check, for an artifact from a source you trust)."
+            )
 
 
 def _file_record(path: Path) -> dict:
@@ -380,4 +654,4 @@ def _unflatten(tree, leaves):
         return {key: _unflatten(t, leaves) for key, t in body}
     if kind == "const":
         return body
-    raise ArtifactFormatError(f"Unknown output_tree node {kind!r} in the manifest.")
+    raise ArtifactFormatError(f"Unknown output_tree node {kind!r} in the manifest.")  # checked at load
