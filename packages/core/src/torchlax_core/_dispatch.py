@@ -149,19 +149,23 @@ def _check_one_device(func, args, positions) -> None:
     for i in positions or range(len(args)):
         if i >= len(args):
             break
-        a = args[i]
-        if type(a) is not Tensor:
-            continue
-        if first is None:
-            first = (i, a)
-        elif a.device != first[1].device and _single_device(a) and _single_device(first[1]):
-            schema = func._schema.arguments if getattr(func, "_schema", None) else None
-            names = [f"argument '{schema[k].name}'" if schema and k < len(schema) else
-                     f"argument {k}" for k in (first[0], i)]
-            raise DeviceMismatchError(
-                f"{op_name(func)} got tensors on different devices: {first[1].device} as "
-                f"{names[0]} and {a.device} as {names[1]}. Expected all tensors to be on the "
-                "same device: move one first, e.g. with tensor.to(other.device).")
+        for a in args[i] if type(args[i]) in (list, tuple) else (args[i],):  # cat's tensors
+            if type(a) is not Tensor:
+                continue
+            if first is None:
+                first = (i, a)
+            elif a.device != first[1].device and _single_device(a) and _single_device(first[1]):
+                _raise_mismatch(func, first, (i, a))
+
+
+def _raise_mismatch(func, first, second) -> None:
+    schema = func._schema.arguments if getattr(func, "_schema", None) else None
+    names = [f"argument '{schema[k].name}'" if schema and k < len(schema) else f"argument {k}"
+             for k in (first[0], second[0])]
+    raise DeviceMismatchError(
+        f"{op_name(func)} got tensors on different devices: {first[1].device} as {names[0]} "
+        f"and {second[1].device} as {names[1]}. Expected all tensors to be on the same device: "
+        "move one first, e.g. with tensor.to(other.device).")
 
 
 def _single_device(t) -> bool:

@@ -11,6 +11,7 @@ and other backends are untouched.
 from __future__ import annotations
 
 import torch
+from jax._src.config import enable_x64 as _x64
 
 BACKEND = "jax"
 _state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
@@ -22,6 +23,15 @@ class _DeviceModule:
 
     def is_initialized(self) -> bool:
         return True
+
+    def _lazy_init(self) -> None:
+        # PyTorch calls this before the first factory call with device="jax" in a process.
+        # Creating the environment then (loading its plugins, which registers the factory
+        # kernels) lets that very call take the same path as every later one: otherwise the
+        # first torch.arange(5, device="jax") would run ATen's empty-then-out= composite.
+        from ._environment import current_env
+
+        current_env()
 
     def is_available(self) -> bool:
         return True
@@ -104,7 +114,13 @@ def _kernel(keyset, op, *args, **kwargs):
     from ._environment import current_env
 
     env = current_env()
-    out = env.dispatch(op, args, kwargs)
+    if _x64.value:
+        out = env.dispatch(op, args, kwargs)
+    else:
+        # As in Tensor.__torch_dispatch__: outside 64-bit mode JAX would build an int64 or
+        # float64 factory result (torch.empty(3, dtype=torch.long, device="jax")) as 32-bit.
+        with _x64(True):
+            out = env.dispatch(op, args, kwargs)
     return _place(env, out, kwargs.get("device"))
 
 
@@ -200,7 +216,10 @@ def _make_factory_kernel(op, check=True):
         def kernel(*args, **kwargs):
             from ._environment import current_env
 
-            return current_env().dispatch(op, args, kwargs)
+            if _x64.value:
+                return current_env().dispatch(op, args, kwargs)
+            with _x64(True):
+                return current_env().dispatch(op, args, kwargs)
 
         return kernel
 

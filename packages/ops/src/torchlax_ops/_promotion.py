@@ -3,7 +3,8 @@
 jnp promotes differently (weak types, int64 + float32 -> float64 under x64, ...). A lowering
 declares which arguments take part and which of PyTorch's promotion kinds applies; the
 decorator casts those arguments to the computation dtype and the result to PyTorch's result
-dtype. Results are cached per (kind, argument dtypes/ranks), so the hot path is a dict lookup.
+dtype. Results are cached per (kind, argument dtypes/ranks, default dtype), so the hot path is
+a dict lookup.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = ["Promotion", "elementwise", "result_dtypes", "to_jax_dtype"]
 _cache: dict[tuple, tuple[np.dtype, np.dtype]] = {}
 _ArrayImpl = type(jnp.zeros(()))
 _placeholders: dict[tuple, torch.Tensor] = {}
+_default_dtype = torch.get_default_dtype
 
 
 def _signature(x):
@@ -52,7 +54,9 @@ def _placeholder(sig):
 def result_dtypes(values: Sequence, kind: Promotion) -> tuple[np.dtype, np.dtype]:
     """(computation dtype, result dtype) as PyTorch computes them, as JAX dtypes."""
     sigs = tuple(s for s in map(_signature, values) if s is not None)
-    key = (kind, sigs)
+    # The default dtype takes part (int tensor * 1.5, int / int): torch.set_default_dtype must
+    # not be answered from a cache filled under the previous default.
+    key = (kind, sigs, _default_dtype())
     hit = _cache.get(key)
     if hit is None:
         compute, result = elementwise_dtypes(*map(_placeholder, sigs), type_promotion_kind=kind)
@@ -98,7 +102,7 @@ def elementwise(
             n_args = len(call_args)
             values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
             if all(type(v) is _ArrayImpl for v in values):
-                key = tuple((v.dtype, v.ndim != 0) for v in values)
+                key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))
                 hit = fast_cache.get(key)
                 if hit is None:
                     hit = fast_cache[key] = result_dtypes(values, kind)

@@ -1,0 +1,87 @@
+"""The ``jax`` device answers as a PyTorch device: factory dtypes from the first call of a
+process on, 64-bit buffers, the default dtype, empty tensors and ``out=`` resizing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torchlax_core
+from eager_compare import assert_same, to_jax
+
+
+def _fresh(code: str) -> str:
+    """Run ``code`` in a new interpreter (no environment yet, JAX's 64-bit mode off)."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+# -- the first op of a process ------------------------------------------------------------------
+
+FIRST_CALLS = {
+    "zeros_long": "torch.zeros(3, dtype=torch.long, device='jax')",
+    "zeros_float64": "torch.zeros(3, dtype=torch.float64, device='jax')",
+    "empty_long": "torch.empty(3, dtype=torch.long, device='jax').zero_()",
+    "arange": "torch.arange(5, device='jax')",
+    "arange_float64": "torch.arange(0, 1, 0.25, dtype=torch.float64, device='jax')",
+    "linspace": "torch.linspace(0, 1, 5, device='jax')",
+    "full_long": "torch.full((2,), 2**40, device='jax')",
+    "tensor": "torch.tensor([2**40, 3], device='jax')",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_CALLS))
+def test_first_factory_call_of_a_process(name):
+    # Outside enable(), the very first call builds its result as every later call does.
+    expr = FIRST_CALLS[name]
+    out = _fresh(f"""
+        import torch, torchlax_core, jax
+        t = {expr}
+        cpu = {expr.replace("'jax'", "'cpu'")}
+        assert jax.config.jax_enable_x64 is False
+        print(t.dtype, t.jax().dtype, cpu.dtype, torch.equal(t.cpu(), cpu))
+    """)
+    dtype, jax_dtype, cpu_dtype, equal = out.splitlines()[-1].split(" ")
+    assert dtype == cpu_dtype, out
+    assert jax_dtype == dtype.replace("torch.", ""), out
+    assert equal == "True", out
+
+
+# -- 64-bit buffers and the default dtype -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.complex128])
+def test_empty_keeps_64_bit_dtypes(dtype):
+    torchlax_core.default_env()
+    t = torch.empty(3, dtype=dtype, device="jax")  # outside enable(): 64-bit mode is off
+    assert t.dtype == dtype and str(t.jax().dtype) == str(dtype).replace("torch.", "")
+    if dtype.is_complex:
+        return  # make_tensor writes complex values through view_as_real: see test_strides
+    made = torch.testing.make_tensor(4, dtype=dtype, device="jax")
+    assert made.dtype == dtype and str(made.jax().dtype) == str(dtype).replace("torch.", "")
+
+
+@pytest.fixture
+def _default_float64():
+    before = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(before)
+
+
+@pytest.mark.usefixtures("_default_float64")
+def test_set_default_dtype_reaches_factories_and_promotion():
+    ints = to_jax(torch.arange(3))
+    for default in (torch.float32, torch.float64, torch.float32):
+        torch.set_default_dtype(default)
+        assert torch.empty(2, device="jax").dtype == default
+        assert torch.ones(2, device="jax").dtype == default
+        assert torch.randn(2, device="jax").dtype == default
+        assert torch.tensor([1.0], device="jax").dtype == default
+        # Promotion that involves the default dtype is not answered from a stale cache.
+        assert_same(ints * 1.5, torch.arange(3) * 1.5)
+        assert_same(ints / ints.add(1), torch.arange(3) / torch.arange(3).add(1))
