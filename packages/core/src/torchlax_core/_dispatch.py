@@ -19,7 +19,7 @@ import torch
 from jax._src.config import enable_x64 as _x64
 from torch._prims_common import make_contiguous_strides_for
 
-from . import _tensor
+from . import _opcache, _tensor
 from ._dtypes import jax_dtype, torch_dtype
 from ._errors import DeviceMismatchError
 from ._registry import op_name
@@ -211,7 +211,7 @@ def _call(fn, jargs, jkwargs):
 # -- one impl per op ----------------------------------------------------------------------------
 
 
-def lowering_impl(func, fn) -> Callable:
+def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
     schema = getattr(func, "_schema", None)
     if schema is not None and schema.is_mutable:
         return derived_mutation_impl(func, None, plain_impl(func, fn))
@@ -219,6 +219,8 @@ def lowering_impl(func, fn) -> Callable:
         if func is torch.ops.aten.as_strided.default:
             return as_strided_impl(func, fn)
         return view_impl(func, fn)
+    if cache is not None and _opcache.cacheable_op(func):
+        return cached_impl(func, fn, cache)
     return plain_impl(func, fn)
 
 
@@ -244,6 +246,101 @@ def plain_impl(func, fn) -> Callable:
         return _wrap(out)
 
     impl.raw = raw  # arrays out, for in-place and out= variants that write them back
+    return impl
+
+
+def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
+    """``plain_impl`` with the eager op cache in front (see ``_opcache``).
+
+    A hit is: unwrap, build the signature, one dict lookup, one executable launch, and a
+    wrap that takes the result's shape, dtype and device from the entry (reading them off a
+    fresh array costs more than the rest of the wrap).
+    """
+    unwrap = _make_unwrapper(func)
+    entries = cache.entries
+    stats = cache.stats
+    config = cache.config
+    uncacheable = cache.uncacheable
+    signature = _opcache.signature
+    not_cacheable = _opcache.NotCacheable
+    new_tensor = _tensor._make_wrapper_subclass
+    storage = _tensor._Storage
+
+    def lookup(jargs, jkwargs):
+        """(entry or None, key, leaves); key is None when this call is not cacheable."""
+        if func in uncacheable or not config.op_cache_size:
+            return None, None, None
+        leaves: list = []
+        try:
+            key = signature(func, jargs, jkwargs, leaves)
+        except not_cacheable:  # a tracer (inside a JAX trace), a generator, ...
+            return None, None, None
+        if not leaves:  # no array input: nothing to launch an executable on
+            return None, None, None
+        entry = entries.get(key)
+        if entry is None:
+            stats.misses += 1
+        else:
+            stats.hits += 1
+            entries.move_to_end(key)
+        return entry, key, leaves
+
+    def miss(key, jargs, jkwargs, leaves):
+        if not _x64.value:
+            with _x64(True):
+                return miss(key, jargs, jkwargs, leaves)
+        calls = cache.note_seen(key)
+        min_calls = cache.min_calls()
+        if calls < min_calls or calls == 1:
+            # The first call of a signature runs plainly, counting host reads.
+            out = _opcache.run_probed(cache, func, fn, jargs, jkwargs)
+            if calls < min_calls or func in uncacheable:
+                return None, out
+            # op_cache_min_calls=1: compile now and answer with the executable (so that
+            # tests run each op's compiled form once).
+        entry = _opcache.compile_entry(cache, func, fn, jargs, jkwargs, leaves)
+        if entry is None:
+            return None, fn(*jargs, **jkwargs)
+        cache.insert(key, entry)
+        return entry, entry.call(*leaves)
+
+    def raw(args, kwargs):
+        jargs, jkwargs = unwrap(args, kwargs)
+        entry, key, leaves = lookup(jargs, jkwargs)
+        if entry is not None:
+            try:
+                return entry.call(*leaves)
+            except (ValueError, TypeError):  # inputs on other devices than it was compiled for
+                return entry.relax()(*leaves)
+        if key is None:
+            return _call(fn, jargs, jkwargs)
+        return miss(key, jargs, jkwargs, leaves)[1]
+
+    def impl(args, kwargs):
+        jargs, jkwargs = unwrap(args, kwargs)
+        entry, key, leaves = lookup(jargs, jkwargs)
+        if entry is None:
+            if key is None:
+                out = _call(fn, jargs, jkwargs)
+            else:
+                entry, out = miss(key, jargs, jkwargs, leaves)
+                if entry is not None and entry.meta is None:
+                    entry.learn(out)
+            return _make(out) if type(out) is _ArrayImpl else _wrap(out)
+        meta = entry.meta
+        try:
+            out = entry.call(*leaves)
+        except (ValueError, TypeError):
+            out = entry.relax()(*leaves)
+            meta = None
+        if meta is None:
+            return _wrap(out)
+        r = new_tensor(Tensor, meta[0], dtype=meta[1], device=meta[2])
+        r._storage = storage(out)
+        r._view = None
+        return r
+
+    impl.raw = raw
     return impl
 
 
@@ -276,15 +373,18 @@ def view_impl(func, fn) -> Callable:
 
     def impl(args, kwargs):
         base = args[0]
+        if not isinstance(base, Tensor):
+            jargs, jkwargs = unwrap(args, kwargs)
+            return _wrap(_call(fn, jargs, jkwargs))
+        storage = base._storage
+        root_array = storage.array
+        # First, so that PyTorch's own errors come out (view of a non-viewable layout, ...).
+        layouts = _view_layouts(func, base, args, kwargs, root_array)
         jargs, jkwargs = unwrap(args, kwargs)
         out = _call(fn, jargs, jkwargs)
-        if not isinstance(base, Tensor):
-            return _wrap(out)
         rest = jargs[1:]
         base_array = jargs[0]
         parent = base._view
-        storage = base._storage
-        root_array = storage.array
 
         def step(array):
             return _call(fn, [array, *rest], jkwargs)
@@ -293,7 +393,8 @@ def view_impl(func, fn) -> Callable:
             compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
             kind = max(GATHER, parent.kind if parent is not None else IDENTITY)
             return type(out)(
-                _view_of(storage, a, _pick(compute, i), kind, root_array, base_array)
+                _view_of(storage, a, _pick(compute, i), kind, root_array, base_array,
+                         None if layouts is None else layouts[i])
                 for i, a in enumerate(out)
             )
         if out is base_array:  # detach, alias: the very same elements
@@ -304,7 +405,65 @@ def view_impl(func, fn) -> Callable:
             compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
         if parent is not None:
             kind = max(kind, parent.kind)
-        return _view_of(storage, out, compute, kind, root_array, base_array)
+        return _view_of(storage, out, compute, kind, root_array, base_array,
+                        None if layouts is None else layouts[0])
+
+
+# (op, base size/stride/offset/dtype, storage bytes, other arguments) -> each result's layout
+_LAYOUTS: dict = {}
+
+
+def _view_layouts(func, base, args, kwargs, root_array) -> list | None:
+    """PyTorch's ``(strides, storage_offset, storage_nbytes)`` of each result of view op
+    ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then cached.
+
+    ``None`` where PyTorch has no meta kernel for the op (the view is then row-major).
+    """
+    nbytes = int(root_array.size) * root_array.dtype.itemsize
+    try:
+        key = (func, tuple(base.shape), base.stride(), base.storage_offset(), base.dtype, nbytes,
+               _frozen(args[1:]), _frozen(kwargs))
+        hit = _LAYOUTS.get(key)
+    except TypeError:  # a tensor or another unhashable argument: not cached
+        key, hit = None, None
+    if hit is None:
+        hit = _meta_layouts(func, base, args, kwargs, nbytes)
+        if key is not None and len(_LAYOUTS) < 65536:
+            _LAYOUTS[key] = hit
+    return hit or None
+
+
+def _frozen(x):
+    if isinstance(x, torch.Tensor):
+        raise TypeError("tensor")
+    if type(x) is list or type(x) is tuple:
+        return tuple(_frozen(y) for y in x)
+    if type(x) is dict:
+        return tuple(sorted((k, _frozen(v)) for k, v in x.items()))
+    return x
+
+
+def _as_meta(t, nbytes=None):
+    if not isinstance(t, torch.Tensor):
+        return t
+    if nbytes is None:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    elements = max(nbytes // t.element_size(), 0)
+    with torch._C._DisableTorchDispatch():
+        storage = torch.empty(elements, dtype=t.dtype, device="meta")
+    return storage.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _meta_layouts(func, base, args, kwargs, nbytes) -> list:
+    meta_args = [_as_meta(base, nbytes)]
+    meta_args += [torch.utils._pytree.tree_map(_as_meta, a) for a in args[1:]]
+    meta_kwargs = torch.utils._pytree.tree_map(_as_meta, kwargs)
+    try:
+        out = func(*meta_args, **meta_kwargs)
+    except NotImplementedError:
+        return []
+    outs = out if isinstance(out, list | tuple) else (out,)
+    return [(t.stride(), t.storage_offset(), nbytes) for t in outs]
 
     return impl
 
@@ -393,10 +552,10 @@ def _pick(compute, i):
     return lambda array: compute(array)[i]
 
 
-def _view_of(storage, array, compute, kind, root_array, base_array):
+def _view_of(storage, array, compute, kind, root_array, base_array, layout=None):
     if kind != REINTERPRET and array.dtype != root_array.dtype:
         kind = REINTERPRET
-    return _make(array, storage, _View(compute, kind, root_array, array))
+    return _make(array, storage, _View(compute, kind, root_array, array), layout=layout)
 
 
 # -- in-place and out= ---------------------------------------------------------------------------

@@ -1,0 +1,293 @@
+"""The eager op cache: one compiled XLA executable per op call signature.
+
+A lowering run eagerly calls ``jax.numpy`` once per primitive, each its own dispatch. Once a
+call signature (op overload, static arguments, input avals including ``weak_type``) has been
+seen ``Config.op_cache_min_calls`` times, the lowering is traced once with abstract inputs and
+compiled into one executable; later calls with that signature are a dict lookup plus one
+launch. The rules (docs/architecture.md, "The eager op cache"):
+
+- Only functional ATen/prims lowerings are cached (``plain_impl``); in-place and ``out=`` ops
+  through their functional overload. Views are not: their outputs alias their input's storage
+  and keep the function that recomputes them.
+- An op whose lowering reads values on the host (``nonzero``, ``unique``, value checks that
+  raise PyTorch's errors eagerly) is never cached: the first run of each new signature counts
+  host reads, and a lowering that fails to trace with abstract inputs is marked too.
+- A lowering that draws a PRNG key (``env.next_prng_key``) is never cached: its trace runs
+  inside a key scope, and a drawn key marks the op. A ``torch.Generator`` argument bypasses.
+- Inside a JAX trace (an input is a tracer) the lowering just runs: the caller's program is
+  the compilation unit.
+- The cache is an LRU of ``Config.op_cache_size`` entries (0 turns it off); hits, misses and
+  compilations are counted in ``Environment.stats()``. Registering or unregistering a plugin
+  clears it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections import OrderedDict
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax._src.array import ArrayImpl as _ArrayImplClass
+
+from ._stats import Stats
+
+_ArrayImpl = type(jnp.zeros(()))
+
+
+class NotCacheable(Exception):
+    """An argument or result the cache cannot key on or return."""
+
+
+class OpCache:
+    """One environment's compiled executables, LRU-bounded by ``config.op_cache_size``."""
+
+    def __init__(self, env: Any):
+        self.config = env.config
+        self.env = env
+        self.stats: Stats = getattr(env, "_stats", None) or Stats()
+        self.entries: OrderedDict[Any, Any] = OrderedDict()
+        self.seen: OrderedDict[Any, int] = OrderedDict()  # signatures not compiled yet: calls
+        self.uncacheable: dict[Any, str] = {}  # op -> why it is never cached
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.seen.clear()
+        self.uncacheable.clear()
+
+    def capacity(self) -> int:
+        return int(getattr(self.config, "op_cache_size", 0) or 0)
+
+    def min_calls(self) -> int:
+        return max(1, int(getattr(self.config, "op_cache_min_calls", 2) or 1))
+
+    def note_seen(self, key) -> int:
+        """Count one uncompiled call of ``key``; returns how many there were."""
+        seen = self.seen
+        n = seen.pop(key, 0) + 1
+        seen[key] = n
+        if len(seen) > 4 * max(self.capacity(), 64):
+            seen.popitem(last=False)
+        return n
+
+    def insert(self, key, entry) -> None:
+        entries = self.entries
+        entries[key] = entry
+        self.seen.pop(key, None)
+        capacity = self.capacity()
+        while len(entries) > capacity:
+            entries.popitem(last=False)
+
+    def mark_uncacheable(self, func, why: str) -> None:
+        self.uncacheable[func] = why
+        for key in [k for k in self.entries if k[0] is func]:
+            del self.entries[key]
+
+
+def cacheable_op(func) -> bool:
+    """Whether ``func``'s lowering may be cached at all (functional ATen/prims overloads)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return False
+    if getattr(func, "namespace", None) not in ("aten", "prims"):
+        return False  # custom ops (call_jax, third parties) may run arbitrary Python
+    if getattr(func, "is_view", False):
+        return False
+    nondeterministic = getattr(torch.Tag, "nondeterministic_seeded", None)
+    return nondeterministic is None or nondeterministic not in func.tags
+
+
+# -- signatures ---------------------------------------------------------------------------------
+
+_TRUE, _FALSE = object(), object()
+_STATIC_TYPES = frozenset({type(None), int, str, torch.dtype, torch.device, torch.layout,
+                           torch.memory_format, type(Ellipsis)})
+
+
+def _piece(x, leaves: list):
+    """The part of a signature one argument contributes; arrays go to ``leaves``."""
+    t = type(x)
+    if t is _ArrayImpl:
+        leaves.append(x)
+        return x.aval  # shape, dtype and weak_type (the sharding is checked by the call)
+    if t in _STATIC_TYPES:
+        return x
+    if t is float:
+        return (float, x.hex())  # tells -0.0 from 0.0 and lets nan equal nan
+    if t is bool:
+        return _TRUE if x else _FALSE
+    if t is list or t is tuple:
+        return (t, *[_piece(y, leaves) for y in x])
+    if t is complex:
+        return (complex, x.real.hex(), x.imag.hex())
+    raise NotCacheable(t)  # tracers (inside a JAX trace), generators, other objects
+
+
+def signature(func, jargs, jkwargs, leaves: list):
+    """The cache key of one call, filling ``leaves`` with its input arrays in order."""
+    key = [func]
+    for a in jargs:
+        key.append(_piece(a, leaves))
+    if jkwargs:
+        for name, value in jkwargs.items():
+            key.append(name)
+            key.append(_piece(value, leaves))
+    return tuple(key)
+
+
+def _fill(x, it):
+    """``x`` with each array replaced by the next of ``it`` (the order ``_piece`` took)."""
+    t = type(x)
+    if t is _ArrayImpl:
+        return next(it)
+    if t is list or t is tuple:
+        return t(_fill(y, it) for y in x)
+    return x
+
+
+def _check_outputs(out) -> None:
+    t = type(out)
+    if t is list or t is tuple:
+        for y in out:
+            _check_outputs(y)
+    elif out is not None and not isinstance(out, jax.Array):
+        raise NotCacheable(f"the lowering returned a {t.__name__}")
+
+
+# -- host reads ---------------------------------------------------------------------------------
+
+
+class _HostReads:
+    """Counts reads of array values into Python/NumPy while a probe is installed."""
+
+    count = 0
+    depth = 0
+    value = _ArrayImplClass.__dict__.get("_value")
+    array = _ArrayImplClass.__dict__.get("__array__")
+    to_host = _ArrayImplClass.__dict__.get("copy_to_host_async")
+
+
+def _counting_value(self):
+    _HostReads.count += 1
+    return _HostReads.value.fget(self)
+
+
+def _counting_array(self, *args, **kwargs):
+    _HostReads.count += 1
+    return _HostReads.array(self, *args, **kwargs)
+
+
+def _counting_to_host(self, *args, **kwargs):
+    _HostReads.count += 1
+    return _HostReads.to_host(self, *args, **kwargs)
+
+
+_PROBES = tuple((name, counting) for name, original, counting in (
+    ("_value", _HostReads.value, property(_counting_value)),
+    ("__array__", _HostReads.array, _counting_array),
+    ("copy_to_host_async", _HostReads.to_host, _counting_to_host),
+) if original is not None)
+
+
+@contextlib.contextmanager
+def count_host_reads():
+    """Within the block, ``_HostReads.count`` grows with every device-to-host read.
+
+    (JAX's transfer guard would be the public way, but it does not guard CPU arrays.)
+    """
+    if _HostReads.depth == 0:
+        for name, counting in _PROBES:
+            setattr(_ArrayImplClass, name, counting)
+    _HostReads.depth += 1
+    try:
+        yield _HostReads
+    finally:
+        _HostReads.depth -= 1
+        if _HostReads.depth == 0:
+            for name, _ in _PROBES:
+                setattr(_ArrayImplClass, name, getattr(_HostReads, _ORIGINAL_ATTR[name]))
+
+
+_ORIGINAL_ATTR = {"_value": "value", "__array__": "array", "copy_to_host_async": "to_host"}
+
+
+def run_probed(cache: OpCache, func, fn, jargs, jkwargs):
+    """Run the lowering plainly; an op that read a value on the host is never cached."""
+    with count_host_reads() as reads:
+        before = reads.count
+        out = fn(*jargs, **jkwargs)
+        read = reads.count != before
+    if read:
+        cache.mark_uncacheable(func, "its lowering reads values on the host")
+    return out
+
+
+# -- compiling ----------------------------------------------------------------------------------
+
+
+@functools.cache
+def _scope_key():
+    with jax.enable_x64(True):
+        return jax.random.key(0)
+
+
+class Entry:
+    """A compiled signature: the executable, and a ``jax.jit`` for inputs it does not take.
+
+    ``meta`` is (shape, torch dtype, torch device) of a single-array result, learnt from the
+    first one: a hit wraps its result without reading them off the new array.
+    """
+
+    __slots__ = ("call", "traced", "meta")
+
+    def __init__(self, call, traced):
+        self.call = call
+        self.traced = traced
+        self.meta = None
+
+    def learn(self, out) -> None:
+        if type(out) is _ArrayImpl:
+            from ._tensor import _DTYPES, _device_of
+
+            dtype = _DTYPES.get(out.dtype)
+            if dtype is not None:
+                self.meta = (tuple(out.shape), dtype, _device_of(out))
+
+    def relax(self):
+        """Called with inputs on other devices (or shardings): use ``jax.jit``'s own cache."""
+        self.call = jax.jit(self.traced)
+        self.meta = None  # results may land elsewhere now
+        return self.call
+
+
+def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
+    """Trace ``fn`` with abstract inputs and compile it; ``None`` marks ``func`` uncacheable."""
+    from ._registry import op_name
+
+    def traced(*arrays):
+        it = iter(arrays)
+        out = fn(*_fill(list(jargs), it), **{k: _fill(v, it) for k, v in jkwargs.items()})
+        _check_outputs(out)
+        return out
+
+    env = cache.env
+    start = time.perf_counter()
+    try:
+        with env.prng_key_scope(_scope_key()) as scope:
+            lowered = jax.jit(traced).lower(*leaves)
+        if scope.drawn:  # a random op: a key baked into the executable would never change
+            cache.mark_uncacheable(func, "its lowering draws PRNG keys")
+            return None
+        compiled = lowered.compile()
+    except Exception as exc:  # a host read, a data-dependent shape, a Python result, ...
+        cache.mark_uncacheable(func, f"its lowering does not trace with abstract inputs "
+                                     f"({type(exc).__name__}: {str(exc)[:200]})")
+        return None
+    from ._stats import record_compile
+
+    record_compile(op_name(func), time.perf_counter() - start, env)
+    return Entry(compiled, traced)
