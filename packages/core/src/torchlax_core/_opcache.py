@@ -219,11 +219,13 @@ def run_probed(cache: OpCache, func, fn, jargs, jkwargs):
     """Run the lowering plainly; an op that read a value on the host is never cached."""
     with count_host_reads() as reads:
         before = reads.count
-        out = fn(*jargs, **jkwargs)
-        read = reads.count != before
-    if read:
-        cache.mark_uncacheable(func, "its lowering reads values on the host")
-    return out
+        try:
+            return fn(*jargs, **jkwargs)
+        finally:
+            # Also when it raised: a value check (torchlax_core.check) read the value and
+            # failed; compiled, the check would be traced away for the next call.
+            if reads.count != before:
+                cache.mark_uncacheable(func, "its lowering reads values on the host")
 
 
 # -- compiling ----------------------------------------------------------------------------------
