@@ -210,7 +210,7 @@ def bench_training(b: Bench) -> None:
     b.measure(group, "torchlax.jit forward + backward", lambda: ready(jit_step()))
 
     # The whole step (forward, backward, SGD update) as one XLA program, from the PyTorch module.
-    weights, apply = torchlax.functional(copy.deepcopy(model))
+    weights, _, apply = torchlax.functional(copy.deepcopy(model))
     xa, ya = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
 
     def cross_entropy(logits, labels):

@@ -48,7 +48,7 @@ with torchlax_core.enable(), dist.mesh_placement(mesh):
     dist.shard(model, mesh, rules)
     tk = dist.shard(tokens.to("jax"), mesh, P("data")).jax()
     tg = dist.shard(targets.to("jax"), mesh, P("data")).jax()
-params, apply = torchlax_interop.functional(model)
+params, _, apply = torchlax_interop.functional(model)
 
 def loss_of(params, tokens, targets):
     logits = apply(params, tokens)

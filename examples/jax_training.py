@@ -26,7 +26,7 @@ spiral = torch.stack([t * torch.cos(2 * t), t * torch.sin(2 * t)], dim=1) / 3.5
 inputs = torch.cat([spiral, -spiral])
 labels = torch.cat([torch.zeros(128, dtype=torch.int64), torch.ones(128, dtype=torch.int64)])
 
-params, apply = torchlax.functional(model)  # dict name -> jax.Array, shared with the model
+params, buffers, apply = torchlax.functional(model)  # name -> jax.Array, shared with the model
 optimizer = optax.adam(0.02)
 opt_state = optimizer.init(params)
 x, y = torchlax.jax_view(inputs), torchlax.jax_view(labels)  # zero-copy views of the data

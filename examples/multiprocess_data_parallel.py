@@ -75,7 +75,7 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
     by_rows = NamedSharding(mesh, P("data"))
 
     model = build_model()
-    _, apply = torchlax_interop.functional(model)
+    _, _, apply = torchlax_interop.functional(model)
     # Weights: the same on every process, replicated over the global mesh.
     params = {n: jax.make_array_from_process_local_data(replicated, p.detach().numpy())
               for n, p in model.named_parameters()}

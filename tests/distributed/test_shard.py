@@ -92,7 +92,7 @@ def test_jit_keeps_shardings_and_gives_the_ones_asked_for():
             model.zero_grad(set_to_none=True)
 
             # a functional training step under jax.jit with explicit in/out shardings
-            params, apply = torchlax_interop.functional(model)
+            params, _, apply = torchlax_interop.functional(model)
             param_shardings = {n: a.sharding for n, a in params.items()}
             batch = NamedSharding(mesh, P("data"))
 

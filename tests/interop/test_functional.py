@@ -25,9 +25,10 @@ def test_params_are_the_module_state_shared():
     model = _mlp()
     model.register_buffer("counter", torch.arange(3))
     address = model[0].weight.data_ptr()  # read before: after promotion it is copy-on-write
-    params, _ = functional(model)
-    assert set(params) == {"0.weight", "0.bias", "2.weight", "2.bias", "counter"}
-    assert params["counter"].dtype == jnp.int64
+    params, buffers, _ = functional(model)
+    assert set(params) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert set(buffers) == {"counter"}
+    assert buffers["counter"].dtype == jnp.int64
     assert params["0.weight"].unsafe_buffer_pointer() == address
     np.testing.assert_array_equal(np.asarray(params["2.bias"]), model[2].bias.detach().numpy())
 
@@ -35,7 +36,7 @@ def test_params_are_the_module_state_shared():
 def test_forward_matches_the_module():
     model = _mlp()
     x, _ = _data()
-    params, fn = functional(model)
+    params, _, fn = functional(model)
     out = fn(params, jnp.asarray(x.numpy()))
     np.testing.assert_allclose(np.asarray(out), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
     out = jax.jit(fn)(params, x.numpy())
@@ -45,7 +46,7 @@ def test_forward_matches_the_module():
 def test_new_params_are_used_and_the_module_is_untouched():
     model = _mlp()
     before = copy.deepcopy(model.state_dict())
-    params, fn = functional(model)
+    params, _, fn = functional(model)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     out = fn(zeros, jnp.ones((3, 4)))
     np.testing.assert_array_equal(np.asarray(out), np.zeros((3, 2)))
@@ -65,8 +66,8 @@ def test_tied_weights_appear_once_and_stay_tied():
             return self.head(self.embed(x))
 
     model = Tied()
-    params, fn = functional(model)
-    assert list(params) == ["embed.weight"]
+    params, _, fn = functional(model)
+    assert list(params) == ["embed.weight"]  # (no buffers)
     w = jnp.eye(3) * 2
     out = fn({"embed.weight": w}, jnp.ones((1, 3)))
     np.testing.assert_allclose(np.asarray(out), [[4.0, 4.0, 4.0]])  # both layers use w
@@ -75,7 +76,7 @@ def test_tied_weights_appear_once_and_stay_tied():
 def test_grad_matches_torch_autograd():
     model = _mlp()
     x, y = _data()
-    params, fn = functional(model)
+    params, _, fn = functional(model)
 
     def loss(params):
         return jnp.mean((fn(params, x.numpy()) - y.numpy()) ** 2)
@@ -91,7 +92,7 @@ def test_ten_optax_steps_match_torch_training(optimizer):
     model = _mlp(1)
     reference = copy.deepcopy(model)
     x, y = _data(1)
-    params, fn = functional(model)
+    params, _, fn = functional(model)
     params = {k: v for k, v in params.items()}
     lr = 0.05 if optimizer == "sgd" else 0.01
     tx = optax.sgd(lr) if optimizer == "sgd" else optax.adam(lr)
@@ -118,8 +119,107 @@ def test_ten_optax_steps_match_torch_training(optimizer):
 
 def test_vmap_over_the_functional_form():
     model = _mlp()
-    params, fn = functional(model)
+    params, _, fn = functional(model)
     xs = torch.randn(5, 3, 4)
     batched = jax.vmap(lambda x: fn(params, x))(xs.numpy())
     want = torch.stack([model(x) for x in xs]).detach().numpy()
     np.testing.assert_allclose(np.asarray(batched), want, rtol=1e-5, atol=1e-6)
+
+
+def test_frozen_parameters_and_buffers_are_state_and_new_state_is_used():
+    model = _mlp()
+    model[0].bias.requires_grad_(False)
+    model.register_buffer("shift", torch.zeros(2))
+    forward = model.forward
+    model.forward = lambda x: forward(x) + model.shift
+    params, buffers, fn = functional(model)
+    assert set(params) == {"0.weight", "2.weight", "2.bias"}
+    assert set(buffers) == {"0.bias", "shift"}
+    x = jnp.ones((3, 4))
+    base = fn(params, x)
+    shifted = fn({**params, **buffers, "shift": jnp.full((2,), 5.0)}, x)
+    np.testing.assert_allclose(np.asarray(shifted), np.asarray(base) + 5.0, rtol=1e-6)
+
+
+def _tiny_bert():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, vocab_size=50, max_position_embeddings=16,
+                        num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertForSequenceClassification(config).eval()
+
+
+def test_hugging_face_outputs_are_jax_pytrees_and_grad_skips_int64_buffers():
+    model = _tiny_bert()
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([0, 2])
+    params, buffers, fn = functional(model)
+    assert "bert.embeddings.position_ids" in buffers  # int64: not differentiable
+    assert all(jnp.issubdtype(v.dtype, jnp.floating) for v in params.values())
+
+    out = jax.jit(fn)(params, ids.numpy())  # a ModelOutput comes back through jax.jit
+    assert type(out).__name__ == "SequenceClassifierOutput"
+    assert isinstance(out.logits, jax.Array)
+    reference = model(ids)
+    np.testing.assert_allclose(np.asarray(out.logits), reference.logits.detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+    def loss(params):
+        logits = fn(params, ids.numpy()).logits
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(2), labels.numpy()])
+
+    grads = jax.grad(loss)(params)
+    torch.nn.functional.cross_entropy(reference.logits, labels).backward()
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(np.asarray(grads[name]), p.grad.numpy(), rtol=1e-4,
+                                   atol=1e-6, err_msg=name)
+
+
+def test_dataclass_outputs_are_converted():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Out:
+        hidden: torch.Tensor
+        extra: dict
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return Out(h, {"doubled": (h * 2,)})
+
+    model = Model()
+    params, _, fn = functional(model)
+    out = jax.jit(fn)(params, jnp.ones((3, 4)))
+    assert isinstance(out, Out) and isinstance(out.extra["doubled"][0], jax.Array)
+    want = model(torch.ones(3, 4)).hidden.detach().numpy()
+    np.testing.assert_allclose(np.asarray(out.hidden), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.extra["doubled"][0]), 2 * want, rtol=1e-6)
+
+
+def test_dropout_under_jax_jit_draws_from_the_key_argument():
+    model = torch.nn.Dropout(0.5).train()
+    _, _, fn = functional(model)
+    step = jax.jit(fn)
+    x = jnp.ones((64, 64))
+    a = step({}, x, key=jax.random.key(0))
+    b = step({}, x, key=jax.random.key(1))
+    again = step({}, x, key=jax.random.key(0))
+    assert not np.array_equal(np.asarray(a), np.asarray(b))  # a fresh mask per key
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(again))  # the key decides it
+    assert set(np.unique(np.asarray(a)).tolist()) <= {0.0, 2.0}  # kept values scaled by 1/(1-p)
+    assert 0.4 < float(jnp.mean(a == 0)) < 0.6
+    eager = fn({}, x, key=jax.random.key(0))  # eagerly the same key gives the same mask
+    np.testing.assert_array_equal(np.asarray(eager), np.asarray(a))
+
+
+def test_dropout_under_jax_jit_without_a_key_raises_instead_of_freezing_the_mask():
+    _, _, fn = functional(torch.nn.Dropout(0.5).train())
+    with pytest.raises(RuntimeError, match="key"):
+        jax.jit(fn)({}, jnp.ones((8, 8)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -13,17 +14,20 @@ from ._dlpack import from_torch
 from ._views import jax_view, numpy_to_jax, torch_view
 
 
-def module_state(module: torch.nn.Module) -> dict[str, jax.Array]:
-    """``module``'s parameters and buffers by name, as JAX arrays (shared, not copied).
+def module_state(module: torch.nn.Module) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+    """``(params, buffers)``: ``module``'s state by name, as JAX arrays (shared, not copied).
 
-    A tensor reachable under several names (tied weights) appears once, under its first name.
+    ``params`` holds the trainable parameters (``requires_grad``); ``buffers`` the rest of the
+    state: every buffer and every frozen parameter. A tensor reachable under several names (tied
+    weights) appears once, under its first name.
     """
-    state: dict[str, jax.Array] = {}
+    params: dict[str, jax.Array] = {}
+    buffers: dict[str, jax.Array] = {}
     for name, tensor in module.named_parameters():
-        state[name] = _array(tensor)
+        (params if tensor.requires_grad else buffers)[name] = _array(tensor)
     for name, tensor in module.named_buffers():
-        state[name] = _array(tensor)
-    return state
+        buffers[name] = _array(tensor)
+    return params, buffers
 
 
 def _array(tensor: torch.Tensor) -> jax.Array:
@@ -32,26 +36,41 @@ def _array(tensor: torch.Tensor) -> jax.Array:
     return from_torch(tensor.detach()).jax()
 
 
-def functional(module: torch.nn.Module) -> tuple[dict[str, jax.Array], Callable]:
-    """``(params, fn)``: ``module`` as a pure JAX function ``fn(params, *args, **kwargs)``.
+def functional(module: torch.nn.Module,
+               ) -> tuple[dict[str, jax.Array], dict[str, jax.Array], Callable]:
+    """``(params, buffers, fn)``: ``module`` as a pure JAX function ``fn(params, *args, key=None,
+    **kwargs)``.
 
-    ``params`` maps each parameter and buffer name to a ``jax.Array`` holding its current value
-    (shared with the module, not copied; tied weights appear once). ``fn`` runs the module's
-    forward with the weights taken from ``params`` (``torch.func.functional_call`` over
-    torchlax Tensors wrapping the arrays), takes arrays and returns arrays, and is a JAX
-    function: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and optax apply to it. ``params`` may
-    omit names: those keep the values they had when ``functional`` was called. In-place
-    updates of buffers inside the forward (BatchNorm's running statistics in training mode)
-    are not returned: evaluate in ``module.eval()`` mode, or use ``torchlax.jit``, which writes
-    them back. The module itself is never modified. Random ops draw keys from torch's
-    generator; to make them an input, call ``fn`` inside
-    ``torchlax.current_env().prng_key_scope(key)``.
+    ``params`` maps each trainable parameter's name to a ``jax.Array`` holding its current value
+    and ``buffers`` the rest of the state (buffers, frozen parameters), both shared with the
+    module, not copied; tied weights appear once. ``jax.grad`` of a loss of ``params`` therefore
+    differentiates floating-point weights only (BERT's int64 ``position_ids`` are a buffer).
+
+    ``fn`` runs the module's forward with the weights taken from its first argument (through
+    ``torch.func.functional_call`` over torchlax Tensors wrapping the arrays), takes arrays and
+    returns arrays (in the containers the module returns: tuples, dicts, Hugging Face's
+    ``ModelOutput``, dataclasses), and is a JAX function: ``jax.grad``, ``jax.jit``, ``jax.vmap``
+    and optax apply to it. The first argument may hold any names of ``params`` and
+    ``buffers``; names it omits keep the values they had when ``functional`` was called, so
+    ``fn(params, x)`` uses the module's buffers and ``fn({**params, **buffers}, x)`` new ones.
+
+    ``key``: the JAX PRNG key every random op inside (dropout) splits its key from. Pass it
+    (a fresh one per step) whenever the module draws random numbers under ``jax.jit``: a key
+    is then an input of the compiled program. Without ``key``, random ops draw seeds from
+    torch's generator, which only works eagerly.
+
+    In-place updates of buffers inside the forward (BatchNorm's running statistics in training
+    mode) are not returned: evaluate in ``module.eval()`` mode, or use ``torchlax.jit``, which
+    writes them back. The module itself is never modified.
     """
-    params = module_state(module)
-    defaults = dict(params)
+    params, buffers = module_state(module)
+    defaults = {**params, **buffers}
 
-    def fn(params: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        with torchlax_core.enable():
+    def fn(params: dict[str, Any], *args: Any, key: jax.Array | None = None,
+           **kwargs: Any) -> Any:
+        env = torchlax_core.current_env()
+        keys = env.prng_key_scope(key) if key is not None else contextlib.nullcontext()
+        with torchlax_core.enable(env), keys:
             weights = torch_view(numpy_to_jax({**defaults, **params}))
             tensor_args, tensor_kwargs = torch_view(numpy_to_jax((args, kwargs)))
             out = torch.func.functional_call(
@@ -59,4 +78,4 @@ def functional(module: torch.nn.Module) -> tuple[dict[str, jax.Array], Callable]
             )
             return jax_view(out)
 
-    return params, fn
+    return params, buffers, fn

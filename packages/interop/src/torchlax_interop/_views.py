@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torch.utils._pytree as torch_pytree
 from torchlax_core import Tensor, wrap
 
 from ._dlpack import from_torch
@@ -35,10 +38,92 @@ def jax_view(tree: Any) -> Any:
     """``tree`` with every torchlax Tensor replaced by the ``jax.Array`` it holds.
 
     Plain torch tensors are promoted with ``from_torch`` (shared, copy-on-write on the torch
-    side). Other leaves, and containers (tuples, lists, dicts, namedtuples, None), are kept.
-    Autograd history is not carried: the result is plain JAX data.
+    side). Other leaves, and containers, are kept: JAX's pytrees (tuples, lists, dicts,
+    namedtuples, None), every node type PyTorch's pytree registry knows (Hugging Face's
+    ``ModelOutput`` for one) and dataclasses; the last two are registered with JAX on first
+    sight, so the result is a valid JAX pytree (``jax.jit`` may return it). Autograd history
+    is not carried: the result is plain JAX data.
     """
+    _register_with_jax(tree)
     return jax.tree_util.tree_map(_to_array, tree, is_leaf=_is_tensor)
+
+
+# Node types JAX knows natively, and the ones registered here, so each is checked once.
+_JAX_KNOWN: set[type] = {tuple, list, dict, type(None), collections.OrderedDict,
+                         collections.defaultdict, collections.deque}
+
+
+def _register_with_jax(obj: Any) -> None:
+    """Register the container types in ``obj`` that torch's pytrees know and JAX's do not.
+
+    Models return containers PyTorch code understands (``ModelOutput`` is registered with
+    ``torch.utils._pytree``; ``dataclasses`` with neither), which JAX would otherwise take for
+    one opaque leaf and reject as "not a valid JAX type".
+    """
+    if isinstance(obj, torch.Tensor | jax.Array):
+        return
+    kind = type(obj)
+    node = torch_pytree.SUPPORTED_NODES.get(kind)
+    is_namedtuple = isinstance(obj, tuple) and hasattr(kind, "_fields")
+    if node is not None or is_namedtuple:
+        if kind not in _JAX_KNOWN and not is_namedtuple:
+            _register_torch_node(kind, node)
+        children, _ = node.flatten_fn(obj) if node is not None else (list(obj), None)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if kind not in _JAX_KNOWN:
+            _register_dataclass(kind)
+        children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    else:
+        return
+    for child in children:
+        _register_with_jax(child)
+
+
+def _register_torch_node(kind: type, node: Any) -> None:
+    def flatten(obj):
+        children, context = node.flatten_fn(obj)
+        return children, _Hashable(context)
+
+    def unflatten(context, children):
+        return node.unflatten_fn(list(children), context.value)
+
+    _register(kind, flatten, unflatten)
+
+
+def _register_dataclass(kind: type) -> None:
+    names = tuple(f.name for f in dataclasses.fields(kind) if f.init)
+
+    def flatten(obj):
+        return [getattr(obj, name) for name in names], names
+
+    def unflatten(names, children):
+        return kind(**dict(zip(names, children, strict=True)))
+
+    _register(kind, flatten, unflatten)
+
+
+def _register(kind: type, flatten, unflatten) -> None:
+    try:
+        jax.tree_util.register_pytree_node(kind, flatten, unflatten)
+    except ValueError:  # registered with JAX already (by its author or another library)
+        pass
+    _JAX_KNOWN.add(kind)
+
+
+class _Hashable:
+    """A torch pytree context (often a list of keys) as the hashable aux data JAX requires."""
+
+    __slots__ = ("value", "_key")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._key = repr(value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Hashable) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
 
 
 def torch_view(tree: Any) -> Any:

@@ -3,7 +3,8 @@
 This umbrella package re-exports the public API of every layer:
 ``torchlax-core`` (Tensor, environment, registry), ``torchlax-ops`` (lowerings, ``explain``),
 ``torchlax-interop`` (DLPack, ``call_jax``/``call_torch``, ``functional``, ``jit``),
-``torchlax-dynamo`` (``torch.compile(backend="torchlax")``) and ``torchlax-export``.
+``torchlax-dynamo`` (``torch.compile(backend="torchlax")``), ``torchlax-export`` and, loaded on
+first use, ``torchlax.distributed`` (``torchlax_interop.distributed``; ``torchlax.shard``).
 """
 
 import torchlax_export
@@ -38,3 +39,26 @@ from torchlax_ops import explain as explain
 #: ``torchlax.export.export(model, args)`` and ``torchlax.export.load(path)``.
 export = torchlax_export
 __version__ = "0.1.0"
+
+# ``torchlax.distributed`` (meshes, sharding rules, collectives) and ``torchlax.shard`` load on
+# first use, so ``import torchlax`` does not import the distributed code.
+_LAZY = {
+    "distributed": ("torchlax.distributed", None),
+    "shard": ("torchlax_interop.distributed", "shard"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'torchlax' has no attribute {name!r}")
+    import importlib
+
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
