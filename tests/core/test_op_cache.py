@@ -1,0 +1,227 @@
+"""The eager op cache: compiled executables per op call signature (``torchlax_core._opcache``).
+
+Each test compares with eager PyTorch on the CPU and checks, through ``env.stats()``, that the
+cache did what the test is about (a hit, a fresh compile for a new signature, no caching).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torchlax_core
+from torchlax_core import _stats, hookimpl
+
+
+@pytest.fixture
+def env():
+    env = torchlax_core.default_env()
+    saved = (env.config.op_cache_size, env.config.op_cache_min_calls)
+    env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
+    with torchlax_core.enable(env):
+        yield env
+    env.config.op_cache_size, env.config.op_cache_min_calls = saved
+
+
+def stats(env):
+    s = env.stats()
+    return s["op_cache_hits"], s["op_cache_misses"], s["compilations"]
+
+
+def jax_tensor(cpu: torch.Tensor) -> torchlax_core.Tensor:
+    return cpu.to("jax")
+
+
+def test_hits_after_the_second_call_and_stays_correct(env):
+    a_cpu, b_cpu = torch.randn(7), torch.randn(7)
+    a, b = jax_tensor(a_cpu), jax_tensor(b_cpu)
+    hits, misses, compiles = stats(env)
+    results = [torch.mul(a, b) for _ in range(4)]  # plain, compile, hit, hit
+    h, m, c = stats(env)
+    assert (h - hits, m - misses, c - compiles) == (2, 2, 1)
+    for r in results:
+        assert isinstance(r, torchlax_core.Tensor) and r.dtype == torch.float32
+        torch.testing.assert_close(r.cpu(), a_cpu * b_cpu)
+
+
+def test_new_shape_and_new_dtype_redispatch(env):
+    for shape, dtype in (((5,), torch.float32), ((2, 3), torch.float32), ((5,), torch.float64),
+                         ((5,), torch.int64), ((5,), torch.float32)):
+        a_cpu = (torch.randn(shape) * 10).to(dtype)
+        b_cpu = (torch.randn(shape) * 10).to(dtype)
+        a, b = jax_tensor(a_cpu), jax_tensor(b_cpu)
+        for _ in range(3):
+            out = torch.sub(a, b)
+            assert out.dtype == dtype and out.shape == shape
+            torch.testing.assert_close(out.cpu(), a_cpu - b_cpu)
+    cached = [k for k in env._op_cache.entries if k[0] is torch.ops.aten.sub.Tensor]
+    assert len(cached) >= 4  # one executable per shape and dtype
+
+
+def test_python_scalars_and_weak_typed_arrays_are_part_of_the_signature(env):
+    i_cpu = torch.arange(6)
+    i = jax_tensor(i_cpu)
+    for _ in range(3):
+        for scalar in (2, 2.5, True, -0.0):
+            out = i * scalar
+            expected = i_cpu * scalar
+            assert out.dtype == expected.dtype, scalar
+            torch.testing.assert_close(out.cpu(), expected)
+    # A weak-typed 0-d array (as jnp makes from a Python scalar) keys apart from a strong one.
+    f = jax_tensor(torch.linspace(0, 1, 4))
+    weak = torchlax_core.wrap(jnp.asarray(3.0))  # weak float64 (64-bit mode is on here)
+    strong = torchlax_core.wrap(jnp.array(3.0, dtype=jnp.float64))
+    assert weak.jax().weak_type and not strong.jax().weak_type
+    for _ in range(3):
+        for s in (weak, strong):
+            out = torch.add(f, s)
+            assert out.dtype == torch.float32  # a 0-d tensor does not promote a float32 one
+            torch.testing.assert_close(out.cpu(), torch.linspace(0, 1, 4) + 3.0)
+    keys = [k for k in env._op_cache.entries
+            if k[0] is torch.ops.aten.add.Tensor and k[1] == f.jax().aval]
+    assert {k[2].weak_type for k in keys} == {True, False}
+
+
+def test_plugin_override_after_the_cache_filled_invalidates_it(env):
+    a_cpu, b_cpu = torch.randn(4), torch.randn(4)
+    a, b = jax_tensor(a_cpu), jax_tensor(b_cpu)
+    for _ in range(3):
+        torch.testing.assert_close((a + b).cpu(), a_cpu + b_cpu)
+    assert env.stats()["op_cache_size"] > 0
+
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowerings(registry):
+        registry.register_lowering(torch.ops.aten.add.Tensor,
+                                   lambda x, y, alpha=1: x * 10 + y, override=True)
+
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
+    name = env.register_plugin(plugin, "test-op-cache-override")
+    try:
+        assert env.stats()["op_cache_size"] == 0
+        for _ in range(3):
+            torch.testing.assert_close((a + b).cpu(), a_cpu * 10 + b_cpu)
+    finally:
+        env.unregister_plugin(name)
+    for _ in range(3):
+        torch.testing.assert_close((a + b).cpu(), a_cpu + b_cpu)
+
+
+def test_random_ops_draw_fresh_values_every_call(env):
+    x = jax_tensor(torch.ones(64))
+    torch.manual_seed(0)
+    drawn = [torch.nn.functional.dropout(x, 0.5).cpu() for _ in range(4)]
+    drawn += [torch.rand_like(x).cpu() for _ in range(4)]
+    for i, d in enumerate(drawn):
+        for e in drawn[i + 1:]:
+            assert not torch.equal(d, e)
+    torch.manual_seed(0)
+    again = [torch.nn.functional.dropout(x, 0.5).cpu() for _ in range(4)]
+    again += [torch.rand_like(x).cpu() for _ in range(4)]
+    for d, e in zip(drawn, again, strict=True):
+        assert torch.equal(d, e)
+
+
+def test_a_lowering_that_draws_keys_is_never_cached(env):
+    """Found by tracing, not by the op's tags: a plugin's lowering of a deterministic op."""
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_lowerings(registry):
+        def noisy_sin(x):
+            key = torchlax_core.current_env().next_prng_key()
+            return jnp.sin(x) + jax.random.uniform(key, x.shape, x.dtype)
+
+        registry.register_lowering(torch.ops.aten.sin.default, noisy_sin, override=True)
+
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
+    name = env.register_plugin(plugin, "test-op-cache-random")
+    try:
+        x = jax_tensor(torch.zeros(32))
+        outs = [torch.sin(x).cpu() for _ in range(4)]
+        for i, o in enumerate(outs):
+            for p in outs[i + 1:]:
+                assert not torch.equal(o, p)
+        assert "aten.sin.default" in env.stats()["op_cache_uncacheable"]
+    finally:
+        env.unregister_plugin(name)
+
+
+def test_ops_that_read_values_on_the_host_are_not_cached(env):
+    for data in ([0, 3, 0, 1], [1, 1, 0, 0], [0, 0, 0, 5]):
+        x_cpu = torch.tensor(data)
+        x = jax_tensor(x_cpu)
+        for _ in range(2):
+            torch.testing.assert_close(torch.nonzero(x).cpu(), torch.nonzero(x_cpu))
+            torch.testing.assert_close(x[x > 0].cpu(), x_cpu[x_cpu > 0])
+    uncacheable = env.stats()["op_cache_uncacheable"]
+    assert "aten.nonzero.default" in uncacheable
+
+
+def test_value_checks_still_raise_after_the_signature_is_cached(env):
+    """A lowering that checks values eagerly (an index out of range) is not compiled away."""
+    src = jax_tensor(torch.arange(5.0))
+    good, bad = jax_tensor(torch.tensor([0, 4])), jax_tensor(torch.tensor([0, 5]))
+    for _ in range(3):
+        torch.testing.assert_close(torch.index_select(src, 0, good).cpu(), torch.tensor([0.0, 4.0]))
+    with pytest.raises(IndexError):
+        torch.index_select(src, 0, bad)
+
+
+def test_inside_a_jax_trace_the_lowering_just_runs(env):
+    hits, misses, _ = stats(env)
+
+    @jax.jit
+    def f(x):
+        t = torchlax_core.wrap(x)
+        return torchlax_core.unwrap(t * 2 + 1)
+
+    x = jnp.arange(3.0)
+    for _ in range(3):
+        assert jnp.array_equal(f(x), x * 2 + 1)
+        assert jnp.array_equal(f(x + 1), (x + 1) * 2 + 1)
+    assert stats(env)[:2] == (hits, misses)  # tracers never reach the cache
+
+
+def test_the_cache_is_bounded_and_can_be_turned_off(env):
+    env.config.op_cache_size = 2
+    for n in (3, 4, 5, 6):
+        t = jax_tensor(torch.ones(n))
+        for _ in range(2):
+            torch.testing.assert_close(torch.neg(t).cpu(), -torch.ones(n))
+    assert env.stats()["op_cache_size"] <= 2
+    env.config.op_cache_size = 0
+    hits, misses, _ = stats(env)
+    t = jax_tensor(torch.ones(3))
+    for _ in range(3):
+        torch.testing.assert_close(torch.neg(t).cpu(), -torch.ones(3))
+    assert stats(env)[:2] == (hits, misses)
+
+
+def test_in_place_ops_use_the_functional_executable(env):
+    a_cpu, b_cpu = torch.randn(6), torch.randn(6)
+    a, b = jax_tensor(a_cpu.clone()), jax_tensor(b_cpu)
+    hits = stats(env)[0]
+    for _ in range(4):
+        a.add_(b, alpha=0.5)
+        a_cpu.add_(b_cpu, alpha=0.5)
+    torch.testing.assert_close(a.cpu(), a_cpu)
+    assert stats(env)[0] > hits
+
+
+def test_slow_compilations_are_counted_and_logged_once(env, caplog):
+    before = env.stats()
+    with caplog.at_level(logging.INFO, logger="torchlax"):
+        _stats.record_compile("my_program", 3.5, env)
+        _stats.record_compile("my_program", 4.0, env)
+        _stats.record_compile("fast_program", 0.01, env)
+    after = env.stats()
+    assert after["compilations"] == before["compilations"] + 3
+    assert after["compile_seconds"] == pytest.approx(before["compile_seconds"] + 7.51)
+    slow = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(slow) == 1 and "my_program" in slow[0] and "3.5 s" in slow[0]
