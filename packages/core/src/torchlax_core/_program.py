@@ -13,6 +13,10 @@ traced JAX function. Three questions come up in all of them and are answered her
   environment, JAX's 64-bit mode, and PyTorch's "compiling" flag, which makes torch.optim,
   Hugging Face and torch.nn take the paths they take under ``torch.compile`` (tensor-valued
   step counts and learning rates, no host reads).
+- Traced scalars. Where PyTorch wants a Python number (``add_(g, alpha=-lr)``) and the code
+  passes a 0-d tensor, PyTorch reads it on the host, which a traced value cannot be: while
+  tracing, the few functions optimizers call that way get the tensor multiplied in instead
+  (``_SCALAR_REWRITES``), in the order PyTorch's kernels compute.
 - State write-back. A program's new value for a tensor it changed is put back into that very
   tensor object (``write_back``): a torchlax Tensor takes the new array without a copy, a
   CPU/CUDA tensor is copied into.
@@ -28,6 +32,7 @@ import jax
 import torch
 from jax._src import core as _jax_core
 
+from . import _tensor
 from ._tensor import Tensor
 
 
@@ -83,13 +88,64 @@ def tracing(env) -> Iterator[None]:
 
     previous = torch.compiler._is_compiling_flag
     torch.compiler._is_compiling_flag = True
+    function_hook = Tensor.__dict__["__torch_function__"]
+    Tensor.__torch_function__ = classmethod(_torch_function_while_tracing)
     try:
         with enable(env), torch.autograd.set_multithreading_enabled(False):
             # The autograd engine runs a non-CPU device's backward on its own worker thread,
             # where JAX's (thread-local) trace is not active: keep backward on this thread.
             yield
     finally:
+        Tensor.__torch_function__ = function_hook
         torch.compiler._is_compiling_flag = previous
+
+
+def _torch_function_while_tracing(cls, func, types, args=(), kwargs=None):
+    kwargs = kwargs or {}
+    try:
+        rewrite = _SCALAR_REWRITES.get(func)
+    except TypeError:  # an unhashable callable
+        rewrite = None
+    if rewrite is not None:
+        name, rule = rewrite
+        value = kwargs.get(name)
+        if isinstance(value, Tensor) and isinstance(value._value(), jax.core.Tracer):
+            rest = {k: v for k, v in kwargs.items() if k != name}
+            return rule(func, value, *args, **rest)
+    return _tensor._torch_function(cls, func, types, args, kwargs)
+
+
+def _scaled_other(func, scale, self, other, **kwargs):
+    # add(self, other, alpha=a) is self + a * other: the product first, as ATen computes it.
+    return func(self, other * scale, **kwargs)
+
+
+def _scaled_first(func, scale, self, tensor1, tensor2, **kwargs):
+    # addcdiv/addcmul(self, t1, t2, value=v) is self + v * t1 / t2 (or * t2), left to right.
+    return func(self, tensor1 * scale, tensor2, **kwargs)
+
+
+def _foreach_scaled_other(func, scale, self, other, **kwargs):
+    return func(self, torch._foreach_mul(other, scale), **kwargs)
+
+
+def _foreach_scaled_first(func, scale, self, tensor1, tensor2, **kwargs):
+    return func(self, torch._foreach_mul(tensor1, scale), tensor2, **kwargs)
+
+
+_SCALAR_REWRITES = {
+    **{f: ("alpha", _scaled_other) for f in (
+        torch.add, torch.sub, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.sub,
+        torch.Tensor.sub_)},
+    **{f: ("value", _scaled_first) for f in (
+        torch.addcdiv, torch.addcmul, torch.Tensor.addcdiv, torch.Tensor.addcdiv_,
+        torch.Tensor.addcmul, torch.Tensor.addcmul_)},
+    **{f: ("alpha", _foreach_scaled_other) for f in (
+        torch._foreach_add, torch._foreach_add_, torch._foreach_sub, torch._foreach_sub_)},
+    **{f: ("value", _foreach_scaled_first) for f in (
+        torch._foreach_addcdiv, torch._foreach_addcdiv_, torch._foreach_addcmul,
+        torch._foreach_addcmul_)},
+}
 
 
 def write_back(dst: torch.Tensor, array: jax.Array) -> None:

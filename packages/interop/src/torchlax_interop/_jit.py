@@ -1,16 +1,24 @@
-"""``jit``: compile a PyTorch function or module with ``jax.jit``.
+"""``jit``: compile a PyTorch function, module or whole training step into one XLA program.
 
-One call runs one XLA program. The program's inputs are the tensors among the arguments, the
-module's parameters and buffers, and a PRNG key; every other argument leaf is static (part of
-the cache key, like the module's train/eval flags). ``jax.jit`` caches per input shapes and
-dtypes. When autograd needs it, the forward also returns ``jax.vjp``'s residuals and the
-backward is a second jitted program, wired into torch autograd by a ``torch.autograd.Function``.
+One call runs one XLA program. Its inputs are the argument tensors, a PRNG key, and the
+*state* the function reaches: the parameters and buffers of every module it is given or closes
+over, their ``.grad``s, every optimizer's state tensors (``exp_avg``, ``step``, ...) and
+learning rates, and torchlax Tensors it closes over. While ``jax.jit`` traces, each state
+tensor's storage holds a tracer, so the very objects the user's code names (``model``,
+``opt``) compute the program; afterwards they get their old arrays back, and each call writes
+the program's new state into them (``_StateSet``). Other argument leaves are static.
+
+When the function only computes (no state it changes but buffers) and autograd needs it, the
+call is one ``torch.autograd.Function`` whose backward is ``jax.vjp`` of the program.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import time
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,16 +29,24 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
+from torchlax_core._program import key_input, tracing, unused_key
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
+_NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in the program
+
+# One trace at a time: tracing swaps tracers into shared objects (a module's parameters), so
+# two concurrent traces of programs over the same module would read each other's tracers.
+_trace_lock = threading.RLock()
+
+_Scheduler = torch.optim.lr_scheduler.LRScheduler
 
 
 def jit(fn_or_module: Callable | torch.nn.Module, *, static_argnums: int | Sequence[int] = (),
-        static_argnames: str | Sequence[str] = ()) -> Callable:
+        static_argnames: str | Sequence[str] = (), donate_state: bool = True) -> Callable:
     """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
 
     It takes and returns torchlax Tensors (and also plain CPU tensors: then the results are CPU
@@ -39,24 +55,158 @@ def jit(fn_or_module: Callable | torch.nn.Module, *, static_argnums: int | Seque
     compiles a new program, as do new shapes or dtypes. ``static_argnums``/``static_argnames``
     name further arguments passed unchanged as static values (they must be hashable).
 
-    For a module, its parameters and buffers are program inputs, not constants: updating the
-    weights does not recompile. Buffers the forward writes in place (BatchNorm's running
-    statistics) are written back to the module after each call. Switching ``train()``/
-    ``eval()`` selects another program. Tensors a plain function closes over are constants.
+    State is an input, not a constant: the parameters and buffers of the module (or of every
+    module the function receives or closes over), the ``.grad`` of each parameter, and, for
+    each ``torch.optim`` optimizer it reaches, its state tensors and learning rates. So a whole
+    training step compiles into one program::
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            return loss
+
+        step = torchlax.jit(step)
+
+    What the program changes is written back after the call (the old buffers are donated to
+    it, so peak memory holds one copy of the state; pass ``donate_state=False`` to keep
+    arrays you hold from ``tensor.jax()`` alive). Changing a learning rate, by hand or with a
+    ``torch.optim.lr_scheduler`` scheduler, compiles nothing; changing another
+    hyperparameter (momentum, weight decay, betas) compiles a new program. A scheduler's
+    ``step()`` inside the function runs after the program, on the host (it only computes
+    Python numbers). The first call of a function whose optimizers have no state yet runs
+    eagerly, so PyTorch creates that state; every later call is the compiled program.
 
     Random ops get their keys from a key drawn for each call from torch's generator, so dropout
-    differs per call and ``torch.manual_seed`` reproduces it.
+    differs per call and ``torch.manual_seed`` reproduces it. Switching ``train()``/``eval()``
+    selects another program.
 
-    Autograd works: if grad mode is on and a parameter or tensor argument requires grad, the
-    call is one ``torch.autograd.Function`` whose backward is ``jax.vjp`` of the program, so
-    ``loss.backward()`` fills ``.grad`` as usual. JAX runs with 64-bit types enabled, so int64
-    stays int64.
+    Autograd works across the call: if grad mode is on and a parameter or tensor argument
+    requires grad, a function that changes no state is one ``torch.autograd.Function`` whose
+    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual.
+    JAX runs with 64-bit types enabled, so int64 stays int64.
     """
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
-    return _Jitted(fn_or_module, tuple(static_argnums), tuple(static_argnames))
+    return _Jitted(fn_or_module, tuple(static_argnums), tuple(static_argnames), donate_state)
+
+
+# -- finding the state a call reaches -------------------------------------------------------------
+
+
+def _referenced(fn, seen: set, found: list, depth: int = 0) -> None:
+    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name."""
+    if id(fn) in seen or depth > 4:
+        return
+    seen.add(id(fn))
+    if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
+        found.append(fn)
+        return
+    if isinstance(fn, types.MethodType):
+        _referenced(fn.__func__, seen, found, depth + 1)
+        _referenced_object(fn.__self__, seen, found, depth + 1)
+        return
+    if isinstance(fn, functools.partial):
+        _referenced(fn.func, seen, found, depth + 1)
+        for value in (*fn.args, *fn.keywords.values()):
+            _referenced(value, seen, found, depth + 1)
+        return
+    if not isinstance(fn, types.FunctionType):
+        return
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell: the variable is not bound yet
+            continue
+        _referenced(value, seen, found, depth + 1)
+    for name in _global_names(fn.__code__):
+        if name in fn.__globals__:
+            _referenced(fn.__globals__[name], seen, found, depth + 1)
+
+
+def _referenced_object(obj, seen: set, found: list, depth: int) -> None:
+    # A bound method's object (a trainer holding model and optimizer): one level of attributes.
+    if isinstance(obj, torch.nn.Module | torch.optim.Optimizer | _Scheduler):
+        _referenced(obj, seen, found, depth)
+        return
+    for value in getattr(obj, "__dict__", {}).values():
+        if isinstance(value, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
+            _referenced(value, seen, found, depth)
+
+
+@functools.cache
+def _global_names(code: types.CodeType) -> tuple[str, ...]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # nested functions and lambdas
+            names.extend(_global_names(const))
+    return tuple(dict.fromkeys(names))
+
+
+@dataclasses.dataclass
+class _StateSet:
+    """The state one call reads and may change, found afresh on each call.
+
+    ``storages`` are the distinct storages of every state tensor (tied weights and views share
+    one); their arrays are program inputs and outputs. ``.grad`` slots and optimizer state
+    entries are tracked as objects too, since a step replaces them (``zero_grad`` sets
+    ``None``, ``backward`` creates new grads, the first ``opt.step`` creates its state).
+    """
+
+    storages: list
+    owners: list  # one torchlax Tensor per storage (for autograd and write-back)
+    grads: list  # parameters whose .grad the program may change
+    modules: list  # every module reached (their train/eval flags select the program)
+    optimizers: list
+    schedulers: list
+    lrs: list  # (param_group, value) for each learning rate that is an input
+    cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
+
+    def structure(self) -> tuple:
+        """What of the state is part of the program's identity (not its values)."""
+        grads = tuple(p.grad is not None for p in self.grads)
+        optimizers = tuple(_optimizer_structure(opt) for opt in self.optimizers)
+        training = tuple(m.training for module in self.modules for m in module.modules())
+        return grads, optimizers, len(self.lrs), tuple(self.cpu_tensors), training
+
+
+def _optimizer_structure(opt) -> tuple:
+    groups = []
+    for group in opt.param_groups:
+        hyper = []
+        for name, value in group.items():
+            if name in ("params", "lr"):
+                continue
+            hyper.append((name, _hashable(value)))
+        groups.append(tuple(hyper))
+    state = []
+    for group in opt.param_groups:
+        for p in group["params"]:
+            entries = opt.state.get(p)
+            state.append(tuple(
+                (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
+                for name, v in (entries or {}).items()
+            ))
+    return type(opt), tuple(groups), tuple(state)
+
+
+def _hashable(value):
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+# -- one compiled program ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -65,76 +215,261 @@ class _Info:
 
     out_spec: Any
     out_statics: tuple
-    changed_buffers: tuple[str, ...]
     uses_random: bool
+    changed: tuple[bool, ...]  # per storage: whether the program writes it
+    grad_slots: tuple  # per grad parameter: (_NONE | _KEPT | _NEW, index)
+    opt_slots: tuple  # per optimizer, per parameter: ((name, kind, index), ...)
+    scheduler_steps: tuple[int, ...]
+    cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
+    trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
 
 
 class _Program:
-    """One static configuration of a jitted callable: its traced function and jitted forms."""
+    """One static configuration of a jitted callable: its traced function and compiled forms."""
 
-    def __init__(self, jitted: _Jitted, in_spec, statics, static_values, state_names,
-                 buffer_names):
+    def __init__(self, jitted: _Jitted, in_spec, statics, static_values):
         self.jitted = jitted
         self.in_spec = in_spec
         self.statics = statics
         self.static_values = static_values
-        self.state_names = state_names
-        self.buffer_names = buffer_names
         self.infos: dict[Any, _Info] = {}
+        self.compiled: dict[Any, Any] = {}
+        self._traces: dict[Any, Any] = {}
+        self._state: _StateSet | None = None
         self._tracing_info: _Info | None = None
         self.forward = jax.jit(self._traced)
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
 
-    def _traced(self, arrays: list, key):
+    # -- tracing --------------------------------------------------------------------------
+
+    def _traced(self, state_arrays: list, lr_arrays: list, arrays: list, key):
+        state = self._state
         env = torchlax_core.current_env()
-        n_state = len(self.state_names)
-        with torchlax_core.enable(env), env.prng_key_scope(key):
-            tensors = [Tensor(a) for a in arrays]
-            state = dict(zip(self.state_names, tensors[:n_state], strict=True))
-            inputs = iter(tensors[n_state:])
-            statics = iter(self.static_values)
-            flat = [next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
-                    for s in self.statics]
-            args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
-            out = self.jitted._run(state, args, kwargs)
-            uses_random = _key_drawn(env, key)
-        out_flat, out_spec = pytree.tree_flatten(out)
-        out_arrays = [_traced_array(x) for x in out_flat if isinstance(x, torch.Tensor)]
-        out_statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in out_flat)
-        changed = tuple(
-            name for name, original in zip(self.state_names, arrays, strict=False)
-            if name in self.buffer_names and state[name].jax() is not original
+        saved = _swap_in(state, state_arrays, lr_arrays)
+        recorded = _defer_schedulers(state.schedulers)
+        try:
+            with tracing(env), key_input(env, key) as scope:
+                tensors = [Tensor(a) for a in arrays]
+                n_cpu = len(state.cpu_tensors)
+                cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
+                inputs = iter(tensors[n_cpu:])
+                statics = iter(self.static_values)
+                flat = [next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
+                        for s in self.statics]
+                args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
+                try:
+                    out = self.jitted._run(cpu_state, args, kwargs)
+                except jax.errors.UnexpectedTracerError as exc:
+                    raise _leaked_tracer_error(self.jitted) from exc
+                out_flat, out_spec = pytree.tree_flatten(out)
+                out_arrays = [_traced_array(x) for x in out_flat if isinstance(x, torch.Tensor)]
+                out_statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in out_flat)
+                new_storages = [s.array for s in state.storages]
+                extra: list = []
+                grad_slots = tuple(_slot(p.grad, saved, extra) for p in state.grads)
+                opt_slots = tuple(_optimizer_slots(opt, saved, extra) for opt in state.optimizers)
+                cpu_new = [t._value() for t in cpu_state.values()]
+                _check_hyperparameters(state, saved)
+        finally:
+            _swap_out(state, saved)
+            _undefer_schedulers(state.schedulers)
+        changed = tuple(new is not old for new, old in zip(new_storages, state_arrays,
+                                                            strict=True))
+        cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
+        extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
+        trains = any(
+            _grad_changed(kind, index, saved["grad_storage"][i], changed)
+            for i, (kind, index) in enumerate(grad_slots)
+        ) or any(
+            kind != _KEPT or changed[index]
+            for slots in opt_slots for entries in slots for _, kind, index in entries
         )
-        self._tracing_info = _Info(out_spec, out_statics, changed, uses_random)
-        return out_arrays, [state[name].jax() for name in changed]
+        self._tracing_info = _Info(
+            out_spec, out_statics, scope.drawn, changed, grad_slots, opt_slots,
+            tuple(recorded[id(s)] for s in state.schedulers), cpu_changed, trains,
+        )
+        return out_arrays, new_storages, extra
 
-    def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, key):
+    def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays,
+                    key):
+        n_state = len(self._state.storages)
+
         def differentiable(diff):
-            outs, buffers = self._traced(_merge(mask, diff, other), key)
-            return outs, buffers
+            merged = _merge(mask, diff, other)
+            outs, new_storages, extra = self._traced(merged[:n_state], lr_arrays,
+                                                     merged[n_state:], key)
+            return outs, (new_storages, extra)
 
-        outs, vjp, buffers = jax.vjp(differentiable, diff, has_aux=True)
-        return outs, buffers, vjp
+        outs, vjp, (new_storages, extra) = jax.vjp(differentiable, diff, has_aux=True)
+        return outs, new_storages, extra, vjp
 
-    def info(self, signature, arrays, key) -> _Info:
+    def info(self, signature, state: _StateSet, args: tuple) -> _Info:
         info = self.infos.get(signature)
         if info is None:
-            # Trace once without running, to learn the output structure and whether the
-            # program draws random keys; the real call reuses this trace.
-            jax.eval_shape(self.forward, arrays, key)
-            info = self.infos[signature] = self._tracing_info
+            with _trace_lock:
+                info = self.infos.get(signature)
+                if info is None:
+                    # Trace once, to learn the output structure, what state changes and
+                    # whether the program draws random keys; compiling reuses this trace.
+                    self._state = state
+                    donate = (0,) if self.jitted.donate_state else ()
+                    self._traces[signature] = jax.jit(
+                        self._traced, donate_argnums=donate).trace(*args)
+                    info = self.infos[signature] = self._tracing_info
         return info
+
+    def executable(self, signature):
+        compiled = self.compiled.get(signature)
+        if compiled is None:
+            with _trace_lock:
+                compiled = self.compiled.get(signature)
+                if compiled is None:
+                    start = time.perf_counter()
+                    traced = self._traces.pop(signature)
+                    compiled = self.compiled[signature] = traced.lower().compile()
+                    self.jitted.compilations += 1
+                    _report_compile(self.jitted, time.perf_counter() - start)
+        return compiled
+
+
+def _grad_changed(kind, index, before, changed) -> bool:
+    if kind == _NONE:
+        return before != -1
+    return kind == _NEW or index != before or changed[index]
+
+
+def _report_compile(jitted, seconds: float) -> None:
+    name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
+    try:
+        from torchlax_core import _stats
+    except ImportError:  # an older core without compile statistics
+        return
+    _stats.record_compile(f"torchlax.jit({name})", seconds)
+
+
+def _slot(value, saved: dict, extra: list) -> tuple:
+    """How a program's final ``.grad`` (or state entry) is returned: none, kept, or new."""
+    if value is None:
+        return _NONE, -1
+    if isinstance(value, Tensor) and id(value._storage) in saved["storage_ids"]:
+        return _KEPT, saved["storage_ids"][id(value._storage)]
+    extra.append(_traced_array(value))
+    return _NEW, len(extra) - 1
+
+
+def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
+    slots = []
+    for group in opt.param_groups:
+        for p in group["params"]:
+            entries = opt.state.get(p) or {}
+            before = saved["opt_state"][id(opt)].get(p, {})
+            row = []
+            for name, value in entries.items():
+                if isinstance(value, torch.Tensor):
+                    row.append((name, *_slot(value, saved, extra)))
+                elif name not in before or before[name] != value:
+                    raise RuntimeError(
+                        f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
+                        f"state value {name!r} that the compiled step changes; it would be a "
+                        "constant of the program. Keep optimizer state in tensors."
+                    )
+            slots.append(tuple(row))
+    return tuple(slots)
+
+
+def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
+    for (group, _), tracer_lr in zip(state.lrs, saved["lr_tensors"], strict=True):
+        if group["lr"] is not tracer_lr:
+            raise RuntimeError(
+                "torchlax.jit: the compiled step assigns param_group['lr'] itself; the new "
+                "value would be a constant of the program. Change learning rates with a "
+                "torch.optim.lr_scheduler scheduler, or outside the compiled function."
+            )
+
+
+def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
+    """Put the program's tracers into the state objects; return what to restore."""
+    ids = {id(s): i for i, s in enumerate(state.storages)}
+    saved = {
+        "arrays": [s.array for s in state.storages],
+        "storage_ids": ids,
+        "grads": [p.grad for p in state.grads],
+        "grad_storage": [-1 if p.grad is None else ids[id(p.grad._storage)] for p in state.grads],
+        "opt_state": {id(opt): {p: dict(v) for p, v in opt.state.items()}
+                      for opt in state.optimizers},
+        "opt_dicts": {id(opt): dict(opt.state) for opt in state.optimizers},
+        "lrs": [group["lr"] for group, _ in state.lrs],
+        "capturable": [(group, group["capturable"]) for opt in state.optimizers
+                       for group in opt.param_groups if "capturable" in group],
+    }
+    for storage, array in zip(state.storages, state_arrays, strict=True):
+        storage.array = array
+    lr_tensors = []
+    for (group, _), array in zip(state.lrs, lr_arrays, strict=True):
+        group["lr"] = lr = Tensor(array)
+        lr_tensors.append(lr)
+    saved["lr_tensors"] = lr_tensors
+    for group, _ in saved["capturable"]:
+        # The optimizers' capturable code path keeps step counts and learning rates as
+        # tensors (no host reads), as it does for CUDA graphs.
+        group["capturable"] = True
+    return saved
+
+
+def _swap_out(state: _StateSet, saved: dict) -> None:
+    for storage, array in zip(state.storages, saved["arrays"], strict=True):
+        storage.array = array
+    for p, grad in zip(state.grads, saved["grads"], strict=True):
+        p.grad = grad
+    for opt in state.optimizers:
+        entries = saved["opt_state"][id(opt)]
+        opt.state.clear()
+        for p, original in saved["opt_dicts"][id(opt)].items():
+            original.clear()
+            original.update(entries[p])
+            opt.state[p] = original
+    for (group, _), lr in zip(state.lrs, saved["lrs"], strict=True):
+        group["lr"] = lr
+    for group, capturable in saved["capturable"]:
+        group["capturable"] = capturable
+
+
+def _defer_schedulers(schedulers) -> dict:
+    """Inside the trace, a scheduler's step() is counted, and run on the host after the call."""
+    recorded = {id(s): 0 for s in schedulers}
+    for s in schedulers:
+        def step(*args, _s=s, **kwargs):
+            if args or kwargs:
+                raise RuntimeError(
+                    "torchlax.jit: scheduler.step() with arguments (an epoch or a metric) "
+                    "inside a compiled step is not supported; call it outside the step."
+                )
+            recorded[id(_s)] += 1
+
+        s.step = step
+    return recorded
+
+
+def _undefer_schedulers(schedulers) -> None:
+    for s in schedulers:
+        del s.step
+
+
+def _leaked_tracer_error(jitted) -> RuntimeError:
+    name = getattr(jitted.target, "__qualname__", repr(jitted.target))
+    return RuntimeError(
+        f"torchlax.jit({name}): a tensor from another (finished) trace reached this program. "
+        "A value computed inside a compiled function was kept outside it (stored on an object "
+        "torchlax does not track as state, or a global list). Return such values from the "
+        "function instead, or keep them in a module buffer, an optimizer or a torchlax Tensor "
+        "the function closes over."
+    )
 
 
 def _merge(mask, diff, other) -> list:
     diff, other = iter(diff), iter(other)
     return [next(diff) if m else next(other) for m in mask]
-
-
-def _key_drawn(env, key) -> bool:
-    stack = getattr(env, "_key_stack", None)
-    return stack is None or not stack or stack[-1] is not key
 
 
 def _traced_array(x: torch.Tensor):
@@ -148,36 +483,122 @@ def _signature(arrays: list) -> tuple:
 
 
 class _Jitted:
-    def __init__(self, target, static_argnums, static_argnames):
+    def __init__(self, target, static_argnums, static_argnames, donate_state: bool):
         self.target = target
         self.module = target if isinstance(target, torch.nn.Module) else None
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
+        self.donate_state = donate_state
         self.programs: dict[Any, _Program] = {}
+        #: XLA compilations this callable has made (one per program and input signature).
+        self.compilations = 0
+        self._first_call = True
         self.__wrapped__ = target
 
-    def _run(self, state, args, kwargs):
+    def _run(self, cpu_state: dict, args, kwargs):
         if self.module is None:
             return self.target(*args, **kwargs)
-        return torch.func.functional_call(
-            self.module, state, args, kwargs, tie_weights=True, strict=False
-        )
+        if cpu_state:
+            # A module on the CPU: its tensors are replaced by torchlax Tensors of the program.
+            return torch.func.functional_call(
+                self.module, cpu_state, args, kwargs, tie_weights=True, strict=False
+            )
+        return self.module(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
         check_shared_writes()
         with jax.enable_x64(True):
             return self._call(args, kwargs)
 
+    # -- the state ---------------------------------------------------------------------------
+
+    def _find_state(self, args, kwargs) -> _StateSet:
+        found: list = []
+        seen: set = set()
+        _referenced(self.target, seen, found)
+        for leaf in pytree.tree_leaves((args, kwargs)):
+            if isinstance(leaf, torch.nn.Module | torch.optim.Optimizer | _Scheduler):
+                _referenced(leaf, seen, found)
+        modules, optimizers, schedulers, tensors = [], [], [], []
+        for obj in found:
+            if isinstance(obj, torch.nn.Module):
+                modules.append(obj)
+            elif isinstance(obj, torch.optim.Optimizer):
+                optimizers.append(obj)
+            elif isinstance(obj, _Scheduler):
+                schedulers.append(obj)
+                if all(obj.optimizer is not o for o in optimizers):
+                    optimizers.append(obj.optimizer)
+            elif isinstance(obj, Tensor):
+                tensors.append(obj)
+        storages, owners, grads, index = [], [], [], {}
+        cpu_tensors: dict = {}
+
+        def add(t):
+            storage = t._storage
+            if id(storage) not in index:
+                index[id(storage)] = len(storages)
+                storages.append(storage)
+                owners.append(t)
+
+        def add_grad(p):
+            if all(p is not g for g in grads):
+                grads.append(p)
+
+        for m in modules:
+            for name, p in m.named_parameters(remove_duplicate=True):
+                if isinstance(p, Tensor):
+                    add(p)
+                    add_grad(p)
+                elif m is self.module:
+                    cpu_tensors[name] = p
+            for name, b in m.named_buffers(remove_duplicate=True):
+                if isinstance(b, Tensor):
+                    add(b)
+                elif m is self.module:
+                    cpu_tensors[name] = b
+        lrs = []
+        for opt in optimizers:
+            _move_cpu_state_to_jax(opt)
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if not isinstance(p, Tensor):
+                        raise _cpu_optimizer_error(opt)
+                    add(p)
+                    add_grad(p)
+                    for value in (opt.state.get(p) or {}).values():
+                        if isinstance(value, Tensor):
+                            add(value)
+                lr = group["lr"]
+                if isinstance(lr, float | int) and not isinstance(lr, bool):
+                    lrs.append((group, lr))
+        for p in grads:
+            grad = p.grad
+            if isinstance(grad, Tensor):
+                if grad._view is not None:
+                    # A view (autograd keeps e.g. mm's transposed result): its own value as a
+                    # tensor, so the program's input is the gradient's shape, as its output is.
+                    p.grad = grad = Tensor(grad._value())
+                add(grad)
+        for t in tensors:
+            add(t)
+        return _StateSet(storages, owners, grads, modules, optimizers, schedulers, lrs,
+                         cpu_tensors)
+
+    # -- calling -----------------------------------------------------------------------------
+
     def _call(self, args, kwargs):
+        state = self._find_state(args, kwargs)
+        if self._first_call:
+            self._first_call = False
+            if _optimizer_state_missing(state.optimizers):
+                return self._eager_call(state, args, kwargs)
         args, kwargs, static_values = self._split_static(args, kwargs)
         flat, in_spec = pytree.tree_flatten((args, kwargs))
         inputs = [x for x in flat if isinstance(x, torch.Tensor)]
         statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
-        params, buffers = self._state()
-        state_tensors = list(params.values()) + list(buffers.values())
-        state_names = tuple(params) + tuple(buffers)
-        training = tuple(m.training for m in self.module.modules()) if self.module else ()
-        program_key = (str(in_spec), statics, static_values, state_names, training)
+        program_key = (str(in_spec), statics, static_values, state.structure(),
+                       torch.is_grad_enabled())
         try:
             program = self.programs.get(program_key)
         except TypeError:
@@ -187,30 +608,56 @@ class _Jitted:
                 "hashable Python objects (tuples, not lists)."
             ) from None
         if program is None:
-            program = self.programs[program_key] = _Program(
-                self, in_spec, statics, static_values, state_names, frozenset(buffers)
-            )
-        tensors = state_tensors + inputs
-        on_jax = any(isinstance(t, Tensor) for t in tensors)
-        arrays = [t.jax() if isinstance(t, Tensor) else _borrow(t) for t in tensors]
+            with _trace_lock:
+                program = self.programs.setdefault(
+                    program_key, _Program(self, in_spec, statics, static_values))
+        cpu_tensors = list(state.cpu_tensors.values())
+        state_arrays = [s.array for s in state.storages]
+        lr_arrays = [np.float64(lr) for _, lr in state.lrs]
+        arrays = [_borrow(t) for t in cpu_tensors] + [
+            t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs]
+        on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
+        signature = (_signature(state_arrays), _signature(arrays))
+        state_arrays = _distinct(state_arrays)
+        info = program.info(signature, state, (state_arrays, lr_arrays, arrays, unused_key()))
         env = torchlax_core.current_env()
-        signature = _signature(arrays)
-        info = program.info(signature, arrays, _unused_key())
-        key = env.next_prng_key() if info.uses_random else _unused_key()
+        key = env.next_prng_key() if info.uses_random else unused_key()
 
-        mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
-        if torch.is_grad_enabled() and any(mask):
-            diff = [t for t, m in zip(tensors, mask, strict=True) if m]
-            outputs = _JitFunction.apply(
-                _Call(program, info, mask, arrays, key, on_jax, tensors), *diff
-            )
+        all_tensors = list(state.owners) + cpu_tensors + inputs
+        mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
+        if not info.trains and torch.is_grad_enabled() and any(mask):
+            diff = [t for t, m in zip(all_tensors, mask, strict=True) if m]
+            call = _Call(program, info, state, mask, state_arrays + arrays, lr_arrays, key,
+                         on_jax, all_tensors)
+            outputs = _JitFunction.apply(call, *diff)
         else:
-            out_arrays, new_buffers = program.forward(arrays, key)
+            executable = program.executable(signature)
+            out_arrays, new_storages, extra = executable(state_arrays, lr_arrays, arrays, key)
             outputs = _to_tensors(out_arrays, on_jax, arrays)
-            _write_back(buffers, info.changed_buffers, new_buffers)
+            _write_state(state, info, new_storages, extra)
+        for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
+            for _ in range(count):
+                scheduler.step()
         it = iter(outputs)
         flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
         return pytree.tree_unflatten(flat_out, info.out_spec)
+
+    def _eager_call(self, state: _StateSet, args, kwargs):
+        # The optimizers create their state in this first call, with PyTorch's own code, and
+        # later calls compile one program over it (else the first call would compile a
+        # program of its own, used once).
+        groups = [(g, g["capturable"]) for opt in state.optimizers for g in opt.param_groups
+                  if "capturable" in g]
+        for g, _ in groups:
+            g["capturable"] = True  # step counts on the jax device, as the program keeps them
+        try:
+            with torchlax_core.enable(torchlax_core.current_env()):
+                return self.target(*args, **kwargs)
+        finally:
+            for g, capturable in groups:
+                g["capturable"] = capturable
+            for opt in state.optimizers:
+                _move_cpu_state_to_jax(opt)
 
     def _split_static(self, args, kwargs):
         static_values = []
@@ -229,17 +676,46 @@ class _Jitted:
                     kwargs[name] = _STATIC
         return args, kwargs, tuple(static_values)
 
-    def _state(self):
-        if self.module is None:
-            return {}, {}
-        return dict(self.module.named_parameters()), dict(self.module.named_buffers())
+
+def _distinct(arrays: list) -> list:
+    # A buffer donated to the program may be passed once only; two state tensors holding the
+    # very same array (one made from the other's .jax()) each get their own.
+    seen: set = set()
+    out = []
+    for a in arrays:
+        if id(a) in seen:
+            a = jnp.array(a, copy=True)
+        seen.add(id(a))
+        out.append(a)
+    return out
 
 
-@functools.cache
-def _unused_key():
-    # The key input of a program that draws none. Made once: each jax.random.key call is an
-    # XLA dispatch, which cost half of a small model's per-call overhead.
-    return jax.random.key(0)
+def _optimizer_state_missing(optimizers) -> bool:
+    """Whether a first step would create optimizer state or gradients (then it runs eagerly)."""
+    return any(
+        not opt.state.get(p) or p.grad is None
+        for opt in optimizers for g in opt.param_groups for p in g["params"]
+    )
+
+
+def _move_cpu_state_to_jax(opt) -> None:
+    """CPU step counts (kept there by PyTorch for eager speed) become jax state tensors."""
+    for p, entries in opt.state.items():
+        if not isinstance(p, Tensor):
+            continue
+        for name, value in list(entries.items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, Tensor):
+                entries[name] = Tensor(torchlax_core.current_env().place(
+                    jnp.asarray(value.detach().cpu().numpy()), p.device))
+
+
+def _cpu_optimizer_error(opt) -> RuntimeError:
+    return RuntimeError(
+        f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
+        "the 'jax' device. A compiled training step keeps its state on jax: move the model "
+        "first (model.to('jax') inside torchlax.enable()), then create the optimizer; or "
+        "compile the step with torch.compile(step, backend='torchlax') for CPU tensors."
+    )
 
 
 def _inexact(t: torch.Tensor) -> bool:
@@ -252,14 +728,38 @@ def _to_tensors(arrays, on_jax: bool, inputs) -> list[torch.Tensor]:
     return _give_back(list(arrays), inputs)
 
 
-def _write_back(buffers: dict, names, values) -> None:
+def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
+    """Put one call's new state into the objects it belongs to."""
+    for storage, array, changed in zip(state.storages, new_storages, info.changed, strict=True):
+        if changed or storage.array.is_deleted():
+            storage.array = array
+    for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True):
+        p.grad = _slot_value(kind, index, state, extra)
+    for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        for p, entries in zip(params, slots, strict=True):
+            if not entries:
+                continue
+            values = opt.state[p]
+            for name, kind, index in entries:
+                values[name] = _slot_value(kind, index, state, extra)
+    _write_cpu_buffers(state, info, extra)
+
+
+def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
+    cpu_new = iter(extra[len(extra) - sum(info.cpu_changed):])
     with torch.no_grad():
-        for name, value in zip(names, values, strict=True):
-            buffer = buffers[name]
-            if isinstance(buffer, Tensor):
-                buffer.copy_(torchlax_core.wrap(value))
-            else:
-                buffer.copy_(torch.from_dlpack(jnp.array(value, copy=True)))
+        for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
+            if changed:
+                t.copy_(torch.from_dlpack(jnp.array(next(cpu_new), copy=True)))
+
+
+def _slot_value(kind, index, state: _StateSet, extra):
+    if kind == _NONE:
+        return None
+    if kind == _KEPT:
+        return state.owners[index]
+    return torchlax_core.wrap(extra[index])
 
 
 @dataclasses.dataclass
@@ -268,8 +768,10 @@ class _Call:
 
     program: _Program
     info: _Info
+    state: _StateSet
     mask: tuple[bool, ...]
-    arrays: list
+    arrays: list  # state arrays, then CPU module tensors and inputs
+    lr_arrays: list
     key: Any
     on_jax: bool
     tensors: list
@@ -282,15 +784,20 @@ class _JitFunction(torch.autograd.Function):
     def forward(ctx, call: _Call, *diff_tensors):
         diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
         other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
-        outs, new_buffers, vjp = call.program.forward_vjp(call.mask, diff, other, call.key)
+        program = call.program
+        n_state = len(call.state.storages)
+        with _trace_lock:
+            program._state = call.state
+            outs, new_storages, extra, vjp = program.forward_vjp(
+                call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key)
         call.vjp, call.out_arrays = vjp, outs
         ctx.call = call
         outputs = _to_tensors(outs, call.on_jax, call.arrays)
-        program = call.program
-        _write_back(
-            {n: t for n, t in zip(program.state_names, call.tensors, strict=False)},
-            call.info.changed_buffers, new_buffers,
-        )
+        for storage, array, changed in zip(call.state.storages, new_storages, call.info.changed,
+                                           strict=True):
+            if changed:  # buffers (BatchNorm's running statistics)
+                storage.array = array
+        _write_cpu_buffers(call.state, call.info, extra)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)

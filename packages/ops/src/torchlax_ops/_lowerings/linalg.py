@@ -57,9 +57,40 @@ def _mH(x):
 
 # -- products -----------------------------------------------------------------------------------
 
+# How PyTorch names dtypes in the products' dtype errors: ScalarType names, and C++ type names.
+_SCALAR_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int",
+                 "int64": "Long", "float16": "Half", "bfloat16": "BFloat16", "float32": "Float",
+                 "float64": "Double", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+_C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int",
+            "int32": "int", "int64": "long int", "float16": "c10::Half",
+            "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
+            "complex64": "c10::complex<float>", "complex128": "c10::complex<double>"}
 
-@lowering(aten.mm.default, aten.bmm.default)
+
+def _scalar_name(x) -> str:
+    name = jnp.dtype(x.dtype).name
+    return _SCALAR_NAMES.get(name, name)
+
+
+def _same_dtype(message, *arrays) -> None:
+    """PyTorch's products take one dtype (no promotion): mixed dtypes raise its error, which
+    ``message(*names)`` spells (``names`` are ScalarType names, or C++ names for mm)."""
+    if len({a.dtype for a in arrays if hasattr(a, "dtype")}) > 1:
+        raise RuntimeError(message(*arrays))
+
+
+@lowering(aten.mm.default)
 def mm(self, mat2):
+    _same_dtype(lambda a, b: "expected m1 and m2 to have the same dtype, but got: "
+                f"{_C_NAMES.get(a.dtype.name, a.dtype.name)} != "
+                f"{_C_NAMES.get(b.dtype.name, b.dtype.name)}", self, mat2)
+    return matmul(self, mat2)
+
+
+@lowering(aten.bmm.default)
+def bmm(self, mat2):
+    _same_dtype(lambda a, b: f"expected scalar type {_scalar_name(a)} but found "
+                f"{_scalar_name(b)}", self, mat2)
     return matmul(self, mat2)
 
 
@@ -72,36 +103,60 @@ def mm_dtype(self, mat2, out_dtype):
 
 @lowering(aten.mv.default)
 def mv(self, vec):
+    _same_dtype(lambda a, b: "addmv input tensors must have the same dtype, but got "
+                f"{_scalar_name(b)}, {_scalar_name(a)}, and {_scalar_name(b)}", self, vec)
     return matmul(self, vec)
 
 
 @lowering(aten.dot.default)
 def dot(self, tensor):
+    _same_dtype(_dot_message, self, tensor)
     return matmul(self, tensor)
+
+
+def _dot_message(a, b):
+    return (f"dot : expected both vectors to have same dtype, but found {_scalar_name(a)} and "
+            f"{_scalar_name(b)}")
 
 
 @lowering(aten.vdot.default)
 def vdot(self, other):
+    _same_dtype(_dot_message, self, other)
     return matmul(jnp.conj(self), other)
 
 
 @lowering(aten.addmm.default)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    _same_dtype(lambda a, b: f"mat1 and mat2 must have the same dtype, but got {_scalar_name(a)} "
+                f"and {_scalar_name(b)}", mat1, mat2)
+    _same_dtype(lambda a, b: f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
+                f"and {_scalar_name(b)}", self, mat2)
     return _scaled_sum(_raw_matmul(mat1, mat2), self, beta, alpha, mat1.dtype)
 
 
 @lowering(aten.addmv.default)
 def addmv(self, mat, vec, *, beta=1, alpha=1):
+    _same_dtype(lambda a, b, c: "addmv input tensors must have the same dtype, but got "
+                f"{_scalar_name(a)}, {_scalar_name(b)}, and {_scalar_name(c)}", self, mat, vec)
     return _scaled_sum(_raw_matmul(mat, vec), self, beta, alpha, mat.dtype)
 
 
 @lowering(aten.baddbmm.default)
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    _same_dtype(lambda a, b: f"expected scalar type {_scalar_name(a)} but found "
+                f"{_scalar_name(b)}", batch1, batch2)
+    _same_dtype(lambda a, b, c: f"Input dtypes must be the same, got: input "
+                f"{_C_NAMES.get(a.dtype.name)}, batch1: {_C_NAMES.get(b.dtype.name)}, batch2: "
+                f"{_C_NAMES.get(c.dtype.name)}", self, batch1, batch2)
     return _scaled_sum(_raw_matmul(batch1, batch2), self, beta, alpha, batch1.dtype)
 
 
 @lowering(aten.addbmm.default)
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    _same_dtype(lambda a, b: f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
+                f"and {_scalar_name(b)}", batch1, batch2)
+    _same_dtype(lambda a, b: f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
+                f"and {_scalar_name(b)}", self, batch1)
     acc = _accumulator(batch1.dtype)
     product = jnp.einsum("bij,bjk->ik", batch1, batch2, precision=HIGHEST,
                          preferred_element_type=acc)
