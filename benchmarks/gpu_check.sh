@@ -3,10 +3,14 @@
 #
 #     bash benchmarks/gpu_check.sh          # from anywhere; runs in the repository root
 #
-# 1. Python: uses .venv/bin/python when it already has JAX's CUDA plugin (nothing is
-#    installed). Otherwise installs the `cuda` dependency group (torchlax[cuda]) from uv.lock
-#    with `uv sync --locked --group cuda`: first from uv's cache alone (--offline), then from
-#    the package index, which needs network access. Says which it did.
+# 1. Python, in this order (it says which it took):
+#    a. .venv/bin/python, when it already has JAX's CUDA plugin: nothing is installed;
+#    b. `uv sync --locked --group cuda` (torchlax[cuda] at uv.lock's versions): from uv's cache
+#       alone (--offline), then from the package index if it can be reached;
+#    c. the machine's own python3, when it has a CUDA torch, JAX with a CUDA plugin, and the
+#       test dependencies (as GPU images often do): the workspace's packages are put on
+#       PYTHONPATH, with generated metadata for their entry points (nothing is installed).
+#       Its torch/jax are not uv.lock's versions: the script prints both and warns.
 # 2. Checks that PyTorch and JAX both see the GPU (fails here rather than skip every test).
 # 3. pytest tests/gpu (marker `gpu`), then benchmarks/gpu.py with what is left of the budget
 #    (results in benchmarks/results/gpu.json), then a summary. Exit status 0 only if the
@@ -28,7 +32,7 @@ elapsed() { echo $(( $(date +%s) - START )); }
 left() { echo $(( BUDGET - $(elapsed) )); }
 say() { echo "[gpu_check $(elapsed)s] $*"; }
 
-has_plugin() {
+venv_ready() {
     [ -x .venv/bin/python ] && .venv/bin/python - <<'EOF' 2>/dev/null
 import importlib.metadata as m, importlib.util as u
 m.version("jax-cuda13-plugin"), m.version("jax-cuda13-pjrt")
@@ -36,31 +40,73 @@ assert u.find_spec("torchlax") and u.find_spec("pytest")
 EOF
 }
 
+system_python_ready() {
+    command -v python3 >/dev/null 2>&1 && python3 - <<'EOF' 2>/dev/null
+import importlib.metadata as m, importlib.util as u, sys
+import torch
+assert torch.version.cuda and sys.version_info >= (3, 11)  # tomllib, below
+assert any((d.metadata["Name"] or "").lower().startswith(("jax-cuda12-plugin", "jax-cuda13-plugin"))
+           for d in m.distributions())
+for module in ("jax", "pluggy", "numpy", "flatbuffers", "transformers", "torchvision", "pytest",
+               "pytest_timeout", "xdist"):
+    assert u.find_spec(module), module
+EOF
+}
+
+network() {
+    timeout 8 python3 -c "import socket; socket.create_connection(('pypi.org', 443), 5)" \
+        >/dev/null 2>&1
+}
+
 # -- 1. the environment ----------------------------------------------------------------------
-ENV_STATUS="ready"
-if has_plugin; then
+PY=""
+if venv_ready; then
     say "using the existing .venv: it has JAX's CUDA plugin (installing nothing)"
+    PY=.venv/bin/python
 elif command -v uv >/dev/null 2>&1; then
     say ".venv lacks JAX's CUDA plugin: uv sync --locked --group cuda, from uv's cache only"
-    if timeout 150 uv sync --locked --group cuda --offline; then
+    if timeout 150 uv sync --locked --group cuda --offline && venv_ready; then
         say "installed the cuda group from uv's cache"
-    else
+        PY=.venv/bin/python
+    elif network; then
         say "not all in uv's cache: uv sync --locked --group cuda from the package index"
-        if timeout $(( $(left) > 240 ? 200 : 120 )) uv sync --locked --group cuda; then
+        if UV_HTTP_TIMEOUT=30 timeout 240 uv sync --locked --group cuda && venv_ready; then
             say "installed the cuda group from the package index"
-        else
-            ENV_STATUS="uv sync --group cuda failed (no network or cache?)"
+            PY=.venv/bin/python
         fi
+    else
+        say "the package index cannot be reached: not installing"
     fi
-    has_plugin || ENV_STATUS="no JAX CUDA plugin in .venv after uv sync ($ENV_STATUS)"
 else
-    ENV_STATUS="no .venv with JAX's CUDA plugin, and no uv to install it"
+    say "no .venv with JAX's CUDA plugin, and no uv to make one"
 fi
-if [ "$ENV_STATUS" != "ready" ]; then
-    say "FAILED: $ENV_STATUS. Sync on a machine with network access: uv sync --group cuda"
+if [ -z "$PY" ] && system_python_ready; then
+    SITE=$(mktemp -d /tmp/torchlax-site.XXXXXX)
+    python3 - "$SITE" <<'EOF'
+# Metadata for each workspace package, so that its entry points (the torchlax plugins, the
+# torch.compile backend) are found when its sources are imported from PYTHONPATH.
+import pathlib, sys, tomllib
+site = pathlib.Path(sys.argv[1])
+for pyproject in sorted(pathlib.Path("packages").glob("*/pyproject.toml")):
+    project = tomllib.loads(pyproject.read_text())["project"]
+    name, version = project["name"], project["version"]
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()) + "\n"
+        for group, points in project.get("entry-points", {}).items()))
+EOF
+    SOURCES=$(printf '%s:' "$PWD"/packages/*/src)
+    export PYTHONPATH="$SITE:$SOURCES${PYTHONPATH:-}"
+    PY=python3
+    say "using the machine's python3 ($(command -v python3)) with the workspace on PYTHONPATH"
+    say "WARNING: $(python3 -c 'import torch, jax; print(f"torch {torch.__version__}, jax {jax.__version__}")'), not uv.lock's torch 2.14.1 / jax 0.10.2: a failure may come from that difference"
+fi
+if [ -z "$PY" ]; then
+    say "FAILED: no Python with torchlax, a CUDA torch and JAX's CUDA plugin. On a machine with network access run: uv sync --group cuda"
     exit 3
 fi
-PY=.venv/bin/python
 
 # -- 2. does everyone see the GPU? -----------------------------------------------------------
 command -v nvidia-smi >/dev/null 2>&1 \
