@@ -74,7 +74,12 @@ def check_index(index: Any, low: int, high: int, exc_type: type[BaseException],
             outside, first = _first_outside(index, low, high)
             check(~outside, exc_type, message, index=first)
         return
-    outside, first = jax.device_get(_first_outside(index, low, high))
+    outside, first = _first_outside(index, low, high)
+    if not is_concrete(outside):  # a constant index inside a trace: the jitted check is staged
+        if _recording.get():
+            check(~outside, exc_type, message, index=first)
+        return
+    outside, first = jax.device_get((outside, first))
     if outside:
         raise exc_type(message.format(index=int(first)))
 

@@ -17,19 +17,56 @@ one Dynamo compile and a bounded set of XLA compiles, one per shape seen.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchlax_core import current_env
+from torchlax_core._logging import get_logger
 
 from ._decompositions import decompositions_for
 from ._partition import compile_graph
 
+_log = get_logger("dynamo")
+
 _OPTIONS = frozenset()
 
+# torch.compile's modes and what each means for this backend. Inductor's modes tune inductor:
+# "reduce-overhead" replays CUDA graphs to cut per-kernel launch cost, "max-autotune" benchmarks
+# kernel variants. An XLA program already is one executable launched by one call (the
+# overhead CUDA graphs remove is not there), and XLA picks its own kernels (on GPU it autotunes
+# GEMMs and convolutions by default; on CPU there is nothing to tune), so every mode compiles
+# the same XLA program. Accepting them lets code written for inductor switch backends as is.
+_MODES = {
+    "default": "XLA's default compilation",
+    "reduce-overhead": "each graph already runs as one XLA executable launched by one call; "
+                       "there is no per-kernel launch overhead for CUDA graphs to remove",
+    "max-autotune": "XLA chooses and, on GPU, autotunes its kernels itself; nothing more to "
+                    "tune from here",
+    "max-autotune-no-cudagraphs": "XLA chooses and, on GPU, autotunes its kernels itself; "
+                                  "nothing more to tune from here",
+}
+_noted_modes: set[str] = set()
 
-def torchlax_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str, Any] | None = None):
+
+def _check_mode(mode: str | None) -> None:
+    if mode is None or mode == "default":
+        return
+    if mode not in _MODES:
+        raise ValueError(
+            f"torch.compile(backend='torchlax') got mode={mode!r}; it takes one of "
+            f"{', '.join(repr(m) for m in _MODES)} (all compile the same XLA program; see "
+            "docs/dynamo.md)."
+        )
+    if mode not in _noted_modes:
+        _noted_modes.add(mode)
+        _log.info("torch.compile mode=%r compiles the same XLA program as the default mode: %s.",
+                  mode, _MODES[mode])
+
+
+def torchlax_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None,
+                     options: dict[str, Any] | None = None):
     """The ``torch.compile`` backend: run Dynamo's graphs as XLA programs through torchlax.
 
     Registered as ``backend="torchlax"`` through the ``torch_dynamo_backends`` entry point, so
@@ -40,7 +77,11 @@ def torchlax_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str
 
     The lowerings come from the environment current when the graph is compiled
     (``torchlax.current_env()``).
+
+    ``mode`` (``torch.compile(..., mode=...)``) is accepted for every mode PyTorch defines;
+    all compile the same XLA program (``_MODES`` says why), which is logged once per mode.
     """
+    _check_mode(mode)
     unknown = set(options or {}) - _OPTIONS
     if unknown:
         raise ValueError(
@@ -51,10 +92,16 @@ def torchlax_backend(gm: torch.fx.GraphModule, example_inputs, options: dict[str
 
     env = current_env()
     counter = iter(range(1 << 62))
+    _log.info("torch.compile: Dynamo graph with %d nodes and %d inputs handed to torchlax",
+              len(gm.graph.nodes), len(example_inputs))
 
     def compiler(kind):
         def compile_aten_graph(aten_gm: torch.fx.GraphModule, aten_inputs):
-            compiled = compile_graph(aten_gm, env, f"{kind}{next(counter)}")
+            name = f"{kind}{next(counter)}"
+            start = time.perf_counter()
+            compiled = compile_graph(aten_gm, env, name)
+            _log.debug("%s: ATen graph of %d nodes prepared in %.1f ms", name,
+                       len(aten_gm.graph.nodes), 1e3 * (time.perf_counter() - start))
             return compiled.boxed
 
         return compile_aten_graph

@@ -3,23 +3,29 @@
 A node runs eagerly when torchlax has no lowering for its op (it then runs with PyTorch; a
 torchlax Tensor is handed to it as a torch tensor viewing the same memory), when it moves
 data between devices (``x.cpu()`` on a jax tensor: only eager torchlax can do that), or when
-its output shape depends on data. ``torch.fx``'s ``CapabilityBasedPartitioner`` groups every
+its output (``.item()``) or output shape (``x[mask]``) depends on data; an op PyTorch tags as
+possibly data-dependent whose output shape is static in this call (``x[int_index]``) stays in. ``torch.fx``'s ``CapabilityBasedPartitioner`` groups every
 other node into as few XLA programs as possible; each runs as one ``XlaProgram``.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
+from torchlax_core._logging import get_logger
 
 from ._dlpack import jax_to_torch, torch_to_jax
 from ._program import _SIZE_QUERIES, XlaProgram, boxed, counters
 
 aten = torch.ops.aten
-_DATA_DEPENDENT = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
+_log = get_logger("dynamo")
 
 
 def _holds_tensor(value) -> bool:
@@ -28,6 +34,18 @@ def _holds_tensor(value) -> bool:
 
 def _meta(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _static_shape(node: torch.fx.Node) -> bool:
+    """Whether the op's output shape is known without its input values.
+
+    PyTorch tags ops such as ``aten.index.Tensor`` with ``dynamic_output_shape`` because *some*
+    calls depend on data (a boolean mask). The fake output says which call this is: its sizes
+    are plain (or input-derived) sizes when the shape is static - integer index tensors, always
+    - and fresh unbacked symbols when it depends on data. Only the latter must run eagerly.
+    """
+    tensors = [v for v in pytree.tree_leaves(_meta(node)) if isinstance(v, torch.Tensor)]
+    return bool(tensors) and not any(free_unbacked_symbols(t) for t in tensors)
 
 
 def normalize(gm: torch.fx.GraphModule) -> None:
@@ -58,7 +76,9 @@ def eager_reason(node: torch.fx.Node, env) -> str | None:
         return None  # operator.getitem, SymInt arithmetic: plain Python at trace time
     if target in _SIZE_QUERIES:
         return None
-    if any(tag in target.tags for tag in _DATA_DEPENDENT):
+    if torch.Tag.data_dependent_output in target.tags:
+        return "data-dependent output"  # .item(): a host read
+    if torch.Tag.dynamic_output_shape in target.tags and not _static_shape(node):
         return "data-dependent output shape"
     device = node.kwargs.get("device") if target is aten._to_copy.default else None
     if device is not None and torch.device(device).type != "jax":
@@ -67,7 +87,10 @@ def eager_reason(node: torch.fx.Node, env) -> str | None:
         return "device transfer"
     if env.lowering_for(target) is not None:
         return None
-    if not _holds_tensor(_meta(node)) and not _holds_tensor((node.args, node.kwargs)):
+    # The arguments are graph nodes: look at the values they stand for. An op without a
+    # tensor output (``_assert_async``, ``_print``) that takes a tensor must still run eagerly.
+    arg_values = torch.fx.node.map_arg((node.args, node.kwargs), _meta)
+    if not _holds_tensor(_meta(node)) and not _holds_tensor(arg_values):
         return None  # e.g. aten._assert_scalar on SymBools: evaluated in Python at trace time
     return "no lowering"
 
@@ -87,8 +110,10 @@ def compile_graph(gm: torch.fx.GraphModule, env, name: str):
     normalize(gm)
     eager = [(n, r) for n in gm.graph.nodes if (r := eager_reason(n, env)) is not None]
     if not eager:
-        return XlaProgram(gm, env, name)
+        _log.info("%s: one XLA program (%d ATen nodes, none eager)", name, len(gm.graph.nodes))
+        return _timed(XlaProgram(gm, env, name))
     for node, reason in eager:
+        _log.debug("%s: %s runs eagerly (%s)", name, node.format_node(), reason)
         if reason == "no lowering":
             op = node.target
             env.warn_once(
@@ -101,7 +126,11 @@ def compile_graph(gm: torch.fx.GraphModule, env, name: str):
     split = CapabilityBasedPartitioner(
         gm, _Lowerable(env), allows_single_node_partition=True
     ).partition_and_fuse()
-    return SplitGraph(split, env, name)
+    result = SplitGraph(split, env, name)
+    _log.info("%s: split into %d XLA programs and %d eager nodes (%s)", name,
+              len(result.programs), len(eager),
+              ", ".join(sorted({f"{n.target} ({r})" for n, r in eager}, key=str)))
+    return result
 
 
 class SplitGraph:
@@ -112,9 +141,9 @@ class SplitGraph:
         self.env = env
         self.programs = {}
         for node in gm.graph.find_nodes(op="call_module"):
-            self.programs[node.target] = XlaProgram(
+            self.programs[node.target] = _timed(XlaProgram(
                 gm.get_submodule(node.target), env, f"{name}.{node.target}"
-            )
+            ))
         self._nodes = list(gm.graph.nodes)
         self.boxed = boxed(self)
 
@@ -138,6 +167,30 @@ class SplitGraph:
                 out = torch.fx.node.map_arg(node.args[0], lookup)
                 return tuple(out) if isinstance(out, list) else out
         raise AssertionError("graph has no output node")
+
+
+class _TimedProgram:
+    """An ``XlaProgram`` whose calls that trace and compile (a new input signature) are logged
+    with their time. Used only while the ``torchlax`` logger shows INFO, so the steady-state
+    path of an unlogged program is untouched."""
+
+    def __init__(self, program: XlaProgram):
+        self.program = program
+        self.name = program.name
+        self.boxed = boxed(self)
+
+    def __call__(self, *args):
+        traces = counters["xla_traces"]
+        start = time.perf_counter()
+        out = self.program(*args)
+        if counters["xla_traces"] != traces:
+            _log.info("%s: XLA program traced and compiled for a new input signature; first "
+                      "call %.1f ms", self.name, 1e3 * (time.perf_counter() - start))
+        return out
+
+
+def _timed(program: XlaProgram):
+    return _TimedProgram(program) if _log.isEnabledFor(logging.INFO) else program
 
 
 def _run_eager(node, args, kwargs, env):

@@ -2,6 +2,7 @@
 
 from .. import _decompositions  # noqa: F401  (torch._decomp decompositions)
 from . import (  # noqa: F401
+    asserts,
     attention,
     backward,
     elementwise,
