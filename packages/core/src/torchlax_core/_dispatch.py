@@ -408,6 +408,8 @@ def view_impl(func, fn) -> Callable:
         return _view_of(storage, out, compute, kind, root_array, base_array,
                         None if layouts is None else layouts[0])
 
+    return impl
+
 
 # (op, base size/stride/offset/dtype, storage bytes, other arguments) -> each result's layout
 _LAYOUTS: dict = {}
@@ -448,9 +450,7 @@ def _as_meta(t, nbytes=None):
         return t
     if nbytes is None:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    elements = max(nbytes // t.element_size(), 0)
-    with torch._C._DisableTorchDispatch():
-        storage = torch.empty(elements, dtype=t.dtype, device="meta")
+    storage = torch.empty(nbytes // t.element_size(), dtype=t.dtype, device="meta")
     return storage.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
@@ -464,8 +464,6 @@ def _meta_layouts(func, base, args, kwargs, nbytes) -> list:
         return []
     outs = out if isinstance(out, list | tuple) else (out,)
     return [(t.stride(), t.storage_offset(), nbytes) for t in outs]
-
-    return impl
 
 
 def inplace_view_counterpart(func):
@@ -539,7 +537,9 @@ def as_strided_impl(func, fn) -> Callable:
         def compute(root):
             return _call(fn, [root, size, stride, offset], {})
 
-        return _view_of(storage, compute(root_array), compute, GATHER, root_array, None)
+        nbytes = int(root_array.size) * root_array.dtype.itemsize
+        layout = (tuple(int(n) for n in stride), int(offset), nbytes)
+        return _view_of(storage, compute(root_array), compute, GATHER, root_array, None, layout)
 
     return impl
 

@@ -120,14 +120,23 @@ def _first_index(view: _View, root_array) -> int:
 
 
 def _make(array, storage: _Storage | None = None, view: _View | None = None,
-          requires_grad: bool = False) -> Tensor:
-    """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls)."""
+          requires_grad: bool = False, layout: tuple | None = None) -> Tensor:
+    """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls).
+
+    ``layout`` is a view's ``(strides, storage_offset, storage_nbytes)`` as PyTorch computes
+    them (see ``_dispatch._view_layouts``); without it the tensor is row-major from offset 0.
+    """
     try:
         dtype = _DTYPES[array.dtype]
     except KeyError:
         dtype = torch_dtype(array.dtype)  # raises UnsupportedDtypeError
-    r = _make_wrapper_subclass(Tensor, array.shape, dtype=dtype, device=_device_of(array),
-                               requires_grad=requires_grad)
+    if layout is None:
+        r = _make_wrapper_subclass(Tensor, array.shape, dtype=dtype, device=_device_of(array),
+                                   requires_grad=requires_grad)
+    else:
+        r = _make_wrapper_subclass(Tensor, array.shape, strides=layout[0],
+                                   storage_offset=layout[1], storage_size=layout[2], dtype=dtype,
+                                   device=_device_of(array), requires_grad=requires_grad)
     r._storage = _Storage(array) if storage is None else storage
     r._view = view
     return r
