@@ -25,7 +25,7 @@ import operator
 import jax
 import torch
 from torch.fx.node import map_arg
-from torchlax_core import Tensor, enable
+from torchlax_core import Tensor, checked, enable, raise_error
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 
@@ -81,7 +81,11 @@ class XlaProgram:
         self._inputs = InputCache(self._num_inputs)
         self._layouts: dict = {}
         self._layout = None  # the layout when no output depends on the input signature
-        self._jitted = jax.jit(self._trace, static_argnums=(1,))
+        # Config.checked: value checks (an index out of range, ...) are recorded with checkify and
+        # raised after the call, before any output or write-back; off, XLA clamps and fills.
+        self._checked = bool(getattr(env.config, "checked", False))
+        self._jitted = jax.jit(self._checked_trace if self._checked else self._trace,
+                               static_argnums=(1,))
         self.boxed = boxed(self)
         counters["xla_programs"] += 1
 
@@ -130,6 +134,9 @@ class XlaProgram:
             self._layout = (layout, mutations)
         return results
 
+    def _checked_trace(self, arrays, statics, key):
+        return checked(lambda a, k: self._trace(a, statics, k))(arrays, key)  # (error, results)
+
     @staticmethod
     def _signature(arrays, statics):
         return statics, tuple((a.shape, a.dtype) for a in arrays)
@@ -152,6 +159,9 @@ class XlaProgram:
         key = self.env.next_prng_key(None) if self._random else None
         with jax.enable_x64(True):
             results = self._jitted(arrays, statics, key)
+        if self._checked:
+            error, results = results
+            raise_error(error)
         layout, mutations = self._layout or self._layouts[self._signature(arrays, statics)]
         outs = []
         devices = self._output_devices
