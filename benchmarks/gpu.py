@@ -401,6 +401,9 @@ def main() -> int:
     print(table(b.rows))
     if path is not None:
         print(f"\nwrote {path}")
+    skipped = [r for r in b.rows if "skipped" in r]
+    if skipped:
+        print(f"{len(skipped)} measurement(s) skipped: the time budget (--budget-s) was spent")
     failed = [r for r in b.rows if "error" in r]
     copied = [r for r in b.rows if r.get("shared") is False]
     for r in copied:
