@@ -89,6 +89,8 @@ def export(
 
     interpreter = _interpret.Interpreter(env)
 
+    drew_key = []  # whether the last lowering's program drew a random key (learned tracing it)
+
     def lower(rng_used: bool):
         def program(*flat):
             weights = flat[: len(plan.weights)]
@@ -96,8 +98,9 @@ def export(
             # Random ops draw their keys from an input of the program, never from a baked key.
             scope = env.prng_key_scope(jax.random.wrap_key_data(flat[-1])) if rng_used \
                 else contextlib.nullcontext()
-            with scope:
+            with scope as keys:
                 outputs = interpreter.run(ep.graph_module, plan.placeholder_values(weights, inputs))
+            drew_key[:] = [keys is not None and keys.drawn]
             return plan.split_outputs(outputs)
 
         avals = plan.avals()
@@ -108,11 +111,12 @@ def export(
 
     random_ops, custom_ops = _randomness(ep)
     with _step(report, "lowering to StableHLO"):
-        # A custom op's lowering may draw random keys without torch knowing: give it a key, and
-        # lower again without one if it took none.
+        # Only a program that draws random numbers takes a key. Seeded ATen ops (some are only
+        # tagged so, as `empty`) and custom ops (whose lowering may draw keys without torch
+        # knowing) may: lower with a key, and again without one if tracing drew none.
         rng_used = random_ops or custom_ops
         exported = lower(rng_used)
-        if rng_used and not random_ops and len(exported.in_avals) - 1 not in exported.module_kept_var_idx:
+        if rng_used and not drew_key[0]:
             rng_used = False
             exported = lower(False)
     manifest = plan.manifest(exported, rng_used)
@@ -359,8 +363,9 @@ class _Plan:
         self.dims: dict[str, dict] = {}
         for sym, name in self._symbols.items():
             vr = self.ep.range_constraints.get(sym)
-            low = int(vr.lower) if vr is not None and vr.lower.is_finite else 1
-            high = int(vr.upper) if vr is not None and vr.upper.is_finite else None
+            low = _bound(vr.lower) if vr is not None else None
+            high = _bound(vr.upper) if vr is not None else None
+            low = 1 if low is None else low
             low = max(low, 1)  # JAX dimensions are >= 1 (torch.export specializes 0 and 1 anyway)
             if low > 1:
                 constraints.append(f"{name} >= {low}")
@@ -489,6 +494,17 @@ def _json_tree(tree):
         return {"dict": [[k, _json_tree(v)] for k, v in tree.items()]}
     raise ExportError(f"torchlax-export cannot describe an output of type {type(tree).__name__}; "
                       "return tensors in tuples, lists and dicts.")
+
+
+def _bound(value) -> int | None:
+    """A range bound as an int; ``None`` when unbounded.
+
+    torch.export writes an unbounded ``Dim`` as ``int_oo``, which (unlike sympy's ``oo``) says
+    ``is_finite`` and cannot be converted with ``int()``: only sympy Integers are bounds.
+    """
+    if isinstance(value, int):
+        return value
+    return int(value) if getattr(value, "is_Integer", False) else None
 
 
 def _dim_text(d) -> int | str:
