@@ -17,11 +17,13 @@ from torch.utils import _pytree as pytree
 from ._checks import check_sizes
 from ._dispatch import resize_, resize_as_
 from ._dtypes import jax_dtype
+from ._logging import get_logger
 from ._registry import op_name
 from ._tensor import Tensor, _from_cpu, _to_cpu
 from .hookspecs import hookimpl
 
 aten = torch.ops.aten
+_log = get_logger()
 
 
 # -- torchlax.device --------------------------------------------------------------------------
@@ -160,22 +162,33 @@ def _to_torch_cpu(x):
     return _to_cpu(x._value()) if isinstance(x, Tensor) else x
 
 
+def _mutated_positions(op) -> list[int]:
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return []
+    return [i for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
 def _cpu_fallback(op, env):
     name = op_name(op)
-    mutated = [
-        i for i, a in enumerate(getattr(op, "_schema", None).arguments if hasattr(op, "_schema") else [])
-        if a.alias_info is not None and a.alias_info.is_write
-    ]
+    mutated = _mutated_positions(op)
 
     def run(*args, **kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        traced = any(isinstance(x, Tensor) and isinstance(x._value(), jax.core.Tracer)
+                     for x in flat)
+        if ("fallback", op) not in env._warned:
+            _log.info("fallback: %s runs with PyTorch on the CPU%s", name,
+                      " through jax.pure_callback" if traced else "")
         env.warn_once(
             ("fallback", op),
             f"torchlax: {name} has no JAX lowering; running it with PyTorch on the CPU "
-            "(config.fallback_to_torch). Register a lowering to keep it on XLA.",
+            "(config.fallback_to_torch; inside a compiled program through jax.pure_callback, "
+            "a host round trip per call). Register a lowering to keep it on XLA.",
         )
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if any(isinstance(x, Tensor) and isinstance(x._value(), jax.core.Tracer) for x in flat):
-            return _traced_fallback(op, flat, spec)
+        if traced:
+            return _traced_fallback(op, args, flat, spec, mutated)
         cpu_args, cpu_kwargs = pytree.tree_unflatten([_to_torch_cpu(x) for x in flat], spec)
         out = op(*cpu_args, **cpu_kwargs)
         for i in mutated:  # write the CPU result of an in-place op back into the jax tensor
@@ -190,31 +203,72 @@ def _cpu_fallback(op, env):
     return run
 
 
-def _traced_fallback(op, flat, spec):
+def _output_structure(op, flat, spec, positions):
+    """The op's outputs as fake tensors, from its meta or fake kernel (no values needed).
+
+    ``FakeTensorMode`` covers more than the ``meta`` device: custom ops' fake impls, and ops
+    with no meta kernel at all, whose output metadata it takes from running the CPU kernel
+    on zeros of the input shapes (``allow_fallback_kernels``).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_fallback_kernels=True)
+    values = list(flat)
+    with mode:
+        for i in positions:
+            t = flat[i]
+            values[i] = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                            device="cpu")
+        fake_args, fake_kwargs = pytree.tree_unflatten(values, spec)
+        try:
+            return op(*fake_args, **fake_kwargs)
+        except Exception as exc:
+            raise NotImplementedError(
+                f"torchlax cannot run {op_name(op)} inside a compiled program with "
+                "config.fallback_to_torch: jax.pure_callback needs the output shapes before "
+                f"the values exist, and PyTorch's meta/fake kernel for it failed ({exc}). Run "
+                "it outside torchlax.jit / torch.compile, or register a JAX lowering for it."
+            ) from exc
+
+
+def _traced_fallback(op, args, flat, spec, mutated):
+    """Run ``op`` with PyTorch on the host from inside a JAX trace (``jax.pure_callback``).
+
+    Results are the op's tensor outputs and then the new values of the arguments it writes in
+    place, which are written back into those torchlax Tensors.
+    """
     positions = [i for i, x in enumerate(flat) if isinstance(x, Tensor)]
     arrays = [flat[i]._value() for i in positions]
-
-    def with_tensors(tensors):
-        values = list(flat)
-        for i, t in zip(positions, tensors, strict=True):
-            values[i] = t
-        return pytree.tree_unflatten(values, spec)
-
-    meta_args, meta_kwargs = with_tensors(
-        [torch.empty(a.shape, dtype=flat[i].dtype, device="meta") for i, a in zip(positions, arrays, strict=True)]
-    )
-    meta_out = op(*meta_args, **meta_kwargs)
-    out_flat, out_spec = pytree.tree_flatten(meta_out)
-    shapes = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in out_flat]
+    fake_out = _output_structure(op, flat, spec, positions)
+    out_flat, out_spec = pytree.tree_flatten(fake_out)
+    tensor_outs = [k for k, t in enumerate(out_flat) if isinstance(t, torch.Tensor)]
+    written = [i for i in mutated if i < len(args) and isinstance(args[i], Tensor)]
+    shapes = [jax.ShapeDtypeStruct(tuple(out_flat[k].shape), jax_dtype(out_flat[k].dtype))
+              for k in tensor_outs]
+    shapes += [jax.ShapeDtypeStruct(tuple(args[i].shape), jax_dtype(args[i].dtype))
+               for i in written]
 
     def host(*host_arrays):
-        cpu = [_to_cpu(jnp.asarray(a)) for a in host_arrays]
-        a, k = with_tensors(cpu)
-        res, _ = pytree.tree_flatten(op(*a, **k))
-        return [jax.device_get(_from_cpu(r)) for r in res]
+        values = list(flat)
+        for i, a in zip(positions, host_arrays, strict=True):
+            values[i] = _to_cpu(jnp.asarray(a)).clone()  # the op may write into it
+        host_args, host_kwargs = pytree.tree_unflatten(values, spec)
+        res = pytree.tree_leaves(op(*host_args, **host_kwargs))
+        res = [r for r in res if isinstance(r, torch.Tensor)] + [host_args[i] for i in written]
+        return [jax.device_get(_from_cpu(r.detach().resolve_conj().resolve_neg().contiguous()))
+                for r in res]
 
-    results = jax.pure_callback(host, shapes, *arrays)
-    return pytree.tree_unflatten([Tensor(r) for r in results], out_spec)
+    with jax.enable_x64(True):
+        results = jax.pure_callback(host, shapes, *arrays)
+    outs = results[:len(tensor_outs)]
+    for i, new in zip(written, results[len(tensor_outs):], strict=True):
+        args[i]._write(new)
+    if written and len(tensor_outs) == 1 and written[0] == 0 and not isinstance(fake_out, tuple | list):
+        return args[0]  # an in-place op returns its (now written) self
+    out_values = list(out_flat)
+    for k, r in zip(tensor_outs, outs, strict=True):
+        out_values[k] = Tensor(r)
+    return pytree.tree_unflatten(out_values, out_spec)
 
 
 class Fallback:

@@ -65,8 +65,8 @@ def _check_mode(mode: str | None) -> None:
                   mode, _MODES[mode])
 
 
-def torchlax_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None,
-                     options: dict[str, Any] | None = None):
+def torchlax_backend(gm: torch.fx.GraphModule, example_inputs,
+                     options: dict[str, Any] | None = None, *, mode: str | None = None):
     """The ``torch.compile`` backend: run Dynamo's graphs as XLA programs through torchlax.
 
     Registered as ``backend="torchlax"`` through the ``torch_dynamo_backends`` entry point, so
