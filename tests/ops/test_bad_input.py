@@ -1,0 +1,232 @@
+"""Bad values and dtypes raise what PyTorch raises: eagerly always, compiled in checked mode.
+
+Each case runs on eager PyTorch's CPU first; torchlax must raise the same exception type with
+the same message (the indices are named as PyTorch names them).
+"""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+import torchlax_core
+from torch.utils import _pytree as pytree
+from torchlax_core import Tensor, check, check_index, checked, raise_error
+
+
+@pytest.fixture(autouse=True)
+def _enabled():
+    with torchlax_core.enable():
+        yield
+
+
+def to_jax(value):
+    return pytree.tree_map(lambda t: t.to("jax") if isinstance(t, torch.Tensor) else t, value)
+
+
+def _x():
+    return torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+
+# (id, function of the inputs, inputs): each raises on PyTorch's CPU.
+BAD_VALUES = [
+    ("index_select", lambda x, i: torch.index_select(x, 0, i), (_x(), torch.tensor([3]))),
+    ("index_select_negative", lambda x, i: torch.index_select(x, 0, i), (_x(), torch.tensor([-1]))),
+    ("gather", lambda x, i: torch.gather(x, 1, i), (_x(), torch.tensor([[4]]))),
+    ("gather_negative", lambda x, i: torch.gather(x, 1, i), (_x(), torch.tensor([[-1]]))),
+    ("take", lambda x, i: torch.take(x, i), (_x(), torch.tensor([12]))),
+    ("take_negative", lambda x, i: torch.take(x, i), (_x(), torch.tensor([-13]))),
+    ("getitem", lambda x, i: x[i], (_x(), torch.tensor([0, 3]))),
+    ("getitem_negative", lambda x, i: x[i], (_x(), torch.tensor([-4]))),
+    ("setitem", lambda x, i: x.clone().__setitem__(i, 1.0), (_x(), torch.tensor([3]))),
+    ("index_put_", lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0)), (_x(), torch.tensor([3]))),
+    ("index_put_accumulate", lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0), accumulate=True),
+     (_x(), torch.tensor([3]))),
+    ("index_add", lambda x, i: x.index_add(0, i, torch.ones(1, 4, device=x.device)), (_x(), torch.tensor([3]))),
+    ("index_copy", lambda x, i: x.index_copy(0, i, torch.ones(1, 4, device=x.device)), (_x(), torch.tensor([-1]))),
+    ("index_fill", lambda x, i: x.index_fill(0, i, 1.0), (_x(), torch.tensor([-4]))),
+    ("scatter", lambda x, i: x.scatter(1, i, torch.ones(1, 1, device=x.device)), (_x(), torch.tensor([[4]]))),
+    ("scatter_value", lambda x, i: x.scatter(1, i, 1.0), (_x(), torch.tensor([[-1]]))),
+    ("scatter_add", lambda x, i: x.scatter_add(1, i, torch.ones(1, 1, device=x.device)), (_x(), torch.tensor([[4]]))),
+    ("put_", lambda x, i: x.clone().put_(i, torch.ones(1, device=x.device)), (_x(), torch.tensor([12]))),
+    ("embedding", lambda w, i: F.embedding(i, w), (torch.randn(10, 3), torch.tensor([[1, 10]]))),
+    ("embedding_negative", lambda w, i: F.embedding(i, w), (torch.randn(10, 3), torch.tensor([-1]))),
+    ("cross_entropy", lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 3), torch.tensor([0, 3]))),
+    ("cross_entropy_negative", lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 3), torch.tensor([0, -5]))),
+    ("cross_entropy_2d", lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 3, 4), torch.full((2, 4), 3))),
+    ("nll_loss", lambda x, t: F.nll_loss(x, t), (torch.randn(2, 3), torch.tensor([0, 3]))),
+    ("nll_loss2d", lambda x, t: F.nll_loss(x, t), (torch.randn(2, 3, 2, 2), torch.full((2, 2, 2), 3))),
+    ("one_hot", lambda t: F.one_hot(t, 3), (torch.tensor([0, 3]),)),
+    ("one_hot_negative", lambda t: F.one_hot(t, 3), (torch.tensor([-1]),)),
+    ("bincount", torch.bincount, (torch.tensor([-1, 2]),)),
+    ("multinomial_negative", lambda p: torch.multinomial(p, 1), (torch.tensor([0.5, -0.1]),)),
+    ("multinomial_nan", lambda p: torch.multinomial(p, 1), (torch.tensor([0.5, float("nan")]),)),
+    ("multinomial_zero_sum", lambda p: torch.multinomial(p, 1), (torch.tensor([0.0, 0.0]),)),
+    ("remainder", torch.remainder, (torch.tensor([1, 2]), torch.tensor([1, 0]))),
+    ("remainder_scalar", lambda a: torch.remainder(a, 0), (torch.tensor([1, 2]),)),
+    ("fmod", torch.fmod, (torch.tensor([1]), torch.tensor([0]))),
+    ("floor_divide", torch.floor_divide, (torch.tensor([1]), torch.tensor([0]))),
+    ("div_trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), (torch.tensor([1]), torch.tensor([0]))),
+    ("mm_int_float", torch.mm, (torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2))),
+    ("mm_double_float", torch.mm, (torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2))),
+    ("matmul", torch.matmul, (torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2))),
+    ("matmul_vectors", torch.matmul, (torch.ones(2, dtype=torch.int64), torch.ones(2))),
+    ("matmul_matrix_vector", torch.matmul, (torch.ones(2, 2, dtype=torch.int64), torch.ones(2))),
+    ("bmm", torch.bmm, (torch.ones(1, 2, 2, dtype=torch.int64), torch.ones(1, 2, 2))),
+    ("addmm", torch.addmm, (torch.ones(2, 2), torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2))),
+    ("addmm_self", torch.addmm, (torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2), torch.ones(2, 2))),
+]
+
+FULL = [
+    ("full_nan_int64", (2,), float("nan"), torch.int64),
+    ("full_inf_int32", (2,), float("inf"), torch.int32),
+    ("full_300_uint8", (2,), 300, torch.uint8),
+    ("full_1e39_float32", (2,), 1e39, torch.float32),
+]
+
+
+def _error(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc), str(exc).splitlines()[0]
+    return None
+
+
+@pytest.mark.parametrize("fn,args", [c[1:] for c in BAD_VALUES], ids=[c[0] for c in BAD_VALUES])
+def test_bad_value_raises_as_pytorch(fn, args):
+    expected = _error(fn, *args)
+    assert expected is not None, "PyTorch itself accepts this input: the case is wrong"
+    assert _error(fn, *to_jax(args)) == expected
+
+
+@pytest.mark.parametrize("size,value,dtype", [c[1:] for c in FULL], ids=[c[0] for c in FULL])
+def test_full_with_a_value_the_dtype_cannot_hold(size, value, dtype):
+    expected = _error(lambda: torch.full(size, value, dtype=dtype))
+    assert expected is not None
+    assert _error(lambda: torch.full(size, value, dtype=dtype, device="jax")) == expected
+
+
+def test_valid_values_still_compute_as_pytorch():
+    x, w = _x(), torch.randn(10, 3)
+    cases = [
+        (lambda x: torch.take(x, torch.tensor([-12, 11], device=x.device)), (x,)),
+        (lambda x: x.index_fill(0, torch.tensor([-1], device=x.device), 5.0), (x,)),
+        (lambda x: x[torch.tensor([-3, 2], device=x.device)], (x,)),
+        (lambda w: F.embedding(torch.tensor([[0, 9]], device=w.device), w), (w,)),
+        (lambda x: F.cross_entropy(x, torch.tensor([0, -100, 2], device=x.device)), (torch.randn(3, 3),)),
+        (lambda x: F.nll_loss(x, torch.tensor([1, 7], device=x.device), ignore_index=7), (torch.randn(2, 3),)),
+        (lambda t: F.one_hot(t, 4), (torch.tensor([0, 3]),)),
+        (lambda t: torch.bincount(t, minlength=5), (torch.tensor([0, 2, 2]),)),
+        (lambda a: torch.remainder(a, 0.0), (torch.tensor([1.0, -2.0]),)),
+        (lambda a: torch.remainder(a, 0), (torch.tensor([1.0, -2.0]),)),
+        (lambda a: a // 0, (torch.tensor([1.0, -1.0]),)),
+        (lambda a: torch.full((2,), 2**40, dtype=torch.int64, device=a.device), (torch.ones(1),)),
+        (lambda a: torch.full((2,), -1, dtype=torch.uint8, device=a.device), (torch.ones(1),)),
+    ]
+    for fn, args in cases:
+        expected = fn(*args)
+        got = fn(*to_jax(args)).cpu()
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_a_failed_check_is_not_compiled_away_by_the_op_cache():
+    # The eager op cache compiles an op after a few calls of one signature; an op whose check
+    # read a value (even one that raised) must stay uncompiled, or the next check would vanish.
+    w = torch.randn(10, 3, device="jax")
+    for _ in range(4):
+        with pytest.raises(IndexError, match="index out of range in self"):
+            F.embedding(torch.tensor([10], device="jax"), w)
+    F.embedding(torch.tensor([9], device="jax"), w)
+    with pytest.raises(IndexError):
+        F.embedding(torch.tensor([-1], device="jax"), w)
+
+
+# -- the checking primitive under jax.jit ---------------------------------------------------------
+
+
+def _lookup(x, i):
+    check_index(i, -3, 3, IndexError, "index {index} is out of bounds for dimension 0 with size 3")
+    check(jnp.all(x > -100), ValueError, "x holds {value}", value=lambda: jnp.min(x))
+    return x[i]
+
+
+def test_checked_records_traced_checks_and_raise_error_raises_them():
+    x = jnp.arange(3.0)
+    program = jax.jit(checked(_lookup))
+    error, out = program(x, jnp.array([2, -3]))
+    raise_error(error)
+    assert out.tolist() == [2.0, 0.0]
+    error, _ = program(x, jnp.array([1, 7]))
+    with pytest.raises(IndexError, match="^index 7 is out of bounds for dimension 0 with size 3$"):
+        raise_error(error)
+    error, _ = program(x - 1000, jnp.array([0]))
+    with pytest.raises(ValueError, match="^x holds -1000.0$"):
+        raise_error(error)
+
+
+def test_unchecked_jit_records_nothing_and_returns_jax_semantics():
+    x = jnp.arange(3.0)
+    assert jax.jit(_lookup)(x, jnp.array([7])).tolist() == [2.0]  # XLA clamps the read
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        _lookup(x, jnp.array([7]))  # eagerly: raised at once
+
+
+def test_torch_compile_in_checked_mode_raises_after_the_call():
+    torch._dynamo.reset()
+    env = torchlax_core.default_env()
+    before = env.config.checked
+
+    def f(w, i):
+        return F.embedding(i, w).sum(0)
+
+    w = torch.randn(10, 3, device="jax")
+    try:
+        env.config.checked = True
+        compiled = torch.compile(f, backend="torchlax")
+        torch.testing.assert_close(compiled(w, torch.tensor([1, 2], device="jax")).cpu(),
+                                   f(w.cpu(), torch.tensor([1, 2])))
+        with pytest.raises(IndexError, match="index out of range in self"):
+            compiled(w, torch.tensor([1, 12], device="jax"))
+        env.config.checked = False
+        torch._dynamo.reset()
+        unchecked = torch.compile(f, backend="torchlax")
+        out = unchecked(w, torch.tensor([1, 12], device="jax")).cpu()
+        assert torch.isnan(out).all()  # XLA fills an out-of-range read of a float with NaN
+    finally:
+        env.config.checked = before
+        torch._dynamo.reset()
+
+
+# -- sizes XLA cannot hold: checked before XLA aborts the process ---------------------------------
+
+
+_OVERFLOW = """
+import torch, torchlax
+with torchlax.enable():
+    for make in (lambda: torch.empty(2**62, 4, device="jax"),
+                 lambda: torch.zeros(2**32, 2**32, device="jax"),
+                 lambda: torch.full((2**61, 8), 1.0, device="jax"),
+                 lambda: torch.ones(-1, device="jax")):
+        try:
+            make()
+        except RuntimeError as exc:
+            print(type(exc).__name__, exc)
+"""
+
+
+def test_sizes_that_overflow_raise_instead_of_aborting():
+    # A subprocess, so an abort in XLA fails this test rather than killing pytest.
+    done = subprocess.run([sys.executable, "-c", _OVERFLOW], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "RuntimeError Storage size calculation overflowed with sizes=[4611686018427387904, 4]",
+        "RuntimeError Storage size calculation overflowed with sizes=[4294967296, 4294967296]",
+        "RuntimeError Storage size calculation overflowed with sizes=[2305843009213693952, 8]",
+        "RuntimeError Trying to create tensor with negative dimension -1: [-1]",
+    ]
