@@ -1,8 +1,10 @@
 """Shard a PyTorch transformer over a JAX device mesh: tensor parallel, FSDP, meta init.
 
-Runs on any JAX backend; on a CPU-only machine simulate 8 devices::
+    uv run python examples/sharding.py
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/sharding.py
+Runs on any JAX backend. Where JAX sees a single device (a laptop's CPU), the script restarts
+itself with 8 simulated CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``)
+and says so, so that each printed shard shape differs from the full shape.
 
 torchlax adds no distributed engine: weights and batches are ``jax.Array``s laid out with
 ``NamedSharding``, and JAX's compiler (GSPMD) partitions each program and inserts the
@@ -17,14 +19,17 @@ collectives. Three ways to get there:
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import jax
 import torch
-import torchlax_core
-import torchlax_interop
+import torchlax
+import torchlax.distributed as dist
 from jax.sharding import PartitionSpec as P
 from torch import nn
-from torchlax_interop import distributed as dist
+
+SIMULATED_DEVICES = 8
 
 
 class Block(nn.Module):
@@ -72,7 +77,24 @@ def describe(model: nn.Module, names: list[str]) -> None:
               f"shard {dist.shard_shapes(p)[0]}")
 
 
+def restart_with_simulated_devices() -> None:
+    """With one device every shard is the whole tensor: rerun this script on 8 CPU devices.
+
+    XLA reads the flag when JAX starts its backends, which has happened by now, so the only
+    way to get more devices is a fresh process.
+    """
+    flag = f"--xla_force_host_platform_device_count={SIMULATED_DEVICES}"
+    print(f"JAX sees {len(jax.devices())} device; restarting with {SIMULATED_DEVICES} simulated "
+          f"CPU devices ({flag}).", flush=True)
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip(),
+           "JAX_PLATFORMS": "cpu"}
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
+
+
 def main() -> None:
+    if len(jax.devices()) <= 1 and "xla_force_host_platform_device_count" not in os.environ.get(
+            "XLA_FLAGS", ""):
+        restart_with_simulated_devices()
     n = len(jax.devices())
     data = 2 if n % 2 == 0 else 1
     mesh = dist.make_mesh((data, n // data), ("data", "model"))
@@ -83,7 +105,7 @@ def main() -> None:
     reference = LM()
     ref_loss = cross_entropy(reference(tokens), targets).item()
 
-    with torchlax_core.enable(), dist.mesh_placement(mesh):  # new constants land on the mesh
+    with torchlax.enable(), dist.mesh_placement(mesh):  # new constants land on the mesh
         print("1. Megatron tensor parallel + data parallel batch")
         model = LM()
         model.load_state_dict(reference.state_dict())
@@ -94,10 +116,13 @@ def main() -> None:
         tk = dist.shard(tokens.to("jax"), mesh, P("data"))
         tg = dist.shard(targets.to("jax"), mesh, P("data"))
         eager = cross_entropy(model(tk), tg)
-        jitted = torchlax_interop.jit(model)
+        jitted = torchlax.jit(model)
         compiled = cross_entropy(jitted(tk), tg)
-        print(f"    loss eager {eager.item():.6f}, jit {compiled.item():.6f}, "
-              f"unsharded CPU {ref_loss:.6f}")
+        # A batch moved with .to("jax") alone (on the default device) works with the sharded
+        # weights too: JAX moves it onto the mesh.
+        plain = cross_entropy(jitted(tokens.to("jax")), targets.to("jax"))
+        print(f"    loss eager {eager.item():.6f}, jit {compiled.item():.6f}, unsharded batch "
+              f"{plain.item():.6f}, unsharded CPU {ref_loss:.6f}")
 
         print("2. FSDP: train with a PyTorch optimizer")
         dist.shard(model, mesh, dist.fsdp_rules("data"))
