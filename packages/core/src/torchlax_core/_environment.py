@@ -450,11 +450,14 @@ def default_env() -> Environment:
 def current_env() -> Environment:
     """This thread's innermost ``torchlax.enable(env)`` environment, else the default one."""
     scopes = _scopes.get()
-    if scopes is None:
-        scopes = _current_scopes()
-    envs = scopes.envs
-    if envs:
-        return envs[-1]
+    if scopes is not None:
+        envs = scopes.envs
+        if envs:
+            return envs[-1]
+    elif _graph_task_id() != -1:  # on autograd's device thread: the caller's scopes
+        envs = _current_scopes().envs
+        if envs:
+            return envs[-1]
     return _default or default_env()
 
 
