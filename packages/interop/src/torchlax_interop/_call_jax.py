@@ -67,7 +67,6 @@ class _Entry:
 _ENTRIES: dict[str, _Entry] = {}
 
 
-@torch.compiler.assume_constant_result
 def _register(fn: Callable, skeleton: Any, pin: bool) -> str:
     """The registry key for calling ``fn`` with this argument skeleton.
 
@@ -103,6 +102,11 @@ def _register(fn: Callable, skeleton: Any, pin: bool) -> str:
             return key
         n += 1  # a hash collision
         key = f"{base}#{n}"
+
+
+# What ``torch.compiler.assume_constant_result`` does, without its ``import torch._dynamo``
+# (seconds at import time, for every user, whether they compile or not).
+_register._dynamo_marked_constant = True
 
 
 def call_jax(jax_fn: Callable, *args: Any, **kwargs: Any) -> Any:

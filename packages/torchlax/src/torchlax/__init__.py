@@ -7,7 +7,6 @@ This umbrella package re-exports the public API of every layer:
 first use, ``torchlax.distributed`` (``torchlax_interop.distributed``; ``torchlax.shard``).
 """
 
-import torchlax_export
 from torchlax_core import Config as Config
 from torchlax_core import DeviceMismatchError as DeviceMismatchError
 from torchlax_core import Environment as Environment
@@ -36,13 +35,14 @@ from torchlax_interop import to_torch as to_torch
 from torchlax_interop import torch_view as torch_view
 from torchlax_ops import explain as explain
 
-#: ``torchlax.export.export(model, args)`` and ``torchlax.export.load(path)``.
-export = torchlax_export
 __version__ = "0.1.0"
 
+# ``torchlax.export`` (``torchlax.export.export(model, args)``, ``torchlax.export.load(path)``),
 # ``torchlax.distributed`` (meshes, sharding rules, collectives) and ``torchlax.shard`` load on
-# first use, so ``import torchlax`` does not import the distributed code.
+# first use, so ``import torchlax`` imports neither the export nor the distributed code (nor
+# torch.export and Dynamo, which they pull in).
 _LAZY = {
+    "export": ("torchlax_export", None),
     "distributed": ("torchlax.distributed", None),
     "shard": ("torchlax_interop.distributed", "shard"),
 }
