@@ -47,10 +47,19 @@ SERVER = textwrap.dedent(
     requests = np.load(sys.argv[2])
     answers = {}
     for name in requests.files:                      # one request per batch size
+        batch = requests[name]
+        # The first call of a new batch size compiles the program for it; later calls of that
+        # size reuse the compiled program (the steady state a server sees).
         start = time.perf_counter()
-        answers[name] = np.asarray(program(requests[name]))
-        print(f"server: {name} batch={len(requests[name])} "
-              f"{(time.perf_counter() - start) * 1e3:.1f} ms", file=sys.stderr)
+        answers[name] = np.asarray(program(batch))
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            np.asarray(program(batch))
+            times.append(time.perf_counter() - start)
+        print(f"server: {name} batch={len(batch)}: first call (compiles) {first * 1e3:.1f} ms, "
+              f"then {sorted(times)[2] * 1e3:.2f} ms per call (median of 5)", file=sys.stderr)
     np.savez(sys.argv[3], **answers)
     """
 )
@@ -60,7 +69,7 @@ def main(out: Path) -> None:
     torch.manual_seed(0)
     model = SmallCNN().eval()
     example = torch.randn(4, 1, 28, 28)
-    batch = Dim("batch", min=1, max=512)
+    batch = Dim("batch")  # unbounded: any batch size
     artifact = torchlax_export.export(model, (example,), dynamic_shapes={"images": {0: batch}},
                                       progress=True)
     artifact.save(out)
