@@ -100,6 +100,66 @@ def bench_eager_ops(b: Bench) -> None:
             b.measure(f"eager op: {name}", "torchlax eager", lambda: ready(lax_fn()))
 
 
+def bench_eager_breakdown(b: Bench) -> None:
+    """Where one cached eager ``a + b`` (1000 floats) spends its microseconds."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from eager_overhead import breakdown
+
+    b.progress("eager op breakdown: add 1000 floats")
+    n = 300 if b.quick else 2000
+    for step, us in breakdown(n=n, repeats=5).items():
+        b.rows.append({"group": "eager op breakdown: add 1000 floats (best of 5, CPU time)",
+                       "variant": step, "size": "", "first_s": 0.0, "median_s": us * 1e-6,
+                       "runs": n})
+
+
+def _import_seconds(code: str) -> float:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", f"import time; t = time.perf_counter(); {code}; "
+                          "print(time.perf_counter() - t)"], capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench_import(b: Bench) -> None:
+    """``import torchlax`` against ``import torch, jax``: medians of fresh processes."""
+    n = 3 if b.quick else 5
+    for variant, code in (("PyTorch: import torch, jax", "import torch, jax"),
+                          ("torchlax: import torchlax", "import torchlax")):
+        b.progress(f"import · {variant}")
+        times = [_import_seconds(code) for _ in range(n)]
+        b.rows.append({"group": "import (fresh process)", "variant": variant, "size": "",
+                       "first_s": times[0], "median_s": statistics.median(times), "runs": n})
+
+
+# The issue's targets: (group, variant, baseline group, baseline variant, most allowed ratio).
+TARGETS = (
+    ("eager op: add 1000 floats", "torchlax eager", "eager op: add 1000 floats", "jax.numpy", 1.5),
+    ("eager op: matmul 256x256", "torchlax eager", "eager op: matmul 256x256", "jax.numpy", 1.1),
+    ("training step: MLP", "torchlax eager", "training step: MLP", "PyTorch eager (CPU)", 4.0),
+    ("forward: GPT-2 (2 layers)", "torchlax eager", "forward: GPT-2 (2 layers)",
+     "PyTorch eager (CPU)", 2.5),
+    ("import (fresh process)", "torchlax: import torchlax", "import (fresh process)",
+     "PyTorch: import torch, jax", 1.3),
+)
+
+
+def targets(rows: list[dict]) -> str:
+    """The measured ratio of each target row, next to the ratio it should stay under."""
+    found = {(r["group"], r["variant"]): r["median_s"] for r in rows if "median_s" in r}
+    lines = ["\ntargets (steady-state medians, same process)"]
+    for group, variant, base_group, base_variant, limit in TARGETS:
+        mine, base = found.get((group, variant)), found.get((base_group, base_variant))
+        if mine is None or base is None:
+            continue
+        ratio = mine / base
+        verdict = "met" if ratio <= limit else "NOT met"
+        lines.append(f"  {group}: {variant} / {base_variant} = {ratio:.2f}x "
+                     f"(target <= {limit}x: {verdict})")
+    return "\n".join(lines)
+
+
 # -- models --------------------------------------------------------------------------------------
 
 
@@ -281,7 +341,8 @@ def chart(rows: list[dict], machine: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [g for g in dict.fromkeys(r["group"] for r in rows) if not g.startswith("DLPack")]
+    groups = [g for g in dict.fromkeys(r["group"] for r in rows)
+              if not g.startswith(("DLPack", "eager op breakdown"))]
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.1 * len(groups)), squeeze=False)
     for ax, group in zip(axes[:, 0], groups, strict=True):
         items = [r for r in rows if r["group"] == group and "median_s" in r]
@@ -305,11 +366,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--only", choices=["ops", "models", "training", "dlpack"], action="append")
+    parser.add_argument("--only", choices=["ops", "breakdown", "import", "models", "training",
+                                           "dlpack"], action="append")
     args = parser.parse_args()
     b = Bench(args.quick)
-    sections = {"ops": bench_eager_ops, "models": bench_models, "training": bench_training,
-                "dlpack": bench_dlpack}
+    sections = {"ops": bench_eager_ops, "breakdown": bench_eager_breakdown, "import": bench_import,
+                "models": bench_models, "training": bench_training, "dlpack": bench_dlpack}
     for name, fn in sections.items():
         if not args.only or name in args.only:
             fn(b)
@@ -317,6 +379,7 @@ def main() -> None:
                f"torch {torch.__version__.split('+')[0]}, jax {jax.__version__}")
     print(f"\ntorchlax benchmarks on {machine}")
     print(table(b.rows))
+    print(targets(b.rows))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"machine": machine, "rows": b.rows}, indent=1))
     chart(b.rows, machine, args.out / "results.png")
