@@ -58,6 +58,7 @@ class Explanation:
 
     ops: list[OpUse]
     error: str | None = None  # set when tracing stopped early (the ops seen so far are listed)
+    grad_enabled: bool = True  # the grad mode traced: modules take other paths under no_grad
 
     @property
     def missing(self) -> list[OpUse]:
@@ -84,6 +85,9 @@ class Explanation:
         lines.append("")
         lines.append(f"{len(self.ops)} ATen ops, {lowered} lowered, {len(self.missing)} not lowered"
                      + (": " + ", ".join(u.name for u in self.missing) if self.missing else "."))
+        lines.append(f"Traced with gradients {'enabled' if self.grad_enabled else 'disabled'}: "
+                     "call explain in the mode you will run (e.g. under torch.no_grad() for "
+                     "inference, where eval-mode Transformer layers use fused kernels).")
         if self.error:
             lines.append(f"Tracing stopped early: {self.error}")
         return "\n".join(lines)
@@ -123,7 +127,7 @@ class _Recorder(TorchDispatchMode):
         if use.how == "composite":
             with _Recorder(self.env, self.uses, via=use.name):
                 return func.decompose(*args, **kwargs)
-        return func(*args, **kwargs)
+        return _run_fake(func, args, kwargs)
 
     def _record(self, func) -> OpUse:
         use = self.uses.get(func)
@@ -133,6 +137,56 @@ class _Recorder(TorchDispatchMode):
         use.via.add(self.via)
         use.count += 1
         return use
+
+
+def _run_fake(func, args, kwargs):
+    """``func`` on the fake jax tensors; if its fake kernel fails there, on fake CPU tensors.
+
+    A missing op must not end the trace (the ops after it are what the user wants listed):
+    ops with no meta kernel for the ``jax`` device, or none at all, get their output
+    metadata on the CPU, where ``FakeTensorMode`` can also run the real kernel on zeros.
+    """
+    try:
+        return func(*args, **kwargs)
+    except Exception as exc:
+        first_error = exc
+    originals: dict[int, torch.Tensor] = {}
+
+    def to_cpu(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "jax":
+            cpu = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
+                                      device="cpu")
+            originals[id(cpu)] = x
+            return cpu
+        if isinstance(x, torch.device) and x.type == "jax":
+            return torch.device("cpu")
+        return x
+
+    def to_jax(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) in originals:  # an in-place op's result is its argument
+            return originals[id(x)]
+        return torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
+                                   device="jax")
+
+    cpu_args, cpu_kwargs = pytree.tree_map(to_cpu, (args, kwargs))
+    if isinstance(cpu_kwargs.get("device"), str) and cpu_kwargs["device"].startswith("jax"):
+        cpu_kwargs["device"] = "cpu"
+    try:
+        out = func(*cpu_args, **cpu_kwargs)
+    except Exception:
+        raise _ShapeUnknown(func, first_error) from first_error
+    return pytree.tree_map(to_jax, out)
+
+
+class _ShapeUnknown(RuntimeError):
+    def __init__(self, func, error):
+        super().__init__(
+            f"{op_name(func)} has no meta or fake kernel PyTorch can run without values, so the "
+            f"shapes after it are unknown ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        )
 
 
 def _without_outs(func, kwargs):
@@ -184,8 +238,10 @@ def explain(fn_or_module: Callable | torch.nn.Module, *example_args, env=None,
     Runs the call once on fake tensors on the ``jax`` device (CPU or torchlax example tensors
     both work; only shapes and dtypes matter), so nothing executes on JAX. Returns an
     ``Explanation``: ``print(it)`` shows a table of ops, how often each is called and which
-    plugin lowers it; ``.missing`` lists the ops nothing lowers. A function may call
-    ``loss.backward()`` to include the backward ops.
+    plugin lowers it; ``.missing`` lists every op nothing lowers (an op with no meta kernel
+    does not stop the trace: its shapes come from the CPU). A function may call
+    ``loss.backward()`` to include the backward ops. The call runs in the current grad mode:
+    call ``explain`` under ``torch.no_grad()`` for a program you will run under it.
     """
     env = env or default_env()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -211,7 +267,7 @@ def explain(fn_or_module: Callable | torch.nn.Module, *example_args, env=None,
             fn_or_module(*args, **kwargs)
         except Exception as exc:  # keep what was seen; say where tracing stopped
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return Explanation(list(uses.values()), error)
+    return Explanation(list(uses.values()), error, grad_enabled=torch.is_grad_enabled())
 
 
 def _modules_of(fn, args, kwargs) -> list[torch.nn.Module]:
