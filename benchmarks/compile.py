@@ -10,7 +10,10 @@ update), plus the first call (compilation included), for:
 - ``inductor``: ``torch.compile(model)``;
 - ``eager``: plain PyTorch.
 
-Times are printed in microseconds and as ratios to hand-written JAX. Run::
+Times are printed in microseconds and as ratios to hand-written JAX, followed by the graph
+splits of ``backend="torchlax"`` (``torchlax_dynamo.counters``: ATen graphs, XLA programs and
+nodes run eagerly between them; one program per graph and no eager node means no split).
+Run::
 
     uv run python benchmarks/compile.py [--batch 256] [--width 1024] [--iters 200]
 """
@@ -65,7 +68,15 @@ def torch_training_step(model, parameters, x, y, lr):
     return step
 
 
-def torch_variants(model, x, y, lr, iters):
+def graph_splits() -> dict[str, int]:
+    """What ``backend="torchlax"`` compiled since the last ``counters.clear()``."""
+    import torchlax_dynamo
+
+    counts = torchlax_dynamo.counters
+    return {k: counts[k] for k in ("graphs", "xla_programs", "eager_nodes")}
+
+
+def torch_variants(model, x, y, lr, iters, splits):
     results = {}
 
     def add(name, wrap):
@@ -76,10 +87,20 @@ def torch_variants(model, x, y, lr, iters):
             with torch.no_grad():
                 return forward_model(x)
 
-        results[name] = (
-            timed(forward, iters),
-            timed(torch_training_step(wrap(trained), trained.parameters(), x, y, lr), iters),
-        )
+        counted = name == "torchlax"
+        if counted:
+            import torchlax_dynamo
+
+            torchlax_dynamo.counters.clear()
+        forward_times = timed(forward, iters)
+        if counted:
+            splits["forward"] = graph_splits()
+            torchlax_dynamo.counters.clear()
+        train_times = timed(torch_training_step(wrap(trained), trained.parameters(), x, y, lr),
+                            iters)
+        if counted:
+            splits["training step"] = graph_splits()
+        results[name] = (forward_times, train_times)
 
     torch._dynamo.reset()
     add("torchlax", lambda m: torch.compile(m, backend="torchlax"))
@@ -141,7 +162,8 @@ def main():
     y = torch.randint(0, 10, (args.batch,))
     lr = 0.01
     results = jax_variant(model, x, y, lr, args.iters)
-    results.update(torch_variants(model, x, y, lr, args.iters))
+    splits: dict[str, dict[str, int]] = {}
+    results.update(torch_variants(model, x, y, lr, args.iters, splits))
 
     print(f"MLP {args.depth}x{args.width} + head, batch {args.batch}, CPU, "
           f"{torch.get_num_threads()} torch threads, jax {jax.__version__}, torch {torch.__version__}")
@@ -151,6 +173,10 @@ def main():
     for name, ((fwd_first, fwd), (train_first, train)) in results.items():
         print(f"{name:12} {fwd:11.0f} {fwd / base_fwd:6.2f} {train:11.0f} "
               f"{train / base_train:6.2f} {fwd_first / 1e3:11.1f} {train_first / 1e3:13.1f}")
+    print("backend='torchlax' graph splits:")
+    for what, counts in splits.items():
+        print(f"  {what:14} {counts['graphs']} ATen graphs, {counts['xla_programs']} XLA programs, "
+              f"{counts['eager_nodes']} eager nodes")
 
 
 if __name__ == "__main__":
