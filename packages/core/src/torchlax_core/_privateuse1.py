@@ -10,6 +10,8 @@ and other backends are untouched.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from jax._src.config import enable_x64 as _x64
 
@@ -34,10 +36,50 @@ class _DeviceModule:
         current_env()
 
     def is_available(self) -> bool:
-        return True
+        # What torch.accelerator.is_available() answers. False keeps CPU programs as they are
+        # without torchlax: DataLoader(pin_memory=True) over CPU tensors then skips pinning (as
+        # on a CPU-only PyTorch) instead of asking the jax device for pinned host memory, which
+        # it has none of. The jax device itself is always usable.
+        return False
 
     def current_device(self) -> int:
         return 0
+
+    def manual_seed(self, seed: int) -> None:
+        # torchlax's keys are drawn from the CPU generator (see get_rng_state).
+        torch.manual_seed(seed)
+
+    def seed(self) -> None:
+        torch.seed()
+
+    def initial_seed(self) -> int:
+        return torch.initial_seed()
+
+    def synchronize(self, device=None) -> None:
+        """Wait for every computation queued on the JAX devices (``jax.effects_barrier``)."""
+        import jax
+
+        jax.effects_barrier()
+        for array in jax.live_arrays():
+            array.block_until_ready()
+
+    def memory_allocated(self, device=None) -> int:
+        """Bytes held by live JAX arrays on ``device`` (default: jax:0)."""
+        import jax
+
+        target = _jax_device(device)
+        total = 0
+        for array in jax.live_arrays():
+            try:
+                shards = array.addressable_shards
+            except Exception:  # a deleted array
+                continue
+            total += sum(s.data.nbytes for s in shards if s.device == target)
+        return total
+
+    def memory_stats(self, device=None) -> dict:
+        """The JAX device's own allocator statistics (empty where the backend keeps none)."""
+        return _jax_device(device).memory_stats() or {}
 
     def _is_in_bad_fork(self) -> bool:
         return False
@@ -62,6 +104,15 @@ class _DeviceModule:
 
     def get_amp_supported_dtype(self):
         return [torch.float16, torch.bfloat16]
+
+
+def _jax_device(device):
+    import jax
+
+    index = 0
+    if device is not None:
+        index = device if isinstance(device, int) else (torch.device(device).index or 0)
+    return jax.local_devices()[index]
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -110,9 +161,33 @@ def set_up() -> None:
     _state["set_up"] = True
 
 
+_forked = []  # set in a child forked after JAX started (a DataLoader worker)
+
+
+def _note_fork() -> None:
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        _forked.append(True)
+
+
+os.register_at_fork(after_in_child=_note_fork)
+
+
+def _check_not_forked(op) -> None:
+    raise RuntimeError(
+        f"{op} was asked to create a tensor on the jax device in a process forked after JAX "
+        "had started (for example a DataLoader worker): JAX's runtime does not survive fork, so "
+        "this would crash. Create CPU tensors in the Dataset and move each batch to 'jax' in "
+        "the main process, or use DataLoader(..., multiprocessing_context='spawn')."
+    )
+
+
 def _kernel(keyset, op, *args, **kwargs):
     from ._environment import current_env
 
+    if _forked:
+        _check_not_forked(op)
     env = current_env()
     if _x64.value:
         out = env.dispatch(op, args, kwargs)
@@ -216,6 +291,8 @@ def _make_factory_kernel(op, check=True):
         def kernel(*args, **kwargs):
             from ._environment import current_env
 
+            if _forked:
+                _check_not_forked(op)
             if _x64.value:
                 return current_env().dispatch(op, args, kwargs)
             with _x64(True):

@@ -1,0 +1,70 @@
+"""What libraries ask of the ``jax`` device: ``torch.jax``'s device-module functions, and
+importing torchlax leaving CPU programs (DataLoader pinning) unchanged; DataLoader workers
+forked after JAX started raise a clear error instead of crashing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import torch
+import torchlax_core
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_dataloader_pin_memory_over_cpu_tensors_with_torchlax_imported():
+    result = _fresh("""
+        import torch, torchlax_core
+        from torch.utils.data import DataLoader, TensorDataset
+        assert not torch.accelerator.is_available()
+        data = TensorDataset(torch.arange(8.0).reshape(4, 2))
+        batches = [b[0] for b in DataLoader(data, batch_size=2, pin_memory=True)]
+        assert all(b.device.type == "cpu" for b in batches)
+        assert torch.equal(torch.cat(batches), torch.arange(8.0).reshape(4, 2))
+        print("ok")
+    """)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_device_module_maps_to_jax():
+    import jax
+
+    torchlax_core.default_env()
+    assert torch.jax.device_count() == len(jax.devices())
+    torch.jax.manual_seed(7)
+    a = torch.randn(4, device="jax")
+    torch.jax.manual_seed(7)
+    b = torch.randn(4, device="jax")
+    assert torch.equal(a.cpu(), b.cpu())
+    before = torch.jax.memory_allocated()
+    big = torch.zeros(1 << 16, device="jax")  # 256 KiB
+    torch.jax.synchronize()
+    assert torch.jax.memory_allocated() - before >= big.numel() * 4
+    assert torch.jax.memory_allocated("jax:0") == torch.jax.memory_allocated(0)
+
+
+def test_dataloader_worker_creating_jax_tensors_raises_clearly():
+    result = _fresh("""
+        import torch, torchlax_core
+        from torch.utils.data import DataLoader, Dataset
+
+        class OnJax(Dataset):
+            def __len__(self):
+                return 2
+
+            def __getitem__(self, i):
+                return torch.ones(2, device="jax") * i
+
+        torch.ones(1, device="jax").sum().item()  # JAX has started in the parent
+        try:
+            list(DataLoader(OnJax(), batch_size=2, num_workers=1))
+        except RuntimeError as exc:
+            print("raised", "forked after JAX had started" in str(exc))
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "raised True"
