@@ -98,6 +98,14 @@ def test_override_replaces_softmax_and_blocking_restores_builtin():
             got = torch.softmax(x.to("jax"), dim=-1)
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.cpu(), torch.softmax(x, dim=-1), atol=1e-2, rtol=1e-2)
+        # The override changes no result: exact in float32 and float64 too.
+        for dtype in (torch.float32, torch.float64):
+            y = torch.randn(6, 7, dtype=dtype) * 4
+            with torchlax_core.enable():
+                got = torch.softmax(y.to("jax"), dim=-1)
+            assert got.dtype == dtype
+            torch.testing.assert_close(got.cpu(), torch.softmax(y, dim=-1), atol=0,
+                                       rtol=1e-15 if dtype == torch.float64 else 1e-6)
     """
     assert run(code).split() == ["example"]
     assert run(code, block="example").split() == ["ops"]

@@ -25,9 +25,11 @@ def scaled_swish(x, beta):
 
 
 def softmax_float32(self, dim, half_to_float):
-    # Accumulate in float32 whatever the input precision, then return the input's dtype
-    # (or float32 when PyTorch's half_to_float asks for it).
-    out = jax.nn.softmax(self.astype(jnp.float32), axis=dim)
+    # Accumulate in at least float32: float16/bfloat16 inputs are computed in float32 (as
+    # PyTorch's CPU kernel does), float32 and float64 in their own precision, so the override
+    # never changes a result. The output has the input's dtype (float32 when PyTorch's
+    # half_to_float asks for it).
+    out = jax.nn.softmax(self.astype(jnp.promote_types(self.dtype, jnp.float32)), axis=dim)
     return out if half_to_float else out.astype(self.dtype)
 
 
