@@ -13,13 +13,14 @@ from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, hookimpl, wrap
 
 from . import _lowerings  # noqa: F401  (fills the tables)
+from ._dtype_support import guard
 from ._table import DECOMPOSITIONS, FUNCTIONS, LOWERINGS, NAMED
 
 
 @hookimpl
 def torchlax_register_lowerings(registry):
     for op, fn in LOWERINGS:
-        registry.register_lowering(op, fn)
+        registry.register_lowering(op, guard(op, fn))  # PyTorch's unsupported dtypes raise
     for torch_fn, fn in FUNCTIONS:
         registry.register_function(torch_fn, fn)
 
@@ -27,7 +28,7 @@ def torchlax_register_lowerings(registry):
 @hookimpl
 def torchlax_register_decompositions(registry):
     for op, fn in DECOMPOSITIONS:
-        registry.register_decomposition(op, fn)
+        registry.register_decomposition(op, guard(op, fn))
 
 
 @hookimpl
