@@ -282,7 +282,10 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             stats.misses += 1
         else:
             stats.hits += 1
-            entries.move_to_end(key)
+            try:
+                entries.move_to_end(key)
+            except KeyError:  # evicted by another thread just now
+                pass
         return entry, key, leaves
 
     def miss(key, jargs, jkwargs, leaves):

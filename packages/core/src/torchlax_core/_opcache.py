@@ -139,11 +139,30 @@ def signature(func, jargs, jkwargs, leaves: list):
     return tuple(key)
 
 
-def _fill(x, it):
-    """``x`` with each array replaced by the next of ``it`` (the order ``_piece`` took)."""
+class _Slot:
+    """Where an input array goes in an argument template (the arrays themselves are not kept:
+    an executable outlives the call that compiled it)."""
+
+    __slots__ = ()
+
+
+_SLOT = _Slot()
+
+
+def _template(x):
     t = type(x)
     if t is _ArrayImpl:
+        return _SLOT
+    if t is list or t is tuple:
+        return t(_template(y) for y in x)
+    return x
+
+
+def _fill(x, it):
+    """A template with each slot replaced by the next of ``it`` (the order ``_piece`` took)."""
+    if x is _SLOT:
         return next(it)
+    t = type(x)
     if t is list or t is tuple:
         return t(_fill(y, it) for y in x)
     return x
@@ -270,9 +289,12 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
     """Trace ``fn`` with abstract inputs and compile it; ``None`` marks ``func`` uncacheable."""
     from ._registry import op_name
 
+    args_template = _template(list(jargs))
+    kwargs_template = {k: _template(v) for k, v in jkwargs.items()}
+
     def traced(*arrays):
         it = iter(arrays)
-        out = fn(*_fill(list(jargs), it), **{k: _fill(v, it) for k, v in jkwargs.items()})
+        out = fn(*_fill(args_template, it), **{k: _fill(v, it) for k, v in kwargs_template.items()})
         _check_outputs(out)
         return out
 
