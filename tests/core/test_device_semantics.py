@@ -85,3 +85,26 @@ def test_set_default_dtype_reaches_factories_and_promotion():
         # Promotion that involves the default dtype is not answered from a stale cache.
         assert_same(ints * 1.5, torch.arange(3) * 1.5)
         assert_same(ints / ints.add(1), torch.arange(3) / torch.arange(3).add(1))
+
+
+# -- empty tensors ------------------------------------------------------------------------------
+
+
+def test_view_dtype_of_zero_element_tensors():
+    for shape, src, dst in [((0, 4), torch.float32, torch.float16),
+                            ((0, 4), torch.float16, torch.float32),
+                            ((2, 0), torch.float32, torch.int8)]:
+        cpu = torch.zeros(shape, dtype=src)
+        expected, actual = cpu.view(dst), to_jax(cpu).view(dst)
+        assert_same(actual, expected)
+        assert actual.stride() == expected.stride()
+
+
+def test_view_dtype_upsize_errors_as_pytorch():
+    for make in (lambda d: torch.zeros(3, dtype=torch.float16, device=d),
+                 lambda d: torch.zeros((), dtype=torch.float16, device=d)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            make("cpu").view(torch.float32)
+        with pytest.raises(RuntimeError) as jax_error:
+            make("jax").view(torch.float32)
+        assert str(jax_error.value).split(",")[0] == str(cpu_error.value).split(",")[0]

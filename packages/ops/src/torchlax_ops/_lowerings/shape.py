@@ -268,6 +268,9 @@ def view_dtype(self, dtype):
             f"self.dim() cannot be 0 to view {torch_dtype(self.dtype)} as {dtype} "
             "(different element sizes)"
         )
+    if self.size == 0 and not same_size:  # (no bytes to regroup: the reshape below needs some)
+        last = self.shape[-1] * self.dtype.itemsize // target.itemsize
+        return jnp.zeros((*self.shape[:-1], last), target)
     # Through bytes: split every element, then regroup the last dim for the target.
     source = self[..., None] if same_size else self
     data = jax.lax.bitcast_convert_type(_as_units(source), jnp.uint8).reshape(*source.shape[:-1], -1)
