@@ -127,8 +127,9 @@ def test_integer_indexing_stays_in_the_xla_program(train):
     if train:
         out.square().sum().backward()
         expected.square().sum().backward()
-        assert_same(xc.grad, xe.grad)
-        assert_same(compiled_model.table.grad, model.table.grad)
+        # Gradients of ~100 summed over 96 elements: float32 summation order differs.
+        assert_same(xc.grad, xe.grad, rtol=1e-5, atol=1e-3)
+        assert_same(compiled_model.table.grad, model.table.grad, rtol=1e-5, atol=1e-3)
     # One forward program (and one backward program), nothing eager between.
     assert torchlax_dynamo.counters["eager_nodes"] == 0
     assert torchlax_dynamo.counters["xla_programs"] == (2 if train else 1)
