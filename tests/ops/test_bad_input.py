@@ -230,3 +230,40 @@ def test_sizes_that_overflow_raise_instead_of_aborting():
         "RuntimeError Storage size calculation overflowed with sizes=[2305843009213693952, 8]",
         "RuntimeError Trying to create tensor with negative dimension -1: [-1]",
     ]
+
+
+# -- dtypes PyTorch's CPU kernels do not implement -------------------------------------------------
+
+BAD_DTYPES = [
+    ("gelu_int", F.gelu, (torch.tensor([1, 2]),)),
+    ("silu_int", F.silu, (torch.tensor([1, 2]),)),
+    ("frac_int", torch.frac, (torch.tensor([1, 2]),)),
+    ("abs_bool", torch.abs, (torch.tensor([True, False]),)),
+    ("relu_bool", torch.relu, (torch.tensor([True, False]),)),
+    ("floor_bool", torch.floor, (torch.tensor([True]),)),
+    ("argmax_bool", torch.argmax, (torch.tensor([True, False]),)),
+    ("topk_bool", lambda x: torch.topk(x, 1), (torch.tensor([True, False]),)),
+    ("matmul_bool", torch.matmul, (torch.ones(2, 2, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool))),
+    ("neg_bool", torch.neg, (torch.tensor([True]),)),
+]
+
+
+@pytest.mark.parametrize("fn,args", [c[1:] for c in BAD_DTYPES], ids=[c[0] for c in BAD_DTYPES])
+def test_unsupported_dtype_raises_as_pytorch(fn, args):
+    expected = _error(fn, *args)
+    assert expected is not None, "PyTorch itself accepts this dtype: the case is wrong"
+    assert _error(fn, *to_jax(args)) == expected
+
+
+def test_bool_minus_one_raises_not_implemented():
+    with pytest.raises(NotImplementedError, match="Subtraction, the `-` operator"):
+        torch.tensor([True], device="jax") - 1
+
+
+def test_the_guard_lets_supported_dtypes_through():
+    for x in (torch.tensor([-1.5, 2.0]), torch.tensor([-1, 2]), torch.tensor([True, False])):
+        for fn in (torch.abs, torch.relu, torch.floor, torch.argmax, torch.neg, F.gelu, torch.frac):
+            expected = _error(fn, x)
+            if expected is None:
+                got = fn(x.to("jax")).cpu()
+                torch.testing.assert_close(got, fn(x))
