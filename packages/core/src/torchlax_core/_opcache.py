@@ -136,6 +136,9 @@ def signature(func, jargs, jkwargs, leaves: list):
         for name, value in jkwargs.items():
             key.append(name)
             key.append(_piece(value, leaves))
+    # The default dtype takes part in promotion (int tensor * 1.5): torch.set_default_dtype
+    # must not be answered by an executable compiled under the previous default.
+    key.append(torch.get_default_dtype())
     return tuple(key)
 
 
