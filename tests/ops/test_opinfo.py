@@ -210,19 +210,23 @@ def run_jit(op, jax_tree):
     positions = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
     host_outputs = {}
 
-    def program(*arrays):
+    env = torchlax_core.current_env()
+
+    def program(key, *arrays):
         values = list(leaves)
         for i, a in zip(positions, arrays):
             values[i] = torchlax_core.wrap(a)
         tree = pytree.tree_unflatten(values, spec)
-        out = call(op, tree)
+        with env.prng_key_scope(key):  # random ops draw from a key input, as torchlax.jit does
+            out = call(op, tree)
         out_leaves, out_spec = pytree.tree_flatten(out)
         host_outputs["spec"] = out_spec
         host_outputs["leaves"] = out_leaves
         in_after = [pytree.tree_flatten(tree)[0][i].jax() for i in positions]
         return [x.jax() for x in out_leaves if isinstance(x, torch.Tensor)], in_after
 
-    out_arrays, in_after = jax.jit(program)(*[leaves[i].jax() for i in positions])
+    key = env.next_prng_key()  # drawn from torch's generator: reproducible under a seed
+    out_arrays, in_after = jax.jit(program)(key, *[leaves[i].jax() for i in positions])
     arrays = iter(out_arrays)
     out_leaves = [
         next(arrays) if isinstance(x, torch.Tensor) else x for x in host_outputs["leaves"]
