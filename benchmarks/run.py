@@ -268,6 +268,10 @@ def bench_training(b: Bench) -> None:
     jitted = torchlax.jit(jm2)
     jit_step = step_fn(jm2, jopt2, jx, jy, jitted)
     b.measure(group, "torchlax.jit forward + backward", lambda: ready(jit_step()))
+    jm3 = copy.deepcopy(jm)
+    whole_step = torchlax.jit(step_fn(jm3, torch.optim.SGD(jm3.parameters(), lr=0.01), jx, jy))
+    b.measure(group, "torchlax.jit(step) (forward, backward, SGD: one program)",
+              lambda: ready(whole_step()))
 
     # The whole step (forward, backward, SGD update) as one XLA program, from the PyTorch module.
     weights, _, apply = torchlax.functional(copy.deepcopy(model))

@@ -7,9 +7,8 @@ import pytest
 import torch
 import torchlax_core
 import torchlax_dynamo
-from torchlax_dynamo import _backend
-
 from dynamo_helpers import assert_same, to_jax
+from torchlax_dynamo import _backend
 
 
 def _mlp():

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 import torchlax_core
 from torch.utils import _pytree as pytree
-from torchlax_core import Tensor, check, check_index, checked, raise_error
+from torchlax_core import check, check_index, checked, raise_error
 
 
 @pytest.fixture(autouse=True)

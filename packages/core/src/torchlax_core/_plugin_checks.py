@@ -11,7 +11,6 @@ seen signature cost one signature computation. torchlax's own lowerings are not 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import numpy as np
