@@ -195,3 +195,28 @@ def test_optimizer_over_cpu_parameters_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="not on the 'jax' device"):
         torchlax.jit(step)(torch.randn(2, 6))
+
+
+def test_checked_mode_raises_pytorchs_error_after_the_call_and_keeps_the_state():
+    env = torchlax.current_env()
+    with torchlax.enable():
+        emb = nn.Embedding(4, 3).to("jax")
+    before = emb.weight.detach().cpu().clone()
+
+    @torchlax.jit
+    def lookup(ids):
+        with torch.no_grad():
+            emb.weight.add_(1.0)  # state the call changes (not written back when it fails)
+        return emb(ids)
+
+    ids = torchlax.from_torch(torch.tensor([0, 7]))
+    env.config.checked = True
+    try:
+        with pytest.raises(IndexError, match="index out of range"):
+            lookup(ids)
+        torch.testing.assert_close(emb.weight.detach().cpu(), before)
+        lookup(torchlax.from_torch(torch.tensor([0, 3])))
+        torch.testing.assert_close(emb.weight.detach().cpu(), before + 1)
+    finally:
+        env.config.checked = False
+    lookup(ids)  # unchecked: JAX's clamped read, no error

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
-from torchlax_core import Tensor
+from torchlax_core import Tensor, checked, raise_error
 from torchlax_core._program import key_input, tracing, unused_key
 
 from ._call_jax import _borrow, _give_back
@@ -227,8 +227,12 @@ class _Info:
 class _Program:
     """One static configuration of a jitted callable: its traced function and compiled forms."""
 
-    def __init__(self, jitted: _Jitted, in_spec, statics, static_values):
+    def __init__(self, jitted: _Jitted, in_spec, statics, static_values, checks: bool):
         self.jitted = jitted
+        # Config.checked: value checks inside (an index out of range, ...) are recorded with
+        # checkify and raised after the call; the state is then not donated, so a failed call
+        # leaves it as it was.
+        self.checks = checks
         self.in_spec = in_spec
         self.statics = statics
         self.static_values = static_values
@@ -291,18 +295,23 @@ class _Program:
         )
         return out_arrays, new_storages, extra
 
+    def _checked_traced(self, state_arrays, lr_arrays, arrays, key):
+        return checked(self._traced)(state_arrays, lr_arrays, arrays, key)  # (error, results)
+
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays,
                     key):
         n_state = len(self._state.storages)
 
+        traced = self._checked_traced if self.checks else self._traced
+
         def differentiable(diff):
             merged = _merge(mask, diff, other)
-            outs, new_storages, extra = self._traced(merged[:n_state], lr_arrays,
-                                                     merged[n_state:], key)
-            return outs, (new_storages, extra)
+            results = traced(merged[:n_state], lr_arrays, merged[n_state:], key)
+            error, (outs, new_storages, extra) = results if self.checks else (None, results)
+            return outs, (new_storages, extra, error)
 
-        outs, vjp, (new_storages, extra) = jax.vjp(differentiable, diff, has_aux=True)
-        return outs, new_storages, extra, vjp
+        outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
+        return outs, new_storages, extra, error, vjp
 
     def info(self, signature, state: _StateSet, args: tuple) -> _Info:
         info = self.infos.get(signature)
@@ -313,9 +322,9 @@ class _Program:
                     # Trace once, to learn the output structure, what state changes and
                     # whether the program draws random keys; compiling reuses this trace.
                     self._state = state
-                    donate = (0,) if self.jitted.donate_state else ()
-                    self._traces[signature] = jax.jit(
-                        self._traced, donate_argnums=donate).trace(*args)
+                    donate = (0,) if self.jitted.donate_state and not self.checks else ()
+                    fn = self._checked_traced if self.checks else self._traced
+                    self._traces[signature] = jax.jit(fn, donate_argnums=donate).trace(*args)
                     info = self.infos[signature] = self._tracing_info
         return info
 
@@ -597,8 +606,9 @@ class _Jitted:
         flat, in_spec = pytree.tree_flatten((args, kwargs))
         inputs = [x for x in flat if isinstance(x, torch.Tensor)]
         statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
+        checks = bool(torchlax_core.current_env().config.checked)
         program_key = (str(in_spec), statics, static_values, state.structure(),
-                       torch.is_grad_enabled())
+                       torch.is_grad_enabled(), checks)
         try:
             program = self.programs.get(program_key)
         except TypeError:
@@ -610,7 +620,7 @@ class _Jitted:
         if program is None:
             with _trace_lock:
                 program = self.programs.setdefault(
-                    program_key, _Program(self, in_spec, statics, static_values))
+                    program_key, _Program(self, in_spec, statics, static_values, checks))
         cpu_tensors = list(state.cpu_tensors.values())
         state_arrays = [s.array for s in state.storages]
         lr_arrays = [np.float64(lr) for _, lr in state.lrs]
@@ -632,7 +642,11 @@ class _Jitted:
             outputs = _JitFunction.apply(call, *diff)
         else:
             executable = program.executable(signature)
-            out_arrays, new_storages, extra = executable(state_arrays, lr_arrays, arrays, key)
+            results = executable(state_arrays, lr_arrays, arrays, key)
+            if program.checks:
+                error, results = results
+                raise_error(error)  # before any output or state is written back
+            out_arrays, new_storages, extra = results
             outputs = _to_tensors(out_arrays, on_jax, arrays)
             _write_state(state, info, new_storages, extra)
         for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
@@ -788,8 +802,10 @@ class _JitFunction(torch.autograd.Function):
         n_state = len(call.state.storages)
         with _trace_lock:
             program._state = call.state
-            outs, new_storages, extra, vjp = program.forward_vjp(
+            outs, new_storages, extra, error, vjp = program.forward_vjp(
                 call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key)
+        if error is not None:
+            raise_error(error)  # before any output or state is written back
         call.vjp, call.out_arrays = vjp, outs
         ctx.call = call
         outputs = _to_tensors(outs, call.on_jax, call.arrays)
