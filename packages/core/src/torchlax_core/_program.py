@@ -1,10 +1,10 @@
-"""What every compiled torchlax program shares: its PRNG key input and its state write-back.
+"""What every compiled torchlax program shares: its PRNG key input and its tracing mode.
 
 ``torchlax.jit``, the ``torch.compile`` backend and export each turn PyTorch code into one
 traced JAX function. Three questions come up in all of them and are answered here, once:
 
 - Randomness. A traced program never bakes a key in: it takes one key as an input and every
-  random op inside splits its key from it (``key_input``). Whether the program drew one is
+  random op inside splits its key from it (``Environment.prng_key_scope``). Whether the program drew one is
   learned while tracing (``KeyScope.drawn``), so a deterministic program is called with a
   constant key (``unused_key()``) and costs no draw from torch's generator. A random op that
   runs while JAX stages a program *outside* any key scope raises (see
@@ -17,9 +17,6 @@ traced JAX function. Three questions come up in all of them and are answered her
   passes a 0-d tensor, PyTorch reads it on the host, which a traced value cannot be: while
   tracing, the few functions optimizers call that way get the tensor multiplied in instead
   (``_SCALAR_REWRITES``), in the order PyTorch's kernels compute.
-- State write-back. A program's new value for a tensor it changed is put back into that very
-  tensor object (``write_back``): a torchlax Tensor takes the new array without a copy, a
-  CPU/CUDA tensor is copied into.
 """
 
 from __future__ import annotations
@@ -72,13 +69,6 @@ def staging() -> bool:
             return True
         trace = getattr(trace, "parent_trace", None)
     return False
-
-
-@contextlib.contextmanager
-def key_input(env, key: jax.Array) -> Iterator[KeyScope]:
-    """Random ops of ``env`` inside the block split their keys from ``key`` (a traced input)."""
-    with env.prng_key_scope(key) as scope:
-        yield scope
 
 
 @contextlib.contextmanager
@@ -147,11 +137,3 @@ _SCALAR_REWRITES = {
         torch._foreach_addcmul_)},
 }
 
-
-def write_back(dst: torch.Tensor, array: jax.Array) -> None:
-    """Put a program's new value for ``dst`` into ``dst`` itself."""
-    if isinstance(dst, Tensor):
-        dst._write(array)
-        return
-    with torch.no_grad():
-        dst.copy_(torch.from_dlpack(array))  # a view of the XLA buffer, copied into dst

@@ -29,7 +29,7 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, checked, raise_error
-from torchlax_core._program import key_input, tracing, unused_key
+from torchlax_core._program import tracing, unused_key
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
@@ -253,7 +253,7 @@ class _Program:
         saved = _swap_in(state, state_arrays, lr_arrays)
         recorded = _defer_schedulers(state.schedulers)
         try:
-            with tracing(env), key_input(env, key) as scope:
+            with tracing(env), env.prng_key_scope(key) as scope:
                 tensors = [Tensor(a) for a in arrays]
                 n_cpu = len(state.cpu_tensors)
                 cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
