@@ -119,15 +119,34 @@ def test_multinomial_without_replacement_too_many_samples():
         torch.multinomial(torch.ones(3, device="jax"), 4)
 
 
-def test_random_ops_inside_jit():
+def test_random_ops_inside_jit_draw_from_the_key_passed_in():
     def fn(x):
         return x + torch.randn_like(x), torch.rand(3, device=x.device)
 
     with torchlax_core.enable():
-        noisy, uniform = run_jit(fn, torch.zeros(1000).to("jax"))
-    assert isinstance(noisy.jax(), jax.Array)
-    assert abs(noisy.cpu().std().item() - 1) < 0.1
-    assert uniform.shape == (3,) and uniform.dtype == torch.float32
+        env = torchlax_core.current_env()
+        x = torch.zeros(1000).to("jax")
+
+        @jax.jit
+        def program(key, array):
+            with env.prng_key_scope(key):
+                noisy, uniform = fn(torchlax_core.wrap(array))
+            return noisy.jax(), uniform.jax()
+
+        noisy, uniform = program(jax.random.key(1), x.jax())
+        again, _ = program(jax.random.key(1), x.jax())
+        other, _ = program(jax.random.key(2), x.jax())
+    assert abs(float(noisy.std()) - 1) < 0.1
+    assert uniform.shape == (3,) and uniform.dtype == jax.numpy.float32
+    assert bool((noisy == again).all()) and not bool((noisy == other).all())
+
+
+def test_random_op_under_a_bare_jax_jit_raises_instead_of_baking_in_a_key():
+    def fn(x):
+        return x + torch.randn_like(x)
+
+    with torchlax_core.enable(), pytest.raises(RuntimeError, match="prng_key_scope"):
+        run_jit(fn, torch.zeros(10).to("jax"))
 
 
 def test_complex_randn_has_unit_variance():

@@ -227,4 +227,8 @@ def test_bfloat16_convolution_rounds_once(n, transposed):
         actual = conv(*to_jax((x, w, b)), **kwargs)
     assert actual.dtype == torch.bfloat16
     torch.testing.assert_close(actual.cpu(), once, **EXACT)
+    if transposed and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        # Without AVX512-BF16 PyTorch's CPU kernel rounds three times (bfloat16 GEMM, col2im
+        # sums and bias in bfloat16): `once` above is the reference there.
+        return
     check(lambda x, w, b: conv(x, w, b, **kwargs), x, w, b, atol=1e-2, rtol=1.6e-2)

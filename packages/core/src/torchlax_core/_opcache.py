@@ -11,7 +11,8 @@ launch. The rules (docs/architecture.md, "The eager op cache"):
   and keep the function that recomputes them.
 - An op whose lowering reads values on the host (``nonzero``, ``unique``, value checks that
   raise PyTorch's errors eagerly) is never cached: the first run of each new signature counts
-  host reads, and a lowering that fails to trace with abstract inputs is marked too.
+  host reads, and a lowering that fails to trace with abstract inputs, or returns no arrays
+  (it runs for its side effects), is marked too.
 - A lowering that draws a PRNG key (``env.next_prng_key``) is never cached: its trace runs
   inside a key scope, and a drawn key marks the op. A ``torch.Generator`` argument bypasses.
 - Inside a JAX trace (an input is a tracer) the lowering just runs: the caller's program is
@@ -171,11 +172,16 @@ def _fill(x, it):
     return x
 
 
-def _check_outputs(out) -> None:
+def _check_outputs(out, top: bool = True) -> None:
+    if top and not jax.tree_util.tree_leaves(out):
+        # An op with no array result runs for what it does on the host (PyTorch's
+        # _linalg_check_errors raises from the values; NumPy reads them through the buffer
+        # protocol, which the host-read probe cannot see): compiled, it would do nothing.
+        raise NotCacheable("the lowering returns no arrays (it runs for its side effects)")
     t = type(out)
     if t is list or t is tuple:
         for y in out:
-            _check_outputs(y)
+            _check_outputs(y, False)
     elif out is not None and not isinstance(out, jax.Array):
         raise NotCacheable(f"the lowering returned a {t.__name__}")
 

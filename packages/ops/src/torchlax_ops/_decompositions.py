@@ -28,9 +28,8 @@ _OPS = [
     aten._fused_rms_norm_backward.default,
     aten._weight_norm_interface.default,
     # losses
-    aten.nll_loss_forward.default,
+    # nll_loss_forward / nll_loss2d_forward: _lowerings/nn.py wraps them with the target check
     aten.nll_loss_backward.default,
-    aten.nll_loss2d_forward.default,
     aten.nll_loss2d_backward.default,
     aten.mse_loss.default,
     aten.mse_loss_backward.default,

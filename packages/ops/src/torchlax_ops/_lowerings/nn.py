@@ -1275,8 +1275,7 @@ def _check_targets(self, target, ignore_index):
                 "Target {index} is out of bounds.")
 
 
-# PyTorch's decompositions of the nll losses, after the target check their kernels make (these
-# entries come after torchlax_ops._decompositions' in the table, so they are the ones used).
+# PyTorch's decompositions of the nll losses, after the target check their kernels make.
 @decomposition(aten.nll_loss_forward.default)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     _check_targets(self, target, ignore_index)
