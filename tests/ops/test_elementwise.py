@@ -215,3 +215,22 @@ def test_method_variants():
     same(jx(a).clamp(min=0), a.clamp(min=0))
     same(jx(a).eq(jx(b)), a.eq(b))
     same(jx(a).where(jx(a) > 0, 0.0), a.where(a > 0, 0.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_dynamo_fma_prim_rounds_once(dtype):
+    """Dynamo writes add_(x, alpha=<tensor>) and addcmul_(value=...) as inductor's prims.fma."""
+    from torch._inductor import inductor_prims  # noqa: F401  (defines torch.ops.prims.fma)
+
+    torch.manual_seed(0)
+    a, b, c = (torch.randn(50, dtype=dtype) for _ in range(3))
+    lr = torch.tensor(-0.01, dtype=torch.float64)  # a 0-d float64 rate does not promote `a`
+    exact = (a.double() * b.double() + c.double()).to(dtype)
+    same(torch.ops.prims.fma(jx(a), jx(b), jx(c)), exact, atol=0, rtol=0)
+    expected = torch.ops.prims.fma(a, lr, c)
+    same(torch.ops.prims.fma(jx(a), jx(lr), jx(c)), expected)
+
+
+def test_functional_copy_broadcasts_and_casts_into_self():
+    self_, src = torch.zeros(2, 3, dtype=torch.int64), torch.tensor([1.7, -2.5, 3.0])
+    same(torch.ops.aten.copy.default(jx(self_), jx(src)), torch.ops.aten.copy.default(self_, src))

@@ -163,6 +163,15 @@ class Environment:
             return t.lowerings.get(op) or t.decompositions.get(op)
         return t.functions.get(op)
 
+    def plugin_fallback_for(self, op: Any) -> Callable | None:
+        """What a plugin's ``torchlax_fallback`` hook runs for ``op``, or ``None``.
+
+        PyTorch's own kernels (the built-in ``torchlax.fallback``, when
+        ``Config.fallback_to_torch`` is on) are not asked: this is for ops a plugin implements
+        by name (torchvision's, Dynamo's ``prims::fma``), which a compiled program can trace.
+        """
+        return self._host.fallback_for(op, self, skip=frozenset({"torchlax.fallback"}))
+
     def stats(self) -> dict[str, Any]:
         """Counters of this environment: the eager op cache and XLA compilations.
 

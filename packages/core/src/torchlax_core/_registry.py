@@ -341,14 +341,19 @@ class PluginHost:
         _log.debug("lowering tables built: %s", tables.counts_by_plugin())
         return tables
 
-    def fallback_for(self, op: Any, env: Any) -> Callable | None:
-        """The first ``torchlax_fallback`` answer for ``op``, checked to be callable."""
+    def fallback_for(self, op: Any, env: Any, *, skip: frozenset[str] = frozenset()) -> Callable | None:
+        """The first ``torchlax_fallback`` answer for ``op``, checked to be callable.
+
+        ``skip`` names plugins not to ask (``"torchlax.fallback"``: PyTorch's own kernels).
+        """
         hook = self.pm.hook.torchlax_fallback
         impls = hook.get_hookimpls()
-        if any(impl.hookwrapper or impl.wrapper for impl in impls):
+        if not skip and any(impl.hookwrapper or impl.wrapper for impl in impls):
             return _checked_fallback(hook(op=op, env=env), "a torchlax_fallback hook", op)
         values = {"op": op, "env": env}
         for impl in reversed(impls):  # pluggy's call order: last registered first
+            if impl.plugin_name in skip or impl.hookwrapper or impl.wrapper:
+                continue
             answer = impl.function(**{arg: values[arg] for arg in impl.argnames})
             if answer is not None:
                 return _checked_fallback(answer, f"plugin {impl.plugin_name!r}", op)

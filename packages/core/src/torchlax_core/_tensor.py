@@ -310,6 +310,22 @@ class Tensor(torch.Tensor):
 _current_graph_task_id = torch._C._current_graph_task_id
 
 
+def _hide_from_dynamo(function) -> None:
+    """Dynamo never compiles ``function`` nor any Python frame it calls.
+
+    When torch.compile runs a piece of user code eagerly (at a graph break, or
+    ``loss.backward()``), its frame hook would try to compile every Python frame an op runs:
+    this dispatch, the lowering, JAX. (``torch._dynamo.disable`` does this through a wrapper
+    on every call and imports Dynamo; the frame strategy costs nothing per call.)
+    """
+    frames = torch._C._dynamo.eval_frame
+    skip = frames._FrameAction.SKIP
+    frames.set_code_exec_strategy(function.__code__, frames._FrameExecStrategy(skip, skip))
+
+
+_hide_from_dynamo(Tensor.__dict__["__torch_dispatch__"].__func__)
+
+
 class _BackwardFailure:
     """What an op that failed inside the autograd engine returns instead of raising.
 

@@ -48,6 +48,12 @@ def _static_shape(node: torch.fx.Node) -> bool:
     return bool(tensors) and not any(free_unbacked_symbols(t) for t in tensors)
 
 
+def _unbacked_output(node: torch.fx.Node) -> bool:
+    """Whether the fake output has sizes only the data decides (torchvision's ``nms``, say)."""
+    tensors = [v for v in pytree.tree_leaves(_meta(node)) if isinstance(v, torch.Tensor)]
+    return any(free_unbacked_symbols(t) for t in tensors)
+
+
 def normalize(gm: torch.fx.GraphModule) -> None:
     """Drop ``device=`` from ``_to_copy`` nodes that stay on their input's device.
 
@@ -80,12 +86,14 @@ def eager_reason(node: torch.fx.Node, env) -> str | None:
         return "data-dependent output"  # .item(): a host read
     if torch.Tag.dynamic_output_shape in target.tags and not _static_shape(node):
         return "data-dependent output shape"
+    if _unbacked_output(node):
+        return "data-dependent output shape"
     device = node.kwargs.get("device") if target is aten._to_copy.default else None
     if device is not None and torch.device(device).type != "jax":
         # Onto a jax device is a placement inside the program (a constant built on the CPU,
         # say); off it, only eager torchlax can produce the CPU/CUDA tensor.
         return "device transfer"
-    if env.lowering_for(target) is not None:
+    if env.lowering_for(target) is not None or env.plugin_fallback_for(target) is not None:
         return None
     # The arguments are graph nodes: look at the values they stand for. An op without a
     # tensor output (``_assert_async``, ``_print``) that takes a tensor must still run eagerly.

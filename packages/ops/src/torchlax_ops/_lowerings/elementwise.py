@@ -15,7 +15,7 @@ from jax import lax
 from torchlax_core import check
 
 from .._promotion import Promotion, elementwise
-from .._table import lowering
+from .._table import lowering, named_lowering
 
 aten = torch.ops.aten
 
@@ -229,6 +229,18 @@ def lerp(self, end, weight):
     # PyTorch's formula: exact at both ends.
     diff = end - self
     return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
+
+
+@named_lowering("prims::fma")
+@elementwise(("a", "b", "c"), Promotion.DEFAULT)
+def fma(a, b, c):
+    # Dynamo writes add_(x, alpha=<tensor>) and addcmul_(..., value=...) as this inductor prim
+    # (torch._inductor.inductor_prims.fma): a * b + c without rounding the product. Below
+    # float64 the float64 product is exact, so that sum rounds once.
+    if jnp.issubdtype(a.dtype, jnp.floating) and jnp.finfo(a.dtype).bits < 64:
+        wide = jnp.float64
+        return (a.astype(wide) * b.astype(wide) + c.astype(wide)).astype(a.dtype)
+    return a * b + c
 
 
 # -- rounding -----------------------------------------------------------------------------------

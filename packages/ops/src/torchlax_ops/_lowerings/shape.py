@@ -232,6 +232,13 @@ def clone(self, *, memory_format=None):
     return self
 
 
+@lowering(aten.copy.default)
+def copy(self, src, non_blocking=False):
+    # Functionalized copy_ (AOT autograd writes `x.copy_(y)` as this): src in self's shape and
+    # dtype, its own values unread.
+    return jnp.broadcast_to(src.astype(self.dtype), self.shape)
+
+
 # -- views that reinterpret the element type --------------------------------------------------
 
 

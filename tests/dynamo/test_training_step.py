@@ -1,0 +1,127 @@
+"""torch.compile(step, backend="torchlax") over a whole training step, optimizer included.
+
+The step (zero_grad, forward, loss.backward(), optimizer.step()) is compiled by Dynamo as
+PyTorch compiles it for any backend: one graph up to ``loss.backward()`` (forward, with AOT
+autograd's backward graph), and one for the optimizer step. Each must be an XLA program with
+no op left to eager PyTorch, on CPU tensors and on torchlax Tensors.
+
+References: the same step, eagerly, on the CPU. Under torch.compile, torch.optim's Adam family
+computes its bias corrections from the tensor ``step`` in float32 (eagerly they are Python
+floats), so those compare to float32 precision even in float64; PyTorch's own
+``backend="aot_eager"`` differs from eager by the same amount.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchlax_core
+import torchlax_dynamo
+from torch import nn
+
+counters = torchlax_dynamo.counters
+STEPS = 5
+
+OPTIMIZERS = {
+    "sgd_momentum_nesterov_wd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True,
+                                                          weight_decay=1e-2),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+    "adamw_loop": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
+    "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-1),
+}
+# float32 bias corrections under torch.compile (module docstring)
+_ADAM_FAMILY = {"adam", "adamw", "adamw_loop"}
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def _make_step(model, optimizer):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def _data():
+    torch.manual_seed(1)
+    return torch.randn(10, 6), torch.randint(0, 3, (10,))
+
+
+@pytest.mark.parametrize("on_jax", [False, True], ids=["cpu", "torchlax"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_step_matches_eager_and_runs_as_xla_programs(name, on_jax):
+    if name not in ("adamw", "sgd_momentum_nesterov_wd") and not on_jax:
+        pytest.skip("CPU tensors are covered by two optimizers; every one runs on torchlax")
+    x, y = _data()
+    eager_model = _model()
+    eager_step = _make_step(eager_model, OPTIMIZERS[name](eager_model.parameters()))
+    with torchlax_core.enable():
+        model = _model().to("jax") if on_jax else _model()
+        step = torch.compile(_make_step(model, OPTIMIZERS[name](model.parameters())),
+                             backend="torchlax")
+        cx, cy = (x.to("jax"), y.to("jax")) if on_jax else (x, y)
+        tol = dict(atol=1e-6, rtol=1e-5) if name in _ADAM_FAMILY else dict(atol=1e-10, rtol=1e-10)
+        for i in range(STEPS):
+            expected = eager_step(x, y)
+            loss = step(cx, cy)
+            assert type(loss) is (torchlax_core.Tensor if on_jax else torch.Tensor)
+            torch.testing.assert_close(loss.cpu(), expected, **tol, msg=f"step {i}")
+            if i == 1:
+                first_calls = dict(counters)
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), **tol)
+    assert counters["eager_nodes"] == 0, dict(counters)  # nothing ran op by op
+    assert counters["graphs"] >= 2  # the step before backward, and the optimizer step
+    assert counters["xla_programs"] == counters["graphs"]  # each graph is one XLA program
+    assert dict(counters) == first_calls  # steady state: nothing compiles after step 2
+
+
+def test_state_lives_on_the_module_and_optimizer():
+    """What the compiled optimizer step writes is the user's own state, as eagerly."""
+    x, y = _data()
+    with torchlax_core.enable():
+        model = _model().to("jax")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        step = torch.compile(_make_step(model, opt), backend="torchlax")
+        before = copy.deepcopy(model.state_dict())
+        step(x.to("jax"), y.to("jax"))
+        step(x.to("jax"), y.to("jax"))
+        state = opt.state[next(iter(model.parameters()))]
+        assert float(state["step"]) == 2
+        assert isinstance(state["exp_avg"], torchlax_core.Tensor)
+        changed = [k for k, v in model.state_dict().items() if not torch.equal(v.cpu(), before[k].cpu())]
+        assert len(changed) == len(before)
+
+
+def test_backward_inside_a_compiled_function_runs_eagerly_without_dynamo_in_jax():
+    """Dynamo runs ``loss.backward()`` eagerly (a graph break). The autograd engine then calls
+    torchlax's ops, whose Python frames (dispatch, lowerings, JAX) Dynamo must leave alone:
+    it used to try to compile them and failed inside ml_dtypes."""
+
+    def fn(w):
+        loss = (w * w).sum()
+        loss.backward()
+        return w.grad * 3
+
+    with torchlax_core.enable():
+        w = torch.arange(4.0).to("jax").requires_grad_()
+        out = torch.compile(fn, backend="torchlax")(w)
+    torch.testing.assert_close(out.cpu(), torch.arange(4.0) * 6)
