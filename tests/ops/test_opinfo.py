@@ -12,7 +12,6 @@ Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 2).
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 from dataclasses import dataclass
