@@ -281,12 +281,10 @@ def _jit_first_call_from_threads():
         torch.testing.assert_close(got[k], want)
 
 
-@pytest.mark.xfail(strict=False, reason="jit lock pending")
 def test_jit_module_first_called_from_four_threads_with_four_shapes():
     _jit_first_call_from_threads()
 
 
-@pytest.mark.xfail(strict=False, reason="jit lock pending")
 def test_fresh_jit_functions_traced_concurrently():
     fns = [lambda t: (t * 2).sum(0), lambda t: torch.tanh(t) @ t.T, lambda t: t.cumsum(0) - 1,
            lambda t: torch.nn.functional.softplus(t).max(1).values]
