@@ -139,3 +139,51 @@ def test_greedy_generation_with_kv_cache_matches_cpu(name):
     jmodel, (jprompt,) = to_jax(model, (prompt,))
     got = jmodel.generate(jprompt, **kwargs)
     assert got.cpu().tolist() == expected.tolist()
+
+
+@pytest.fixture
+def float64_default():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+@pytest.mark.parametrize("wrapper", ["torchlax.jit", "torch.compile"])
+def test_gpt2_whole_training_step_matches_cpu(wrapper, float64_default):
+    """A 2-layer GPT-2 from transformers: zero_grad, forward, backward and AdamW, 3 steps, as
+    one compiled step (torchlax.jit: one XLA program; torch.compile: Dynamo's graphs).
+
+    Compiled, torch.optim computes Adam's bias corrections from its tensor step count, which
+    has the default dtype: float64 here, so compiled and eager steps agree to rounding."""
+    case = CASES["gpt2"]
+    model, (tokens,) = built(case, dtype=torch.float64)  # eval(): no dropout streams to match
+    jmodel, (jtokens,) = to_jax(model, (tokens,))
+
+    def make_step(m):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+        def step(ids):
+            opt.zero_grad()
+            logits = m(ids).logits  # (transformers' own loss upcasts to float32 only)
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1),
+                                                     ids[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+    eager_step = make_step(model)
+    torch._dynamo.reset()
+    with torchlax.enable():
+        step = make_step(jmodel)
+        step = torchlax.jit(step) if wrapper == "torchlax.jit" else torch.compile(
+            step, backend="torchlax")
+        for _ in range(3):
+            close(step(jtokens), eager_step(tokens), 1e-9)
+    params = dict(jmodel.named_parameters())
+    for name, p in model.named_parameters():
+        close(params[name], p, 1e-9)
+    if wrapper == "torchlax.jit":
+        assert step.compilations == 1
