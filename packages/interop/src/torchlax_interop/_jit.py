@@ -38,8 +38,11 @@ _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
 _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in the program
 
-# One trace at a time: tracing swaps tracers into shared objects (a module's parameters), so
-# two concurrent traces of programs over the same module would read each other's tracers.
+# One trace at a time, and no call while one runs: tracing swaps tracers into shared objects
+# (a module's parameters), so another thread's trace, or its call reading the same module's
+# state, would read those tracers (an UnexpectedTracerError, seen with four threads making
+# their first calls at once). Calls hold it while they read and write state; the program
+# itself is dispatched asynchronously, so the hold is short.
 _trace_lock = threading.RLock()
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
@@ -516,7 +519,7 @@ class _Jitted:
 
     def __call__(self, *args, **kwargs):
         check_shared_writes()
-        with jax.enable_x64(True):
+        with _trace_lock, jax.enable_x64(True):
             return self._call(args, kwargs)
 
     # -- the state ---------------------------------------------------------------------------
