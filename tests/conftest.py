@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 # Keep XLA to one host device here; tests that need many devices start a subprocess with
 # XLA_FLAGS=--xla_force_host_platform_device_count=8 (see tests/distributed).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -11,3 +13,15 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # behaviour, so the plugin is blocked here, exactly as a user would block it. Its own tests
 # (tests/plugins) run it in subprocesses with the block lifted.
 os.environ.setdefault("TORCHLAX_BLOCK_PLUGINS", "example")
+
+
+@pytest.fixture
+def float64_default():
+    """``torch.set_default_dtype(torch.float64)`` for one test (compiled optimizers' step
+    counts take the default dtype: see docs/training.md)."""
+    import torch
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)

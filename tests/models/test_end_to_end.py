@@ -141,14 +141,6 @@ def test_greedy_generation_with_kv_cache_matches_cpu(name):
     assert got.cpu().tolist() == expected.tolist()
 
 
-@pytest.fixture
-def float64_default():
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
-
-
 @pytest.mark.parametrize("wrapper", ["torchlax.jit", "torch.compile"])
 def test_gpt2_whole_training_step_matches_cpu(wrapper, float64_default):
     """A 2-layer GPT-2 from transformers: zero_grad, forward, backward and AdamW, 3 steps, as
