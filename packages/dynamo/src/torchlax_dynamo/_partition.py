@@ -44,14 +44,16 @@ def _static_shape(node: torch.fx.Node) -> bool:
     are plain (or input-derived) sizes when the shape is static - integer index tensors, always
     - and fresh unbacked symbols when it depends on data. Only the latter must run eagerly.
     """
-    tensors = [v for v in pytree.tree_leaves(_meta(node)) if isinstance(v, torch.Tensor)]
-    return bool(tensors) and not any(free_unbacked_symbols(t) for t in tensors)
+    return bool(_output_tensors(node)) and not _unbacked_output(node)
+
+
+def _output_tensors(node: torch.fx.Node) -> list:
+    return [v for v in pytree.tree_leaves(_meta(node)) if isinstance(v, torch.Tensor)]
 
 
 def _unbacked_output(node: torch.fx.Node) -> bool:
     """Whether the fake output has sizes only the data decides (torchvision's ``nms``, say)."""
-    tensors = [v for v in pytree.tree_leaves(_meta(node)) if isinstance(v, torch.Tensor)]
-    return any(free_unbacked_symbols(t) for t in tensors)
+    return any(free_unbacked_symbols(t) for t in _output_tensors(node))
 
 
 def normalize(gm: torch.fx.GraphModule) -> None:
