@@ -7,8 +7,6 @@ remove from table"). A dtype or shape mismatch is never excused by this table.
 Regenerate with ``python tests/ops/opinfo_report.py --write-table`` after lowering ops.
 """
 
-import torch
-
 _SPARSE = ("sparse layouts: a torchlax Tensor holds one dense jax.Array; sparse COO/CSR "
            "tensors are not supported (convert with .to_dense() first)")
 _COMPLEX32 = ("complex32 (chalf) has no JAX dtype, so a torchlax Tensor cannot hold it; the "
@@ -19,11 +17,6 @@ _MATRIX_EXP_BF16 = ("PyTorch's CPU matrix_exp is wrong at bfloat16 (it reads its
 _MATRIX_EXP_F32 = ("sample with 1-norm 27: four squarings magnify float32 rounding, and PyTorch's "
                    "own result is ~1e-3 relative off float64 on small entries; torchlax follows "
                    "PyTorch's Taylor degrees and scaling but not its CPU GEMM's summation order")
-
-_CONV_TRANSPOSE_BF16 = ("on a CPU without AVX512-BF16 PyTorch takes slow_conv_transpose: bfloat16 GEMM, "
-                        "then col2im sums overlapping taps in bfloat16 and the bias is added in "
-                        "bfloat16 (three roundings; 0.75 off on cancelling samples); torchlax "
-                        "accumulates in float32 and rounds once, as oneDNN and cuDNN do")
 
 EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     # wrong or ill-conditioned reference
@@ -54,9 +47,3 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     ('to_sparse', None, None, 'eager'): _SPARSE,
     ('to_sparse', None, None, 'jit'): _SPARSE,
 }
-
-if not torch.ops.mkldnn._is_mkldnn_bf16_supported():  # the reference depends on the machine
-    for _n in (1, 2, 3):
-        for _mode in ("eager", "jit"):
-            EXPECTED_FAILURES[(f"nn.functional.conv_transpose{_n}d", None, "bfloat16", _mode)] = (
-                _CONV_TRANSPOSE_BF16)

@@ -26,7 +26,8 @@ from torch.testing._internal.common_utils import SEED, set_rng_seed
 from torch.utils import _pytree as pytree
 
 sys.path.insert(0, os.path.dirname(__file__))
-from opinfo_expected_failures import EXPECTED_FAILURES  # noqa: E402
+from opinfo_expected_failures import EXPECTED_FAILURES as _TABLE  # noqa: E402
+from opinfo_machine_failures import MACHINE_FAILURES  # noqa: E402
 from opinfo_wrong_results import KNOWN_WRONG_RESULTS  # noqa: E402
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16)
@@ -109,6 +110,9 @@ def all_cases() -> list[Case]:
                 continue
             cases.extend(Case(mode, op, d) for d in DTYPES if d in supported)
     return cases
+
+
+EXPECTED_FAILURES = {**_TABLE, **MACHINE_FAILURES}
 
 
 def expected_failure(case: Case) -> str | None:
