@@ -18,6 +18,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The report covers the whole matrix: jit mode at every dtype too (the suite runs one per op).
+os.environ["TORCHLAX_OPINFO_JIT_DTYPES"] = "all"
 
 import test_opinfo as harness  # noqa: E402
 import torchlax_core  # noqa: E402
