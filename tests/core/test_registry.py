@@ -356,17 +356,36 @@ def test_wrong_decomposition_output_raises(env, plugins):
     plugin = types.SimpleNamespace()
 
     @hookimpl
-    def torchlax_register_decompositions(registry):
+    def torchlax_register_lowerings(registry):  # the one hook registers decompositions too
         registry.register_decomposition(
             aten.mm.default, lambda a, b: torchlax_core.wrap(jnp.ones((3, 3), jnp.float32)))
 
-    plugin.torchlax_register_decompositions = torchlax_register_decompositions
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
     plugins(plugin, "bad-decomposition")
     a, b = _mm_inputs()
     with torchlax_core.enable(env):
         x, y = torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b))
         with pytest.raises(PluginError, match="'bad-decomposition'.*float32\\[3, 3\\]"):
             torch.mm(x, y)
+
+
+def test_deprecated_decompositions_hook_warns_and_still_registers(env, plugins):
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_decompositions(registry):
+        registry.register_decomposition(aten.mm.default, lambda a, b: torchlax_core.wrap(
+            torchlax_core.unwrap(a) @ torchlax_core.unwrap(b)))
+
+    plugin.torchlax_register_decompositions = torchlax_register_decompositions
+    with pytest.warns(DeprecationWarning, match="torchlax_register_decompositions is deprecated"
+                      ".*register_decomposition.*torchlax_register_lowerings"):
+        plugins(plugin, "old-style")
+    assert env.lowering_for(aten.mm.default).plugin == "old-style"
+    a, b = _mm_inputs()
+    with torchlax_core.enable(env):
+        out = torch.mm(torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b)))
+    np.testing.assert_allclose(np.asarray(torchlax_core.unwrap(out)), a @ b)
 
 
 def _run(code: str, **env_vars) -> str:
