@@ -420,3 +420,29 @@ def test_env_variables_block_and_disable_autoload():
     assert blocked.strip().endswith("None")
     off = _run(code, TORCHLAX_DISABLE_PLUGIN_AUTOLOAD="1")
     assert "'ops'" not in off and off.strip().endswith("None")
+
+
+def test_an_override_keeps_pytorchs_dtype_contract():
+    # torchlax-ops' softmax raises for integers as PyTorch's CPU kernel does; a plugin that
+    # overrides it (as the example plugin does) replaces the computation, not that contract.
+    env = Environment()
+    calls = []
+
+    def softmax(x, dim, half_to_float):
+        calls.append(x.dtype)
+        return jax.nn.softmax(x, axis=dim)
+
+    env.register_plugin(lowering_plugin(aten._softmax.default, softmax, override=True), "mine")
+    try:
+        with torchlax_core.enable(env):
+            floats = torch.softmax(torchlax_core.wrap(jnp.asarray([1.0, 2.0], jnp.float32)), 0)
+            with pytest.raises(NotImplementedError) as info:
+                torch.softmax(torchlax_core.wrap(jnp.asarray([1, 2], jnp.int64)), 0)
+        with pytest.raises(NotImplementedError) as expected:
+            torch.softmax(torch.tensor([1, 2]), 0)
+        assert str(info.value) == str(expected.value)
+        assert calls == [jnp.dtype(jnp.float32)]  # the integer call never reached the override
+        torch.testing.assert_close(floats.cpu(), torch.softmax(torch.tensor([1.0, 2.0]), 0))
+        assert env.lowering_for(aten._softmax.default).plugin == "mine"
+    finally:
+        env.unregister_plugin("mine")

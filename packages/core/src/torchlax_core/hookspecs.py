@@ -69,6 +69,9 @@ def torchlax_register_lowerings(registry: Registration) -> None:
     Registering an op another plugin already owns raises ``PluginConflictError`` naming both,
     unless ``override=True``. Plugins register in load order: built-ins, then entry points
     sorted by name, then plugins registered at run time; with ``override=True`` the later wins.
+    An override replaces the computation but keeps the input contract the replaced function
+    declares (its ``torchlax_contract`` attribute: torchlax-ops' lowerings raise as PyTorch
+    does for the dtypes PyTorch's CPU kernels reject, such as ``softmax`` of integers).
     """
 
 
