@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torchlax
 import torchlax_core
 from test_bad_input import BAD_VALUES, _error, to_jax
@@ -54,5 +55,30 @@ def test_bad_values_raise_under_torch_compile_in_checked_mode(checked_env):
             torch._dynamo.reset()
             assert _error(torch.compile(fn, backend="torchlax"), *to_jax(args)) == _error(
                 fn, *args), name
+    finally:
+        torch._dynamo.reset()
+
+
+def _compiled_one_hot():
+    torch._dynamo.reset()
+    return torch.compile(lambda t: F.one_hot(t, 3), backend="torchlax")
+
+
+def test_one_hot_compiles_for_valid_classes(checked_env):
+    # Dynamo's shape propagation runs the decomposition on fake tensors, which hold no values
+    # to check (it used to fail there with "'FakeTensor' object has no attribute 'jax'").
+    try:
+        got = _compiled_one_hot()(torch.tensor([0, 2], device="jax")).cpu()
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(got, F.one_hot(torch.tensor([0, 2]), 3))
+
+
+@pytest.mark.xfail(strict=True, reason="AOT autograd expands aten.one_hot (CompositeImplicit) "
+                   "with PyTorch's own kernel before torchlax's checked decomposition runs")
+def test_one_hot_out_of_range_raises_under_torch_compile(checked_env):
+    try:
+        with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):
+            _compiled_one_hot()(torch.tensor([0, 5], device="jax"))
     finally:
         torch._dynamo.reset()
