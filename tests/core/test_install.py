@@ -54,6 +54,9 @@ def test_every_layer_builds_a_typed_wheel_with_its_own_dependencies(wheels):
     for package, wheel in wheels.items():
         with zipfile.ZipFile(wheel) as zf:
             assert any(n.endswith("/py.typed") for n in zf.namelist()), package
+    # The torch-free base exception that torchlax-export's errors share ships with the core.
+    with zipfile.ZipFile(wheels["torchlax-core"]) as zf:
+        assert "_torchlax_errors/__init__.py" in zf.namelist()
 
 
 @pytest.mark.slow

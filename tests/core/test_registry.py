@@ -356,17 +356,36 @@ def test_wrong_decomposition_output_raises(env, plugins):
     plugin = types.SimpleNamespace()
 
     @hookimpl
-    def torchlax_register_decompositions(registry):
+    def torchlax_register_lowerings(registry):  # the one hook registers decompositions too
         registry.register_decomposition(
             aten.mm.default, lambda a, b: torchlax_core.wrap(jnp.ones((3, 3), jnp.float32)))
 
-    plugin.torchlax_register_decompositions = torchlax_register_decompositions
+    plugin.torchlax_register_lowerings = torchlax_register_lowerings
     plugins(plugin, "bad-decomposition")
     a, b = _mm_inputs()
     with torchlax_core.enable(env):
         x, y = torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b))
         with pytest.raises(PluginError, match="'bad-decomposition'.*float32\\[3, 3\\]"):
             torch.mm(x, y)
+
+
+def test_deprecated_decompositions_hook_warns_and_still_registers(env, plugins):
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def torchlax_register_decompositions(registry):
+        registry.register_decomposition(aten.mm.default, lambda a, b: torchlax_core.wrap(
+            torchlax_core.unwrap(a) @ torchlax_core.unwrap(b)))
+
+    plugin.torchlax_register_decompositions = torchlax_register_decompositions
+    with pytest.warns(DeprecationWarning, match="torchlax_register_decompositions is deprecated"
+                      ".*register_decomposition.*torchlax_register_lowerings"):
+        plugins(plugin, "old-style")
+    assert env.lowering_for(aten.mm.default).plugin == "old-style"
+    a, b = _mm_inputs()
+    with torchlax_core.enable(env):
+        out = torch.mm(torchlax_core.wrap(jnp.asarray(a)), torchlax_core.wrap(jnp.asarray(b)))
+    np.testing.assert_allclose(np.asarray(torchlax_core.unwrap(out)), a @ b)
 
 
 def _run(code: str, **env_vars) -> str:
@@ -401,3 +420,29 @@ def test_env_variables_block_and_disable_autoload():
     assert blocked.strip().endswith("None")
     off = _run(code, TORCHLAX_DISABLE_PLUGIN_AUTOLOAD="1")
     assert "'ops'" not in off and off.strip().endswith("None")
+
+
+def test_an_override_keeps_pytorchs_dtype_contract():
+    # torchlax-ops' softmax raises for integers as PyTorch's CPU kernel does; a plugin that
+    # overrides it (as the example plugin does) replaces the computation, not that contract.
+    env = Environment()
+    calls = []
+
+    def softmax(x, dim, half_to_float):
+        calls.append(x.dtype)
+        return jax.nn.softmax(x, axis=dim)
+
+    env.register_plugin(lowering_plugin(aten._softmax.default, softmax, override=True), "mine")
+    try:
+        with torchlax_core.enable(env):
+            floats = torch.softmax(torchlax_core.wrap(jnp.asarray([1.0, 2.0], jnp.float32)), 0)
+            with pytest.raises(NotImplementedError) as info:
+                torch.softmax(torchlax_core.wrap(jnp.asarray([1, 2], jnp.int64)), 0)
+        with pytest.raises(NotImplementedError) as expected:
+            torch.softmax(torch.tensor([1, 2]), 0)
+        assert str(info.value) == str(expected.value)
+        assert calls == [jnp.dtype(jnp.float32)]  # the integer call never reached the override
+        torch.testing.assert_close(floats.cpu(), torch.softmax(torch.tensor([1.0, 2.0]), 0))
+        assert env.lowering_for(aten._softmax.default).plugin == "mine"
+    finally:
+        env.unregister_plugin("mine")

@@ -76,7 +76,7 @@ def test_the_untampered_artifact_loads_and_runs(linear):
 
 
 @pytest.mark.parametrize("name", ["../outside_secret.txt", "sub/../../outside_secret.txt",
-                                  "ABSOLUTE", ""])
+                                  "ABSOLUTE", "", "weights.npz\x00../outside_secret.txt"])
 def test_file_names_leaving_the_directory_are_refused(linear, tmp_path, name):
     secret = tmp_path / "outside_secret.txt"
     secret.write_text("do not read me")
@@ -135,6 +135,9 @@ def test_an_output_tree_nested_too_deeply_is_refused(linear, tmp_path):
     (lambda m: m["weights"][0].update(shape="3x2"), r"weights\[0\].shape"),
     (lambda m: m.update(dims={"batch": {"min": "one"}}), r"dims\['batch'\]"),
     (lambda m: m["inputs"][0].update(dtype="float64"), r"inputs\[0\] is float64.*takes float32"),
+    (lambda m: m["inputs"][0].update(shape=[2**70, 3]),
+     r"inputs\[0\] is float32\[1180591620717411303424, 3\].*takes float32\[4, 3\]"),
+    (lambda m: m.update(dims={"batch": {"min": 5, "max": 2}}), r"dims\['batch'\] has min 5 above"),
 ])
 def test_malformed_manifest_fields_name_the_field(linear, tmp_path, change, field):
     art = _tamper(_copy(linear, tmp_path / "art"), change)

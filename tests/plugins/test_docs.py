@@ -26,6 +26,8 @@ def test_every_hookspec_is_documented_with_its_summary():
         opts = fn.torchlax_spec
         kind = "historic" if opts["historic"] else "first result" if opts["firstresult"] else "all called"
         assert f"| {kind} |" in row, name
+        deprecated = opts.get("warn_on_impl") is not None
+        assert deprecated == summary.startswith("Deprecated:"), f"{name}: say it is deprecated"
 
 
 def test_no_undocumented_hooks_in_the_table():

@@ -101,7 +101,8 @@ def _describe(x) -> str:
     if _is_array(x) or isinstance(x, np.ndarray):
         kind = "a NumPy array " if isinstance(x, np.ndarray) else ""
         return f"{kind}{np.dtype(x.dtype).name}{list(x.shape)}"
-    return f"a {type(x).__name__} ({x!r:.60})"
+    kind = type(x).__name__
+    return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind} ({x!r:.60})"
 
 
 def _check(func, entry: Lowering, args, kwargs, out, arrays: bool) -> None:

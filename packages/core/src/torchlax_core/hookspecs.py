@@ -47,7 +47,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def torchlax_register_lowerings(registry: Registration) -> None:
-    """Register JAX lowerings of ATen ops and torch-level functions.
+    """Register lowerings, decompositions and torch-level overrides: the one registration hook.
 
     Call, as often as needed:
 
@@ -57,6 +57,10 @@ def torchlax_register_lowerings(registry: Registration) -> None:
       schema orders them, with every tensor replaced by its ``jax.Array``, and returns
       ``jax.Array`` values in the schema's output structure. Lower the functional overload
       only: in-place (``add_``) and ``out=`` variants and view aliasing are derived by the core.
+    - ``registry.register_decomposition(op, fn, override=False)``: a torch-level function (for
+      example from ``torch._decomp``) that implements ``op`` in terms of other ATen ops; it runs
+      on torchlax Tensors, so each op it calls is dispatched again. A lowering of the same op
+      wins over a decomposition.
     - ``registry.register_function(torch_fn, fn, override=False)`` to replace a torch-level
       function (``torch.nn.functional.scaled_dot_product_attention``) when called on torchlax
       Tensors. ``fn`` receives and returns torch-level values (torchlax Tensors). It is skipped
@@ -65,16 +69,25 @@ def torchlax_register_lowerings(registry: Registration) -> None:
     Registering an op another plugin already owns raises ``PluginConflictError`` naming both,
     unless ``override=True``. Plugins register in load order: built-ins, then entry points
     sorted by name, then plugins registered at run time; with ``override=True`` the later wins.
+    An override replaces the computation but keeps the input contract the replaced function
+    declares (its ``torchlax_contract`` attribute: torchlax-ops' lowerings raise as PyTorch
+    does for the dtypes PyTorch's CPU kernels reject, such as ``softmax`` of integers).
     """
 
 
-@hookspec
-def torchlax_register_decompositions(registry: Registration) -> None:
-    """Register decompositions: ``registry.register_decomposition(op, fn, override=False)``.
+_DECOMPOSITIONS_HOOK_DEPRECATED = DeprecationWarning(
+    "The torchlax hook torchlax_register_decompositions is deprecated and will be removed in "
+    "torchlax 0.3: call registry.register_decomposition(op, fn) from your "
+    "torchlax_register_lowerings hook instead (it receives the same registry)."
+)
 
-    A decomposition is a torch-level function (for example from ``torch._decomp``) that
-    implements ``op`` in terms of other ATen ops; it runs on torchlax Tensors, so each op it
-    calls is dispatched again. A lowering of the same op wins over a decomposition.
+
+@hookspec(warn_on_impl=_DECOMPOSITIONS_HOOK_DEPRECATED)
+def torchlax_register_decompositions(registry: Registration) -> None:
+    """Deprecated: register decompositions from ``torchlax_register_lowerings`` instead.
+
+    Still called after every ``torchlax_register_lowerings`` hook, with the same kind of
+    ``registry``; implementing it warns (``DeprecationWarning``) when the plugin is registered.
     """
 
 

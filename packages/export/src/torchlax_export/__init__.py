@@ -17,6 +17,7 @@ from ._errors import ArtifactError as ArtifactError
 from ._errors import ArtifactFormatError as ArtifactFormatError
 from ._errors import ExportError as ExportError
 from ._errors import InputMismatchError as InputMismatchError
+from ._errors import TorchlaxError as TorchlaxError
 from ._errors import UnsupportedOpError as UnsupportedOpError
 
 if TYPE_CHECKING:

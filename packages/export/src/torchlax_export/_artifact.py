@@ -337,6 +337,9 @@ def _check_fields(manifest: dict, where: Path) -> None:
         if not isinstance(bounds, dict) or not all(
                 bounds.get(k) is None or _is_int(bounds.get(k)) for k in ("min", "max")):
             raise _field_error(where, f"dims['{name}']", "is not {'min': int, 'max': int|null}")
+        low, high = bounds.get("min"), bounds.get("max")
+        if low is not None and high is not None and low > high:
+            raise _field_error(where, f"dims['{name}']", f"has min {low} above max {high}")
     for section in ("weights", "inputs", "outputs"):
         specs = manifest[section]
         if not isinstance(specs, list):
@@ -414,11 +417,11 @@ def _check_tree(tree, n_leaves: int, where: Path, field: str, depth: int) -> Non
 def _check_inside(root: Path, name: str) -> Path:
     """``root / name``, refused unless it stays inside ``root`` (symlinks resolved)."""
     if (not isinstance(name, str) or not name or os.path.isabs(name) or "\\" in name
-            or any(part in ("..", "") for part in name.split("/"))):
+            or "\x00" in name or any(part in ("..", "") for part in name.split("/"))):
         raise ArtifactFormatError(
             f"The manifest of {root} lists the file {name!r}, a name that leaves the artifact "
-            "directory (absolute, '..' or empty parts): refused. An artifact only reads its "
-            "own files."
+            "directory (absolute, '..', empty parts or a NUL byte): refused. An artifact only "
+            "reads its own files."
         )
     target = root / name
     base = root.resolve()
@@ -436,11 +439,14 @@ def _check_against_program(manifest: dict, exported, where: Path) -> None:
     for i, (spec, aval) in enumerate(zip(manifest["weights"] + manifest["inputs"],
                                          exported.in_avals, strict=True)):
         field = f"weights[{i}]" if i < n_weights else f"inputs[{i - n_weights}]"
-        if jnp.dtype(spec["dtype"]) != np.dtype(aval.dtype) or len(spec["shape"]) != len(aval.shape):
+        static_differs = any(_is_int(want) and isinstance(have, int) and want != have
+                             for want, have in zip(spec["shape"], aval.shape))
+        if (jnp.dtype(spec["dtype"]) != np.dtype(aval.dtype)
+                or len(spec["shape"]) != len(aval.shape) or static_differs):
             raise ArtifactFormatError(
                 f"{MANIFEST}: {field} is {_describe(spec)}, but {where.name} takes "
-                f"{np.dtype(aval.dtype).name} with {len(aval.shape)} dims there: the files come "
-                "from different exports."
+                f"{np.dtype(aval.dtype).name}{list(aval.shape)} there: the files come from "
+                "different exports."
             )
     n_out = len(manifest["outputs"]) + len(manifest["mutations"])
     if len(exported.out_avals) != n_out:

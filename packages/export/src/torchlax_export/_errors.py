@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+try:  # installed with torchlax-core, torch-free: one base for all of torchlax's exceptions
+    from _torchlax_errors import TorchlaxError
+except ImportError:  # torchlax-export alone (a serving machine): its errors are the only ones
 
-class ExportError(RuntimeError):
+    class TorchlaxError(Exception):  # type: ignore[no-redef]
+        """Base class of every exception torchlax raises itself."""
+
+
+class ExportError(TorchlaxError, RuntimeError):
     """A program could not be exported (an op without lowering, an unsupported construct)."""
 
 
@@ -15,7 +22,7 @@ class UnsupportedOpError(ExportError, NotImplementedError):
         self.ops = tuple(ops)
 
 
-class ArtifactError(ValueError):
+class ArtifactError(TorchlaxError, ValueError):
     """Base class of the errors a saved artifact or a call of it raises."""
 
 

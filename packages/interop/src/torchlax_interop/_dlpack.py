@@ -36,7 +36,7 @@ from torchlax_core import Tensor, TorchlaxError, jax_dtype, wrap
 _ALIGNMENT = 16  # XLA's CPU client aliases only buffers aligned to 16 bytes; it copies others.
 
 
-class SharedMemoryWriteError(TorchlaxError):
+class SharedMemoryWriteError(TorchlaxError, RuntimeError):
     """A torch tensor sharing memory with a JAX array was written to in place."""
 
 

@@ -23,10 +23,6 @@ def torchlax_register_lowerings(registry):
         registry.register_lowering(op, guard(op, fn))  # PyTorch's unsupported dtypes raise
     for torch_fn, fn in FUNCTIONS:
         registry.register_function(torch_fn, fn)
-
-
-@hookimpl
-def torchlax_register_decompositions(registry):
     for op, fn in DECOMPOSITIONS:
         registry.register_decomposition(op, guard(op, fn))
 

@@ -14,6 +14,7 @@ from torchlax_core import OpNotLoweredError as OpNotLoweredError
 from torchlax_core import PluginConflictError as PluginConflictError
 from torchlax_core import PluginError as PluginError
 from torchlax_core import Tensor as Tensor
+from torchlax_core import TorchlaxError as TorchlaxError
 from torchlax_core import UnsupportedDtypeError as UnsupportedDtypeError
 from torchlax_core import current_env as current_env
 from torchlax_core import default_env as default_env

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
-from torchlax_core import check_index, jax_dtype, torch_dtype
+from torchlax_core import TorchlaxError, check_index, jax_dtype, torch_dtype
 
 from .._table import lowering
 from .shape import _dim  # PyTorch's dim wrapping, one definition for both families
@@ -26,7 +26,7 @@ from .shape import _dim  # PyTorch's dim wrapping, one definition for both famil
 aten = torch.ops.aten
 
 
-class DataDependentShapeError(RuntimeError):
+class DataDependentShapeError(TorchlaxError, RuntimeError):
     """An op whose output shape depends on tensor values was traced (jax.jit, torchlax.jit)."""
 
 

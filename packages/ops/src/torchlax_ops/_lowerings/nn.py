@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.modules.linear_cross_entropy  # noqa: F401  (defines the torch_nn ops)
 from torch._decomp import decomposition_table
-from torchlax_core import check_index, current_env
+from torchlax_core import Tensor, check_index, current_env
 
 from .._table import decomposition, lowering
 
@@ -1305,9 +1305,10 @@ def one_hot(self, num_classes=-1):
         num_classes = int(self.max()) + 1  # eager only: a host read, as in PyTorch
     # Checked as on PyTorch's CPU (eagerly a host read; under jit only in checked mode, else a
     # value outside [0, num_classes) gives a row of zeros).
-    values = self.jax()
-    check_index(values, 0, 2**63 - 1, RuntimeError, "Class values must be non-negative.")
-    check_index(values, -(2**63), num_classes, RuntimeError,
-                "Class values must be smaller than num_classes.")
+    if isinstance(self, Tensor):  # not Dynamo's fake tensors (shape propagation has no values)
+        values = self.jax()
+        check_index(values, 0, 2**63 - 1, RuntimeError, "Class values must be non-negative.")
+        check_index(values, -(2**63), num_classes, RuntimeError,
+                    "Class values must be smaller than num_classes.")
     classes = torch.arange(num_classes, device=self.device)
     return (self.unsqueeze(-1) == classes).to(torch.int64)
