@@ -194,9 +194,10 @@ class _HostReads:
 
     count = 0
     depth = 0
-    value = _ArrayImplClass.__dict__.get("_value")
-    array = _ArrayImplClass.__dict__.get("__array__")
-    to_host = _ArrayImplClass.__dict__.get("copy_to_host_async")
+    # The originals (None where this JAX lacks one: its probe is then never installed).
+    value: Any = _ArrayImplClass.__dict__.get("_value")
+    array: Any = _ArrayImplClass.__dict__.get("__array__")
+    to_host: Any = _ArrayImplClass.__dict__.get("copy_to_host_async")
 
 
 def _counting_value(self):

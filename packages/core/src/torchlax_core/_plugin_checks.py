@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import jax.core
 import numpy as np
 import torch
 from torch.utils import _pytree as pytree
