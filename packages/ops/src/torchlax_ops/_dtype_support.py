@@ -65,7 +65,7 @@ def guard(op: Any, fn: Callable) -> Callable:
                 raise exc(message)
         return fn(*args, **kwargs)
 
-    guarded.unguarded = fn
+    guarded.unguarded = fn  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
     return guarded
 
 
