@@ -247,7 +247,7 @@ def plain_impl(func, fn) -> Callable:
             return _make(out)
         return _wrap(out)
 
-    impl.raw = raw  # arrays out, for in-place and out= variants that write them back
+    impl.raw = raw  # arrays out, for in-place and out= variants that write them back  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
     return impl
 
 
@@ -345,7 +345,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         r._view = None
         return r
 
-    impl.raw = raw
+    impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
     return impl
 
 

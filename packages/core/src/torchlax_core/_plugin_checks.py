@@ -38,7 +38,7 @@ def checked(func, entry: Lowering) -> Callable:
                 seen.add(key)
         return out
 
-    checked_fn.__wrapped__ = fn
+    checked_fn.__wrapped__ = fn  # pyright: ignore[reportFunctionMemberAccess]  (what functools.wraps would set)
     return checked_fn
 
 

@@ -258,5 +258,5 @@ def boxed(fn):
         args.clear()
         return out
 
-    call._boxed_call = True
+    call._boxed_call = True  # pyright: ignore[reportFunctionMemberAccess]  (the marker torch.compile reads)
     return call

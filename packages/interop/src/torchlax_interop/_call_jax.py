@@ -106,7 +106,7 @@ def _register(fn: Callable, skeleton: Any, pin: bool) -> str:
 
 # What ``torch.compiler.assume_constant_result`` does, without its ``import torch._dynamo``
 # (seconds at import time, for every user, whether they compile or not).
-_register._dynamo_marked_constant = True
+_register._dynamo_marked_constant = True  # pyright: ignore[reportFunctionMemberAccess]  (the marker Dynamo reads)
 
 
 def call_jax(jax_fn: Callable, *args: Any, **kwargs: Any) -> Any:

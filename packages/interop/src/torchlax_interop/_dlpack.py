@@ -247,7 +247,7 @@ class _FromTorch(torch.autograd.Function):
         return wrap(_to_jax_array(tensor, copy))
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]  (PyTorch's one-output form of backward)
         if isinstance(grad, Tensor):
             grad = _to_torch_tensor(grad.jax(), copy=True)
         return grad.to(ctx.device), None
@@ -304,5 +304,5 @@ class _ToTorch(torch.autograd.Function):
         return _to_torch_tensor(x.jax(), copy, watch=not copy)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]  (PyTorch's one-output form of backward)
         return wrap(_to_jax_array(grad, copy=False)), None
