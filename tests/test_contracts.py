@@ -16,3 +16,13 @@ def test_shard_shapes_takes_a_torchlax_tensor_or_a_jax_array_and_names_the_fix_o
     assert D.shard_shapes(jnp.ones((2, 5))) == [(2, 5)]
     with pytest.raises(TypeError, match=r"shard_shapes\(\) takes a torchlax Tensor.*tensor.to\('jax'\)"):
         D.shard_shapes(torch.ones(2))
+
+
+def test_functions_typed_for_torch_tensors_take_what_torch_ops_are_typed_to_return():
+    # torch's stubs type every op's result as torch.Tensor, so these take torch.Tensor.
+    cpu = torch.ones(2)
+    assert torchlax.to_torch(cpu) is cpu  # returned as is, as its docstring says
+    with pytest.raises(TypeError, match="torchlax.unwrap expects a torchlax.Tensor"):
+        torchlax.unwrap(cpu)
+    t = torchlax.wrap(jnp.arange(3.0))
+    assert torchlax.unwrap(t * 2).tolist() == [0.0, 2.0, 4.0]

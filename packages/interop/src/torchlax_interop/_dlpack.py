@@ -256,7 +256,7 @@ class _FromTorch(torch.autograd.Function):
 # -- JAX -> torch ---------------------------------------------------------------------------------
 
 
-def to_torch(x: Tensor | jax.Array, *, copy: bool = False) -> torch.Tensor:
+def to_torch(x: torch.Tensor | jax.Array, *, copy: bool = False) -> torch.Tensor:
     """A plain torch tensor with the data of a torchlax Tensor or ``jax.Array``.
 
     The memory is shared through DLPack (a CPU tensor for a CPU array, CUDA for a GPU array),
