@@ -26,3 +26,18 @@ def test_functions_typed_for_torch_tensors_take_what_torch_ops_are_typed_to_retu
         torchlax.unwrap(cpu)
     t = torchlax.wrap(jnp.arange(3.0))
     assert torchlax.unwrap(t * 2).tolist() == [0.0, 2.0, 4.0]
+
+
+def test_materialize_reports_an_initializer_that_drops_a_buffer():
+    # The message names the module and the buffer (building it used to fail on None.device).
+    class Drops(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("running", torch.empty(3, device="meta"))
+
+        def reset_parameters(self):
+            self.running = None
+
+    mesh = D.make_mesh((1,), ("data",))
+    with pytest.raises(TypeError, match=r"Drops\.running is a NoneType on no device, not a torchlax"):
+        D.materialize(Drops(), mesh)
