@@ -153,7 +153,7 @@ class _Slot:
 _SLOT = _Slot()
 
 
-def _template(x):
+def _template(x) -> Any:
     t = type(x)
     if t is _ArrayImpl:
         return _SLOT
@@ -162,7 +162,7 @@ def _template(x):
     return x
 
 
-def _fill(x, it):
+def _fill(x, it) -> Any:
     """A template with each slot replaced by the next of ``it`` (the order ``_piece`` took)."""
     if x is _SLOT:
         return next(it)

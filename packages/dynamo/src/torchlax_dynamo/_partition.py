@@ -152,9 +152,13 @@ class SplitGraph:
         self.env = env
         self.programs = {}
         for node in gm.graph.find_nodes(op="call_module"):
-            self.programs[node.target] = _timed(XlaProgram(
-                gm.get_submodule(node.target), env, f"{name}.{node.target}"  # pyright: ignore[reportArgumentType]  (the partitioner's submodules are GraphModules)
-            ))
+            self.programs[node.target] = _timed(
+                XlaProgram(
+                    gm.get_submodule(node.target),  # pyright: ignore[reportArgumentType]  (the partitioner's submodules are GraphModules)
+                    env,
+                    f"{name}.{node.target}",
+                )
+            )
         self._nodes = list(gm.graph.nodes)
         self.boxed = boxed(self)
 

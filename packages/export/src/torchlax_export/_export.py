@@ -404,7 +404,9 @@ class _Plan:
         values = []
         for spec in self.input_specs:
             if spec.kind == InputKind.USER_INPUT:
-                values.append(next(inputs) if isinstance(spec.arg, TensorArgument) else spec.arg.value)  # pyright: ignore[reportAttributeAccessIssue]  (a non-tensor user input is a ConstantArgument)
+                values.append(
+                    next(inputs) if isinstance(spec.arg, TensorArgument) else spec.arg.value  # pyright: ignore[reportAttributeAccessIssue]  (a non-tensor user input is a ConstantArgument)
+                )
             else:
                 values.append(next(weights))
         return values

@@ -312,7 +312,8 @@ class _Program:
         def differentiable(diff):
             merged = _merge(mask, diff, other)
             results = traced(merged[:n_state], lr_arrays, merged[n_state:], key)
-            error, (outs, new_storages, extra) = results if self.checks else (None, results)  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
+            checked = results if self.checks else (None, results)
+            error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
             return outs, (new_storages, extra, error)
 
         outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)

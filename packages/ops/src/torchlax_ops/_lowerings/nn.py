@@ -1263,8 +1263,11 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
 
 
 def _traced(tensor) -> bool:
-    return isinstance(tensor, torch.Tensor) and hasattr(tensor, "jax") and isinstance(
-        tensor.jax(), jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]  (hasattr checked it)
+    return (
+        isinstance(tensor, torch.Tensor)
+        and hasattr(tensor, "jax")
+        and isinstance(tensor.jax(), jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]  (hasattr checked it)
+    )
 
 
 def _check_targets(self, target, ignore_index):
