@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import torch
 from torch.utils import _pytree as pytree
@@ -52,7 +53,7 @@ class DevicePlacement:
         return None
 
 
-def cuda_device(device: torch.device) -> jax.Device:
+def cuda_device(device: torch.device) -> jax.Device:  # pyright: ignore[reportInvalidTypeForm]  (jax.Device is a run-time alias of jaxlib's class)
     """The JAX GPU device that is torch's ``device`` (``cuda`` or ``cuda:N``).
 
     Matched on the physical ordinal both libraries number CUDA devices by (after

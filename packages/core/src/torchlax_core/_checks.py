@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 from jax.experimental import checkify
 
@@ -45,8 +46,11 @@ def check(pred: Any, exc_type: type[BaseException], message: str, **values: Any)
     if not is_concrete(pred):
         if _recording.get():
             tag = _tag(exc_type)
-            checkify.check(pred, f"[torchlax:{tag}] {message}",
-                           **{k: jnp.asarray(_value(v)) for k, v in values.items()})
+            checkify.check(
+                pred,
+                f"[torchlax:{tag}] {message}",
+                **{k: jnp.asarray(_value(v)) for k, v in values.items()},  # pyright: ignore[reportArgumentType]  (format values; none is named debug)
+            )
         return
     if not bool(pred):
         raise exc_type(message.format(**{k: _python(_value(v)) for k, v in values.items()}))

@@ -14,8 +14,10 @@ import functools
 from collections.abc import Callable
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import torch
+import torch.utils._pytree
 from jax._src.config import enable_x64 as _x64
 from torch._prims_common import make_contiguous_strides_for
 
@@ -101,7 +103,7 @@ def _make_unwrapper(func) -> Callable:
         return {k: _unwrap(v, k) for k, v in kwargs.items()}
 
     if schema is None:
-        def unwrap(args, kwargs):
+        def unwrap(args, kwargs):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
             return [_unwrap(a, i) for i, a in enumerate(args)], unwrap_kwargs(kwargs)
     else:
         def unwrap(args, kwargs):
@@ -245,7 +247,7 @@ def plain_impl(func, fn) -> Callable:
             return _make(out)
         return _wrap(out)
 
-    impl.raw = raw  # arrays out, for in-place and out= variants that write them back
+    impl.raw = raw  # arrays out, for in-place and out= variants that write them back  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
     return impl
 
 
@@ -266,7 +268,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
     new_tensor = _tensor._make_wrapper_subclass
     storage = _tensor._Storage
 
-    def lookup(jargs, jkwargs):
+    def lookup(jargs, jkwargs) -> tuple:
         """(entry or None, key, leaves); key is None when this call is not cacheable."""
         if func in uncacheable or not config.op_cache_size:
             return None, None, None
@@ -343,7 +345,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         r._view = None
         return r
 
-    impl.raw = raw
+    impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
     return impl
 
 

@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.core
 import torch
+import torch.utils._pytree
 
 from . import _opcache, _plugin_checks, _privateuse1, _program, _stats, _tensor
 from ._dispatch import (
@@ -534,7 +536,7 @@ def enable_globally(env: Environment | None = None) -> Environment:
     if env is not None:
         _default = env
     if not _globally_enabled:
-        _x64_before_global = bool(jax.config.jax_enable_x64)
+        _x64_before_global = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]  (jax.config sets its flags as attributes at run time)
         jax.config.update("jax_enable_x64", True)
         with _swap_lock:  # see enable()
             if _swap_users:

@@ -153,7 +153,7 @@ class _Slot:
 _SLOT = _Slot()
 
 
-def _template(x):
+def _template(x) -> Any:
     t = type(x)
     if t is _ArrayImpl:
         return _SLOT
@@ -162,7 +162,7 @@ def _template(x):
     return x
 
 
-def _fill(x, it):
+def _fill(x, it) -> Any:
     """A template with each slot replaced by the next of ``it`` (the order ``_piece`` took)."""
     if x is _SLOT:
         return next(it)
@@ -194,9 +194,10 @@ class _HostReads:
 
     count = 0
     depth = 0
-    value = _ArrayImplClass.__dict__.get("_value")
-    array = _ArrayImplClass.__dict__.get("__array__")
-    to_host = _ArrayImplClass.__dict__.get("copy_to_host_async")
+    # The originals (None where this JAX lacks one: its probe is then never installed).
+    value: Any = _ArrayImplClass.__dict__.get("_value")
+    array: Any = _ArrayImplClass.__dict__.get("__array__")
+    to_host: Any = _ArrayImplClass.__dict__.get("copy_to_host_async")
 
 
 def _counting_value(self):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import jax.core
 import numpy as np
 import torch
 from torch.utils import _pytree as pytree
@@ -37,7 +38,7 @@ def checked(func, entry: Lowering) -> Callable:
                 seen.add(key)
         return out
 
-    checked_fn.__wrapped__ = fn
+    checked_fn.__wrapped__ = fn  # pyright: ignore[reportFunctionMemberAccess]  (what functools.wraps would set)
     return checked_fn
 
 

@@ -115,7 +115,7 @@ def _jax_device(device):
     return jax.local_devices()[index]
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
+class _Hooks(torch._C._acc.PrivateUse1Hooks):  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _acc)
     def is_available(self) -> bool:
         return True
 
@@ -126,9 +126,9 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
-class _DeviceGuard(torch._C._acc.DeviceGuard):
+class _DeviceGuard(torch._C._acc.DeviceGuard):  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _acc)
     def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+        return torch._C._autograd.DeviceType.PrivateUse1  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _autograd)
 
 
 def set_up() -> None:
@@ -145,9 +145,9 @@ def set_up() -> None:
             "that library."
         )
     if getattr(torch, BACKEND, None) is None:
-        torch._register_device_module(BACKEND, _DeviceModule())
-        torch._C._acc.register_python_privateuseone_hook(_Hooks())
-        torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
+        torch._register_device_module(BACKEND, _DeviceModule())  # pyright: ignore[reportArgumentType]  (torch only reads attributes of the device module)
+        torch._C._acc.register_python_privateuseone_hook(_Hooks())  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _acc)
+        torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _acc)
     library = torch.library.Library("_", "IMPL")  # noqa: TOR901 - a fallback, not an op
     library.fallback(_kernel, "PrivateUse1", with_keyset=True)
     _state["fallback"] = library
@@ -288,7 +288,7 @@ def _is_factory(op) -> bool:
 
 def _make_factory_kernel(op, check=True):
     if not check:
-        def kernel(*args, **kwargs):
+        def kernel(*args, **kwargs):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
             from ._environment import current_env
 
             if _forked:

@@ -26,6 +26,7 @@ import functools
 from collections.abc import Iterator
 
 import jax
+import jax.core
 import torch
 from jax._src import core as _jax_core
 
@@ -79,7 +80,7 @@ def tracing(env) -> Iterator[None]:
     previous = torch.compiler._is_compiling_flag
     torch.compiler._is_compiling_flag = True
     function_hook = Tensor.__dict__["__torch_function__"]
-    Tensor.__torch_function__ = classmethod(_torch_function_while_tracing)
+    Tensor.__torch_function__ = classmethod(_torch_function_while_tracing)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs declare __torch_function__ read-only)
     try:
         with enable(env), torch.autograd.set_multithreading_enabled(False):
             # The autograd engine runs a non-CPU device's backward on its own worker thread,

@@ -17,6 +17,7 @@ import functools
 import weakref
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -214,13 +215,13 @@ class Tensor(torch.Tensor):
 
     @property
     def data(self):
-        return torch.Tensor.data.__get__(self)
+        return torch.Tensor.data.__get__(self)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
 
     @data.setter
     def data(self, new):
         # ``param.data = t`` (module.to between jax devices or dtypes) swaps the C++ metadata;
         # the jax data must follow, or the tensor would report one dtype and hold another.
-        torch.Tensor.data.__set__(self, new)
+        torch.Tensor.data.__set__(self, new)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
         if isinstance(new, Tensor):
             self._alias_of(new)
 
@@ -304,7 +305,7 @@ class Tensor(torch.Tensor):
 
     # While no environment overrides a torch-level function, PyTorch skips
     # __torch_function__ altogether for this class (see set_function_overrides).
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]  (PyTorch's documented way to disable __torch_function__)
 
 
 _current_graph_task_id = torch._C._current_graph_task_id
@@ -318,7 +319,7 @@ def _hide_from_dynamo(function) -> None:
     this dispatch, the lowering, JAX. (``torch._dynamo.disable`` does this through a wrapper
     on every call and imports Dynamo; the frame strategy costs nothing per call.)
     """
-    frames = torch._C._dynamo.eval_frame
+    frames = torch._C._dynamo.eval_frame  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _dynamo)
     skip = frames._FrameAction.SKIP
     frames.set_code_exec_strategy(function.__code__, frames._FrameExecStrategy(skip, skip))
 
@@ -375,7 +376,7 @@ def set_function_overrides(env, functions) -> None:
     global _overridden
     _overrides_by_env[env] = frozenset(functions)
     _overridden = frozenset().union(*_overrides_by_env.values())
-    Tensor.__torch_function__ = (
+    Tensor.__torch_function__ = (  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs declare __torch_function__ read-only)
         classmethod(_torch_function) if _overridden else torch._C._disabled_torch_function_impl
     )
 

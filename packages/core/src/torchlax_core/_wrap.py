@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import torch
 
 from ._tensor import Tensor
 
@@ -19,7 +20,7 @@ def wrap(array: jax.Array, *, requires_grad: bool = False) -> Tensor:
     return Tensor(array, requires_grad=requires_grad)
 
 
-def unwrap(tensor: Tensor) -> jax.Array:
+def unwrap(tensor: torch.Tensor) -> jax.Array:
     """The ``jax.Array`` a torchlax Tensor holds (same as ``tensor.jax()``)."""
     if not isinstance(tensor, Tensor):
         raise TypeError(

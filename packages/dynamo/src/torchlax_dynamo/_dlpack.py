@@ -37,7 +37,7 @@ except (ImportError, AttributeError):  # pragma: no cover - other jaxlib version
 _KDL_CPU = 1
 _KDL_CUDA = 2
 _cpu_device = []
-_gpu_devices: dict[int, jax.Device] = {}  # torch CUDA index -> JAX device
+_gpu_devices: dict[int, jax.Device] = {}  # torch CUDA index -> JAX device  # pyright: ignore[reportInvalidTypeForm]  (jax.Device is a run-time alias of jaxlib's class)
 
 
 def _shared_cpu_array(tensor: torch.Tensor) -> jax.Array | None:

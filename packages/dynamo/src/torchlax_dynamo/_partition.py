@@ -14,6 +14,7 @@ import logging
 import time
 
 import torch
+import torch.fx.node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -91,7 +92,7 @@ def eager_reason(node: torch.fx.Node, env) -> str | None:
     if _unbacked_output(node):
         return "data-dependent output shape"
     device = node.kwargs.get("device") if target is aten._to_copy.default else None
-    if device is not None and torch.device(device).type != "jax":
+    if device is not None and torch.device(device).type != "jax":  # pyright: ignore[reportArgumentType]  (_to_copy's device argument is a device)
         # Onto a jax device is a placement inside the program (a constant built on the CPU,
         # say); off it, only eager torchlax can produce the CPU/CUDA tensor.
         return "device transfer"
@@ -151,9 +152,13 @@ class SplitGraph:
         self.env = env
         self.programs = {}
         for node in gm.graph.find_nodes(op="call_module"):
-            self.programs[node.target] = _timed(XlaProgram(
-                gm.get_submodule(node.target), env, f"{name}.{node.target}"
-            ))
+            self.programs[node.target] = _timed(
+                XlaProgram(
+                    gm.get_submodule(node.target),  # pyright: ignore[reportArgumentType]  (the partitioner's submodules are GraphModules)
+                    env,
+                    f"{name}.{node.target}",
+                )
+            )
         self._nodes = list(gm.graph.nodes)
         self.boxed = boxed(self)
 

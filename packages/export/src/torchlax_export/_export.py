@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 import torch
+import torch._decomp
 import torchlax_core
 from torch.export import ExportedProgram
 from torch.export.graph_signature import (
@@ -139,7 +140,7 @@ def _check_on_cpu(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
             )
 
 
-def _reporter(progress) -> Callable[[str], None] | None:
+def _reporter(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
     if callable(progress):
         return progress
     if progress:
@@ -303,12 +304,13 @@ class _Plan:
         self._input_nodes = []
         for spec, node in zip(sig.input_specs, placeholders, strict=True):
             if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                assert spec.target is not None  # such inputs are named
                 value = ep.state_dict.get(spec.target)
                 if value is None:
                     value = ep.constants[spec.target]
                 kind = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer"}.get(
                     spec.kind, "constant")
-                array = _to_numpy(value)
+                array = _to_numpy(value)  # pyright: ignore[reportArgumentType]  (a CONSTANT_TENSOR input's constant is a tensor)
                 self.weights.append({"name": spec.target, "kind": kind, "shape": list(array.shape),
                                      "dtype": array.dtype.name})
                 self.weight_values[spec.target] = array
@@ -402,7 +404,9 @@ class _Plan:
         values = []
         for spec in self.input_specs:
             if spec.kind == InputKind.USER_INPUT:
-                values.append(next(inputs) if isinstance(spec.arg, TensorArgument) else spec.arg.value)
+                values.append(
+                    next(inputs) if isinstance(spec.arg, TensorArgument) else spec.arg.value  # pyright: ignore[reportAttributeAccessIssue]  (a non-tensor user input is a ConstantArgument)
+                )
             else:
                 values.append(next(weights))
         return values
@@ -420,7 +424,7 @@ class _Plan:
                         "or other non-tensor); torchlax-export supports tensor and constant outputs."
                     )
             elif spec.kind == OutputKind.BUFFER_MUTATION:
-                self.mutations.append((i, spec.target))
+                self.mutations.append((i, spec.target))  # pyright: ignore[reportArgumentType]  (a buffer mutation names its buffer)
             elif spec.kind == OutputKind.USER_INPUT_MUTATION:
                 raise ExportError(
                     f"The program mutates its input '{spec.target}' in place; an exported "
@@ -442,8 +446,8 @@ class _Plan:
                 leaves.append(index)
                 index += 1
             else:
-                leaves.append(_Const(spec.arg.value))
-        tree = pytree.tree_unflatten(leaves, self.ep.call_spec.out_spec)
+                leaves.append(_Const(spec.arg.value))  # pyright: ignore[reportAttributeAccessIssue]  (checked in _check_outputs: a ConstantArgument)
+        tree = pytree.tree_unflatten(leaves, self.ep.call_spec.out_spec)  # pyright: ignore[reportArgumentType]  (an exported program always has its output spec)
         return _json_tree(tree)
 
     def manifest(self, exported, rng_used: bool) -> dict:

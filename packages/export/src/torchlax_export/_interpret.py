@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torch.fx.node
+import torch.utils._pytree
 import torchlax_core
 from torch import fx
 
@@ -137,15 +139,15 @@ def _normalize(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tu
     if not any(a.name in kwargs for a in positional[len(args):]):
         return args, kwargs
     kwargs = dict(kwargs)
-    args = list(args)
-    for a in positional[len(args):]:
+    filled = list(args)
+    for a in positional[len(filled):]:
         if a.name in kwargs:
-            args.append(kwargs.pop(a.name))
-        elif any(b.name in kwargs for b in positional[len(args) + 1:]):
-            args.append(a.default_value)
+            filled.append(kwargs.pop(a.name))
+        elif any(b.name in kwargs for b in positional[len(filled) + 1:]):
+            filled.append(a.default_value)
         else:
             break
-    return tuple(args), kwargs
+    return tuple(filled), kwargs
 
 
 def _is_array(x) -> bool:
@@ -171,11 +173,11 @@ class Interpreter:
                     obj = getattr(obj, part)
                 values[node] = obj
             elif node.op == "call_function":
-                args = fx.node.map_arg(node.args, values.__getitem__)
-                kwargs = fx.node.map_arg(node.kwargs, values.__getitem__)
+                args = torch.fx.node.map_arg(node.args, values.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, values.__getitem__)
                 values[node] = self.call(node, args, kwargs)
             elif node.op == "output":
-                return fx.node.map_arg(node.args[0], values.__getitem__)
+                return torch.fx.node.map_arg(node.args[0], values.__getitem__)
             else:
                 raise ExportError(f"torchlax-export cannot run FX node {node.format_node()}.")
         raise ExportError("The exported graph has no output node.")
@@ -205,15 +207,15 @@ class Interpreter:
             _check_result(node, out)
             return out
         if target in _SYM_MAX_MIN:
-            target = _SYM_MAX_MIN[target]
+            target = _SYM_MAX_MIN[target]  # pyright: ignore[reportArgumentType]  (a call_function node's target is a callable)
         try:
-            return target(*args, **kwargs)
+            return target(*args, **kwargs)  # pyright: ignore[reportCallIssue]  (a call_function node's target is a callable)
         except Exception as exc:
             if not _inconclusive(exc):
                 raise
             # A comparison of symbolic sizes (e.g. the predicate of torch.cond on x.shape[0])
             # is decided at run time: compute it on arrays.
-            return target(*[_dim_as_array(a) for a in args], **kwargs)
+            return target(*[_dim_as_array(a) for a in args], **kwargs)  # pyright: ignore[reportCallIssue]  (a call_function node's target is a callable)
 
     def _impl(self, op) -> Callable:
         impl = self._impls.get(op)
@@ -347,7 +349,7 @@ def _check_result(node: fx.Node, out) -> None:
     elif isinstance(expected, list | tuple) and isinstance(out, list | tuple):
         # Only the results the program reads matter (eval-mode batch norm's unused statistics
         # may differ in shape from PyTorch's empty ones without changing any answer).
-        used = {user.args[1] for user in node.users if user.target is operator.getitem}
+        used = {user.args[1] for user in node.users if user.target is operator.getitem}  # pyright: ignore[reportUnhashable]  (getitem's index is an int)
         for i, (e, o) in enumerate(zip(expected, out, strict=False)):
             if i in used and isinstance(e, torch.Tensor):
                 _check_one(node, e, o)

@@ -41,7 +41,7 @@ class _Entry:
         self.in_spec = in_spec  # torch TreeSpec of (args, kwargs)
         self.statics = statics  # each leaf: its value, or _SLOT for a tensor passed to the op
         self.signature = (str(in_spec), statics)
-        self.out_spec = None  # torch TreeSpec of the result, known once the function ran
+        self.out_spec: Any = None  # torch TreeSpec of the result, known once the function ran
         self.pinned: Callable | None = None
         try:
             # Eager calls hold the function only weakly, so a lambda made per call does not
@@ -52,7 +52,7 @@ class _Entry:
 
     @property
     def fn(self) -> Callable:
-        fn = self.pinned if self.pinned is not None else self._ref()
+        fn = self.pinned if self.pinned is not None else self._ref()  # pyright: ignore[reportOptionalCall]  (_ref is None only when the function is pinned)
         if fn is None:
             raise RuntimeError(
                 "torchlax.call_jax: the JAX function of this call was garbage collected."
@@ -106,7 +106,7 @@ def _register(fn: Callable, skeleton: Any, pin: bool) -> str:
 
 # What ``torch.compiler.assume_constant_result`` does, without its ``import torch._dynamo``
 # (seconds at import time, for every user, whether they compile or not).
-_register._dynamo_marked_constant = True
+_register._dynamo_marked_constant = True  # pyright: ignore[reportFunctionMemberAccess]  (the marker Dynamo reads)
 
 
 def call_jax(jax_fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -202,7 +202,7 @@ def _borrow(tensor: torch.Tensor) -> jax.Array:
     return jnp.from_dlpack(tensor.resolve_conj().resolve_neg().contiguous())
 
 
-def _give_back(arrays: list, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _give_back(arrays: list, inputs: list[jax.Array]) -> list[torch.Tensor]:
     """The results as torch tensors sharing their memory, except where that would alias."""
     taken = {a.unsafe_buffer_pointer() for a in inputs if a.size and len(a.devices()) == 1}
     jax.block_until_ready(arrays)

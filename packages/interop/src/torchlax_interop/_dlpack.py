@@ -29,6 +29,7 @@ import dataclasses
 import weakref
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import torch
 from torchlax_core import Tensor, TorchlaxError, jax_dtype, wrap
@@ -162,7 +163,7 @@ def _current_cuda_device(tensor: torch.Tensor):
     return contextlib.nullcontext()
 
 
-def _dlpack_device(tensor: torch.Tensor) -> jax.Device:
+def _dlpack_device(tensor: torch.Tensor) -> jax.Device:  # pyright: ignore[reportInvalidTypeForm]  (jax.Device is a run-time alias of jaxlib's class)
     if tensor.device.type == "cuda":
         from torchlax_core._builtins import cuda_device
 
@@ -196,7 +197,7 @@ def _make_copy_on_write(exported: torch.Tensor) -> bool:
     if lazy_clone is None:
         return False
     try:
-        exported._torchlax_keep = lazy_clone(exported)
+        exported._torchlax_keep = lazy_clone(exported)  # pyright: ignore[reportAttributeAccessIssue]  (an attribute of our own on the exported tensor)
     except RuntimeError:  # memory torch does not own (from NumPy, DLPack, shared memory)
         return False
     return True
@@ -224,7 +225,7 @@ def _promoted_before(tensor: torch.Tensor) -> jax.Array | None:
         return None
     ref, address = entry
     array = ref()
-    if array is None or address != tensor.const_data_ptr():
+    if array is None or address != tensor.const_data_ptr():  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs omit Tensor.const_data_ptr)
         return None
     return array
 
@@ -233,10 +234,10 @@ def _remember(tensor: torch.Tensor, array: jax.Array) -> None:
     storage = tensor.untyped_storage()
     arrays = getattr(storage, "_torchlax_arrays", None)
     if arrays is None:
-        arrays = storage._torchlax_arrays = {}
+        arrays = storage._torchlax_arrays = {}  # pyright: ignore[reportAttributeAccessIssue]  (an attribute of our own on the storage)
     for key in [k for k, (ref, _) in arrays.items() if ref() is None]:
         del arrays[key]
-    arrays[_view_key(tensor)] = (weakref.ref(array), tensor.const_data_ptr())
+    arrays[_view_key(tensor)] = (weakref.ref(array), tensor.const_data_ptr())  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs omit Tensor.const_data_ptr)
 
 
 class _FromTorch(torch.autograd.Function):
@@ -246,7 +247,7 @@ class _FromTorch(torch.autograd.Function):
         return wrap(_to_jax_array(tensor, copy))
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]  (PyTorch's one-output form of backward)
         if isinstance(grad, Tensor):
             grad = _to_torch_tensor(grad.jax(), copy=True)
         return grad.to(ctx.device), None
@@ -255,7 +256,7 @@ class _FromTorch(torch.autograd.Function):
 # -- JAX -> torch ---------------------------------------------------------------------------------
 
 
-def to_torch(x: Tensor | jax.Array, *, copy: bool = False) -> torch.Tensor:
+def to_torch(x: torch.Tensor | jax.Array, *, copy: bool = False) -> torch.Tensor:
     """A plain torch tensor with the data of a torchlax Tensor or ``jax.Array``.
 
     The memory is shared through DLPack (a CPU tensor for a CPU array, CUDA for a GPU array),
@@ -303,5 +304,5 @@ class _ToTorch(torch.autograd.Function):
         return _to_torch_tensor(x.jax(), copy, watch=not copy)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]  (PyTorch's one-output form of backward)
         return wrap(_to_jax_array(grad, copy=False)), None

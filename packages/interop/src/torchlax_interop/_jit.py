@@ -252,6 +252,7 @@ class _Program:
 
     def _traced(self, state_arrays: list, lr_arrays: list, arrays: list, key):
         state = self._state
+        assert state is not None  # info() sets it before tracing
         env = torchlax_core.current_env()
         saved = _swap_in(state, state_arrays, lr_arrays)
         recorded = _defer_schedulers(state.schedulers)
@@ -303,6 +304,7 @@ class _Program:
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays,
                     key):
+        assert self._state is not None  # info() sets it before tracing
         n_state = len(self._state.storages)
 
         traced = self._checked_traced if self.checks else self._traced
@@ -310,7 +312,8 @@ class _Program:
         def differentiable(diff):
             merged = _merge(mask, diff, other)
             results = traced(merged[:n_state], lr_arrays, merged[n_state:], key)
-            error, (outs, new_storages, extra) = results if self.checks else (None, results)
+            checked = results if self.checks else (None, results)
+            error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
             return outs, (new_storages, extra, error)
 
         outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
@@ -328,6 +331,7 @@ class _Program:
                     donate = (0,) if self.jitted.donate_state and not self.checks else ()
                     fn = self._checked_traced if self.checks else self._traced
                     self._traces[signature] = jax.jit(fn, donate_argnums=donate).trace(*args)
+                    assert self._tracing_info is not None  # _traced sets it
                     info = self.infos[signature] = self._tracing_info
         return info
 

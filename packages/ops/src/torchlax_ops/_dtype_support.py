@@ -65,8 +65,9 @@ def guard(op: Any, fn: Callable) -> Callable:
                 raise exc(message)
         return fn(*args, **kwargs)
 
-    guarded.unguarded = fn
-    guarded.torchlax_contract = functools.partial(guard, op)  # kept by a plugin's override
+    guarded.unguarded = fn  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
+    # kept by a plugin's override
+    guarded.torchlax_contract = functools.partial(guard, op)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
     return guarded
 
 

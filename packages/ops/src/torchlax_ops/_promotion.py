@@ -102,7 +102,7 @@ def elementwise(
             n_args = len(call_args)
             values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
             if all(type(v) is _ArrayImpl for v in values):
-                key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))
+                key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))  # pyright: ignore[reportOptionalMemberAccess]  (all arrays: checked on the line above)
                 hit = fast_cache.get(key)
                 if hit is None:
                     hit = fast_cache[key] = result_dtypes(values, kind)
@@ -123,7 +123,7 @@ def elementwise(
                 out = out.astype(result)
             return out
 
-        promoted.promotion = (names, kind)
+        promoted.promotion = (names, kind)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
         return promoted
 
     return decorate

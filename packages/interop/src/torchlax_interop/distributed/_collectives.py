@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec

@@ -95,7 +95,7 @@ def materialize(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | Par
                         init_fn(name, t)
                 else:
                     for owner in owners.values():
-                        _reset_method(owner)()
+                        _reset_method(owner)()  # pyright: ignore[reportOptionalCall]  (checked above: every owner has one)
                 # reset_parameters may replace a tensor rather than write into it.
                 return {name: _current(owner, leaf, kind)._value()
                         for name, owner, leaf, kind, _ in todo}
@@ -135,13 +135,19 @@ def _current(owner: torch.nn.Module, leaf: str, kind: str) -> Tensor:
     if not isinstance(value, Tensor):
         raise TypeError(
             f"materialize(): after initialisation {type(owner).__name__}.{leaf} is a "
-            f"{type(value).__name__} on {value.device}, not a torchlax Tensor; its initializer "
+            f"{type(value).__name__} on {getattr(value, 'device', 'no device')}, not a torchlax Tensor; its initializer "
             "must write into the tensor in place."
         )
     return value
 
 
-def shard_shapes(tensor: torch.Tensor) -> list[tuple[int, ...]]:
+def shard_shapes(tensor: torch.Tensor | jax.Array) -> list[tuple[int, ...]]:
     """The shape of each device's shard of a torchlax Tensor (one entry per device)."""
-    array = tensor._value() if isinstance(tensor, Tensor) else tensor
-    return [tuple(s.data.shape) for s in array.addressable_shards]
+    if isinstance(tensor, Tensor):
+        tensor = tensor._value()
+    elif isinstance(tensor, torch.Tensor):
+        raise TypeError(
+            f"shard_shapes() takes a torchlax Tensor or a jax.Array, not a tensor on "
+            f"{tensor.device}: move it to the jax device first (tensor.to('jax'))."
+        )
+    return [tuple(s.data.shape) for s in tensor.addressable_shards]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.core
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torchlax_core import Tensor

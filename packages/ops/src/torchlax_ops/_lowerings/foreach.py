@@ -102,7 +102,7 @@ def _inplace(op):
     base = schema.name.split("::")[1][len("_foreach_"):-1]
     inplace_packet = getattr(aten, base + "_", None)
     if base == "copy":
-        def run(self, src, non_blocking=False):
+        def run(self, src, non_blocking=False):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
             for dst, s in zip(self, src, strict=True):
                 dst.copy_(s, non_blocking)
         return run

@@ -14,6 +14,7 @@ PyTorch's own decompositions compute in range, are not checked.
 from __future__ import annotations
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -67,7 +68,7 @@ def _key(self, indices, op: str, check: bool = True):
     return tuple(key)
 
 
-def _check_along(self, dim, index, low_is_negative_size, exc_type=RuntimeError, prefix=""):
+def _check_along(self, dim, index, low_is_negative_size, exc_type: type[Exception] = RuntimeError, prefix=""):
     """PyTorch's range check of an index along ``dim`` ([0, size), or [-size, size))."""
     size = self.shape[dim] if self.ndim else 1
     check_index(index, -size if low_is_negative_size else 0, size, exc_type,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -223,6 +224,7 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
             raise RuntimeError(f"{op}: self has {self.shape[0]} groups, mat2 {mat2.shape[0]}.")
         out = dot("gmk,gkn->gmn", self, mat2)
     elif self.ndim == 2 and mat2.ndim == 3:  # rows of self grouped: row r uses mat2[group(r)]
+        assert offs is not None  # checked above: given unless both are 3-d
         if offs.shape[0] != mat2.shape[0]:
             raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, mat2 {mat2.shape[0]}.")
         sizes = jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
@@ -231,10 +233,12 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
         rows = jnp.arange(self.shape[0])
         out = jnp.where((rows < offs[-1])[:, None], out, 0)
     elif self.ndim == 2:  # the contraction grouped: one (M, N) product per slice of K
+        assert offs is not None  # checked above: given unless both are 3-d
         k = jnp.arange(self.shape[1])
         member = _group_of(k, offs)[None, :] == jnp.arange(offs.shape[0])[:, None]  # (G, K)
         out = dot("mk,gk,kn->gmn", self, member.astype(self.dtype), mat2)
     else:  # (G, M, K) @ (K, N): columns of mat2 grouped, column n uses self[group(n)]
+        assert offs is not None  # checked above: given unless both are 3-d
         if offs.shape[0] != self.shape[0]:
             raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, self {self.shape[0]}.")
         group = _group_of(jnp.arange(mat2.shape[1]), offs)  # (N,)
@@ -979,10 +983,9 @@ _T18_COEFFICIENTS = (  # rows: B_i = sum_j b_ij A^j over (I, A, A^2, A^3, A^6)
 def _combination(matrices, coefficients):
     """sum_j c_j M_j, coefficients rounded to the matrices' dtype as PyTorch's are."""
     dtype = matrices[0].dtype
-    total = None
-    for c, m in zip(coefficients, matrices):
-        term = jnp.asarray(c, dtype) * m
-        total = term if total is None else total + term
+    total = jnp.asarray(coefficients[0], dtype) * matrices[0]
+    for c, m in zip(coefficients[1:], matrices[1:]):
+        total = total + jnp.asarray(c, dtype) * m
     return total
 
 

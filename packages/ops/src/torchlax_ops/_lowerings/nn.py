@@ -13,6 +13,7 @@ import itertools
 import math
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -367,7 +368,7 @@ def _softplus(x, beta=1, threshold=20):
     return jnp.where(scaled > threshold, x, jnp.log1p(jnp.exp(scaled)) / beta)
 
 
-def _elu(x, alpha=1, scale=1, input_scale=1):
+def _elu(x, alpha: float = 1, scale: float = 1, input_scale: float = 1):
     negative = alpha * scale * jnp.expm1(x * input_scale)
     return jnp.where(x > 0, x * scale, negative)
 
@@ -1262,8 +1263,11 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
 
 
 def _traced(tensor) -> bool:
-    return isinstance(tensor, torch.Tensor) and hasattr(tensor, "jax") and isinstance(
-        tensor.jax(), jax.core.Tracer)
+    return (
+        isinstance(tensor, torch.Tensor)
+        and hasattr(tensor, "jax")
+        and isinstance(tensor.jax(), jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]  (hasattr checked it)
+    )
 
 
 def _check_targets(self, target, ignore_index):

@@ -8,6 +8,7 @@ dimension raises; low-precision floats accumulate in float32 and round once at t
 from __future__ import annotations
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ def _opmath(x):
 
 def _require_float(x, op: str, dtype=None):
     target = to_jax_dtype(dtype) if dtype is not None else x.dtype
-    if not jnp.issubdtype(target, jnp.inexact):
+    if not jnp.issubdtype(target, jnp.inexact):  # pyright: ignore[reportArgumentType]  (dtype is not None here, so neither is its jax dtype)
         name = str(torch_dtype_of(target)).removeprefix("torch.").capitalize()
         raise RuntimeError(
             f"{op}(): could not infer output dtype. Input dtype must be either a floating point "

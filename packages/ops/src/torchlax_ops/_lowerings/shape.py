@@ -388,7 +388,7 @@ def roll(self, shifts, dims=()):
 def rot90(self, k=1, dims=(0, 1)):
     if len(dims) != 2:
         raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
-    return jnp.rot90(self, k, tuple(_dim(d, self.ndim) for d in dims))
+    return jnp.rot90(self, k, (_dim(dims[0], self.ndim), _dim(dims[1], self.ndim)))
 
 
 @lowering(aten.repeat.default)

@@ -283,7 +283,7 @@ def _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners):
                 factor = (low[d] + 1).astype(input.dtype) - source[d]
             weight = factor if weight is None else weight * factor
         # Accumulated corner by corner in the input dtype, skipping corners outside the input.
-        out = jnp.where(valid[:, :, k], out + values[:, :, k] * weight[:, None], out)
+        out = jnp.where(valid[:, :, k], out + values[:, :, k] * weight[:, None], out)  # pyright: ignore[reportOptionalSubscript]  (n >= 1, so the loop above set weight)
     return out
 
 

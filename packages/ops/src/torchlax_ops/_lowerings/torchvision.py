@@ -21,6 +21,7 @@ tracing they need ``sampling_ratio > 0`` (torchvision's detection heads pass 2).
 from __future__ import annotations
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
