@@ -156,7 +156,7 @@ class Registration:
         for kind, op, fn, _override in self._staged:
             current = tables.table(kind).get(op)
             contract = getattr(current.fn, "torchlax_contract", None) if current else None
-            if contract is not None and current.plugin != self.plugin:
+            if contract is not None and current is not None and current.plugin != self.plugin:
                 # An override replaces the computation, not PyTorch's input contract (the
                 # dtypes its CPU kernels reject, declared by torchlax-ops' lowerings).
                 fn = contract(fn)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-try:  # installed with torchlax-core, torch-free: one base for all of torchlax's exceptions
-    from _torchlax_errors import TorchlaxError
-except ImportError:  # torchlax-export alone (a serving machine): its errors are the only ones
+from typing import TYPE_CHECKING
 
-    class TorchlaxError(Exception):  # type: ignore[no-redef]
-        """Base class of every exception torchlax raises itself."""
+if TYPE_CHECKING:
+    from _torchlax_errors import TorchlaxError
+else:
+    try:  # installed with torchlax-core, torch-free: one base for all of torchlax's exceptions
+        from _torchlax_errors import TorchlaxError
+    except ImportError:  # torchlax-export alone (a serving machine): its errors are the only ones
+
+        class TorchlaxError(Exception):
+            """Base class of every exception torchlax raises itself."""
 
 
 class ExportError(TorchlaxError, RuntimeError):
