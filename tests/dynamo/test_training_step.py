@@ -219,3 +219,22 @@ def test_dropout_draws_fresh_masks_each_step_reproducibly():
         assert torch.equal(a, b)
     assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
     assert 0.3 < first[0].double().mean() < 0.7
+
+
+@pytest.mark.slow
+def test_compiled_autograd_step_matches_eager():
+    """PyTorch's compiled autograd (loss.backward() captured as a graph too) with this backend."""
+    x, y = _data()
+    eager_model = _model()
+    eager_step = _make_step(eager_model, OPTIMIZERS["sgd_momentum_nesterov_wd"](eager_model.parameters()))
+    with torchlax_core.enable():
+        model = _model().to("jax")
+        step = torch.compile(_make_step(model, OPTIMIZERS["sgd_momentum_nesterov_wd"](model.parameters())),
+                             backend="torchlax")
+        with torch._dynamo.config.patch(compiled_autograd=True):
+            for i in range(3):
+                torch.testing.assert_close(step(x.to("jax"), y.to("jax")).cpu(), eager_step(x, y),
+                                           atol=1e-10, rtol=1e-10, msg=f"step {i}")
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=1e-10, rtol=1e-10)
+    assert counters["eager_nodes"] == 0, dict(counters)
