@@ -81,3 +81,12 @@ def test_next_prng_key_raises_while_jax_traces_without_a_key_scope(jitter_plugin
 
     with pytest.raises(RuntimeError, match="outside any key scope"):
         jax.jit(traced)(x._value())
+
+
+def test_backward_uses_the_forwards_dropout_mask():
+    """The partitioner may recompute cheap ops in the backward, never a random one."""
+    fn = torch.compile(lambda x: torch.nn.functional.dropout(x * 1.5, 0.5), backend="torchlax")
+    x = torch.ones(1000, requires_grad=True)
+    out = fn(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (out.detach() != 0) * 3.0, rtol=0, atol=0)
