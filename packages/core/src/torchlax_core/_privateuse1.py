@@ -149,6 +149,7 @@ def set_up() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _acc)
         torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _acc)
     library = torch.library.Library("_", "IMPL")  # noqa: TOR901 - a fallback, not an op
+    _hide_from_dynamo(_kernel)
     library.fallback(_kernel, "PrivateUse1", with_keyset=True)
     _state["fallback"] = library
     _state["aten"] = torch.library.Library("aten", "IMPL")  # noqa: TOR901
@@ -264,6 +265,14 @@ def register_composite_overrides(tables) -> None:
             _state["composites"].add(overload)
 
 
+def _hide_from_dynamo(kernel) -> None:
+    # Entered from PyTorch's dispatcher, also while torch.compile runs code eagerly (a graph
+    # break, loss.backward()): Dynamo must not try to compile the kernel and the JAX it runs.
+    from ._tensor import _hide_from_dynamo as hide
+
+    hide(kernel)
+
+
 def _make_composite_kernel(op):
     def kernel(*args, **kwargs):
         from ._environment import current_env
@@ -274,6 +283,7 @@ def _make_composite_kernel(op):
             return op.decompose(*args, **kwargs)
         return entry.fn(*args, **kwargs)
 
+    _hide_from_dynamo(kernel)
     return kernel
 
 
@@ -298,9 +308,11 @@ def _make_factory_kernel(op, check=True):
             with _x64(True):
                 return current_env().dispatch(op, args, kwargs)
 
+        _hide_from_dynamo(kernel)
         return kernel
 
     def kernel(*args, **kwargs):
         return _kernel(None, op, *args, **kwargs)
 
+    _hide_from_dynamo(kernel)
     return kernel

@@ -89,6 +89,7 @@ def torchlax_backend(gm: torch.fx.GraphModule, example_inputs,
             "none at present."
         )
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     env = current_env()
     counter = iter(range(1 << 62))
@@ -112,6 +113,9 @@ def torchlax_backend(gm: torch.fx.GraphModule, example_inputs,
         inference_compiler=compiler("inference"),
         decompositions=decompositions_for(env),
         keep_inference_input_mutations=True,
+        # Inductor's partitioner: the backward recomputes cheap ops (views, elementwise) instead
+        # of the forward handing them over as outputs (a transposed weight would be copied).
+        partition_fn=min_cut_rematerialization_partition,
     )
     # Scaled dot-product attention as plain ATen ops (matmuls, softmax) whose backward autograd
     # derives, instead of the CPU flash kernel pair: its forward decomposes, but its backward

@@ -26,6 +26,7 @@ import jax
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, checked, enable, raise_error
+from torchlax_core._program import unused_key
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 
@@ -41,11 +42,6 @@ _SIZE_QUERIES = frozenset({
 
 # What ``_trace`` returns for each graph output.
 _ARRAY, _INPUT, _CONSTANT = 0, 1, 2
-
-
-def _is_random(node: torch.fx.Node) -> bool:
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
 def _meta_device(node) -> torch.device | None:
@@ -77,7 +73,10 @@ class XlaProgram:
         self._single_output = not isinstance(output, list | tuple)
         outputs = [output] if self._single_output else list(output)  # pyright: ignore[reportArgumentType]  (not a single output: a list or tuple)
         self._output_devices = [_meta_device(n) for n in outputs]
-        self._random = any(_is_random(n) for n in nodes)
+        # Whether the program draws PRNG keys: learned by tracing (``KeyScope.drawn``), as
+        # torchlax.jit and export learn it, so a plugin lowering that calls
+        # ``next_prng_key()`` counts as much as an op PyTorch tags random. None: not traced.
+        self._random: bool | None = None
         self._inputs = InputCache(self._num_inputs)
         self._layouts: dict = {}
         self._layout = None  # the layout when no output depends on the input signature
@@ -97,12 +96,9 @@ class XlaProgram:
         tensors = [Tensor(a) for a in arrays]
         pick = iter(tensors)
         args = [static_at[i] if i in static_at else next(pick) for i in range(self._num_inputs)]
-        with enable(self.env):
-            if key is None:
-                outs = run_graph(self.gm, args, self.env)
-            else:
-                with self.env.prng_key_scope(key):
-                    outs = run_graph(self.gm, args, self.env)
+        with enable(self.env), self.env.prng_key_scope(key) as keys:
+            outs = run_graph(self.gm, args, self.env)
+        self._random = bool(self._random) or keys.drawn
         if self._single_output:
             outs = (outs,)
         array_positions = [i for i in range(self._num_inputs) if i not in static_at]
@@ -156,8 +152,11 @@ class XlaProgram:
             else:
                 statics.append((i, a))
         statics = tuple(statics)
-        key = self.env.next_prng_key(None) if self._random else None
         with jax.enable_x64(True):
+            if self._random is None:  # trace once (jax.jit reuses it) to learn if it draws keys
+                self._jitted.trace(arrays, statics, unused_key())
+            # A fresh key per call from torch's generator: reproducible under torch.manual_seed.
+            key = self.env.next_prng_key() if self._random else unused_key()
             results = self._jitted(arrays, statics, key)
         if self._checked:
             error, results = results
