@@ -15,6 +15,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ._checks import check_sizes
+from ._current import current_env
 from ._dispatch import resize_, resize_as_
 from ._dtypes import jax_dtype
 from ._logging import get_logger
@@ -105,8 +106,6 @@ def _copy_(self, src, non_blocking=False):
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
-    from ._environment import current_env
-
     if not isinstance(self, Tensor):  # cpu_tensor.to("jax"): one copy, straight into JAX
         target = torch.device(device) if device is not None else torch.device("jax")
         source = self if dtype is None else self.to(dtype)
