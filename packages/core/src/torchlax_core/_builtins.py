@@ -115,8 +115,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         out = _to_cpu(value)
         return out.to(device=device, dtype=dtype or out.dtype)
     if dtype is not None:
-        with jax.enable_x64(True):
-            value = value.astype(jax_dtype(dtype))
+        value = value.astype(jax_dtype(dtype))
     elif device is None:
         value = jnp.array(value, copy=True)
     if device is not None:
@@ -257,8 +256,7 @@ def _traced_fallback(op, args, flat, spec, mutated):
         return [jax.device_get(_from_cpu(r.detach().resolve_conj().resolve_neg().contiguous()))
                 for r in res]
 
-    with jax.enable_x64(True):
-        results = jax.pure_callback(host, shapes, *arrays)
+    results = jax.pure_callback(host, shapes, *arrays)
     outs = results[:len(tensor_outs)]
     for i, new in zip(written, results[len(tensor_outs):], strict=True):
         args[i]._write(new)

@@ -201,7 +201,11 @@ def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
 
 
 def _call(fn, jargs, jkwargs):
-    """Run a lowering with JAX's 64-bit mode on (entering it only when it is off)."""
+    """Run a lowering with JAX's 64-bit mode on (entering it only when it is off).
+
+    Implementations run under ``_run.run_op``, which turns the mode on; this is for what runs
+    later, outside any op: a view recomputing itself from its storage when read.
+    """
     if _x64.value:
         return fn(*jargs, **jkwargs)
     with _x64(True):
@@ -229,18 +233,11 @@ def plain_impl(func, fn) -> Callable:
 
     def raw(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
-        if _x64.value:
-            return fn(*jargs, **jkwargs)
-        with _x64(True):
-            return fn(*jargs, **jkwargs)
+        return fn(*jargs, **jkwargs)
 
     def impl(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
-        if _x64.value:
-            out = fn(*jargs, **jkwargs)
-        else:
-            with _x64(True):
-                out = fn(*jargs, **jkwargs)
+        out = fn(*jargs, **jkwargs)
         if type(out) is _ArrayImpl:
             return _make(out)
         return _wrap(out)
@@ -289,9 +286,6 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         return entry, key, leaves
 
     def miss(key, jargs, jkwargs, leaves):
-        if not _x64.value:
-            with _x64(True):
-                return miss(key, jargs, jkwargs, leaves)
         calls = cache.note_seen(key)
         min_calls = cache.min_calls()
         if calls < min_calls or calls == 1:
@@ -316,7 +310,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             except (ValueError, TypeError):  # inputs on other devices than it was compiled for
                 return entry.relax()(*leaves)
         if key is None:
-            return _call(fn, jargs, jkwargs)
+            return fn(*jargs, **jkwargs)
         return miss(key, jargs, jkwargs, leaves)[1]
 
     def impl(args, kwargs):
@@ -324,7 +318,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         entry, key, leaves = lookup(jargs, jkwargs)
         if entry is None:
             if key is None:
-                out = _call(fn, jargs, jkwargs)
+                out = fn(*jargs, **jkwargs)
             else:
                 entry, out = miss(key, jargs, jkwargs, leaves)
                 if entry is not None and entry.meta is None:
@@ -638,8 +632,7 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
                 f"{op_name(func)}: result type {_type_name(src)} can't be cast to the desired "
                 f"output type {_type_name(dst_dtype)}"
             )
-        with _x64(True):  # may run outside a lowering's x64 scope (int64/float64 outputs)
-            value = value.astype(jax_dtype(dst_dtype))
+        value = value.astype(jax_dtype(dst_dtype))
     if value.shape != dst.shape:
         if value.size == dst.numel() and value.ndim == 0:
             value = value.reshape(tuple(dst.shape))
