@@ -16,7 +16,9 @@ it takes, each timed on its own: PyTorch's dispatch into ``__torch_dispatch__`` 
 that does nothing there), finding the environment, ``run_op``'s implementation lookup and
 64-bit-mode check, unwrapping, the cache signature and lookup, the executable launch, and
 wrapping the result. "rest" is what the steps' sum leaves of the total: the Python calls
-between them (``__torch_dispatch__`` -> ``run_op`` -> the op's implementation).
+between them (``__torch_dispatch__`` -> ``run_op`` -> the op's implementation) and PyTorch's
+handling of a new result tensor, including freeing the previous one (the do-nothing subclass
+returns one preallocated tensor, so its dispatch step has none of that).
 
     uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile]
 """

@@ -91,49 +91,44 @@ def _unwrap_plan(func) -> tuple[tuple[int, ...], bool]:
 
 
 def _make_unwrapper(func) -> Callable:
-    """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema."""
+    """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema.
+
+    On the hot path: one call, no helper calls for a plain Tensor argument.
+    """
     positions, tensor_kwargs = _unwrap_plan(func)
-    schema = getattr(func, "_schema", None)
-
-    def unwrap_kwargs(kwargs):
-        if not kwargs or not tensor_kwargs:
-            return kwargs
-        return {k: _unwrap(v, k) for k, v in kwargs.items()}
-
-    if schema is None:
-        def unwrap(args, kwargs):
-            return [_unwrap(a, i) for i, a in enumerate(args)], unwrap_kwargs(kwargs)
-    else:
-        def unwrap(args, kwargs):
-            jargs = list(args)
-            n = len(jargs)
-            for i in positions:
-                if i >= n:
-                    break
-                a = jargs[i]
-                if type(a) is Tensor:
-                    jargs[i] = a._storage.array if a._view is None else a._value()
-                elif a is not None:
-                    jargs[i] = _unwrap(a, i)
-            return jargs, unwrap_kwargs(kwargs)
-
+    by_schema = getattr(func, "_schema", None) is not None
     cpu_index_positions = _cpu_index_positions(func)
+    several_devices = _several_devices()  # fixed for the process once JAX has started
 
-    def guarded(args, kwargs):
+    def unwrap(args, kwargs):
         try:
-            out = unwrap(args, kwargs)
+            if by_schema:
+                jargs = list(args)
+                n = len(jargs)
+                for i in positions:
+                    if i >= n:
+                        break
+                    a = jargs[i]
+                    if type(a) is Tensor:
+                        jargs[i] = a._storage.array if a._view is None else a._value()
+                    elif a is not None:
+                        jargs[i] = _unwrap(a, i)
+            else:  # not an ATen overload: look at everything
+                jargs = [_unwrap(a, i) for i, a in enumerate(args)]
+            if kwargs and tensor_kwargs:
+                kwargs = {k: _unwrap(v, k) for k, v in kwargs.items()}
         except _ForeignTensor as exc:
             if exc.position in cpu_index_positions:
                 args = list(args)
                 args[exc.position] = [_from_cpu(t) if _is_cpu_tensor(t) else t
                                       for t in args[exc.position]]
-                return guarded(args, kwargs)
+                return unwrap(args, kwargs)
             raise _foreign_tensor_error(func, exc) from None
-        if _several_devices():
+        if several_devices:
             _check_one_device(func, args, positions)
-        return out
+        return jargs, kwargs
 
-    return guarded
+    return unwrap
 
 
 @functools.cache
