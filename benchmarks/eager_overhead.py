@@ -13,8 +13,12 @@ several repeats, so a busy machine disturbs it less.
 
 Then a breakdown of one steady-state ``a + b`` (served by the eager op cache) into the steps
 it takes, each timed on its own: PyTorch's dispatch into ``__torch_dispatch__`` (a subclass
-that does nothing there), finding the environment and the op's implementation, unwrapping,
-the cache signature and lookup, the executable launch, and wrapping the result.
+that does nothing there), finding the environment, ``run_op``'s implementation lookup and
+64-bit-mode check, unwrapping, the cache signature and lookup, the executable launch, and
+wrapping the result. "rest" is what the steps' sum leaves of the total: the Python calls
+between them (``__torch_dispatch__`` -> ``run_op`` -> the op's implementation) and PyTorch's
+handling of a new result tensor, including freeing the previous one (the do-nothing subclass
+returns one preallocated tensor, so its dispatch step has none of that).
 
     uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile]
 """
@@ -49,7 +53,8 @@ def best_time(fn, n: int, repeats: int, clock=time.process_time) -> float:
 
 def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, float]:
     """Microseconds per step of one cached eager ``a + b`` (see the module docstring)."""
-    from torchlax_core import _dispatch, _opcache, _tensor
+    from jax._src.config import enable_x64
+    from torchlax_core import _current, _dispatch, _opcache, _tensor
 
     class Bare(torch.Tensor):  # PyTorch's dispatch into Python and back, nothing else
         @classmethod
@@ -75,7 +80,8 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
         entries = env._op_cache.entries
         meta = entry.meta
         new = _tensor._make_wrapper_subclass
-        current_env = _tensor._current_env
+        current_env = _current.current_env
+        resolved = env._resolved
 
         def wrap():
             r = new(torchlax_core.Tensor, meta[0], dtype=meta[1], device=meta[2])
@@ -85,8 +91,9 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
 
         steps["total: torchlax a + b"] = best_time(lambda: a + b, n, repeats)
         steps["PyTorch dispatch into __torch_dispatch__"] = best_time(lambda: bare + bare, n, repeats)
-        steps["environment + implementation lookup"] = best_time(
-            lambda: current_env()._resolved.get(func), n, repeats)
+        steps["current_env()"] = best_time(current_env, n, repeats)
+        steps["run_op: implementation lookup + 64-bit check"] = best_time(
+            lambda: (resolved.get(func), enable_x64.value), n, repeats)
         steps["unwrap"] = best_time(lambda: unwrap((a, b), {}), n, repeats)
         steps["cache signature"] = best_time(
             lambda: _opcache.signature(func, [arr_a, arr_b], {}, []), n, repeats)

@@ -5,9 +5,11 @@ Each check runs in a fresh interpreter: the test process itself has imported eve
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +69,87 @@ def test_torch_compile_finds_the_backend_without_import_torchlax():
         print("torchlax" in sys.modules, "torchlax_dynamo" in sys.modules)
     """)
     assert out.strip() == "False True"
+
+
+# -- the core reads bottom-up -------------------------------------------------------------------
+
+_CORE = Path(__file__).resolve().parents[2] / "packages" / "core" / "src" / "torchlax_core"
+# Imports of a higher core module from inside a function, each with its reason. Nothing else
+# may import lazily: a new one would hide an import cycle from the graph below.
+_LAZY_IMPORTS = {
+    ("_current", "_environment"): "default_env creates the default Environment, once",
+}
+
+
+def _core_imports(path: Path) -> tuple[set[str], set[str]]:
+    """The core modules ``path`` imports when it is imported, and those it imports lazily."""
+    at_import, lazy = set(), set()
+
+    def names(node) -> list[str]:
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:
+                return [node.module.split(".")[0]]
+            if node.level == 1:
+                return [a.name for a in node.names]
+            if node.module and node.module.startswith("torchlax_core."):
+                return [node.module.split(".")[1]]
+        if isinstance(node, ast.Import):
+            return [a.name.split(".")[1] for a in node.names if a.name.startswith("torchlax_core.")]
+        return []
+
+    def visit(node, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue  # annotations only
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            (lazy if in_function else at_import).update(names(child))
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), False)
+    return at_import, lazy
+
+
+def test_core_modules_import_each_other_without_a_cycle():
+    modules = sorted(p.stem for p in _CORE.glob("*.py") if p.stem != "__init__")
+    graph = {}
+    for m in modules:
+        at_import, lazy = _core_imports(_CORE / f"{m}.py")
+        graph[m] = at_import
+        for target in lazy - at_import:
+            assert (m, target) in _LAZY_IMPORTS, (
+                f"torchlax_core.{m} imports {target} inside a function: import it at the top "
+                "(if that makes a cycle, move what both need into a lower module)")
+    assert "_current" in graph and graph["_current"] == set()  # the bottom
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def walk(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            assert state.get(n) != 1, f"import cycle among core modules: {' -> '.join(path + [n])}"
+            if n not in state:
+                walk(n, path + [n])
+        state[m] = 2
+
+    for m in modules:
+        if m not in state:
+            walk(m, [m])
+
+
+def test_each_core_module_imports_alone():
+    # One fresh interpreter; before each module, every torchlax_core module is forgotten and
+    # the package's __init__ (which imports them all in its own order) is replaced by an
+    # empty package, so a module that leans on another being imported first fails here.
+    out = run(f"""
+        import importlib, sys, types
+        path = {str(_CORE)!r}
+        names = {sorted(p.stem for p in _CORE.glob("*.py") if p.stem != "__init__")!r}
+        for name in names:
+            for m in [m for m in sys.modules if m == "torchlax_core" or m.startswith("torchlax_core.")]:
+                del sys.modules[m]
+            package = types.ModuleType("torchlax_core")
+            package.__path__ = [path]
+            sys.modules["torchlax_core"] = package
+            importlib.import_module("torchlax_core." + name)
+        print(len(names))
+    """)
+    assert int(out) >= 15

@@ -75,3 +75,17 @@ def test_batch_norm_running_stats_float64_match_exactly():
     jax_buffers = dict(jbn.named_buffers())
     for name, expected in bn.named_buffers():
         _exact(jax_buffers[name], expected, tol=1e-15)
+
+
+def test_environment_dispatch_runs_ops_in_64_bit_mode_and_raises_their_errors():
+    # Environment.dispatch (compiled programs, export) goes through run_op like every other
+    # entry point: 64-bit mode on for the op, and errors raised to the Python caller.
+    env = torchlax_core.default_env()
+    big = torch.tensor([2**31 + 5, -(2**31) - 1, 7], dtype=torch.int64)  # squares fit in 64 bits
+    x = to_jax(big)
+    for _ in range(3):  # plainly, then compiled by the op cache, then a cache hit
+        _exact(env.dispatch(torch.ops.aten.mul.Tensor, (x, x), {}), big * big)
+        _exact(env.dispatch(torch.ops.aten.mul.Tensor, (x, 3), {}), big * 3)
+    bare = torchlax_core.Environment(autoload=False)  # the core's built-ins only: no mul
+    with pytest.raises(torchlax_core.OpNotLoweredError, match="aten.mul.Tensor"):
+        bare.dispatch(torch.ops.aten.mul.Tensor, (x, x), {})

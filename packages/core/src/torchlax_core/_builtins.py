@@ -16,6 +16,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ._checks import check_sizes
+from ._current import current_env
 from ._dispatch import resize_, resize_as_
 from ._dtypes import jax_dtype
 from ._logging import get_logger
@@ -106,8 +107,6 @@ def _copy_(self, src, non_blocking=False):
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
-    from ._environment import current_env
-
     if not isinstance(self, Tensor):  # cpu_tensor.to("jax"): one copy, straight into JAX
         target = torch.device(device) if device is not None else torch.device("jax")
         source = self if dtype is None else self.to(dtype)
@@ -117,8 +116,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         out = _to_cpu(value)
         return out.to(device=device, dtype=dtype or out.dtype)
     if dtype is not None:
-        with jax.enable_x64(True):
-            value = value.astype(jax_dtype(dtype))
+        value = value.astype(jax_dtype(dtype))
     elif device is None:
         value = jnp.array(value, copy=True)
     if device is not None:
@@ -259,8 +257,7 @@ def _traced_fallback(op, args, flat, spec, mutated):
         return [jax.device_get(_from_cpu(r.detach().resolve_conj().resolve_neg().contiguous()))
                 for r in res]
 
-    with jax.enable_x64(True):
-        results = jax.pure_callback(host, shapes, *arrays)
+    results = jax.pure_callback(host, shapes, *arrays)
     outs = results[:len(tensor_outs)]
     for i, new in zip(written, results[len(tensor_outs):], strict=True):
         args[i]._write(new)

@@ -93,49 +93,44 @@ def _unwrap_plan(func) -> tuple[tuple[int, ...], bool]:
 
 
 def _make_unwrapper(func) -> Callable:
-    """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema."""
+    """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema.
+
+    On the hot path: one call, no helper calls for a plain Tensor argument.
+    """
     positions, tensor_kwargs = _unwrap_plan(func)
-    schema = getattr(func, "_schema", None)
-
-    def unwrap_kwargs(kwargs):
-        if not kwargs or not tensor_kwargs:
-            return kwargs
-        return {k: _unwrap(v, k) for k, v in kwargs.items()}
-
-    if schema is None:
-        def unwrap(args, kwargs):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
-            return [_unwrap(a, i) for i, a in enumerate(args)], unwrap_kwargs(kwargs)
-    else:
-        def unwrap(args, kwargs):
-            jargs = list(args)
-            n = len(jargs)
-            for i in positions:
-                if i >= n:
-                    break
-                a = jargs[i]
-                if type(a) is Tensor:
-                    jargs[i] = a._storage.array if a._view is None else a._value()
-                elif a is not None:
-                    jargs[i] = _unwrap(a, i)
-            return jargs, unwrap_kwargs(kwargs)
-
+    by_schema = getattr(func, "_schema", None) is not None
     cpu_index_positions = _cpu_index_positions(func)
+    several_devices = _several_devices()  # fixed for the process once JAX has started
 
-    def guarded(args, kwargs):
+    def unwrap(args, kwargs):
         try:
-            out = unwrap(args, kwargs)
+            if by_schema:
+                jargs = list(args)
+                n = len(jargs)
+                for i in positions:
+                    if i >= n:
+                        break
+                    a = jargs[i]
+                    if type(a) is Tensor:
+                        jargs[i] = a._storage.array if a._view is None else a._value()
+                    elif a is not None:
+                        jargs[i] = _unwrap(a, i)
+            else:  # not an ATen overload: look at everything
+                jargs = [_unwrap(a, i) for i, a in enumerate(args)]
+            if kwargs and tensor_kwargs:
+                kwargs = {k: _unwrap(v, k) for k, v in kwargs.items()}
         except _ForeignTensor as exc:
             if exc.position in cpu_index_positions:
                 args = list(args)
                 args[exc.position] = [_from_cpu(t) if _is_cpu_tensor(t) else t
                                       for t in args[exc.position]]
-                return guarded(args, kwargs)
+                return unwrap(args, kwargs)
             raise _foreign_tensor_error(func, exc) from None
-        if _several_devices():
+        if several_devices:
             _check_one_device(func, args, positions)
-        return out
+        return jargs, kwargs
 
-    return guarded
+    return unwrap
 
 
 @functools.cache
@@ -203,7 +198,11 @@ def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
 
 
 def _call(fn, jargs, jkwargs):
-    """Run a lowering with JAX's 64-bit mode on (entering it only when it is off)."""
+    """Run a lowering with JAX's 64-bit mode on (entering it only when it is off).
+
+    Implementations run under ``_run.run_op``, which turns the mode on; this is for what runs
+    later, outside any op: a view recomputing itself from its storage when read.
+    """
     if _x64.value:
         return fn(*jargs, **jkwargs)
     with _x64(True):
@@ -231,18 +230,11 @@ def plain_impl(func, fn) -> Callable:
 
     def raw(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
-        if _x64.value:
-            return fn(*jargs, **jkwargs)
-        with _x64(True):
-            return fn(*jargs, **jkwargs)
+        return fn(*jargs, **jkwargs)
 
     def impl(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
-        if _x64.value:
-            out = fn(*jargs, **jkwargs)
-        else:
-            with _x64(True):
-                out = fn(*jargs, **jkwargs)
+        out = fn(*jargs, **jkwargs)
         if type(out) is _ArrayImpl:
             return _make(out)
         return _wrap(out)
@@ -291,9 +283,6 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         return entry, key, leaves
 
     def miss(key, jargs, jkwargs, leaves):
-        if not _x64.value:
-            with _x64(True):
-                return miss(key, jargs, jkwargs, leaves)
         calls = cache.note_seen(key)
         min_calls = cache.min_calls()
         if calls < min_calls or calls == 1:
@@ -318,7 +307,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             except (ValueError, TypeError):  # inputs on other devices than it was compiled for
                 return entry.relax()(*leaves)
         if key is None:
-            return _call(fn, jargs, jkwargs)
+            return fn(*jargs, **jkwargs)
         return miss(key, jargs, jkwargs, leaves)[1]
 
     def impl(args, kwargs):
@@ -326,7 +315,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         entry, key, leaves = lookup(jargs, jkwargs)
         if entry is None:
             if key is None:
-                out = _call(fn, jargs, jkwargs)
+                out = fn(*jargs, **jkwargs)
             else:
                 entry, out = miss(key, jargs, jkwargs, leaves)
                 if entry is not None and entry.meta is None:
@@ -640,8 +629,7 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
                 f"{op_name(func)}: result type {_type_name(src)} can't be cast to the desired "
                 f"output type {_type_name(dst_dtype)}"
             )
-        with _x64(True):  # may run outside a lowering's x64 scope (int64/float64 outputs)
-            value = value.astype(jax_dtype(dst_dtype))
+        value = value.astype(jax_dtype(dst_dtype))
     if value.shape != dst.shape:
         if value.size == dst.numel() and value.ndim == 0:
             value = value.reshape(tuple(dst.shape))

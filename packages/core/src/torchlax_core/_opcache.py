@@ -35,7 +35,9 @@ import jax.numpy as jnp
 import torch
 from jax._src.array import ArrayImpl as _ArrayImplClass
 
-from ._stats import Stats
+from ._registry import op_name
+from ._stats import Stats, record_compile
+from ._tensor import _DTYPES, _device_of
 
 _ArrayImpl = type(jnp.zeros(()))
 
@@ -282,8 +284,6 @@ class Entry:
 
     def learn(self, out) -> None:
         if type(out) is _ArrayImpl:
-            from ._tensor import _DTYPES, _device_of
-
             dtype = _DTYPES.get(out.dtype)
             if dtype is not None:
                 self.meta = (tuple(out.shape), dtype, _device_of(out))
@@ -297,8 +297,6 @@ class Entry:
 
 def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
     """Trace ``fn`` with abstract inputs and compile it; ``None`` marks ``func`` uncacheable."""
-    from ._registry import op_name
-
     args_template = _template(list(jargs))
     kwargs_template = {k: _template(v) for k, v in jkwargs.items()}
 
@@ -321,7 +319,5 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
         cache.mark_uncacheable(func, f"its lowering does not trace with abstract inputs "
                                      f"({type(exc).__name__}: {str(exc)[:200]})")
         return None
-    from ._stats import record_compile
-
     record_compile(op_name(func), time.perf_counter() - start, env)
     return Entry(compiled, traced)

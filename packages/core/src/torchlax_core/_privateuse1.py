@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import os
 
+import jax
 import torch
-from jax._src.config import enable_x64 as _x64
+
+from ._current import current_env
+from ._run import run_op
+
+# Kernels are entered from PyTorch's dispatcher, also while torch.compile runs code eagerly (a
+# graph break, loss.backward()): Dynamo must not try to compile them and the JAX they run.
+from ._tensor import Tensor, _hide_from_dynamo
 
 BACKEND = "jax"
 _state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
@@ -31,8 +38,6 @@ class _DeviceModule:
         # Creating the environment then (loading its plugins, which registers the factory
         # kernels) lets that very call take the same path as every later one: otherwise the
         # first torch.arange(5, device="jax") would run ATen's empty-then-out= composite.
-        from ._environment import current_env
-
         current_env()
 
     def is_available(self) -> bool:
@@ -57,16 +62,12 @@ class _DeviceModule:
 
     def synchronize(self, device=None) -> None:
         """Wait for every computation queued on the JAX devices (``jax.effects_barrier``)."""
-        import jax
-
         jax.effects_barrier()
         for array in jax.live_arrays():
             array.block_until_ready()
 
     def memory_allocated(self, device=None) -> int:
         """Bytes held by live JAX arrays on ``device`` (default: jax:0)."""
-        import jax
-
         target = _jax_device(device)
         total = 0
         for array in jax.live_arrays():
@@ -98,8 +99,6 @@ class _DeviceModule:
         pass
 
     def device_count(self) -> int:
-        import jax
-
         return len(jax.devices())
 
     def get_amp_supported_dtype(self):
@@ -107,8 +106,6 @@ class _DeviceModule:
 
 
 def _jax_device(device):
-    import jax
-
     index = 0
     if device is not None:
         index = device if isinstance(device, int) else (torch.device(device).index or 0)
@@ -185,24 +182,13 @@ def _check_not_forked(op) -> None:
 
 
 def _kernel(keyset, op, *args, **kwargs):
-    from ._environment import current_env
-
     if _forked:
         _check_not_forked(op)
     env = current_env()
-    if _x64.value:
-        out = env.dispatch(op, args, kwargs)
-    else:
-        # As in Tensor.__torch_dispatch__: outside 64-bit mode JAX would build an int64 or
-        # float64 factory result (torch.empty(3, dtype=torch.long, device="jax")) as 32-bit.
-        with _x64(True):
-            out = env.dispatch(op, args, kwargs)
-    return _place(env, out, kwargs.get("device"))
+    return _place(env, run_op(env, op, args, kwargs), kwargs.get("device"))
 
 
 def _place(env, out, device):
-    from ._tensor import Tensor
-
     if isinstance(out, Tensor) and device is not None:
         placed = env.place(out._value(), device)
         if placed is not out._elem:
@@ -265,18 +251,8 @@ def register_composite_overrides(tables) -> None:
             _state["composites"].add(overload)
 
 
-def _hide_from_dynamo(kernel) -> None:
-    # Entered from PyTorch's dispatcher, also while torch.compile runs code eagerly (a graph
-    # break, loss.backward()): Dynamo must not try to compile the kernel and the JAX it runs.
-    from ._tensor import _hide_from_dynamo as hide
-
-    hide(kernel)
-
-
 def _make_composite_kernel(op):
     def kernel(*args, **kwargs):
-        from ._environment import current_env
-
         decompositions = current_env()._tables.decompositions
         entry = decompositions.get(op) or decompositions.get(op.overloadpacket)
         if entry is None:
@@ -299,14 +275,9 @@ def _is_factory(op) -> bool:
 def _make_factory_kernel(op, check=True):
     if not check:
         def kernel(*args, **kwargs):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
-            from ._environment import current_env
-
             if _forked:
                 _check_not_forked(op)
-            if _x64.value:
-                return current_env().dispatch(op, args, kwargs)
-            with _x64(True):
-                return current_env().dispatch(op, args, kwargs)
+            return run_op(current_env(), op, args, kwargs)
 
         _hide_from_dynamo(kernel)
         return kernel

@@ -31,6 +31,7 @@ import torch
 from jax._src import core as _jax_core
 
 from . import _tensor
+from ._current import enable
 from ._tensor import Tensor
 
 
@@ -75,8 +76,6 @@ def staging() -> bool:
 @contextlib.contextmanager
 def tracing(env) -> Iterator[None]:
     """What code traced into one torchlax program runs under (see the module docstring)."""
-    from ._environment import enable
-
     previous = torch.compiler._is_compiling_flag
     torch.compiler._is_compiling_flag = True
     function_hook = Tensor.__dict__["__torch_function__"]

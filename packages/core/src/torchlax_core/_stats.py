@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._current import current_env
 from ._logging import logger
 
 
@@ -50,8 +51,6 @@ def record_compile(name: str, seconds: float, env: Any = None) -> None:
     ``torchlax`` logger (shown with ``TORCHLAX_LOG=info``).
     """
     if env is None:
-        from ._environment import current_env
-
         env = current_env()
     stats = getattr(env, "_stats", None)
     if stats is None:  # an environment object from before this module (or a stand-in)

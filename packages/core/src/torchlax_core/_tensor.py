@@ -1,7 +1,7 @@
 """``torchlax.Tensor``: a ``torch.Tensor`` subclass whose data is a ``jax.Array``.
 
-Every ATen op on it reaches ``__torch_dispatch__``, which hands it to the current environment
-(``_environment.Environment.dispatch``). Autograd sits above the Python dispatch key, so
+Every ATen op on it reaches ``__torch_dispatch__``, which runs it in the current environment
+(``_run.run_op``). Autograd sits above the Python dispatch key, so
 ``loss.backward()`` runs PyTorch's own derivative formulas on torchlax Tensors.
 
 Views alias as in PyTorch. A root tensor and its views share one ``_Storage`` (a box holding
@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from jax._src.config import enable_x64 as _x64
 
+from ._current import current_env
 from ._dtypes import jax_dtype, torch_dtype
+from ._run import run_op
 
 # -- what a tensor is made of -----------------------------------------------------------------
 
@@ -286,29 +288,11 @@ class Tensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        env = _current_env()
-        try:
-            impl = env._resolved.get(func)
-            if impl is None:
-                impl = env._resolve(func)
-            if _x64.value:
-                return impl(args, kwargs or {})
-            # Everything an op does runs in 64-bit mode, not only its lowering: outside it JAX
-            # would silently narrow int64/float64 data in the core's own array code (copy_,
-            # writes through views) and in torch-level decompositions.
-            with _x64(True):
-                return impl(args, kwargs or {})
-        except Exception as exc:
-            if _current_graph_task_id() == -1:
-                raise
-            return _BackwardFailure(func, exc)
+        return run_op(current_env(), func, args, kwargs or {})
 
     # While no environment overrides a torch-level function, PyTorch skips
     # __torch_function__ altogether for this class (see set_function_overrides).
     __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]  (PyTorch's documented way to disable __torch_function__)
-
-
-_current_graph_task_id = torch._C._current_graph_task_id
 
 
 def _hide_from_dynamo(function) -> None:
@@ -325,30 +309,7 @@ def _hide_from_dynamo(function) -> None:
 
 
 _hide_from_dynamo(Tensor.__dict__["__torch_dispatch__"].__func__)
-
-
-class _BackwardFailure:
-    """What an op that failed inside the autograd engine returns instead of raising.
-
-    A Python exception raised there unwinds through PyTorch's stream guard for the ``jax``
-    device, whose (Python-backed, ``noexcept``) methods then abort the process. Returning an
-    object PyTorch cannot convert makes it raise its own C++ error instead, whose message
-    carries this object's repr: the op and the original error.
-    """
-
-    def __init__(self, func, exc: BaseException):
-        self.func = func
-        self.exc = exc
-
-    def __repr__(self) -> str:
-        return (f"<torchlax: {self.func} failed during backward with "
-                f"{type(self.exc).__name__}: {self.exc}>")
-
-
-def _current_env():  # rebound by _environment when it is imported
-    from ._environment import current_env
-
-    return current_env()
+_hide_from_dynamo(run_op)  # also entered from the jax device's kernels
 
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
@@ -362,7 +323,7 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
     except TypeError:  # an unhashable callable is never overridden
         overridden = False
     if overridden:
-        return _current_env().call_function(func, types, args, kwargs or {})
+        return current_env().call_function(func, types, args, kwargs or {})
     with _DisableTorchFunctionSubclass():
         return func(*args, **(kwargs or {}))
 
