@@ -15,6 +15,8 @@ import os
 import torch
 from jax._src.config import enable_x64 as _x64
 
+from . import _autocast
+
 BACKEND = "jax"
 _state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
           "composites": set()}
@@ -158,6 +160,7 @@ def set_up() -> None:
     for name in ("copy_", "_copy_from", "_to_copy", "lift_fresh", "_local_scalar_dense"):
         op = getattr(torch.ops.aten, name).default
         _state["aten"].impl(name, _make_factory_kernel(op, check=False), "PrivateUse1")
+    _autocast.install()
     _state["set_up"] = True
 
 
