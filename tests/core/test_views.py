@@ -358,3 +358,19 @@ def test_write_through_a_bit_reinterpreting_view_raises():
     with pytest.raises(NotImplementedError, match=r"view\(dtype\)"):
         x.view(torch.int32).add_(1)
     assert_same(x, _base())
+
+
+def test_complex_real_view_writes_under_jit():
+    import jax
+
+    def fn(c):
+        torch.view_as_real(c)[:, 0].mul_(2)
+        c.imag.add_(1)
+        return c
+
+    def program(array):
+        return fn(torchlax_core.wrap(array)).jax()
+
+    cpu = torch.randn(4, dtype=torch.complex64)
+    out = jax.jit(program)(to_jax(cpu).jax())
+    assert_same(torchlax_core.wrap(out), fn(cpu.clone()))
