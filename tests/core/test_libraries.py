@@ -68,3 +68,33 @@ def test_dataloader_worker_creating_jax_tensors_raises_clearly():
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "raised True"
+
+
+def _autocast_run(device, model, x, target):
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, target)
+    loss.backward()
+    return out, loss
+
+
+def test_autocast_jax_forward_and_training_step_match_cpu_autocast():
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, target = torch.randn(6, 8), torch.tensor([0, 1, 2, 3, 0, 1])
+    on_jax = copy.deepcopy(model).to("jax")
+    out_cpu, loss_cpu = _autocast_run("cpu", model, x, target)
+    out_jax, loss_jax = _autocast_run("jax", on_jax, x.to("jax"), target.to("jax"))
+    # PyTorch's CPU policy: products in bfloat16, the loss in float32.
+    assert out_jax.dtype == out_cpu.dtype == torch.bfloat16
+    assert loss_jax.dtype == loss_cpu.dtype == torch.float32
+    torch.testing.assert_close(out_jax.cpu(), out_cpu, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(loss_jax.cpu(), loss_cpu, atol=2e-2, rtol=2e-2)
+    for p_jax, p_cpu in zip(on_jax.parameters(), model.parameters(), strict=True):
+        assert p_jax.grad.dtype == torch.float32
+        torch.testing.assert_close(p_jax.grad.cpu(), p_cpu.grad, atol=2e-2, rtol=5e-2)
+    torch.optim.SGD(on_jax.parameters(), lr=0.1).step()
+    with torch.autocast("jax", enabled=False):  # disabled: float32 throughout
+        assert on_jax(x.to("jax")).dtype == torch.float32

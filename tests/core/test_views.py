@@ -306,3 +306,71 @@ def test_inplace_view_ops_under_jit():
     out, alias = jax.jit(program)(to_jax(torch.arange(6.0).reshape(2, 3)).jax())
     assert_same(torchlax_core.wrap(out), expected)
     assert_same(torchlax_core.wrap(alias), expected_alias)
+
+
+def _complex_base():
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6) * (1 - 2j)
+
+
+# Views between complex and real dtypes (PyTorch's make_tensor fills complex tensors through
+# view_as_real): fn(base) -> view, written through both ways as the views above.
+COMPLEX_VIEW_WRITES = {
+    "real": (lambda x: x.real, _complex_base),
+    "imag": (lambda x: x.imag, _complex_base),
+    "view_as_real": (torch.view_as_real, _complex_base),
+    "view_as_real_column": (lambda x: torch.view_as_real(x)[:, 1:4, 1], _complex_base),
+    "transposed_real": (lambda x: x.t()[2].real, _complex_base),
+    "conj": (lambda x: x.conj(), _complex_base),
+    "view_as_complex": (lambda x: torch.view_as_complex(x.view(4, 3, 2))[1:], _base),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX_VIEW_WRITES))
+def test_write_through_complex_real_views_both_ways(name):
+    make_view, make = COMPLEX_VIEW_WRITES[name]
+
+    def fn(x):
+        v = make_view(x)
+        v.mul_(-3)
+        v[0] = 5  # (a select of the view, written through twice)
+        after_view_write = x.clone()
+        x.add_(7)
+        return after_view_write, x, v, v.resolve_conj()
+
+    _check(fn, make)
+    cpu, jx = make(), to_jax(make())
+    expected, actual = make_view(cpu), make_view(jx)
+    assert actual._base is (jx._base if jx._base is not None else jx)
+    assert expected._base is (cpu._base if cpu._base is not None else cpu)
+    assert actual.stride() == expected.stride()
+    assert actual.storage_offset() == expected.storage_offset()
+
+
+def test_make_tensor_of_complex_dtype_on_jax():
+    for dtype in (torch.complex64, torch.complex128):
+        t = torch.testing.make_tensor((3, 2), dtype=dtype, device="jax", low=-2, high=2)
+        assert t.dtype == dtype and t.shape == (3, 2)
+        assert bool((t.real.abs() <= 2).all()) and bool((t.imag != 0).any())
+
+
+def test_write_through_a_bit_reinterpreting_view_raises():
+    x = to_jax(_base())
+    with pytest.raises(NotImplementedError, match=r"view\(dtype\)"):
+        x.view(torch.int32).add_(1)
+    assert_same(x, _base())
+
+
+def test_complex_real_view_writes_under_jit():
+    import jax
+
+    def fn(c):
+        torch.view_as_real(c)[:, 0].mul_(2)
+        c.imag.add_(1)
+        return c
+
+    def program(array):
+        return fn(torchlax_core.wrap(array)).jax()
+
+    cpu = torch.randn(4, dtype=torch.complex64)
+    out = jax.jit(program)(to_jax(cpu).jax())
+    assert_same(torchlax_core.wrap(out), fn(cpu.clone()))

@@ -267,3 +267,59 @@ def test_the_guard_lets_supported_dtypes_through():
             if expected is None:
                 got = fn(x.to("jax")).cpu()
                 torch.testing.assert_close(got, fn(x))
+
+
+# (id, function, inputs, gist): argument errors PyTorch raises before computing anything; torchlax
+# raises the same exception type with a message carrying the gist.
+BAD_ARGUMENTS = [
+    ("mask_too_long", lambda x, m: x[m], (_x(), torch.tensor([True, False, True, True])),
+     "The shape of the mask [4] at index 0 does not match"),
+    ("mask_on_dim1", lambda x, m: x[:, m], (_x(), torch.tensor([True, False])),
+     "The shape of the mask [2] at index 0 does not match the shape of the indexed tensor [3, 4] at index 1"),
+    ("mask_2d", lambda x, m: x[m], (_x(), torch.ones(3, 3, dtype=torch.bool)),
+     "The shape of the mask [3, 3] at index 1 does not match"),
+    ("clamp_no_bounds", torch.clamp, (_x(),), "At least one of 'min' or 'max' must not be None"),
+    ("clip_no_bounds", torch.clip, (_x(),), "At least one of 'min' or 'max' must not be None"),
+    ("flip_repeated_dim", lambda x: torch.flip(x, (0, -2)), (_x(),),
+     "dim 0 appears multiple times in the list of dims"),
+    ("addcdiv_integers", torch.addcdiv, (torch.tensor([1]), torch.tensor([1]), torch.tensor([2])),
+     "nteger division with addcdiv is no longer supported"),
+    ("addcdiv_integer_operands", torch.addcdiv,
+     (torch.tensor([1.0]), torch.tensor([1]), torch.tensor([2])),
+     "nteger division with addcdiv is no longer supported"),
+    ("unique_dim_other_empty_dim", lambda x: torch.unique(x, dim=1), (torch.empty(0, 3),),
+     "There are 0 sized dimensions, and they aren't selected"),
+    ("unique_consecutive_two_empty_dims", lambda x: torch.unique_consecutive(x, dim=0),
+     (torch.empty(0, 0, 3),), "Number of zero sized dimensions is more than one"),
+    ("unique_consecutive_unselected", lambda x: torch.unique_consecutive(x, dim=2),
+     (torch.empty(0, 0, 3),), "There are 0 sized dimensions, and they aren't selected"),
+]
+
+
+@pytest.mark.parametrize("fn,args,gist", [c[1:] for c in BAD_ARGUMENTS],
+                         ids=[c[0] for c in BAD_ARGUMENTS])
+def test_bad_argument_raises_as_pytorch(fn, args, gist):
+    expected = _error(fn, *args)
+    assert expected is not None and gist in expected[1], "PyTorch's own error changed: fix the case"
+    got = _error(fn, *to_jax(args))
+    assert got is not None and got[0] is expected[0] and gist in got[1], got
+
+
+def test_valid_masks_and_empty_unique_compute_as_pytorch():
+    x = _x()
+    mask = torch.tensor([[True, False, True, True]] * 3)
+    for fn, args in [
+        (lambda x, m: x[m], (x, mask)),
+        (lambda x, m: x[:, m], (x, torch.tensor([True, False, True, False]))),
+        (lambda x: torch.flip(x, (0, -1)), (x,)),
+        (lambda x: torch.clamp(x, max=3.0), (x,)),
+        (lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True), (torch.empty(0, 3),)),
+        (lambda x: torch.unique_consecutive(x, dim=1, return_inverse=True, return_counts=True),
+         (torch.empty(2, 0),)),
+        (lambda x: torch.unique_consecutive(x, return_counts=True), (torch.empty(0, 0, 3),)),
+    ]:
+        expected = fn(*args)
+        got = fn(*to_jax(args))
+        for e, g in zip(pytree.tree_leaves(expected), pytree.tree_leaves(got), strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            torch.testing.assert_close(g.cpu(), e)

@@ -22,6 +22,8 @@ from ._run import run_op
 # graph break, loss.backward()): Dynamo must not try to compile them and the JAX they run.
 from ._tensor import Tensor, _hide_from_dynamo
 
+from . import _autocast
+
 BACKEND = "jax"
 _state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
           "composites": set()}
@@ -156,6 +158,7 @@ def set_up() -> None:
     for name in ("copy_", "_copy_from", "_to_copy", "lift_fresh", "_local_scalar_dense"):
         op = getattr(torch.ops.aten, name).default
         _state["aten"].impl(name, _make_factory_kernel(op, check=False), "PrivateUse1")
+    _autocast.install()
     _state["set_up"] = True
 
 

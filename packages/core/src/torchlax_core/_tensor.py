@@ -122,6 +122,47 @@ def _first_index(view: _View, root_array) -> int:
         return int(view.indices(root_array)[0])
 
 
+def _as_real(array):
+    """A complex array as floats with a trailing (real, imag) dim; other arrays unchanged."""
+    if jnp.issubdtype(array.dtype, jnp.complexfloating):
+        return jnp.stack([jnp.real(array), jnp.imag(array)], axis=-1)
+    return array
+
+
+def _from_real(array, dtype):
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return jax.lax.complex(array[..., 0], array[..., 1])
+    return array
+
+
+def _write_reinterpreted(compute, root, new):
+    """``root`` with the elements the view ``compute`` reads replaced so that it reads ``new``.
+
+    The views that change the dtype between real and complex (``real``, ``imag``,
+    ``view_as_real``, ``view_as_complex``, ``conj``, composed with slices) are linear in the
+    root's real components and pick each at most once, up to a sign: the transpose of the view
+    then scatters ``new`` back onto the components it came from. A bit reinterpretation
+    (``view(dtype)``) is not linear, so it cannot be written through.
+    """
+    real_root = _as_real(root)
+
+    def read(components):
+        return _as_real(compute(_from_real(components, root.dtype)))
+
+    try:
+        scatter = jax.linear_transpose(read, real_root)
+        (written,) = scatter(_as_real(new))
+        (picked,) = scatter(jnp.ones_like(_as_real(new)))
+    except (TypeError, NotImplementedError, ValueError) as error:
+        raise NotImplementedError(
+            "Writing in place through a view that reinterprets the bits of its base "
+            "(view(dtype)) is not supported by "
+            "torchlax; write to the base tensor, or write to a copy and copy it back with "
+            f"base.copy_(copy.view(base.dtype)). ({type(error).__name__}: {error})"
+        ) from None
+    return _from_real(jnp.where(picked != 0, written, real_root), root.dtype)
+
+
 def _make(array, storage: _Storage | None = None, view: _View | None = None,
           requires_grad: bool = False, layout: tuple | None = None) -> Tensor:
     """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls).
@@ -201,11 +242,8 @@ class Tensor(torch.Tensor):
                 flat = root.reshape(-1).at[view.indices(root)].set(new.reshape(-1))
             storage.array = flat.reshape(root.shape)
         else:
-            raise NotImplementedError(
-                "Writing in place through a view that reinterprets the dtype (view(dtype), "
-                "real, imag, view_as_real, view_as_complex) is not supported by torchlax; "
-                "write to the base tensor instead."
-            )
+            with _x64(True):
+                storage.array = _write_reinterpreted(view.compute, root, new)
         view.value = new
         view.seen = storage.array
 

@@ -217,10 +217,20 @@ def addcmul(self, tensor1, tensor2, *, value=1):
     return self + _scaled(tensor1 * tensor2, value)
 
 
-@lowering(aten.addcdiv.default)
 @elementwise(("self", "tensor1", "tensor2"), Promotion.DEFAULT)
-def addcdiv(self, tensor1, tensor2, *, value=1):
+def _addcdiv(self, tensor1, tensor2, *, value=1):
     return self + _scaled(tensor1 / tensor2, value)
+
+
+@lowering(aten.addcdiv.default)
+def addcdiv(self, tensor1, tensor2, *, value=1):
+    # Checked on the inputs' own dtypes, before promotion, as PyTorch checks them.
+    if not any(jnp.issubdtype(t.dtype, jnp.inexact) for t in (tensor1, tensor2)):
+        raise RuntimeError(
+            "torch.addcdiv: integer division with addcdiv is no longer supported. Compute "
+            "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer "
+            "inputs, or pass floating-point tensor1 and tensor2.")
+    return _addcdiv(self, tensor1, tensor2, value=value)
 
 
 @lowering(aten.lerp.Scalar, aten.lerp.Tensor)
@@ -468,6 +478,12 @@ def ldexp(self, other):
 # -- clamping -----------------------------------------------------------------------------------
 
 
+def _require_a_bound(lo, hi) -> None:
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None; pass "
+                           "min=, max= or both.")
+
+
 def _clamp(x, lo, hi):
     if lo is not None:
         x = jnp.maximum(x, lo)
@@ -479,12 +495,14 @@ def _clamp(x, lo, hi):
 @lowering(aten.clamp.default, aten.clamp.Tensor)
 @elementwise(("self", "min", "max"), Promotion.DEFAULT)
 def clamp(self, min=None, max=None):
+    _require_a_bound(min, max)
     return _clamp(self, min, max)
 
 
 @lowering(aten.clip.default, aten.clip.Tensor)
 @elementwise(("self", "min", "max"), Promotion.DEFAULT)
 def clip(self, min=None, max=None):
+    _require_a_bound(min, max)
     return _clamp(self, min, max)
 
 

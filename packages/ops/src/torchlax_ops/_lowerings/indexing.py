@@ -44,6 +44,16 @@ def _is_mask(index) -> bool:
     return index is not None and index.dtype in (jnp.bool_, jnp.uint8)
 
 
+def _check_mask_shape(self, mask, start: int) -> None:
+    """PyTorch's check that a boolean mask covers the dims it indexes (else jnp reads garbage)."""
+    for i, size in enumerate(mask.shape):
+        dim = start + i
+        if dim < self.ndim and size != self.shape[dim]:
+            raise IndexError(
+                f"The shape of the mask {list(mask.shape)} at index {i} does not match the shape "
+                f"of the indexed tensor {list(self.shape)} at index {dim}")
+
+
 def _key(self, indices, op: str, check: bool = True):
     """The NumPy-style index tuple for ATen's ``indices`` (None means a full slice)."""
     key = []
@@ -51,6 +61,7 @@ def _key(self, indices, op: str, check: bool = True):
         if index is None:
             key.append(slice(None))
         elif _is_mask(index):
+            _check_mask_shape(self, index, len(key))
             _require_concrete(op, index, hint=(
                 "; for `x[mask] = value` under jit use torch.where(mask, value, x) instead"))
             key.extend(jnp.nonzero(index.astype(jnp.bool_)))
@@ -423,10 +434,25 @@ def unique(self, sorted=True, return_inverse=False):
     return values, inverse
 
 
+def _check_unique_dim_of_empty(self, dim: int) -> None:
+    """PyTorch's checks of ``unique(dim=)`` on an empty tensor: only ``dim`` may be 0-sized."""
+    if self.size:
+        return
+    if self.shape[dim] != 0:
+        raise RuntimeError(
+            "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    if sum(n == 0 for n in self.shape) > 1:
+        raise RuntimeError(
+            "Number of zero sized dimensions is more than one, so unique cannot be applied ")
+
+
 @lowering(aten.unique_dim.default)
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
     _require_concrete("torch.unique(dim=...)", self)
     dim = _dim(dim, self.ndim)
+    _check_unique_dim_of_empty(self, dim)
+    if not self.size:
+        return self, _none(), _none()
     values, inverse, counts = jnp.unique(
         self, return_inverse=True, return_counts=True, axis=dim)
     inverse = jnp.ravel(inverse).astype(jnp.int64) if return_inverse else _none()
@@ -436,9 +462,11 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
 @lowering(aten.unique_consecutive.default)
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
     _require_concrete("torch.unique_consecutive", self)
+    if dim is not None:
+        _check_unique_dim_of_empty(self, _dim(dim, self.ndim))
     moved = jnp.ravel(self)[:, None] if dim is None else jnp.moveaxis(self, _dim(dim, self.ndim), 0)
     length = moved.shape[0]
-    rows = moved.reshape(length, -1)
+    rows = moved.reshape(length, int(np.prod(moved.shape[1:], dtype=np.int64)))
     starts = np.ones(length, dtype=bool)
     if length:
         starts[1:] = np.asarray(jnp.any(rows[1:] != rows[:-1], axis=1))

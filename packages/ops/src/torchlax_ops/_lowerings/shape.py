@@ -372,9 +372,13 @@ def chunk_cat(tensors, dim, num_chunks):
 
 @lowering(aten.flip.default)
 def flip(self, dims):
+    wrapped = tuple(_dim(d, self.ndim) for d in dims)
+    for i, d in enumerate(wrapped):
+        if d in wrapped[:i]:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
     if self.ndim == 0:
         return self
-    return jnp.flip(self, tuple(_dim(d, self.ndim) for d in dims))
+    return jnp.flip(self, wrapped)
 
 
 @lowering(aten.roll.default)
