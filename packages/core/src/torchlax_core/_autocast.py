@@ -40,7 +40,7 @@ def _caster(dtype_of):
 
 def _kernel(op, dtype_of):
     cast = _caster(dtype_of)
-    below = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+    below = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)  # pyright: ignore[reportAttributeAccessIssue]  (torch._C stubs lack this key)
 
     def kernel(*args, **kwargs):
         args, kwargs = pytree.tree_map(cast, (args, kwargs))

@@ -15,14 +15,13 @@ import os
 import jax
 import torch
 
+from . import _autocast
 from ._current import current_env
 from ._run import run_op
 
 # Kernels are entered from PyTorch's dispatcher, also while torch.compile runs code eagerly (a
 # graph break, loss.backward()): Dynamo must not try to compile them and the JAX they run.
 from ._tensor import Tensor, _hide_from_dynamo
-
-from . import _autocast
 
 BACKEND = "jax"
 _state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
