@@ -239,17 +239,32 @@ def test_state_found_again_when_its_objects_change(name):
             torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
 
 
-def test_optimizer_over_cpu_parameters_is_a_clear_error():
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def step(x):
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-
-    with pytest.raises(RuntimeError, match="not on the 'jax' device"):
-        torchlax.jit(step)(torch.randn(2, 6))
+@pytest.mark.parametrize("name", ["sgd-momentum-nesterov-wd", "adamw"])
+def test_step_over_cpu_parameters_writes_into_the_same_tensors(name):
+    torch.manual_seed(0)
+    ref = _model()
+    model = copy.deepcopy(ref)
+    ref_opt, opt = OPTIMIZERS[name](ref.parameters()), OPTIMIZERS[name](model.parameters())
+    reference = _step_fn(ref, ref_opt, None)
+    compiled = torchlax.jit(_step_fn(model, opt, None))
+    weight, version = model[0].weight, model[0].weight._version
+    for x, y in _data():
+        want = reference(x, y)
+        got = compiled(x, y)
+        for w, g in zip(want, got, strict=True):
+            assert type(g) is torch.Tensor and g.device.type == "cpu"
+            torch.testing.assert_close(g, w.detach(), rtol=1e-10, atol=1e-10)
+    assert model[0].weight is weight and type(weight) is nn.Parameter
+    assert weight._version >= version + STEPS  # written in place, as eager steps write
+    for (key, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
+        assert type(g) is torch.Tensor
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=key)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-10, atol=1e-10)
+        for (key, w), g in zip(ref_opt.state[p_ref].items(), opt.state[p].values(), strict=True):
+            assert type(g) is torch.Tensor
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=key)
+    assert compiled.compilations == 1  # the first call eager (state created), then one program
 
 
 def test_checked_mode_raises_pytorchs_error_after_the_call_and_keeps_the_state():

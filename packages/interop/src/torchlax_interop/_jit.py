@@ -31,7 +31,15 @@ from torchlax_core._program import tracing, unused_key
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
-from ._jit_state import _Layout, _move_cpu_state_to_jax, _StateSet, arg_leaves, find_state
+from ._jit_state import (
+    CpuStateError,
+    _Layout,
+    _move_cpu_state_to_jax,
+    _StateSet,
+    arg_leaves,
+    cpu_state_tensors,
+    find_state,
+)
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
@@ -408,7 +416,61 @@ class _Jitted:
     def __call__(self, *args, **kwargs):
         check_shared_writes()
         with _trace_lock, jax.enable_x64(True):
-            return self._call(args, kwargs)
+            try:
+                return self._call(args, kwargs)
+            except CpuStateError:
+                return self._call_on_cpu_state(args, kwargs)
+
+    def _call_on_cpu_state(self, args, kwargs):
+        """A step over CPU parameters: their memory is lent to the program (DLPack), and the
+        new state is written back into the same tensor objects, as an in-place step does."""
+        tensors, optimizers = cpu_state_tensors(self.target, arg_leaves(args, kwargs)[0])
+        # The program must not reuse memory that torch owns.
+        self.donate_state = False
+        self._layout = None
+        lent = []
+        try:
+            for t in tensors:
+                grad = t.grad if t.is_leaf else None
+                array = _borrow(t)
+                promoted = Tensor(array, requires_grad=t.requires_grad)
+                # The very objects the model and optimizer name become torchlax Tensors for
+                # the call (identity, opt.state keys and module attributes unchanged).
+                t.grad = None
+                try:
+                    torch.utils.swap_tensors(t, promoted)
+                except RuntimeError as exc:
+                    t.grad = grad
+                    raise RuntimeError(
+                        f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
+                        f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
+                        "Move the model to the 'jax' device before creating the optimizer "
+                        "(model.to('jax') inside torchlax.enable())."
+                    ) from exc
+                lent.append((t, promoted, array))
+                if grad is not None:
+                    t.grad = Tensor(_borrow(grad))
+            args, kwargs = pytree.tree_map_only(
+                torch.Tensor, lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
+                (args, kwargs))
+            out = self._call(args, kwargs)
+        finally:
+            self._layout = None  # found over the lent tensors: stale once they are given back
+            for t, cpu, array in reversed(lent):
+                new, grad = t._value(), t.grad
+                t.grad = None
+                torch.utils.swap_tensors(t, cpu)
+                if new is not array:
+                    with torch.no_grad():
+                        t.copy_(torch.from_dlpack(new))  # in place: bumps _version
+                if grad is not None:
+                    t.grad = grad.cpu()
+            for opt in optimizers:  # state the step created (on its first, eager, call)
+                for entries in opt.state.values():
+                    for name, value in list(entries.items()):
+                        if isinstance(value, Tensor):
+                            entries[name] = value.cpu()
+        return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
 
     # -- calling -----------------------------------------------------------------------------
 

@@ -386,8 +386,42 @@ def _move_cpu_state_to_jax(opt) -> None:
                     jnp.asarray(value.detach().cpu().numpy()), p.device))
 
 
+class CpuStateError(RuntimeError):
+    """An optimizer of the step holds CPU parameters (the step is then run on promoted state)."""
+
+
+def cpu_state_tensors(target, arg_leaves: list) -> tuple[list, list]:
+    """The CPU tensors of a step over CPU state (parameters, buffers, optimizer state), and
+    its optimizers."""
+    found: list = []
+    seen: set = set()
+    _referenced(target, seen, found, _Layout())
+    for leaf in arg_leaves:
+        if isinstance(leaf, _STATEFUL):
+            _referenced(leaf, seen, found, _Layout())
+    optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
+    optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
+    tensors: dict = {}
+
+    def add(t):
+        if isinstance(t, torch.Tensor) and not isinstance(t, Tensor):
+            tensors.setdefault(id(t), t)
+
+    for m in found:
+        if isinstance(m, torch.nn.Module):
+            for t in (*m.parameters(), *m.buffers()):
+                add(t)
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                add(p)
+                for value in opt.state.get(p, {}).values():
+                    add(value)
+    return list(tensors.values()), optimizers
+
+
 def _cpu_optimizer_error(opt) -> RuntimeError:
-    return RuntimeError(
+    return CpuStateError(
         f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
         "the 'jax' device. A compiled training step keeps its state on jax: move the model "
         "first (model.to('jax') inside torchlax.enable()), then create the optimizer; or "
