@@ -352,75 +352,84 @@ def _steady_compiles(b: Bench, count: Callable[[], int], group: str, variant: st
 
 def bench_training_steps(b: Bench, models: list[str] | None = None) -> None:
     """The whole step (forward, loss.backward(), optimizer.step()) under each compiler."""
-    import optax
-    import torchlax_dynamo
 
     for name, make_case in _training_cases().items():
         if models and name not in models:
             continue
         for opt_name, (make_opt, make_optax) in OPTIMIZERS.items():
             group = f"training step: {name} + {opt_name}"
-            torch.manual_seed(0)
-            model, (x, y), loss_fn = make_case()
-            model.train()
+            try:
+                _bench_training_step(b, group, name, make_case, make_opt, make_optax)
+            except Exception as exc:  # a failing setup is reported, not hidden
+                b.rows.append({"group": group, "variant": "(setup)", "size": "",
+                               "error": f"{type(exc).__name__}: {exc}"[:300]})
 
-            def step_fn(m, opt, xb, yb):
-                def step():
-                    opt.zero_grad()
-                    loss = loss_fn(m, xb, yb)
-                    loss.backward()
-                    opt.step()
-                    return loss
 
-                return step
+def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, make_optax):
+    import optax
+    import torchlax_dynamo
 
-            cpu = copy.deepcopy(model)
-            b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, make_opt(cpu.parameters()), x, y))
-            torch._dynamo.reset()
-            ind = copy.deepcopy(model)
-            b.measure(group, "torch.compile inductor (step)",
-                      torch.compile(step_fn(ind, make_opt(ind.parameters()), x, y)))
-            torch._dynamo.reset()
-            with torchlax.enable():
-                jm = copy.deepcopy(model).to("jax")
-                jx, jy = x.to("jax"), y.to("jax")
-            jopt = make_opt(jm.parameters())
-            whole = torchlax.jit(step_fn(jm, jopt, jx, jy))
-            whole()  # eager: the optimizer creates its state
-            variant = "torchlax.jit(step)"
-            b.measure(group, variant, lambda: ready(whole()))
-            b.rows[-1]["_compiles_after_first"] = 1
-            _steady_compiles(b, lambda: whole.compilations, group, variant)
-            program = next(iter(whole.programs.values()), None)
-            if program is not None and program.compiled and "median_s" in b.rows[-1]:
-                b.rows[-1]["peak_bytes"] = _peak_bytes(next(iter(program.compiled.values())))
+    torch.manual_seed(0)
+    model, (x, y), loss_fn = make_case()
+    model.train()
 
-            with torchlax.enable():
-                dm = copy.deepcopy(model).to("jax")
-            dstep = torch.compile(step_fn(dm, make_opt(dm.parameters()), jx, jy),
-                                  backend="torchlax")
-            variant = 'torch.compile(step, backend="torchlax")'
-            for _ in range(2):
-                dstep()  # Dynamo compiles on the first two calls (state created on the first)
-            programs = lambda: torchlax_dynamo.counters["xla_programs"]  # noqa: E731
-            before = programs()
-            b.measure(group, variant, lambda: ready(dstep()))
-            b.rows[-1]["_compiles_after_first"] = before
-            _steady_compiles(b, programs, group, variant)
-            torch._dynamo.reset()
+    def step_fn(m, opt, xb, yb):
+        def step():
+            opt.zero_grad()
+            loss = loss_fn(m, xb, yb)
+            loss.backward()
+            opt.step()
+            return loss
 
-            # JAX + optax: the MLP written by hand; the others through torchlax.functional.
-            if name == "MLP":
-                params, forward = hand_written_mlp(model)
-                variant = "hand-written JAX"
-            else:
-                params, _, forward = torchlax.functional(copy.deepcopy(model))
-                variant = "JAX + optax (torchlax.functional)"
-            run, jitted, example = _optax_step(name, forward, params, x, y, make_optax(optax))
-            b.measure(group, variant, run)
-            if "median_s" in b.rows[-1]:
-                b.rows[-1]["steady_compiles"] = 0  # a jax.jit of fixed shapes: one compile
-                b.rows[-1]["peak_bytes"] = _peak_bytes(jitted.lower(*example).compile())
+        return step
+
+    cpu = copy.deepcopy(model)
+    b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, make_opt(cpu.parameters()), x, y))
+    torch._dynamo.reset()
+    ind = copy.deepcopy(model)
+    b.measure(group, "torch.compile inductor (step)",
+              torch.compile(step_fn(ind, make_opt(ind.parameters()), x, y)))
+    torch._dynamo.reset()
+    with torchlax.enable():
+        jm = copy.deepcopy(model).to("jax")
+        jx, jy = x.to("jax"), y.to("jax")
+    jopt = make_opt(jm.parameters())
+    whole = torchlax.jit(step_fn(jm, jopt, jx, jy))
+    whole()  # eager: the optimizer creates its state
+    variant = "torchlax.jit(step)"
+    b.measure(group, variant, lambda: ready(whole()))
+    b.rows[-1]["_compiles_after_first"] = 1
+    _steady_compiles(b, lambda: whole.compilations, group, variant)
+    program = next(iter(whole.programs.values()), None)
+    if program is not None and program.compiled and "median_s" in b.rows[-1]:
+        b.rows[-1]["peak_bytes"] = _peak_bytes(next(iter(program.compiled.values())))
+
+    with torchlax.enable():
+        dm = copy.deepcopy(model).to("jax")
+    dstep = torch.compile(step_fn(dm, make_opt(dm.parameters()), jx, jy),
+                          backend="torchlax")
+    variant = 'torch.compile(step, backend="torchlax")'
+    for _ in range(2):
+        dstep()  # Dynamo compiles on the first two calls (state created on the first)
+    programs = lambda: torchlax_dynamo.counters["xla_programs"]  # noqa: E731
+    before = programs()
+    b.measure(group, variant, lambda: ready(dstep()))
+    b.rows[-1]["_compiles_after_first"] = before
+    _steady_compiles(b, programs, group, variant)
+    torch._dynamo.reset()
+
+    # JAX + optax: the MLP written by hand; the others through torchlax.functional.
+    if name == "MLP":
+        params, forward = hand_written_mlp(model)
+        variant = "hand-written JAX"
+    else:
+        params, _, forward = torchlax.functional(copy.deepcopy(model))
+        variant = "JAX + optax (torchlax.functional)"
+    run, jitted, example = _optax_step(name, forward, params, x, y, make_optax(optax))
+    b.measure(group, variant, run)
+    if "median_s" in b.rows[-1]:
+        b.rows[-1]["steady_compiles"] = 0  # a jax.jit of fixed shapes: one compile
+        b.rows[-1]["peak_bytes"] = _peak_bytes(jitted.lower(*example).compile())
 
 
 def _optax_step(name: str, forward, params, x, y, tx):
