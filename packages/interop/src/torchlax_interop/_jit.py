@@ -58,7 +58,8 @@ def jit(fn_or_module: Callable | torch.nn.Module, *, static_argnums: int | Seque
     """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
 
     It takes and returns torchlax Tensors (and also plain CPU tensors: then the results are CPU
-    tensors, shared with XLA through DLPack). Tensors anywhere in the arguments are program
+    tensors, shared with XLA through DLPack; a model and optimizer on the CPU are lent to the
+    program for each call and their new values written back in place). Tensors anywhere in the arguments are program
     inputs; other argument leaves (ints, floats, strings, ...) are static: a new value
     compiles a new program, as do new shapes or dtypes. ``static_argnums``/``static_argnames``
     name further arguments passed unchanged as static values (they must be hashable).

@@ -423,8 +423,6 @@ def cpu_state_tensors(target, arg_leaves: list) -> tuple[list, list]:
 def _cpu_optimizer_error(opt) -> RuntimeError:
     return CpuStateError(
         f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
-        "the 'jax' device. A compiled training step keeps its state on jax: move the model "
-        "first (model.to('jax') inside torchlax.enable()), then create the optimizer; or "
-        "compile the step with torch.compile(step, backend='torchlax') for CPU tensors."
+        "the 'jax' device; the call lends them to the program (caught by _Jitted.__call__)."
     )
 
