@@ -182,7 +182,7 @@ class _Layout:
             if module.training is not training:
                 return False
         for tensor, storage in self.tensor_storages:
-            if tensor._storage is not storage:
+            if getattr(tensor, "_storage", None) is not storage:
                 return False
         for scheduler, opt in self.scheduler_optimizers:
             if scheduler.optimizer is not opt:
