@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import platform
@@ -298,6 +299,181 @@ def bench_training(b: Bench) -> None:
     b.measure(group, "torchlax.functional + jax.grad (jitted step)", sgd_loop(apply, weights))
     params, forward = hand_written_mlp(model)
     b.measure(group, "hand-written JAX", sgd_loop(forward, params))
+    models = os.environ.get("TORCHLAX_BENCH_TRAINING_MODELS")
+    bench_training_steps(b, models.split(",") if models else None)
+
+
+# -- whole training steps: model x optimizer x compiler -------------------------------------------
+
+OPTIMIZERS = {
+    "SGD": (lambda params: torch.optim.SGD(params, lr=0.01), lambda optax: optax.sgd(0.01)),
+    "AdamW": (lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01),
+              lambda optax: optax.adamw(1e-3, weight_decay=0.01)),
+}
+
+
+def _training_cases():
+    def mlp_case():
+        x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+        return mlp(), (x, y), lambda m, x, y: nn.functional.cross_entropy(m(x), y)
+
+    def gpt2_case():
+        tokens = torch.randint(0, 512, (4, 64))
+
+        def loss(m, tokens, _):
+            logits = m(tokens).last_hidden_state[:, :-1] @ m.wte.weight.T
+            return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                               tokens[:, 1:].reshape(-1))
+
+        return small_gpt2(), (tokens, torch.zeros(())), loss
+
+    def resnet_case():
+        x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 10, (4,))
+        return resnet18(), (x, y), lambda m, x, y: nn.functional.cross_entropy(m(x), y)
+
+    return {"MLP": mlp_case, "GPT-2 (2 layers)": gpt2_case, "ResNet-18": resnet_case}
+
+
+def _peak_bytes(compiled) -> int | None:
+    """Peak memory of one XLA executable: arguments + outputs (less donated aliases) + temps."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def _steady_compiles(b: Bench, count: Callable[[], int], group: str, variant: str) -> None:
+    """Record how many compilations happened after the first call (must be 0)."""
+    row = b.rows[-1]
+    if row["group"] == group and row["variant"] == variant and "median_s" in row:
+        row["steady_compiles"] = count() - row.pop("_compiles_after_first", 0)
+
+
+def bench_training_steps(b: Bench, models: list[str] | None = None) -> None:
+    """The whole step (forward, loss.backward(), optimizer.step()) under each compiler."""
+
+    for name, make_case in _training_cases().items():
+        if models and name not in models:
+            continue
+        for opt_name, (make_opt, make_optax) in OPTIMIZERS.items():
+            group = f"training step: {name} + {opt_name}"
+            try:
+                _bench_training_step(b, group, name, make_case, make_opt, make_optax)
+            except Exception as exc:  # a failing setup is reported, not hidden
+                b.rows.append({"group": group, "variant": "(setup)", "size": "",
+                               "error": f"{type(exc).__name__}: {exc}"[:300]})
+
+
+def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, make_optax):
+    import optax
+    import torchlax_dynamo
+
+    torch.manual_seed(0)
+    model, (x, y), loss_fn = make_case()
+    model.train()
+
+    def step_fn(m, opt, xb, yb):
+        def step():
+            opt.zero_grad()
+            loss = loss_fn(m, xb, yb)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    cpu = copy.deepcopy(model)
+    b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, make_opt(cpu.parameters()), x, y))
+    torch._dynamo.reset()
+    ind = copy.deepcopy(model)
+    b.measure(group, "torch.compile inductor (step)",
+              torch.compile(step_fn(ind, make_opt(ind.parameters()), x, y)))
+    torch._dynamo.reset()
+    with torchlax.enable():
+        jm = copy.deepcopy(model).to("jax")
+        jx, jy = x.to("jax"), y.to("jax")
+    jopt = make_opt(jm.parameters())
+    whole = torchlax.jit(step_fn(jm, jopt, jx, jy))
+    whole()  # eager: the optimizer creates its state
+    variant = "torchlax.jit(step)"
+    b.measure(group, variant, lambda: ready(whole()))
+    b.rows[-1]["_compiles_after_first"] = 1
+    _steady_compiles(b, lambda: whole.compilations, group, variant)
+    program = next(iter(whole.programs.values()), None)
+    if program is not None and program.compiled and "median_s" in b.rows[-1]:
+        b.rows[-1]["peak_bytes"] = _peak_bytes(next(iter(program.compiled.values())))
+
+    with torchlax.enable():
+        dm = copy.deepcopy(model).to("jax")
+    dstep = torch.compile(step_fn(dm, make_opt(dm.parameters()), jx, jy),
+                          backend="torchlax")
+    variant = 'torch.compile(step, backend="torchlax")'
+    for _ in range(2):
+        dstep()  # Dynamo compiles on the first two calls (state created on the first)
+    programs = lambda: torchlax_dynamo.counters["xla_programs"]  # noqa: E731
+    before = programs()
+    b.measure(group, variant, lambda: ready(dstep()))
+    b.rows[-1]["_compiles_after_first"] = before
+    _steady_compiles(b, programs, group, variant)
+    torch._dynamo.reset()
+
+    # JAX + optax: the MLP written by hand; the others through torchlax.functional.
+    if name == "MLP":
+        params, forward = hand_written_mlp(model)
+        variant = "hand-written JAX"
+    else:
+        params, _, forward = torchlax.functional(copy.deepcopy(model))
+        variant = "JAX + optax (torchlax.functional)"
+    run, jitted, example = _optax_step(name, forward, params, x, y, make_optax(optax))
+    # The weights torchlax.functional hands out differ in layout from those the step returns:
+    # the second call compiles once more. Warm up past it; count what compiles after.
+    run()
+    compiled_before = jitted._cache_size()
+    b.measure(group, variant, run)
+    if "median_s" in b.rows[-1]:
+        b.rows[-1]["steady_compiles"] = jitted._cache_size() - compiled_before
+        with jax.enable_x64(name != "MLP"):
+            b.rows[-1]["peak_bytes"] = _peak_bytes(jitted.lower(*example).compile())
+
+
+def _optax_step(name: str, forward, params, x, y, tx):
+    """One jitted JAX step (loss, gradients, optax update) called on its own updated state."""
+    xa, ya = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def cross_entropy(logits, labels):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
+
+    def loss_fn(p, xb, yb, key):
+        if name == "MLP":
+            return cross_entropy(forward(p, xb), yb)
+        if name.startswith("GPT-2"):
+            hidden = forward(p, xb, key=key).last_hidden_state
+            logits = hidden[:, :-1] @ p["wte.weight"].T
+            return cross_entropy(logits.reshape(-1, logits.shape[-1]), xb[:, 1:].reshape(-1))
+        return cross_entropy(forward(p, xb, key=key), yb)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def step(p, opt_state, xb, yb, key):
+        loss, grads = jax.value_and_grad(loss_fn)(p, xb, yb, key)
+        updates, opt_state = tx.update(grads, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, loss
+
+    import optax
+
+    with jax.enable_x64(name != "MLP"):
+        state = {"params": params, "opt": tx.init(params), "key": jax.random.key(0)}
+    example = (params, state["opt"], xa, ya, state["key"])
+
+    def run():
+        # 64-bit mode as torchlax runs (ResNet's max-pool indices are int64 inside).
+        with jax.enable_x64(name != "MLP"):
+            state["key"], key = jax.random.split(state["key"])
+            state["params"], state["opt"], loss = step(state["params"], state["opt"], xa, ya,
+                                                       key)
+            return ready(loss)
+
+    return run, step, example
 
 
 def bench_dlpack(b: Bench) -> None:
@@ -317,7 +493,9 @@ def table(rows: list[dict]) -> str:
     for group in groups:
         items = [r for r in rows if r["group"] == group]
         base = next((r for r in items if r["variant"].startswith("PyTorch") and "median_s" in r), None)
-        jax_base = next((r for r in items if r["variant"] in ("hand-written JAX", "jax.numpy") and "median_s" in r), None)
+        jax_base = next((r for r in items if (r["variant"] in ("hand-written JAX", "jax.numpy")
+                                              or r["variant"].startswith("JAX + optax"))
+                         and "median_s" in r), None)
         lines.append(f"\n{group}")
         lines.append(f"  {'variant':<36}{'steady':>12}{'first call':>12}{'vs PyTorch':>12}{'vs JAX':>10}")
         for r in items:
@@ -326,8 +504,15 @@ def table(rows: list[dict]) -> str:
                 continue
             vs_torch = f"{r['median_s'] / base['median_s']:.2f}x" if base else ""
             vs_jax = f"{r['median_s'] / jax_base['median_s']:.2f}x" if jax_base else ""
+            extra = ""
+            if "steady_compiles" in r:
+                extra += f"  compiles in steady state: {r['steady_compiles']}"
+            if r.get("peak_bytes") is not None:
+                ratio = (f" ({r['peak_bytes'] / jax_base['peak_bytes']:.2f}x JAX)"
+                         if jax_base and jax_base.get("peak_bytes") else "")
+                extra += f"  peak {r['peak_bytes'] / 2**20:.1f} MiB{ratio}"
             lines.append(f"  {r['variant']:<36}{_fmt(r['median_s']):>12}{_fmt(r['first_s']):>12}"
-                         f"{vs_torch:>12}{vs_jax:>10}")
+                         f"{vs_torch:>12}{vs_jax:>10}{extra}")
     return "\n".join(lines)
 
 

@@ -67,6 +67,27 @@ def test_new_shapes_and_static_values_compile_new_programs_weights_do_not():
     assert traces[-1] == (7, 3)  # a new shape: a new trace
 
 
+def test_closure_rebound_to_another_module_is_followed():
+    cpu_first, cpu_second = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    with torchlax_core.enable():
+        first, second = copy.deepcopy(cpu_first).to("jax"), copy.deepcopy(cpu_second).to("jax")
+    model = first
+
+    def forward(x):
+        return model(x)
+
+    jitted = jit(forward)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(_cpu(jitted(_jax(x))), cpu_first(x))
+        model = second  # the closure cell now names another module: its weights are the state
+        torch.testing.assert_close(_cpu(jitted(_jax(x))), cpu_second(x))
+        second.weight.mul_(2)  # new values in the same objects: no new walk needed to see them
+        cpu_second.weight.mul_(2)
+        torch.testing.assert_close(_cpu(jitted(_jax(x))), cpu_second(x))
+    assert jitted.compilations == 1
+
+
 def test_static_argnums():
     def fn(x, axis):
         return x.sum(axis)

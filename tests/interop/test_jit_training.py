@@ -45,9 +45,10 @@ def _pair(make_opt, make_sched=None, batchnorm=False):
     return (ref, ref_opt, ref_sched), (model, opt, sched)
 
 
-def _step_fn(model, opt, sched, clip=None, micro_batches=1):
+def _step_fn(model, opt, sched, clip=None, micro_batches=1, zero_grad=True):
     def step(x, y):
-        opt.zero_grad()
+        if zero_grad:
+            opt.zero_grad()
         total = 0.0
         for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True):
             loss = F.cross_entropy(model(xs), ys) / micro_batches
@@ -179,17 +180,91 @@ def test_grads_and_state_are_written_back_as_tensors_of_the_objects():
     assert isinstance(state["exp_avg"], torchlax.Tensor)
 
 
-def test_optimizer_over_cpu_parameters_is_a_clear_error():
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def _append_layer(model, opt, on_jax):
+    torch.manual_seed(5)
+    layer = nn.Linear(3, 3)
+    if on_jax:
+        with torchlax.enable():
+            layer = layer.to("jax")
+    model.append(layer)
+    return layer
 
-    def step(x):
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
 
-    with pytest.raises(RuntimeError, match="not on the 'jax' device"):
-        torchlax.jit(step)(torch.randn(2, 6))
+def _replace_parameter(model, opt, on_jax):
+    bias = torch.full((3,), 0.5)
+    with torchlax.enable():
+        model[2].bias = nn.Parameter(bias.to("jax") if on_jax else bias)
+
+
+def _add_param_group(model, opt, on_jax):
+    opt.add_param_group({"params": _append_layer(model, opt, on_jax).parameters(), "lr": 0.05})
+
+
+def _grads_to_none(model, opt, on_jax):
+    opt.zero_grad(set_to_none=True)
+
+
+CHANGES = {
+    "new-submodule": (_append_layer, True),
+    "parameter-replaced": (_replace_parameter, True),
+    "add-param-group": (_add_param_group, True),
+    # A step that accumulates (no zero_grad inside): the user clears the grads between calls.
+    "zero-grad-set-to-none-between-steps": (_grads_to_none, False),
+}
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_state_found_again_when_its_objects_change(name):
+    # The state's layout is cached per function; a change of the objects that hold it makes
+    # the next call find it again, and the results stay those of eager PyTorch.
+    change, zero_grad = CHANGES[name]
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    reference = _step_fn(ref, ref_opt, None, zero_grad=zero_grad)
+    compiled = torchlax.jit(_step_fn(model, opt, None, zero_grad=zero_grad))
+    for i, (x, y) in enumerate(_data()):
+        if i == 2:
+            change(ref, ref_opt, on_jax=False)
+            change(model, opt, on_jax=True)
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        for w, g in zip(want, got, strict=True):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10, msg=f"step {i}")
+    assert ref.state_dict().keys() == model.state_dict().keys()
+    for (key, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10, msg=key)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        assert (p.grad is None) == (p_ref.grad is None)
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["sgd-momentum-nesterov-wd", "adamw"])
+def test_step_over_cpu_parameters_writes_into_the_same_tensors(name):
+    torch.manual_seed(0)
+    ref = _model()
+    model = copy.deepcopy(ref)
+    ref_opt, opt = OPTIMIZERS[name](ref.parameters()), OPTIMIZERS[name](model.parameters())
+    reference = _step_fn(ref, ref_opt, None)
+    compiled = torchlax.jit(_step_fn(model, opt, None))
+    weight, version = model[0].weight, model[0].weight._version
+    for x, y in _data():
+        want = reference(x, y)
+        got = compiled(x, y)
+        for w, g in zip(want, got, strict=True):
+            assert type(g) is torch.Tensor and g.device.type == "cpu"
+            torch.testing.assert_close(g, w.detach(), rtol=1e-10, atol=1e-10)
+    assert model[0].weight is weight and type(weight) is nn.Parameter
+    assert weight._version >= version + STEPS  # written in place, as eager steps write
+    for (key, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
+        assert type(g) is torch.Tensor
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=key)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-10, atol=1e-10)
+        for (key, w), g in zip(ref_opt.state[p_ref].items(), opt.state[p].values(), strict=True):
+            assert type(g) is torch.Tensor
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=key)
+    assert compiled.compilations == 1  # the first call eager (state created), then one program
 
 
 def test_checked_mode_raises_pytorchs_error_after_the_call_and_keeps_the_state():

@@ -15,10 +15,8 @@ call is one ``torch.autograd.Function`` whose backward is ``jax.vjp`` of the pro
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 import time
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +31,15 @@ from torchlax_core._program import tracing, unused_key
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
+from ._jit_state import (
+    CpuStateError,
+    _Layout,
+    _move_cpu_state_to_jax,
+    _StateSet,
+    arg_leaves,
+    cpu_state_tensors,
+    find_state,
+)
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
@@ -45,15 +52,14 @@ _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in t
 # itself is dispatched asynchronously, so the hold is short.
 _trace_lock = threading.RLock()
 
-_Scheduler = torch.optim.lr_scheduler.LRScheduler
-
 
 def jit(fn_or_module: Callable | torch.nn.Module, *, static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (), donate_state: bool = True) -> Callable:
     """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
 
     It takes and returns torchlax Tensors (and also plain CPU tensors: then the results are CPU
-    tensors, shared with XLA through DLPack). Tensors anywhere in the arguments are program
+    tensors, shared with XLA through DLPack; a model and optimizer on the CPU are lent to the
+    program for each call and their new values written back in place). Tensors anywhere in the arguments are program
     inputs; other argument leaves (ints, floats, strings, ...) are static: a new value
     compiles a new program, as do new shapes or dtypes. ``static_argnums``/``static_argnames``
     name further arguments passed unchanged as static values (they must be hashable).
@@ -96,117 +102,6 @@ def jit(fn_or_module: Callable | torch.nn.Module, *, static_argnums: int | Seque
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
     return _Jitted(fn_or_module, tuple(static_argnums), tuple(static_argnames), donate_state)
-
-
-# -- finding the state a call reaches -------------------------------------------------------------
-
-
-def _referenced(fn, seen: set, found: list, depth: int = 0) -> None:
-    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name."""
-    if id(fn) in seen or depth > 4:
-        return
-    seen.add(id(fn))
-    if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
-        found.append(fn)
-        return
-    if isinstance(fn, types.MethodType):
-        _referenced(fn.__func__, seen, found, depth + 1)
-        _referenced_object(fn.__self__, seen, found, depth + 1)
-        return
-    if isinstance(fn, functools.partial):
-        _referenced(fn.func, seen, found, depth + 1)
-        for value in (*fn.args, *fn.keywords.values()):
-            _referenced(value, seen, found, depth + 1)
-        return
-    if not isinstance(fn, types.FunctionType):
-        return
-    for cell in fn.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell: the variable is not bound yet
-            continue
-        _referenced(value, seen, found, depth + 1)
-    for name in _global_names(fn.__code__):
-        if name in fn.__globals__:
-            _referenced(fn.__globals__[name], seen, found, depth + 1)
-
-
-def _referenced_object(obj, seen: set, found: list, depth: int) -> None:
-    # A bound method's object (a trainer holding model and optimizer): one level of attributes.
-    if isinstance(obj, torch.nn.Module | torch.optim.Optimizer | _Scheduler):
-        _referenced(obj, seen, found, depth)
-        return
-    for value in getattr(obj, "__dict__", {}).values():
-        if isinstance(value, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
-            _referenced(value, seen, found, depth)
-
-
-@functools.cache
-def _global_names(code: types.CodeType) -> tuple[str, ...]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):  # nested functions and lambdas
-            names.extend(_global_names(const))
-    return tuple(dict.fromkeys(names))
-
-
-@dataclasses.dataclass
-class _StateSet:
-    """The state one call reads and may change, found afresh on each call.
-
-    ``storages`` are the distinct storages of every state tensor (tied weights and views share
-    one); their arrays are program inputs and outputs. ``.grad`` slots and optimizer state
-    entries are tracked as objects too, since a step replaces them (``zero_grad`` sets
-    ``None``, ``backward`` creates new grads, the first ``opt.step`` creates its state).
-    """
-
-    storages: list
-    owners: list  # one torchlax Tensor per storage (for autograd and write-back)
-    grads: list  # parameters whose .grad the program may change
-    modules: list  # every module reached (their train/eval flags select the program)
-    optimizers: list
-    schedulers: list
-    lrs: list  # (param_group, value) for each learning rate that is an input
-    cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
-
-    def structure(self) -> tuple:
-        """What of the state is part of the program's identity (not its values)."""
-        grads = tuple(p.grad is not None for p in self.grads)
-        optimizers = tuple(_optimizer_structure(opt) for opt in self.optimizers)
-        training = tuple(m.training for module in self.modules for m in module.modules())
-        return grads, optimizers, len(self.lrs), tuple(self.cpu_tensors), training
-
-
-def _optimizer_structure(opt) -> tuple:
-    groups = []
-    for group in opt.param_groups:
-        hyper = []
-        for name, value in group.items():
-            if name in ("params", "lr"):
-                continue
-            hyper.append((name, _hashable(value)))
-        groups.append(tuple(hyper))
-    state = []
-    for group in opt.param_groups:
-        for p in group["params"]:
-            entries = opt.state.get(p)
-            state.append(tuple(
-                (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
-                for name, v in (entries or {}).items()
-            ))
-    return type(opt), tuple(groups), tuple(state)
-
-
-def _hashable(value):
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
 
 
 # -- one compiled program ---------------------------------------------------------------------------
@@ -509,6 +404,8 @@ class _Jitted:
         #: XLA compilations this callable has made (one per program and input signature).
         self.compilations = 0
         self._first_call = True
+        self._layout: _Layout | None = None  # where the state lives (re-checked each call)
+        self._tensor_args_specs: dict[int, tuple] = {}
         self.__wrapped__ = target
 
     def _run(self, cpu_state: dict, args, kwargs):
@@ -524,97 +421,86 @@ class _Jitted:
     def __call__(self, *args, **kwargs):
         check_shared_writes()
         with _trace_lock, jax.enable_x64(True):
-            return self._call(args, kwargs)
+            try:
+                return self._call(args, kwargs)
+            except CpuStateError:
+                return self._call_on_cpu_state(args, kwargs)
 
-    # -- the state ---------------------------------------------------------------------------
-
-    def _find_state(self, args, kwargs) -> _StateSet:
-        found: list = []
-        seen: set = set()
-        _referenced(self.target, seen, found)
-        for leaf in pytree.tree_leaves((args, kwargs)):
-            if isinstance(leaf, torch.nn.Module | torch.optim.Optimizer | _Scheduler):
-                _referenced(leaf, seen, found)
-        modules, optimizers, schedulers, tensors = [], [], [], []
-        for obj in found:
-            if isinstance(obj, torch.nn.Module):
-                modules.append(obj)
-            elif isinstance(obj, torch.optim.Optimizer):
-                optimizers.append(obj)
-            elif isinstance(obj, _Scheduler):
-                schedulers.append(obj)
-                if all(obj.optimizer is not o for o in optimizers):
-                    optimizers.append(obj.optimizer)
-            elif isinstance(obj, Tensor):
-                tensors.append(obj)
-        storages, owners, grads, index = [], [], [], {}
-        cpu_tensors: dict = {}
-
-        def add(t):
-            storage = t._storage
-            if id(storage) not in index:
-                index[id(storage)] = len(storages)
-                storages.append(storage)
-                owners.append(t)
-
-        def add_grad(p):
-            if all(p is not g for g in grads):
-                grads.append(p)
-
-        for m in modules:
-            for name, p in m.named_parameters(remove_duplicate=True):
-                if isinstance(p, Tensor):
-                    add(p)
-                    add_grad(p)
-                elif m is self.module:
-                    cpu_tensors[name] = p
-            for name, b in m.named_buffers(remove_duplicate=True):
-                if isinstance(b, Tensor):
-                    add(b)
-                elif m is self.module:
-                    cpu_tensors[name] = b
-        lrs = []
-        for opt in optimizers:
-            _move_cpu_state_to_jax(opt)
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    if not isinstance(p, Tensor):
-                        raise _cpu_optimizer_error(opt)
-                    add(p)
-                    add_grad(p)
-                    for value in (opt.state.get(p) or {}).values():
+    def _call_on_cpu_state(self, args, kwargs):
+        """A step over CPU parameters: their memory is lent to the program (DLPack), and the
+        new state is written back into the same tensor objects, as an in-place step does."""
+        tensors, optimizers = cpu_state_tensors(self.target, arg_leaves(args, kwargs)[0])
+        # The program must not reuse memory that torch owns.
+        self.donate_state = False
+        self._layout = None
+        lent = []
+        try:
+            for t in tensors:
+                grad = t.grad if t.is_leaf else None
+                array = _borrow(t)
+                promoted = Tensor(array, requires_grad=t.requires_grad)
+                # The very objects the model and optimizer name become torchlax Tensors for
+                # the call (identity, opt.state keys and module attributes unchanged).
+                t.grad = None
+                try:
+                    torch.utils.swap_tensors(t, promoted)
+                except RuntimeError as exc:
+                    t.grad = grad
+                    raise RuntimeError(
+                        f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
+                        f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
+                        "Move the model to the 'jax' device before creating the optimizer "
+                        "(model.to('jax') inside torchlax.enable())."
+                    ) from exc
+                lent.append((t, promoted, array))
+                if grad is not None:
+                    t.grad = Tensor(_borrow(grad))
+            args, kwargs = pytree.tree_map_only(
+                torch.Tensor, lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
+                (args, kwargs))
+            out = self._call(args, kwargs)
+        finally:
+            self._layout = None  # found over the lent tensors: stale once they are given back
+            for t, cpu, array in reversed(lent):
+                new, grad = t._value(), t.grad
+                t.grad = None
+                torch.utils.swap_tensors(t, cpu)
+                if new is not array:
+                    with torch.no_grad():
+                        t.copy_(torch.from_dlpack(new))  # in place: bumps _version
+                if grad is not None:
+                    t.grad = grad.cpu()
+            for opt in optimizers:  # state the step created (on its first, eager, call)
+                for entries in opt.state.values():
+                    for name, value in list(entries.items()):
                         if isinstance(value, Tensor):
-                            add(value)
-                lr = group["lr"]
-                if isinstance(lr, float | int) and not isinstance(lr, bool):
-                    lrs.append((group, lr))
-        for p in grads:
-            grad = p.grad
-            if isinstance(grad, Tensor):
-                if grad._view is not None:
-                    # A view (autograd keeps e.g. mm's transposed result): its own value as a
-                    # tensor, so the program's input is the gradient's shape, as its output is.
-                    p.grad = grad = Tensor(grad._value())
-                add(grad)
-        for t in tensors:
-            add(t)
-        return _StateSet(storages, owners, grads, modules, optimizers, schedulers, lrs,
-                         cpu_tensors)
+                            entries[name] = value.cpu()
+        return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
 
     # -- calling -----------------------------------------------------------------------------
 
     def _call(self, args, kwargs):
-        state = self._find_state(args, kwargs)
+        leaves, tensors_only = arg_leaves(args, kwargs)
+        layout = self._layout
+        if layout is None or not layout.holds(leaves):
+            layout = self._layout = find_state(self.target, self.module, leaves)
+        state = layout.assemble()
         if self._first_call:
             self._first_call = False
             if _optimizer_state_missing(state.optimizers):
                 return self._eager_call(state, args, kwargs)
         args, kwargs, static_values = self._split_static(args, kwargs)
-        flat, in_spec = pytree.tree_flatten((args, kwargs))
-        inputs = [x for x in flat if isinstance(x, torch.Tensor)]
-        statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
+        if tensors_only and not self.static_argnums:
+            # Tensors only, positionally (the common call): no pytree walk.
+            inputs, in_spec, spec_key = leaves, *self._tensor_args_spec(len(leaves))
+            statics = (_SLOT,) * len(leaves)
+        else:
+            flat, in_spec = pytree.tree_flatten((args, kwargs))
+            inputs = [x for x in flat if isinstance(x, torch.Tensor)]
+            statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
+            spec_key = str(in_spec)
         checks = bool(torchlax_core.current_env().config.checked)
-        program_key = (str(in_spec), statics, static_values, state.structure(),
+        program_key = (spec_key, statics, static_values, state.structure(),
                        torch.is_grad_enabled(), checks)
         try:
             program = self.programs.get(program_key)
@@ -640,9 +526,11 @@ class _Jitted:
         env = torchlax_core.current_env()
         key = env.next_prng_key() if info.uses_random else unused_key()
 
-        all_tensors = list(state.owners) + cpu_tensors + inputs
-        mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
-        if not info.trains and torch.is_grad_enabled() and any(mask):
+        all_tensors = mask = None
+        if not info.trains and torch.is_grad_enabled():
+            all_tensors = list(state.owners) + cpu_tensors + inputs
+            mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
+        if mask is not None and any(mask):
             diff = [t for t, m in zip(all_tensors, mask, strict=True) if m]
             call = _Call(program, info, state, mask, state_arrays + arrays, lr_arrays, key,
                          on_jax, all_tensors)
@@ -659,9 +547,18 @@ class _Jitted:
         for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
             for _ in range(count):
                 scheduler.step()
+        if info.out_spec.is_leaf():
+            return outputs[0] if info.out_statics[0] is _SLOT else info.out_statics[0]
         it = iter(outputs)
         flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
         return pytree.tree_unflatten(flat_out, info.out_spec)
+
+    def _tensor_args_spec(self, n: int) -> tuple:
+        spec = self._tensor_args_specs.get(n)
+        if spec is None:
+            in_spec = pytree.tree_flatten((tuple(range(n)), {}))[1]
+            spec = self._tensor_args_specs[n] = (in_spec, str(in_spec))
+        return spec
 
     def _eager_call(self, state: _StateSet, args, kwargs):
         # The optimizers create their state in this first call, with PyTorch's own code, and
@@ -719,26 +616,6 @@ def _optimizer_state_missing(optimizers) -> bool:
     )
 
 
-def _move_cpu_state_to_jax(opt) -> None:
-    """CPU step counts (kept there by PyTorch for eager speed) become jax state tensors."""
-    for p, entries in opt.state.items():
-        if not isinstance(p, Tensor):
-            continue
-        for name, value in list(entries.items()):
-            if isinstance(value, torch.Tensor) and not isinstance(value, Tensor):
-                entries[name] = Tensor(torchlax_core.current_env().place(
-                    jnp.asarray(value.detach().cpu().numpy()), p.device))
-
-
-def _cpu_optimizer_error(opt) -> RuntimeError:
-    return RuntimeError(
-        f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
-        "the 'jax' device. A compiled training step keeps its state on jax: move the model "
-        "first (model.to('jax') inside torchlax.enable()), then create the optimizer; or "
-        "compile the step with torch.compile(step, backend='torchlax') for CPU tensors."
-    )
-
-
 def _inexact(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
@@ -751,9 +628,8 @@ def _to_tensors(arrays, on_jax: bool, inputs) -> list[torch.Tensor]:
 
 def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
     """Put one call's new state into the objects it belongs to."""
-    for storage, array, changed in zip(state.storages, new_storages, info.changed, strict=True):
-        if changed or storage.array.is_deleted():
-            storage.array = array
+    for storage, array in zip(state.storages, new_storages, strict=True):
+        storage.array = array  # changed, or donated: the program's output is the live array
     for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True):
         p.grad = _slot_value(kind, index, state, extra)
     for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
@@ -768,6 +644,8 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
 
 
 def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
+    if not state.cpu_tensors:
+        return
     cpu_new = iter(extra[len(extra) - sum(info.cpu_changed):])
     with torch.no_grad():
         for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):

@@ -1,0 +1,428 @@
+"""The state a ``torchlax.jit`` call reaches: found once, then re-checked cheaply on each call.
+
+Finding the state walks the function's closures and globals, every module's parameters and
+buffers and every optimizer's groups and state (``_discover``). What that walk read is kept in
+a ``_Layout``: the objects holding state, in the order their storages become program inputs,
+and a snapshot of every container the walk looked into. A later call checks the snapshot by
+identity (``_Layout.holds``) and only re-reads what each step replaces (``.grad``s, optimizer
+state values, learning rates: ``_Layout.assemble``). Any difference (a parameter replaced,
+``opt.add_param_group``, a new submodule, another closed-over object) makes the next call
+walk again; a false alarm only costs that walk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import types
+
+import jax.numpy as jnp
+import torch
+import torchlax_core
+from torch.utils import _pytree as pytree
+from torchlax_core import Tensor
+
+_Scheduler = torch.optim.lr_scheduler.LRScheduler
+_STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
+_ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
+_TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
+
+
+@dataclasses.dataclass
+class _StateSet:
+    """The state one call reads and may change.
+
+    ``storages`` are the distinct storages of every state tensor (tied weights and views share
+    one); their arrays are program inputs and outputs. ``.grad`` slots and optimizer state
+    entries are tracked as objects too, since a step replaces them (``zero_grad`` sets
+    ``None``, ``backward`` creates new grads, the first ``opt.step`` creates its state).
+    """
+
+    storages: list
+    owners: list  # one torchlax Tensor per storage (for autograd and write-back)
+    grads: list  # parameters whose .grad the program may change
+    modules: list  # every module reached (their train/eval flags select the program)
+    optimizers: list
+    schedulers: list
+    lrs: list  # (param_group, value) for each learning rate that is an input
+    cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
+    static_structure: tuple  # what of the structure the layout's snapshot guarantees
+
+    def structure(self) -> tuple:
+        """What of the state is part of the program's identity (not its values)."""
+        return tuple(p.grad is not None for p in self.grads), self.static_structure
+
+
+def find_state(target, module, arg_leaves: list) -> _Layout:
+    """Walk everything ``target`` and its arguments reach (the slow path, once per change)."""
+    layout = _Layout()
+    found: list = []
+    seen: set = set()
+    _referenced(target, seen, found, layout)
+    layout.arg_objects = tuple(leaf for leaf in arg_leaves if isinstance(leaf, _STATEFUL))
+    for leaf in layout.arg_objects:
+        _referenced(leaf, seen, found, layout)
+    modules, optimizers, schedulers, tensors = [], [], [], []
+    for obj in found:
+        if isinstance(obj, torch.nn.Module):
+            modules.append(obj)
+        elif isinstance(obj, torch.optim.Optimizer):
+            optimizers.append(obj)
+        elif isinstance(obj, _Scheduler):
+            schedulers.append(obj)
+            layout.scheduler_optimizers.append((obj, obj.optimizer))
+            if all(obj.optimizer is not o for o in optimizers):
+                optimizers.append(obj.optimizer)
+        elif isinstance(obj, Tensor):
+            tensors.append(obj)
+    recipe, grads, cpu_tensors = layout.recipe, layout.grads, layout.cpu_tensors
+
+    def add(t):
+        recipe.append(t)
+        layout.tensor_storages.append((t, t._storage))
+
+    def add_grad(p):
+        if all(p is not g for g in grads):
+            grads.append(p)
+
+    for m in modules:
+        for sub in m.modules():
+            layout.module_dicts.extend(_snapshot(d) for d in
+                                       (sub._parameters, sub._buffers, sub._modules))
+            layout.trainings.append((sub, sub.training))
+        for name, p in m.named_parameters(remove_duplicate=True):
+            if isinstance(p, Tensor):
+                add(p)
+                add_grad(p)
+            elif m is module:
+                cpu_tensors[name] = p
+        for name, b in m.named_buffers(remove_duplicate=True):
+            if isinstance(b, Tensor):
+                add(b)
+            elif m is module:
+                cpu_tensors[name] = b
+    for opt in optimizers:
+        _move_cpu_state_to_jax(opt)
+        layout.optimizers.append((opt, opt.param_groups, tuple(opt.param_groups), opt.state))
+        for group in opt.param_groups:
+            lr_input = _is_number(group.get("lr"))
+            if lr_input:
+                layout.lr_groups.append(group)
+            hyper = tuple((k, v) for k, v in group.items() if k != "lr")
+            layout.groups.append((group, hyper, lr_input, group["params"],
+                                  tuple(group["params"])))
+            for p in group["params"]:
+                if not isinstance(p, Tensor):
+                    raise _cpu_optimizer_error(opt)
+                add(p)
+                add_grad(p)
+                entries = opt.state.get(p)
+                kinds = None if entries is None else tuple(
+                    (name, _TENSOR if isinstance(v, Tensor) else v) for name, v in entries.items())
+                layout.entries.append((opt.state, p, _ABSENT if entries is None else entries,
+                                       kinds))
+                if entries:
+                    recipe.append(entries)
+    for t in tensors:
+        layout.tensor_storages.append((t, t._storage))
+    layout.tensors = tensors
+    layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
+    layout.static_structure = (
+        tuple(_optimizer_structure(opt) for opt in optimizers), len(layout.lr_groups),
+        tuple(cpu_tensors), tuple(flag for _, flag in layout.trainings),
+    )
+    return layout
+
+
+@dataclasses.dataclass
+class _Layout:
+    """Where one function's state lives, and a snapshot of what finding it read."""
+
+    modules: list = dataclasses.field(default_factory=list)
+    optimizer_list: list = dataclasses.field(default_factory=list)
+    schedulers: list = dataclasses.field(default_factory=list)
+    tensors: list = dataclasses.field(default_factory=list)  # closed-over torchlax Tensors
+    # In input order: state tensors, and optimizer state entries (a dict: its tensor values).
+    recipe: list = dataclasses.field(default_factory=list)
+    grads: list = dataclasses.field(default_factory=list)  # parameters
+    lr_groups: list = dataclasses.field(default_factory=list)  # groups whose lr is an input
+    cpu_tensors: dict = dataclasses.field(default_factory=dict)
+    static_structure: tuple = ()
+    # The snapshot: what the walk read, each checked by identity on later calls.
+    arg_objects: tuple = ()
+    cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
+    globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
+    dicts: list = dataclasses.field(default_factory=list)  # _snapshot of an object's __dict__
+    module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
+    trainings: list = dataclasses.field(default_factory=list)  # (module, training)
+    tensor_storages: list = dataclasses.field(default_factory=list)  # (tensor, storage)
+    optimizers: list = dataclasses.field(default_factory=list)  # (opt, groups, tuple, state)
+    groups: list = dataclasses.field(default_factory=list)  # (group, hyper, lr?, params, tuple)
+    entries: list = dataclasses.field(default_factory=list)  # (opt.state, p, entries, kinds)
+    scheduler_optimizers: list = dataclasses.field(default_factory=list)
+
+    def holds(self, arg_leaves: list) -> bool:
+        """Whether walking again would find the same objects, in the same structure."""
+        args = [leaf for leaf in arg_leaves if isinstance(leaf, _STATEFUL)]
+        if len(args) != len(self.arg_objects) or not all(map(operator.is_, args,
+                                                               self.arg_objects)):
+            return False
+        for cell, contents in self.cells:
+            if _cell_contents(cell) is not contents:
+                return False
+        for namespace, name, value in self.globals:
+            if namespace.get(name, _ABSENT) is not value:
+                return False
+        if not all(_unchanged(*s) for s in self.dicts):
+            return False
+        if not all(_unchanged(*s) for s in self.module_dicts):
+            return False
+        for module, training in self.trainings:
+            if module.training is not training:
+                return False
+        for tensor, storage in self.tensor_storages:
+            if getattr(tensor, "_storage", None) is not storage:
+                return False
+        for scheduler, opt in self.scheduler_optimizers:
+            if scheduler.optimizer is not opt:
+                return False
+        for opt, groups, snapshot, state in self.optimizers:
+            if (opt.param_groups is not groups or opt.state is not state
+                    or len(groups) != len(snapshot)
+                    or not all(map(operator.is_, groups, snapshot))):
+                return False
+        for group, hyper, lr_input, params, snapshot in self.groups:
+            if len(group) != len(hyper) + ("lr" in group):
+                return False
+            for name, value in hyper:
+                if group.get(name, _ABSENT) is not value:
+                    return False
+            if _is_number(group.get("lr")) is not lr_input:
+                return False
+            if len(params) != len(snapshot) or not all(map(operator.is_, params, snapshot)):
+                return False
+        for state, p, entries, kinds in self.entries:
+            now = state.get(p, _ABSENT)
+            if now is not entries:
+                return False
+            if kinds is not None and not _same_kinds(entries, kinds):
+                return False
+        return True
+
+    def assemble(self) -> _StateSet:
+        """This call's state: the layout's objects, with what each step replaces read anew."""
+        storages, owners, index = [], [], set()
+
+        def add(t):
+            storage = t._storage
+            if id(storage) not in index:
+                index.add(id(storage))
+                storages.append(storage)
+                owners.append(t)
+
+        for item in self.recipe:
+            if type(item) is dict:
+                for value in item.values():
+                    if isinstance(value, Tensor):
+                        add(value)
+            else:
+                add(item)
+        for p in self.grads:
+            grad = p.grad
+            if isinstance(grad, Tensor):
+                if grad._view is not None:
+                    # A view (autograd keeps e.g. mm's transposed result): its own value as a
+                    # tensor, so the program's input is the gradient's shape, as its output is.
+                    p.grad = grad = Tensor(grad._value())
+                add(grad)
+        for t in self.tensors:
+            add(t)
+        lrs = [(group, group["lr"]) for group in self.lr_groups]
+        return _StateSet(storages, owners, self.grads, self.modules, self.optimizer_list,
+                         self.schedulers, lrs, self.cpu_tensors, self.static_structure)
+
+
+def arg_leaves(args, kwargs) -> tuple[list, bool]:
+    """The arguments' leaves, and whether they are positional tensors only (the common call)."""
+    if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+        return list(args), True
+    return pytree.tree_leaves((args, kwargs)), False
+
+
+def _snapshot(d: dict) -> tuple:
+    return d, tuple(d), tuple(d.values())
+
+
+def _unchanged(d: dict, keys: tuple, values: tuple) -> bool:
+    if not keys:
+        return not d
+    return (len(d) == len(keys) and all(map(operator.is_, d, keys))
+            and all(map(operator.is_, d.values(), values)))
+
+
+def _same_kinds(entries: dict, kinds: tuple) -> bool:
+    if len(entries) != len(kinds):
+        return False
+    for (name, value), (kind_name, kind) in zip(entries.items(), kinds, strict=True):
+        if name != kind_name:
+            return False
+        if kind is _TENSOR:
+            if not isinstance(value, Tensor):
+                return False
+        elif value is not kind:
+            return False
+    return True
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell: the variable is not bound yet
+        return _ABSENT
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, float | int) and not isinstance(value, bool)
+
+
+# -- the walk ------------------------------------------------------------------------------------
+
+
+def _referenced(fn, seen: set, found: list, layout: _Layout, depth: int = 0) -> None:
+    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name."""
+    if id(fn) in seen or depth > 4:
+        return
+    seen.add(id(fn))
+    if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
+        found.append(fn)
+        return
+    if isinstance(fn, types.MethodType):
+        _referenced(fn.__func__, seen, found, layout, depth + 1)
+        _referenced_object(fn.__self__, seen, found, layout, depth + 1)
+        return
+    if isinstance(fn, functools.partial):
+        _referenced(fn.func, seen, found, layout, depth + 1)
+        for value in (*fn.args, *fn.keywords.values()):
+            _referenced(value, seen, found, layout, depth + 1)
+        return
+    if not isinstance(fn, types.FunctionType):
+        return
+    for cell in fn.__closure__ or ():
+        value = _cell_contents(cell)
+        layout.cells.append((cell, value))
+        if value is not _ABSENT:
+            _referenced(value, seen, found, layout, depth + 1)
+    for name in _global_names(fn.__code__):
+        value = fn.__globals__.get(name, _ABSENT)
+        layout.globals.append((fn.__globals__, name, value))
+        if value is not _ABSENT:
+            _referenced(value, seen, found, layout, depth + 1)
+
+
+def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int) -> None:
+    # A bound method's object (a trainer holding model and optimizer): one level of attributes.
+    if isinstance(obj, _STATEFUL):
+        _referenced(obj, seen, found, layout, depth)
+        return
+    attributes = getattr(obj, "__dict__", None)
+    if attributes is None:
+        return
+    layout.dicts.append(_snapshot(attributes))
+    for value in attributes.values():
+        if isinstance(value, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
+            _referenced(value, seen, found, layout, depth)
+
+
+@functools.cache
+def _global_names(code: types.CodeType) -> tuple[str, ...]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):  # nested functions and lambdas
+            names.extend(_global_names(const))
+    return tuple(dict.fromkeys(names))
+
+
+def _optimizer_structure(opt) -> tuple:
+    groups = []
+    for group in opt.param_groups:
+        hyper = []
+        for name, value in group.items():
+            if name in ("params", "lr"):
+                continue
+            hyper.append((name, _hashable(value)))
+        groups.append(tuple(hyper))
+    state = []
+    for group in opt.param_groups:
+        for p in group["params"]:
+            entries = opt.state.get(p)
+            state.append(tuple(
+                (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
+                for name, v in (entries or {}).items()
+            ))
+    return type(opt), tuple(groups), tuple(state)
+
+
+def _hashable(value):
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def _move_cpu_state_to_jax(opt) -> None:
+    """CPU step counts (kept there by PyTorch for eager speed) become jax state tensors."""
+    for p, entries in opt.state.items():
+        if not isinstance(p, Tensor):
+            continue
+        for name, value in list(entries.items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, Tensor):
+                entries[name] = Tensor(torchlax_core.current_env().place(
+                    jnp.asarray(value.detach().cpu().numpy()), p.device))
+
+
+class CpuStateError(RuntimeError):
+    """An optimizer of the step holds CPU parameters (the step is then run on promoted state)."""
+
+
+def cpu_state_tensors(target, arg_leaves: list) -> tuple[list, list]:
+    """The CPU tensors of a step over CPU state (parameters, buffers, optimizer state), and
+    its optimizers."""
+    found: list = []
+    seen: set = set()
+    _referenced(target, seen, found, _Layout())
+    for leaf in arg_leaves:
+        if isinstance(leaf, _STATEFUL):
+            _referenced(leaf, seen, found, _Layout())
+    optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
+    optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
+    tensors: dict = {}
+
+    def add(t):
+        if isinstance(t, torch.Tensor) and not isinstance(t, Tensor):
+            tensors.setdefault(id(t), t)
+
+    for m in found:
+        if isinstance(m, torch.nn.Module):
+            for t in (*m.parameters(), *m.buffers()):
+                add(t)
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                add(p)
+                for value in opt.state.get(p, {}).values():
+                    add(value)
+    return list(tensors.values()), optimizers
+
+
+def _cpu_optimizer_error(opt) -> RuntimeError:
+    return CpuStateError(
+        f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
+        "the 'jax' device; the call lends them to the program (caught by _Jitted.__call__)."
+    )
+
