@@ -526,11 +526,12 @@ class _Jitted:
         env = torchlax_core.current_env()
         key = env.next_prng_key() if info.uses_random else unused_key()
 
-        all_tensors = mask = None
+        all_tensors: list = []
+        mask: tuple[bool, ...] = ()
         if not info.trains and torch.is_grad_enabled():
             all_tensors = list(state.owners) + cpu_tensors + inputs
             mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
-        if mask is not None and any(mask):
+        if any(mask):
             diff = [t for t, m in zip(all_tensors, mask, strict=True) if m]
             call = _Call(program, info, state, mask, state_arrays + arrays, lr_arrays, key,
                          on_jax, all_tensors)
