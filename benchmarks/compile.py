@@ -96,8 +96,9 @@ def torch_variants(model, x, y, lr, iters, splits):
         if counted:
             splits["forward"] = graph_splits()
             torchlax_dynamo.counters.clear()
-        train_times = timed(torch_training_step(wrap(trained), trained.parameters(), x, y, lr),
-                            iters)
+        train_times = timed(
+            torch_training_step(wrap(trained), trained.parameters(), x, y, lr), iters
+        )
         if counted:
             splits["training step"] = graph_splits()
         results[name] = (forward_times, train_times)
@@ -117,8 +118,11 @@ def torch_variants(model, x, y, lr, iters, splits):
 
 
 def jax_variant(model, x, y, lr, iters):
-    params = [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
-              for m in model if isinstance(m, torch.nn.Linear)]
+    params = [
+        (jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+        for m in model
+        if isinstance(m, torch.nn.Linear)
+    ]
     xs, ys = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
 
     def forward(params, x):
@@ -145,8 +149,7 @@ def jax_variant(model, x, y, lr, iters):
         return loss
 
     sync = jax.block_until_ready
-    return {"jax": (timed(lambda: jit_forward(params, xs), iters, sync),
-                    timed(step, iters, sync))}
+    return {"jax": (timed(lambda: jit_forward(params, xs), iters, sync), timed(step, iters, sync))}
 
 
 def main():
@@ -165,18 +168,26 @@ def main():
     splits: dict[str, dict[str, int]] = {}
     results.update(torch_variants(model, x, y, lr, args.iters, splits))
 
-    print(f"MLP {args.depth}x{args.width} + head, batch {args.batch}, CPU, "
-          f"{torch.get_num_threads()} torch threads, jax {jax.__version__}, torch {torch.__version__}")
+    print(
+        f"MLP {args.depth}x{args.width} + head, batch {args.batch}, CPU, "
+        f"{torch.get_num_threads()} torch threads, jax {jax.__version__}, torch {torch.__version__}"
+    )
     base_fwd, base_train = results["jax"][0][1], results["jax"][1][1]
-    print(f"{'':12} {'forward us':>11} {'x jax':>6} {'train us':>11} {'x jax':>6} "
-          f"{'1st fwd ms':>11} {'1st train ms':>13}")
+    print(
+        f"{'':12} {'forward us':>11} {'x jax':>6} {'train us':>11} {'x jax':>6} "
+        f"{'1st fwd ms':>11} {'1st train ms':>13}"
+    )
     for name, ((fwd_first, fwd), (train_first, train)) in results.items():
-        print(f"{name:12} {fwd:11.0f} {fwd / base_fwd:6.2f} {train:11.0f} "
-              f"{train / base_train:6.2f} {fwd_first / 1e3:11.1f} {train_first / 1e3:13.1f}")
+        print(
+            f"{name:12} {fwd:11.0f} {fwd / base_fwd:6.2f} {train:11.0f} "
+            f"{train / base_train:6.2f} {fwd_first / 1e3:11.1f} {train_first / 1e3:13.1f}"
+        )
     print("backend='torchlax' graph splits:")
     for what, counts in splits.items():
-        print(f"  {what:14} {counts['graphs']} ATen graphs, {counts['xla_programs']} XLA programs, "
-              f"{counts['eager_nodes']} eager nodes")
+        print(
+            f"  {what:14} {counts['graphs']} ATen graphs, {counts['xla_programs']} XLA programs, "
+            f"{counts['eager_nodes']} eager nodes"
+        )
 
 
 if __name__ == "__main__":

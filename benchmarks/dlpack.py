@@ -45,8 +45,10 @@ def main() -> None:
     print(f"{'size':>8} | {'from_torch':>12} | {'to_torch':>12} | {'shared':>6} | {'clone()':>12}")
     print("-" * 64)
     for label, promote_us, back_us, shared, clone_us in rows:
-        print(f"{label:>8} | {promote_us:9.1f} us | {back_us:9.1f} us | {str(shared):>6} | "
-              f"{clone_us:9.1f} us")
+        print(
+            f"{label:>8} | {promote_us:9.1f} us | {back_us:9.1f} us | {str(shared):>6} | "
+            f"{clone_us:9.1f} us"
+        )
     small, large = rows
     ratio = max(large[1] / small[1], large[2] / small[2])
     print(f"\n256 MiB / 1 KiB time ratio: {ratio:.1f}x for 262144x the data (zero copy).")

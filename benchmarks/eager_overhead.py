@@ -90,15 +90,20 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
             return r
 
         steps["total: torchlax a + b"] = best_time(lambda: a + b, n, repeats)
-        steps["PyTorch dispatch into __torch_dispatch__"] = best_time(lambda: bare + bare, n, repeats)
+        steps["PyTorch dispatch into __torch_dispatch__"] = best_time(
+            lambda: bare + bare, n, repeats
+        )
         steps["current_env()"] = best_time(current_env, n, repeats)
         steps["run_op: implementation lookup + 64-bit check"] = best_time(
-            lambda: (resolved.get(func), enable_x64.value), n, repeats)
+            lambda: (resolved.get(func), enable_x64.value), n, repeats
+        )
         steps["unwrap"] = best_time(lambda: unwrap((a, b), {}), n, repeats)
         steps["cache signature"] = best_time(
-            lambda: _opcache.signature(func, [arr_a, arr_b], {}, []), n, repeats)
+            lambda: _opcache.signature(func, [arr_a, arr_b], {}, []), n, repeats
+        )
         steps["cache lookup (LRU)"] = best_time(
-            lambda: (entries.get(key), entries.move_to_end(key)), n, repeats)
+            lambda: (entries.get(key), entries.move_to_end(key)), n, repeats
+        )
         steps["executable launch"] = best_time(lambda: entry.call(arr_a, arr_b), n, repeats)
         steps["wrap result"] = best_time(wrap, n, repeats)
         steps["jnp.add (reference)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
@@ -142,8 +147,10 @@ def main() -> None:
             pstats.Stats(profile).sort_stats("tottime").print_stats(20)
 
     jnp_call = results["jnp.add (x64 on)"]
-    print(f"jax {jax.__version__}, torch {torch.__version__}, {args.size} float32 elements, "
-          f"best of {repeats} x {n} calls")
+    print(
+        f"jax {jax.__version__}, torch {torch.__version__}, {args.size} float32 elements, "
+        f"best of {repeats} x {n} calls"
+    )
     print(f"{'what':<28}{'us/call':>10}{'vs jnp':>9}{'overhead/jnp':>14}")
     for name, us in results.items():
         overhead = f"{(us - jnp_call) / jnp_call:>14.2f}" if name.startswith("torchlax") else ""

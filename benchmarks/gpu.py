@@ -41,8 +41,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: Where the benchmark runs: "cuda" (torch) and "gpu" (JAX), or the CPU under ``--smoke``.
 DEVICE = {"torch": "cuda", "jax": "gpu"}
 #: Model and data sizes; ``--smoke`` shrinks them to check the script itself on a CPU.
-SCALE = {"gpt2_layers": 6, "gpt2_width": 512, "gpt2_tokens": (8, 256), "resnet_batch": 32,
-         "resnet_size": 224}
+SCALE = {
+    "gpt2_layers": 6,
+    "gpt2_width": 512,
+    "gpt2_tokens": (8, 256),
+    "resnet_batch": 32,
+    "resnet_size": 224,
+}
 
 
 def sync() -> None:
@@ -56,8 +61,10 @@ def gpu_missing() -> str | None:
     try:
         jax.devices("gpu")
     except RuntimeError:
-        return ("JAX has no GPU backend. Install JAX's CUDA plugin: `uv sync --group cuda` in "
-                "this repository, or `pip install \"torchlax[cuda]\"`.")
+        return (
+            "JAX has no GPU backend. Install JAX's CUDA plugin: `uv sync --group cuda` in "
+            'this repository, or `pip install "torchlax[cuda]"`.'
+        )
     return None
 
 
@@ -124,8 +131,15 @@ class Bench:
 def gpt2() -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=SCALE["gpt2_layers"], n_head=8, n_embd=SCALE["gpt2_width"],
-                        vocab_size=8192, n_positions=256, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        n_layer=SCALE["gpt2_layers"],
+        n_head=8,
+        n_embd=SCALE["gpt2_width"],
+        vocab_size=8192,
+        n_positions=256,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     config._attn_implementation = "eager"  # the same attention (matmul + softmax) everywhere
     return GPT2LMHeadModel(config)
 
@@ -177,8 +191,9 @@ def bench_models(b: Bench, only: set[str]) -> None:
                 b.measure(group, "torch.compile inductor", lambda: ready(inductor(*inputs)))
                 torch._dynamo.reset()
                 backend = torch.compile(copy.deepcopy(model), backend="torchlax")
-                b.measure(group, 'torch.compile backend="torchlax"',
-                          lambda: ready(backend(*inputs)))
+                b.measure(
+                    group, 'torch.compile backend="torchlax"', lambda: ready(backend(*inputs))
+                )
                 torch._dynamo.reset()
                 with torchlax.enable():
                     jmodel = copy.deepcopy(model).to("jax")
@@ -211,12 +226,16 @@ def bench_training(b: Bench, group: str, model: nn.Module, inputs, target) -> No
     b.measure(group, "PyTorch eager (CUDA)", _step(eager, sgd(eager), inputs, target))
     torch._dynamo.reset()
     ind = copy.deepcopy(model)
-    b.measure(group, "torch.compile inductor",
-              _step(ind, sgd(ind), inputs, target, torch.compile(ind)))
+    b.measure(
+        group, "torch.compile inductor", _step(ind, sgd(ind), inputs, target, torch.compile(ind))
+    )
     torch._dynamo.reset()
     tl = copy.deepcopy(model)
-    b.measure(group, 'torch.compile backend="torchlax"',
-              _step(tl, sgd(tl), inputs, target, torch.compile(tl, backend="torchlax")))
+    b.measure(
+        group,
+        'torch.compile backend="torchlax"',
+        _step(tl, sgd(tl), inputs, target, torch.compile(tl, backend="torchlax")),
+    )
     torch._dynamo.reset()
     with torchlax.enable():
         jm = copy.deepcopy(model).to("jax")
@@ -224,8 +243,9 @@ def bench_training(b: Bench, group: str, model: nn.Module, inputs, target) -> No
         jtarget = target.to("jax")
     jitted = torchlax.jit(jm)
     with torchlax.enable():  # forward and backward jitted, SGD step eager (on the JAX GPU)
-        b.measure(group, "torchlax.jit forward + backward",
-                  _step(jm, sgd(jm), jinputs, jtarget, jitted))
+        b.measure(
+            group, "torchlax.jit forward + backward", _step(jm, sgd(jm), jinputs, jtarget, jitted)
+        )
     del eager, ind, tl, jm, jitted
 
 
@@ -252,8 +272,7 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
     group = "DLPack promotion (GPU)"
     for label, nbytes in SIZES.items():
         if b.out_of_time():
-            b.add({"group": group, "variant": "all", "size": label,
-                   "skipped": "time budget spent"})
+            b.add({"group": group, "variant": "all", "size": label, "skipped": "time budget spent"})
             continue
         print(f"  {group} · {label} ...", file=sys.stderr, flush=True)
         numel = nbytes // 4
@@ -275,10 +294,12 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
             return run
 
         seconds = {
-            "from_torch": _median_s(timed("from_torch", lambda t: torchlax.from_torch(t).jax()),
-                                    repeat),
+            "from_torch": _median_s(
+                timed("from_torch", lambda t: torchlax.from_torch(t).jax()), repeat
+            ),
             "torch.compile backend input": _median_s(
-                timed("torch.compile backend input", torch_to_jax), repeat),
+                timed("torch.compile backend input", torch_to_jax), repeat
+            ),
         }
         array = jnp.ones(numel, jnp.float32, device=jax.devices(DEVICE["jax"])[0])
         array.block_until_ready()
@@ -288,7 +309,8 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
             out = torchlax.to_torch(array)
             elapsed = time.perf_counter() - start
             shared.setdefault("to_torch", []).append(
-                out.data_ptr() == array.unsafe_buffer_pointer())
+                out.data_ptr() == array.unsafe_buffer_pointer()
+            )
             return elapsed
 
         seconds["to_torch"] = _median_s(back, repeat)
@@ -303,8 +325,13 @@ def bench_dlpack(b: Bench, quick: bool) -> None:
 
         seconds["copy (tensor.clone())"] = _median_s(clone, repeat)
         for variant, median in seconds.items():
-            row = {"group": group, "variant": variant, "size": label, "median_s": median,
-                   "runs": repeat}
+            row = {
+                "group": group,
+                "variant": variant,
+                "size": label,
+                "median_s": median,
+                "runs": repeat,
+            }
             if variant in shared:
                 row["shared"] = all(shared[variant])
             b.add(row)
@@ -326,10 +353,13 @@ def table(rows: list[dict]) -> str:
     lines = []
     for group in dict.fromkeys(r["group"] for r in rows):
         items = [r for r in rows if r["group"] == group]
-        base = next((r for r in items if r["variant"].startswith("PyTorch") and "median_s" in r),
-                    None)
+        base = next(
+            (r for r in items if r["variant"].startswith("PyTorch") and "median_s" in r), None
+        )
         lines.append(f"\n{group}")
-        lines.append(f"  {'variant':<36}{'size':>9}{'steady':>12}{'first call':>12}{'vs eager':>10}")
+        lines.append(
+            f"  {'variant':<36}{'size':>9}{'steady':>12}{'first call':>12}{'vs eager':>10}"
+        )
         for r in items:
             head = f"  {r['variant']:<36}{r['size']:>9}"
             if "median_s" not in r:
@@ -344,26 +374,38 @@ def table(rows: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--budget-s", type=float, default=600.0,
-                        help="stop starting new measurements after this many seconds")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"folder for gpu.json (default {RESULTS}; none under --smoke)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=600.0,
+        help="stop starting new measurements after this many seconds",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"folder for gpu.json (default {RESULTS}; none under --smoke)",
+    )
     parser.add_argument("--only", choices=["forward", "training", "dlpack"], action="append")
-    parser.add_argument("--smoke", action="store_true",
-                        help="check this script on a CPU: tiny models, CPU tensors")
+    parser.add_argument(
+        "--smoke", action="store_true", help="check this script on a CPU: tiny models, CPU tensors"
+    )
     args = parser.parse_args()
     if args.smoke:
         DEVICE.update(torch="cpu", jax="cpu")
-        SCALE.update(gpt2_layers=1, gpt2_width=64, gpt2_tokens=(2, 16), resnet_batch=2,
-                     resnet_size=32)
+        SCALE.update(
+            gpt2_layers=1, gpt2_width=64, gpt2_tokens=(2, 16), resnet_batch=2, resnet_size=32
+        )
         for label in ("256 MiB", "1 GiB"):
             del SIZES[label]
         args.quick = True
     else:
         missing = gpu_missing()
         if missing:
-            print(f"benchmarks/gpu.py needs a CUDA GPU visible to PyTorch and JAX: {missing}",
-                  file=sys.stderr)
+            print(
+                f"benchmarks/gpu.py needs a CUDA GPU visible to PyTorch and JAX: {missing}",
+                file=sys.stderr,
+            )
             return 2
     # Float32 as float32 on both sides: no TF32 in cuBLAS/cuDNN, none in XLA's dots and convs.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -375,7 +417,8 @@ def main() -> int:
         "gpu": gpu,
         "jax_device": jax.devices(DEVICE["jax"])[0].device_kind,
         "cpu": f"{platform.machine()}, {os.cpu_count()} cores",
-        "torch": torch.__version__, "jax": jax.__version__,
+        "torch": torch.__version__,
+        "jax": jax.__version__,
         "cuda (torch)": torch.version.cuda,
         "precision": "float32, TF32 off (torch), jax_default_matmul_precision=highest",
     }
@@ -386,8 +429,11 @@ def main() -> int:
     def save(rows):
         if path is not None:
             out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"machine": machine, "complete": state["complete"],
-                                        "rows": rows}, indent=1))
+            path.write_text(
+                json.dumps(
+                    {"machine": machine, "complete": state["complete"], "rows": rows}, indent=1
+                )
+            )
 
     b = Bench(args.quick, args.budget_s, save)
     if "dlpack" in only:  # first: cheap, and the point of the GPU path
@@ -396,8 +442,10 @@ def main() -> int:
         bench_models(b, only)
     state["complete"] = True
     save(b.rows)
-    print(f"\ntorchlax GPU benchmarks on {gpu} ({machine['cpu']}, torch {torch.__version__}, "
-          f"jax {jax.__version__})")
+    print(
+        f"\ntorchlax GPU benchmarks on {gpu} ({machine['cpu']}, torch {torch.__version__}, "
+        f"jax {jax.__version__})"
+    )
     print(table(b.rows))
     if path is not None:
         print(f"\nwrote {path}")

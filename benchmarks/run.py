@@ -44,7 +44,9 @@ class Bench:
         self.step += 1
         print(f"[{self.step:>2}] {what} ...", file=sys.stderr, flush=True)
 
-    def measure(self, group: str, variant: str, fn: Callable[[], object], *, size: str = "") -> None:
+    def measure(
+        self, group: str, variant: str, fn: Callable[[], object], *, size: str = ""
+    ) -> None:
         """Time ``fn`` (which must block until its result is ready)."""
         self.progress(f"{group} · {variant}")
         try:
@@ -58,10 +60,21 @@ class Bench:
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
-            row = {"group": group, "variant": variant, "size": size, "first_s": first,
-                   "median_s": statistics.median(times), "runs": len(times)}
+            row = {
+                "group": group,
+                "variant": variant,
+                "size": size,
+                "first_s": first,
+                "median_s": statistics.median(times),
+                "runs": len(times),
+            }
         except Exception as exc:  # a failing variant is reported, not hidden
-            row = {"group": group, "variant": variant, "size": size, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            row = {
+                "group": group,
+                "variant": variant,
+                "size": size,
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+            }
         self.rows.append(row)
 
 
@@ -109,29 +122,53 @@ def bench_eager_breakdown(b: Bench) -> None:
     b.progress("eager op breakdown: add 1000 floats")
     n = 300 if b.quick else 2000
     for step, us in breakdown(n=n, repeats=5).items():
-        b.rows.append({"group": "eager op breakdown: add 1000 floats (best of 5, CPU time)",
-                       "variant": step, "size": "", "first_s": 0.0, "median_s": us * 1e-6,
-                       "runs": n})
+        b.rows.append(
+            {
+                "group": "eager op breakdown: add 1000 floats (best of 5, CPU time)",
+                "variant": step,
+                "size": "",
+                "first_s": 0.0,
+                "median_s": us * 1e-6,
+                "runs": n,
+            }
+        )
 
 
 def _import_seconds(code: str) -> float:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", f"import time; t = time.perf_counter(); {code}; "
-                          "print(time.perf_counter() - t)"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import time; t = time.perf_counter(); {code}; print(time.perf_counter() - t)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def bench_import(b: Bench) -> None:
     """``import torchlax`` against ``import torch, jax``: medians of fresh processes."""
     n = 3 if b.quick else 5
-    for variant, code in (("PyTorch: import torch, jax", "import torch, jax"),
-                          ("torchlax: import torchlax", "import torchlax")):
+    for variant, code in (
+        ("PyTorch: import torch, jax", "import torch, jax"),
+        ("torchlax: import torchlax", "import torchlax"),
+    ):
         b.progress(f"import · {variant}")
         times = [_import_seconds(code) for _ in range(n)]
-        b.rows.append({"group": "import (fresh process)", "variant": variant, "size": "",
-                       "first_s": times[0], "median_s": statistics.median(times), "runs": n})
+        b.rows.append(
+            {
+                "group": "import (fresh process)",
+                "variant": variant,
+                "size": "",
+                "first_s": times[0],
+                "median_s": statistics.median(times),
+                "runs": n,
+            }
+        )
 
 
 # The issue's targets: (group, variant, baseline group, baseline variant, most allowed ratio).
@@ -139,10 +176,20 @@ TARGETS = (
     ("eager op: add 1000 floats", "torchlax eager", "eager op: add 1000 floats", "jax.numpy", 1.5),
     ("eager op: matmul 256x256", "torchlax eager", "eager op: matmul 256x256", "jax.numpy", 1.1),
     ("training step: MLP", "torchlax eager", "training step: MLP", "PyTorch eager (CPU)", 4.0),
-    ("forward: GPT-2 (2 layers)", "torchlax eager", "forward: GPT-2 (2 layers)",
-     "PyTorch eager (CPU)", 2.5),
-    ("import (fresh process)", "torchlax: import torchlax", "import (fresh process)",
-     "PyTorch: import torch, jax", 1.3),
+    (
+        "forward: GPT-2 (2 layers)",
+        "torchlax eager",
+        "forward: GPT-2 (2 layers)",
+        "PyTorch eager (CPU)",
+        2.5,
+    ),
+    (
+        "import (fresh process)",
+        "torchlax: import torchlax",
+        "import (fresh process)",
+        "PyTorch: import torch, jax",
+        1.3,
+    ),
 )
 
 
@@ -156,8 +203,9 @@ def targets(rows: list[dict]) -> str:
             continue
         ratio = mine / base
         verdict = "met" if ratio <= limit else "NOT met"
-        lines.append(f"  {group}: {variant} / {base_variant} = {ratio:.2f}x "
-                     f"(target <= {limit}x: {verdict})")
+        lines.append(
+            f"  {group}: {variant} / {base_variant} = {ratio:.2f}x (target <= {limit}x: {verdict})"
+        )
     return "\n".join(lines)
 
 
@@ -165,8 +213,9 @@ def targets(rows: list[dict]) -> str:
 
 
 def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(),
-                         nn.Linear(512, 10))
+    return nn.Sequential(
+        nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10)
+    )
 
 
 def small_gpt2() -> nn.Module:
@@ -190,8 +239,11 @@ MODELS = {
 
 def hand_written_mlp(model: nn.Module):
     """The MLP written directly in JAX, with the same weights."""
-    params = [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
-              for m in model if isinstance(m, nn.Linear)]
+    params = [
+        (jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+        for m in model
+        if isinstance(m, nn.Linear)
+    ]
 
     def forward(params, x):
         for i, (w, bias) in enumerate(params):
@@ -247,12 +299,17 @@ def bench_training(b: Bench) -> None:
         return step
 
     cpu = copy.deepcopy(model)
-    b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, torch.optim.SGD(cpu.parameters(), lr=0.01), x, y))
+    b.measure(
+        group, "PyTorch eager (CPU)", step_fn(cpu, torch.optim.SGD(cpu.parameters(), lr=0.01), x, y)
+    )
     torch._dynamo.reset()
     ind = copy.deepcopy(model)
     ind_fwd = torch.compile(ind)
-    b.measure(group, "torch.compile inductor",
-              step_fn(ind, torch.optim.SGD(ind.parameters(), lr=0.01), x, y, ind_fwd))
+    b.measure(
+        group,
+        "torch.compile inductor",
+        step_fn(ind, torch.optim.SGD(ind.parameters(), lr=0.01), x, y, ind_fwd),
+    )
     torch._dynamo.reset()
     tl = copy.deepcopy(model)
     tl_fwd = torch.compile(tl, backend="torchlax")
@@ -271,8 +328,11 @@ def bench_training(b: Bench) -> None:
     b.measure(group, "torchlax.jit forward + backward", lambda: ready(jit_step()))
     jm3 = copy.deepcopy(jm)
     whole_step = torchlax.jit(step_fn(jm3, torch.optim.SGD(jm3.parameters(), lr=0.01), jx, jy))
-    b.measure(group, "torchlax.jit(step) (forward, backward, SGD: one program)",
-              lambda: ready(whole_step()))
+    b.measure(
+        group,
+        "torchlax.jit(step) (forward, backward, SGD: one program)",
+        lambda: ready(whole_step()),
+    )
 
     # The whole step (forward, backward, SGD update) as one XLA program, from the PyTorch module.
     weights, _, apply = torchlax.functional(copy.deepcopy(model))
@@ -283,6 +343,7 @@ def bench_training(b: Bench) -> None:
 
     def sgd_loop(forward, params):
         """One jitted step (loss, gradients, SGD update) called on its own updated weights."""
+
         @jax.jit
         def step(params, xb, yb):
             loss, grads = jax.value_and_grad(lambda p: cross_entropy(forward(p, xb), yb))(params)
@@ -307,8 +368,10 @@ def bench_training(b: Bench) -> None:
 
 OPTIMIZERS = {
     "SGD": (lambda params: torch.optim.SGD(params, lr=0.01), lambda optax: optax.sgd(0.01)),
-    "AdamW": (lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01),
-              lambda optax: optax.adamw(1e-3, weight_decay=0.01)),
+    "AdamW": (
+        lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01),
+        lambda optax: optax.adamw(1e-3, weight_decay=0.01),
+    ),
 }
 
 
@@ -322,8 +385,9 @@ def _training_cases():
 
         def loss(m, tokens, _):
             logits = m(tokens).last_hidden_state[:, :-1] @ m.wte.weight.T
-            return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                               tokens[:, 1:].reshape(-1))
+            return nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+            )
 
         return small_gpt2(), (tokens, torch.zeros(())), loss
 
@@ -339,8 +403,12 @@ def _peak_bytes(compiled) -> int | None:
     stats = compiled.memory_analysis()
     if stats is None:
         return None
-    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
-            - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+    return (
+        stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        - stats.alias_size_in_bytes
+        + stats.temp_size_in_bytes
+    )
 
 
 def _steady_compiles(b: Bench, count: Callable[[], int], group: str, variant: str) -> None:
@@ -361,8 +429,14 @@ def bench_training_steps(b: Bench, models: list[str] | None = None) -> None:
             try:
                 _bench_training_step(b, group, name, make_case, make_opt, make_optax)
             except Exception as exc:  # a failing setup is reported, not hidden
-                b.rows.append({"group": group, "variant": "(setup)", "size": "",
-                               "error": f"{type(exc).__name__}: {exc}"[:300]})
+                b.rows.append(
+                    {
+                        "group": group,
+                        "variant": "(setup)",
+                        "size": "",
+                        "error": f"{type(exc).__name__}: {exc}"[:300],
+                    }
+                )
 
 
 def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, make_optax):
@@ -387,8 +461,11 @@ def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, m
     b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, make_opt(cpu.parameters()), x, y))
     torch._dynamo.reset()
     ind = copy.deepcopy(model)
-    b.measure(group, "torch.compile inductor (step)",
-              torch.compile(step_fn(ind, make_opt(ind.parameters()), x, y)))
+    b.measure(
+        group,
+        "torch.compile inductor (step)",
+        torch.compile(step_fn(ind, make_opt(ind.parameters()), x, y)),
+    )
     torch._dynamo.reset()
     with torchlax.enable():
         jm = copy.deepcopy(model).to("jax")
@@ -406,8 +483,7 @@ def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, m
 
     with torchlax.enable():
         dm = copy.deepcopy(model).to("jax")
-    dstep = torch.compile(step_fn(dm, make_opt(dm.parameters()), jx, jy),
-                          backend="torchlax")
+    dstep = torch.compile(step_fn(dm, make_opt(dm.parameters()), jx, jy), backend="torchlax")
     variant = 'torch.compile(step, backend="torchlax")'
     for _ in range(2):
         dstep()  # Dynamo compiles on the first two calls (state created on the first)
@@ -469,8 +545,7 @@ def _optax_step(name: str, forward, params, x, y, tx):
         # 64-bit mode as torchlax runs (ResNet's max-pool indices are int64 inside).
         with jax.enable_x64(name != "MLP"):
             state["key"], key = jax.random.split(state["key"])
-            state["params"], state["opt"], loss = step(state["params"], state["opt"], xa, ya,
-                                                       key)
+            state["params"], state["opt"], loss = step(state["params"], state["opt"], xa, ya, key)
             return ready(loss)
 
     return run, step, example
@@ -479,7 +554,9 @@ def _optax_step(name: str, forward, params, x, y, tx):
 def bench_dlpack(b: Bench) -> None:
     for label, numel in (("1 KiB", 256), ("256 MiB", 64 * 1024 * 1024)):
         t = torch.ones(numel, dtype=torch.float32)
-        b.measure("DLPack promotion", f"from_torch {label}", lambda: torchlax.from_torch(t), size=label)
+        b.measure(
+            "DLPack promotion", f"from_torch {label}", lambda: torchlax.from_torch(t), size=label
+        )
         x = torchlax.from_torch(torch.ones(numel, dtype=torch.float32))
         b.measure("DLPack promotion", f"to_torch {label}", lambda: torchlax.to_torch(x), size=label)
 
@@ -492,12 +569,25 @@ def table(rows: list[dict]) -> str:
     groups = dict.fromkeys(r["group"] for r in rows)
     for group in groups:
         items = [r for r in rows if r["group"] == group]
-        base = next((r for r in items if r["variant"].startswith("PyTorch") and "median_s" in r), None)
-        jax_base = next((r for r in items if (r["variant"] in ("hand-written JAX", "jax.numpy")
-                                              or r["variant"].startswith("JAX + optax"))
-                         and "median_s" in r), None)
+        base = next(
+            (r for r in items if r["variant"].startswith("PyTorch") and "median_s" in r), None
+        )
+        jax_base = next(
+            (
+                r
+                for r in items
+                if (
+                    r["variant"] in ("hand-written JAX", "jax.numpy")
+                    or r["variant"].startswith("JAX + optax")
+                )
+                and "median_s" in r
+            ),
+            None,
+        )
         lines.append(f"\n{group}")
-        lines.append(f"  {'variant':<36}{'steady':>12}{'first call':>12}{'vs PyTorch':>12}{'vs JAX':>10}")
+        lines.append(
+            f"  {'variant':<36}{'steady':>12}{'first call':>12}{'vs PyTorch':>12}{'vs JAX':>10}"
+        )
         for r in items:
             if "error" in r:
                 lines.append(f"  {r['variant']:<36}  failed: {r['error'][:90]}")
@@ -508,11 +598,16 @@ def table(rows: list[dict]) -> str:
             if "steady_compiles" in r:
                 extra += f"  compiles in steady state: {r['steady_compiles']}"
             if r.get("peak_bytes") is not None:
-                ratio = (f" ({r['peak_bytes'] / jax_base['peak_bytes']:.2f}x JAX)"
-                         if jax_base and jax_base.get("peak_bytes") else "")
+                ratio = (
+                    f" ({r['peak_bytes'] / jax_base['peak_bytes']:.2f}x JAX)"
+                    if jax_base and jax_base.get("peak_bytes")
+                    else ""
+                )
                 extra += f"  peak {r['peak_bytes'] / 2**20:.1f} MiB{ratio}"
-            lines.append(f"  {r['variant']:<36}{_fmt(r['median_s']):>12}{_fmt(r['first_s']):>12}"
-                         f"{vs_torch:>12}{vs_jax:>10}{extra}")
+            lines.append(
+                f"  {r['variant']:<36}{_fmt(r['median_s']):>12}{_fmt(r['first_s']):>12}"
+                f"{vs_torch:>12}{vs_jax:>10}{extra}"
+            )
     return "\n".join(lines)
 
 
@@ -530,8 +625,11 @@ def chart(rows: list[dict], machine: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [g for g in dict.fromkeys(r["group"] for r in rows)
-              if not g.startswith(("DLPack", "eager op breakdown"))]
+    groups = [
+        g
+        for g in dict.fromkeys(r["group"] for r in rows)
+        if not g.startswith(("DLPack", "eager op breakdown"))
+    ]
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.1 * len(groups)), squeeze=False)
     for ax, group in zip(axes[:, 0], groups, strict=True):
         items = [r for r in rows if r["group"] == group and "median_s" in r]
@@ -555,22 +653,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--only", choices=["ops", "breakdown", "import", "models", "training",
-                                           "dlpack"], action="append")
+    parser.add_argument(
+        "--only",
+        choices=["ops", "breakdown", "import", "models", "training", "dlpack"],
+        action="append",
+    )
     args = parser.parse_args()
     b = Bench(args.quick)
-    sections = {"ops": bench_eager_ops, "breakdown": bench_eager_breakdown, "import": bench_import,
-                "models": bench_models, "training": bench_training, "dlpack": bench_dlpack}
+    sections = {
+        "ops": bench_eager_ops,
+        "breakdown": bench_eager_breakdown,
+        "import": bench_import,
+        "models": bench_models,
+        "training": bench_training,
+        "dlpack": bench_dlpack,
+    }
     for name, fn in sections.items():
         if not args.only or name in args.only:
             fn(b)
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, "
-               f"torch {torch.__version__.split('+')[0]}, jax {jax.__version__}")
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"torch {torch.__version__.split('+')[0]}, jax {jax.__version__}"
+    )
     print(f"\ntorchlax benchmarks on {machine}")
     print(table(b.rows))
     print(targets(b.rows))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"machine": machine, "rows": b.rows}, indent=1))
+    (args.out / "results.json").write_text(
+        json.dumps({"machine": machine, "rows": b.rows}, indent=1)
+    )
     chart(b.rows, machine, args.out / "results.png")
     print(f"\nwrote {args.out / 'results.json'} and {args.out / 'results.png'}")
 

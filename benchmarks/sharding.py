@@ -83,10 +83,18 @@ print(json.dumps({{"devices": n, "first_s": first, "step_ms": 1e3 * statistics.m
 
 
 def run(devices: int, layout: str, steps: int, batch: int, seq: int) -> dict:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu")
-    code = CHILD.format(models=str(HERE.parent / "tests" / "distributed"), layout=layout,
-                        steps=steps, batch=batch, seq=seq)
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+    )
+    code = CHILD.format(
+        models=str(HERE.parent / "tests" / "distributed"),
+        layout=layout,
+        steps=steps,
+        batch=batch,
+        seq=seq,
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{devices} devices failed:\n{proc.stderr[-4000:]}")
@@ -103,13 +111,17 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
     rows = []
-    print(f"layout {args.layout}, batch {args.batch} x {args.seq} tokens, {os.cpu_count()} CPU cores")
+    print(
+        f"layout {args.layout}, batch {args.batch} x {args.seq} tokens, {os.cpu_count()} CPU cores"
+    )
     print(f"{'devices':>7} {'step ms':>9} {'first s':>8} {'q_proj shard':>13} {'loss':>9}")
     for n in args.devices:
         row = run(n, args.layout, args.steps, args.batch, args.seq)
         rows.append(row)
-        print(f"{n:>7} {row['step_ms']:>9.2f} {row['first_s']:>8.2f} "
-              f"{str(tuple(row['q_proj_shard'])):>13} {row['loss']:>9.5f}")
+        print(
+            f"{n:>7} {row['step_ms']:>9.2f} {row['first_s']:>8.2f} "
+            f"{str(tuple(row['q_proj_shard'])):>13} {row['loss']:>9.5f}"
+        )
     losses = [r["loss"] for r in rows]
     spread = max(losses) - min(losses)
     print(f"loss spread across device counts: {spread:.2e} (the same program, partitioned)")

@@ -26,8 +26,11 @@ class SmallCNN(nn.Module):
     def __init__(self, classes: int = 10):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(1, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, padding=1),
+            nn.ReLU(),
         )
         self.head = nn.Linear(16, classes)
 
@@ -70,16 +73,26 @@ def main(out: Path) -> None:
     model = SmallCNN().eval()
     example = torch.randn(4, 1, 28, 28)
     batch = Dim("batch")  # unbounded: any batch size
-    artifact = torchlax_export.export(model, (example,), dynamic_shapes={"images": {0: batch}},
-                                      progress=True)
+    artifact = torchlax_export.export(
+        model, (example,), dynamic_shapes={"images": {0: batch}}, progress=True
+    )
     artifact.save(out)
     print(f"exported to {out}: {artifact}")
 
     rng = np.random.default_rng(0)
     requests = {f"r{n}": rng.standard_normal((n, 1, 28, 28)).astype(np.float32) for n in (1, 7, 64)}
     np.savez(out / "requests.npz", **requests)
-    subprocess.run([sys.executable, "-c", SERVER, str(out), str(out / "requests.npz"),
-                    str(out / "answers.npz")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SERVER,
+            str(out),
+            str(out / "requests.npz"),
+            str(out / "answers.npz"),
+        ],
+        check=True,
+    )
 
     with np.load(out / "answers.npz") as answers, torch.no_grad():
         for name, images in requests.items():

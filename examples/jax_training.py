@@ -52,7 +52,9 @@ for step in range(1, 201):
     torch_loss.backward()
     torch_optimizer.step()
     if step in (1, 10, 50, 100, 200):
-        print(f"step {step:3d}: loss jax+optax {float(loss):.4f}   torch.optim {torch_loss.item():.4f}")
+        print(
+            f"step {step:3d}: loss jax+optax {float(loss):.4f}   torch.optim {torch_loss.item():.4f}"
+        )
 
 # The trained weights back into the PyTorch module (shared memory, then copied by load).
 model.load_state_dict({name: torchlax.to_torch(value) for name, value in params.items()})

@@ -61,8 +61,9 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
     import jax
 
     jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                               process_id=process_id)
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    )
 
     import torchlax_core
     import torchlax_interop
@@ -77,8 +78,10 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
     model = build_model()
     _, _, apply = torchlax_interop.functional(model)
     # Weights: the same on every process, replicated over the global mesh.
-    params = {n: jax.make_array_from_process_local_data(replicated, p.detach().numpy())
-              for n, p in model.named_parameters()}
+    params = {
+        n: jax.make_array_from_process_local_data(replicated, p.detach().numpy())
+        for n, p in model.named_parameters()
+    }
 
     # Data: this process's rows only; together they form the global batch.
     inputs, labels = make_batch()
@@ -91,7 +94,8 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
         logits = apply(params, inputs)
         with torchlax_core.enable():
             loss = torch.nn.functional.cross_entropy(
-                torchlax_core.wrap(logits), torchlax_core.wrap(labels))
+                torchlax_core.wrap(logits), torchlax_core.wrap(labels)
+            )
         return loss.jax()
 
     @jax.jit
@@ -102,9 +106,12 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
     loss, params = step(params, global_inputs, global_labels)
     # Replicated results: every process holds the whole value on its own devices.
     local = {n: np.asarray(a.addressable_data(0)) for n, a in params.items()}
-    result = {"loss": float(np.asarray(loss.addressable_data(0))),
-              "params": {n: v.tolist() for n, v in local.items()},
-              "devices": jax.device_count(), "local_devices": jax.local_device_count()}
+    result = {
+        "loss": float(np.asarray(loss.addressable_data(0))),
+        "params": {n: v.tolist() for n, v in local.items()},
+        "devices": jax.device_count(),
+        "local_devices": jax.local_device_count(),
+    }
     jax.distributed.shutdown()
     return result
 
@@ -112,8 +119,12 @@ def train_step(process_id: int, num_processes: int, coordinator: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-processes", type=int, default=2)
-    parser.add_argument("--process-id", type=int, default=None,
-                        help="this process's rank; without it, start every process locally")
+    parser.add_argument(
+        "--process-id",
+        type=int,
+        default=None,
+        help="this process's rank; without it, start every process locally",
+    )
     parser.add_argument("--coordinator", default=None, help="host:port of process 0")
     parser.add_argument("--port", type=int, default=29411)
     parser.add_argument("--output", default=None, help="write the result here as JSON")
@@ -127,11 +138,15 @@ def main() -> None:
         with open(args.output, "w") as f:
             json.dump(result, f)
     reference = reference_step()
-    worst = max(float(np.abs(np.asarray(result["params"][n]) - np.asarray(v)).max())
-                for n, v in reference["params"].items())
-    print(f"process {args.process_id}/{args.num_processes}: loss {result['loss']:.6f} "
-          f"(one process, full batch: {reference['loss']:.6f}); largest weight difference "
-          f"{worst:.2e} over {result['devices']} devices")
+    worst = max(
+        float(np.abs(np.asarray(result["params"][n]) - np.asarray(v)).max())
+        for n, v in reference["params"].items()
+    )
+    print(
+        f"process {args.process_id}/{args.num_processes}: loss {result['loss']:.6f} "
+        f"(one process, full batch: {reference['loss']:.6f}); largest weight difference "
+        f"{worst:.2e} over {result['devices']} devices"
+    )
 
 
 def launch_locally(num_processes: int) -> None:
@@ -143,9 +158,21 @@ def launch_locally(num_processes: int) -> None:
     with socket.socket() as sock:  # a free local port for the coordinator
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, __file__, "--num-processes", str(num_processes),
-                               "--process-id", str(rank), "--port", str(port)])
-             for rank in range(num_processes)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--num-processes",
+                str(num_processes),
+                "--process-id",
+                str(rank),
+                "--port",
+                str(port),
+            ]
+        )
+        for rank in range(num_processes)
+    ]
     codes = [proc.wait(timeout=600) for proc in procs]
     if any(codes):
         raise SystemExit(f"a process failed (exit codes {codes})")

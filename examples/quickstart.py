@@ -1,6 +1,6 @@
 """torchlax in one minute: a PyTorch model run on JAX, eagerly and under jit.
 
-    uv run python examples/quickstart.py
+uv run python examples/quickstart.py
 """
 
 import copy

@@ -46,8 +46,10 @@ class Block(nn.Module):
     def forward(self, x):
         b, s, d = x.shape
         h = self.ln1(x)
-        q, k, v = (p(h).view(b, s, self.heads, -1).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            p(h).view(b, s, self.heads, -1).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
         scores = (q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)).softmax(-1)
         x = x + self.o_proj((scores @ v).transpose(1, 2).reshape(b, s, d))
         return x + self.down_proj(nn.functional.gelu(self.up_proj(self.ln2(x))))
@@ -73,8 +75,10 @@ def describe(model: nn.Module, names: list[str]) -> None:
     params = dict(model.named_parameters())
     for name in names:
         p = params[name]
-        print(f"    {name:28s} {tuple(p.shape)!s:10s} {str(p.jax().sharding.spec):22s} "
-              f"shard {dist.shard_shapes(p)[0]}")
+        print(
+            f"    {name:28s} {tuple(p.shape)!s:10s} {str(p.jax().sharding.spec):22s} "
+            f"shard {dist.shard_shapes(p)[0]}"
+        )
 
 
 def restart_with_simulated_devices() -> None:
@@ -84,16 +88,23 @@ def restart_with_simulated_devices() -> None:
     way to get more devices is a fresh process.
     """
     flag = f"--xla_force_host_platform_device_count={SIMULATED_DEVICES}"
-    print(f"JAX sees {len(jax.devices())} device; restarting with {SIMULATED_DEVICES} simulated "
-          f"CPU devices ({flag}).", flush=True)
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip(),
-           "JAX_PLATFORMS": "cpu"}
+    print(
+        f"JAX sees {len(jax.devices())} device; restarting with {SIMULATED_DEVICES} simulated "
+        f"CPU devices ({flag}).",
+        flush=True,
+    )
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip(),
+        "JAX_PLATFORMS": "cpu",
+    }
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
 
 
 def main() -> None:
     if len(jax.devices()) <= 1 and "xla_force_host_platform_device_count" not in os.environ.get(
-            "XLA_FLAGS", ""):
+        "XLA_FLAGS", ""
+    ):
         restart_with_simulated_devices()
     n = len(jax.devices())
     data = 2 if n % 2 == 0 else 1
@@ -111,8 +122,15 @@ def main() -> None:
         model.load_state_dict(reference.state_dict())
         model = model.to("jax")
         dist.shard(model, mesh, dist.megatron_rules("model"))
-        describe(model, ["embed_tokens.weight", "layers.0.q_proj.weight", "layers.0.o_proj.weight",
-                         "layers.0.ln1.weight"])
+        describe(
+            model,
+            [
+                "embed_tokens.weight",
+                "layers.0.q_proj.weight",
+                "layers.0.o_proj.weight",
+                "layers.0.ln1.weight",
+            ],
+        )
         tk = dist.shard(tokens.to("jax"), mesh, P("data"))
         tg = dist.shard(targets.to("jax"), mesh, P("data"))
         eager = cross_entropy(model(tk), tg)
@@ -121,8 +139,10 @@ def main() -> None:
         # A batch moved with .to("jax") alone (on the default device) works with the sharded
         # weights too: JAX moves it onto the mesh.
         plain = cross_entropy(jitted(tokens.to("jax")), targets.to("jax"))
-        print(f"    loss eager {eager.item():.6f}, jit {compiled.item():.6f}, unsharded batch "
-              f"{plain.item():.6f}, unsharded CPU {ref_loss:.6f}")
+        print(
+            f"    loss eager {eager.item():.6f}, jit {compiled.item():.6f}, unsharded batch "
+            f"{plain.item():.6f}, unsharded CPU {ref_loss:.6f}"
+        )
 
         print("2. FSDP: train with a PyTorch optimizer")
         dist.shard(model, mesh, dist.fsdp_rules("data"))

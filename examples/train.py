@@ -53,8 +53,10 @@ def main():
     with torchlax_core.enable():
         jax_model.to("jax")
         jax_losses, jax_accuracy = train(jax_model, points, labels, args.steps, "jax")
-        print(f"parameters live on: {next(jax_model.parameters()).device} "
-              f"({type(next(jax_model.parameters())).__module__})")
+        print(
+            f"parameters live on: {next(jax_model.parameters()).device} "
+            f"({type(next(jax_model.parameters())).__module__})"
+        )
     cpu_losses, cpu_accuracy = train(cpu_model, points, labels, args.steps, "cpu")
 
     for step in range(0, args.steps, max(1, args.steps // 10)):

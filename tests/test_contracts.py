@@ -14,7 +14,9 @@ def test_shard_shapes_takes_a_torchlax_tensor_or_a_jax_array_and_names_the_fix_o
         assert isinstance(t, torchlax.Tensor)
         assert D.shard_shapes(t) == [(4, 3)]
     assert D.shard_shapes(jnp.ones((2, 5))) == [(2, 5)]
-    with pytest.raises(TypeError, match=r"shard_shapes\(\) takes a torchlax Tensor.*tensor.to\('jax'\)"):
+    with pytest.raises(
+        TypeError, match=r"shard_shapes\(\) takes a torchlax Tensor.*tensor.to\('jax'\)"
+    ):
         D.shard_shapes(torch.ones(2))
 
 
@@ -39,5 +41,7 @@ def test_materialize_reports_an_initializer_that_drops_a_buffer():
             self.running = None
 
     mesh = D.make_mesh((1,), ("data",))
-    with pytest.raises(TypeError, match=r"Drops\.running is a NoneType on no device, not a torchlax"):
+    with pytest.raises(
+        TypeError, match=r"Drops\.running is a NoneType on no device, not a torchlax"
+    ):
         D.materialize(Drops(), mesh)

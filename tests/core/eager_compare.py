@@ -15,7 +15,9 @@ def to_jax(t: torch.Tensor) -> torchlax_core.Tensor:
 
 def assert_same(actual: torch.Tensor, expected: torch.Tensor, *, atol=1e-6, rtol=1e-5) -> None:
     """``actual`` (a torchlax Tensor) equals ``expected`` (a CPU tensor): values, dtype, shape."""
-    assert isinstance(actual, torchlax_core.Tensor), f"expected a torchlax Tensor, got {type(actual)}"
+    assert isinstance(actual, torchlax_core.Tensor), (
+        f"expected a torchlax Tensor, got {type(actual)}"
+    )
     assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     torch.testing.assert_close(actual.detach().cpu(), expected.detach(), atol=atol, rtol=rtol)

@@ -116,11 +116,15 @@ def test_autograd_grad():
     assert_same(results[1], results[0], atol=1e-6)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: torch.sin(x) * x,
-    lambda x: torch.exp(x * 0.5) + x * x * x,
-    lambda x: torch.tanh(x) / (x * x + 1),
-], ids=["sin_mul", "exp_cube", "tanh_div"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.sin(x) * x,
+        lambda x: torch.exp(x * 0.5) + x * x * x,
+        lambda x: torch.tanh(x) / (x * x + 1),
+    ],
+    ids=["sin_mul", "exp_cube", "tanh_div"],
+)
 def test_higher_order_grads(fn):
     x_cpu, x = _leaf(5)
     out = []
@@ -210,6 +214,9 @@ def test_error_in_backward_lowering_raises_instead_of_aborting():
     _, x = _leaf(3)
     with torchlax_core.enable(env):
         y = torch.tanh(x).sum()
-        with pytest.raises(RuntimeError, match="aten.tanh_backward.default failed during backward "
-                                               "with ValueError: deliberate failure"):
+        with pytest.raises(
+            RuntimeError,
+            match="aten.tanh_backward.default failed during backward "
+            "with ValueError: deliberate failure",
+        ):
             y.backward()

@@ -15,8 +15,9 @@ from eager_compare import assert_same, to_jax
 
 def _fresh(code: str) -> str:
     """Run ``code`` in a new interpreter (no environment yet, JAX's 64-bit mode off)."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip()
 
@@ -91,9 +92,11 @@ def test_set_default_dtype_reaches_factories_and_promotion():
 
 
 def test_view_dtype_of_zero_element_tensors():
-    for shape, src, dst in [((0, 4), torch.float32, torch.float16),
-                            ((0, 4), torch.float16, torch.float32),
-                            ((2, 0), torch.float32, torch.int8)]:
+    for shape, src, dst in [
+        ((0, 4), torch.float32, torch.float16),
+        ((0, 4), torch.float16, torch.float32),
+        ((2, 0), torch.float32, torch.int8),
+    ]:
         cpu = torch.zeros(shape, dtype=src)
         expected, actual = cpu.view(dst), to_jax(cpu).view(dst)
         assert_same(actual, expected)
@@ -101,8 +104,10 @@ def test_view_dtype_of_zero_element_tensors():
 
 
 def test_view_dtype_upsize_errors_as_pytorch():
-    for make in (lambda d: torch.zeros(3, dtype=torch.float16, device=d),
-                 lambda d: torch.zeros((), dtype=torch.float16, device=d)):
+    for make in (
+        lambda d: torch.zeros(3, dtype=torch.float16, device=d),
+        lambda d: torch.zeros((), dtype=torch.float16, device=d),
+    ):
         with pytest.raises(RuntimeError) as cpu_error:
             make("cpu").view(torch.float32)
         with pytest.raises(RuntimeError) as jax_error:

@@ -19,8 +19,14 @@ import torchlax
 import torchlax_core
 import torchlax_export
 
-PACKAGES = ("torchlax_core", "torchlax_ops", "torchlax_interop", "torchlax_dynamo",
-            "torchlax_export", "torchlax")
+PACKAGES = (
+    "torchlax_core",
+    "torchlax_ops",
+    "torchlax_interop",
+    "torchlax_dynamo",
+    "torchlax_export",
+    "torchlax",
+)
 
 # The built-in base each exception keeps (what PyTorch raises in its place, or raised before).
 BUILTIN_BASES = {
@@ -61,8 +67,9 @@ def _exception_classes() -> dict[str, type]:
             for node in ast.walk(tree):
                 bases = {ast.unparse(b).split(".")[-1] for b in getattr(node, "bases", ())}
                 if isinstance(node, ast.ClassDef) and any(
-                        b in exception_names or b.endswith(("Error", "Exception", "Warning"))
-                        for b in bases):
+                    b in exception_names or b.endswith(("Error", "Exception", "Warning"))
+                    for b in bases
+                ):
                     exception_names.add(node.name)
                     modules.add(module_name)
         if (len(exception_names), len(modules)) == before:
@@ -70,8 +77,11 @@ def _exception_classes() -> dict[str, type]:
     found = {}
     for module_name in sorted(modules) + ["_torchlax_errors"]:
         for name, value in vars(importlib.import_module(module_name)).items():
-            if inspect.isclass(value) and issubclass(value, BaseException) and (
-                    value.__module__ == module_name):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and (value.__module__ == module_name)
+            ):
                 found[name] = value
     return found
 
@@ -113,8 +123,9 @@ def test_export_errors_share_the_base_without_torch_and_without_torchlax_core():
     modules = []
     for block in ("", 'sys.modules["_torchlax_errors"] = None'):
         code = textwrap.dedent(_WITHOUT_TORCH.format(block=block))
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         modules.append(done.stdout.strip())
     assert modules == ["_torchlax_errors", "torchlax_export._errors"]

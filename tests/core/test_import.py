@@ -18,8 +18,9 @@ _TORCH_OWN = ("torch.export", "torch.distributed")
 
 
 def run(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -118,7 +119,8 @@ def test_core_modules_import_each_other_without_a_cycle():
         for target in lazy - at_import:
             assert (m, target) in _LAZY_IMPORTS, (
                 f"torchlax_core.{m} imports {target} inside a function: import it at the top "
-                "(if that makes a cycle, move what both need into a lower module)")
+                "(if that makes a cycle, move what both need into a lower module)"
+            )
     assert "_current" in graph and graph["_current"] == set()  # the bottom
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 

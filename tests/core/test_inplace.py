@@ -52,9 +52,13 @@ def test_inplace_on_int_keeps_int_and_rejects_float_result():
     assert_same(jx, cpu)
     jx.mul_(True)
     assert jx.dtype == torch.int64
-    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+    with pytest.raises(
+        RuntimeError, match="result type Float can't be cast to the desired output type Long"
+    ):
         torch.arange(4).add_(1.5)  # PyTorch's own message, for reference
-    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+    with pytest.raises(
+        RuntimeError, match="result type Float can't be cast to the desired output type Long"
+    ):
         jx.add_(1.5)
 
 

@@ -12,8 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["torchlax-core", "torchlax-ops", "torchlax-interop", "torchlax-dynamo",
-            "torchlax-export", "torchlax"]
+PACKAGES = [
+    "torchlax-core",
+    "torchlax-ops",
+    "torchlax-interop",
+    "torchlax-dynamo",
+    "torchlax-export",
+    "torchlax",
+]
 
 pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="needs the uv command")
 
@@ -23,8 +29,13 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
     built = {}
     for package in PACKAGES:
-        subprocess.run(["uv", "build", "--package", package, "--wheel", "--out-dir", str(out)],
-                       cwd=ROOT, check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            ["uv", "build", "--package", package, "--wheel", "--out-dir", str(out)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         name = package.replace("-", "_")
         (wheel,) = out.glob(f"{name}-0.1.0-*.whl")
         built[package] = wheel
@@ -38,15 +49,24 @@ def metadata(wheel: Path) -> str:
 
 
 def test_every_layer_builds_a_typed_wheel_with_its_own_dependencies(wheels):
-    requires = {p: [line.split(":", 1)[1].strip() for line in metadata(w).splitlines()
-                    if line.startswith("Requires-Dist:")] for p, w in wheels.items()}
+    requires = {
+        p: [
+            line.split(":", 1)[1].strip()
+            for line in metadata(w).splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+        for p, w in wheels.items()
+    }
     assert not any(r.startswith("torchlax") for r in requires["torchlax-core"])
     assert "pluggy<2,>=1.5" in requires["torchlax-core"]
     for layer in ("torchlax-ops", "torchlax-interop"):
         assert "torchlax-core<0.2,>=0.1" in requires[layer]
     # A serving machine loads artifacts with jax and numpy alone; exporting is an extra.
-    assert not any(r.startswith(("torch", "torchlax")) for r in requires["torchlax-export"]
-                   if "extra ==" not in r)
+    assert not any(
+        r.startswith(("torch", "torchlax"))
+        for r in requires["torchlax-export"]
+        if "extra ==" not in r
+    )
     assert "torchlax-core<0.2,>=0.1; extra == 'export'" in requires["torchlax-export"]
     assert "torchlax-interop<0.2,>=0.1" in requires["torchlax-dynamo"]
     assert {f"{p}<0.2,>=0.1" for p in PACKAGES[:-2]} <= set(requires["torchlax"])
@@ -62,11 +82,19 @@ def test_every_layer_builds_a_typed_wheel_with_its_own_dependencies(wheels):
 @pytest.mark.slow
 def test_core_installs_alone_and_asks_for_torchlax_ops(wheels, tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run(["uv", "venv", str(venv), "--python", sys.executable], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        ["uv", "venv", str(venv), "--python", sys.executable],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     python = venv / "bin" / "python"
-    subprocess.run(["uv", "pip", "install", "--python", str(python), str(wheels["torchlax-core"])],
-                   check=True, capture_output=True, timeout=900)
+    subprocess.run(
+        ["uv", "pip", "install", "--python", str(python), str(wheels["torchlax-core"])],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     code = textwrap.dedent("""
         import importlib.util, jax.numpy as jnp, torchlax_core
         assert importlib.util.find_spec("torchlax_ops") is None

@@ -8,8 +8,9 @@ import textwrap
 
 
 def run(code: str) -> str:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
 

@@ -13,8 +13,9 @@ import torchlax_core
 
 
 def _fresh(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_dataloader_pin_memory_over_cpu_tensors_with_torchlax_imported():

@@ -22,8 +22,14 @@ def _run(log_value):
     env.pop("TORCHLAX_LOG", None)
     if log_value is not None:
         env["TORCHLAX_LOG"] = log_value
-    return subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
+    return subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
 
 
 def test_logger_is_the_torchlax_logger_with_a_null_handler():

@@ -22,8 +22,9 @@ def _enabled():
 
 def _mlp(seed=0):
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5),
-                         nn.Linear(8, 3))
+    return nn.Sequential(
+        nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3)
+    )
 
 
 class _TiedLM(nn.Module):
@@ -80,7 +81,7 @@ def test_torch_save_loads_without_torchlax(tmp_path):
     script = f"""
 import sys, torch
 state = torch.load({str(path)!r}, weights_only=True)
-expected = torch.load({str(tmp_path / 'expected.pt')!r}, weights_only=True)
+expected = torch.load({str(tmp_path / "expected.pt")!r}, weights_only=True)
 assert "torchlax_core" not in sys.modules, "torchlax was imported"
 assert state.keys() == expected.keys()
 for k in state:
@@ -89,8 +90,9 @@ for k in state:
 print("ok")
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 

@@ -49,8 +49,13 @@ def test_hits_after_the_second_call_and_stays_correct(env):
 
 
 def test_new_shape_and_new_dtype_redispatch(env):
-    for shape, dtype in (((5,), torch.float32), ((2, 3), torch.float32), ((5,), torch.float64),
-                         ((5,), torch.int64), ((5,), torch.float32)):
+    for shape, dtype in (
+        ((5,), torch.float32),
+        ((2, 3), torch.float32),
+        ((5,), torch.float64),
+        ((5,), torch.int64),
+        ((5,), torch.float32),
+    ):
         a_cpu = (torch.randn(shape) * 10).to(dtype)
         b_cpu = (torch.randn(shape) * 10).to(dtype)
         a, b = jax_tensor(a_cpu), jax_tensor(b_cpu)
@@ -81,9 +86,14 @@ def test_python_scalars_and_weak_typed_arrays_are_part_of_the_signature(env):
             out = torch.add(f, s)
             assert out.dtype == torch.float32  # a 0-d tensor does not promote a float32 one
             torch.testing.assert_close(out.cpu(), torch.linspace(0, 1, 4) + 3.0)
-    keys = [k for k in env._op_cache.entries
-            if k[0] is torch.ops.aten.add.Tensor and k[1] == f.jax().aval
-        and isinstance(k[2], jax.core.ShapedArray) and k[2].shape == ()]  # other tests' too
+    keys = [
+        k
+        for k in env._op_cache.entries
+        if k[0] is torch.ops.aten.add.Tensor
+        and k[1] == f.jax().aval
+        and isinstance(k[2], jax.core.ShapedArray)
+        and k[2].shape == ()
+    ]  # other tests' too
     assert {k[2].weak_type for k in keys} == {True, False}
 
 
@@ -98,8 +108,9 @@ def test_plugin_override_after_the_cache_filled_invalidates_it(env):
 
     @hookimpl
     def torchlax_register_lowerings(registry):
-        registry.register_lowering(torch.ops.aten.add.Tensor,
-                                   lambda x, y, alpha=1: x * 10 + y, override=True)
+        registry.register_lowering(
+            torch.ops.aten.add.Tensor, lambda x, y, alpha=1: x * 10 + y, override=True
+        )
 
     plugin.torchlax_register_lowerings = torchlax_register_lowerings
     name = env.register_plugin(plugin, "test-op-cache-override")
@@ -119,7 +130,7 @@ def test_random_ops_draw_fresh_values_every_call(env):
     drawn = [torch.nn.functional.dropout(x, 0.5).cpu() for _ in range(4)]
     drawn += [torch.rand_like(x).cpu() for _ in range(4)]
     for i, d in enumerate(drawn):
-        for e in drawn[i + 1:]:
+        for e in drawn[i + 1 :]:
             assert not torch.equal(d, e)
     torch.manual_seed(0)
     again = [torch.nn.functional.dropout(x, 0.5).cpu() for _ in range(4)]
@@ -146,7 +157,7 @@ def test_a_lowering_that_draws_keys_is_never_cached(env):
         x = jax_tensor(torch.zeros(32))
         outs = [torch.sin(x).cpu() for _ in range(4)]
         for i, o in enumerate(outs):
-            for p in outs[i + 1:]:
+            for p in outs[i + 1 :]:
                 assert not torch.equal(o, p)
         assert "aten.sin.default" in env.stats()["op_cache_uncacheable"]
     finally:

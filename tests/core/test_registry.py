@@ -59,8 +59,11 @@ def run_add(env, a, b):
 
 def test_builtin_plugins_are_named_and_listed(env):
     names = {record.name: record.status for record in env.plugins()}
-    assert names == {"torchlax.device": "loaded", "torchlax.transfer": "loaded",
-                     "torchlax.fallback": "loaded"}
+    assert names == {
+        "torchlax.device": "loaded",
+        "torchlax.transfer": "loaded",
+        "torchlax.fallback": "loaded",
+    }
 
 
 def test_autoload_off_leaves_ops_unlowered(env):
@@ -129,8 +132,9 @@ def test_conflict_leaves_the_environment_as_before(env, plugins):
 
 def test_override_replaces_and_unregister_restores(env, plugins):
     plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b), "base")
-    plugins(lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b + 100, override=True),
-            "better")
+    plugins(
+        lowering_plugin(aten.add.Tensor, lambda a, b, alpha=1: a + b + 100, override=True), "better"
+    )
     assert run_add(env, [1.0], [2.0]).tolist() == [103.0]
     assert env.lowering_for(aten.add.Tensor).plugin == "better"
     env.unregister_plugin("better")
@@ -148,9 +152,11 @@ def test_two_overrides_last_loaded_wins(env, plugins):
 
 def _state(env):
     """What a failed registration must leave unchanged."""
-    return ([(r.name, r.status) for r in env.plugins()], env.plugin_manager.list_name_plugin(),
-            {kind: dict(env._tables.table(kind)) for kind in ("lowering", "decomposition",
-                                                              "function")})
+    return (
+        [(r.name, r.status) for r in env.plugins()],
+        env.plugin_manager.list_name_plugin(),
+        {kind: dict(env._tables.table(kind)) for kind in ("lowering", "decomposition", "function")},
+    )
 
 
 def test_misspelled_hook_raises_and_leaves_nothing(env, plugins):
@@ -293,12 +299,15 @@ def _mm_inputs():
     return a, b
 
 
-@pytest.mark.parametrize("name, lowering, says", [
-    ("half", lambda a, b: (a @ b).astype(jnp.float16), "returned float16[2, 4]"),
-    ("transposed", lambda a, b: (a @ b).T, "returned float32[4, 2]"),
-    ("none", lambda a, b: None, "returned None"),
-    ("numpy", lambda a, b: np.asarray(a @ b), "returned a NumPy array float32[2, 4]"),
-])
+@pytest.mark.parametrize(
+    "name, lowering, says",
+    [
+        ("half", lambda a, b: (a @ b).astype(jnp.float16), "returned float16[2, 4]"),
+        ("transposed", lambda a, b: (a @ b).T, "returned float32[4, 2]"),
+        ("none", lambda a, b: None, "returned None"),
+        ("numpy", lambda a, b: np.asarray(a @ b), "returned a NumPy array float32[2, 4]"),
+    ],
+)
 def test_wrong_lowering_output_raises_naming_op_and_plugin(env, plugins, name, lowering, says):
     plugins(lowering_plugin(aten.mm.default, lowering), name)
     a, b = _mm_inputs()
@@ -329,9 +338,14 @@ def test_correct_lowering_passes_and_is_checked_once_per_signature(env, plugins,
 
     checks = []
     real_check = _plugin_checks._check
-    monkeypatch.setattr(_plugin_checks, "_check",
-                        lambda func, entry, args, *rest: (checks.append(args[0].shape),
-                                                          real_check(func, entry, args, *rest)))
+    monkeypatch.setattr(
+        _plugin_checks,
+        "_check",
+        lambda func, entry, args, *rest: (
+            checks.append(args[0].shape),
+            real_check(func, entry, args, *rest),
+        ),
+    )
     plugins(lowering_plugin(aten.mm.default, lambda a, b: a @ b), "good-mm")
     a, b = _mm_inputs()
     entry = env.lowering_for(aten.mm.default)
@@ -358,7 +372,8 @@ def test_wrong_decomposition_output_raises(env, plugins):
     @hookimpl
     def torchlax_register_lowerings(registry):  # the one hook registers decompositions too
         registry.register_decomposition(
-            aten.mm.default, lambda a, b: torchlax_core.wrap(jnp.ones((3, 3), jnp.float32)))
+            aten.mm.default, lambda a, b: torchlax_core.wrap(jnp.ones((3, 3), jnp.float32))
+        )
 
     plugin.torchlax_register_lowerings = torchlax_register_lowerings
     plugins(plugin, "bad-decomposition")
@@ -374,12 +389,17 @@ def test_deprecated_decompositions_hook_warns_and_still_registers(env, plugins):
 
     @hookimpl
     def torchlax_register_decompositions(registry):
-        registry.register_decomposition(aten.mm.default, lambda a, b: torchlax_core.wrap(
-            torchlax_core.unwrap(a) @ torchlax_core.unwrap(b)))
+        registry.register_decomposition(
+            aten.mm.default,
+            lambda a, b: torchlax_core.wrap(torchlax_core.unwrap(a) @ torchlax_core.unwrap(b)),
+        )
 
     plugin.torchlax_register_decompositions = torchlax_register_decompositions
-    with pytest.warns(DeprecationWarning, match="torchlax_register_decompositions is deprecated"
-                      ".*register_decomposition.*torchlax_register_lowerings"):
+    with pytest.warns(
+        DeprecationWarning,
+        match="torchlax_register_decompositions is deprecated"
+        ".*register_decomposition.*torchlax_register_lowerings",
+    ):
         plugins(plugin, "old-style")
     assert env.lowering_for(aten.mm.default).plugin == "old-style"
     a, b = _mm_inputs()
@@ -392,8 +412,13 @@ def _run(code: str, **env_vars) -> str:
     import os
 
     env = {**os.environ, **env_vars}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 

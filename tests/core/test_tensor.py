@@ -11,9 +11,20 @@ import torchlax_core
 from torchlax_core import DeviceMismatchError, Tensor, UnsupportedDtypeError
 
 ALL_DTYPES = [
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-    torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
 ]
 
 
@@ -50,7 +61,11 @@ def test_dtype_round_trip_is_exact(dtype):
     assert t.jax().dtype == torchlax_core.jax_dtype(dtype)
     back = t.cpu()
     assert back.device.type == "cpu" and back.dtype == dtype
-    assert torch.equal(back.view(torch.uint8), cpu.view(torch.uint8)) if dtype.itemsize == 1 else torch.equal(back, cpu)
+    assert (
+        torch.equal(back.view(torch.uint8), cpu.view(torch.uint8))
+        if dtype.itemsize == 1
+        else torch.equal(back, cpu)
+    )
 
 
 def test_int64_and_float64_are_not_narrowed_and_plain_jax_is_untouched():

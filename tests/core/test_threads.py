@@ -132,6 +132,7 @@ def test_enable_in_one_thread_does_not_change_another_threads_environment():
             inside.wait(JOIN_TIMEOUT)
             assert torchlax.current_env() is torchlax.default_env()
             results[k] = work()
+
         return run
 
     def release():
@@ -221,6 +222,7 @@ def test_concurrent_first_dispatch_on_a_fresh_environment():
             with torchlax.enable(env):
                 t = x_cpu.to("jax")
                 got[k] = [programs[(k + i) % len(programs)](t).cpu() for i in range(len(programs))]
+
         return run
 
     run_threads(*(worker(k) for k in range(6)))
@@ -242,8 +244,7 @@ def test_default_env_is_created_once_under_concurrent_first_use():
         for t in threads: t.join(120)
         print(len(envs), len({id(e) for e in envs}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.split() == ["8", "1"]
 
@@ -274,6 +275,7 @@ def _jit_first_call_from_threads():
                 x = inputs[k].to("jax")
                 barrier.wait(JOIN_TIMEOUT)
                 got[k] = jitted(x).detach().cpu()
+
         return run
 
     run_threads(*(worker(k) for k in range(len(inputs))))
@@ -286,8 +288,12 @@ def test_jit_module_first_called_from_four_threads_with_four_shapes():
 
 
 def test_fresh_jit_functions_traced_concurrently():
-    fns = [lambda t: (t * 2).sum(0), lambda t: torch.tanh(t) @ t.T, lambda t: t.cumsum(0) - 1,
-           lambda t: torch.nn.functional.softplus(t).max(1).values]
+    fns = [
+        lambda t: (t * 2).sum(0),
+        lambda t: torch.tanh(t) @ t.T,
+        lambda t: t.cumsum(0) - 1,
+        lambda t: torch.nn.functional.softplus(t).max(1).values,
+    ]
     x_cpu = torch.linspace(-2, 2, 12).reshape(3, 4)
     expected = [f(x_cpu) for f in fns]
     got = {}
@@ -300,6 +306,7 @@ def test_fresh_jit_functions_traced_concurrently():
                 x = x_cpu.to("jax")
                 barrier.wait(JOIN_TIMEOUT)
                 got[k] = jitted(x).cpu()
+
         return run
 
     run_threads(*(worker(k) for k in range(len(fns))))

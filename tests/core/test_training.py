@@ -48,14 +48,16 @@ class TinyGPTBlock(nn.Module):
 
 
 def _mlp():
-    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
-                         nn.Linear(32, 4))
+    return nn.Sequential(
+        nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4)
+    )
 
 
 def _encoder():
     # bias=False for the reason TinyGPTBlock has no qkv bias.
-    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
-                                       batch_first=True, bias=False)
+    layer = nn.TransformerEncoderLayer(
+        d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True, bias=False
+    )
     return nn.Sequential(layer, nn.Linear(16, 4))
 
 

@@ -56,8 +56,9 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4, hidden: int = 64,
-                 layers: int = 2):
+    def __init__(
+        self, vocab: int = 64, dim: int = 32, heads: int = 4, hidden: int = 64, layers: int = 2
+    ):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(Block(dim, heads, hidden) for _ in range(layers))

@@ -40,9 +40,18 @@ def run_on_devices(*parts: str, devices: int = 8, timeout: float = 600) -> str:
 
     Fails the test with the child's output if it exits non-zero.
     """
-    code = PRELUDE + f"assert len(jax.devices()) == {devices}, jax.devices()\n" + "".join(textwrap.dedent(p) for p in parts)
-    proc = subprocess.run([sys.executable, "-c", code], env=device_env(devices),
-                          capture_output=True, text=True, timeout=timeout)
+    code = (
+        PRELUDE
+        + f"assert len(jax.devices()) == {devices}, jax.devices()\n"
+        + "".join(textwrap.dedent(p) for p in parts)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=device_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise AssertionError(
             f"subprocess failed (exit {proc.returncode})\n--- stdout\n{proc.stdout}\n"

@@ -37,9 +37,22 @@ def test_two_processes_equal_one_process(tmp_path):
     env.pop("XLA_FLAGS", None)  # one CPU device per process: the mesh spans both processes
     procs = [
         subprocess.Popen(
-            [sys.executable, str(EXAMPLE), "--num-processes", "2", "--process-id", str(i),
-             "--coordinator", f"127.0.0.1:{port}", "--output", str(tmp_path / f"{i}.json")],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                str(EXAMPLE),
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--output",
+                str(tmp_path / f"{i}.json"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i in range(2)
     ]
@@ -61,5 +74,10 @@ def test_two_processes_equal_one_process(tmp_path):
         assert result["devices"] == 2 and result["local_devices"] == 1
         np.testing.assert_allclose(result["loss"], reference["loss"], rtol=1e-6)
         for name, expected in reference["params"].items():
-            np.testing.assert_allclose(result["params"][name], expected, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"process {i}: {name}")
+            np.testing.assert_allclose(
+                result["params"][name],
+                expected,
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"process {i}: {name}",
+            )

@@ -19,7 +19,9 @@ SETUP = """
 
 
 def test_megatron_eager_forward_and_training_step_equal_unsharded():
-    run_on_devices(SETUP, """
+    run_on_devices(
+        SETUP,
+        """
         ref_loss = loss_fn(reference, tokens, targets)
         ref_loss.backward()
         ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
@@ -53,11 +55,14 @@ def test_megatron_eager_forward_and_training_step_equal_unsharded():
             torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=2e-5, rtol=2e-5, msg=name)
             assert p.jax().sharding.spec == specs[name], name   # the step kept the layout
         print("ok")
-    """)
+    """,
+    )
 
 
 def test_jit_keeps_shardings_and_gives_the_ones_asked_for():
-    run_on_devices(SETUP, """
+    run_on_devices(
+        SETUP,
+        """
         import torchlax_interop
         ref_loss = loss_fn(reference, tokens, targets)
         grads = torch.autograd.grad(ref_loss, list(reference.parameters()))
@@ -125,11 +130,14 @@ def test_jit_keeps_shardings_and_gives_the_ones_asked_for():
             torch.testing.assert_close(new.cpu(), (q - 0.5 * g).detach(), atol=2e-5, rtol=2e-5,
                                        msg=name)
         print("ok")
-    """)
+    """,
+    )
 
 
 def test_fsdp_training_step_equals_unsharded():
-    run_on_devices(SETUP, """
+    run_on_devices(
+        SETUP,
+        """
         import torchlax_interop
         ref_loss = loss_fn(reference, tokens, targets)
         ref_loss.backward()
@@ -163,7 +171,8 @@ def test_fsdp_training_step_equals_unsharded():
         for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=1e-5, rtol=1e-4, msg=name)
         print("ok")
-    """)
+    """,
+    )
 
 
 def test_mesh_placement_puts_new_tensors_on_the_mesh_until_exit():

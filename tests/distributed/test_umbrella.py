@@ -15,7 +15,9 @@ def test_umbrella_exports_the_whole_distributed_api():
     assert torchlax.shard is interop_distributed.shard
     public = {n for n in vars(interop_distributed) if not n.startswith("_")}
     public -= {"annotations"}
-    missing = sorted(n for n in public if getattr(dist, n, None) is not getattr(interop_distributed, n))
+    missing = sorted(
+        n for n in public if getattr(dist, n, None) is not getattr(interop_distributed, n)
+    )
     assert not missing, missing
     assert {"distributed", "shard"} <= set(dir(torchlax))
 

@@ -45,7 +45,9 @@ def python_blocks(path: Path) -> list[tuple[int, str, str | None]]:
             continue
         previous = lines[start - 1] if start > 0 else ""
         marker = _NO_RUN.match(previous.strip())
-        blocks.append((start + 1, "\n".join(body) + "\n", marker.group(1).strip() if marker else None))
+        blocks.append(
+            (start + 1, "\n".join(body) + "\n", marker.group(1).strip() if marker else None)
+        )
     return blocks
 
 
@@ -56,8 +58,9 @@ def test_every_no_run_marker_gives_a_reason():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [p for p in FILES if python_blocks(p)],
-                         ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if python_blocks(p)], ids=lambda p: p.relative_to(ROOT).as_posix()
+)
 def test_code_blocks_run(path, tmp_path):
     script = []
     for line, code, reason in python_blocks(path):
@@ -69,8 +72,14 @@ def test_code_blocks_run(path, tmp_path):
     if path.name in _DEVICES:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={_DEVICES[path.name]}"
         env["JAX_PLATFORMS"] = "cpu"
-    out = subprocess.run([sys.executable, "-c", "\n".join(script)], capture_output=True,
-                         text=True, timeout=900, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", "\n".join(script)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=env,
+    )
     assert out.returncode == 0, (
         f"a code block of {path.relative_to(ROOT)} failed (the '# --- file:line' comment "
         f"before the failing code says which):\n{out.stderr[-5000:]}"

@@ -12,4 +12,3 @@ def fresh_dynamo():
     torchlax_dynamo.counters.clear()
     yield
     torch._dynamo.reset()
-

@@ -16,9 +16,7 @@ counters = torchlax_dynamo.counters
 
 def mlp():
     torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
-    )
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 
 
 def train_step(model, optimizer, x, y):
@@ -43,8 +41,9 @@ def test_registered_by_entry_point_without_importing_torchlax():
         assert torchlax_dynamo.counters["xla_programs"] == 1, torchlax_dynamo.counters
         print("ok")
     """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
 
@@ -205,8 +204,9 @@ def test_factories_inside_the_graph():
 
 
 def test_random_ops_differ_per_call_and_follow_manual_seed():
-    f = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
-                      backend="torchlax")
+    f = torch.compile(
+        lambda x: torch.nn.functional.dropout(x, 0.5, training=True), backend="torchlax"
+    )
     x = torch.ones(1000)
     torch.manual_seed(1)
     a, b = f(x), f(x)

@@ -127,7 +127,8 @@ def test_other_backends_still_work_in_the_same_process():
             torch.testing.assert_close(out, f(x))
         print("ok")
     """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")

@@ -45,8 +45,9 @@ def train_steps(model, x, target, steps=2):
 
 
 def check_state(actual: torch.nn.Module, expected: torch.nn.Module, **tol):
-    for (name, a), (_, e) in zip(actual.state_dict().items(), expected.state_dict().items(),
-                                 strict=True):
+    for (name, a), (_, e) in zip(
+        actual.state_dict().items(), expected.state_dict().items(), strict=True
+    ):
         assert_same(a, e, **tol), name
 
 
@@ -93,8 +94,14 @@ def test_batchnorm_running_stats_in_no_grad_forward():
 def tiny_gpt2():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(
-        vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        vocab_size=64,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(config).eval()

@@ -24,16 +24,18 @@ counters = torchlax_dynamo.counters
 STEPS = 5
 
 OPTIMIZERS = {
-    "sgd_momentum_nesterov_wd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True,
-                                                          weight_decay=1e-2),
+    "sgd_momentum_nesterov_wd": lambda p: torch.optim.SGD(
+        p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2
+    ),
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
     "adamw_loop": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False),
     "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-1),
     # foreach=False: one op per parameter instead of one _foreach_ op per state list.
-    "sgd_loop": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-2,
-                                          foreach=False),
+    "sgd_loop": lambda p: torch.optim.SGD(
+        p, lr=0.1, momentum=0.9, weight_decay=1e-2, foreach=False
+    ),
     "adam_loop": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False),
     "rmsprop_loop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5, foreach=False),
     "adagrad_loop": lambda p: torch.optim.Adagrad(p, lr=1e-1, foreach=False),
@@ -74,8 +76,9 @@ def test_step_matches_eager_and_runs_as_xla_programs(name, on_jax):
     eager_step = _make_step(eager_model, OPTIMIZERS[name](eager_model.parameters()))
     with torchlax_core.enable():
         model = _model().to("jax") if on_jax else _model()
-        step = torch.compile(_make_step(model, OPTIMIZERS[name](model.parameters())),
-                             backend="torchlax")
+        step = torch.compile(
+            _make_step(model, OPTIMIZERS[name](model.parameters())), backend="torchlax"
+        )
         cx, cy = (x.to("jax"), y.to("jax")) if on_jax else (x, y)
         tol = dict(atol=1e-10, rtol=1e-10)
         for i in range(STEPS):
@@ -106,7 +109,9 @@ def test_state_lives_on_the_module_and_optimizer():
         state = opt.state[next(iter(model.parameters()))]
         assert float(state["step"]) == 2
         assert isinstance(state["exp_avg"], torchlax_core.Tensor)
-        changed = [k for k, v in model.state_dict().items() if not torch.equal(v.cpu(), before[k].cpu())]
+        changed = [
+            k for k, v in model.state_dict().items() if not torch.equal(v.cpu(), before[k].cpu())
+        ]
         assert len(changed) == len(before)
 
 
@@ -157,8 +162,11 @@ def _make_rich_step(model, optimizer, scheduler):
     return step
 
 
-@pytest.mark.parametrize(("on_jax", "schedule"), [(False, "step"), (True, "cosine"), (True, "lambda")],
-                         ids=["cpu-steplr", "torchlax-cosine", "torchlax-lambda"])
+@pytest.mark.parametrize(
+    ("on_jax", "schedule"),
+    [(False, "step"), (True, "cosine"), (True, "lambda")],
+    ids=["cpu-steplr", "torchlax-cosine", "torchlax-lambda"],
+)
 def test_step_with_accumulation_clipping_batchnorm_and_scheduler(on_jax, schedule):
     """Matches eager PyTorch over 5 steps, and the LR the scheduler changes (a tensor, as
     PyTorch recommends for compiled optimizers) is an input: nothing compiles after step 2."""
@@ -169,8 +177,9 @@ def test_step_with_accumulation_clipping_batchnorm_and_scheduler(on_jax, schedul
     with torchlax_core.enable():
         model = _rich_model().to("jax") if on_jax else _rich_model()
         opt = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1), momentum=0.9)
-        step = torch.compile(_make_rich_step(model, opt, SCHEDULERS[schedule](opt)),
-                             backend="torchlax")
+        step = torch.compile(
+            _make_rich_step(model, opt, SCHEDULERS[schedule](opt)), backend="torchlax"
+        )
         cx, cy = (x.to("jax"), y.to("jax")) if on_jax else (x, y)
         tol = dict(atol=1e-10, rtol=1e-10)
         lrs = set()
@@ -183,8 +192,9 @@ def test_step_with_accumulation_clipping_batchnorm_and_scheduler(on_jax, schedul
             if i == 1:
                 first_calls = dict(counters)
                 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        for (name, p), q in zip(model.state_dict().items(), eager_model.state_dict().values(),
-                                strict=True):
+        for (name, p), q in zip(
+            model.state_dict().items(), eager_model.state_dict().values(), strict=True
+        ):
             torch.testing.assert_close(p.cpu(), q, **tol, msg=name)  # BatchNorm's running stats too
     assert len(lrs) >= 3  # the scheduler did change the LR
     assert counters["eager_nodes"] == 0, dict(counters)
@@ -226,15 +236,24 @@ def test_compiled_autograd_step_matches_eager():
     """PyTorch's compiled autograd (loss.backward() captured as a graph too) with this backend."""
     x, y = _data()
     eager_model = _model()
-    eager_step = _make_step(eager_model, OPTIMIZERS["sgd_momentum_nesterov_wd"](eager_model.parameters()))
+    eager_step = _make_step(
+        eager_model, OPTIMIZERS["sgd_momentum_nesterov_wd"](eager_model.parameters())
+    )
     with torchlax_core.enable():
         model = _model().to("jax")
-        step = torch.compile(_make_step(model, OPTIMIZERS["sgd_momentum_nesterov_wd"](model.parameters())),
-                             backend="torchlax")
+        step = torch.compile(
+            _make_step(model, OPTIMIZERS["sgd_momentum_nesterov_wd"](model.parameters())),
+            backend="torchlax",
+        )
         with torch._dynamo.config.patch(compiled_autograd=True):
             for i in range(3):
-                torch.testing.assert_close(step(x.to("jax"), y.to("jax")).cpu(), eager_step(x, y),
-                                           atol=1e-10, rtol=1e-10, msg=f"step {i}")
+                torch.testing.assert_close(
+                    step(x.to("jax"), y.to("jax")).cpu(),
+                    eager_step(x, y),
+                    atol=1e-10,
+                    rtol=1e-10,
+                    msg=f"step {i}",
+                )
         for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=1e-10, rtol=1e-10)
     assert counters["eager_nodes"] == 0, dict(counters)

@@ -65,21 +65,32 @@ def run_without_torch(tmp_path):
     def run(artifact_dir: Path, calls: list[list[np.ndarray]]):
         inputs = tmp_path / "inputs.npz"
         outputs = tmp_path / "outputs.npz"
-        np.savez(inputs, **{f"c{c:03d}_in{i}": np.asarray(x) for c, xs in enumerate(calls)
-                            for i, x in enumerate(xs)})
+        np.savez(
+            inputs,
+            **{
+                f"c{c:03d}_in{i}": np.asarray(x)
+                for c, xs in enumerate(calls)
+                for i, x in enumerate(xs)
+            },
+        )
         env = dict(os.environ, JAX_PLATFORMS="cpu")
         proc = subprocess.run(
             [sys.executable, "-c", _TORCH_FREE, str(artifact_dir), str(inputs), str(outputs)],
-            capture_output=True, text=True, env=env, timeout=300,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
         )
         assert proc.returncode == 0, proc.stderr
         with np.load(outputs) as data:
             per_call = [
-                [data[f"c{c:03d}_out{i}"] for i in range(
-                    len([k for k in data.files if k.startswith(f"c{c:03d}_out")]))]
+                [
+                    data[f"c{c:03d}_out{i}"]
+                    for i in range(len([k for k in data.files if k.startswith(f"c{c:03d}_out")]))
+                ]
                 for c in range(len(calls))
             ]
-            weights = {k[len("weight:"):]: data[k] for k in data.files if k.startswith("weight:")}
+            weights = {k[len("weight:") :]: data[k] for k in data.files if k.startswith("weight:")}
         return per_call, weights
 
     return run

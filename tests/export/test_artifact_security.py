@@ -25,9 +25,16 @@ from torchlax_export._artifact import FORMAT, FORMAT_VERSION, MANIFEST, PROGRAM,
 
 def _manifest(inputs, outputs, weights=()) -> dict:
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "platforms": ["cpu"], "files": {},
-        "dims": {}, "weights": list(weights), "inputs": list(inputs), "outputs": list(outputs),
-        "output_tree": {"tuple": list(range(len(outputs)))}, "mutations": [],
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "platforms": ["cpu"],
+        "files": {},
+        "dims": {},
+        "weights": list(weights),
+        "inputs": list(inputs),
+        "outputs": list(outputs),
+        "output_tree": {"tuple": list(range(len(outputs)))},
+        "mutations": [],
     }
 
 
@@ -39,9 +46,9 @@ def _spec(name, shape, dtype="float32"):
 def linear(tmp_path_factory) -> Path:
     """A saved artifact of ``x @ w + 1`` with weight ``w`` (3x2) and input ``x`` (4x3)."""
     exported = jax.export.export(jax.jit(lambda w, x: (x @ w + 1,)))(
-        jax.ShapeDtypeStruct((3, 2), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.float32))
-    manifest = _manifest([_spec("x", (4, 3))], [_spec("output_0", (4, 2))],
-                         [_spec("w", (3, 2))])
+        jax.ShapeDtypeStruct((3, 2), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.float32)
+    )
+    manifest = _manifest([_spec("x", (4, 3))], [_spec("output_0", (4, 2))], [_spec("w", (3, 2))])
     weights = {"w": np.arange(6, dtype=np.float32).reshape(3, 2)}
     return Artifact(exported, weights, manifest).save(tmp_path_factory.mktemp("art") / "linear")
 
@@ -72,11 +79,21 @@ def _tamper(path: Path, change) -> Path:
 def test_the_untampered_artifact_loads_and_runs(linear):
     x = np.ones((4, 3), np.float32)
     (out,) = load(linear)(x)
-    np.testing.assert_allclose(np.asarray(out), x @ np.arange(6, dtype=np.float32).reshape(3, 2) + 1)
+    np.testing.assert_allclose(
+        np.asarray(out), x @ np.arange(6, dtype=np.float32).reshape(3, 2) + 1
+    )
 
 
-@pytest.mark.parametrize("name", ["../outside_secret.txt", "sub/../../outside_secret.txt",
-                                  "ABSOLUTE", "", "weights.npz\x00../outside_secret.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../outside_secret.txt",
+        "sub/../../outside_secret.txt",
+        "ABSOLUTE",
+        "",
+        "weights.npz\x00../outside_secret.txt",
+    ],
+)
 def test_file_names_leaving_the_directory_are_refused(linear, tmp_path, name):
     secret = tmp_path / "outside_secret.txt"
     secret.write_text("do not read me")
@@ -103,8 +120,9 @@ def test_deeply_nested_json_is_an_artifact_error(linear, tmp_path):
     art = _copy(linear, tmp_path / "art")
     text = (art / MANIFEST).read_text()
     depth = 100_000
-    (art / MANIFEST).write_text(text.replace('"mutations": []',
-                                             '"mutations": ' + "[" * depth + "]" * depth))
+    (art / MANIFEST).write_text(
+        text.replace('"mutations": []', '"mutations": ' + "[" * depth + "]" * depth)
+    )
     with pytest.raises(ArtifactFormatError, match="nests its JSON too deeply"):
         load(art)
 
@@ -121,24 +139,43 @@ def test_an_output_tree_nested_too_deeply_is_refused(linear, tmp_path):
         load(art)
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda m: m.update(output_tree={"tuple": [7]}), r"output_tree.tuple\[0\] refers to output 7"),
-    (lambda m: m.update(output_tree={"set": [0]}), r"output_tree has a node 'set'"),
-    (lambda m: m.update(output_tree="0"), r"output_tree is '0'"),
-    (lambda m: m.update(mutations=[{"buffer": "nope", "output": 1}]), r"mutations\[0\].buffer"),
-    (lambda m: m.update(mutations=[{"buffer": "w", "output": 9}]), r"mutations\[0\].output is 9"),
-    (lambda m: m.update(mutations=[{"buffer": "w", "output": 1}]),
-     r"describes 2 results .* returns 1"),
-    (lambda m: m["inputs"][0].update(dtype="garbage"), r"inputs\[0\].dtype is 'garbage'"),
-    (lambda m: m["inputs"][0].update(dtype=["float32"]), r"inputs\[0\].dtype"),
-    (lambda m: m["outputs"][0].update(shape=[4, -2]), r"outputs\[0\].shape"),
-    (lambda m: m["weights"][0].update(shape="3x2"), r"weights\[0\].shape"),
-    (lambda m: m.update(dims={"batch": {"min": "one"}}), r"dims\['batch'\]"),
-    (lambda m: m["inputs"][0].update(dtype="float64"), r"inputs\[0\] is float64.*takes float32"),
-    (lambda m: m["inputs"][0].update(shape=[2**70, 3]),
-     r"inputs\[0\] is float32\[1180591620717411303424, 3\].*takes float32\[4, 3\]"),
-    (lambda m: m.update(dims={"batch": {"min": 5, "max": 2}}), r"dims\['batch'\] has min 5 above"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (
+            lambda m: m.update(output_tree={"tuple": [7]}),
+            r"output_tree.tuple\[0\] refers to output 7",
+        ),
+        (lambda m: m.update(output_tree={"set": [0]}), r"output_tree has a node 'set'"),
+        (lambda m: m.update(output_tree="0"), r"output_tree is '0'"),
+        (lambda m: m.update(mutations=[{"buffer": "nope", "output": 1}]), r"mutations\[0\].buffer"),
+        (
+            lambda m: m.update(mutations=[{"buffer": "w", "output": 9}]),
+            r"mutations\[0\].output is 9",
+        ),
+        (
+            lambda m: m.update(mutations=[{"buffer": "w", "output": 1}]),
+            r"describes 2 results .* returns 1",
+        ),
+        (lambda m: m["inputs"][0].update(dtype="garbage"), r"inputs\[0\].dtype is 'garbage'"),
+        (lambda m: m["inputs"][0].update(dtype=["float32"]), r"inputs\[0\].dtype"),
+        (lambda m: m["outputs"][0].update(shape=[4, -2]), r"outputs\[0\].shape"),
+        (lambda m: m["weights"][0].update(shape="3x2"), r"weights\[0\].shape"),
+        (lambda m: m.update(dims={"batch": {"min": "one"}}), r"dims\['batch'\]"),
+        (
+            lambda m: m["inputs"][0].update(dtype="float64"),
+            r"inputs\[0\] is float64.*takes float32",
+        ),
+        (
+            lambda m: m["inputs"][0].update(shape=[2**70, 3]),
+            r"inputs\[0\] is float32\[1180591620717411303424, 3\].*takes float32\[4, 3\]",
+        ),
+        (
+            lambda m: m.update(dims={"batch": {"min": 5, "max": 2}}),
+            r"dims\['batch'\] has min 5 above",
+        ),
+    ],
+)
 def test_malformed_manifest_fields_name_the_field(linear, tmp_path, change, field):
     art = _tamper(_copy(linear, tmp_path / "art"), change)
     with pytest.raises(ArtifactFormatError, match=field):
@@ -198,10 +235,14 @@ def _program_with(text: str, template: jax.export.Exported) -> jax.export.Export
 
 def _getrf_line(n: int) -> str:
     exported = jax.export.export(jax.jit(lambda a: jax.scipy.linalg.lu_factor(a)[0]))(
-        jax.ShapeDtypeStruct((n, n), jnp.float32))
+        jax.ShapeDtypeStruct((n, n), jnp.float32)
+    )
     line = next(ln for ln in exported.mlir_module().splitlines() if "@lapack_sgetrf_ffi" in ln)
-    return re.sub(r", sdy\.sharding_rule = #sdy\.op_sharding_rule<.*?custom>", "",
-                  line.strip().split(" loc(")[0])
+    return re.sub(
+        r", sdy\.sharding_rule = #sdy\.op_sharding_rule<.*?custom>",
+        "",
+        line.strip().split(" loc(")[0],
+    )
 
 
 def _crafted_artifact(path: Path, n: int, pivots: int, target: str = "lapack_sgetrf_ffi") -> Path:
@@ -214,7 +255,9 @@ def _crafted_artifact(path: Path, n: int, pivots: int, target: str = "lapack_sge
         return %0#0 : tensor<{n}x{n}xf32>
       }}
     }}"""
-    template = jax.export.export(jax.jit(lambda a: a * 2))(jax.ShapeDtypeStruct((n, n), jnp.float32))
+    template = jax.export.export(jax.jit(lambda a: a * 2))(
+        jax.ShapeDtypeStruct((n, n), jnp.float32)
+    )
     exported = _program_with(text, template)
     manifest = _manifest([_spec("a", (n, n))], [_spec("output_0", (n, n))])
     manifest["output_tree"] = 0
@@ -225,8 +268,9 @@ def test_a_crafted_lapack_call_is_refused_without_running_it(tmp_path):
     # A one-element pivot buffer for a 2048x2048 LU: running it writes 2047 ints past the
     # buffer (it segfaults the process). load() must refuse before anything runs.
     art = _crafted_artifact(tmp_path / "crafted", 2048, pivots=1)
-    with pytest.raises(ArtifactFormatError, match="'lapack_sgetrf_ffi' with operand .* could "
-                                                  "corrupt memory"):
+    with pytest.raises(
+        ArtifactFormatError, match="'lapack_sgetrf_ffi' with operand .* could corrupt memory"
+    ):
         load(art)
     loaded = load(art, trust=True)  # the explicit opt-out loads it (and it is not called)
     assert isinstance(loaded, Artifact)

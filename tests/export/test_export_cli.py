@@ -44,8 +44,20 @@ def factory_dir(tmp_path, monkeypatch):
 
 
 def test_cli_exports_with_progress(factory_dir, capsys):
-    assert main(["cli_models:make_mlp", "--example-shapes", "4x3", "-o", "out",
-                 "--dynamic-batch", "1:32"]) == 0
+    assert (
+        main(
+            [
+                "cli_models:make_mlp",
+                "--example-shapes",
+                "4x3",
+                "-o",
+                "out",
+                "--dynamic-batch",
+                "1:32",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     for step in ("torch.export", "lowering to StableHLO", "serializing"):
         assert f"torchlax-export: {step} done in" in captured.err
@@ -56,13 +68,18 @@ def test_cli_exports_with_progress(factory_dir, capsys):
 
     model = cli_models.make_mlp().eval()
     x = torch.randn(7, 3)
-    np.testing.assert_allclose(np.asarray(program(x.numpy())), model(x).detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(program(x.numpy())), model(x).detach().numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_cli_several_inputs_and_dtype(factory_dir, capsys):
-    assert main(["cli_models:make_pair", "--example-shapes", "2x3,4", "--dtype", "int64",
-                 "-o", "pair"]) == 0
+    assert (
+        main(
+            ["cli_models:make_pair", "--example-shapes", "2x3,4", "--dtype", "int64", "-o", "pair"]
+        )
+        == 0
+    )
     program = torchlax_export.load(factory_dir / "pair")
     assert [(i["shape"], i["dtype"]) for i in program.inputs] == [([2, 3], "int64"), ([4], "int64")]
     a, b = program(np.ones((2, 3), np.int64), np.arange(4))
@@ -70,13 +87,22 @@ def test_cli_several_inputs_and_dtype(factory_dir, capsys):
     np.testing.assert_array_equal(np.asarray(b), np.arange(4) + 1)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["cli_models:make_mlp", "--example-shapes", "4xa", "-o", "o"], "bad shape"),
-    (["cli_models:nope", "--example-shapes", "4x3", "-o", "o"], "has no attribute 'nope'"),
-    (["no_such_module:f", "--example-shapes", "4x3", "-o", "o"], "cannot import module"),
-    (["cli_models:not_a_module", "--example-shapes", "4x3", "-o", "o"], "not a torch.nn.Module"),
-    (["cli_models:make_mlp", "--example-shapes", "4x3", "--dtype", "floaty", "-o", "o"], "unknown dtype"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["cli_models:make_mlp", "--example-shapes", "4xa", "-o", "o"], "bad shape"),
+        (["cli_models:nope", "--example-shapes", "4x3", "-o", "o"], "has no attribute 'nope'"),
+        (["no_such_module:f", "--example-shapes", "4x3", "-o", "o"], "cannot import module"),
+        (
+            ["cli_models:not_a_module", "--example-shapes", "4x3", "-o", "o"],
+            "not a torch.nn.Module",
+        ),
+        (
+            ["cli_models:make_mlp", "--example-shapes", "4x3", "--dtype", "floaty", "-o", "o"],
+            "unknown dtype",
+        ),
+    ],
+)
 def test_cli_errors(factory_dir, capsys, argv, message):
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -87,9 +113,20 @@ def test_cli_errors(factory_dir, capsys, argv, message):
 @pytest.mark.slow
 def test_python_dash_m(factory_dir):
     proc = subprocess.run(
-        [sys.executable, "-m", "torchlax_export", "cli_models:make_pair", "--example-shapes",
-         "2x3,4", "-o", "viam"],
-        capture_output=True, text=True, cwd=factory_dir, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torchlax_export",
+            "cli_models:make_pair",
+            "--example-shapes",
+            "2x3,4",
+            "-o",
+            "viam",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=factory_dir,
+        timeout=600,
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
     )
     assert proc.returncode == 0, proc.stderr

@@ -17,8 +17,9 @@ def _mlp():
 
 def test_an_unbounded_dim_serves_any_batch(tmp_path, run_without_torch):
     model = _mlp()
-    artifact = torchlax_export.export(model, (torch.randn(4, 5),),
-                                      dynamic_shapes={"input": {0: Dim("batch")}})
+    artifact = torchlax_export.export(
+        model, (torch.randn(4, 5),), dynamic_shapes={"input": {0: Dim("batch")}}
+    )
     assert artifact.inputs == [{"name": "input", "shape": ["batch", 5], "dtype": "float32"}]
     assert artifact.manifest["dims"]["batch"]["max"] is None
     artifact.save(tmp_path / "artifact")
@@ -39,15 +40,18 @@ def test_cli_dynamic_batch_without_a_range(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    assert main(["unbounded_models:make", "--example-shapes", "4x3", "-o", "out",
-                 "--dynamic-batch"]) == 0
+    assert (
+        main(["unbounded_models:make", "--example-shapes", "4x3", "-o", "out", "--dynamic-batch"])
+        == 0
+    )
     program = torchlax_export.load(tmp_path / "out")
     assert program.inputs[0]["shape"] == ["batch", 3]
     import unbounded_models
 
     x = torch.randn(300, 3)
-    np.testing.assert_allclose(np.asarray(program(x.numpy())),
-                               unbounded_models.make()(x).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(program(x.numpy())), unbounded_models.make()(x).detach().numpy(), rtol=1e-6
+    )
 
 
 class _Attention(nn.Module):
@@ -61,8 +65,11 @@ class _Attention(nn.Module):
     def forward(self, x):
         q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 4).unbind(2)
         out = nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            dropout_p=0.1 if self.training else 0.0)
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            dropout_p=0.1 if self.training else 0.0,
+        )
         return self.dropout(out)
 
 

@@ -26,15 +26,21 @@ def test_bfloat16_weights_int_buffers_kwargs_and_dict_outputs(tmp_path):
     x, index = torch.randn(2, 4, dtype=torch.bfloat16), torch.tensor([2, 0])
     artifact = torchlax_export.export(model, (x,), {"index": index})
     assert [(w["name"], w["dtype"]) for w in artifact.manifest["weights"]] == [
-        ("proj.weight", "bfloat16"), ("proj.bias", "bfloat16"), ("offsets", "int64")]
+        ("proj.weight", "bfloat16"),
+        ("proj.bias", "bfloat16"),
+        ("offsets", "int64"),
+    ]
     program = torchlax_export.load(artifact.save(tmp_path / "mixed"))
     stored = program.weights["proj.weight"]
     assert stored.dtype == ml_dtypes.bfloat16
-    np.testing.assert_array_equal(stored.view(np.uint16),
-                                  model.proj.weight.detach().view(torch.int16).numpy().view(np.uint16))
+    np.testing.assert_array_equal(
+        stored.view(np.uint16), model.proj.weight.detach().view(torch.int16).numpy().view(np.uint16)
+    )
     x_np = x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     out = program(x_np, index=index.numpy())
     want = model(x, index=index)
     assert list(out) == ["y", "picked", "mask"]
     assert_matches([out["picked"], out["mask"]], [want["picked"], want["mask"]])
-    assert_matches([np.asarray(out["y"]).astype(np.float32)], [want["y"].float()], rtol=2e-2, atol=2e-2)
+    assert_matches(
+        [np.asarray(out["y"]).astype(np.float32)], [want["y"].float()], rtol=2e-2, atol=2e-2
+    )

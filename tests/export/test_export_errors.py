@@ -58,8 +58,10 @@ def test_roundtrip_in_process(saved):
     assert doubled.dtype == jnp.int64 and int(doubled) == 6
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format_version"] == 1
-    assert manifest["inputs"] == [{"name": "x", "shape": [2, 3], "dtype": "float32"},
-                                  {"name": "step", "shape": [], "dtype": "int64"}]
+    assert manifest["inputs"] == [
+        {"name": "x", "shape": [2, 3], "dtype": "float32"},
+        {"name": "step", "shape": [], "dtype": "int64"},
+    ]
     assert [w["name"] for w in manifest["weights"]] == ["scale", "shift"]
     # Inputs by name work too.
     y2, _ = program(step=np.int64(3), x=x)
@@ -137,7 +139,9 @@ def test_loading_never_imports_torch(saved):
         "assert 'torch' not in sys.modules and 'torchlax_core' not in sys.modules, "
         "sorted(m for m in sys.modules if m.startswith('torch'))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -156,8 +160,9 @@ def _uses_custom_op(x):
 class _CustomOpLowering:
     @torchlax_core.hookimpl
     def torchlax_register_lowerings(self, registry):
-        registry.register_lowering(torch.ops.torchlax_export_test.scale_rows.default,
-                                   lambda x, factor: x * factor)
+        registry.register_lowering(
+            torch.ops.torchlax_export_test.scale_rows.default, lambda x, factor: x * factor
+        )
 
 
 def test_custom_op_without_lowering_names_it():
@@ -200,8 +205,9 @@ def test_custom_op_drawing_keys_gets_a_key_input():
     env = torchlax_core.default_env()
     env.register_plugin(_JitterLowering(), "export-test-jitter")
     try:
-        artifact = torchlax_export.export(lambda x: torch.ops.torchlax_export_test.jitter(x),
-                                          (torch.zeros(16),))
+        artifact = torchlax_export.export(
+            lambda x: torch.ops.torchlax_export_test.jitter(x), (torch.zeros(16),)
+        )
     finally:
         env.unregister_plugin("export-test-jitter")
     assert artifact.inputs[-1]["role"] == "rng"
@@ -230,13 +236,16 @@ def test_wrong_platform_is_named(saved, monkeypatch):
 
 @pytest.mark.slow
 def test_multi_platform_export(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.GELU(), torch.nn.LayerNorm(4)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.GELU(), torch.nn.LayerNorm(4)
+    ).eval()
     x = torch.randn(2, 3)
     artifact = torchlax_export.export(model, (x,), platforms=("cpu", "cuda"))
     program = torchlax_export.load(artifact.save(tmp_path / "multi"))
     assert program.exported.platforms == ("cpu", "cuda")
-    np.testing.assert_allclose(np.asarray(program(x.numpy())), model(x).detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(program(x.numpy())), model(x).detach().numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_torchlax_tensors_must_come_back_to_cpu():

@@ -62,8 +62,13 @@ def test_cnn_batchnorm_eval(tmp_path, run_without_torch):
     # With a dynamic batch: batch norm's registry entry may be torch-level, which cannot run on
     # symbolic shapes, so export decomposes it in the graph instead.
     artifact, (outputs, _) = _roundtrip(
-        model, [x], tmp_path, run_without_torch, calls=[[x.numpy()], [y.numpy()]],
-        dynamic_shapes={"x": {0: Dim("batch", min=1, max=16)}})
+        model,
+        [x],
+        tmp_path,
+        run_without_torch,
+        calls=[[x.numpy()], [y.numpy()]],
+        dynamic_shapes={"x": {0: Dim("batch", min=1, max=16)}},
+    )
     assert_matches(outputs[0], [model(x)], atol=1e-4)
     assert_matches(outputs[1], [model(y)], atol=1e-4)
     assert artifact.mutated_buffers == []
@@ -75,7 +80,11 @@ def test_cnn_batchnorm_train_returns_mutated_buffers(tmp_path, run_without_torch
     eager = copy.deepcopy(model)
     x1, x2 = torch.randn(4, 3, 8, 8), torch.randn(4, 3, 8, 8)
     artifact = torchlax_export.export(model, (x1,))
-    assert artifact.mutated_buffers == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+    assert artifact.mutated_buffers == [
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+    ]
     artifact.save(tmp_path / "artifact")
     # Functional form: the new buffers come back, the artifact's weights stay as they were.
     _, new_buffers = artifact.run(x1.numpy())
@@ -100,8 +109,9 @@ def _after_one_step(model, x):
 @pytest.mark.slow
 def test_transformer_encoder_layer(tmp_path, run_without_torch):
     torch.manual_seed(0)
-    model = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
-                                       batch_first=True).eval()
+    model = nn.TransformerEncoderLayer(
+        d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True
+    ).eval()
     x = torch.randn(2, 5, 16)
     _, (outputs, _) = _roundtrip(model, [x], tmp_path, run_without_torch)
     with torch.no_grad():
@@ -225,9 +235,14 @@ def test_tiny_gpt_block_dynamic_batch(tmp_path, run_without_torch):
     torch.manual_seed(0)
     model = _TinyGPTBlock().eval()
     ids, more = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (5, 8))
-    _, (outputs, _) = _roundtrip(model, [ids], tmp_path, run_without_torch,
-                                 calls=[[ids.numpy()], [more.numpy()]],
-                                 dynamic_shapes={"ids": {0: Dim("batch", max=16)}})
+    _, (outputs, _) = _roundtrip(
+        model,
+        [ids],
+        tmp_path,
+        run_without_torch,
+        calls=[[ids.numpy()], [more.numpy()]],
+        dynamic_shapes={"ids": {0: Dim("batch", max=16)}},
+    )
     with torch.no_grad():
         assert_matches(outputs[0], [model(ids)], atol=1e-4)
         assert_matches(outputs[1], [model(more)], atol=1e-4)
@@ -238,8 +253,9 @@ def test_cond_on_a_symbolic_size():
     def pick(x):
         return torch.cond(x.shape[0] > 4, lambda x: x.sin(), lambda x: x.cos() * 3, (x,))
 
-    artifact = torchlax_export.export(pick, (torch.randn(3, 2),),
-                                      dynamic_shapes={"x": {0: Dim("batch", min=2, max=10)}})
+    artifact = torchlax_export.export(
+        pick, (torch.randn(3, 2),), dynamic_shapes={"x": {0: Dim("batch", min=2, max=10)}}
+    )
     for rows in (3, 7):  # one branch each, decided at run time from the batch size
         x = torch.randn(rows, 2)
         assert_matches(artifact(x.numpy()), pick(x))

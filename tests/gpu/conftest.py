@@ -7,9 +7,15 @@ import torch
 
 def _cudnn_tf32_off():
     # flags()' other arguments default to turning cuDNN off: None leaves each as it is.
-    return torch.backends.cudnn.flags(enabled=None, benchmark=None, benchmark_limit=None,
-                                      deterministic=None, allow_tf32=False, fp32_precision=None,
-                                      depthwise_kernel=None)
+    return torch.backends.cudnn.flags(
+        enabled=None,
+        benchmark=None,
+        benchmark_limit=None,
+        deterministic=None,
+        allow_tf32=False,
+        fp32_precision=None,
+        depthwise_kernel=None,
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,10 @@ def unavailable_reason() -> str | None:
     try:
         jax.devices("gpu")
     except RuntimeError:
-        return ("JAX has no GPU backend: install JAX's CUDA plugin with `uv sync --group cuda` "
-                "(or `pip install \"torchlax[cuda]\"`)")
+        return (
+            "JAX has no GPU backend: install JAX's CUDA plugin with `uv sync --group cuda` "
+            '(or `pip install "torchlax[cuda]"`)'
+        )
     return None
 
 

@@ -57,7 +57,10 @@ def test_inputs_and_outputs_cross_without_copies(crossings):
 def _mlp():
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.LayerNorm(64),
+        torch.nn.Linear(32, 64),
+        torch.nn.GELU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.LayerNorm(64),
         torch.nn.Linear(64, 4),
     ).cuda()
 

@@ -19,15 +19,17 @@ def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=128, n_positions=64,
-                        pad_token_id=0)
+    config = GPT2Config(
+        n_layer=2, n_head=4, n_embd=64, vocab_size=128, n_positions=64, pad_token_id=0
+    )
     config._attn_implementation = "eager"
     return GPT2LMHeadModel(config).cuda().eval()
 
 
 def _tokens():
-    return torch.randint(0, 128, (2, 16), device="cuda",
-                         generator=torch.Generator("cuda").manual_seed(1))
+    return torch.randint(
+        0, 128, (2, 16), device="cuda", generator=torch.Generator("cuda").manual_seed(1)
+    )
 
 
 def test_gpt2_forward_and_backward_under_torch_compile():

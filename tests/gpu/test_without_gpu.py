@@ -34,7 +34,8 @@ def test_gpu_tests_skip_with_a_reason():
 @pytest.mark.slow  # a fresh interpreter importing torch and JAX
 def test_gpu_benchmark_exits_with_a_clear_message():
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.py"
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "needs a CUDA GPU visible to PyTorch and JAX" in result.stderr

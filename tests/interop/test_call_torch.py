@@ -31,8 +31,9 @@ def test_values_match_eager_torch():
     x, w, b = _inputs()
     out = call_torch(torch_fn, jnp.asarray(x), jnp.asarray(w), jnp.asarray(b))
     assert isinstance(out, jax.Array) and out.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(out), torch_fn(*_torch(x, w, b)).numpy(), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out), torch_fn(*_torch(x, w, b)).numpy(), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_pytrees_in_and_out():
@@ -48,8 +49,9 @@ def test_jit_matches_eager():
     x, w, b = _inputs()
     jitted = jax.jit(functools.partial(call_torch, torch_fn))
     out = jitted(x, w, b)
-    np.testing.assert_allclose(np.asarray(out), torch_fn(*_torch(x, w, b)).numpy(), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out), torch_fn(*_torch(x, w, b)).numpy(), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_int64_stays_int64():
@@ -77,7 +79,9 @@ def test_grad_matches_torch_autograd(transform):
 
 def test_value_and_grad():
     x, w, b = _inputs(2)
-    value, grad = jax.value_and_grad(lambda w: call_torch(lambda *t: torch_fn(*t).sum(), x, w, b))(w)
+    value, grad = jax.value_and_grad(lambda w: call_torch(lambda *t: torch_fn(*t).sum(), x, w, b))(
+        w
+    )
     tx, tw, tb = _torch(x, w, b)
     tw.requires_grad_()
     ref = torch_fn(tx, tw, tb).sum()

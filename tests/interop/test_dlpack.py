@@ -54,8 +54,18 @@ def test_to_torch_shares_memory():
 
 @pytest.mark.parametrize(
     "dtype",
-    [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
-     torch.bfloat16, torch.float32, torch.float64, torch.complex64],
+    [
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+    ],
 )
 def test_dtypes_round_trip_without_copy(dtype):
     t = (torch.arange(32) % 3).to(dtype)
@@ -88,10 +98,12 @@ def test_transposed_tensor_is_shared():
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: torch.arange(20.0)[::2],  # a stride DLPack cannot express for XLA
-     lambda: torch.arange(3.0).expand(4, 3),  # broadcast (stride 0)
-     lambda: torch.arange(6.0).reshape(2, 3)._neg_view(),  # negative bit
-     lambda: torch.complex(torch.arange(3.0), torch.ones(3)).conj()],  # conjugate bit
+    [
+        lambda: torch.arange(20.0)[::2],  # a stride DLPack cannot express for XLA
+        lambda: torch.arange(3.0).expand(4, 3),  # broadcast (stride 0)
+        lambda: torch.arange(6.0).reshape(2, 3)._neg_view(),  # negative bit
+        lambda: torch.complex(torch.arange(3.0), torch.ones(3)).conj(),
+    ],  # conjugate bit
     ids=["stepped", "expanded", "neg-bit", "conj-bit"],
 )
 def test_layouts_dlpack_cannot_share_are_copied_correctly(make):

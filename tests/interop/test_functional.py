@@ -104,7 +104,9 @@ def test_ten_optax_steps_match_torch_training(optimizer):
         updates, state = tx.update(grads, state, params)
         return optax.apply_updates(params, updates), state, loss
 
-    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(reference.parameters(), lr=lr)
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(
+        reference.parameters(), lr=lr
+    )
     for _ in range(10):
         params, state, loss = step(params, state, x.numpy(), y.numpy())
         opt.zero_grad()
@@ -113,8 +115,9 @@ def test_ten_optax_steps_match_torch_training(optimizer):
         opt.step()
         np.testing.assert_allclose(float(loss), ref_loss.item(), rtol=1e-4)
     for name, p in reference.named_parameters():
-        np.testing.assert_allclose(np.asarray(params[name]), p.detach().numpy(), rtol=1e-4,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(params[name]), p.detach().numpy(), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_vmap_over_the_functional_form():
@@ -145,9 +148,17 @@ def _tiny_bert():
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    config = BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, vocab_size=50, max_position_embeddings=16,
-                        num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        vocab_size=50,
+        max_position_embeddings=16,
+        num_labels=3,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return BertForSequenceClassification(config).eval()
 
 
@@ -163,8 +174,9 @@ def test_hugging_face_outputs_are_jax_pytrees_and_grad_skips_int64_buffers():
     assert type(out).__name__ == "SequenceClassifierOutput"
     assert isinstance(out.logits, jax.Array)
     reference = model(ids)
-    np.testing.assert_allclose(np.asarray(out.logits), reference.logits.detach().numpy(),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out.logits), reference.logits.detach().numpy(), rtol=1e-5, atol=1e-5
+    )
 
     def loss(params):
         logits = fn(params, ids.numpy()).logits
@@ -173,8 +185,9 @@ def test_hugging_face_outputs_are_jax_pytrees_and_grad_skips_int64_buffers():
     grads = jax.grad(loss)(params)
     torch.nn.functional.cross_entropy(reference.logits, labels).backward()
     for name, p in model.named_parameters():
-        np.testing.assert_allclose(np.asarray(grads[name]), p.grad.numpy(), rtol=1e-4,
-                                   atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(grads[name]), p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name
+        )
 
 
 def test_dataclass_outputs_are_converted():

@@ -140,7 +140,9 @@ def test_backward_matches_torch():
     ref_loss.backward()
     torch.testing.assert_close(_cpu(loss), ref_loss.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(_cpu(xj.grad), x_ref.grad, rtol=1e-4, atol=1e-6)
-    for (name, p), (_, r) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
+    for (name, p), (_, r) in zip(
+        model.named_parameters(), reference.named_parameters(), strict=True
+    ):
         torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6, msg=name)
     # buffers were written back on the differentiable path too
     torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
@@ -213,6 +215,5 @@ def test_cpu_module_with_cpu_inputs_trains_with_backward():
     x_ref = x.detach().clone().requires_grad_()
     reference(x_ref).pow(2).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(model[0].weight.grad, reference[0].weight.grad, rtol=1e-4,
-                               atol=1e-6)
+    torch.testing.assert_close(model[0].weight.grad, reference[0].weight.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(model[1].running_mean, reference[1].running_mean)

@@ -29,8 +29,9 @@ def _model(batchnorm=False):
 
 def _data(n=STEPS):
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g))
-            for _ in range(n)]
+    return [
+        (torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(n)
+    ]
 
 
 def _pair(make_opt, make_sched=None, batchnorm=False):
@@ -68,7 +69,8 @@ def _step_fn(model, opt, sched, clip=None, micro_batches=1, zero_grad=True):
 
 def _compare(make_opt, make_sched=None, **kwargs):
     (ref, ref_opt, ref_sched), (model, opt, sched) = _pair(
-        make_opt, make_sched, batchnorm=kwargs.pop("batchnorm", False))
+        make_opt, make_sched, batchnorm=kwargs.pop("batchnorm", False)
+    )
     reference = _step_fn(ref, ref_opt, ref_sched, **kwargs)
     compiled = torchlax.jit(_step_fn(model, opt, sched, **kwargs))
     for x, y in _data():
@@ -86,9 +88,11 @@ def _compare(make_opt, make_sched=None, **kwargs):
 OPTIMIZERS = {
     "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
     "sgd-momentum-nesterov-wd": lambda p: torch.optim.SGD(
-        p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01
+    ),
     "sgd-momentum-dampening-loop": lambda p: torch.optim.SGD(
-        p, lr=0.1, momentum=0.9, dampening=0.1, foreach=False),
+        p, lr=0.1, momentum=0.9, dampening=0.1, foreach=False
+    ),
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adam-loop": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),

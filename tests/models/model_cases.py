@@ -35,34 +35,58 @@ def _images(size=32):
 def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=128,
-                                      n_positions=64, pad_token_id=0))
+    return GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=128, n_positions=64, pad_token_id=0)
+    )
 
 
 def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128,
-                                        num_hidden_layers=2, num_attention_heads=4,
-                                        num_key_value_heads=2, vocab_size=128,
-                                        max_position_embeddings=64, pad_token_id=0))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+            max_position_embeddings=64,
+            pad_token_id=0,
+        )
+    )
 
 
 def _bert():
     from transformers import BertConfig, BertForSequenceClassification
 
-    return BertForSequenceClassification(BertConfig(hidden_size=64, num_hidden_layers=2,
-                                                    num_attention_heads=4,
-                                                    intermediate_size=128, vocab_size=128,
-                                                    max_position_embeddings=64, num_labels=3))
+    return BertForSequenceClassification(
+        BertConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            vocab_size=128,
+            max_position_embeddings=64,
+            num_labels=3,
+        )
+    )
 
 
 def _vit():
     from transformers import ViTConfig, ViTForImageClassification
 
-    return ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, hidden_size=64,
-                                               num_hidden_layers=2, num_attention_heads=4,
-                                               intermediate_size=128, num_labels=10))
+    return ViTForImageClassification(
+        ViTConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            num_labels=10,
+        )
+    )
 
 
 def _resnet18():
@@ -86,8 +110,9 @@ CASES = {
     "llama": ModelCase("llama", _llama, _tokens, _logits),
     "bert": ModelCase("bert", _bert, _tokens, _logits),
     "vit": ModelCase("vit", _vit, _images, _logits),
-    "resnet18": ModelCase("resnet18", _resnet18, lambda: _images(64), _logits, 2e-4,
-                          train_dtype=torch.float64),
+    "resnet18": ModelCase(
+        "resnet18", _resnet18, lambda: _images(64), _logits, 2e-4, train_dtype=torch.float64
+    ),
     "mobilenet_v3": ModelCase("mobilenet_v3", _mobilenet_v3, lambda: _images(64), _logits, 2e-4),
 }
 

@@ -158,8 +158,9 @@ def test_gpt2_whole_training_step_matches_cpu(wrapper, float64_default):
         def step(ids):
             opt.zero_grad()
             logits = m(ids).logits  # (transformers' own loss upcasts to float32 only)
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1),
-                                                     ids[:, 1:].flatten())
+            loss = torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
             loss.backward()
             opt.step()
             return loss.detach()
@@ -170,8 +171,11 @@ def test_gpt2_whole_training_step_matches_cpu(wrapper, float64_default):
     torch._dynamo.reset()
     with torchlax.enable():
         step = make_step(jmodel)
-        step = torchlax.jit(step) if wrapper == "torchlax.jit" else torch.compile(
-            step, backend="torchlax")
+        step = (
+            torchlax.jit(step)
+            if wrapper == "torchlax.jit"
+            else torch.compile(step, backend="torchlax")
+        )
         for _ in range(3):
             close(step(jtokens), eager_step(tokens), 1e-9)
     params = dict(jmodel.named_parameters())

@@ -36,8 +36,14 @@ def assert_same(actual, expected, *, atol=1e-5, rtol=1e-5, what="output"):
         assert isinstance(a, torchlax_core.Tensor), f"{what}[{i}]: got {type(a).__name__}"
         assert a.dtype == e.dtype, f"{what}[{i}]: dtype {a.dtype} != {e.dtype}"
         assert a.shape == e.shape, f"{what}[{i}]: shape {tuple(a.shape)} != {tuple(e.shape)}"
-        torch.testing.assert_close(a.detach().cpu(), e.detach(), atol=atol, rtol=rtol,
-                                   equal_nan=True, msg=lambda m, i=i: f"{what}[{i}]: {m}")
+        torch.testing.assert_close(
+            a.detach().cpu(),
+            e.detach(),
+            atol=atol,
+            rtol=rtol,
+            equal_nan=True,
+            msg=lambda m, i=i: f"{what}[{i}]: {m}",
+        )
 
 
 def run_jit(fn, *args):
@@ -57,8 +63,10 @@ def run_jit(fn, *args):
 
     with torchlax_core.enable():
         arrays = iter(jax.jit(program)(*[leaves[i].jax() for i in positions]))
-    out = [torchlax_core.wrap(next(arrays)) if isinstance(x, torch.Tensor) else x
-           for x in structure["leaves"]]
+    out = [
+        torchlax_core.wrap(next(arrays)) if isinstance(x, torch.Tensor) else x
+        for x in structure["leaves"]
+    ]
     return pytree.tree_unflatten(out, structure["spec"])
 
 
@@ -76,8 +84,12 @@ def check(fn, *args, atol=1e-5, rtol=1e-5, jit=True):
 
 def grads_match(loss_fn, inputs, *, atol=1e-5, rtol=1e-5):
     """loss_fn(*inputs).backward() gives the same gradients on torchlax as on CPU."""
-    cpu = [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor)
-           else x for x in inputs]
+    cpu = [
+        x.detach().clone().requires_grad_(x.is_floating_point())
+        if isinstance(x, torch.Tensor)
+        else x
+        for x in inputs
+    ]
     jax_inputs = to_jax(cpu)
     loss_fn(*cpu).backward()
     with torchlax_core.enable():

@@ -61,14 +61,19 @@ def run_one(index: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("-j", "--jobs", type=int, default=1)
     parser.add_argument("-k", default=None, help="only cases whose id contains this")
     parser.add_argument("--ops", default=None, help="comma-separated OpInfo names (with variant)")
     parser.add_argument("--mode", choices=harness.MODES, default=None)
     parser.add_argument("--write-table", action="store_true")
-    parser.add_argument("--prune-table", action="store_true",
-                        help="rerun only the table's cases and drop the entries that now pass")
+    parser.add_argument(
+        "--prune-table",
+        action="store_true",
+        help="rerun only the table's cases and drop the entries that now pass",
+    )
     parser.add_argument("--failures", action="store_true", help="list every failing case")
     parser.add_argument("--slowest", type=int, default=0)
     parser.add_argument("--start", type=int, default=0, help="first case index (to split a run)")
@@ -77,11 +82,14 @@ def main() -> None:
     opts = parser.parse_args()
 
     indices = [
-        i for i, c in enumerate(harness.CASES[: opts.stop])
+        i
+        for i, c in enumerate(harness.CASES[: opts.stop])
         if i >= opts.start and (not opts.prune_table or harness.expected_failure(c) is not None)
     ]
     indices = [
-        i for i in indices if (c := harness.CASES[i])
+        i
+        for i in indices
+        if (c := harness.CASES[i])
         if (opts.k is None or opts.k in c.id)
         and (opts.ops is None or harness.case_name(c.op) in opts.ops.split(","))
         and (opts.mode is None or c.mode == opts.mode)
@@ -115,8 +123,10 @@ def main() -> None:
         passed = sum(all(o is None for o in d.values()) for d in ops.values())
         cases = [o for d in ops.values() for o in d.values()]
         ok = sum(o is None for o in cases)
-        print(f"{mode:5s}: ops {passed}/{len(ops)} pass ({100 * passed / len(ops):.1f}%), "
-              f"cases {ok}/{len(cases)} ({100 * ok / len(cases):.1f}%)")
+        print(
+            f"{mode:5s}: ops {passed}/{len(ops)} pass ({100 * passed / len(ops):.1f}%), "
+            f"cases {ok}/{len(cases)} ({100 * ok / len(cases):.1f}%)"
+        )
     mismatches = [(harness.CASES[i].id, o) for i, o, _ in results if o and "MISMATCH" in o]
     print(f"dtype/shape mismatches: {len(mismatches)}")
     for case_id, outcome in mismatches:
@@ -164,8 +174,11 @@ def write_table(results) -> None:
             entries[key] = harness.EXPECTED_FAILURES[key]
     with open(TABLE) as f:
         head = f.read().split("EXPECTED_FAILURES")[0].split("\n_")[0]
-    lines = [head.rstrip() + "\n", "",
-             "EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {"]
+    lines = [
+        head.rstrip() + "\n",
+        "",
+        "EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {",
+    ]
     by_reason = collections.defaultdict(list)
     for key, reason in entries.items():
         group = reason.split(":")[0] if reason.startswith("not lowered") else reason

@@ -5,10 +5,17 @@ import torch
 import torchlax_core
 
 
-@pytest.mark.parametrize("args", [
-    (torch.tensor(False),), (torch.tensor(0.0),), (torch.tensor(False), "x must be positive"),
-    (torch.tensor([True, True]),), (torch.tensor([]),),
-], ids=["false", "zero", "message", "two-values", "empty"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (torch.tensor(False),),
+        (torch.tensor(0.0),),
+        (torch.tensor(False), "x must be positive"),
+        (torch.tensor([True, True]),),
+        (torch.tensor([]),),
+    ],
+    ids=["false", "zero", "message", "two-values", "empty"],
+)
 def test_failing_assert_raises_what_pytorch_raises(args):
     with pytest.raises(RuntimeError) as expected:
         torch._assert_async(*args)

@@ -21,18 +21,31 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.mark.parametrize("sizes,offset,dim1,dim2", [
-    ([4, 5], 0, 0, 1), ([4, 5], 2, 0, 1), ([4, 5], -1, 1, 0), ([2, 3, 4], 1, -1, 0),
-])
+@pytest.mark.parametrize(
+    "sizes,offset,dim1,dim2",
+    [
+        ([4, 5], 0, 0, 1),
+        ([4, 5], 2, 0, 1),
+        ([4, 5], -1, 1, 0),
+        ([2, 3, 4], 1, -1, 0),
+    ],
+)
 def test_diagonal_backward(sizes, offset, dim1, dim2):
     grad = torch.diagonal(torch.randn(sizes), offset, dim1, dim2).contiguous()
     check(lambda g: aten.diagonal_backward(g, sizes, offset, dim1, dim2), grad)
 
 
-@pytest.mark.parametrize("sizes,dim,size,step", [
-    ([10], 0, 3, 2), ([10], 0, 3, 3), ([10], 0, 2, 4), ([3, 9, 2], 1, 4, 1), ([3, 9, 2], -1, 1, 1),
-    ([], 0, 1, 1),
-])
+@pytest.mark.parametrize(
+    "sizes,dim,size,step",
+    [
+        ([10], 0, 3, 2),
+        ([10], 0, 3, 3),
+        ([10], 0, 2, 4),
+        ([3, 9, 2], 1, 4, 1),
+        ([3, 9, 2], -1, 1, 1),
+        ([], 0, 1, 1),
+    ],
+)
 def test_unfold_backward(sizes, dim, size, step):
     grad = torch.randn(sizes).unfold(dim, size, step).contiguous()
     grad = torch.randn_like(grad, dtype=torch.float64)
@@ -40,8 +53,9 @@ def test_unfold_backward(sizes, dim, size, step):
 
 
 def test_unfold_and_diagonal_grads():
-    grads_match(lambda x: (x.unfold(1, 3, 2).sin().sum() + x.diagonal(1).pow(2).sum()),
-                [torch.randn(6, 7)])
+    grads_match(
+        lambda x: x.unfold(1, 3, 2).sin().sum() + x.diagonal(1).pow(2).sum(), [torch.randn(6, 7)]
+    )
 
 
 @pytest.mark.parametrize("dim", [0, 2])  # PyTorch's fused kernel: first or last dim only
@@ -57,11 +71,14 @@ def test_weight_norm_interface_backward(dim):
     check(backward, torch.randn(4, 3, 2, dtype=torch.float64), v, g, jit=False)
 
 
-@pytest.mark.parametrize("elements,tests", [
-    (torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([0, 2, 7])),
-    (torch.tensor([1.5, 2.0, -1.0]), torch.tensor([2, -1], dtype=torch.int32)),
-    (torch.tensor([1, 2, 3], dtype=torch.int8), torch.tensor([[3.0], [1.0]])),
-])
+@pytest.mark.parametrize(
+    "elements,tests",
+    [
+        (torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([0, 2, 7])),
+        (torch.tensor([1.5, 2.0, -1.0]), torch.tensor([2, -1], dtype=torch.int32)),
+        (torch.tensor([1, 2, 3], dtype=torch.int8), torch.tensor([[3.0], [1.0]])),
+    ],
+)
 @pytest.mark.parametrize("invert", [False, True])
 def test_isin(elements, tests, invert):
     check(lambda e, t: torch.isin(e, t, invert=invert), elements, tests)
@@ -75,6 +92,7 @@ def test_isin_scalars():
 
 # -- scaled_dot_product_attention: only export and dynamo graphs reach its lowering -----------------
 
+
 def _sdpa_lowering():
     import torchlax_core
 
@@ -86,10 +104,15 @@ SDPA_CASES = {
     "causal": ((2, 4, 5, 8), (2, 4, 5, 8), {"is_causal": True}),
     "scale": ((1, 2, 3, 4), (1, 2, 6, 4), {"scale": 0.3}),
     "bool_mask": ((2, 2, 4, 8), (2, 2, 6, 8), {"attn_mask": torch.rand(4, 6) > 0.3}),
-    "bool_mask_fully_masked_row": ((1, 2, 3, 4), (1, 2, 3, 4),
-                                   {"attn_mask": torch.tensor([[True, False, True],
-                                                               [False, False, False],
-                                                               [True, True, True]])}),
+    "bool_mask_fully_masked_row": (
+        (1, 2, 3, 4),
+        (1, 2, 3, 4),
+        {
+            "attn_mask": torch.tensor(
+                [[True, False, True], [False, False, False], [True, True, True]]
+            )
+        },
+    ),
     "float_mask": ((2, 2, 4, 8), (2, 2, 6, 8), {"attn_mask": torch.randn(2, 1, 4, 6)}),
     "gqa": ((2, 4, 5, 8), (2, 2, 7, 8), {"enable_gqa": True}),
 }
@@ -112,8 +135,9 @@ def test_scaled_dot_product_attention_lowering(name, dtype):
         jax_kwargs = {**kwargs, "attn_mask": None if mask is None else jnp.asarray(mask.numpy())}
         actual = _sdpa_lowering()(*(jnp.asarray(t.numpy()) for t in (q, k, v)), **jax_kwargs)
     assert actual.dtype == jnp.dtype(str(dtype).removeprefix("torch."))
-    torch.testing.assert_close(torch.from_numpy(np.asarray(actual).copy()), expected,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.from_numpy(np.asarray(actual).copy()), expected, atol=1e-5, rtol=1e-5
+    )
 
 
 def test_scaled_dot_product_attention_dropout_keeps_expectation():

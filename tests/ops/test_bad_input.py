@@ -42,23 +42,70 @@ BAD_VALUES = [
     ("getitem", lambda x, i: x[i], (_x(), torch.tensor([0, 3]))),
     ("getitem_negative", lambda x, i: x[i], (_x(), torch.tensor([-4]))),
     ("setitem", lambda x, i: x.clone().__setitem__(i, 1.0), (_x(), torch.tensor([3]))),
-    ("index_put_", lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0)), (_x(), torch.tensor([3]))),
-    ("index_put_accumulate", lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0), accumulate=True),
-     (_x(), torch.tensor([3]))),
-    ("index_add", lambda x, i: x.index_add(0, i, torch.ones(1, 4, device=x.device)), (_x(), torch.tensor([3]))),
-    ("index_copy", lambda x, i: x.index_copy(0, i, torch.ones(1, 4, device=x.device)), (_x(), torch.tensor([-1]))),
+    (
+        "index_put_",
+        lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0)),
+        (_x(), torch.tensor([3])),
+    ),
+    (
+        "index_put_accumulate",
+        lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0), accumulate=True),
+        (_x(), torch.tensor([3])),
+    ),
+    (
+        "index_add",
+        lambda x, i: x.index_add(0, i, torch.ones(1, 4, device=x.device)),
+        (_x(), torch.tensor([3])),
+    ),
+    (
+        "index_copy",
+        lambda x, i: x.index_copy(0, i, torch.ones(1, 4, device=x.device)),
+        (_x(), torch.tensor([-1])),
+    ),
     ("index_fill", lambda x, i: x.index_fill(0, i, 1.0), (_x(), torch.tensor([-4]))),
-    ("scatter", lambda x, i: x.scatter(1, i, torch.ones(1, 1, device=x.device)), (_x(), torch.tensor([[4]]))),
+    (
+        "scatter",
+        lambda x, i: x.scatter(1, i, torch.ones(1, 1, device=x.device)),
+        (_x(), torch.tensor([[4]])),
+    ),
     ("scatter_value", lambda x, i: x.scatter(1, i, 1.0), (_x(), torch.tensor([[-1]]))),
-    ("scatter_add", lambda x, i: x.scatter_add(1, i, torch.ones(1, 1, device=x.device)), (_x(), torch.tensor([[4]]))),
-    ("put_", lambda x, i: x.clone().put_(i, torch.ones(1, device=x.device)), (_x(), torch.tensor([12]))),
+    (
+        "scatter_add",
+        lambda x, i: x.scatter_add(1, i, torch.ones(1, 1, device=x.device)),
+        (_x(), torch.tensor([[4]])),
+    ),
+    (
+        "put_",
+        lambda x, i: x.clone().put_(i, torch.ones(1, device=x.device)),
+        (_x(), torch.tensor([12])),
+    ),
     ("embedding", lambda w, i: F.embedding(i, w), (torch.randn(10, 3), torch.tensor([[1, 10]]))),
-    ("embedding_negative", lambda w, i: F.embedding(i, w), (torch.randn(10, 3), torch.tensor([-1]))),
-    ("cross_entropy", lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 3), torch.tensor([0, 3]))),
-    ("cross_entropy_negative", lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 3), torch.tensor([0, -5]))),
-    ("cross_entropy_2d", lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 3, 4), torch.full((2, 4), 3))),
+    (
+        "embedding_negative",
+        lambda w, i: F.embedding(i, w),
+        (torch.randn(10, 3), torch.tensor([-1])),
+    ),
+    (
+        "cross_entropy",
+        lambda x, t: F.cross_entropy(x, t),
+        (torch.randn(2, 3), torch.tensor([0, 3])),
+    ),
+    (
+        "cross_entropy_negative",
+        lambda x, t: F.cross_entropy(x, t),
+        (torch.randn(2, 3), torch.tensor([0, -5])),
+    ),
+    (
+        "cross_entropy_2d",
+        lambda x, t: F.cross_entropy(x, t),
+        (torch.randn(2, 3, 4), torch.full((2, 4), 3)),
+    ),
     ("nll_loss", lambda x, t: F.nll_loss(x, t), (torch.randn(2, 3), torch.tensor([0, 3]))),
-    ("nll_loss2d", lambda x, t: F.nll_loss(x, t), (torch.randn(2, 3, 2, 2), torch.full((2, 2, 2), 3))),
+    (
+        "nll_loss2d",
+        lambda x, t: F.nll_loss(x, t),
+        (torch.randn(2, 3, 2, 2), torch.full((2, 2, 2), 3)),
+    ),
     ("one_hot", lambda t: F.one_hot(t, 3), (torch.tensor([0, 3]),)),
     ("one_hot_negative", lambda t: F.one_hot(t, 3), (torch.tensor([-1]),)),
     ("bincount", torch.bincount, (torch.tensor([-1, 2]),)),
@@ -69,15 +116,27 @@ BAD_VALUES = [
     ("remainder_scalar", lambda a: torch.remainder(a, 0), (torch.tensor([1, 2]),)),
     ("fmod", torch.fmod, (torch.tensor([1]), torch.tensor([0]))),
     ("floor_divide", torch.floor_divide, (torch.tensor([1]), torch.tensor([0]))),
-    ("div_trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), (torch.tensor([1]), torch.tensor([0]))),
+    (
+        "div_trunc",
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        (torch.tensor([1]), torch.tensor([0])),
+    ),
     ("mm_int_float", torch.mm, (torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2))),
     ("mm_double_float", torch.mm, (torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2))),
     ("matmul", torch.matmul, (torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2))),
     ("matmul_vectors", torch.matmul, (torch.ones(2, dtype=torch.int64), torch.ones(2))),
     ("matmul_matrix_vector", torch.matmul, (torch.ones(2, 2, dtype=torch.int64), torch.ones(2))),
     ("bmm", torch.bmm, (torch.ones(1, 2, 2, dtype=torch.int64), torch.ones(1, 2, 2))),
-    ("addmm", torch.addmm, (torch.ones(2, 2), torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2))),
-    ("addmm_self", torch.addmm, (torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2), torch.ones(2, 2))),
+    (
+        "addmm",
+        torch.addmm,
+        (torch.ones(2, 2), torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2)),
+    ),
+    (
+        "addmm_self",
+        torch.addmm,
+        (torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2), torch.ones(2, 2)),
+    ),
 ]
 
 FULL = [
@@ -117,8 +176,14 @@ def test_valid_values_still_compute_as_pytorch():
         (lambda x: x.index_fill(0, torch.tensor([-1], device=x.device), 5.0), (x,)),
         (lambda x: x[torch.tensor([-3, 2], device=x.device)], (x,)),
         (lambda w: F.embedding(torch.tensor([[0, 9]], device=w.device), w), (w,)),
-        (lambda x: F.cross_entropy(x, torch.tensor([0, -100, 2], device=x.device)), (torch.randn(3, 3),)),
-        (lambda x: F.nll_loss(x, torch.tensor([1, 7], device=x.device), ignore_index=7), (torch.randn(2, 3),)),
+        (
+            lambda x: F.cross_entropy(x, torch.tensor([0, -100, 2], device=x.device)),
+            (torch.randn(3, 3),),
+        ),
+        (
+            lambda x: F.nll_loss(x, torch.tensor([1, 7], device=x.device), ignore_index=7),
+            (torch.randn(2, 3),),
+        ),
         (lambda t: F.one_hot(t, 4), (torch.tensor([0, 3]),)),
         (lambda t: torch.bincount(t, minlength=5), (torch.tensor([0, 2, 2]),)),
         (lambda a: torch.remainder(a, 0.0), (torch.tensor([1.0, -2.0]),)),
@@ -188,8 +253,9 @@ def test_torch_compile_in_checked_mode_raises_after_the_call():
     try:
         env.config.checked = True
         compiled = torch.compile(f, backend="torchlax")
-        torch.testing.assert_close(compiled(w, torch.tensor([1, 2], device="jax")).cpu(),
-                                   f(w.cpu(), torch.tensor([1, 2])))
+        torch.testing.assert_close(
+            compiled(w, torch.tensor([1, 2], device="jax")).cpu(), f(w.cpu(), torch.tensor([1, 2]))
+        )
         with pytest.raises(IndexError, match="index out of range in self"):
             compiled(w, torch.tensor([1, 12], device="jax"))
         env.config.checked = False
@@ -221,8 +287,9 @@ with torchlax.enable():
 
 def test_sizes_that_overflow_raise_instead_of_aborting():
     # A subprocess, so an abort in XLA fails this test rather than killing pytest.
-    done = subprocess.run([sys.executable, "-c", _OVERFLOW], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", _OVERFLOW], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == [
         "RuntimeError Storage size calculation overflowed with sizes=[4611686018427387904, 4]",
@@ -243,7 +310,11 @@ BAD_DTYPES = [
     ("floor_bool", torch.floor, (torch.tensor([True]),)),
     ("argmax_bool", torch.argmax, (torch.tensor([True, False]),)),
     ("topk_bool", lambda x: torch.topk(x, 1), (torch.tensor([True, False]),)),
-    ("matmul_bool", torch.matmul, (torch.ones(2, 2, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool))),
+    (
+        "matmul_bool",
+        torch.matmul,
+        (torch.ones(2, 2, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool)),
+    ),
     ("neg_bool", torch.neg, (torch.tensor([True]),)),
 ]
 
@@ -272,32 +343,68 @@ def test_the_guard_lets_supported_dtypes_through():
 # (id, function, inputs, gist): argument errors PyTorch raises before computing anything; torchlax
 # raises the same exception type with a message carrying the gist.
 BAD_ARGUMENTS = [
-    ("mask_too_long", lambda x, m: x[m], (_x(), torch.tensor([True, False, True, True])),
-     "The shape of the mask [4] at index 0 does not match"),
-    ("mask_on_dim1", lambda x, m: x[:, m], (_x(), torch.tensor([True, False])),
-     "The shape of the mask [2] at index 0 does not match the shape of the indexed tensor [3, 4] at index 1"),
-    ("mask_2d", lambda x, m: x[m], (_x(), torch.ones(3, 3, dtype=torch.bool)),
-     "The shape of the mask [3, 3] at index 1 does not match"),
+    (
+        "mask_too_long",
+        lambda x, m: x[m],
+        (_x(), torch.tensor([True, False, True, True])),
+        "The shape of the mask [4] at index 0 does not match",
+    ),
+    (
+        "mask_on_dim1",
+        lambda x, m: x[:, m],
+        (_x(), torch.tensor([True, False])),
+        "The shape of the mask [2] at index 0 does not match the shape of the indexed tensor [3, 4] at index 1",
+    ),
+    (
+        "mask_2d",
+        lambda x, m: x[m],
+        (_x(), torch.ones(3, 3, dtype=torch.bool)),
+        "The shape of the mask [3, 3] at index 1 does not match",
+    ),
     ("clamp_no_bounds", torch.clamp, (_x(),), "At least one of 'min' or 'max' must not be None"),
     ("clip_no_bounds", torch.clip, (_x(),), "At least one of 'min' or 'max' must not be None"),
-    ("flip_repeated_dim", lambda x: torch.flip(x, (0, -2)), (_x(),),
-     "dim 0 appears multiple times in the list of dims"),
-    ("addcdiv_integers", torch.addcdiv, (torch.tensor([1]), torch.tensor([1]), torch.tensor([2])),
-     "nteger division with addcdiv is no longer supported"),
-    ("addcdiv_integer_operands", torch.addcdiv,
-     (torch.tensor([1.0]), torch.tensor([1]), torch.tensor([2])),
-     "nteger division with addcdiv is no longer supported"),
-    ("unique_dim_other_empty_dim", lambda x: torch.unique(x, dim=1), (torch.empty(0, 3),),
-     "There are 0 sized dimensions, and they aren't selected"),
-    ("unique_consecutive_two_empty_dims", lambda x: torch.unique_consecutive(x, dim=0),
-     (torch.empty(0, 0, 3),), "Number of zero sized dimensions is more than one"),
-    ("unique_consecutive_unselected", lambda x: torch.unique_consecutive(x, dim=2),
-     (torch.empty(0, 0, 3),), "There are 0 sized dimensions, and they aren't selected"),
+    (
+        "flip_repeated_dim",
+        lambda x: torch.flip(x, (0, -2)),
+        (_x(),),
+        "dim 0 appears multiple times in the list of dims",
+    ),
+    (
+        "addcdiv_integers",
+        torch.addcdiv,
+        (torch.tensor([1]), torch.tensor([1]), torch.tensor([2])),
+        "nteger division with addcdiv is no longer supported",
+    ),
+    (
+        "addcdiv_integer_operands",
+        torch.addcdiv,
+        (torch.tensor([1.0]), torch.tensor([1]), torch.tensor([2])),
+        "nteger division with addcdiv is no longer supported",
+    ),
+    (
+        "unique_dim_other_empty_dim",
+        lambda x: torch.unique(x, dim=1),
+        (torch.empty(0, 3),),
+        "There are 0 sized dimensions, and they aren't selected",
+    ),
+    (
+        "unique_consecutive_two_empty_dims",
+        lambda x: torch.unique_consecutive(x, dim=0),
+        (torch.empty(0, 0, 3),),
+        "Number of zero sized dimensions is more than one",
+    ),
+    (
+        "unique_consecutive_unselected",
+        lambda x: torch.unique_consecutive(x, dim=2),
+        (torch.empty(0, 0, 3),),
+        "There are 0 sized dimensions, and they aren't selected",
+    ),
 ]
 
 
-@pytest.mark.parametrize("fn,args,gist", [c[1:] for c in BAD_ARGUMENTS],
-                         ids=[c[0] for c in BAD_ARGUMENTS])
+@pytest.mark.parametrize(
+    "fn,args,gist", [c[1:] for c in BAD_ARGUMENTS], ids=[c[0] for c in BAD_ARGUMENTS]
+)
 def test_bad_argument_raises_as_pytorch(fn, args, gist):
     expected = _error(fn, *args)
     assert expected is not None and gist in expected[1], "PyTorch's own error changed: fix the case"
@@ -313,9 +420,14 @@ def test_valid_masks_and_empty_unique_compute_as_pytorch():
         (lambda x, m: x[:, m], (x, torch.tensor([True, False, True, False]))),
         (lambda x: torch.flip(x, (0, -1)), (x,)),
         (lambda x: torch.clamp(x, max=3.0), (x,)),
-        (lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True), (torch.empty(0, 3),)),
-        (lambda x: torch.unique_consecutive(x, dim=1, return_inverse=True, return_counts=True),
-         (torch.empty(2, 0),)),
+        (
+            lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True),
+            (torch.empty(0, 3),),
+        ),
+        (
+            lambda x: torch.unique_consecutive(x, dim=1, return_inverse=True, return_counts=True),
+            (torch.empty(2, 0),),
+        ),
         (lambda x: torch.unique_consecutive(x, return_counts=True), (torch.empty(0, 0, 3),)),
     ]:
         expected = fn(*args)

@@ -11,10 +11,30 @@ import torchlax_core
 from test_bad_input import BAD_VALUES, _error, to_jax
 
 # One case of each op (their negative-index twins share the check); each compiles a program.
-JITTED = ("index_select", "gather", "take", "getitem", "setitem", "index_put_accumulate",
-          "index_add", "index_copy", "index_fill", "scatter_value", "scatter_add", "put_",
-          "embedding", "cross_entropy_2d", "nll_loss", "one_hot", "multinomial_nan", "remainder",
-          "floor_divide", "div_trunc", "mm_int_float", "addmm")
+JITTED = (
+    "index_select",
+    "gather",
+    "take",
+    "getitem",
+    "setitem",
+    "index_put_accumulate",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "scatter_value",
+    "scatter_add",
+    "put_",
+    "embedding",
+    "cross_entropy_2d",
+    "nll_loss",
+    "one_hot",
+    "multinomial_nan",
+    "remainder",
+    "floor_divide",
+    "div_trunc",
+    "mm_int_float",
+    "addmm",
+)
 # bincount's output shape depends on the values: traced, it raises DataDependentShapeError.
 
 
@@ -54,7 +74,8 @@ def test_bad_values_raise_under_torch_compile_in_checked_mode(checked_env):
             fn, args = cases[name]
             torch._dynamo.reset()
             assert _error(torch.compile(fn, backend="torchlax"), *to_jax(args)) == _error(
-                fn, *args), name
+                fn, *args
+            ), name
     finally:
         torch._dynamo.reset()
 
@@ -74,8 +95,11 @@ def test_one_hot_compiles_for_valid_classes(checked_env):
     assert torch.equal(got, F.one_hot(torch.tensor([0, 2]), 3))
 
 
-@pytest.mark.xfail(strict=True, reason="AOT autograd expands aten.one_hot (CompositeImplicit) "
-                   "with PyTorch's own kernel before torchlax's checked decomposition runs")
+@pytest.mark.xfail(
+    strict=True,
+    reason="AOT autograd expands aten.one_hot (CompositeImplicit) "
+    "with PyTorch's own kernel before torchlax's checked decomposition runs",
+)
 def test_one_hot_out_of_range_raises_under_torch_compile(checked_env):
     try:
         with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):

@@ -23,26 +23,35 @@ def same(actual, expected, **kw):
 
 INTS = torch.tensor([7, -7, 7, -7, 0, 1, -1, 9], dtype=torch.int64)
 INT_DIVISORS = torch.tensor([2, 2, -2, -2, 3, -5, 5, 3], dtype=torch.int64)
-FLOATS = torch.tensor([7.5, -7.5, 7.5, -7.5, 0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 5.0])
+FLOATS = torch.tensor(
+    [7.5, -7.5, 7.5, -7.5, 0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 5.0]
+)
 FLOAT_DIVISORS = torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 0.0, 0.0, 2.0, 0.0, 1.0, math.inf])
 
 
 @pytest.mark.parametrize("mode", [None, "trunc", "floor"])
 def test_integer_division_rounding(mode):
-    same(torch.div(jx(INTS), jx(INT_DIVISORS), rounding_mode=mode),
-         torch.div(INTS, INT_DIVISORS, rounding_mode=mode))
+    same(
+        torch.div(jx(INTS), jx(INT_DIVISORS), rounding_mode=mode),
+        torch.div(INTS, INT_DIVISORS, rounding_mode=mode),
+    )
 
 
 @pytest.mark.parametrize("mode", [None, "trunc", "floor"])
 def test_float_division_rounding_with_zero_nan_inf(mode):
-    same(torch.div(jx(FLOATS), jx(FLOAT_DIVISORS), rounding_mode=mode),
-         torch.div(FLOATS, FLOAT_DIVISORS, rounding_mode=mode))
+    same(
+        torch.div(jx(FLOATS), jx(FLOAT_DIVISORS), rounding_mode=mode),
+        torch.div(FLOATS, FLOAT_DIVISORS, rounding_mode=mode),
+    )
 
 
 def test_floor_divide_and_python_scalar():
     same(jx(INTS) // 3, INTS // 3)
     same(jx(FLOATS) // -2.0, FLOATS // -2.0)
-    same(torch.floor_divide(jx(FLOATS), jx(FLOAT_DIVISORS)), torch.floor_divide(FLOATS, FLOAT_DIVISORS))
+    same(
+        torch.floor_divide(jx(FLOATS), jx(FLOAT_DIVISORS)),
+        torch.floor_divide(FLOATS, FLOAT_DIVISORS),
+    )
 
 
 def test_remainder_takes_divisor_sign_and_fmod_dividend_sign():
@@ -96,13 +105,22 @@ def test_maximum_propagates_nan_fmax_ignores_it():
 
 def test_predicates_on_nan_inf_and_ints():
     x = torch.tensor([1.0, math.nan, math.inf, -math.inf, -0.0])
-    for fn in (torch.isnan, torch.isinf, torch.isposinf, torch.isneginf, torch.isfinite,
-               torch.signbit, torch.logical_not):
+    for fn in (
+        torch.isnan,
+        torch.isinf,
+        torch.isposinf,
+        torch.isneginf,
+        torch.isfinite,
+        torch.signbit,
+        torch.logical_not,
+    ):
         same(fn(jx(x)), fn(x))
         same(fn(jx(INTS)), fn(INTS))
     same(torch.nan_to_num(jx(x)), torch.nan_to_num(x))
-    same(torch.nan_to_num(jx(x), nan=1.0, posinf=2.0, neginf=-2.0),
-         torch.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-2.0))
+    same(
+        torch.nan_to_num(jx(x), nan=1.0, posinf=2.0, neginf=-2.0),
+        torch.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-2.0),
+    )
 
 
 def test_xlogy_zero_and_nan():

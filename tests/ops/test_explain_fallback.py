@@ -82,8 +82,9 @@ def test_explain_follows_inplace_and_backward():
 
 
 def test_explain_of_a_fully_lowered_program_is_ok():
-    report = torchlax_ops.explain(lambda x: torch.nn.functional.softmax(x @ x.T, -1),
-                                  torch.randn(3, 3))
+    report = torchlax_ops.explain(
+        lambda x: torch.nn.functional.softmax(x @ x.T, -1), torch.randn(3, 3)
+    )
     assert report.ok, str(report)
 
 

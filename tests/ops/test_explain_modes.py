@@ -26,7 +26,10 @@ def test_every_missing_op_is_listed_even_without_meta_kernels():
     explanation = torchlax_ops.explain(program, torch.randn(3, 4))
     assert explanation.error is None
     assert [u.name for u in explanation.missing] == [
-        "aten._add_relu.Scalar", "aten._add_relu.Tensor", "torchlax_test.explain_cube.default"]
+        "aten._add_relu.Scalar",
+        "aten._add_relu.Tensor",
+        "torchlax_test.explain_cube.default",
+    ]
     assert "aten.sum.default" in [u.name for u in explanation.ops]
     assert "INTERNAL ASSERT" not in str(explanation)
 

@@ -23,9 +23,15 @@ def on_jax(factory, *args, **kwargs):
 
 
 ARANGE = [
-    ((5,), {}), ((1, 10, 3), {}), ((10, 0, -3), {}), ((0.0, 1.0, 0.1), {}), ((1, 2.5, 0.5), {}),
-    ((5,), {"dtype": torch.float32}), ((0, 1, 0.3), {"dtype": torch.float64}),
-    ((-3, 7, 2), {"dtype": torch.int32}), ((0, 2, 0.25), {"dtype": torch.bfloat16}),
+    ((5,), {}),
+    ((1, 10, 3), {}),
+    ((10, 0, -3), {}),
+    ((0.0, 1.0, 0.1), {}),
+    ((1, 2.5, 0.5), {}),
+    ((5,), {"dtype": torch.float32}),
+    ((0, 1, 0.3), {"dtype": torch.float64}),
+    ((-3, 7, 2), {"dtype": torch.int32}),
+    ((0, 2, 0.25), {"dtype": torch.bfloat16}),
     ((2**40, 2**40 + 5), {}),
 ]
 
@@ -68,10 +74,17 @@ def test_eye(args):
     on_jax(torch.eye, *args)
 
 
-@pytest.mark.parametrize("args, kwargs", [
-    ((0, 1, 7), {}), ((-2, 10, 5), {"dtype": torch.float64}), ((0, 10, 7), {"dtype": torch.int64}),
-    ((3, 3, 1), {}), ((0, 1, 0), {}), ((1, 2, 4), {"dtype": torch.complex64}),
-])
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((0, 1, 7), {}),
+        ((-2, 10, 5), {"dtype": torch.float64}),
+        ((0, 10, 7), {"dtype": torch.int64}),
+        ((3, 3, 1), {}),
+        ((0, 1, 0), {}),
+        ((1, 2, 4), {"dtype": torch.complex64}),
+    ],
+)
 def test_linspace(args, kwargs):
     expected = torch.linspace(*args, **kwargs)
     with torchlax_core.enable():
@@ -79,8 +92,10 @@ def test_linspace(args, kwargs):
     assert_same(actual, expected, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("args, kwargs", [((0, 2, 5), {}), ((-1, 1, 4), {"base": 2.0}),
-                                          ((0, 3, 4), {"dtype": torch.float64})])
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((0, 2, 5), {}), ((-1, 1, 4), {"base": 2.0}), ((0, 3, 4), {"dtype": torch.float64})],
+)
 def test_logspace(args, kwargs):
     expected = torch.logspace(*args, **kwargs)
     with torchlax_core.enable():
@@ -127,10 +142,15 @@ def test_factory_inside_jit_program():
     assert_same(actual, expected)
 
 
-@pytest.mark.parametrize("start, end", [
-    (torch.tensor(-2.0), torch.tensor(3.5)), (torch.tensor(1), torch.tensor(9)),
-    (torch.tensor(0.5, dtype=torch.float64), 4.0), (-1, torch.tensor(2.0)),
-])
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        (torch.tensor(-2.0), torch.tensor(3.5)),
+        (torch.tensor(1), torch.tensor(9)),
+        (torch.tensor(0.5, dtype=torch.float64), 4.0),
+        (-1, torch.tensor(2.0)),
+    ],
+)
 @pytest.mark.parametrize("steps", [0, 1, 6])
 def test_linspace_logspace_with_tensor_bounds_under_jit(start, end, steps):
     # The bounds may be traced: steps alone fixes the shape.
@@ -143,8 +163,10 @@ def test_linspace_logspace_with_tensor_bounds_under_jit(start, end, steps):
     def fn(*ts):
         lo, hi = bounds(ts)
         device = ts[0].device
-        return (torch.linspace(lo, hi, steps, device=device),
-                torch.linspace(lo, hi, steps, dtype=torch.int64, device=device),
-                torch.logspace(lo, hi, steps, base=2.0, device=device))
+        return (
+            torch.linspace(lo, hi, steps, device=device),
+            torch.linspace(lo, hi, steps, dtype=torch.int64, device=device),
+            torch.logspace(lo, hi, steps, base=2.0, device=device),
+        )
 
     check(fn, *tensors)

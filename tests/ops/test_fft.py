@@ -76,8 +76,9 @@ def test_transform(name):
     assert not actual.is_conj()
 
 
-@pytest.mark.parametrize("dtype,result", [(F32, C64), (F64, C128), (torch.int64, C64),
-                                          (torch.bool, C64)])
+@pytest.mark.parametrize(
+    "dtype,result", [(F32, C64), (F64, C128), (torch.int64, C64), (torch.bool, C64)]
+)
 def test_result_dtypes(dtype, result):
     x = torch.ones(4, dtype=dtype)
     with torchlax_core.enable():
@@ -121,7 +122,11 @@ OUT_VARIANTS = {
     "rfft": (lambda x, out: fft.rfft(x, out=out), REAL, torch.empty(3, 5, dtype=C128)),
     "irfft": (lambda x, out: fft.irfft(x, out=out), CPLX64, torch.empty(2, 4, 10)),
     "ifft2": (lambda x, out: fft.ifft2(x, out=out), CPLX64, torch.empty(2, 4, 6, dtype=C64)),
-    "complex": (lambda x, out: torch.complex(x, x * 2, out=out), REAL, torch.empty(3, 8, dtype=C128)),
+    "complex": (
+        lambda x, out: torch.complex(x, x * 2, out=out),
+        REAL,
+        torch.empty(3, 8, dtype=C128),
+    ),
     "polar": (lambda x, out: torch.polar(x.abs(), x, out=out), REAL, torch.empty(3, 8, dtype=C128)),
 }
 
@@ -162,8 +167,13 @@ def test_stft():
 
 def test_stft_method_onesided_false_complex_signal():
     signal, window = torch.randn(40, dtype=C128), torch.hamming_window(8, dtype=F64)
-    check(lambda x, w: x.stft(8, window=w, center=False, return_complex=True), signal, window,
-          atol=1e-10, rtol=1e-10)
+    check(
+        lambda x, w: x.stft(8, window=w, center=False, return_complex=True),
+        signal,
+        window,
+        atol=1e-10,
+        rtol=1e-10,
+    )
 
 
 def test_stft_with_a_window_made_on_the_device():
@@ -179,10 +189,17 @@ def test_stft_with_a_window_made_on_the_device():
 def test_istft_round_trip_eager():
     # istft checks its window envelope on the host (``aten.equal``): eager only.
     window = torch.hann_window(16, dtype=F64)
-    spec = torch.stft(torch.randn(80, dtype=F64), 16, hop_length=4, window=window,
-                      return_complex=True)
-    check(lambda s, w: torch.istft(s, 16, hop_length=4, window=w), spec, window, jit=False,
-          atol=1e-10, rtol=1e-10)
+    spec = torch.stft(
+        torch.randn(80, dtype=F64), 16, hop_length=4, window=window, return_complex=True
+    )
+    check(
+        lambda s, w: torch.istft(s, 16, hop_length=4, window=w),
+        spec,
+        window,
+        jit=False,
+        atol=1e-10,
+        rtol=1e-10,
+    )
 
 
 @pytest.mark.parametrize("dtype", [None, F64, torch.float16, torch.bfloat16])
@@ -288,14 +305,23 @@ GRADS = {
     "irfft": lambda x: fft.irfft(torch.complex(x, x.flip(-1)), n=10).pow(2).sum(),
     "hfft_ihfft": lambda x: fft.hfft(fft.ihfft(x) * 2).pow(2).sum(),
     "polar": lambda x: torch.polar(x.abs() + 0.1, x).imag.sum(),
-    "stft": lambda x: torch.stft(x.flatten(), 8, window=torch.hann_window(8, dtype=x.dtype,
-                                 device=x.device), return_complex=True).abs().sum(),
+    "stft": lambda x: (
+        torch.stft(
+            x.flatten(),
+            8,
+            window=torch.hann_window(8, dtype=x.dtype, device=x.device),
+            return_complex=True,
+        )
+        .abs()
+        .sum()
+    ),
 }
 
 
 # stft's backward costs ~10 s of first-time XLA compiles of its ops in a fresh process.
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.slow) if n == "stft" else n for n in GRADS])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "stft" else n for n in GRADS]
+)
 def test_grad(name):
     grads_match(GRADS[name], [torch.randn(3, 8, dtype=F64)], atol=1e-10, rtol=1e-10)
 

@@ -76,8 +76,9 @@ def test_foreach_inplace(name):
 
 
 OPTIMIZERS = {
-    "sgd_momentum": lambda p, foreach: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True,
-                                                       weight_decay=0.01, foreach=foreach),
+    "sgd_momentum": lambda p, foreach: torch.optim.SGD(
+        p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, foreach=foreach
+    ),
     "adam": lambda p, foreach: torch.optim.Adam(p, lr=0.01, foreach=foreach),
     "adam_amsgrad": lambda p, foreach: torch.optim.Adam(p, lr=0.01, amsgrad=True, foreach=foreach),
     "adamw": lambda p, foreach: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, foreach=foreach),

@@ -32,16 +32,46 @@ def _key_padding():
     return mask
 
 
-def _mha(query, key, value, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, need_weights,
-         average, mask_type):
-    return aten._native_multi_head_attention(query, key, value, D, HEADS, qkv_weight, qkv_bias,
-                                             proj_weight, proj_bias, mask, need_weights, average,
-                                             mask_type)
+def _mha(
+    query,
+    key,
+    value,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    mask,
+    need_weights,
+    average,
+    mask_type,
+):
+    return aten._native_multi_head_attention(
+        query,
+        key,
+        value,
+        D,
+        HEADS,
+        qkv_weight,
+        qkv_bias,
+        proj_weight,
+        proj_bias,
+        mask,
+        need_weights,
+        average,
+        mask_type,
+    )
 
 
-@pytest.mark.parametrize(("mask_kind", "need_weights", "average"), [
-    (None, True, True), (None, False, True), ("padding", True, False), ("attention", True, True),
-    ("generic", False, True)])
+@pytest.mark.parametrize(
+    ("mask_kind", "need_weights", "average"),
+    [
+        (None, True, True),
+        (None, False, True),
+        ("padding", True, False),
+        ("attention", True, True),
+        ("generic", False, True),
+    ],
+)
 def test_native_multi_head_attention_matches_cpu(mask_kind, need_weights, average):
     x = torch.randn(B, T, D)
     mask, mask_type = {
@@ -53,8 +83,13 @@ def test_native_multi_head_attention_matches_cpu(mask_kind, need_weights, averag
     if mask is not None and mask_kind == "generic":
         mask[..., 0] = False  # no row masked out entirely
     w = _weights()
-    check(lambda x, m, w: _mha(x, x, x, *w.values(), m, need_weights, average, mask_type),
-          x, mask, w, atol=1e-5)
+    check(
+        lambda x, m, w: _mha(x, x, x, *w.values(), m, need_weights, average, mask_type),
+        x,
+        mask,
+        w,
+        atol=1e-5,
+    )
 
 
 def test_native_multi_head_attention_cross_attention():
@@ -79,8 +114,9 @@ def test_masked_softmax_rejects_a_float_mask_as_cpu():
 
 def _encoder(norm_first, activation):
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(D, HEADS, 32, dropout=0.0, activation=activation,
-                                             batch_first=True, norm_first=norm_first)
+    layer = torch.nn.TransformerEncoderLayer(
+        D, HEADS, 32, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    )
     return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
 
 
@@ -100,8 +136,9 @@ def test_transformer_encoder_fast_path_eager_and_jit(norm_first, activation):
             actual = jax_model(x_jax)
             assert aten._transformer_encoder_layer_fwd.default in _fused_ops_resolved()
             assert_same(actual, expected, atol=2e-5, rtol=1e-5, what="eager")
-            assert_same(torchlax.jit(jax_model)(x_jax), expected, atol=2e-5, rtol=1e-5,
-                        what="torchlax.jit")
+            assert_same(
+                torchlax.jit(jax_model)(x_jax), expected, atol=2e-5, rtol=1e-5, what="torchlax.jit"
+            )
 
 
 def test_transformer_encoder_fast_path_with_masks():

@@ -16,13 +16,16 @@ def _grouped(a, b, offs=None):
     return torch._grouped_mm(a, b, offs)
 
 
-@pytest.mark.parametrize(("a_shape", "b_shape", "offs"), [
-    ((10, 8), (3, 8, 8), [2, 5, 10]),        # rows grouped (one expert per token block)
-    ((10, 8), (3, 8, 8), [0, 0, 10]),        # empty groups
-    ((8, 16), (16, 8), [4, 9, 16]),          # contraction grouped: (G, M, N)
-    ((3, 8, 8), (8, 16), [4, 9, 16]),        # columns grouped
-    ((3, 6, 8), (3, 8, 8), None),            # batched
-])
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "offs"),
+    [
+        ((10, 8), (3, 8, 8), [2, 5, 10]),  # rows grouped (one expert per token block)
+        ((10, 8), (3, 8, 8), [0, 0, 10]),  # empty groups
+        ((8, 16), (16, 8), [4, 9, 16]),  # contraction grouped: (G, M, N)
+        ((3, 8, 8), (8, 16), [4, 9, 16]),  # columns grouped
+        ((3, 6, 8), (3, 8, 8), None),  # batched
+    ],
+)
 def test_grouped_mm_matches_cpu(a_shape, b_shape, offs):
     a, b = torch.randn(a_shape), torch.randn(b_shape)
     args = (a, b) if offs is None else (a, b, torch.tensor(offs, dtype=I32))
@@ -58,16 +61,26 @@ def test_grouped_mm_gradients_match_cpu_formula():
     (per_group * weight).sum().backward()
     torch.testing.assert_close(ja.grad.cpu(), a.grad, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(jb.grad.cpu(), b.grad, atol=1e-5, rtol=1e-5)
-    grads_match(lambda x, y: _grouped(x, y).pow(2).sum(), [torch.randn(3, 4, 8),
-                                                            torch.randn(3, 8, 8)])
+    grads_match(
+        lambda x, y: _grouped(x, y).pow(2).sum(), [torch.randn(3, 4, 8), torch.randn(3, 8, 8)]
+    )
 
 
-@pytest.mark.parametrize(("args", "match"), [
-    (lambda: (torch.randn(10, 8).double(), torch.randn(3, 8, 8).double(),
-              torch.tensor([2, 5, 10], dtype=I32)), "Float32, BFloat16 or Float16|float32, bfloat16"),
-    (lambda: (torch.randn(10, 8), torch.randn(3, 8, 8), torch.tensor([2, 5, 10])), "int32"),
-    (lambda: (torch.randn(10, 8), torch.randn(3, 8, 8)), "offs|offsets"),
-])
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (
+            lambda: (
+                torch.randn(10, 8).double(),
+                torch.randn(3, 8, 8).double(),
+                torch.tensor([2, 5, 10], dtype=I32),
+            ),
+            "Float32, BFloat16 or Float16|float32, bfloat16",
+        ),
+        (lambda: (torch.randn(10, 8), torch.randn(3, 8, 8), torch.tensor([2, 5, 10])), "int32"),
+        (lambda: (torch.randn(10, 8), torch.randn(3, 8, 8)), "offs|offsets"),
+    ],
+)
 def test_grouped_mm_errors_as_cpu(args, match):
     cpu_args = args()
     with pytest.raises(RuntimeError, match=match):
@@ -83,9 +96,16 @@ def test_tiny_mixtral_eager_and_jit():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.MixtralConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=64, num_local_experts=4, num_experts_per_tok=2,
-        max_position_embeddings=64)
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+    )
     model = transformers.MixtralForCausalLM(config).eval()
     ids = torch.randint(0, 64, (2, 6))
     with torch.no_grad():

@@ -50,7 +50,9 @@ def run_jit(fn, *args):
         return pytree.tree_map(lambda t: t.jax() if isinstance(t, Tensor) else t, out)
 
     out = jax.jit(traced)(*[flat[i].to("jax").jax() for i in positions])
-    return pytree.tree_map(lambda a: torchlax_core.wrap(a).cpu() if isinstance(a, jax.Array) else a, out)
+    return pytree.tree_map(
+        lambda a: torchlax_core.wrap(a).cpu() if isinstance(a, jax.Array) else a, out
+    )
 
 
 def check(fn, *args, jit=True, exact=True):
@@ -79,13 +81,26 @@ def j():
     return torch.tensor([[1, 0], [3, 2]])
 
 
-@pytest.mark.parametrize("fn", [
-    lambda a: a[i()], lambda a: a[:, i()], lambda a: a[i(), torch.tensor([1, 0, 4])], lambda a: a[j()], lambda a: a[:, j(), 1:3],
-    lambda a: a[i(), :, i()], lambda a: a[None, i(), ..., i()], lambda a: a[1:, j(), j()], lambda a: a[..., i()],
-    lambda a: a[i(), None], lambda a: a[j(), :, torch.tensor([2])],
-    lambda a: a[i().int()], lambda a: a[:, torch.tensor([], dtype=torch.int64)],
-    lambda a: torch.ops.aten.index.Tensor(a, [None, i()]), lambda a: torch.ops.aten.index.Tensor(a, [i(), None, j()[:, :1]]),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a[i()],
+        lambda a: a[:, i()],
+        lambda a: a[i(), torch.tensor([1, 0, 4])],
+        lambda a: a[j()],
+        lambda a: a[:, j(), 1:3],
+        lambda a: a[i(), :, i()],
+        lambda a: a[None, i(), ..., i()],
+        lambda a: a[1:, j(), j()],
+        lambda a: a[..., i()],
+        lambda a: a[i(), None],
+        lambda a: a[j(), :, torch.tensor([2])],
+        lambda a: a[i().int()],
+        lambda a: a[:, torch.tensor([], dtype=torch.int64)],
+        lambda a: torch.ops.aten.index.Tensor(a, [None, i()]),
+        lambda a: torch.ops.aten.index.Tensor(a, [i(), None, j()[:, :1]]),
+    ],
+)
 def test_advanced_indexing(fn):
     check(fn, x)
     check(fn, xi)
@@ -95,19 +110,31 @@ def test_bool_mask_indexing_is_eager_only():
     check(lambda a, m: a[m], x, mask, jit=False)
     check(lambda a, m: a[:, m[0, :, 0]], x, mask, jit=False)
     check(lambda a, m: a[m[..., 0], 2:], x, mask, jit=False)
-    check(lambda a, m: a[m], x, torch.zeros(4, 5, 6, dtype=torch.bool), jit=False)  # selects nothing
+    check(
+        lambda a, m: a[m], x, torch.zeros(4, 5, 6, dtype=torch.bool), jit=False
+    )  # selects nothing
     with pytest.raises(DataDependentShapeError, match="aten.index.Tensor"):
         run_jit(lambda a, m: a[m], x, mask)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda a, v, m: a.index_put((i(),), v[0, 0, 0]), lambda a, v, m: a.index_put((i(), j()[0, :1]), v[0, 0, 0]),
-    lambda a, v, m: a.index_put((torch.tensor([1, 1, 2]),), v[:3], accumulate=True),
-    lambda a, v, m: torch.ops.aten.index_put(a, [None, torch.tensor([0, 0])], v[:, :2], accumulate=True),
-    lambda a, v, m: torch.ops.aten.index_put(a, [None, None, torch.tensor([5, -6])], v[..., :2]),
-    lambda a, v, m: a.index_put((m,), v[0, 0, 0]), lambda a, v, m: a.index_put((m,), v[0, 0, :1], accumulate=True),
-    lambda a, v, m: a.index_put((m[:, :, 0],), v[0, 0]), lambda a, v, m: torch.ops.aten.index_put(a, [None, m[0]], v[:, 0, :1]),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, v, m: a.index_put((i(),), v[0, 0, 0]),
+        lambda a, v, m: a.index_put((i(), j()[0, :1]), v[0, 0, 0]),
+        lambda a, v, m: a.index_put((torch.tensor([1, 1, 2]),), v[:3], accumulate=True),
+        lambda a, v, m: torch.ops.aten.index_put(
+            a, [None, torch.tensor([0, 0])], v[:, :2], accumulate=True
+        ),
+        lambda a, v, m: torch.ops.aten.index_put(
+            a, [None, None, torch.tensor([5, -6])], v[..., :2]
+        ),
+        lambda a, v, m: a.index_put((m,), v[0, 0, 0]),
+        lambda a, v, m: a.index_put((m,), v[0, 0, :1], accumulate=True),
+        lambda a, v, m: a.index_put((m[:, :, 0],), v[0, 0]),
+        lambda a, v, m: torch.ops.aten.index_put(a, [None, m[0]], v[:, 0, :1]),
+    ],
+)
 def test_index_put(fn):
     check(fn, x, -x, mask)
 
@@ -133,21 +160,31 @@ def test_setitem_forms():
     check(program, x, mask, -x)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda a: a.index_select(0, torch.tensor([0, 3, 1])), lambda a: a.index_select(-1, j()[0]), lambda a: a.index_select(1, torch.tensor(2)),
-    lambda a: a.gather(1, torch.tensor(G1)), lambda a: a.gather(-1, torch.tensor(G2)),
-    lambda a: torch.take_along_dim(a, torch.tensor([[[1], [0], [4]]]), 1), lambda a: a.take(j()),
-    lambda a: a.take(torch.tensor([[0, -1], [7, 100]])),
-    lambda a: a.scatter(0, torch.tensor([[[3, 1, 0]]]), a[:1, :1, :3] * 2),
-    lambda a: a.scatter(2, torch.tensor([[[5], [0]]]), 9),
-    lambda a: a.scatter(1, torch.tensor([[[4, 4]]]), a[:1, :1, :2], reduce="add"),
-    lambda a: a.scatter(1, torch.tensor([[[4, 4]]]), 3, reduce="multiply"),
-    lambda a: a.scatter_add(0, torch.tensor([[[1, 1, 2]], [[1, 0, 0]]]), a[:2, :1, :3]),
-    lambda a: a.index_add(1, torch.tensor([0, 0, 4]), a[:, :3]), lambda a: a.index_add(0, torch.tensor([2]), a[:1], alpha=2),
-    lambda a: a.index_copy(2, torch.tensor([5, 0]), a[:, :, :2] * 3),
-    lambda a: a.index_fill(1, torch.tensor([0, -1]), -7), lambda a: a.index_fill(0, torch.tensor([1]), a[0, 0, 0]),
-    lambda a: a.put(torch.tensor([0, 5, 0]), a[0, 0, :3], accumulate=True), lambda a: a.put(torch.tensor([7, -1]), a[1, 1, :2]),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a.index_select(0, torch.tensor([0, 3, 1])),
+        lambda a: a.index_select(-1, j()[0]),
+        lambda a: a.index_select(1, torch.tensor(2)),
+        lambda a: a.gather(1, torch.tensor(G1)),
+        lambda a: a.gather(-1, torch.tensor(G2)),
+        lambda a: torch.take_along_dim(a, torch.tensor([[[1], [0], [4]]]), 1),
+        lambda a: a.take(j()),
+        lambda a: a.take(torch.tensor([[0, -1], [7, 100]])),
+        lambda a: a.scatter(0, torch.tensor([[[3, 1, 0]]]), a[:1, :1, :3] * 2),
+        lambda a: a.scatter(2, torch.tensor([[[5], [0]]]), 9),
+        lambda a: a.scatter(1, torch.tensor([[[4, 4]]]), a[:1, :1, :2], reduce="add"),
+        lambda a: a.scatter(1, torch.tensor([[[4, 4]]]), 3, reduce="multiply"),
+        lambda a: a.scatter_add(0, torch.tensor([[[1, 1, 2]], [[1, 0, 0]]]), a[:2, :1, :3]),
+        lambda a: a.index_add(1, torch.tensor([0, 0, 4]), a[:, :3]),
+        lambda a: a.index_add(0, torch.tensor([2]), a[:1], alpha=2),
+        lambda a: a.index_copy(2, torch.tensor([5, 0]), a[:, :, :2] * 3),
+        lambda a: a.index_fill(1, torch.tensor([0, -1]), -7),
+        lambda a: a.index_fill(0, torch.tensor([1]), a[0, 0, 0]),
+        lambda a: a.put(torch.tensor([0, 5, 0]), a[0, 0, :3], accumulate=True),
+        lambda a: a.put(torch.tensor([7, -1]), a[1, 1, :2]),
+    ],
+)
 def test_gather_scatter_family(fn):
     check(fn, x)
     check(fn, xi)
@@ -160,7 +197,12 @@ def test_scatter_reduce(reduce, include_self, dtype):
     src = (torch.randn(3, 4) * 10).to(dtype)
     base = (torch.randn(3, 5) * 10).to(dtype)
     index = [[0, 0, 4, 1], [2, 2, 2, 2], [1, 3, 1, 3]]
-    check(lambda a, s: a.scatter_reduce(1, torch.tensor(index), s, reduce, include_self=include_self), base, src, exact=False)
+    check(
+        lambda a, s: a.scatter_reduce(1, torch.tensor(index), s, reduce, include_self=include_self),
+        base,
+        src,
+        exact=False,
+    )
 
 
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
@@ -169,8 +211,14 @@ def test_scatter_reduce(reduce, include_self, dtype):
 def test_index_reduce(reduce, include_self, dtype):
     base = (torch.randn(3, 5) * 10).to(dtype)
     source = (torch.randn(4, 5) * 10).to(dtype)
-    check(lambda a, s: a.index_reduce(0, torch.tensor([0, 2, 0, 0]), s, reduce, include_self=include_self),
-          base, source, exact=False)
+    check(
+        lambda a, s: a.index_reduce(
+            0, torch.tensor([0, 2, 0, 0]), s, reduce, include_self=include_self
+        ),
+        base,
+        source,
+        exact=False,
+    )
 
 
 def test_scatter_reduce_amax_propagates_nan():
@@ -208,8 +256,14 @@ def test_unique_family_is_eager():
     check(lambda a: torch.unique(a, dim=0, return_inverse=True, return_counts=True), t, jit=False)
     check(lambda a: torch.unique(a, dim=1), t, jit=False)
     check(lambda a: torch.unique_consecutive(a), t, jit=False)
-    check(lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True), t, jit=False)
-    check(lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True, dim=0), t, jit=False)
+    check(
+        lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True), t, jit=False
+    )
+    check(
+        lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True, dim=0),
+        t,
+        jit=False,
+    )
     check(lambda a: torch.unique(a.float()), t, jit=False)
     with pytest.raises(DataDependentShapeError):
         run_jit(lambda a: torch.unique(a), t)
@@ -226,22 +280,44 @@ def test_bincount_and_histc():
         run_jit(lambda a: torch.bincount(a), t)
     check(lambda a: torch.histc(a), x)
     check(lambda a: torch.histc(a, bins=7, min=-1, max=1), x)
-    check(lambda a: torch.histc(a, bins=4, min=0, max=3), torch.tensor([0.0, 1.0, 1.5, 3.0, 3.5, -1.0]))
+    check(
+        lambda a: torch.histc(a, bins=4, min=0, max=3),
+        torch.tensor([0.0, 1.0, 1.5, 3.0, 3.5, -1.0]),
+    )
     check(lambda a: torch.histc(a, bins=3), torch.tensor([2.0, 2.0]))
 
 
-nan_data = torch.tensor([[3.0, float("nan"), 1.0, 1.5, -2.0, float("nan"), 7.0],
-                         [0.5, 0.25, -1.0, float("inf"), 2.0, -float("inf"), 0.0]])
+nan_data = torch.tensor(
+    [
+        [3.0, float("nan"), 1.0, 1.5, -2.0, float("nan"), 7.0],
+        [0.5, 0.25, -1.0, float("inf"), 2.0, -float("inf"), 0.0],
+    ]
+)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda a: a.sort(), lambda a: a.sort(descending=True), lambda a: a.sort(0), lambda a: a.sort(stable=True),
-    lambda a: a.sort(dim=0, descending=True, stable=True), lambda a: a.argsort(), lambda a: a.argsort(descending=True),
-    lambda a: a.argsort(dim=0, stable=True), lambda a: a.msort(),
-    lambda a: a.topk(3), lambda a: a.topk(2, largest=False), lambda a: a.topk(1, dim=0),
-    lambda a: a.kthvalue(2), lambda a: a.kthvalue(7), lambda a: a.kthvalue(1, 0, keepdim=True),
-    lambda a: a[0, 0].sort(), lambda a: a[0, 0].topk(1), lambda a: a[:, :0].sort(),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a.sort(),
+        lambda a: a.sort(descending=True),
+        lambda a: a.sort(0),
+        lambda a: a.sort(stable=True),
+        lambda a: a.sort(dim=0, descending=True, stable=True),
+        lambda a: a.argsort(),
+        lambda a: a.argsort(descending=True),
+        lambda a: a.argsort(dim=0, stable=True),
+        lambda a: a.msort(),
+        lambda a: a.topk(3),
+        lambda a: a.topk(2, largest=False),
+        lambda a: a.topk(1, dim=0),
+        lambda a: a.kthvalue(2),
+        lambda a: a.kthvalue(7),
+        lambda a: a.kthvalue(1, 0, keepdim=True),
+        lambda a: a[0, 0].sort(),
+        lambda a: a[0, 0].topk(1),
+        lambda a: a[:, :0].sort(),
+    ],
+)
 def test_sort_family_nan_is_largest(fn):
     check(fn, nan_data)
 
@@ -267,7 +343,11 @@ def test_searchsorted_and_bucketize():
     check(lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True), seq, values)
     check(lambda s, v: torch.searchsorted(s, v, side="right"), seq, values)
     check(lambda s, v: torch.searchsorted(s, 2.0), seq, values)
-    check(lambda s, v: torch.searchsorted(s.flip(0), v, sorter=torch.tensor([3, 2, 1, 0])), seq, values)
+    check(
+        lambda s, v: torch.searchsorted(s.flip(0), v, sorter=torch.tensor([3, 2, 1, 0])),
+        seq,
+        values,
+    )
     rows = torch.tensor([[1.0, 3.0, 5.0], [0.0, 10.0, 20.0]])
     check(lambda s, v: torch.searchsorted(s, v), rows, values)
     check(lambda s, v: torch.bucketize(v, s), seq, values)
@@ -299,7 +379,11 @@ def test_bool_accumulation_is_logical():
     src = torch.tensor([[True, False, True], [False, True, False]])
     check(lambda a, s: a.index_add(1, torch.tensor([2, 0, 2]), s), base, src)
     check(lambda a, s: a.scatter_add(1, torch.tensor([[1, 1, 0], [2, 2, 2]]), s), base, src)
-    check(lambda a, s: a.scatter(1, torch.tensor([[1, 1, 0], [2, 2, 2]]), s, reduce="multiply"), base, src)
+    check(
+        lambda a, s: a.scatter(1, torch.tensor([[1, 1, 0], [2, 2, 2]]), s, reduce="multiply"),
+        base,
+        src,
+    )
     check(lambda a, s: a.put(torch.tensor([1, 1, 4]), s[0], accumulate=True), base, src)
     check(lambda a, s: a.index_put((torch.tensor([0, 0]),), s, accumulate=True), base, src)
 
@@ -320,15 +404,27 @@ def test_kthvalue_picks_the_same_tie_as_pytorch():
         check(lambda a, k=k: a.kthvalue(k), nans)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda a: torch.histogram(a, 5), lambda a: torch.histogram(a, 4, range=(-1.0, 0.5)),
-    lambda a: torch.histogram(a, 3, density=True), lambda a: torch.histogram(a, 6, weight=a.abs()),
-    lambda a: torch.histogram(a, torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0], dtype=a.dtype)),
-    lambda a: torch.histogram(a[:0], 3), lambda a: torch.histogram(torch.ones(4, dtype=a.dtype), 2),
-    lambda a: torch.histogramdd(a.reshape(-1, 3), [2, 3, 4]),
-    lambda a: torch.histogramdd(a.reshape(-1, 2), 3, range=[-1.0, 1.0, 0.0, 2.0], density=True),
-    lambda a: torch.histogramdd(a.reshape(-1, 2), [torch.tensor([-1.0, 0.0, 1.0], dtype=a.dtype), torch.tensor([-3.0, 3.0], dtype=a.dtype)]),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: torch.histogram(a, 5),
+        lambda a: torch.histogram(a, 4, range=(-1.0, 0.5)),
+        lambda a: torch.histogram(a, 3, density=True),
+        lambda a: torch.histogram(a, 6, weight=a.abs()),
+        lambda a: torch.histogram(a, torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0], dtype=a.dtype)),
+        lambda a: torch.histogram(a[:0], 3),
+        lambda a: torch.histogram(torch.ones(4, dtype=a.dtype), 2),
+        lambda a: torch.histogramdd(a.reshape(-1, 3), [2, 3, 4]),
+        lambda a: torch.histogramdd(a.reshape(-1, 2), 3, range=[-1.0, 1.0, 0.0, 2.0], density=True),
+        lambda a: torch.histogramdd(
+            a.reshape(-1, 2),
+            [
+                torch.tensor([-1.0, 0.0, 1.0], dtype=a.dtype),
+                torch.tensor([-3.0, 3.0], dtype=a.dtype),
+            ],
+        ),
+    ],
+)
 def test_histogram_and_histogramdd(fn):
     check(lambda a: tuple(fn(a)), x.double(), exact=False)  # edges: XLA may round an ulp apart
 
@@ -336,8 +432,20 @@ def test_histogram_and_histogramdd(fn):
 def test_unsafe_masked_index_ops_clamp_masked_off_indices():
     idx = torch.tensor([[0, 7], [-9, 2]])
     keep = torch.tensor([[True, False], [False, True]])
-    check(lambda a, m, i: torch.ops.aten._unsafe_masked_index(a, m, [None, i], -1.5), x[0], keep, idx)
+    check(
+        lambda a, m, i: torch.ops.aten._unsafe_masked_index(a, m, [None, i], -1.5), x[0], keep, idx
+    )
     values = torch.arange(4.0).reshape(2, 2) + 1
-    check(lambda a, m, i, v: torch.ops.aten._unsafe_masked_index_put_accumulate(a, m, [i], v),
-          torch.zeros(5), keep, idx, values)
-    check(lambda a, m, i: torch.ops.aten._unsafe_masked_index(a, m, [i], 3), torch.zeros(0, 2), keep, idx)
+    check(
+        lambda a, m, i, v: torch.ops.aten._unsafe_masked_index_put_accumulate(a, m, [i], v),
+        torch.zeros(5),
+        keep,
+        idx,
+        values,
+    )
+    check(
+        lambda a, m, i: torch.ops.aten._unsafe_masked_index(a, m, [i], 3),
+        torch.zeros(0, 2),
+        keep,
+        idx,
+    )

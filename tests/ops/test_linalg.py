@@ -30,22 +30,33 @@ PRODUCTS = {
     "bmm": (torch.bmm, (randn(2, 3, 4), randn(2, 4, 5))),
     "matmul_broadcast": (torch.matmul, (randn(2, 1, 3, 4), randn(3, 4, 2))),
     "matmul_vector": (torch.matmul, (randn(3, 4), randn(4))),
-    "addmm": (lambda s, a, b: torch.addmm(s, a, b, beta=0.5, alpha=2), (randn(5), randn(3, 4),
-                                                                         randn(4, 5))),
-    "addmm_beta0_ignores_nan": (lambda s, a, b: torch.addmm(s, a, b, beta=0),
-                                (torch.full((3, 5), float("nan")), randn(3, 4), randn(4, 5))),
+    "addmm": (
+        lambda s, a, b: torch.addmm(s, a, b, beta=0.5, alpha=2),
+        (randn(5), randn(3, 4), randn(4, 5)),
+    ),
+    "addmm_beta0_ignores_nan": (
+        lambda s, a, b: torch.addmm(s, a, b, beta=0),
+        (torch.full((3, 5), float("nan")), randn(3, 4), randn(4, 5)),
+    ),
     "addmv": (torch.addmv, (randn(3), randn(3, 4), randn(4))),
     "addbmm": (torch.addbmm, (randn(3, 5), randn(2, 3, 4), randn(2, 4, 5))),
-    "baddbmm": (lambda s, a, b: torch.baddbmm(s, a, b, alpha=0.3), (randn(3, 5), randn(2, 3, 4),
-                                                                  randn(2, 4, 5))),
+    "baddbmm": (
+        lambda s, a, b: torch.baddbmm(s, a, b, alpha=0.3),
+        (randn(3, 5), randn(2, 3, 4), randn(2, 4, 5)),
+    ),
     "addr": (torch.addr, (randn(3, 4), randn(3), randn(4))),
     "mv": (torch.mv, (randn(3, 4), randn(4))),
     "dot": (torch.dot, (randn(5), randn(5))),
-    "vdot_complex": (torch.vdot, (randn(5, dtype=torch.complex64), randn(5, dtype=torch.complex64))),
+    "vdot_complex": (
+        torch.vdot,
+        (randn(5, dtype=torch.complex64), randn(5, dtype=torch.complex64)),
+    ),
     "outer": (torch.outer, (randn(3), randn(4))),
     "einsum": (lambda a, b: torch.einsum("bij,bjk->bik", a, b), (randn(2, 3, 4), randn(2, 4, 2))),
-    "tensordot": (lambda a, b: torch.tensordot(a, b, dims=([1, 2], [0, 1])),
-                  (randn(2, 3, 4), randn(3, 4, 5))),
+    "tensordot": (
+        lambda a, b: torch.tensordot(a, b, dims=([1, 2], [0, 1])),
+        (randn(2, 3, 4), randn(3, 4, 5)),
+    ),
     "mm_int64": (torch.mm, (torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2)))),
     "mm_float64": (torch.mm, (randn(3, 4, dtype=F64), randn(4, 2, dtype=F64))),
     "cross": (torch.linalg.cross, (randn(2, 3), randn(2, 3))),
@@ -64,8 +75,9 @@ def test_float32_matmul_is_full_precision():
 
 
 def test_bfloat16_matmul_accumulates_in_float32():
-    check(torch.mm, randn(8, 64).bfloat16(), randn(64, 8).bfloat16(), atol=1e-2, rtol=1e-2,
-          jit=False)
+    check(
+        torch.mm, randn(8, 64).bfloat16(), randn(64, 8).bfloat16(), atol=1e-2, rtol=1e-2, jit=False
+    )
 
 
 def _recon_svd(x):
@@ -90,19 +102,27 @@ DECOMPOSITIONS = {
     "lu": (torch.linalg.lu, (RECT,)),
     "lu_wide": (torch.linalg.lu, (RECT.T,)),
     "lu_solve": (lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b), (A, B)),
-    "lu_solve_adjoint": (lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b,
-                                                            adjoint=True), (A, B)),
-    "lu_solve_right": (lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b,
-                                                          left=False), (A, B.T)),
+    "lu_solve_adjoint": (
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True),
+        (A, B),
+    ),
+    "lu_solve_right": (
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, left=False),
+        (A, B.T),
+    ),
     "lu_unpack": (lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), (A,)),
     "svdvals": (torch.linalg.svdvals, (BATCH,)),
     "svd_reconstructs": (_recon_svd, (RECT,)),
     "qr_reconstructs": (lambda x: torch.matmul(*torch.linalg.qr(x)), (RECT,)),
-    "qr_complete_shapes": (lambda x: [t.shape for t in torch.linalg.qr(x, mode="complete")],
-                           (RECT,)),
+    "qr_complete_shapes": (
+        lambda x: [t.shape for t in torch.linalg.qr(x, mode="complete")],
+        (RECT,),
+    ),
     "eigvalsh": (torch.linalg.eigvalsh, (SPD,)),
-    "eigh_reconstructs": (lambda x: (lambda w, v: v @ torch.diag(w) @ v.T)(*torch.linalg.eigh(x)),
-                          (SPD,)),
+    "eigh_reconstructs": (
+        lambda x: (lambda w, v: v @ torch.diag(w) @ v.T)(*torch.linalg.eigh(x)),
+        (SPD,),
+    ),
     "eigvals_sorted": (lambda x: torch.linalg.eigvals(x).abs().sort().values, (A,)),
     "eig_dtype": (lambda x: [t.dtype for t in torch.linalg.eig(x)], (A,)),
     "pinv": (torch.linalg.pinv, (RECT,)),
@@ -114,13 +134,24 @@ DECOMPOSITIONS = {
     "matrix_norm_inf": (lambda x: torch.linalg.matrix_norm(x, float("inf")), (RECT,)),
     "cond": (torch.linalg.cond, (A,)),
     "matrix_rank": (torch.linalg.matrix_rank, (RECT,)),
-    "solve_triangular": (lambda a, b: torch.linalg.solve_triangular(a.triu(), b, upper=True),
-                         (A, B)),
-    "solve_triangular_right_unit": (lambda a, b: torch.linalg.solve_triangular(
-        a.tril(), b, upper=False, left=False, unitriangular=True), (A, B.T)),
-    "triangular_solve": (lambda a, b: torch.triangular_solve(b, a.tril(), upper=False,
-                                                             transpose=True), (A, B)),
-    "cholesky_solve": (lambda factor, b: torch.cholesky_solve(b, factor), (torch.linalg.cholesky(SPD), B)),
+    "solve_triangular": (
+        lambda a, b: torch.linalg.solve_triangular(a.triu(), b, upper=True),
+        (A, B),
+    ),
+    "solve_triangular_right_unit": (
+        lambda a, b: torch.linalg.solve_triangular(
+            a.tril(), b, upper=False, left=False, unitriangular=True
+        ),
+        (A, B.T),
+    ),
+    "triangular_solve": (
+        lambda a, b: torch.triangular_solve(b, a.tril(), upper=False, transpose=True),
+        (A, B),
+    ),
+    "cholesky_solve": (
+        lambda factor, b: torch.cholesky_solve(b, factor),
+        (torch.linalg.cholesky(SPD), B),
+    ),
     "cholesky_inverse": (torch.cholesky_inverse, (torch.linalg.cholesky(SPD),)),
 }
 
@@ -131,10 +162,13 @@ def test_decomposition(name):
     check(fn, *args, atol=1e-8, rtol=1e-7, jit=name in ("solve", "det", "cholesky", "inv"))
 
 
-@pytest.mark.parametrize("fn, match", [
-    (torch.linalg.inv, "singular"),
-    (torch.linalg.cholesky, "positive-definite"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (torch.linalg.inv, "singular"),
+        (torch.linalg.cholesky, "positive-definite"),
+    ],
+)
 def test_errors_match_pytorch(fn, match):
     bad = torch.zeros(3, 3, dtype=F64) if fn is torch.linalg.inv else -SPD
     with pytest.raises(torch.linalg.LinAlgError, match=match):
@@ -162,11 +196,16 @@ def test_gradients(name):
 
 
 def test_solve_left_false_grads():
-    grads_match(lambda a, b: (torch.linalg.solve(a, b, left=False) ** 2).sum(), [A, B.T],
-                atol=1e-8, rtol=1e-7)
+    grads_match(
+        lambda a, b: (torch.linalg.solve(a, b, left=False) ** 2).sum(),
+        [A, B.T],
+        atol=1e-8,
+        rtol=1e-7,
+    )
 
 
 # -- LAPACK-layout factorizations, least squares, matrix functions ------------------------------
+
 
 def _symmetric(n, *batch, dtype=F64, hermitian=False):
     x = torch.randn(*batch, n, n, dtype=dtype)
@@ -185,39 +224,55 @@ LAPACK_LAYOUTS = {
     "geqrf_tall": (torch.geqrf, (torch.randn(2, 5, 3, dtype=F64),)),
     "geqrf_wide": (torch.geqrf, (torch.randn(3, 5, dtype=torch.float32),)),
     "geqrf_complex": (torch.geqrf, (torch.randn(4, 4, dtype=C128),)),
-    "householder_product": (torch.linalg.householder_product,
-                            (torch.randn(2, 6, 4, dtype=F64), torch.randn(2, 3, dtype=F64))),
-    "householder_product_no_reflectors": (torch.linalg.householder_product,
-                                          (torch.randn(5, 4, dtype=F64), torch.randn(0, dtype=F64))),
-    "ormqr_left_transpose": (lambda a, t, c: torch.ormqr(a, t, c, left=True, transpose=True),
-                             (torch.randn(5, 3, dtype=F64), torch.randn(3, dtype=F64),
-                              torch.randn(5, 2, dtype=F64))),
-    "ormqr_right": (lambda a, t, c: torch.ormqr(a, t, c, left=False),
-                    (torch.randn(4, 4, dtype=F64), torch.randn(4, dtype=F64),
-                     torch.randn(3, 4, dtype=F64))),
-    "ormqr_complex": (lambda a, t, c: torch.ormqr(a, t, c, transpose=True),
-                      (torch.randn(4, 2, dtype=C128), torch.randn(2, dtype=C128),
-                       torch.randn(4, 3, dtype=C128))),
+    "householder_product": (
+        torch.linalg.householder_product,
+        (torch.randn(2, 6, 4, dtype=F64), torch.randn(2, 3, dtype=F64)),
+    ),
+    "householder_product_no_reflectors": (
+        torch.linalg.householder_product,
+        (torch.randn(5, 4, dtype=F64), torch.randn(0, dtype=F64)),
+    ),
+    "ormqr_left_transpose": (
+        lambda a, t, c: torch.ormqr(a, t, c, left=True, transpose=True),
+        (torch.randn(5, 3, dtype=F64), torch.randn(3, dtype=F64), torch.randn(5, 2, dtype=F64)),
+    ),
+    "ormqr_right": (
+        lambda a, t, c: torch.ormqr(a, t, c, left=False),
+        (torch.randn(4, 4, dtype=F64), torch.randn(4, dtype=F64), torch.randn(3, 4, dtype=F64)),
+    ),
+    "ormqr_complex": (
+        lambda a, t, c: torch.ormqr(a, t, c, transpose=True),
+        (torch.randn(4, 2, dtype=C128), torch.randn(2, dtype=C128), torch.randn(4, 3, dtype=C128)),
+    ),
     # Symmetric indefinite matrices need interchanges and 2x2 pivot blocks.
     "ldl_factor_indefinite": (torch.linalg.ldl_factor_ex, (_symmetric(8, 3),)),
     "ldl_factor_float32": (torch.linalg.ldl_factor, (_symmetric(6, 2, dtype=torch.float32),)),
     "ldl_factor_spd": (torch.linalg.ldl_factor_ex, (SPD,)),
     "ldl_factor_singular_info": (torch.linalg.ldl_factor_ex, (_with_zero_column(_symmetric(4)),)),
     "ldl_factor_complex_symmetric": (torch.linalg.ldl_factor_ex, (_symmetric(6, 2, dtype=C128),)),
-    "ldl_factor_hermitian": (lambda a: torch.linalg.ldl_factor_ex(a, hermitian=True),
-                             (_symmetric(6, 2, dtype=C128, hermitian=True),)),
+    "ldl_factor_hermitian": (
+        lambda a: torch.linalg.ldl_factor_ex(a, hermitian=True),
+        (_symmetric(6, 2, dtype=C128, hermitian=True),),
+    ),
     "ldl_factor_empty_batch": (torch.linalg.ldl_factor_ex, (torch.zeros(0, 2, 2, dtype=F64),)),
-    "ldl_solve": (lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
-                  (_symmetric(7, 2), torch.randn(7, 3, dtype=F64))),
-    "ldl_solve_hermitian": (lambda a, b: torch.linalg.ldl_solve(
-        *torch.linalg.ldl_factor(a, hermitian=True), b, hermitian=True),
-        (_symmetric(5, dtype=C128, hermitian=True), torch.randn(5, 2, dtype=C128))),
+    "ldl_solve": (
+        lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
+        (_symmetric(7, 2), torch.randn(7, 3, dtype=F64)),
+    ),
+    "ldl_solve_hermitian": (
+        lambda a, b: torch.linalg.ldl_solve(
+            *torch.linalg.ldl_factor(a, hermitian=True), b, hermitian=True
+        ),
+        (_symmetric(5, dtype=C128, hermitian=True), torch.randn(5, 2, dtype=C128)),
+    ),
     "polar_tall": (torch.linalg.polar, (torch.randn(2, 5, 3, dtype=F64),)),
     "polar_complex": (torch.linalg.polar, (torch.randn(4, 4, dtype=C128),)),
     "matrix_sqrth": (torch.linalg.matrix_sqrth, (SPD,)),
     # Only the lower triangle is read, and negative eigenvalues are clamped to zero.
-    "matrix_sqrth_lower_clamped": (torch.linalg.matrix_sqrth,
-                                   (torch.tensor([[1.0, 9.0], [2.0, -4.0]], dtype=F64),)),
+    "matrix_sqrth_lower_clamped": (
+        torch.linalg.matrix_sqrth,
+        (torch.tensor([[1.0, 9.0], [2.0, -4.0]], dtype=F64),),
+    ),
 }
 
 
@@ -260,8 +315,7 @@ def test_lstsq_vector_rhs_float32():
 def test_lstsq_rank_deficient(driver):
     # Rank 3 of 4: the rank, the minimum-norm solution, and (eagerly) no residuals.
     fn = lambda a, b: torch.linalg.lstsq(a, b, driver=driver)  # noqa: E731
-    check(fn, _rank_deficient(6, 4), torch.randn(6, 2, dtype=F64), atol=1e-8, rtol=1e-7,
-          jit=False)
+    check(fn, _rank_deficient(6, 4), torch.randn(6, 2, dtype=F64), atol=1e-8, rtol=1e-7, jit=False)
     check(fn, _rank_deficient(6, 4).T, torch.randn(4, 2, dtype=F64), atol=1e-8, rtol=1e-7)
 
 

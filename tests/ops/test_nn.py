@@ -29,22 +29,33 @@ def randn(*shape, dtype=torch.float32):
 # -- convolution --------------------------------------------------------------------------------
 
 CONVOLUTIONS = {
-    "conv1d_groups_padding": (lambda x, w: F.conv1d(x, w, groups=3, padding=2),
-                              (randn(2, 6, 10), randn(6, 2, 3))),
+    "conv1d_groups_padding": (
+        lambda x, w: F.conv1d(x, w, groups=3, padding=2),
+        (randn(2, 6, 10), randn(6, 2, 3)),
+    ),
     "conv2d_bias": (F.conv2d, (randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4))),
-    "conv2d_stride_dilation": (lambda x, w: F.conv2d(x, w, stride=2, padding=1, dilation=2),
-                               (randn(2, 3, 9, 9), randn(4, 3, 3, 3))),
-    "conv2d_same": (lambda x, w: F.conv2d(x, w, padding="same"), (randn(1, 3, 7, 7), randn(2, 3, 4, 2))),
+    "conv2d_stride_dilation": (
+        lambda x, w: F.conv2d(x, w, stride=2, padding=1, dilation=2),
+        (randn(2, 3, 9, 9), randn(4, 3, 3, 3)),
+    ),
+    "conv2d_same": (
+        lambda x, w: F.conv2d(x, w, padding="same"),
+        (randn(1, 3, 7, 7), randn(2, 3, 4, 2)),
+    ),
     "conv2d_unbatched": (F.conv2d, (randn(3, 6, 6), randn(4, 3, 3, 3))),
     "conv3d": (F.conv3d, (randn(1, 2, 4, 5, 6), randn(3, 2, 2, 2, 2))),
-    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1,
-                                                            output_padding=1),
-                         (randn(2, 3, 5, 5), randn(3, 4, 3, 3), randn(4))),
+    "conv_transpose2d": (
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+        (randn(2, 3, 5, 5), randn(3, 4, 3, 3), randn(4)),
+    ),
     "conv_transpose2d_groups_dilation": (
         lambda x, w: F.conv_transpose2d(x, w, stride=2, groups=3, dilation=2),
-        (randn(1, 6, 4, 4), randn(6, 2, 3, 3))),
-    "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x, w, stride=3),
-                         (randn(2, 4, 5), randn(4, 2, 3))),
+        (randn(1, 6, 4, 4), randn(6, 2, 3, 3)),
+    ),
+    "conv_transpose1d": (
+        lambda x, w: F.conv_transpose1d(x, w, stride=3),
+        (randn(2, 4, 5), randn(4, 2, 3)),
+    ),
 }
 
 
@@ -54,8 +65,16 @@ def test_convolution(name):
     check(fn, *args, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["conv2d_bias", "conv2d_stride_dilation", "conv_transpose2d",
-                                  "conv_transpose2d_groups_dilation", "conv1d_groups_padding"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "conv2d_bias",
+        "conv2d_stride_dilation",
+        "conv_transpose2d",
+        "conv_transpose2d_groups_dilation",
+        "conv1d_groups_padding",
+    ],
+)
 def test_convolution_grads(name):
     fn, args = CONVOLUTIONS[name]
     grads_match(lambda *a: (fn(*a) ** 2).sum(), list(args), atol=1e-3, rtol=1e-4)
@@ -73,13 +92,15 @@ POOLS = {
     "max_pool2d_ceil": lambda x: F.max_pool2d(x, 3, 2, 0, ceil_mode=True, return_indices=True),
     "max_pool2d_dilation": lambda x: F.max_pool2d(x, 2, 1, 0, dilation=2, return_indices=True),
     "max_pool1d": lambda x: F.max_pool1d(x[0], 2),
-    "max_pool3d": lambda x: F.max_pool3d(x[:, :, None].expand(-1, -1, 4, -1, -1), 2,
-                                         return_indices=True),
+    "max_pool3d": lambda x: F.max_pool3d(
+        x[:, :, None].expand(-1, -1, 4, -1, -1), 2, return_indices=True
+    ),
     "avg_pool2d": lambda x: F.avg_pool2d(x, 3, 2, 1),
     "avg_pool2d_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
     "avg_pool2d_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
-    "avg_pool2d_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
-                                                          count_include_pad=False),
+    "avg_pool2d_ceil_exclude_pad": lambda x: F.avg_pool2d(
+        x, 3, 2, 1, ceil_mode=True, count_include_pad=False
+    ),
     "avg_pool2d_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
     "avg_pool1d": lambda x: F.avg_pool1d(x[0], 3, 2, 1),
     "avg_pool3d": lambda x: F.avg_pool3d(x[:, :, None].expand(-1, -1, 4, -1, -1), 2),
@@ -94,9 +115,18 @@ def test_pooling(name):
     check(POOLS[name], randn(2, 3, 9, 9))
 
 
-@pytest.mark.parametrize("name", ["max_pool2d", "max_pool2d_ceil", "avg_pool2d_exclude_pad",
-                                  "avg_pool2d_ceil", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-                                  "max_pool3d"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "max_pool2d",
+        "max_pool2d_ceil",
+        "avg_pool2d_exclude_pad",
+        "avg_pool2d_ceil",
+        "adaptive_avg_pool2d",
+        "adaptive_max_pool2d",
+        "max_pool3d",
+    ],
+)
 def test_pooling_grads(name):
     def loss(x):
         out = POOLS[name](x)
@@ -114,15 +144,28 @@ def test_max_pool_int64():
 # -- softmax and activations ----------------------------------------------------------------------
 
 ACTIVATIONS = {
-    "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "mish": F.mish,
-    "elu": lambda x: F.elu(x, 0.7), "selu": F.selu, "celu": lambda x: F.celu(x, 0.5),
-    "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.7),
-    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
-    "softplus": lambda x: F.softplus(x, 2, 1), "threshold": lambda x: F.threshold(x, 0.1, 20),
-    "hardshrink": F.hardshrink, "softshrink": F.softshrink, "logsigmoid": F.logsigmoid,
-    "glu": F.glu, "prelu": lambda x: F.prelu(x, torch.tensor([0.1, 0.2, 0.3, 0.4], device=x.device)),
-    "softmax": lambda x: F.softmax(x, 1), "log_softmax": lambda x: F.log_softmax(x, -1),
+    "relu": F.relu,
+    "relu6": F.relu6,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "mish": F.mish,
+    "elu": lambda x: F.elu(x, 0.7),
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, 0.5),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.7),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "softplus": lambda x: F.softplus(x, 2, 1),
+    "threshold": lambda x: F.threshold(x, 0.1, 20),
+    "hardshrink": F.hardshrink,
+    "softshrink": F.softshrink,
+    "logsigmoid": F.logsigmoid,
+    "glu": F.glu,
+    "prelu": lambda x: F.prelu(x, torch.tensor([0.1, 0.2, 0.3, 0.4], device=x.device)),
+    "softmax": lambda x: F.softmax(x, 1),
+    "log_softmax": lambda x: F.log_softmax(x, -1),
     "softmin": lambda x: F.softmin(x, 0),
 }
 
@@ -141,10 +184,12 @@ def test_activation_bfloat16(name):
 
 def test_inplace_activation_writes_through_view():
     x = randn(4, 6)
+
     def fn(t):
         t = t.clone()
         F.relu(t[:, 2:], inplace=True)
         return t
+
     check(fn, x)
 
 
@@ -154,8 +199,9 @@ def test_inplace_activation_writes_through_view():
 def test_layer_norm_forward_and_grads():
     x, w, b = randn(2, 5, 8), randn(8), randn(8)
     check(lambda x, w, b: F.layer_norm(x, (8,), w, b), x, w, b, atol=1e-5)
-    grads_match(lambda x, w, b: (F.layer_norm(x, (8,), w, b) * x.detach()).sum(), [x, w, b],
-                atol=1e-4)
+    grads_match(
+        lambda x, w, b: (F.layer_norm(x, (8,), w, b) * x.detach()).sum(), [x, w, b], atol=1e-4
+    )
 
 
 def test_group_norm_forward_and_grads():
@@ -197,7 +243,9 @@ def test_batch_norm_grads():
     rm, rv = torch.zeros(3), torch.ones(3)
 
     def loss(x, w, b):
-        return (F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=True) * x.detach()).sum()
+        return (
+            F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=True) * x.detach()
+        ).sum()
 
     grads_match(loss, [x, w, b], atol=1e-4)
 
@@ -212,7 +260,8 @@ def test_batch_norm_functional_eval_under_jit():
 LOSSES = {
     "cross_entropy": lambda x, t: F.cross_entropy(x, t),
     "cross_entropy_weight_ignore": lambda x, t: F.cross_entropy(
-        x, t, weight=torch.linspace(0.5, 2, 5, device=x.device), ignore_index=2),
+        x, t, weight=torch.linspace(0.5, 2, 5, device=x.device), ignore_index=2
+    ),
     "cross_entropy_sum": lambda x, t: F.cross_entropy(x, t, reduction="sum", label_smoothing=0.1),
     "cross_entropy_none": lambda x, t: F.cross_entropy(x, t, reduction="none"),
     "nll_loss": lambda x, t: F.nll_loss(F.log_softmax(x, 1), t),
@@ -234,12 +283,15 @@ def test_cross_entropy_2d():
 
 
 REGRESSION_LOSSES = {
-    "mse": F.mse_loss, "l1": F.l1_loss, "smooth_l1": lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),
+    "mse": F.mse_loss,
+    "l1": F.l1_loss,
+    "smooth_l1": lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),
     "huber": lambda a, b: F.huber_loss(a, b, delta=0.7),
     "kl_div": lambda a, b: F.kl_div(F.log_softmax(a, 1), F.softmax(b, 1), reduction="batchmean"),
     "bce": lambda a, b: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b)),
     "bce_with_logits": lambda a, b: F.binary_cross_entropy_with_logits(
-        a, torch.sigmoid(b), pos_weight=torch.full((4,), 2.0, device=a.device)),
+        a, torch.sigmoid(b), pos_weight=torch.full((4,), 2.0, device=a.device)
+    ),
     "soft_margin": lambda a, b: F.soft_margin_loss(a, b.detach().sign()),
     "mse_none": lambda a, b: F.mse_loss(a, b, reduction="none"),
 }
@@ -289,13 +341,25 @@ def test_dropout_backward_uses_the_mask():
 
 SDPA = {
     "plain": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (5, 6)),
-    "causal_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                                    scale=0.3), (5, 5)),
-    "bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=torch.tensor([[True, False, True, True, False, True]] * 5,
-                                        device=q.device)), (5, 6)),
-    "float_mask": (lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=torch.linspace(-1, 1, 30, device=q.device).reshape(5, 6)), (5, 6)),
+    "causal_scale": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+        (5, 5),
+    ),
+    "bool_mask": (
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=torch.tensor([[True, False, True, True, False, True]] * 5, device=q.device),
+        ),
+        (5, 6),
+    ),
+    "float_mask": (
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.linspace(-1, 1, 30, device=q.device).reshape(5, 6)
+        ),
+        (5, 6),
+    ),
 }
 
 
@@ -311,8 +375,13 @@ def test_sdpa_gqa_and_fully_masked_rows():
     q, k, v = randn(1, 4, 3, 8), randn(1, 2, 5, 8), randn(1, 2, 5, 8)
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), q, k, v)
     mask = torch.tensor([[False] * 5, [True] * 5, [True, False] * 2 + [True]])
-    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], attn_mask=m),
-          q, k, v, mask)
+    check(
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], attn_mask=m),
+        q,
+        k,
+        v,
+        mask,
+    )
 
 
 def test_sdpa_dropout_is_random_and_seeded():
@@ -337,7 +406,9 @@ def test_multihead_attention_module():
         xj = x.to("jax")
         actual, actual_weights = on_jax(xj, xj, xj)
     torch.testing.assert_close(actual.detach().cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(actual_weights.detach().cpu(), weights.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        actual_weights.detach().cpu(), weights.detach(), atol=1e-5, rtol=1e-5
+    )
 
 
 # -- resampling, padding, shuffles ----------------------------------------------------------------
@@ -347,8 +418,9 @@ RESAMPLE = {
     "nearest_size": lambda x: F.interpolate(x, size=(5, 11)),
     "nearest_exact": lambda x: F.interpolate(x, size=(5, 11), mode="nearest-exact"),
     "bilinear": lambda x: F.interpolate(x, size=(5, 13), mode="bilinear"),
-    "bilinear_align_corners": lambda x: F.interpolate(x, size=(5, 13), mode="bilinear",
-                                                      align_corners=True),
+    "bilinear_align_corners": lambda x: F.interpolate(
+        x, size=(5, 13), mode="bilinear", align_corners=True
+    ),
     "bilinear_scale": lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"),
     "linear": lambda x: F.interpolate(x[0], size=13, mode="linear"),
     "trilinear": lambda x: F.interpolate(x[:, :, None], size=(3, 5, 7), mode="trilinear"),
@@ -382,6 +454,7 @@ def test_fold_col2im():
 
 def _batch_norm_case(op, training, dtype, param_dtype):
     """``op`` on fresh copies of the running statistics; returns its outputs and the copies."""
+
     def fn(x, w, b, rm, rv):
         rm, rv = rm.clone(), rv.clone()
         if op == "native_batch_norm":
@@ -396,21 +469,32 @@ def _batch_norm_case(op, training, dtype, param_dtype):
             out = aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.2, 1e-5)
         return (*out, rm, rv)
 
-    args = (randn(4, 3, 5).to(dtype), randn(3).to(param_dtype), randn(3).to(param_dtype),
-            randn(3).to(param_dtype), (randn(3).abs() + 0.5).to(param_dtype))
+    args = (
+        randn(4, 3, 5).to(dtype),
+        randn(3).to(param_dtype),
+        randn(3).to(param_dtype),
+        randn(3).to(param_dtype),
+        (randn(3).abs() + 0.5).to(param_dtype),
+    )
     return fn, args
 
 
 BATCH_NORMS = [
     (op, training, dtype, param_dtype)
-    for op, trainings in (("native_batch_norm", (True, False)),
-                          ("_native_batch_norm_legit", (True, False)),
-                          ("_native_batch_norm_legit_no_training", (False,)),
-                          ("_batch_norm_with_update", (True,)),
-                          ("no_stats", (True,)))
+    for op, trainings in (
+        ("native_batch_norm", (True, False)),
+        ("_native_batch_norm_legit", (True, False)),
+        ("_native_batch_norm_legit_no_training", (False,)),
+        ("_batch_norm_with_update", (True,)),
+        ("no_stats", (True,)),
+    )
     for training in trainings
-    for dtype, param_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
-                               (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32))
+    for dtype, param_dtype in (
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.bfloat16, torch.float32),
+    )
 ]
 
 
@@ -431,14 +515,24 @@ def test_batch_norm_module_bfloat16_under_jit():
         rm, rv = rm.clone(), rv.clone()
         return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1), rm, rv
 
-    check(fn, x, bn.running_mean, bn.running_var, bn.weight.detach(), bn.bias.detach(),
-          atol=2e-2, rtol=2e-2)
+    check(
+        fn,
+        x,
+        bn.running_mean,
+        bn.running_var,
+        bn.weight.detach(),
+        bn.bias.detach(),
+        atol=2e-2,
+        rtol=2e-2,
+    )
 
 
 # -- padding with negative widths, bilinear ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("padding", [(-1, 2, 0, 0), (-4, 5, 0, 0), (2, -3, -1, 1), (-1, -1, -2, -1)])
+@pytest.mark.parametrize(
+    "padding", [(-1, 2, 0, 0), (-4, 5, 0, 0), (2, -3, -1, 1), (-1, -1, -2, -1)]
+)
 def test_replicate_pad_negative_crops(padding):
     x = randn(2, 3, 4, 5)
     check(lambda t: F.pad(t, padding, mode="replicate"), x)
@@ -448,8 +542,12 @@ def test_replicate_pad_negative_crops(padding):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
 def test_bilinear(dtype):
     if dtype == torch.int64:
-        args = (torch.randint(-5, 5, (4, 3)), torch.randint(-5, 5, (4, 2)),
-                torch.randint(-5, 5, (6, 3, 2)), torch.randint(-5, 5, (6,)))
+        args = (
+            torch.randint(-5, 5, (4, 3)),
+            torch.randint(-5, 5, (4, 2)),
+            torch.randint(-5, 5, (6, 3, 2)),
+            torch.randint(-5, 5, (6,)),
+        )
     else:
         args = tuple(randn(*shape, dtype=dtype) for shape in ((4, 3), (4, 2), (6, 3, 2), (6,)))
     check(F.bilinear, *args)
@@ -465,8 +563,11 @@ def test_bilinear_batched_leading_dims():
 
 
 CTC = {
-    "padded_targets": (torch.tensor([[1, 2, 2, 0], [3, 1, 0, 0], [4, 4, 4, 1]]), [7, 6, 7],
-                       [3, 2, 4]),
+    "padded_targets": (
+        torch.tensor([[1, 2, 2, 0], [3, 1, 0, 0], [4, 4, 4, 1]]),
+        [7, 6, 7],
+        [3, 2, 4],
+    ),
     "concatenated_targets": (torch.tensor([1, 2, 2, 3, 1, 4, 4, 4, 1]), [7, 6, 7], [3, 2, 4]),
     "empty_target_and_short_input": (torch.tensor([[1, 2, 0], [2, 2, 2]]), [5, 3], [0, 3]),
 }
@@ -479,8 +580,9 @@ def test_ctc_loss(name):
     log_probs = randn(7, batch, 5, dtype=torch.float64).log_softmax(-1)
 
     def loss(lp, t, reduction="none"):
-        return F.ctc_loss(lp, t, input_lengths, target_lengths, reduction=reduction,
-                          zero_infinity=True)
+        return F.ctc_loss(
+            lp, t, input_lengths, target_lengths, reduction=reduction, zero_infinity=True
+        )
 
     check(loss, log_probs, targets, atol=1e-7)
     check(lambda lp, t: loss(lp, t, "mean"), log_probs, targets, atol=1e-7, jit=False)
@@ -490,8 +592,13 @@ def test_ctc_loss(name):
 def test_ctc_loss_tensor_lengths_and_log_alpha():
     targets, input_lengths, target_lengths = CTC["padded_targets"]
     log_probs = randn(7, 3, 5).log_softmax(-1)
-    check(lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl), log_probs, targets,
-          torch.tensor(input_lengths), torch.tensor(target_lengths))
+    check(
+        lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl),
+        log_probs,
+        targets,
+        torch.tensor(input_lengths),
+        torch.tensor(target_lengths),
+    )
     # log_alpha (PyTorch leaves it unset past each sample's lengths): compared where defined.
     expected = aten._ctc_loss(log_probs, targets, input_lengths, target_lengths)
     with torchlax_core.enable():
@@ -499,16 +606,23 @@ def test_ctc_loss_tensor_lengths_and_log_alpha():
     assert actual[1].shape == expected[1].shape and actual[1].dtype == expected[1].dtype
     torch.testing.assert_close(actual[0].cpu(), expected[0], atol=1e-5, rtol=1e-5)
     for n, (t_len, s_len) in enumerate(zip(input_lengths, target_lengths, strict=True)):
-        torch.testing.assert_close(actual[1][n, :t_len, :2 * s_len + 1].cpu(),
-                                   expected[1][n, :t_len, :2 * s_len + 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            actual[1][n, :t_len, : 2 * s_len + 1].cpu(),
+            expected[1][n, :t_len, : 2 * s_len + 1],
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 def test_ctc_loss_impossible_alignment_is_infinite():
     log_probs = randn(2, 1, 4).log_softmax(-1)
     targets = torch.tensor([[1, 1]])  # a repeated label needs a blank between: 3 steps
     check(lambda lp, t: F.ctc_loss(lp, t, [2], [2], reduction="none"), log_probs, targets)
-    check(lambda lp, t: F.ctc_loss(lp, t, [2], [2], reduction="none", zero_infinity=True),
-          log_probs, targets)
+    check(
+        lambda lp, t: F.ctc_loss(lp, t, [2], [2], reduction="none", zero_infinity=True),
+        log_probs,
+        targets,
+    )
 
 
 # -- embedding bag --------------------------------------------------------------------------------
@@ -516,10 +630,15 @@ def test_ctc_loss_impossible_alignment_is_infinite():
 
 EMBEDDING_BAGS = [
     (mode, per_sample, last, padding_idx, torch.float32)
-    for mode in (0, 1, 2) for per_sample in (False, True) for last in (False, True)
-    for padding_idx in (-1, 4) if not (per_sample and mode != 0)
+    for mode in (0, 1, 2)
+    for per_sample in (False, True)
+    for last in (False, True)
+    for padding_idx in (-1, 4)
+    if not (per_sample and mode != 0)
 ] + [  # the dtype decides PyTorch's fast path (and with it offset2bag and the last bag's end)
-    (mode, False, True, -1, dtype) for mode in (0, 1, 2) for dtype in (torch.float64, torch.bfloat16)
+    (mode, False, True, -1, dtype)
+    for mode in (0, 1, 2)
+    for dtype in (torch.float64, torch.bfloat16)
 ]
 
 
@@ -543,22 +662,40 @@ def test_embedding_bag_functional_2d_input_and_max_ties():
     indices = torch.tensor([[0, 1, 2], [2, 0, 0]])
     for mode in ("sum", "mean", "max"):
         check(lambda w, i, mode=mode: F.embedding_bag(i, w, mode=mode), weight, indices)
-    check(lambda w, i: aten._embedding_bag(w, i.reshape(-1), torch.tensor([0, 3], device=i.device),
-                                           False, 2), weight, indices)
+    check(
+        lambda w, i: aten._embedding_bag(
+            w, i.reshape(-1), torch.tensor([0, 3], device=i.device), False, 2
+        ),
+        weight,
+        indices,
+    )
 
 
-@pytest.mark.parametrize("mode,per_sample,padding_idx,by_freq", [
-    ("sum", False, None, False), ("sum", True, 4, False), ("mean", False, 4, True),
-    ("max", False, None, False)])
+@pytest.mark.parametrize(
+    "mode,per_sample,padding_idx,by_freq",
+    [
+        ("sum", False, None, False),
+        ("sum", True, 4, False),
+        ("mean", False, 4, True),
+        ("max", False, None, False),
+    ],
+)
 def test_embedding_bag_grads(mode, per_sample, padding_idx, by_freq):
     weight, indices = randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
     offsets = torch.tensor([0, 3, 3, 6])
     inputs = [weight, indices, offsets, randn(8) if per_sample else None]
 
     def loss(w, i, o, p):
-        out = F.embedding_bag(i, w, o, mode=mode, per_sample_weights=p, padding_idx=padding_idx,
-                              scale_grad_by_freq=by_freq)
-        return (out ** 2).sum()
+        out = F.embedding_bag(
+            i,
+            w,
+            o,
+            mode=mode,
+            per_sample_weights=p,
+            padding_idx=padding_idx,
+            scale_grad_by_freq=by_freq,
+        )
+        return (out**2).sum()
 
     grads_match(loss, inputs)
 
@@ -567,8 +704,14 @@ def test_embedding_bag_grads(mode, per_sample, padding_idx, by_freq):
 def test_embedding_max_norm_renormalizes_named_rows_in_place(norm_type):
     def fn(w, i):
         w = w.clone()
-        out = F.embedding_bag(i, w, torch.tensor([0, 2], device=i.device), max_norm=1.5,
-                              norm_type=norm_type, mode="mean")
+        out = F.embedding_bag(
+            i,
+            w,
+            torch.tensor([0, 2], device=i.device),
+            max_norm=1.5,
+            norm_type=norm_type,
+            mode="mean",
+        )
         return out, w
 
     check(fn, randn(6, 3) * 2, torch.tensor([0, 2, 2, 5]))
@@ -596,7 +739,9 @@ def test_rrelu_training_draws_slopes_and_writes_noise():
     assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6 and slopes.std() > 0.03
     assert torch.equal(a[x >= 0], x[x >= 0])
     torch.testing.assert_close(noise, torch.where(x <= 0, a / x, torch.ones(())))
-    assert torch.all((inplace.cpu() >= x * 0.3 - 1e-6) & (inplace.cpu() <= x * 0.1 + 1e-6) | (x >= 0))
+    assert torch.all(
+        (inplace.cpu() >= x * 0.3 - 1e-6) & (inplace.cpu() <= x * 0.1 + 1e-6) | (x >= 0)
+    )
     with torchlax_core.enable():  # the gradient is the drawn slope (1 where x > 0)
         leaf = x.to("jax").requires_grad_()
         out = F.rrelu(leaf, 0.1, 0.3, training=True)
@@ -634,8 +779,15 @@ def test_flash_attention_for_cpu_output_and_logsumexp(name, dtype):
             values[1] = -float("inf")
         kwargs = {**kwargs, "attn_mask": values.to(dtype)}
     low = dtype == torch.bfloat16
-    check(lambda q, k, v, kw: aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, **kw),
-          q, k, v, kwargs, atol=2e-2 if low else 1e-5, rtol=2e-2 if low else 1e-5)
+    check(
+        lambda q, k, v, kw: aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, **kw),
+        q,
+        k,
+        v,
+        kwargs,
+        atol=2e-2 if low else 1e-5,
+        rtol=2e-2 if low else 1e-5,
+    )
 
 
 def test_gaussian_nll_loss_eagerly_and_its_error():
@@ -657,6 +809,7 @@ def test_one_hot_explicit_classes_under_jit_and_inferred_eagerly():
     check(lambda t: F.one_hot(t), labels, jit=False)
     with torchlax_core.enable(), pytest.raises(RuntimeError, match="num_classes"):
         from _compare_cpu import run_jit
+
         run_jit(lambda t: F.one_hot(t), to_jax(labels))
 
 
@@ -668,8 +821,9 @@ def test_linear_cross_entropy_chunked(reduction):
     class_weight = torch.linspace(0.5, 2, 5)
 
     def loss(x, w, t, b, cw):
-        return F.linear_cross_entropy(x, w, t, linear_bias=b, weight=cw, reduction=reduction,
-                                      options=options)
+        return F.linear_cross_entropy(
+            x, w, t, linear_bias=b, weight=cw, reduction=reduction, options=options
+        )
 
     check(loss, x, w, target, b, class_weight, atol=1e-5)
     grads_match(lambda *a: loss(*a).sum(), [x, w, target, b, class_weight], atol=1e-5)
@@ -683,10 +837,17 @@ def test_small_cnn_training_step_matches_cpu():
     def make():
         torch.manual_seed(0)
         return torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-            torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3), torch.nn.GELU(),
-            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.LayerNorm(8),
-            torch.nn.Linear(8, 5))
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 8, 3),
+            torch.nn.GELU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.LayerNorm(8),
+            torch.nn.Linear(8, 5),
+        )
 
     cpu = make()
     with torchlax_core.enable():

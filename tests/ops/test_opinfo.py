@@ -45,36 +45,81 @@ if JIT_DTYPES not in ("one", "all"):
     raise ValueError(f"TORCHLAX_OPINFO_JIT_DTYPES must be 'one' or 'all', not {JIT_DTYPES!r}.")
 
 # Ops whose values are random: checked for shape, dtype and reproducibility under a seed.
-RANDOM_OPS = frozenset({
-    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal",
-    "uniform", "rand_like", "randn", "randn_like", "randint", "randint_like",
-    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
-    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout.with_train",
-    "nn.functional.rrelu", "nn.functional.fractional_max_pool2d",
-    "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank",
-    # Its samples include dropout_p=0.5 with training=True (dropout on the attention weights).
-    "nn.functional.multi_head_attention_forward",
-})
+RANDOM_OPS = frozenset(
+    {
+        "bernoulli",
+        "cauchy",
+        "exponential",
+        "geometric",
+        "log_normal",
+        "multinomial",
+        "normal",
+        "uniform",
+        "rand_like",
+        "randn",
+        "randn_like",
+        "randint",
+        "randint_like",
+        "nn.functional.dropout",
+        "nn.functional.dropout2d",
+        "nn.functional.dropout3d",
+        "nn.functional.alpha_dropout",
+        "nn.functional.feature_alpha_dropout.with_train",
+        "nn.functional.rrelu",
+        "nn.functional.fractional_max_pool2d",
+        "nn.functional.fractional_max_pool3d",
+        "svd_lowrank",
+        "pca_lowrank",
+        # Its samples include dropout_p=0.5 with training=True (dropout on the attention weights).
+        "nn.functional.multi_head_attention_forward",
+    }
+)
 # Ops whose values are uninitialised memory in PyTorch: only shape and dtype are compared.
-UNINITIALISED_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
-    "resize_", "resize_as_",
-})
+UNINITIALISED_OPS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "empty_permuted",
+        "new_empty",
+        "new_empty_strided",
+        "resize_",
+        "resize_as_",
+    }
+)
 # Ops that return host values or whose sample inputs have data-dependent output shapes: by
 # nature they cannot run under jax.jit, so they are tested eagerly only.
-EAGER_ONLY = frozenset({
-    "item", "allclose", "equal", "nonzero", "argwhere", "unique", "unique_consecutive",
-    "masked_select", "repeat_interleave", "bincount", "__getitem__", "index_put",
-    "tensor_split", "narrow",
-})
+EAGER_ONLY = frozenset(
+    {
+        "item",
+        "allclose",
+        "equal",
+        "nonzero",
+        "argwhere",
+        "unique",
+        "unique_consecutive",
+        "masked_select",
+        "repeat_interleave",
+        "bincount",
+        "__getitem__",
+        "index_put",
+        "tensor_split",
+        "narrow",
+    }
+)
 
 # OpInfos whose PyTorch reference cannot run on a CPU at all (runtime-compiled CUDA kernels:
 # eager PyTorch raises "Jiterator is only supported on CUDA and ROCm GPUs"), so there is
 # nothing to compare against here. They are not counted in the coverage figures.
-CUDA_ONLY = frozenset({
-    "jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref",
-    "jiterator_2inputs_2outputs", "jiterator_4inputs_with_extra_args",
-})
+CUDA_ONLY = frozenset(
+    {
+        "jiterator_unary",
+        "jiterator_binary",
+        "jiterator_binary_return_by_ref",
+        "jiterator_2inputs_2outputs",
+        "jiterator_4inputs_with_extra_args",
+    }
+)
 
 BASE_TOLERANCE = {  # (atol, rtol): XLA's math functions differ from ATen's by a few ulps
     torch.float32: (1e-5, 1e-5),
@@ -197,6 +242,7 @@ def storage_of(x):
 
 def to_jax(tree, op=None, storage=None):
     """The sample on torchlax: tensors moved to "jax", and a ``device="cpu"`` argument too."""
+
     def move(x):
         if isinstance(x, torch.Tensor):
             return x.to("jax")
@@ -265,7 +311,9 @@ def run_jit(op, jax_tree):
     values = list(leaves)
     for i, a in zip(positions, in_after):
         values[i] = a
-    return pytree.tree_unflatten(out_leaves, host_outputs["spec"]), pytree.tree_unflatten(values, spec)
+    return pytree.tree_unflatten(out_leaves, host_outputs["spec"]), pytree.tree_unflatten(
+        values, spec
+    )
 
 
 def _fix_eigenvector_phases(out, tree):
@@ -284,6 +332,7 @@ def _tie_order_free(dim_at, indices_at):
     """Indices replaced by the values they pick, for an unstable sort or topk: PyTorch leaves
     the order of equal elements unspecified (its CPU sort is std::sort's, not stable), so any
     index of an equal value is right. ``stable=True`` keeps the exact comparison."""
+
     def canonical(out, tree):
         sample_input, args, kwargs = tree
         if kwargs.get("stable") or sample_input.dim() == 0:
@@ -308,8 +357,18 @@ CANONICAL_FORM = {
 }
 
 
-def compare(actual, expected, *, atol, rtol, values=True, what="output", tensors_only=False,
-            canonical=None, tree=None):
+def compare(
+    actual,
+    expected,
+    *,
+    atol,
+    rtol,
+    values=True,
+    what="output",
+    tensors_only=False,
+    canonical=None,
+    tree=None,
+):
     for leaf in pytree.tree_leaves(actual):
         if isinstance(leaf, torch.Tensor) and not isinstance(leaf, torchlax_core.Tensor):
             raise AssertionError(f"{what}: torchlax returned a {leaf.device} tensor, not a jax one")
@@ -330,22 +389,32 @@ def compare(actual, expected, *, atol, rtol, values=True, what="output", tensors
         where = f"{what}[{i}]"
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor | jax.Array):
-                raise AssertionError(f"{where}: expected a tensor, torchlax gave {type(a).__name__}")
+                raise AssertionError(
+                    f"{where}: expected a tensor, torchlax gave {type(a).__name__}"
+                )
             if a.dtype != e.dtype:
                 raise DtypeMismatch(f"{where}: dtype {a.dtype}, PyTorch gives {e.dtype}")
             if a.shape != e.shape:
-                raise ShapeMismatch(f"{where}: shape {tuple(a.shape)}, PyTorch gives {tuple(e.shape)}")
+                raise ShapeMismatch(
+                    f"{where}: shape {tuple(a.shape)}, PyTorch gives {tuple(e.shape)}"
+                )
             if values:
                 base_atol, base_rtol = BASE_TOLERANCE.get(e.dtype, (0.0, 0.0))
                 torch.testing.assert_close(
-                    a, e, atol=max(atol, base_atol), rtol=max(rtol, base_rtol), equal_nan=True, check_device=False,
+                    a,
+                    e,
+                    atol=max(atol, base_atol),
+                    rtol=max(rtol, base_rtol),
+                    equal_nan=True,
+                    check_device=False,
                     msg=lambda m, where=where: f"{where}: {m}",
                 )
         elif tensors_only:
             continue
         elif values and isinstance(e, float) and isinstance(a, float):
-            torch.testing.assert_close(a, e, atol=max(atol, 1e-7), rtol=max(rtol, 1e-7),
-                                       equal_nan=True)
+            torch.testing.assert_close(
+                a, e, atol=max(atol, 1e-7), rtol=max(rtol, 1e-7), equal_nan=True
+            )
         elif values and a != e:
             raise AssertionError(f"{where}: torchlax gave {a!r}, PyTorch {e!r}")
 
@@ -368,11 +437,20 @@ def run_case(case: Case) -> None:
             actual, jax_after = runner(op, to_jax(pristine, op, storage))
             what = f"sample {n}"
             values = not (random or uninitialised)
-            compare(actual, expected, atol=atol, rtol=rtol, values=values, what=what,
-                    canonical=CANONICAL_FORM.get(op.name), tree=pristine)
+            compare(
+                actual,
+                expected,
+                atol=atol,
+                rtol=rtol,
+                values=values,
+                what=what,
+                canonical=CANONICAL_FORM.get(op.name),
+                tree=pristine,
+            )
             if values and op.name not in HOST_TENSOR_ARGS:  # in-place ops: mutated inputs too
-                compare(jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs",
-                        tensors_only=True)
+                compare(
+                    jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs", tensors_only=True
+                )
             if random:  # the same seed draws the same values
                 torch.manual_seed(1)
                 again, _ = runner(op, to_jax(pristine, op, storage))
@@ -393,8 +471,11 @@ def test_opinfo(case: Case):
             run_case(case)
         except (DtypeMismatch, ShapeMismatch):
             pytest.xfail(f"open bug (wrong dtype or shape): {wrong}")
-        pytest.fail(f"{case.key!r} no longer returns a wrong dtype or shape: remove it from "
-                    "tests/ops/opinfo_wrong_results.py", pytrace=False)
+        pytest.fail(
+            f"{case.key!r} no longer returns a wrong dtype or shape: remove it from "
+            "tests/ops/opinfo_wrong_results.py",
+            pytrace=False,
+        )
     reason = expected_failure(case)
     if reason is None:
         run_case(case)

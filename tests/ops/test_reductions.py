@@ -74,13 +74,19 @@ def test_zero_dim_inputs():
 def test_dims_and_keepdim(dim, keepdim):
     x = torch.randn(2, 3, 4)
     kwargs = {"dim": dim} if dim is not None else {}
-    same(torch.sum(jx(x), keepdim=keepdim, **kwargs) if kwargs else torch.sum(jx(x)),
-         torch.sum(x, keepdim=keepdim, **kwargs) if kwargs else torch.sum(x))
-    same(torch.amax(jx(x), dim=[] if dim is None else dim, keepdim=keepdim),
-         torch.amax(x, dim=[] if dim is None else dim, keepdim=keepdim))
+    same(
+        torch.sum(jx(x), keepdim=keepdim, **kwargs) if kwargs else torch.sum(jx(x)),
+        torch.sum(x, keepdim=keepdim, **kwargs) if kwargs else torch.sum(x),
+    )
+    same(
+        torch.amax(jx(x), dim=[] if dim is None else dim, keepdim=keepdim),
+        torch.amax(x, dim=[] if dim is None else dim, keepdim=keepdim),
+    )
     same(torch.var(jx(x), dim=dim, keepdim=keepdim), torch.var(x, dim=dim, keepdim=keepdim))
-    same(torch.linalg.vector_norm(jx(x), 3, dim=dim, keepdim=keepdim),
-         torch.linalg.vector_norm(x, 3, dim=dim, keepdim=keepdim))
+    same(
+        torch.linalg.vector_norm(jx(x), 3, dim=dim, keepdim=keepdim),
+        torch.linalg.vector_norm(x, 3, dim=dim, keepdim=keepdim),
+    )
 
 
 def test_max_min_with_nan_and_ties():
@@ -103,9 +109,14 @@ def test_var_std_correction(correction):
     x = torch.randn(4, 5, dtype=torch.float64)
     same(torch.var(jx(x), 1, correction=correction), torch.var(x, 1, correction=correction))
     same(torch.std(jx(x), 0, correction=correction), torch.std(x, 0, correction=correction))
-    same(torch.var_mean(jx(x), 1, correction=correction),
-         tuple(torch.var_mean(x, 1, correction=correction)))
-    same(torch.std_mean(jx(x), correction=correction), tuple(torch.std_mean(x, correction=correction)))
+    same(
+        torch.var_mean(jx(x), 1, correction=correction),
+        tuple(torch.var_mean(x, 1, correction=correction)),
+    )
+    same(
+        torch.std_mean(jx(x), correction=correction),
+        tuple(torch.std_mean(x, correction=correction)),
+    )
 
 
 def test_bfloat16_accumulates_in_float32():
@@ -188,8 +199,13 @@ def test_reductions_under_jit():
     def program(a):
         t = torchlax_core.wrap(a)
         values, indices = torch.max(t, 1)
-        return (t.sum(0).jax(), t.var(1).jax(), values.jax(), indices.jax(),
-                torch.cummax(t, 1).indices.jax())
+        return (
+            t.sum(0).jax(),
+            t.var(1).jax(),
+            values.jax(),
+            indices.jax(),
+            torch.cummax(t, 1).indices.jax(),
+        )
 
     with torchlax_core.enable():
         outs = jax.jit(program)(jx(x).jax())
@@ -255,8 +271,14 @@ def test_cov_gradient():
 
 
 @pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.5, math.inf])
-@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
-                                  "donot_use_mm_for_euclid_dist"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "use_mm_for_euclid_dist_if_necessary",
+        "use_mm_for_euclid_dist",
+        "donot_use_mm_for_euclid_dist",
+    ],
+)
 def test_cdist(p, mode):
     a, b = torch.randn(2, 30, 4, dtype=torch.float64), torch.randn(1, 7, 4, dtype=torch.float64)
     same(torch.cdist(jx(a), jx(b), p, compute_mode=mode), torch.cdist(a, b, p, compute_mode=mode))
@@ -271,7 +293,9 @@ def test_pdist_dist_renorm_trace(p):
         same(torch.renorm(jx(x), p, 0, 1.0), torch.renorm(x, p, 0, 1.0))
         same(torch.renorm(jx(x), p, 1, 0.5), torch.renorm(x, p, 1, 0.5))
     same(torch.trace(jx(x)), torch.trace(x))
-    same(torch.trace(jx(torch.arange(12).reshape(3, 4))), torch.trace(torch.arange(12).reshape(3, 4)))
+    same(
+        torch.trace(jx(torch.arange(12).reshape(3, 4))), torch.trace(torch.arange(12).reshape(3, 4))
+    )
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
@@ -283,11 +307,15 @@ def test_segment_reduce(reduce, initial):
     offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1)
     for name, bounds in (("lengths", lengths), ("offsets", offsets)):
         expected = torch.segment_reduce(data, reduce, axis=1, initial=initial, **{name: bounds})
-        got = torch.segment_reduce(jx(data), reduce, axis=1, initial=initial,
-                                   **{name: jx(bounds)})
+        got = torch.segment_reduce(jx(data), reduce, axis=1, initial=initial, **{name: jx(bounds)})
         same(got, expected)
-        jitted = _jitted(lambda d, s, name=name: torch.segment_reduce(
-            d, reduce, axis=1, initial=initial, unsafe=True, **{name: s}), data, bounds)
+        jitted = _jitted(
+            lambda d, s, name=name: torch.segment_reduce(
+                d, reduce, axis=1, initial=initial, unsafe=True, **{name: s}
+            ),
+            data,
+            bounds,
+        )
         same(jitted, expected)
 
 
@@ -296,8 +324,9 @@ def test_segment_reduce_checks_lengths_eagerly():
         torch.segment_reduce(jx(torch.randn(5)), "sum", lengths=jx(torch.tensor([1, 2])))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64,
-                                   torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
+)
 def test_hash_tensor(dtype):
     x = (torch.randn(3, 4) * 10).to(dtype)
     for kwargs in ({}, {"dim": 1}, {"dim": 0, "keepdim": True}):

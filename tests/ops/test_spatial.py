@@ -45,9 +45,15 @@ PADDINGS = [("zeros", False), ("border", True), ("reflection", False), ("reflect
 def sample_paddings(x, g, mode, dtype):
     """Each padding eagerly; one of them under jit as well."""
     for padding_mode, align_corners in PADDINGS:
-        check(lambda x, g, p=padding_mode, a=align_corners: F.grid_sample(
-            x, g, mode=mode, padding_mode=p, align_corners=a), x, g,
-            jit=padding_mode == "border", **tolerance(dtype))
+        check(
+            lambda x, g, p=padding_mode, a=align_corners: F.grid_sample(
+                x, g, mode=mode, padding_mode=p, align_corners=a
+            ),
+            x,
+            g,
+            jit=padding_mode == "border",
+            **tolerance(dtype),
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -71,22 +77,42 @@ def test_grid_sampler_aten_ops():
     check(aten.grid_sampler_3d, x3, g3, 1, 2, True)
 
 
-@pytest.mark.parametrize(("mode", "padding_mode", "align_corners"),
-                         [("bilinear", "zeros", False), ("bilinear", "reflection", True),
-                          ("nearest", "border", False), ("bicubic", "reflection", False)])
+@pytest.mark.parametrize(
+    ("mode", "padding_mode", "align_corners"),
+    [
+        ("bilinear", "zeros", False),
+        ("bilinear", "reflection", True),
+        ("nearest", "border", False),
+        ("bicubic", "reflection", False),
+    ],
+)
 def test_grid_sample_2d_grads(mode, padding_mode, align_corners):
     x, g = torch.randn(2, 3, 5, 6, dtype=torch.float64), grid(2, 4, 3, 2, dtype=torch.float64)
-    grads_match(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,
-                                           align_corners=align_corners).pow(2).sum(), [x, g],
-                atol=1e-9, rtol=1e-9)
+    grads_match(
+        lambda x, g: (
+            F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+            .pow(2)
+            .sum()
+        ),
+        [x, g],
+        atol=1e-9,
+        rtol=1e-9,
+    )
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 def test_grid_sample_3d_grads(mode):
     x, g = torch.randn(1, 2, 3, 4, 5, dtype=torch.float64), grid(1, 2, 3, 2, 3, dtype=torch.float64)
-    grads_match(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode="reflection",
-                                           align_corners=False).pow(2).sum(), [x, g],
-                atol=1e-9, rtol=1e-9)
+    grads_match(
+        lambda x, g: (
+            F.grid_sample(x, g, mode=mode, padding_mode="reflection", align_corners=False)
+            .pow(2)
+            .sum()
+        ),
+        [x, g],
+        atol=1e-9,
+        rtol=1e-9,
+    )
 
 
 def test_affine_grid_then_sample_grads():
@@ -102,31 +128,60 @@ def test_affine_grid_then_sample_grads():
 
 # -- antialiased resampling -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_interpolate_antialias(mode):
     x = torch.randn(2, 3, 16, 15)
-    for size, align_corners in itertools.product([(5, 7), (20, 31), (16, 7), (3, 15)],
-                                                 (False, True)):
-        check(lambda x, s=size, a=align_corners: F.interpolate(
-            x, size=s, mode=mode, antialias=True, align_corners=a), x, jit=size == (5, 7))
+    for size, align_corners in itertools.product(
+        [(5, 7), (20, 31), (16, 7), (3, 15)], (False, True)
+    ):
+        check(
+            lambda x, s=size, a=align_corners: F.interpolate(
+                x, size=s, mode=mode, antialias=True, align_corners=a
+            ),
+            x,
+            jit=size == (5, 7),
+        )
 
 
 def test_interpolate_antialias_scale_factor_and_float64():
     x = torch.randn(1, 2, 16, 15, dtype=torch.float64)
-    check(lambda x: F.interpolate(x, scale_factor=(0.3, 0.7), mode="bilinear", antialias=True), x,
-          atol=1e-12, rtol=1e-12)
+    check(
+        lambda x: F.interpolate(x, scale_factor=(0.3, 0.7), mode="bilinear", antialias=True),
+        x,
+        atol=1e-12,
+        rtol=1e-12,
+    )
     # An unchanged axis is left alone even with a scale factor given, as PyTorch does.
-    check(lambda x: F.interpolate(x, scale_factor=(0.5, 1.0), mode="bilinear", antialias=True,
-                                  recompute_scale_factor=False), x, atol=1e-12, rtol=1e-12)
-    check(lambda x: aten._upsample_bilinear2d_aa(x, [6, 9], False, None, None), x,
-          atol=1e-12, rtol=1e-12)
+    check(
+        lambda x: F.interpolate(
+            x,
+            scale_factor=(0.5, 1.0),
+            mode="bilinear",
+            antialias=True,
+            recompute_scale_factor=False,
+        ),
+        x,
+        atol=1e-12,
+        rtol=1e-12,
+    )
+    check(
+        lambda x: aten._upsample_bilinear2d_aa(x, [6, 9], False, None, None),
+        x,
+        atol=1e-12,
+        rtol=1e-12,
+    )
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_interpolate_antialias_grads(mode):
     x = torch.randn(1, 2, 9, 8, dtype=torch.float64)
-    grads_match(lambda x: F.interpolate(x, size=(4, 11), mode=mode, antialias=True).pow(2).sum(),
-                [x], atol=1e-10, rtol=1e-10)
+    grads_match(
+        lambda x: F.interpolate(x, size=(4, 11), mode=mode, antialias=True).pow(2).sum(),
+        [x],
+        atol=1e-10,
+        rtol=1e-10,
+    )
 
 
 # -- fractional max pooling -------------------------------------------------------------------------
@@ -139,10 +194,20 @@ def test_fractional_max_pool2d(dtype):
     x = torch.randn(2, 3, 11, 13, dtype=dtype)
     samples = torch.rand(2, 3, 2, dtype=dtype)
     check(lambda x, r: aten.fractional_max_pool2d(x, [3, 2], [5, 7], r), x, samples, **EXACT)
-    check(lambda x, r: F.fractional_max_pool2d(x, (2, 3), output_size=(9, 4), return_indices=True,
-                                               _random_samples=r), x[0], samples[:1], **EXACT)
-    check(lambda x, r: F.fractional_max_pool2d(x, 2, output_ratio=(0.5, 0.5), _random_samples=r), x,
-          samples, **EXACT)
+    check(
+        lambda x, r: F.fractional_max_pool2d(
+            x, (2, 3), output_size=(9, 4), return_indices=True, _random_samples=r
+        ),
+        x[0],
+        samples[:1],
+        **EXACT,
+    )
+    check(
+        lambda x, r: F.fractional_max_pool2d(x, 2, output_ratio=(0.5, 0.5), _random_samples=r),
+        x,
+        samples,
+        **EXACT,
+    )
 
 
 @pytest.mark.parametrize("dtype", FRACTIONAL_DTYPES, ids=str)
@@ -150,9 +215,14 @@ def test_fractional_max_pool3d(dtype):
     x = torch.randn(2, 3, 7, 8, 9, dtype=dtype)
     samples = torch.rand(2, 3, 3, dtype=dtype)
     check(lambda x, r: aten.fractional_max_pool3d(x, [2, 3, 2], [4, 5, 6], r), x, samples, **EXACT)
-    check(lambda x, r: F.fractional_max_pool3d(x, (3, 2, 2), output_size=(3, 6, 5),
-                                               return_indices=True, _random_samples=r),
-          x[1], samples[:1], **EXACT)
+    check(
+        lambda x, r: F.fractional_max_pool3d(
+            x, (3, 2, 2), output_size=(3, 6, 5), return_indices=True, _random_samples=r
+        ),
+        x[1],
+        samples[:1],
+        **EXACT,
+    )
 
 
 def test_fractional_max_pool_nan_and_ties():
@@ -164,20 +234,39 @@ def test_fractional_max_pool_nan_and_ties():
 
 
 def test_fractional_max_pool_grads():
-    x, samples = torch.randn(2, 3, 9, 10, dtype=torch.float64), torch.rand(2, 3, 2, dtype=torch.float64)
-    grads_match(lambda x: F.fractional_max_pool2d(x, 3, output_size=(5, 6),
-                                                  _random_samples=samples.to(x.device)).pow(2).sum(),
-                [x])
-    x3, s3 = torch.randn(1, 2, 6, 7, 8, dtype=torch.float64), torch.rand(1, 2, 3, dtype=torch.float64)
-    grads_match(lambda x: F.fractional_max_pool3d(x, 2, output_size=(4, 5, 3),
-                                                  _random_samples=s3.to(x.device)).pow(2).sum(), [x3])
+    x, samples = (
+        torch.randn(2, 3, 9, 10, dtype=torch.float64),
+        torch.rand(2, 3, 2, dtype=torch.float64),
+    )
+    grads_match(
+        lambda x: (
+            F.fractional_max_pool2d(x, 3, output_size=(5, 6), _random_samples=samples.to(x.device))
+            .pow(2)
+            .sum()
+        ),
+        [x],
+    )
+    x3, s3 = (
+        torch.randn(1, 2, 6, 7, 8, dtype=torch.float64),
+        torch.rand(1, 2, 3, dtype=torch.float64),
+    )
+    grads_match(
+        lambda x: (
+            F.fractional_max_pool3d(x, 2, output_size=(4, 5, 3), _random_samples=s3.to(x.device))
+            .pow(2)
+            .sum()
+        ),
+        [x3],
+    )
 
 
 def test_fractional_max_pool_draws_its_samples():
     # Without _random_samples the samples are drawn on the jax device: check the structure.
     x = torch.randn(2, 3, 10, 12)
     with torchlax_core.enable():
-        out, indices = F.fractional_max_pool2d(to_jax(x), 3, output_size=(4, 5), return_indices=True)
+        out, indices = F.fractional_max_pool2d(
+            to_jax(x), 3, output_size=(4, 5), return_indices=True
+        )
     assert out.dtype == torch.float32 and out.shape == (2, 3, 4, 5)
     assert indices.dtype == torch.int64 and indices.shape == (2, 3, 4, 5)
     picked = torch.gather(x.flatten(2), 2, indices.cpu().flatten(2)).reshape(out.shape)
@@ -202,8 +291,9 @@ def test_adaptive_avg_pool3d(dtype):
 
 def test_adaptive_avg_pool3d_grads():
     x = torch.randn(1, 2, 7, 6, 5, dtype=torch.float64)
-    grads_match(lambda x: F.adaptive_avg_pool3d(x, (3, 4, 2)).pow(2).sum(), [x], atol=1e-10,
-                rtol=1e-10)
+    grads_match(
+        lambda x: F.adaptive_avg_pool3d(x, (3, 4, 2)).pow(2).sum(), [x], atol=1e-10, rtol=1e-10
+    )
 
 
 # -- half-precision convolution -------------------------------------------------------------------
@@ -216,11 +306,17 @@ def test_bfloat16_convolution_rounds_once(n, transposed):
     x = torch.randn(2, 4, *([5] * n), dtype=torch.bfloat16)
     if transposed:
         conv = getattr(F, f"conv_transpose{n}d")
-        w, b = torch.randn(4, 3, *([3] * n), dtype=torch.bfloat16), torch.randn(3, dtype=torch.bfloat16)
+        w, b = (
+            torch.randn(4, 3, *([3] * n), dtype=torch.bfloat16),
+            torch.randn(3, dtype=torch.bfloat16),
+        )
         kwargs = {"stride": 2, "padding": 1, "output_padding": 1}
     else:
         conv = getattr(F, f"conv{n}d")
-        w, b = torch.randn(6, 2, *([3] * n), dtype=torch.bfloat16), torch.randn(6, dtype=torch.bfloat16)
+        w, b = (
+            torch.randn(6, 2, *([3] * n), dtype=torch.bfloat16),
+            torch.randn(6, dtype=torch.bfloat16),
+        )
         kwargs = {"stride": 2, "padding": 1, "groups": 2}
     once = conv(x.float(), w.float(), b.float(), **kwargs).bfloat16()
     with torchlax_core.enable():

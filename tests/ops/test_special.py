@@ -32,8 +32,32 @@ def same(fn, *args, dtype=torch.float64, jit=True):
     check(fn, *args, atol=atol, rtol=rtol, jit=jit)
 
 
-GAMMA_ARGS = [-8.3156849084, -7.9505867958, -3.5, -2.0, -1.0, -0.5, -1e-8, -0.0, 0.0, 1e-8,
-              0.25, 0.5, 1.0, 1.5, 3.3, 9.99, 10.0, 10.5, 123.4, 1e5, 1e18, INF, -INF, NAN]
+GAMMA_ARGS = [
+    -8.3156849084,
+    -7.9505867958,
+    -3.5,
+    -2.0,
+    -1.0,
+    -0.5,
+    -1e-8,
+    -0.0,
+    0.0,
+    1e-8,
+    0.25,
+    0.5,
+    1.0,
+    1.5,
+    3.3,
+    9.99,
+    10.0,
+    10.5,
+    123.4,
+    1e5,
+    1e18,
+    INF,
+    -INF,
+    NAN,
+]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -73,8 +97,12 @@ def test_zeta_domain_edges(dtype):
     q = grid([1.0, 2.0, 0.5, -1.5, -2.5, -2.5, -2.0, 0.0, 1e3, 1e-3, 2.0, 1.0], dtype)
     same(torch.special.zeta, x, q, dtype=dtype)
     # Poles at non-positive integer q win over a non-integer x; nan x is checked after them.
-    same(torch.special.zeta, grid([2.5, 16191.576, NAN, NAN], dtype),
-         grid([-3.0, -7942321.0, 0.0, -0.5], dtype), dtype=dtype)
+    same(
+        torch.special.zeta,
+        grid([2.5, 16191.576, NAN, NAN], dtype),
+        grid([-3.0, -7942321.0, 0.0, -0.5], dtype),
+        dtype=dtype,
+    )
     same(lambda a: torch.special.zeta(a, 2.5), x, dtype=dtype)
     same(lambda b: torch.special.zeta(3.0, b), q, dtype=dtype)
 
@@ -85,8 +113,32 @@ def test_zeta_of_bools_and_integers():
     same(torch.special.zeta, torch.tensor([2, 3, 4]), torch.tensor([1, 5, -2]), dtype=torch.float32)
 
 
-BESSEL_ARGS = [-30.0, -5.0, -4.99, -1.0, -1e-6, 0.0, 1e-6, 0.3, 1.0, 2.0, 2.5, 4.0, 4.99, 5.0,
-               5.01, 7.9, 8.0, 8.1, 20.0, 100.0, 1234.5, INF, -INF, NAN]
+BESSEL_ARGS = [
+    -30.0,
+    -5.0,
+    -4.99,
+    -1.0,
+    -1e-6,
+    0.0,
+    1e-6,
+    0.3,
+    1.0,
+    2.0,
+    2.5,
+    4.0,
+    4.99,
+    5.0,
+    5.01,
+    7.9,
+    8.0,
+    8.1,
+    20.0,
+    100.0,
+    1234.5,
+    INF,
+    -INF,
+    NAN,
+]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -97,9 +149,17 @@ def test_bessel_first_and_second_kind(dtype, name):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("name", ["modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0",
-                                  "modified_bessel_k1", "scaled_modified_bessel_k0",
-                                  "scaled_modified_bessel_k1"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "modified_bessel_i0",
+        "modified_bessel_i1",
+        "modified_bessel_k0",
+        "modified_bessel_k1",
+        "scaled_modified_bessel_k0",
+        "scaled_modified_bessel_k1",
+    ],
+)
 def test_modified_bessel(dtype, name):
     fn = getattr(torch.special, name)
     # Stay below exp overflow for I (float32 overflows past ~88).
@@ -109,16 +169,41 @@ def test_modified_bessel(dtype, name):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_airy_ai_regimes(dtype):
-    x = grid([-200.0, -20.0, -2.1, -2.09, -2.0, -1.0, 0.0, 0.5, 2.0, 2.09, 2.1, 5.0, 8.32,
-              8.33, 50.0, 103.0, 104.0, INF, -INF, NAN], dtype)
+    x = grid(
+        [
+            -200.0,
+            -20.0,
+            -2.1,
+            -2.09,
+            -2.0,
+            -1.0,
+            0.0,
+            0.5,
+            2.0,
+            2.09,
+            2.1,
+            5.0,
+            8.32,
+            8.33,
+            50.0,
+            103.0,
+            104.0,
+            INF,
+            -INF,
+            NAN,
+        ],
+        dtype,
+    )
     same(torch.special.airy_ai, x, dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_airy_ai_far_left_keeps_pytorch_phase_rounding(dtype):
     # sin((2/3)|x|^1.5 + pi/4): an ulp in the phase moves the value by ~1e-4 here.
-    x = grid([-174.107666015625, -577.128662109375, -1382.5277099609375, -8210.1806640625,
-              -4.7039751e7], dtype)
+    x = grid(
+        [-174.107666015625, -577.128662109375, -1382.5277099609375, -8210.1806640625, -4.7039751e7],
+        dtype,
+    )
     same(torch.special.airy_ai, x, dtype=dtype)
 
 
@@ -128,10 +213,22 @@ def test_spherical_bessel_j0(dtype):
     same(torch.special.spherical_bessel_j0, x, dtype=dtype)
 
 
-@pytest.mark.parametrize("name", ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
-                                  "modified_bessel_k0", "modified_bessel_k1",
-                                  "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
-                                  "airy_ai", "spherical_bessel_j0", "modified_bessel_i0"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bessel_j0",
+        "bessel_j1",
+        "bessel_y0",
+        "bessel_y1",
+        "modified_bessel_k0",
+        "modified_bessel_k1",
+        "scaled_modified_bessel_k0",
+        "scaled_modified_bessel_k1",
+        "airy_ai",
+        "spherical_bessel_j0",
+        "modified_bessel_i0",
+    ],
+)
 def test_integer_and_bool_inputs_become_float32(name):
     fn = getattr(torch.special, name)
     same(fn, torch.tensor([-3, 0, 1, 2, 5, 9]), dtype=torch.float32)
@@ -140,8 +237,7 @@ def test_integer_and_bool_inputs_become_float32(name):
 
 def test_bfloat16_is_computed_in_float32():
     x = torch.tensor([-2.5, 0.5, 1.0, 3.0, 7.0], dtype=torch.bfloat16)
-    for fn in (torch.digamma, lambda t: torch.polygamma(1, t),
-               lambda t: torch.polygamma(2, t)):
+    for fn in (torch.digamma, lambda t: torch.polygamma(1, t), lambda t: torch.polygamma(2, t)):
         check(fn, x, atol=1e-2, rtol=1.6e-2)
 
 

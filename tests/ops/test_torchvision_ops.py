@@ -10,8 +10,12 @@ torchvision = pytest.importorskip("torchvision")
 ops = torchvision.ops
 
 # Boxes inside, across and far outside the 10x12 feature map, and one under a pixel.
-ROIS = [[0, 1.3, 2.2, 7.9, 8.1], [1, -2.0, 0.5, 11.5, 9.7], [0, 3.0, 3.0, 3.4, 3.2],
-        [1, 0.0, 0.0, 30.0, 30.0]]
+ROIS = [
+    [0, 1.3, 2.2, 7.9, 8.1],
+    [1, -2.0, 0.5, 11.5, 9.7],
+    [0, 3.0, 3.0, 3.4, 3.2],
+    [1, 0.0, 0.0, 30.0, 30.0],
+]
 
 
 def _inputs(channels=8):
@@ -19,12 +23,18 @@ def _inputs(channels=8):
     return torch.randn(2, channels, 10, 12, generator=g), torch.tensor(ROIS)
 
 
-@pytest.mark.parametrize(("sampling_ratio", "aligned", "scale"),
-                         [(2, False, 1.0), (3, True, 0.5), (0, True, 1.0), (-1, False, 0.7)])
+@pytest.mark.parametrize(
+    ("sampling_ratio", "aligned", "scale"),
+    [(2, False, 1.0), (3, True, 0.5), (0, True, 1.0), (-1, False, 0.7)],
+)
 def test_roi_align_matches_cpu(sampling_ratio, aligned, scale):
     x, rois = _inputs()
-    check(lambda x, r: ops.roi_align(x, r, (3, 4), scale, sampling_ratio, aligned), x, rois,
-          jit=sampling_ratio > 0)
+    check(
+        lambda x, r: ops.roi_align(x, r, (3, 4), scale, sampling_ratio, aligned),
+        x,
+        rois,
+        jit=sampling_ratio > 0,
+    )
 
 
 def test_roi_align_takes_a_list_of_boxes_per_image():
@@ -39,21 +49,35 @@ def test_roi_align_adaptive_sampling_under_jit_is_a_clear_error():
         run_jit(lambda x, r: ops.roi_align(x, r, 2, 1.0, 0), *to_jax((x, rois)))
 
 
-@pytest.mark.xfail(reason="ROI 3 (partly outside the map) differs in 2 of 32 values in some test "
-                   "processes and matches exactly in others (process-dependent rounding, "
-                   "under investigation)", strict=False)
+@pytest.mark.xfail(
+    reason="ROI 3 (partly outside the map) differs in 2 of 32 values in some test "
+    "processes and matches exactly in others (process-dependent rounding, "
+    "under investigation)",
+    strict=False,
+)
 @pytest.mark.parametrize("sampling_ratio", [2, 0])
 def test_ps_roi_align_matches_cpu(sampling_ratio):
     x, rois = _inputs()
-    check(lambda x, r: ops.ps_roi_align(x, r, (2, 2), 1.0, sampling_ratio), x, rois,
-          jit=sampling_ratio > 0)
-    check(lambda x, r: torch.ops.torchvision.ps_roi_align(x, r, 1.0, 2, 2, sampling_ratio), x,
-          rois, jit=False)  # the raw op's channel mapping too
+    check(
+        lambda x, r: ops.ps_roi_align(x, r, (2, 2), 1.0, sampling_ratio),
+        x,
+        rois,
+        jit=sampling_ratio > 0,
+    )
+    check(
+        lambda x, r: torch.ops.torchvision.ps_roi_align(x, r, 1.0, 2, 2, sampling_ratio),
+        x,
+        rois,
+        jit=False,
+    )  # the raw op's channel mapping too
 
 
-@pytest.mark.xfail(reason="under pytest one bin edge of ROI 0 (5/3 * 3) rounds differently from "
-                   "torchvision's float32 and 4 of 384 maxima differ; the same call in a plain "
-                   "script matches exactly (under investigation)", strict=False)
+@pytest.mark.xfail(
+    reason="under pytest one bin edge of ROI 0 (5/3 * 3) rounds differently from "
+    "torchvision's float32 and 4 of 384 maxima differ; the same call in a plain "
+    "script matches exactly (under investigation)",
+    strict=False,
+)
 def test_roi_pool_matches_cpu():
     x, rois = _inputs()
     check(lambda x, r: ops.roi_pool(x, r, (3, 4), 0.7), x, rois)
@@ -78,8 +102,9 @@ def _deform_inputs():
 
 
 def _deform(x, offset, weight, bias, mask):
-    return ops.deform_conv2d(x, offset, weight, bias, stride=(2, 3), padding=(1, 1),
-                             dilation=(1, 2), mask=mask)
+    return ops.deform_conv2d(
+        x, offset, weight, bias, stride=(2, 3), padding=(1, 1), dilation=(1, 2), mask=mask
+    )
 
 
 def test_deform_conv2d_matches_cpu():
@@ -87,13 +112,18 @@ def test_deform_conv2d_matches_cpu():
     x, _, _, bias, _ = _deform_inputs()
     offset = torch.randn(2, 18, 7, 8)
     weight = torch.randn(6, 4, 3, 3)
-    check(lambda x, o, w, b: ops.deform_conv2d(x, o, w, b, padding=1), x, offset, weight, bias,
-          atol=1e-4)
+    check(
+        lambda x, o, w, b: ops.deform_conv2d(x, o, w, b, padding=1),
+        x,
+        offset,
+        weight,
+        bias,
+        atol=1e-4,
+    )
 
 
 def test_deform_conv2d_gradients_match_cpu():
-    grads_match(lambda *a: _deform(*a).pow(2).sum(), list(_deform_inputs()), atol=1e-3,
-                rtol=1e-4)
+    grads_match(lambda *a: _deform(*a).pow(2).sum(), list(_deform_inputs()), atol=1e-3, rtol=1e-4)
 
 
 def _boxes(n=60, seed=0):
@@ -112,7 +142,7 @@ def test_nms_matches_cpu(threshold):
 
 
 def test_nms_ties_and_empty_input():
-    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60.]])
+    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60.0]])
     scores = torch.tensor([0.5, 0.5, 0.5])  # equal scores: the first box wins, as on CPU
     check(lambda b, s: ops.nms(b, s, 0.5), boxes, scores, jit=False)
     check(lambda b, s: ops.nms(b, s, 0.5), torch.zeros(0, 4), torch.zeros(0), jit=False)

@@ -19,8 +19,13 @@ def run(code: str, *, block: str = "", extra_path: Path | None = None, **env_var
     env = {**os.environ, "TORCHLAX_BLOCK_PLUGINS": block, **env_vars}
     if extra_path is not None:
         env["PYTHONPATH"] = f"{extra_path}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-6000:]
     return out.stdout
 
@@ -112,7 +117,8 @@ def test_override_replaces_softmax_and_blocking_restores_builtin():
 
 
 def test_placement_hook_places_new_tensors_on_a_device_and_a_mesh():
-    out = run("""
+    out = run(
+        """
         import jax, numpy as np, torch, torchlax_core
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         import torchlax_example_plugin as example
@@ -131,7 +137,9 @@ def test_placement_hook_places_new_tensors_on_a_device_and_a_mesh():
         example.place_on(None)
         with torchlax_core.enable():
             print(torch.ones(1, device="jax").device)
-    """, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    """,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    )
     assert out.split() == ["jax:5", "True", "True", "8", "jax:0"]
 
 
@@ -145,23 +153,37 @@ def _fake_distribution(root: Path, dist: str, module: str, source: str) -> None:
 
 @pytest.fixture
 def broken_and_conflicting(tmp_path) -> Path:
-    _fake_distribution(tmp_path, "torchlax-broken", "broken_plugin",
-                       "raise RuntimeError('this plugin is broken on purpose')\n")
-    _fake_distribution(tmp_path, "torchlax-late-adder", "late_adder", """
+    _fake_distribution(
+        tmp_path,
+        "torchlax-broken",
+        "broken_plugin",
+        "raise RuntimeError('this plugin is broken on purpose')\n",
+    )
+    _fake_distribution(
+        tmp_path,
+        "torchlax-late-adder",
+        "late_adder",
+        """
         import torch
         from torchlax_core import hookimpl
 
         @hookimpl
         def torchlax_register_lowerings(registry):
             registry.register_lowering(torch.ops.aten.add.Tensor, lambda a, b, alpha=1: a + b)
-    """)
-    _fake_distribution(tmp_path, "torchlax-misnamed", "misnamed_arg", """
+    """,
+    )
+    _fake_distribution(
+        tmp_path,
+        "torchlax-misnamed",
+        "misnamed_arg",
+        """
         from torchlax_core import hookimpl
 
         @hookimpl
         def torchlax_register_lowerings(reg):  # the hookspec's argument is `registry`
             raise AssertionError("never called")
-    """)
+    """,
+    )
     return tmp_path
 
 
@@ -182,26 +204,48 @@ def test_bad_installed_plugins_are_reported_skipped_and_the_rest_load(broken_and
         with torchlax_core.enable():
             print((torch.ones(2, device="jax") + 1).tolist())
     """
-    env = {**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example", "TORCHLAX_LOG": "error",
-           "PYTHONPATH": str(broken_and_conflicting)}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, env=env, timeout=600)
+    env = {
+        **os.environ,
+        "TORCHLAX_BLOCK_PLUGINS": "example",
+        "TORCHLAX_LOG": "error",
+        "PYTHONPATH": str(broken_and_conflicting),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-6000:]
     lines = out.stdout.strip().splitlines()
     for name, line in zip(("broken_plugin", "late_adder", "misnamed_arg"), lines, strict=False):
         assert f"torchlax plugin '{name}' failed and was skipped" in line
-    assert lines[3] == str(sorted([("broken_plugin", "failed"), ("example", "blocked"),
-                                   ("late_adder", "failed"), ("misnamed_arg", "failed")]))
+    assert lines[3] == str(
+        sorted(
+            [
+                ("broken_plugin", "failed"),
+                ("example", "blocked"),
+                ("late_adder", "failed"),
+                ("misnamed_arg", "failed"),
+            ]
+        )
+    )
     assert lines[4:] == ["ops ops", "[2.0, 2.0]"]
     # the error log (logger "torchlax") says the same
-    assert "torchlax plugin 'late_adder' failed and was skipped: PluginConflictError: Plugins " \
-           "'ops' and 'late_adder' both register a lowering for aten.add.Tensor" in out.stderr
-    assert "torchlax plugin 'misnamed_arg' failed and was skipped: PluginValidationError" \
-        in out.stderr
+    assert (
+        "torchlax plugin 'late_adder' failed and was skipped: PluginConflictError: Plugins "
+        "'ops' and 'late_adder' both register a lowering for aten.add.Tensor" in out.stderr
+    )
+    assert (
+        "torchlax plugin 'misnamed_arg' failed and was skipped: PluginValidationError" in out.stderr
+    )
 
     strict = subprocess.run(
         [sys.executable, "-c", "import torchlax_core; torchlax_core.default_env()"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**env, "TORCHLAX_STRICT_PLUGINS": "1", "TORCHLAX_LOG": ""},
     )
     assert strict.returncode != 0
@@ -211,35 +255,65 @@ def test_bad_installed_plugins_are_reported_skipped_and_the_rest_load(broken_and
 
 def test_doctor_lists_versions_devices_plugins_and_counts(broken_and_conflicting):
     out = subprocess.run(
-        [sys.executable, "-m", "torchlax", "doctor"], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "misnamed_arg",
-             "PYTHONPATH": str(broken_and_conflicting)},
+        [sys.executable, "-m", "torchlax", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "TORCHLAX_BLOCK_PLUGINS": "misnamed_arg",
+            "PYTHONPATH": str(broken_and_conflicting),
+        },
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    for needle in ("torch ", "jax ", "jaxlib ", "torchlax-core ", "torchlax-ops ",
-                   "JAX devices (cpu):", "0: cpu:0"):
+    for needle in (
+        "torch ",
+        "jax ",
+        "jaxlib ",
+        "torchlax-core ",
+        "torchlax-ops ",
+        "JAX devices (cpu):",
+        "0: cpu:0",
+    ):
         assert needle in text
     plugins = text.split("Plugins (load order):")[1].split("Blocked plugins")[0]
     assert "torchlax.transfer" in plugins and "torchlax-core 0.1.0" in plugins
     ops_line = next(line for line in plugins.splitlines() if line.strip().startswith("ops "))
     assert "torchlax-ops 0.1.0" in ops_line and "lowerings" in ops_line
-    example_line = next(line for line in plugins.splitlines() if line.strip().startswith("example "))
+    example_line = next(
+        line for line in plugins.splitlines() if line.strip().startswith("example ")
+    )
     assert "torchlax-example-plugin 0.1.0" in example_line and "2 lowerings" in example_line
     assert "misnamed_arg (torchlax-misnamed)" in text.split("Blocked plugins")[1]
     failed = text.split("Failed plugins:")[1]
-    assert "broken_plugin (torchlax-broken): RuntimeError: this plugin is broken on purpose" in failed
-    assert ("late_adder (torchlax-late-adder): torchlax_core._errors.PluginConflictError: Plugins "
-            "'ops' and 'late_adder' both register a lowering for aten.add.Tensor") in failed
+    assert (
+        "broken_plugin (torchlax-broken): RuntimeError: this plugin is broken on purpose" in failed
+    )
+    assert (
+        "late_adder (torchlax-late-adder): torchlax_core._errors.PluginConflictError: Plugins "
+        "'ops' and 'late_adder' both register a lowering for aten.add.Tensor"
+    ) in failed
 
 
 def test_doctor_reports_in_strict_mode_instead_of_crashing(broken_and_conflicting):
     out = subprocess.run(
-        [sys.executable, "-m", "torchlax", "doctor"], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TORCHLAX_BLOCK_PLUGINS": "example,broken_plugin,misnamed_arg",
-             "TORCHLAX_STRICT_PLUGINS": "1", "PYTHONPATH": str(broken_and_conflicting)},
+        [sys.executable, "-m", "torchlax", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "TORCHLAX_BLOCK_PLUGINS": "example,broken_plugin,misnamed_arg",
+            "TORCHLAX_STRICT_PLUGINS": "1",
+            "PYTHONPATH": str(broken_and_conflicting),
+        },
     )
     assert out.returncode == 0, out.stderr
-    assert "late_adder (torchlax-late-adder): torchlax_core._errors.PluginConflictError" in out.stdout
-    assert "torchlax.default_env() raises (TORCHLAX_STRICT_PLUGINS=1):\n  PluginError: torchlax " \
-           "plugin 'late_adder' failed to load:" in out.stdout
+    assert (
+        "late_adder (torchlax-late-adder): torchlax_core._errors.PluginConflictError" in out.stdout
+    )
+    assert (
+        "torchlax.default_env() raises (TORCHLAX_STRICT_PLUGINS=1):\n  PluginError: torchlax "
+        "plugin 'late_adder' failed to load:" in out.stdout
+    )

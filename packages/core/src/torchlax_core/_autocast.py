@@ -16,13 +16,38 @@ _KEY = "AutocastPrivateUse1"
 
 # PyTorch's CPU lists (aten/src/ATen/autocast_mode.cpp), by op packet.
 LOWER_PRECISION = (
-    "conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm", "addbmm",
-    "linear", "matmul", "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "prelu", "scaled_dot_product_attention", "_native_multi_head_attention",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "bmm",
+    "mm",
+    "linalg_vecdot",
+    "baddbmm",
+    "addmm",
+    "addbmm",
+    "linear",
+    "matmul",
+    "conv_tbc",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "prelu",
+    "scaled_dot_product_attention",
+    "_native_multi_head_attention",
 )
 FLOAT32 = (
-    "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-    "nll_loss", "nll_loss2d", "cross_entropy_loss", "kl_div", "prod", "cdist", "trace",
+    "binary_cross_entropy_with_logits",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "nll_loss",
+    "nll_loss2d",
+    "cross_entropy_loss",
+    "kl_div",
+    "prod",
+    "cdist",
+    "trace",
 )
 
 _libraries: list = []
@@ -30,8 +55,12 @@ _libraries: list = []
 
 def _caster(dtype_of):
     def cast(value):
-        if (isinstance(value, torch.Tensor) and value.is_floating_point()
-                and value.dtype != torch.float64 and value.device.type == "jax"):
+        if (
+            isinstance(value, torch.Tensor)
+            and value.is_floating_point()
+            and value.dtype != torch.float64
+            and value.device.type == "jax"
+        ):
             return value.to(dtype_of())
         return value
 
@@ -57,8 +86,10 @@ def install() -> None:
     fallthrough = torch.library.Library("_", "IMPL")  # noqa: TOR901 - a fallback, not an op
     fallthrough.fallback(torch.library.fallthrough_kernel, dispatch_key=_KEY)
     aten = torch.library.Library("aten", "IMPL")  # noqa: TOR901
-    policies = [(LOWER_PRECISION, lambda: torch.get_autocast_dtype("jax")),
-                (FLOAT32, lambda: torch.float32)]
+    policies = [
+        (LOWER_PRECISION, lambda: torch.get_autocast_dtype("jax")),
+        (FLOAT32, lambda: torch.float32),
+    ]
     for names, dtype_of in policies:
         for name in names:
             packet = getattr(torch.ops.aten, name)

@@ -66,7 +66,7 @@ def cuda_device(device: torch.device) -> jax.Device:  # pyright: ignore[reportIn
     except RuntimeError:
         raise ValueError(
             f"device='{device}' was asked of torchlax, but JAX sees no GPU. Install JAX's CUDA "
-            "plugin with `pip install \"torchlax[cuda]\"` (in this repository: "
+            'plugin with `pip install "torchlax[cuda]"` (in this repository: '
             "`uv sync --group cuda`), or use device='jax'."
         ) from None
     index = device.index
@@ -105,8 +105,16 @@ def _copy_(self, src, non_blocking=False):
     return self
 
 
-def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
-             non_blocking=False, memory_format=None):
+def _to_copy(
+    self,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
     if not isinstance(self, Tensor):  # cpu_tensor.to("jax"): one copy, straight into JAX
         target = torch.device(device) if device is not None else torch.device("jax")
         source = self if dtype is None else self.to(dtype)
@@ -165,8 +173,11 @@ def _mutated_positions(op) -> list[int]:
     schema = getattr(op, "_schema", None)
     if schema is None:
         return []
-    return [i for i, a in enumerate(schema.arguments)
-            if a.alias_info is not None and a.alias_info.is_write]
+    return [
+        i
+        for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
 
 
 def _cpu_fallback(op, env):
@@ -175,11 +186,15 @@ def _cpu_fallback(op, env):
 
     def run(*args, **kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
-        traced = any(isinstance(x, Tensor) and isinstance(x._value(), jax.core.Tracer)
-                     for x in flat)
+        traced = any(
+            isinstance(x, Tensor) and isinstance(x._value(), jax.core.Tracer) for x in flat
+        )
         if ("fallback", op) not in env._warned:
-            _log.info("fallback: %s runs with PyTorch on the CPU%s", name,
-                      " through jax.pure_callback" if traced else "")
+            _log.info(
+                "fallback: %s runs with PyTorch on the CPU%s",
+                name,
+                " through jax.pure_callback" if traced else "",
+            )
         env.warn_once(
             ("fallback", op),
             f"torchlax: {name} has no JAX lowering; running it with PyTorch on the CPU "
@@ -216,8 +231,9 @@ def _output_structure(op, flat, spec, positions):
     with mode:
         for i in positions:
             t = flat[i]
-            values[i] = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
-                                            device="cpu")
+            values[i] = torch.empty_strided(
+                tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu"
+            )
         fake_args, fake_kwargs = pytree.tree_unflatten(values, spec)
         try:
             return op(*fake_args, **fake_kwargs)
@@ -242,10 +258,13 @@ def _traced_fallback(op, args, flat, spec, mutated):
     out_flat, out_spec = pytree.tree_flatten(fake_out)
     tensor_outs = [k for k, t in enumerate(out_flat) if isinstance(t, torch.Tensor)]
     written = [i for i in mutated if i < len(args) and isinstance(args[i], Tensor)]
-    shapes = [jax.ShapeDtypeStruct(tuple(out_flat[k].shape), jax_dtype(out_flat[k].dtype))
-              for k in tensor_outs]
-    shapes += [jax.ShapeDtypeStruct(tuple(args[i].shape), jax_dtype(args[i].dtype))
-               for i in written]
+    shapes = [
+        jax.ShapeDtypeStruct(tuple(out_flat[k].shape), jax_dtype(out_flat[k].dtype))
+        for k in tensor_outs
+    ]
+    shapes += [
+        jax.ShapeDtypeStruct(tuple(args[i].shape), jax_dtype(args[i].dtype)) for i in written
+    ]
 
     def host(*host_arrays):
         values = list(flat)
@@ -254,14 +273,21 @@ def _traced_fallback(op, args, flat, spec, mutated):
         host_args, host_kwargs = pytree.tree_unflatten(values, spec)
         res = pytree.tree_leaves(op(*host_args, **host_kwargs))
         res = [r for r in res if isinstance(r, torch.Tensor)] + [host_args[i] for i in written]
-        return [jax.device_get(_from_cpu(r.detach().resolve_conj().resolve_neg().contiguous()))
-                for r in res]
+        return [
+            jax.device_get(_from_cpu(r.detach().resolve_conj().resolve_neg().contiguous()))
+            for r in res
+        ]
 
     results = jax.pure_callback(host, shapes, *arrays)
-    outs = results[:len(tensor_outs)]
-    for i, new in zip(written, results[len(tensor_outs):], strict=True):
+    outs = results[: len(tensor_outs)]
+    for i, new in zip(written, results[len(tensor_outs) :], strict=True):
         args[i]._write(new)
-    if written and len(tensor_outs) == 1 and written[0] == 0 and not isinstance(fake_out, tuple | list):
+    if (
+        written
+        and len(tensor_outs) == 1
+        and written[0] == 0
+        and not isinstance(fake_out, tuple | list)
+    ):
         return args[0]  # an in-place op returns its (now written) self
     out_values = list(out_flat)
     for k, r in zip(tensor_outs, outs, strict=True):

@@ -63,8 +63,9 @@ def _first_outside(index, low, high):
     return jnp.any(outside), flat[jnp.argmax(outside)]
 
 
-def check_index(index: Any, low: int, high: int, exc_type: type[BaseException],
-                message: str) -> None:
+def check_index(
+    index: Any, low: int, high: int, exc_type: type[BaseException], message: str
+) -> None:
     """Require every value of integer array ``index`` to lie in ``[low, high)``.
 
     ``message`` may name the first offending value as ``{index}``. Eagerly this costs one fused
@@ -137,8 +138,11 @@ def raise_error(error: Any) -> None:
 
 
 def _tag(exc_type: type[BaseException]) -> str:
-    tag = exc_type.__name__ if exc_type.__module__ == "builtins" else (
-        f"{exc_type.__module__}.{exc_type.__qualname__}")
+    tag = (
+        exc_type.__name__
+        if exc_type.__module__ == "builtins"
+        else (f"{exc_type.__module__}.{exc_type.__qualname__}")
+    )
     _EXCEPTIONS.setdefault(tag, exc_type)
     return tag
 

@@ -44,8 +44,9 @@ class _Scopes:
 _NO_SCOPES = _Scopes()
 # Per thread (and per asyncio task): each thread starts with no scopes, so `enable(env)` or a
 # traced program's key scope in one thread never reaches another.
-_scopes: contextvars.ContextVar[_Scopes | None] = contextvars.ContextVar("torchlax_scopes",
-                                                                        default=None)
+_scopes: contextvars.ContextVar[_Scopes | None] = contextvars.ContextVar(
+    "torchlax_scopes", default=None
+)
 # PyTorch's autograd engine runs the backward of non-CPU tensors (the `jax` device is
 # PrivateUse1) on its own device thread, where the caller's contextvars are not visible. It
 # does carry the caller's torch thread-local state there: each graph task captures it when
@@ -108,7 +109,6 @@ def current_env() -> Environment:
         if envs:
             return envs[-1]
     return _default or default_env()
-
 
 
 def is_enabled() -> bool:

@@ -86,8 +86,9 @@ def _unwrap_plan(func) -> tuple[tuple[int, ...], bool]:
     schema = getattr(func, "_schema", None)
     if schema is None:  # not an ATen overload: look at everything
         return (), True
-    positions = tuple(i for i, a in enumerate(schema.arguments)
-                      if not a.kwarg_only and _is_tensor_type(a.type))
+    positions = tuple(
+        i for i, a in enumerate(schema.arguments) if not a.kwarg_only and _is_tensor_type(a.type)
+    )
     tensor_kwargs = any(a.kwarg_only and _is_tensor_type(a.type) for a in schema.arguments)
     return positions, tensor_kwargs
 
@@ -122,8 +123,9 @@ def _make_unwrapper(func) -> Callable:
         except _ForeignTensor as exc:
             if exc.position in cpu_index_positions:
                 args = list(args)
-                args[exc.position] = [_from_cpu(t) if _is_cpu_tensor(t) else t
-                                      for t in args[exc.position]]
+                args[exc.position] = [
+                    _from_cpu(t) if _is_cpu_tensor(t) else t for t in args[exc.position]
+                ]
                 return unwrap(args, kwargs)
             raise _foreign_tensor_error(func, exc) from None
         if several_devices:
@@ -157,12 +159,15 @@ def _check_one_device(func, args, positions) -> None:
 
 def _raise_mismatch(func, first, second) -> None:
     schema = func._schema.arguments if getattr(func, "_schema", None) else None
-    names = [f"argument '{schema[k].name}'" if schema and k < len(schema) else f"argument {k}"
-             for k in (first[0], second[0])]
+    names = [
+        f"argument '{schema[k].name}'" if schema and k < len(schema) else f"argument {k}"
+        for k in (first[0], second[0])
+    ]
     raise DeviceMismatchError(
         f"{op_name(func)} got tensors on different devices: {first[1].device} as {names[0]} "
         f"and {second[1].device} as {names[1]}. Expected all tensors to be on the same device: "
-        "move one first, e.g. with tensor.to(other.device).")
+        "move one first, e.g. with tensor.to(other.device)."
+    )
 
 
 def _single_device(t) -> bool:
@@ -175,8 +180,11 @@ def _cpu_index_positions(func) -> frozenset[int]:
     schema = getattr(func, "_schema", None)
     if schema is None:
         return frozenset()
-    return frozenset(i for i, a in enumerate(schema.arguments)
-                     if a.name == "indices" and isinstance(a.type, torch.ListType))
+    return frozenset(
+        i
+        for i, a in enumerate(schema.arguments)
+        if a.name == "indices" and isinstance(a.type, torch.ListType)
+    )
 
 
 def _is_cpu_tensor(t) -> bool:
@@ -186,7 +194,11 @@ def _is_cpu_tensor(t) -> bool:
 def _foreign_tensor_error(func, exc: _ForeignTensor) -> DeviceMismatchError:
     arg = "an argument"
     schema = getattr(func, "_schema", None)
-    if schema is not None and isinstance(exc.position, int) and exc.position < len(schema.arguments):
+    if (
+        schema is not None
+        and isinstance(exc.position, int)
+        and exc.position < len(schema.arguments)
+    ):
         arg = f"argument '{schema.arguments[exc.position].name}'"
     elif isinstance(exc.position, str):
         arg = f"argument '{exc.position}'"
@@ -339,15 +351,30 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
 
 
 # View ops whose result reads the same elements in the same order (a reshape of the base).
-_RESHAPING_VIEWS = frozenset({
-    "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::unsqueeze", "aten::squeeze",
-    "aten::flatten", "aten::unflatten", "aten::view_as",
-})
+_RESHAPING_VIEWS = frozenset(
+    {
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::_reshape_alias",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::flatten",
+        "aten::unflatten",
+        "aten::view_as",
+    }
+)
 # View ops whose result reinterprets the base's bytes: readable, not writable through.
-_REINTERPRETING_VIEWS = frozenset({
-    "aten::view.dtype", "aten::view_as_real", "aten::view_as_complex", "aten::real",
-    "aten::imag", "aten::_neg_view", "aten::_conj",
-})
+_REINTERPRETING_VIEWS = frozenset(
+    {
+        "aten::view.dtype",
+        "aten::view_as_real",
+        "aten::view_as_complex",
+        "aten::real",
+        "aten::imag",
+        "aten::_neg_view",
+        "aten::_conj",
+    }
+)
 
 
 def _view_kind(func) -> int:
@@ -384,11 +411,20 @@ def view_impl(func, fn) -> Callable:
             return _call(fn, [array, *rest], jkwargs)
 
         if isinstance(out, list | tuple):
-            compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
+            compute = (
+                step if parent is None or parent.compute is None else _then(parent.compute, step)
+            )
             kind = max(GATHER, parent.kind if parent is not None else IDENTITY)
             return type(out)(
-                _view_of(storage, a, _pick(compute, i), kind, root_array, base_array,
-                         None if layouts is None else layouts[i])
+                _view_of(
+                    storage,
+                    a,
+                    _pick(compute, i),
+                    kind,
+                    root_array,
+                    base_array,
+                    None if layouts is None else layouts[i],
+                )
                 for i, a in enumerate(out)
             )
         if out is base_array:  # detach, alias: the very same elements
@@ -396,11 +432,20 @@ def view_impl(func, fn) -> Callable:
             compute = None if parent is None else parent.compute
         else:
             kind = op_kind
-            compute = step if parent is None or parent.compute is None else _then(parent.compute, step)
+            compute = (
+                step if parent is None or parent.compute is None else _then(parent.compute, step)
+            )
         if parent is not None:
             kind = max(kind, parent.kind)
-        return _view_of(storage, out, compute, kind, root_array, base_array,
-                        None if layouts is None else layouts[0])
+        return _view_of(
+            storage,
+            out,
+            compute,
+            kind,
+            root_array,
+            base_array,
+            None if layouts is None else layouts[0],
+        )
 
     return impl
 
@@ -417,8 +462,16 @@ def _view_layouts(func, base, args, kwargs, root_array) -> list | None:
     """
     nbytes = int(root_array.size) * root_array.dtype.itemsize
     try:
-        key = (func, tuple(base.shape), base.stride(), base.storage_offset(), base.dtype, nbytes,
-               _frozen(args[1:]), _frozen(kwargs))
+        key = (
+            func,
+            tuple(base.shape),
+            base.stride(),
+            base.storage_offset(),
+            base.dtype,
+            nbytes,
+            _frozen(args[1:]),
+            _frozen(kwargs),
+        )
         hit = _LAYOUTS.get(key)
     except TypeError:  # a tensor or another unhashable argument: not cached
         key, hit = None, None
@@ -569,8 +622,11 @@ def functional_counterpart(func):
         if packet is None:
             return None
         overload = getattr(packet, func._overloadname, None)
-        if overload is not None and not overload._schema.is_mutable and len(
-            overload._schema.arguments) == len(schema.arguments):
+        if (
+            overload is not None
+            and not overload._schema.is_mutable
+            and len(overload._schema.arguments) == len(schema.arguments)
+        ):
             return overload
         return None
     out_names = [a.name for a in schema.arguments if a.is_out]
@@ -592,8 +648,11 @@ def _mutated_targets(func) -> list:
     """For each return of a mutating op: the position or name of the argument it writes."""
     schema = func._schema
     if not schema.returns:  # e.g. _foreach_add_(Tensor(a!)[] self, ...) -> ()
-        return [a.name if a.kwarg_only else i for i, a in enumerate(schema.arguments)
-                if a.alias_info is not None and a.alias_info.is_write]
+        return [
+            a.name if a.kwarg_only else i
+            for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        ]
     targets = []
     for ret in schema.returns:
         target = None
@@ -608,9 +667,17 @@ def _mutated_targets(func) -> list:
 
 
 _SCALAR_TYPE_NAMES = {
-    torch.bool: "Bool", torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short",
-    torch.int32: "Int", torch.int64: "Long", torch.float16: "Half", torch.bfloat16: "BFloat16",
-    torch.float32: "Float", torch.float64: "Double", torch.complex64: "ComplexFloat",
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex64: "ComplexFloat",
     torch.complex128: "ComplexDouble",
 }
 
@@ -656,7 +723,9 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
     run = getattr(inner, "raw", inner)  # skip wrapping a result that is written back
 
     def impl(args, kwargs):
-        call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if drop_out else kwargs
+        call_kwargs = (
+            {k: v for k, v in kwargs.items() if k not in out_names} if drop_out else kwargs
+        )
         result = run(args, call_kwargs)
         results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
         outputs = []
@@ -707,7 +776,8 @@ def resize_(self, size, memory_format=None):
         if view.kind == REINTERPRET:
             raise NotImplementedError(
                 "aten.resize_ on a view that reinterprets its base's dtype is not supported by "
-                "torchlax; resize a copy (t.clone().resize_(...)) instead.")
+                "torchlax; resize a copy (t.clone().resize_(...)) instead."
+            )
         offset = _first_index(view, root)
     if offset + numel > root.size:
         raise RuntimeError(
@@ -717,11 +787,13 @@ def resize_(self, size, memory_format=None):
         )
 
     def compute(array):
-        return array.reshape(-1)[offset:offset + numel].reshape(size)
+        return array.reshape(-1)[offset : offset + numel].reshape(size)
 
     kind = RESHAPE if offset == 0 and numel == root.size else GATHER
     with torch._C._DisableTorchDispatch():  # the wrapper's own sizes, checked against its storage
-        torch.ops.aten.as_strided_.default(self, size, make_contiguous_strides_for(size), self.storage_offset())
+        torch.ops.aten.as_strided_.default(
+            self, size, make_contiguous_strides_for(size), self.storage_offset()
+        )
     self._view = _View(compute, kind, root, compute(root))
     return self
 

@@ -82,8 +82,13 @@ class Environment:
     (``Environment(autoload=False)``) is useful in tests of the registry.
     """
 
-    def __init__(self, config: Config | None = None, *, autoload: bool | None = None,
-                 strict_plugins: bool | None = None):
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        autoload: bool | None = None,
+        strict_plugins: bool | None = None,
+    ):
         self.config = config or Config()
         # Serialises plugin (un)registration and table rebuilds; dispatch never takes it.
         self._lock = threading.RLock()
@@ -160,8 +165,12 @@ class Environment:
         """
         t = self._tables
         if isinstance(op, torch._ops.OpOverload):
-            candidates = (t.lowerings, op), (t.lowerings, op.overloadpacket), (
-                t.decompositions, op), (t.decompositions, op.overloadpacket)
+            candidates = (
+                (t.lowerings, op),
+                (t.lowerings, op.overloadpacket),
+                (t.decompositions, op),
+                (t.decompositions, op.overloadpacket),
+            )
             for table, key in candidates:
                 if key in table:
                     return table[key]
@@ -231,7 +240,11 @@ class Environment:
         entry = t.lowerings.get(func) or (packet is not None and t.lowerings.get(packet)) or None
         if entry is not None:
             return lowering_impl(func, self._checked(func, entry), self._op_cache)
-        entry = t.decompositions.get(func) or (packet is not None and t.decompositions.get(packet)) or None
+        entry = (
+            t.decompositions.get(func)
+            or (packet is not None and t.decompositions.get(packet))
+            or None
+        )
         if entry is not None:
             fn = self._checked(func, entry)
             return lambda args, kwargs: fn(*args, **kwargs)
@@ -245,8 +258,11 @@ class Environment:
             inner = self._implementation_for(functional)
             if inner is not None:
                 return derived_mutation_impl(func, functional, inner)
-        if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeImplicitAutograd"):
+        if isinstance(
+            func, torch._ops.OpOverload
+        ) and torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        ):
             # Reached below autograd (from inside a decomposition): run PyTorch's own composite.
             return lambda args, kwargs: func.decompose(*args, **kwargs)
         fallback = self._host.fallback_for(func, self)

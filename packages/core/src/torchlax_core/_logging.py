@@ -21,8 +21,13 @@ logger = logging.getLogger("torchlax")
 # handler from printing warnings of ours when the application configured no logging.
 logger.addHandler(logging.NullHandler())
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "warn": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
 _HANDLER_NAME = "torchlax-env"
 
 
@@ -50,7 +55,8 @@ def configure_from_env(value: str | None = None) -> logging.Handler | None:
             warnings.warn(
                 f"TORCHLAX_LOG={value!r} is not a logging level; use one of "
                 f"{', '.join(sorted(_LEVELS))}. torchlax logging stays off.",
-                RuntimeWarning, stacklevel=2,
+                RuntimeWarning,
+                stacklevel=2,
             )
             return None
     for handler in list(logger.handlers):

@@ -107,8 +107,18 @@ def cacheable_op(func) -> bool:
 # -- signatures ---------------------------------------------------------------------------------
 
 _TRUE, _FALSE = object(), object()
-_STATIC_TYPES = frozenset({type(None), int, str, torch.dtype, torch.device, torch.layout,
-                           torch.memory_format, type(Ellipsis)})
+_STATIC_TYPES = frozenset(
+    {
+        type(None),
+        int,
+        str,
+        torch.dtype,
+        torch.device,
+        torch.layout,
+        torch.memory_format,
+        type(Ellipsis),
+    }
+)
 
 
 def _piece(x, leaves: list):
@@ -217,11 +227,15 @@ def _counting_to_host(self, *args, **kwargs):
     return _HostReads.to_host(self, *args, **kwargs)
 
 
-_PROBES = tuple((name, counting) for name, original, counting in (
-    ("_value", _HostReads.value, property(_counting_value)),
-    ("__array__", _HostReads.array, _counting_array),
-    ("copy_to_host_async", _HostReads.to_host, _counting_to_host),
-) if original is not None)
+_PROBES = tuple(
+    (name, counting)
+    for name, original, counting in (
+        ("_value", _HostReads.value, property(_counting_value)),
+        ("__array__", _HostReads.array, _counting_array),
+        ("copy_to_host_async", _HostReads.to_host, _counting_to_host),
+    )
+    if original is not None
+)
 
 
 @contextlib.contextmanager
@@ -316,8 +330,11 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
             return None
         compiled = lowered.compile()
     except Exception as exc:  # a host read, a data-dependent shape, a Python result, ...
-        cache.mark_uncacheable(func, f"its lowering does not trace with abstract inputs "
-                                     f"({type(exc).__name__}: {str(exc)[:200]})")
+        cache.mark_uncacheable(
+            func,
+            f"its lowering does not trace with abstract inputs "
+            f"({type(exc).__name__}: {str(exc)[:200]})",
+        )
         return None
     record_compile(op_name(func), time.perf_counter() - start, env)
     return Entry(compiled, traced)

@@ -119,16 +119,24 @@ def _check(func, entry: Lowering, args, kwargs, out, arrays: bool) -> None:
     want = pytree.tree_leaves(expected)
     got = list(_leaves(out))
     if len(got) != len(want):
-        _fail(func, entry, f"returned {len(got)} value(s) ({', '.join(map(_describe, got))})",
-              "its outputs", f"{len(want)} ({', '.join(map(_describe, want))})")
+        _fail(
+            func,
+            entry,
+            f"returned {len(got)} value(s) ({', '.join(map(_describe, got))})",
+            "its outputs",
+            f"{len(want)} ({', '.join(map(_describe, want))})",
+        )
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if not isinstance(w, torch.Tensor):
             continue
         where = f"output {i}" if len(want) > 1 else "its output"
         if arrays:
             if isinstance(g, np.ndarray) or not _is_array(g):
-                hint = (" (lowerings must return jax.Array: use jnp.asarray, not np)"
-                        if isinstance(g, np.ndarray) else "")
+                hint = (
+                    " (lowerings must return jax.Array: use jnp.asarray, not np)"
+                    if isinstance(g, np.ndarray)
+                    else ""
+                )
                 _fail(func, entry, f"returned {_describe(g)}{hint}", where, _describe(w))
             try:
                 same_dtype = np.dtype(g.dtype) == np.dtype(jax_dtype(w.dtype))

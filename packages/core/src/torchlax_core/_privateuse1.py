@@ -24,8 +24,7 @@ from ._run import run_op
 from ._tensor import Tensor, _hide_from_dynamo
 
 BACKEND = "jax"
-_state = {"set_up": False, "fallback": None, "aten": None, "factories": set(),
-          "composites": set()}
+_state = {"set_up": False, "fallback": None, "aten": None, "factories": set(), "composites": set()}
 
 
 class _DeviceModule:
@@ -218,9 +217,13 @@ def register_factory_kernels(tables) -> None:
             if overload in _state["factories"] or not _is_factory(overload):
                 continue
             name = overload._schema.name
-            qualified = name + ("." + overload._overloadname if overload._overloadname != "default" else "")
+            qualified = name + (
+                "." + overload._overloadname if overload._overloadname != "default" else ""
+            )
             try:
-                library.impl(qualified.split("::", 1)[1], _make_factory_kernel(overload), "PrivateUse1")
+                library.impl(
+                    qualified.split("::", 1)[1], _make_factory_kernel(overload), "PrivateUse1"
+                )
             except RuntimeError:
                 continue  # a C++ kernel already exists for this key
             _state["factories"].add(overload)
@@ -243,8 +246,11 @@ def register_composite_overrides(tables) -> None:
             else [op]
         )
         for overload in overloads:
-            if overload in _state["composites"] or not torch._C._dispatch_has_kernel_for_dispatch_key(
-                    overload.name(), "CompositeImplicitAutograd"):
+            if overload in _state[
+                "composites"
+            ] or not torch._C._dispatch_has_kernel_for_dispatch_key(
+                overload.name(), "CompositeImplicitAutograd"
+            ):
                 continue
             name = overload._schema.name.split("::", 1)[1]
             if overload._overloadname != "default":
@@ -276,6 +282,7 @@ def _is_factory(op) -> bool:
 
 def _make_factory_kernel(op, check=True):
     if not check:
+
         def kernel(*args, **kwargs):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
             if _forked:
                 _check_not_forked(op)

@@ -124,16 +124,39 @@ def _foreach_scaled_first(func, scale, self, tensor1, tensor2, **kwargs):
 
 
 _SCALAR_REWRITES = {
-    **{f: ("alpha", _scaled_other) for f in (
-        torch.add, torch.sub, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.sub,
-        torch.Tensor.sub_)},
-    **{f: ("value", _scaled_first) for f in (
-        torch.addcdiv, torch.addcmul, torch.Tensor.addcdiv, torch.Tensor.addcdiv_,
-        torch.Tensor.addcmul, torch.Tensor.addcmul_)},
-    **{f: ("alpha", _foreach_scaled_other) for f in (
-        torch._foreach_add, torch._foreach_add_, torch._foreach_sub, torch._foreach_sub_)},
-    **{f: ("value", _foreach_scaled_first) for f in (
-        torch._foreach_addcdiv, torch._foreach_addcdiv_, torch._foreach_addcmul,
-        torch._foreach_addcmul_)},
+    **{
+        f: ("alpha", _scaled_other)
+        for f in (
+            torch.add,
+            torch.sub,
+            torch.Tensor.add,
+            torch.Tensor.add_,
+            torch.Tensor.sub,
+            torch.Tensor.sub_,
+        )
+    },
+    **{
+        f: ("value", _scaled_first)
+        for f in (
+            torch.addcdiv,
+            torch.addcmul,
+            torch.Tensor.addcdiv,
+            torch.Tensor.addcdiv_,
+            torch.Tensor.addcmul,
+            torch.Tensor.addcmul_,
+        )
+    },
+    **{
+        f: ("alpha", _foreach_scaled_other)
+        for f in (torch._foreach_add, torch._foreach_add_, torch._foreach_sub, torch._foreach_sub_)
+    },
+    **{
+        f: ("value", _foreach_scaled_first)
+        for f in (
+            torch._foreach_addcdiv,
+            torch._foreach_addcdiv_,
+            torch._foreach_addcmul,
+            torch._foreach_addcmul_,
+        )
+    },
 }
-

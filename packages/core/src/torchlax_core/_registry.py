@@ -25,8 +25,16 @@ _log = get_logger("plugins")
 
 # Distributions whose entry-point plugins load before any third party's, so that a third
 # party's ``override=True`` lands after the built-in lowering it replaces.
-_FIRST_PARTY = frozenset({"torchlax-core", "torchlax-ops", "torchlax-interop", "torchlax-dynamo",
-                          "torchlax-export", "torchlax"})
+_FIRST_PARTY = frozenset(
+    {
+        "torchlax-core",
+        "torchlax-ops",
+        "torchlax-interop",
+        "torchlax-dynamo",
+        "torchlax-export",
+        "torchlax",
+    }
+)
 
 
 def _env_flag(name: str) -> bool:
@@ -81,8 +89,11 @@ class Tables:
     functions: dict[Any, Lowering] = dataclasses.field(default_factory=dict)
 
     def table(self, kind: str) -> dict[Any, Lowering]:
-        return {"lowering": self.lowerings, "decomposition": self.decompositions,
-                "function": self.functions}[kind]
+        return {
+            "lowering": self.lowerings,
+            "decomposition": self.decompositions,
+            "function": self.functions,
+        }[kind]
 
     def counts_by_plugin(self) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}
@@ -112,7 +123,9 @@ class Registration:
         """Implement ATen ``op`` with a torch-level function of other ops."""
         self._stage("decomposition", op, fn, override)
 
-    def register_function(self, torch_fn: Callable, fn: Callable, *, override: bool = False) -> None:
+    def register_function(
+        self, torch_fn: Callable, fn: Callable, *, override: bool = False
+    ) -> None:
         """Replace torch-level ``torch_fn`` (e.g. ``F.gelu``) on torchlax Tensors."""
         self._stage("function", torch_fn, fn, override)
 
@@ -186,7 +199,9 @@ class PluginHost:
     def __init__(self, *, autoload: bool | None = None, strict: bool | None = None):
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
-        self.autoload = (not _env_flag("TORCHLAX_DISABLE_PLUGIN_AUTOLOAD")) if autoload is None else autoload
+        self.autoload = (
+            (not _env_flag("TORCHLAX_DISABLE_PLUGIN_AUTOLOAD")) if autoload is None else autoload
+        )
         self.strict = _env_flag("TORCHLAX_STRICT_PLUGINS") if strict is None else strict
         self.records: dict[str, PluginRecord] = {}
         self._entry_points_loaded = False
@@ -195,8 +210,15 @@ class PluginHost:
 
     # -- loading ------------------------------------------------------------------------------
 
-    def register(self, plugin: Any, name: str | None = None, *, distribution=None, version=None,
-                 explicit: bool = False) -> str | None:
+    def register(
+        self,
+        plugin: Any,
+        name: str | None = None,
+        *,
+        distribution=None,
+        version=None,
+        explicit: bool = False,
+    ) -> str | None:
         """Add ``plugin`` to the manager (its tables are built by the next ``build_tables``).
 
         ``explicit`` (``Environment.register_plugin``): a plugin that fails raises
@@ -233,8 +255,11 @@ class PluginHost:
             self.pm.unregister(plugin)
             return self._fail(name, exc, distribution, version, explicit)
         self.records[name] = PluginRecord(name, "loaded", distribution, version)
-        _log.info("plugin %r loaded%s", name,
-                  f" from {distribution} {version or ''}".rstrip() if distribution else "")
+        _log.info(
+            "plugin %r loaded%s",
+            name,
+            f" from {distribution} {version or ''}".rstrip() if distribution else "",
+        )
         return name
 
     def unregister(self, plugin_or_name: Any) -> None:
@@ -271,8 +296,9 @@ class PluginHost:
             version = ep.dist.version if ep.dist is not None else None
             if self.pm.is_blocked(ep.name):
                 self.records[ep.name] = PluginRecord(ep.name, "blocked", dist, version)
-                _log.info("plugin %r (entry point of %s) blocked (TORCHLAX_BLOCK_PLUGINS)",
-                          ep.name, dist)
+                _log.info(
+                    "plugin %r (entry point of %s) blocked (TORCHLAX_BLOCK_PLUGINS)", ep.name, dist
+                )
                 continue
             if self.pm.get_plugin(ep.name) is not None:
                 continue
@@ -294,11 +320,14 @@ class PluginHost:
         self._report_failure(name, exc, distribution, version)
         return None
 
-    def _report_failure(self, name: str, exc: BaseException, distribution=None, version=None) -> None:
+    def _report_failure(
+        self, name: str, exc: BaseException, distribution=None, version=None
+    ) -> None:
         tb = "".join(traceback.format_exception(exc))
         self.records[name] = PluginRecord(name, "failed", distribution, version, tb)
-        _log.error("torchlax plugin %r failed and was skipped: %s: %s", name,
-                   type(exc).__name__, exc)
+        _log.error(
+            "torchlax plugin %r failed and was skipped: %s: %s", name, type(exc).__name__, exc
+        )
         if self.strict:
             raise PluginError(f"torchlax plugin {name!r} failed to load:\n{tb}") from exc
         warnings.warn(
@@ -340,14 +369,19 @@ class PluginHost:
                         ) from exc
                     self.pm.unregister(name=culprit)
                     known = self.records.get(culprit)
-                    self._report_failure(culprit, exc,
-                                         known.distribution if known else None,
-                                         known.version if known else None)
+                    self._report_failure(
+                        culprit,
+                        exc,
+                        known.distribution if known else None,
+                        known.version if known else None,
+                    )
                     return self.build_tables(new_plugin)
         _log.debug("lowering tables built: %s", tables.counts_by_plugin())
         return tables
 
-    def fallback_for(self, op: Any, env: Any, *, skip: frozenset[str] = frozenset()) -> Callable | None:
+    def fallback_for(
+        self, op: Any, env: Any, *, skip: frozenset[str] = frozenset()
+    ) -> Callable | None:
         """The first ``torchlax_fallback`` answer for ``op``, checked to be callable.
 
         ``skip`` names plugins not to ask (``"torchlax.fallback"``: PyTorch's own kernels).

@@ -55,5 +55,7 @@ class BackwardFailure:
         self.exc = exc
 
     def __repr__(self) -> str:
-        return (f"<torchlax: {self.func} failed during backward with "
-                f"{type(self.exc).__name__}: {self.exc}>")
+        return (
+            f"<torchlax: {self.func} failed during backward with "
+            f"{type(self.exc).__name__}: {self.exc}>"
+        )

@@ -34,8 +34,12 @@ class Stats:
             self.slowest = (name, seconds)
         if threshold is not None and seconds >= threshold and name not in self._logged:
             self._logged.add(name)
-            logger.info("XLA compiled %s in %.1f s (the first call of each new shape or program "
-                        "compiles; later calls reuse it).", name, seconds)
+            logger.info(
+                "XLA compiled %s in %.1f s (the first call of each new shape or program "
+                "compiles; later calls reuse it).",
+                name,
+                seconds,
+            )
         else:
             logger.debug("XLA compiled %s in %.3f s", name, seconds)
 

@@ -30,11 +30,30 @@ from ._run import run_op
 # -- what a tensor is made of -----------------------------------------------------------------
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
-_DTYPES = {jax_dtype(t): t for t in (
-    torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16,
-    torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
-    torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
-    torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)}
+_DTYPES = {
+    jax_dtype(t): t
+    for t in (
+        torch.bool,
+        torch.uint8,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz,
+    )
+}
 _ArrayImpl = type(jnp.zeros(()))
 _DEVICES: dict = {}  # sharding -> torch.device("jax", index): one hash per new tensor
 
@@ -163,8 +182,13 @@ def _write_reinterpreted(compute, root, new):
     return _from_real(jnp.where(picked != 0, written, real_root), root.dtype)
 
 
-def _make(array, storage: _Storage | None = None, view: _View | None = None,
-          requires_grad: bool = False, layout: tuple | None = None) -> Tensor:
+def _make(
+    array,
+    storage: _Storage | None = None,
+    view: _View | None = None,
+    requires_grad: bool = False,
+    layout: tuple | None = None,
+) -> Tensor:
     """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls).
 
     ``layout`` is a view's ``(strides, storage_offset, storage_nbytes)`` as PyTorch computes
@@ -175,12 +199,20 @@ def _make(array, storage: _Storage | None = None, view: _View | None = None,
     except KeyError:
         dtype = torch_dtype(array.dtype)  # raises UnsupportedDtypeError
     if layout is None:
-        r = _make_wrapper_subclass(Tensor, array.shape, dtype=dtype, device=_device_of(array),
-                                   requires_grad=requires_grad)
+        r = _make_wrapper_subclass(
+            Tensor, array.shape, dtype=dtype, device=_device_of(array), requires_grad=requires_grad
+        )
     else:
-        r = _make_wrapper_subclass(Tensor, array.shape, strides=layout[0],
-                                   storage_offset=layout[1], storage_size=layout[2], dtype=dtype,
-                                   device=_device_of(array), requires_grad=requires_grad)
+        r = _make_wrapper_subclass(
+            Tensor,
+            array.shape,
+            strides=layout[0],
+            storage_offset=layout[1],
+            storage_size=layout[2],
+            dtype=dtype,
+            device=_device_of(array),
+            requires_grad=requires_grad,
+        )
     r._storage = _Storage(array) if storage is None else storage
     r._view = view
     return r

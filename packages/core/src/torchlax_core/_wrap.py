@@ -23,7 +23,5 @@ def wrap(array: jax.Array, *, requires_grad: bool = False) -> Tensor:
 def unwrap(tensor: torch.Tensor) -> jax.Array:
     """The ``jax.Array`` a torchlax Tensor holds (same as ``tensor.jax()``)."""
     if not isinstance(tensor, Tensor):
-        raise TypeError(
-            f"torchlax.unwrap expects a torchlax.Tensor, got {type(tensor).__name__}."
-        )
+        raise TypeError(f"torchlax.unwrap expects a torchlax.Tensor, got {type(tensor).__name__}.")
     return tensor._value()

@@ -41,11 +41,11 @@ _OPTIONS = frozenset()
 _MODES = {
     "default": "XLA's default compilation",
     "reduce-overhead": "each graph already runs as one XLA executable launched by one call; "
-                       "there is no per-kernel launch overhead for CUDA graphs to remove",
+    "there is no per-kernel launch overhead for CUDA graphs to remove",
     "max-autotune": "XLA chooses and, on GPU, autotunes its kernels itself; nothing more to "
-                    "tune from here",
+    "tune from here",
     "max-autotune-no-cudagraphs": "XLA chooses and, on GPU, autotunes its kernels itself; "
-                                  "nothing more to tune from here",
+    "nothing more to tune from here",
 }
 _noted_modes: set[str] = set()
 
@@ -61,12 +61,20 @@ def _check_mode(mode: str | None) -> None:
         )
     if mode not in _noted_modes:
         _noted_modes.add(mode)
-        _log.info("torch.compile mode=%r compiles the same XLA program as the default mode: %s.",
-                  mode, _MODES[mode])
+        _log.info(
+            "torch.compile mode=%r compiles the same XLA program as the default mode: %s.",
+            mode,
+            _MODES[mode],
+        )
 
 
-def torchlax_backend(gm: torch.fx.GraphModule, example_inputs,
-                     options: dict[str, Any] | None = None, *, mode: str | None = None):
+def torchlax_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs,
+    options: dict[str, Any] | None = None,
+    *,
+    mode: str | None = None,
+):
     """The ``torch.compile`` backend: run Dynamo's graphs as XLA programs through torchlax.
 
     Registered as ``backend="torchlax"`` through the ``torch_dynamo_backends`` entry point, so
@@ -93,16 +101,23 @@ def torchlax_backend(gm: torch.fx.GraphModule, example_inputs,
 
     env = current_env()
     counter = iter(range(1 << 62))
-    _log.info("torch.compile: Dynamo graph with %d nodes and %d inputs handed to torchlax",
-              len(gm.graph.nodes), len(example_inputs))
+    _log.info(
+        "torch.compile: Dynamo graph with %d nodes and %d inputs handed to torchlax",
+        len(gm.graph.nodes),
+        len(example_inputs),
+    )
 
     def compiler(kind):
         def compile_aten_graph(aten_gm: torch.fx.GraphModule, aten_inputs):
             name = f"{kind}{next(counter)}"
             start = time.perf_counter()
             compiled = compile_graph(aten_gm, env, name)
-            _log.debug("%s: ATen graph of %d nodes prepared in %.1f ms", name,
-                       len(aten_gm.graph.nodes), 1e3 * (time.perf_counter() - start))
+            _log.debug(
+                "%s: ATen graph of %d nodes prepared in %.1f ms",
+                name,
+                len(aten_gm.graph.nodes),
+                1e3 * (time.perf_counter() - start),
+            )
             return compiled.boxed
 
         return compile_aten_graph

@@ -34,8 +34,10 @@ def decompositions_for(env) -> dict[torch._ops.OpOverload, Callable]:
     from torch._decomp import core_aten_decompositions
 
     table = {
-        op: fn for op, fn in core_aten_decompositions().items()
-        if isinstance(op, torch._ops.OpOverload) and op not in _EXCLUDED
+        op: fn
+        for op, fn in core_aten_decompositions().items()
+        if isinstance(op, torch._ops.OpOverload)
+        and op not in _EXCLUDED
         and env.lowering_for(op) is None
     }
     _cache[id(env)] = (tables, table)

@@ -67,7 +67,11 @@ def normalize(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.find_nodes(op="call_function", target=aten._to_copy.default):
         device = node.kwargs.get("device")
         source = _meta(node.args[0])
-        if device is not None and isinstance(source, torch.Tensor) and torch.device(device) == source.device:
+        if (
+            device is not None
+            and isinstance(source, torch.Tensor)
+            and torch.device(device) == source.device
+        ):
             node.kwargs = {k: v for k, v in node.kwargs.items() if k != "device"}
             changed = True
     if changed:
@@ -138,9 +142,13 @@ def compile_graph(gm: torch.fx.GraphModule, env, name: str):
         gm, _Lowerable(env), allows_single_node_partition=True
     ).partition_and_fuse()
     result = SplitGraph(split, env, name)
-    _log.info("%s: split into %d XLA programs and %d eager nodes (%s)", name,
-              len(result.programs), len(eager),
-              ", ".join(sorted({f"{n.target} ({r})" for n, r in eager}, key=str)))
+    _log.info(
+        "%s: split into %d XLA programs and %d eager nodes (%s)",
+        name,
+        len(result.programs),
+        len(eager),
+        ", ".join(sorted({f"{n.target} ({r})" for n, r in eager}, key=str)),
+    )
     return result
 
 
@@ -199,8 +207,11 @@ class _TimedProgram:
         start = time.perf_counter()
         out = self.program(*args)
         if counters["xla_traces"] != traces:
-            _log.info("%s: XLA program traced and compiled for a new input signature; first "
-                      "call %.1f ms", self.name, 1e3 * (time.perf_counter() - start))
+            _log.info(
+                "%s: XLA program traced and compiled for a new input signature; first call %.1f ms",
+                self.name,
+                1e3 * (time.perf_counter() - start),
+            )
         return out
 
 

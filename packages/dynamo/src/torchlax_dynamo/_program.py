@@ -35,10 +35,14 @@ from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 #: ``eager_nodes`` (ATen nodes left to eager PyTorch). ``counters.clear()`` resets them.
 counters: collections.Counter = collections.Counter()
 
-_SIZE_QUERIES = frozenset({
-    torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
-    torch.ops.aten.sym_storage_offset.default,
-})
+_SIZE_QUERIES = frozenset(
+    {
+        torch.ops.aten.sym_size.int,
+        torch.ops.aten.sym_stride.int,
+        torch.ops.aten.sym_numel.default,
+        torch.ops.aten.sym_storage_offset.default,
+    }
+)
 
 # What ``_trace`` returns for each graph output.
 _ARRAY, _INPUT, _CONSTANT = 0, 1, 2
@@ -83,8 +87,9 @@ class XlaProgram:
         # Config.checked: value checks (an index out of range, ...) are recorded with checkify and
         # raised after the call, before any output or write-back; off, XLA clamps and fills.
         self._checked = bool(getattr(env.config, "checked", False))
-        self._jitted = jax.jit(self._checked_trace if self._checked else self._trace,
-                               static_argnums=(1,))
+        self._jitted = jax.jit(
+            self._checked_trace if self._checked else self._trace, static_argnums=(1,)
+        )
         self.boxed = boxed(self)
         counters["xla_programs"] += 1
 
@@ -212,7 +217,9 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
             values[node] = next(inputs)
         elif op == "get_attr":
             value = operator.attrgetter(node.target)(gm)
-            values[node] = Tensor(_constant_array(value)) if isinstance(value, torch.Tensor) else value
+            values[node] = (
+                Tensor(_constant_array(value)) if isinstance(value, torch.Tensor) else value
+            )
         elif op == "output":
             return map_arg(node.args[0], values.__getitem__)
         else:

@@ -106,7 +106,9 @@ class Artifact:
             try:
                 flat = self._call(*self._weight_arrays(weights), *arrays)
             except (ValueError, TypeError) as exc:  # e.g. a derived dim such as 2*batch broken
-                raise InputMismatchError(f"The exported program rejected the inputs: {exc}") from exc
+                raise InputMismatchError(
+                    f"The exported program rejected the inputs: {exc}"
+                ) from exc
         n_user = len(self.outputs)
         user, mutated = flat[:n_user], flat[n_user:]
         outputs = _unflatten(self.manifest["output_tree"], user)
@@ -138,8 +140,14 @@ class Artifact:
                 )
             values = [override.get(name, value) for name, value in self.weights.items()]
             for spec, value in zip(self.manifest["weights"], values, strict=True):
-                _check_array(f"weight '{spec['name']}'", spec, np.shape(value), _dtype_of(value), {},
-                             self.manifest["dims"])
+                _check_array(
+                    f"weight '{spec['name']}'",
+                    spec,
+                    np.shape(value),
+                    _dtype_of(value),
+                    {},
+                    self.manifest["dims"],
+                )
             return values
         key = tuple(id(v) for v in self.weights.values())
         if self._device_weights is None or self._device_weights[0] != key:
@@ -168,7 +176,9 @@ class Artifact:
             values[index] = value
         for i, spec in enumerate(specs):
             if values[i] is _MISSING and spec.get("role") == "rng":  # fresh randomness per call
-                values[i] = np.random.default_rng().integers(0, 2**32, spec["shape"], dtype=np.uint32)
+                values[i] = np.random.default_rng().integers(
+                    0, 2**32, spec["shape"], dtype=np.uint32
+                )
         missing = [n for n, v in zip(names, values, strict=True) if v is _MISSING]
         if missing:
             raise InputMismatchError(f"Missing input(s): {', '.join(missing)}.")
@@ -177,8 +187,14 @@ class Artifact:
         for spec, value in zip(specs, values, strict=True):
             if not isinstance(value, jax.Array):
                 value = np.asarray(value)
-            _check_array(f"input '{spec['name']}'", spec, tuple(value.shape), value.dtype, bound,
-                         self.manifest["dims"])
+            _check_array(
+                f"input '{spec['name']}'",
+                spec,
+                tuple(value.shape),
+                value.dtype,
+                bound,
+                self.manifest["dims"],
+            )
             arrays.append(value)
         return arrays
 
@@ -233,11 +249,15 @@ def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
     try:
         manifest = json.loads(manifest_path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactFormatError(f"{manifest_path} is not valid JSON ({exc}); the artifact is "
-                                  "corrupt or truncated: export it again.") from None
+        raise ArtifactFormatError(
+            f"{manifest_path} is not valid JSON ({exc}); the artifact is "
+            "corrupt or truncated: export it again."
+        ) from None
     except RecursionError:
-        raise ArtifactFormatError(f"{manifest_path} nests its JSON too deeply to be a "
-                                  "torchlax-export manifest; the artifact is corrupt.") from None
+        raise ArtifactFormatError(
+            f"{manifest_path} nests its JSON too deeply to be a "
+            "torchlax-export manifest; the artifact is corrupt."
+        ) from None
     _check_manifest(manifest, manifest_path)
     for name, record in manifest["files"].items():
         _verify_file(_check_inside(path, name), record)
@@ -282,22 +302,33 @@ def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
     except ArtifactFormatError:
         raise
     except Exception as exc:
-        raise ArtifactFormatError(f"{path / WEIGHTS} could not be read ({exc}); the artifact is "
-                                  "corrupt: export it again.") from exc
+        raise ArtifactFormatError(
+            f"{path / WEIGHTS} could not be read ({exc}); the artifact is corrupt: export it again."
+        ) from exc
     return Artifact(exported, weights, manifest)
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 _MISSING = object()
-_REQUIRED = ("format", "format_version", "files", "dims", "weights", "inputs", "outputs",
-             "output_tree", "mutations")
+_REQUIRED = (
+    "format",
+    "format_version",
+    "files",
+    "dims",
+    "weights",
+    "inputs",
+    "outputs",
+    "output_tree",
+    "mutations",
+)
 
 
 def _check_manifest(manifest: Any, where: Path) -> None:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactFormatError(f"{where} is not a torchlax-export manifest (its 'format' is not "
-                                  f"'{FORMAT}').")
+        raise ArtifactFormatError(
+            f"{where} is not a torchlax-export manifest (its 'format' is not '{FORMAT}')."
+        )
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         newer = isinstance(version, int) and version > FORMAT_VERSION
@@ -308,12 +339,14 @@ def _check_manifest(manifest: Any, where: Path) -> None:
         )
     absent = [key for key in _REQUIRED if key not in manifest]
     if absent:
-        raise ArtifactFormatError(f"{where} lacks the entries {absent}; the artifact is corrupt: "
-                                  "export it again.")
+        raise ArtifactFormatError(
+            f"{where} lacks the entries {absent}; the artifact is corrupt: export it again."
+        )
     files = manifest["files"]
     if not isinstance(files, dict) or not all(isinstance(r, dict) for r in files.values()):
-        raise ArtifactFormatError(f"{where}: 'files' must map file names to their size and "
-                                  "checksum.")
+        raise ArtifactFormatError(
+            f"{where}: 'files' must map file names to their size and checksum."
+        )
     for name in (PROGRAM, WEIGHTS):
         if name not in files:
             raise ArtifactFormatError(f"{where} does not list the file {name}.")
@@ -324,8 +357,10 @@ _MAX_TREE_DEPTH = 64  # far deeper than any PyTorch program's outputs nest
 
 
 def _field_error(where: Path, field: str, problem: str) -> ArtifactFormatError:
-    return ArtifactFormatError(f"{where}: {field} {problem}; the artifact is corrupt or was not "
-                               "written by torchlax-export: export it again.")
+    return ArtifactFormatError(
+        f"{where}: {field} {problem}; the artifact is corrupt or was not "
+        "written by torchlax-export: export it again."
+    )
 
 
 def _check_fields(manifest: dict, where: Path) -> None:
@@ -335,7 +370,8 @@ def _check_fields(manifest: dict, where: Path) -> None:
         raise _field_error(where, "'dims'", "is not an object")
     for name, bounds in dims.items():
         if not isinstance(bounds, dict) or not all(
-                bounds.get(k) is None or _is_int(bounds.get(k)) for k in ("min", "max")):
+            bounds.get(k) is None or _is_int(bounds.get(k)) for k in ("min", "max")
+        ):
             raise _field_error(where, f"dims['{name}']", "is not {'min': int, 'max': int|null}")
         low, high = bounds.get("min"), bounds.get("max")
         if low is not None and high is not None and low > high:
@@ -350,20 +386,27 @@ def _check_fields(manifest: dict, where: Path) -> None:
                 raise _field_error(where, field, "has no string 'name'")
             shape = spec.get("shape")
             if not isinstance(shape, list) or not all(
-                    (_is_int(d) and d >= 0) or isinstance(d, str) for d in shape):
-                raise _field_error(where, f"{field}.shape", f"is {shape!r}, not a list of sizes "
-                                   "(non-negative ints, or names of symbolic dims)")
+                (_is_int(d) and d >= 0) or isinstance(d, str) for d in shape
+            ):
+                raise _field_error(
+                    where,
+                    f"{field}.shape",
+                    f"is {shape!r}, not a list of sizes "
+                    "(non-negative ints, or names of symbolic dims)",
+                )
             if section == "weights" and not all(_is_int(d) for d in shape):
-                raise _field_error(where, f"{field}.shape", "has a symbolic dim (weights have "
-                                   "static shapes)")
+                raise _field_error(
+                    where, f"{field}.shape", "has a symbolic dim (weights have static shapes)"
+                )
             dtype = spec.get("dtype")
             try:
                 if not isinstance(dtype, str):
                     raise TypeError
                 jnp.dtype(dtype)
             except (TypeError, ValueError):
-                raise _field_error(where, f"{field}.dtype", f"is {dtype!r}, not a dtype name such "
-                                   "as 'float32'") from None
+                raise _field_error(
+                    where, f"{field}.dtype", f"is {dtype!r}, not a dtype name such as 'float32'"
+                ) from None
     names = [w["name"] for w in manifest["weights"]]
     n_outputs = len(manifest["outputs"])
     _check_tree(manifest["output_tree"], n_outputs, where, "output_tree", 0)
@@ -374,8 +417,11 @@ def _check_fields(manifest: dict, where: Path) -> None:
         if not isinstance(m, dict) or m.get("buffer") not in names:
             raise _field_error(where, f"mutations[{j}].buffer", "names no weight of the artifact")
         if "output" in m and m["output"] != n_outputs + j:
-            raise _field_error(where, f"mutations[{j}].output", f"is {m['output']!r}; the "
-                               f"program returns buffer {j} as output {n_outputs + j}")
+            raise _field_error(
+                where,
+                f"mutations[{j}].output",
+                f"is {m['output']!r}; the program returns buffer {j} as output {n_outputs + j}",
+            )
 
 
 def _is_int(x) -> bool:
@@ -389,12 +435,17 @@ def _check_tree(tree, n_leaves: int, where: Path, field: str, depth: int) -> Non
         return
     if _is_int(tree):
         if not 0 <= tree < n_leaves:
-            raise _field_error(where, field, f"refers to output {tree}, but the artifact has "
-                               f"{n_leaves} output(s)")
+            raise _field_error(
+                where, field, f"refers to output {tree}, but the artifact has {n_leaves} output(s)"
+            )
         return
     if not isinstance(tree, dict) or len(tree) != 1:
-        raise _field_error(where, field, f"is {str(tree)[:80]!r}, not an output index, null or "
-                           "a one-key object ('tuple', 'list', 'dict' or 'const')")
+        raise _field_error(
+            where,
+            field,
+            f"is {str(tree)[:80]!r}, not an output index, null or "
+            "a one-key object ('tuple', 'list', 'dict' or 'const')",
+        )
     kind, body = next(iter(tree.items()))
     if kind == "const":
         return
@@ -402,13 +453,18 @@ def _check_tree(tree, n_leaves: int, where: Path, field: str, depth: int) -> Non
         for k, t in enumerate(body):
             _check_tree(t, n_leaves, where, f"{field}.{kind}[{k}]", depth + 1)
         return
-    if kind == "dict" and isinstance(body, list) and all(
-            isinstance(e, list) and len(e) == 2 for e in body):
+    if (
+        kind == "dict"
+        and isinstance(body, list)
+        and all(isinstance(e, list) and len(e) == 2 for e in body)
+    ):
         for key, t in body:
             try:
                 hash(key)
             except TypeError:
-                raise _field_error(where, f"{field}.dict", f"has an unhashable key {key!r}") from None
+                raise _field_error(
+                    where, f"{field}.dict", f"has an unhashable key {key!r}"
+                ) from None
             _check_tree(t, n_leaves, where, f"{field}.dict[{key!r}]", depth + 1)
         return
     raise _field_error(where, field, f"has a node {kind!r} with a malformed body")
@@ -416,8 +472,14 @@ def _check_tree(tree, n_leaves: int, where: Path, field: str, depth: int) -> Non
 
 def _check_inside(root: Path, name: str) -> Path:
     """``root / name``, refused unless it stays inside ``root`` (symlinks resolved)."""
-    if (not isinstance(name, str) or not name or os.path.isabs(name) or "\\" in name
-            or "\x00" in name or any(part in ("..", "") for part in name.split("/"))):
+    if (
+        not isinstance(name, str)
+        or not name
+        or os.path.isabs(name)
+        or "\\" in name
+        or "\x00" in name
+        or any(part in ("..", "") for part in name.split("/"))
+    ):
         raise ArtifactFormatError(
             f"The manifest of {root} lists the file {name!r}, a name that leaves the artifact "
             "directory (absolute, '..', empty parts or a NUL byte): refused. An artifact only "
@@ -436,13 +498,19 @@ def _check_inside(root: Path, name: str) -> Path:
 
 def _check_against_program(manifest: dict, exported, where: Path) -> None:
     n_weights = len(manifest["weights"])
-    for i, (spec, aval) in enumerate(zip(manifest["weights"] + manifest["inputs"],
-                                         exported.in_avals, strict=True)):
+    for i, (spec, aval) in enumerate(
+        zip(manifest["weights"] + manifest["inputs"], exported.in_avals, strict=True)
+    ):
         field = f"weights[{i}]" if i < n_weights else f"inputs[{i - n_weights}]"
-        static_differs = any(_is_int(want) and isinstance(have, int) and want != have
-                             for want, have in zip(spec["shape"], aval.shape))
-        if (jnp.dtype(spec["dtype"]) != np.dtype(aval.dtype)
-                or len(spec["shape"]) != len(aval.shape) or static_differs):
+        static_differs = any(
+            _is_int(want) and isinstance(have, int) and want != have
+            for want, have in zip(spec["shape"], aval.shape)
+        )
+        if (
+            jnp.dtype(spec["dtype"]) != np.dtype(aval.dtype)
+            or len(spec["shape"]) != len(aval.shape)
+            or static_differs
+        ):
             raise ArtifactFormatError(
                 f"{MANIFEST}: {field} is {_describe(spec)}, but {where.name} takes "
                 f"{np.dtype(aval.dtype).name}{list(aval.shape)} there: the files come from "
@@ -462,10 +530,17 @@ def _check_against_program(manifest: dict, exported, where: Path) -> None:
 # make it read or write past its buffers (a LAPACK LU with a one-element pivot buffer for a
 # large matrix corrupts memory). These targets are what torchlax's exports emit: structural
 # ones that touch no buffer, and the solver kernels whose result sizes are checked below.
-_SAFE_CUSTOM_CALLS = frozenset({
-    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
-    "shape_assertion", "cu_threefry2x32_ffi", "hip_threefry2x32_ffi",
-})
+_SAFE_CUSTOM_CALLS = frozenset(
+    {
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "annotate_device_placement",
+        "shape_assertion",
+        "cu_threefry2x32_ffi",
+        "hip_threefry2x32_ffi",
+    }
+)
 
 
 # Each takes the operand types [(shape, element type)] and returns the result types the kernel
@@ -473,7 +548,7 @@ _SAFE_CUSTOM_CALLS = frozenset({
 def _lu_results(operands):  # getrf: LU factors, pivots (min(m, n) of them), info
     if len(operands) != 1 or len(operands[0][0]) < 2:
         return None
-    (shape, dtype), = operands
+    ((shape, dtype),) = operands
     *batch, m, n = shape
     return [(shape, dtype), ((*batch, min(m, n)), "i32"), (tuple(batch), "i32")]
 
@@ -481,14 +556,14 @@ def _lu_results(operands):  # getrf: LU factors, pivots (min(m, n) of them), inf
 def _cholesky_results(operands):  # potrf: factor, info
     if len(operands) != 1 or len(operands[0][0]) < 2 or operands[0][0][-1] != operands[0][0][-2]:
         return None
-    (shape, dtype), = operands
+    ((shape, dtype),) = operands
     return [(shape, dtype), (tuple(shape[:-2]), "i32")]
 
 
 def _qr_results(operands):  # geqrf: factors, tau (min(m, n) of them)
     if len(operands) != 1 or len(operands[0][0]) < 2:
         return None
-    (shape, dtype), = operands
+    ((shape, dtype),) = operands
     *batch, m, n = shape
     return [(shape, dtype), ((*batch, min(m, n)), dtype)]
 
@@ -498,8 +573,11 @@ def _householder_results(operands):  # orgqr/ungqr: Q from the factors and tau
         return None
     (shape, dtype), (tau_shape, tau_dtype) = operands
     *batch, m, n = shape
-    if tuple(tau_shape[:-1]) != tuple(batch) or not 0 <= tau_shape[-1] <= min(m, n) \
-            or tau_dtype != dtype:
+    if (
+        tuple(tau_shape[:-1]) != tuple(batch)
+        or not 0 <= tau_shape[-1] <= min(m, n)
+        or tau_dtype != dtype
+    ):
         return None
     return [(shape, dtype)]
 
@@ -509,10 +587,14 @@ _CHECKED_CUSTOM_CALLS = {
     **{f"lapack_{t}potrf_ffi": _cholesky_results for t in "sdcz"},
     **{f"lapack_{t}geqrf_ffi": _qr_results for t in "sdcz"},
     **{f"lapack_{t}_ffi": _householder_results for t in ("sorgqr", "dorgqr", "cungqr", "zungqr")},
-    "cusolver_getrf_ffi": _lu_results, "hipsolver_getrf_ffi": _lu_results,
-    "cusolver_potrf_ffi": _cholesky_results, "hipsolver_potrf_ffi": _cholesky_results,
-    "cusolver_geqrf_ffi": _qr_results, "hipsolver_geqrf_ffi": _qr_results,
-    "cusolver_orgqr_ffi": _householder_results, "hipsolver_orgqr_ffi": _householder_results,
+    "cusolver_getrf_ffi": _lu_results,
+    "hipsolver_getrf_ffi": _lu_results,
+    "cusolver_potrf_ffi": _cholesky_results,
+    "hipsolver_potrf_ffi": _cholesky_results,
+    "cusolver_geqrf_ffi": _qr_results,
+    "hipsolver_geqrf_ffi": _qr_results,
+    "cusolver_orgqr_ffi": _householder_results,
+    "hipsolver_orgqr_ffi": _householder_results,
 }
 
 
@@ -660,4 +742,6 @@ def _unflatten(tree, leaves):
         return {key: _unflatten(t, leaves) for key, t in body}
     if kind == "const":
         return body
-    raise ArtifactFormatError(f"Unknown output_tree node {kind!r} in the manifest.")  # checked at load
+    raise ArtifactFormatError(
+        f"Unknown output_tree node {kind!r} in the manifest."
+    )  # checked at load

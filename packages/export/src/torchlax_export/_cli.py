@@ -40,13 +40,17 @@ def _parse_range(text: str) -> tuple[int, int | None]:
     try:
         return int(low or 1), (int(high) if high else None)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"bad range {text!r}: write MIN:MAX, e.g. 1:1024.") from None
+        raise argparse.ArgumentTypeError(
+            f"bad range {text!r}: write MIN:MAX, e.g. 1:1024."
+        ) from None
 
 
 def _load_factory(spec: str):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"torchlax-export: {spec!r} is not MODULE:FACTORY (e.g. mypkg.models:make_mlp).")
+        raise SystemExit(
+            f"torchlax-export: {spec!r} is not MODULE:FACTORY (e.g. mypkg.models:make_mlp)."
+        )
     if "" not in sys.path:
         sys.path.insert(0, "")  # as `python -m` does: modules in the current directory import
     try:
@@ -57,9 +61,13 @@ def _load_factory(spec: str):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise SystemExit(f"torchlax-export: module {module_name!r} has no attribute {attr!r}.") from None
+            raise SystemExit(
+                f"torchlax-export: module {module_name!r} has no attribute {attr!r}."
+            ) from None
     if not callable(obj):
-        raise SystemExit(f"torchlax-export: {spec} is not callable; it should return a torch.nn.Module.")
+        raise SystemExit(
+            f"torchlax-export: {spec} is not callable; it should return a torch.nn.Module."
+        )
     return obj
 
 
@@ -68,17 +76,37 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m torchlax_export",
         description="Export a PyTorch module to a StableHLO artifact that runs with JAX alone.",
     )
-    parser.add_argument("factory", metavar="MODULE:FACTORY",
-                        help="importable module and a callable in it returning the torch.nn.Module")
-    parser.add_argument("--example-shapes", required=True, type=_parse_shapes,
-                        help="shapes of the example inputs, e.g. 2x3,4")
-    parser.add_argument("--dtype", default="float32", help="dtype of the example inputs (default float32)")
+    parser.add_argument(
+        "factory",
+        metavar="MODULE:FACTORY",
+        help="importable module and a callable in it returning the torch.nn.Module",
+    )
+    parser.add_argument(
+        "--example-shapes",
+        required=True,
+        type=_parse_shapes,
+        help="shapes of the example inputs, e.g. 2x3,4",
+    )
+    parser.add_argument(
+        "--dtype", default="float32", help="dtype of the example inputs (default float32)"
+    )
     parser.add_argument("-o", "--output", required=True, help="directory to write the artifact to")
-    parser.add_argument("--dynamic-batch", nargs="?", const="1:", default=None, type=_parse_range,
-                        metavar="MIN:MAX", help="make dim 0 of every input dynamic (named 'batch')")
+    parser.add_argument(
+        "--dynamic-batch",
+        nargs="?",
+        const="1:",
+        default=None,
+        type=_parse_range,
+        metavar="MIN:MAX",
+        help="make dim 0 of every input dynamic (named 'batch')",
+    )
     parser.add_argument("--train", action="store_true", help="export in train mode (default: eval)")
-    parser.add_argument("--platform", action="append", dest="platforms",
-                        help="lower for this JAX platform (repeatable; default: the current backend)")
+    parser.add_argument(
+        "--platform",
+        action="append",
+        dest="platforms",
+        help="lower for this JAX platform (repeatable; default: the current backend)",
+    )
     options = parser.parse_args(argv)
 
     def report(line: str) -> None:
@@ -97,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     with _step(report, f"building the module ({options.factory})"):
         module = factory()
     if not isinstance(module, torch.nn.Module):
-        raise SystemExit(f"torchlax-export: {options.factory}() returned {type(module).__name__}, "
-                         "not a torch.nn.Module.")
+        raise SystemExit(
+            f"torchlax-export: {options.factory}() returned {type(module).__name__}, "
+            "not a torch.nn.Module."
+        )
     module.train(options.train)
     gen = torch.Generator().manual_seed(0)
     if dtype.is_floating_point or dtype.is_complex:
@@ -110,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         low, high = options.dynamic_batch
         batch = torch.export.Dim("batch", min=max(low, 1), max=high)
         dynamic = tuple({0: batch} if len(s) else None for s in options.example_shapes)
-    artifact = export(module, tuple(example), dynamic_shapes=dynamic, progress=report,
-                      platforms=tuple(options.platforms) if options.platforms else None)
+    artifact = export(
+        module,
+        tuple(example),
+        dynamic_shapes=dynamic,
+        progress=report,
+        platforms=tuple(options.platforms) if options.platforms else None,
+    )
     with _step(report, "serializing"):
         path = artifact.save(options.output)
     report(f"torchlax-export: done in {time.perf_counter() - start:.1f} s")

@@ -47,7 +47,8 @@ def _function_module(fn: Callable) -> torch.nn.Module:
         signature = inspect.signature(fn)
         me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
         FunctionModule.forward.__signature__ = signature.replace(
-            parameters=[me, *signature.parameters.values()])
+            parameters=[me, *signature.parameters.values()]
+        )
     except (TypeError, ValueError):  # a builtin without a signature: generic names
         pass
     FunctionModule.__name__ = getattr(fn, "__name__", "FunctionModule")
@@ -75,7 +76,11 @@ def export(
     prints each slow step with its time to stderr (or passes the lines to a callable).
     """
     report = _reporter(progress)
-    module = module_or_fn if isinstance(module_or_fn, torch.nn.Module) else _function_module(module_or_fn)
+    module = (
+        module_or_fn
+        if isinstance(module_or_fn, torch.nn.Module)
+        else _function_module(module_or_fn)
+    )
     args = tuple(args) if isinstance(args, list | tuple) else (args,)
     kwargs = dict(kwargs or {})
     env = torchlax_core.default_env()
@@ -95,10 +100,13 @@ def export(
     def lower(rng_used: bool):
         def program(*flat):
             weights = flat[: len(plan.weights)]
-            inputs = flat[len(plan.weights):len(plan.weights) + len(plan.inputs)]
+            inputs = flat[len(plan.weights) : len(plan.weights) + len(plan.inputs)]
             # Random ops draw their keys from an input of the program, never from a baked key.
-            scope = env.prng_key_scope(jax.random.wrap_key_data(flat[-1])) if rng_used \
+            scope = (
+                env.prng_key_scope(jax.random.wrap_key_data(flat[-1]))
+                if rng_used
                 else contextlib.nullcontext()
+            )
             with scope as keys:
                 outputs = interpreter.run(ep.graph_module, plan.placeholder_values(weights, inputs))
             drew_key[:] = [keys is not None and keys.drawn]
@@ -106,7 +114,9 @@ def export(
 
         avals = plan.avals()
         if rng_used:
-            avals.append(jax.ShapeDtypeStruct(jax.random.key_data(jax.random.key(0)).shape, np.uint32))
+            avals.append(
+                jax.ShapeDtypeStruct(jax.random.key_data(jax.random.key(0)).shape, np.uint32)
+            )
         with torchlax_core.enable(env), jax.enable_x64(True):
             return jax.export.export(jax.jit(program), platforms=platforms)(*avals)
 
@@ -168,7 +178,11 @@ def _decompose(ep: ExportedProgram, env) -> ExportedProgram:
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
         # Keep what the registry lowers in one piece: one lowering beats a chain of small ops.
-        if isinstance(op, torch._ops.OpOverload) and not op._schema.is_mutable and _direct_lowering(env, op):
+        if (
+            isinstance(op, torch._ops.OpOverload)
+            and not op._schema.is_mutable
+            and _direct_lowering(env, op)
+        ):
             del table[op]
     ep = ep.run_decompositions(table)
     # Ops without a direct JAX lowering (none at all, or only a torch-level decomposition, which
@@ -177,8 +191,11 @@ def _decompose(ep: ExportedProgram, env) -> ExportedProgram:
     # prims, which the registry rarely lowers, are dropped.
     for _ in range(3):
         before = _lowering_gaps(ep, env)
-        extra = {op: torch._decomp.decomposition_table[op] for op in before[1]
-                 if op in torch._decomp.decomposition_table}
+        extra = {
+            op: torch._decomp.decomposition_table[op]
+            for op in before[1]
+            if op in torch._decomp.decomposition_table
+        }
         if not extra:
             break
         improved = _try_decompose(ep, env, extra, before)
@@ -201,9 +218,12 @@ def _try_decompose(ep, env, table, before) -> ExportedProgram | None:
         # A decomposition may call a mutating relative (_native_batch_norm_legit_no_training
         # calls _native_batch_norm_legit); decomposing that relative too keeps it functional.
         names = {op._schema.name for op in table}
-        relatives = {op: fn for op, fn in torch._decomp.decomposition_table.items()
-                     if isinstance(op, torch._ops.OpOverload)
-                     and any(n.startswith(op._schema.name) for n in names)}
+        relatives = {
+            op: fn
+            for op, fn in torch._decomp.decomposition_table.items()
+            if isinstance(op, torch._ops.OpOverload)
+            and any(n.startswith(op._schema.name) for n in names)
+        }
         try:
             candidate = ep.run_decompositions({**relatives, **table})
         except Exception:
@@ -219,9 +239,13 @@ def _lowering_gaps(ep: ExportedProgram, env) -> tuple[set, set]:
     for gm in _interpret.graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
             op = node.target
-            if (node.op != "call_function" or not isinstance(op, torch._ops.OpOverload)
-                    or op in _interpret.NO_OPS or op in _interpret.SIZE_OPS
-                    or op in _interpret.PROGRAM_OPS):
+            if (
+                node.op != "call_function"
+                or not isinstance(op, torch._ops.OpOverload)
+                or op in _interpret.NO_OPS
+                or op in _interpret.SIZE_OPS
+                or op in _interpret.PROGRAM_OPS
+            ):
                 continue
             entry = env.lowering_for(op)
             if entry is None:
@@ -252,10 +276,20 @@ def _dim_names(module, args, kwargs, dynamic_shapes, ep) -> list[dict[int, str]]
 
     def walk(value, spec):
         if isinstance(value, torch.Tensor):
-            axes = spec if isinstance(spec, dict) else dict(enumerate(spec)) if isinstance(
-                spec, list | tuple) else {}
-            names.append({a: d.__name__ for a, d in axes.items()
-                          if isinstance(getattr(d, "__name__", None), str)})
+            axes = (
+                spec
+                if isinstance(spec, dict)
+                else dict(enumerate(spec))
+                if isinstance(spec, list | tuple)
+                else {}
+            )
+            names.append(
+                {
+                    a: d.__name__
+                    for a, d in axes.items()
+                    if isinstance(getattr(d, "__name__", None), str)
+                }
+            )
         elif isinstance(value, list | tuple):
             specs = spec if isinstance(spec, list | tuple) else [None] * len(value)
             for v, s in zip(value, specs, strict=False):
@@ -309,10 +343,17 @@ class _Plan:
                 if value is None:
                     value = ep.constants[spec.target]
                 kind = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer"}.get(
-                    spec.kind, "constant")
+                    spec.kind, "constant"
+                )
                 array = _to_numpy(value)  # pyright: ignore[reportArgumentType]  (a CONSTANT_TENSOR input's constant is a tensor)
-                self.weights.append({"name": spec.target, "kind": kind, "shape": list(array.shape),
-                                     "dtype": array.dtype.name})
+                self.weights.append(
+                    {
+                        "name": spec.target,
+                        "kind": kind,
+                        "shape": list(array.shape),
+                        "dtype": array.dtype.name,
+                    }
+                )
                 self.weight_values[spec.target] = array
             elif spec.kind == InputKind.USER_INPUT:
                 if isinstance(spec.arg, TensorArgument):
@@ -335,10 +376,19 @@ class _Plan:
             val = node.meta["val"]
             shape = [self._dim(d) for d in val.shape]
             spec_text = ", ".join(str(d) for d in shape)
-            symbolic = jax.export.symbolic_shape(spec_text, scope=scope) if any(
-                isinstance(d, str) for d in shape) else tuple(shape)
-            self.inputs.append({"name": node.name, "shape": shape, "dtype": _jax_dtype_name(val.dtype),
-                                "_aval": jax.ShapeDtypeStruct(symbolic, torchlax_core.jax_dtype(val.dtype))})
+            symbolic = (
+                jax.export.symbolic_shape(spec_text, scope=scope)
+                if any(isinstance(d, str) for d in shape)
+                else tuple(shape)
+            )
+            self.inputs.append(
+                {
+                    "name": node.name,
+                    "shape": shape,
+                    "dtype": _jax_dtype_name(val.dtype),
+                    "_aval": jax.ShapeDtypeStruct(symbolic, torchlax_core.jax_dtype(val.dtype)),
+                }
+            )
         self._check_outputs()
 
     # -- symbolic dims ----------------------------------------------------------------------
@@ -395,8 +445,10 @@ class _Plan:
     # -- placeholders and outputs -------------------------------------------------------------
 
     def avals(self) -> list:
-        weights = [jax.ShapeDtypeStruct(tuple(w["shape"]), jax.numpy.dtype(w["dtype"]))
-                   for w in self.weights]
+        weights = [
+            jax.ShapeDtypeStruct(tuple(w["shape"]), jax.numpy.dtype(w["dtype"]))
+            for w in self.weights
+        ]
         return weights + [i["_aval"] for i in self.inputs]
 
     def placeholder_values(self, weights, inputs) -> list:
@@ -431,11 +483,15 @@ class _Plan:
                     "artifact is functional. Return the new value instead of writing into the input."
                 )
             else:
-                raise ExportError(f"torchlax-export does not support outputs of kind {spec.kind.name}.")
+                raise ExportError(
+                    f"torchlax-export does not support outputs of kind {spec.kind.name}."
+                )
 
     def split_outputs(self, outputs) -> tuple:
         outputs = list(outputs)
-        return tuple(outputs[i] for i in self.user_outputs) + tuple(outputs[i] for i, _ in self.mutations)
+        return tuple(outputs[i] for i in self.user_outputs) + tuple(
+            outputs[i] for i, _ in self.mutations
+        )
 
     def output_tree(self):
         specs = self.ep.graph_signature.output_specs
@@ -452,14 +508,20 @@ class _Plan:
 
     def manifest(self, exported, rng_used: bool) -> dict:
         n_user = len(self.user_outputs)
-        outputs = [{"name": f"output_{k}", "shape": [_dim_text(d) for d in aval.shape],
-                    "dtype": np.dtype(aval.dtype).name}
-                   for k, aval in enumerate(exported.out_avals[:n_user])]
+        outputs = [
+            {
+                "name": f"output_{k}",
+                "shape": [_dim_text(d) for d in aval.shape],
+                "dtype": np.dtype(aval.dtype).name,
+            }
+            for k, aval in enumerate(exported.out_avals[:n_user])
+        ]
         inputs = [{k: v for k, v in i.items() if k != "_aval"} for i in self.inputs]
         if rng_used:
             key = exported.in_avals[-1]
-            inputs.append({"name": "rng_key", "shape": list(key.shape), "dtype": "uint32",
-                           "role": "rng"})
+            inputs.append(
+                {"name": "rng_key", "shape": list(key.shape), "dtype": "uint32", "role": "rng"}
+            )
         return {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -473,8 +535,10 @@ class _Plan:
             "inputs": inputs,
             "outputs": outputs,
             "output_tree": self.output_tree(),
-            "mutations": [{"buffer": target, "output": n_user + j}
-                          for j, (_, target) in enumerate(self.mutations)],
+            "mutations": [
+                {"buffer": target, "output": n_user + j}
+                for j, (_, target) in enumerate(self.mutations)
+            ],
         }
 
 
@@ -496,8 +560,10 @@ def _json_tree(tree):
         return {"list": [_json_tree(t) for t in tree]}
     if isinstance(tree, dict):
         return {"dict": [[k, _json_tree(v)] for k, v in tree.items()]}
-    raise ExportError(f"torchlax-export cannot describe an output of type {type(tree).__name__}; "
-                      "return tensors in tuples, lists and dicts.")
+    raise ExportError(
+        f"torchlax-export cannot describe an output of type {type(tree).__name__}; "
+        "return tensors in tuples, lists and dicts."
+    )
 
 
 def _bound(value) -> int | None:

@@ -33,13 +33,25 @@ aten = torch.ops.aten
 # Runtime assertions torch.export leaves in the graph: shapes were already checked by tracing,
 # and JAX checks the symbolic-shape constraints of the exported program itself.
 NO_OPS = {
-    aten._assert_scalar.default, aten._assert_tensor_metadata.default,
-    aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default,
-    aten._assert_async.default, aten._assert_async.msg,
+    aten._assert_scalar.default,
+    aten._assert_tensor_metadata.default,
+    aten.sym_constrain_range.default,
+    aten.sym_constrain_range_for_size.default,
+    aten._assert_async.default,
+    aten._assert_async.msg,
 }
 
-def _to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
-             memory_format=None):
+
+def _to_copy(
+    x,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
     # Inside an exported program a device move is meaningless; only the dtype cast remains.
     return x if dtype is None else x.astype(torchlax_core.jax_dtype(dtype))
 
@@ -55,12 +67,40 @@ SIZE_OPS: dict[Any, Callable] = {
 
 # Python-level functions on sizes (SymInt arithmetic) that torch.export records as nodes.
 _PYTHON_FUNCTIONS = {
-    getattr(operator, name) for name in (
-        "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "pow", "neg", "pos",
-        "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "not_", "abs",
+    getattr(operator, name)
+    for name in (
+        "getitem",
+        "add",
+        "sub",
+        "mul",
+        "floordiv",
+        "truediv",
+        "mod",
+        "pow",
+        "neg",
+        "pos",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "and_",
+        "or_",
+        "not_",
+        "abs",
     )
-} | {math.ceil, math.floor, math.sqrt, builtins.max, builtins.min, torch.sym_float,
-     torch.sym_int, torch.sym_not, torch.sym_ite}
+} | {
+    math.ceil,
+    math.floor,
+    math.sqrt,
+    builtins.max,
+    builtins.min,
+    torch.sym_float,
+    torch.sym_int,
+    torch.sym_not,
+    torch.sym_ite,
+}
 
 _SYM_MAX_MIN = {torch.sym_max: builtins.max, torch.sym_min: builtins.min}
 
@@ -106,8 +146,11 @@ def _missing_message(missing: dict[str, Any]) -> str:
     for name, op in missing.items():
         schema = getattr(op, "_schema", None)
         lines.append(f"  {name}" + (f"   ({schema})" if schema is not None else ""))
-    first = next(name for name, op in missing.items() if isinstance(op, torch._ops.OpOverload)) \
-        if any(isinstance(op, torch._ops.OpOverload) for op in missing.values()) else None
+    first = (
+        next(name for name, op in missing.items() if isinstance(op, torch._ops.OpOverload))
+        if any(isinstance(op, torch._ops.OpOverload) for op in missing.values())
+        else None
+    )
     if first is not None:
         lines += [
             "Register a JAX lowering for each before exporting, for example:",
@@ -136,14 +179,14 @@ def _normalize(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tu
         return args, kwargs
     schema_args = op._schema.arguments
     positional = [a for a in schema_args if not a.kwarg_only]
-    if not any(a.name in kwargs for a in positional[len(args):]):
+    if not any(a.name in kwargs for a in positional[len(args) :]):
         return args, kwargs
     kwargs = dict(kwargs)
     filled = list(args)
-    for a in positional[len(filled):]:
+    for a in positional[len(filled) :]:
         if a.name in kwargs:
             filled.append(kwargs.pop(a.name))
-        elif any(b.name in kwargs for b in positional[len(filled) + 1:]):
+        elif any(b.name in kwargs for b in positional[len(filled) + 1 :]):
             filled.append(a.default_value)
         else:
             break
@@ -263,8 +306,9 @@ class Interpreter:
 
         def call(*arrays):
             arrays = iter(arrays)
-            operands = [static_positions[i] if i in static_positions else next(arrays)
-                        for i in range(n)]
+            operands = [
+                static_positions[i] if i in static_positions else next(arrays) for i in range(n)
+            ]
             out = self.run(gm, operands)
             return tuple(out) if isinstance(out, list | tuple) else (out,)
 
@@ -314,7 +358,9 @@ class Interpreter:
 
         def step(carry, x):
             out = body(*carry, *x, *extra)
-            new = tuple(jnp.asarray(a, dtype=c.dtype) for a, c in zip(out[:n_carry], carry, strict=True))
+            new = tuple(
+                jnp.asarray(a, dtype=c.dtype) for a, c in zip(out[:n_carry], carry, strict=True)
+            )
             return new, tuple(out[n_carry:])
 
         carry, ys = jax.lax.scan(step, init, xs)

@@ -12,8 +12,9 @@ import torchlax_core
 from ._views import jax_view, numpy_to_jax, torch_view
 
 
-def call_torch(torch_fn: Callable, *args: Any, prng_key: jax.Array | None = None,
-               **kwargs: Any) -> Any:
+def call_torch(
+    torch_fn: Callable, *args: Any, prng_key: jax.Array | None = None, **kwargs: Any
+) -> Any:
     """Call ``torch_fn`` on JAX arrays, as a JAX function.
 
     Every ``jax.Array`` in ``args``/``kwargs`` (traced ones included) is wrapped as a torchlax
@@ -35,4 +36,3 @@ def call_torch(torch_fn: Callable, *args: Any, prng_key: jax.Array | None = None
         args, kwargs = numpy_to_jax((args, kwargs))
         tensor_args, tensor_kwargs = torch_view((args, kwargs))
         return jax_view(torch_fn(*tensor_args, **tensor_kwargs))
-

@@ -56,8 +56,9 @@ _exports: dict[int, _Export] = {}
 
 def _watch(tensor: torch.Tensor, array: jax.Array) -> None:
     key = id(tensor)
-    _exports[key] = _Export(weakref.ref(tensor, lambda _: _exports.pop(key, None)),
-                            tensor._version, array)
+    _exports[key] = _Export(
+        weakref.ref(tensor, lambda _: _exports.pop(key, None)), tensor._version, array
+    )
 
 
 def check_shared_writes() -> None:
@@ -134,8 +135,9 @@ def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
     tensor = tensor.detach()
     with jax.enable_x64(True), _current_cuda_device(tensor):
         if tensor.numel() == 0:  # nothing to share; on the device DLPack would have used
-            return jnp.zeros(tuple(tensor.shape), jax_dtype(tensor.dtype),
-                             device=_dlpack_device(tensor))
+            return jnp.zeros(
+                tuple(tensor.shape), jax_dtype(tensor.dtype), device=_dlpack_device(tensor)
+            )
         if tensor.is_conj() or tensor.is_neg() or not _compact(tensor):
             # A private copy in a layout DLPack can express: share it, nothing to protect.
             return jnp.from_dlpack(tensor.resolve_conj().resolve_neg().contiguous())

@@ -36,8 +36,9 @@ def _array(tensor: torch.Tensor) -> jax.Array:
     return from_torch(tensor.detach()).jax()
 
 
-def functional(module: torch.nn.Module,
-               ) -> tuple[dict[str, jax.Array], dict[str, jax.Array], Callable]:
+def functional(
+    module: torch.nn.Module,
+) -> tuple[dict[str, jax.Array], dict[str, jax.Array], Callable]:
     """``(params, buffers, fn)``: ``module`` as a pure JAX function ``fn(params, *args, key=None,
     **kwargs)``.
 
@@ -66,8 +67,7 @@ def functional(module: torch.nn.Module,
     params, buffers = module_state(module)
     defaults = {**params, **buffers}
 
-    def fn(params: dict[str, Any], *args: Any, key: jax.Array | None = None,
-           **kwargs: Any) -> Any:
+    def fn(params: dict[str, Any], *args: Any, key: jax.Array | None = None, **kwargs: Any) -> Any:
         env = torchlax_core.current_env()
         keys = env.prng_key_scope(key) if key is not None else contextlib.nullcontext()
         with torchlax_core.enable(env), keys:

@@ -53,8 +53,13 @@ _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in t
 _trace_lock = threading.RLock()
 
 
-def jit(fn_or_module: Callable | torch.nn.Module, *, static_argnums: int | Sequence[int] = (),
-        static_argnames: str | Sequence[str] = (), donate_state: bool = True) -> Callable:
+def jit(
+    fn_or_module: Callable | torch.nn.Module,
+    *,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    donate_state: bool = True,
+) -> Callable:
     """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
 
     It takes and returns torchlax Tensors (and also plain CPU tensors: then the results are CPU
@@ -158,8 +163,10 @@ class _Program:
                 cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
                 inputs = iter(tensors[n_cpu:])
                 statics = iter(self.static_values)
-                flat = [next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
-                        for s in self.statics]
+                flat = [
+                    next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
+                    for s in self.statics
+                ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
                 try:
                     out = self.jitted._run(cpu_state, args, kwargs)
@@ -177,8 +184,7 @@ class _Program:
         finally:
             _swap_out(state, saved)
             _undefer_schedulers(state.schedulers)
-        changed = tuple(new is not old for new, old in zip(new_storages, state_arrays,
-                                                            strict=True))
+        changed = tuple(new is not old for new, old in zip(new_storages, state_arrays, strict=True))
         cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
         extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
         trains = any(
@@ -186,19 +192,27 @@ class _Program:
             for i, (kind, index) in enumerate(grad_slots)
         ) or any(
             kind != _KEPT or changed[index]
-            for slots in opt_slots for entries in slots for _, kind, index in entries
+            for slots in opt_slots
+            for entries in slots
+            for _, kind, index in entries
         )
         self._tracing_info = _Info(
-            out_spec, out_statics, scope.drawn, changed, grad_slots, opt_slots,
-            tuple(recorded[id(s)] for s in state.schedulers), cpu_changed, trains,
+            out_spec,
+            out_statics,
+            scope.drawn,
+            changed,
+            grad_slots,
+            opt_slots,
+            tuple(recorded[id(s)] for s in state.schedulers),
+            cpu_changed,
+            trains,
         )
         return out_arrays, new_storages, extra
 
     def _checked_traced(self, state_arrays, lr_arrays, arrays, key):
         return checked(self._traced)(state_arrays, lr_arrays, arrays, key)  # (error, results)
 
-    def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays,
-                    key):
+    def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
         n_state = len(self._state.storages)
 
@@ -307,12 +321,17 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
         "storage_ids": ids,
         "grads": [p.grad for p in state.grads],
         "grad_storage": [-1 if p.grad is None else ids[id(p.grad._storage)] for p in state.grads],
-        "opt_state": {id(opt): {p: dict(v) for p, v in opt.state.items()}
-                      for opt in state.optimizers},
+        "opt_state": {
+            id(opt): {p: dict(v) for p, v in opt.state.items()} for opt in state.optimizers
+        },
         "opt_dicts": {id(opt): dict(opt.state) for opt in state.optimizers},
         "lrs": [group["lr"] for group, _ in state.lrs],
-        "capturable": [(group, group["capturable"]) for opt in state.optimizers
-                       for group in opt.param_groups if "capturable" in group],
+        "capturable": [
+            (group, group["capturable"])
+            for opt in state.optimizers
+            for group in opt.param_groups
+            if "capturable" in group
+        ],
     }
     for storage, array in zip(state.storages, state_arrays, strict=True):
         storage.array = array
@@ -350,6 +369,7 @@ def _defer_schedulers(schedulers) -> dict:
     """Inside the trace, a scheduler's step() is counted, and run on the host after the call."""
     recorded = {id(s): 0 for s in schedulers}
     for s in schedulers:
+
         def step(*args, _s=s, **kwargs):
             if args or kwargs:
                 raise RuntimeError(
@@ -456,8 +476,10 @@ class _Jitted:
                 if grad is not None:
                     t.grad = Tensor(_borrow(grad))
             args, kwargs = pytree.tree_map_only(
-                torch.Tensor, lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
-                (args, kwargs))
+                torch.Tensor,
+                lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
+                (args, kwargs),
+            )
             out = self._call(args, kwargs)
         finally:
             self._layout = None  # found over the lent tensors: stale once they are given back
@@ -500,8 +522,14 @@ class _Jitted:
             statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
             spec_key = str(in_spec)
         checks = bool(torchlax_core.current_env().config.checked)
-        program_key = (spec_key, statics, static_values, state.structure(),
-                       torch.is_grad_enabled(), checks)
+        program_key = (
+            spec_key,
+            statics,
+            static_values,
+            state.structure(),
+            torch.is_grad_enabled(),
+            checks,
+        )
         try:
             program = self.programs.get(program_key)
         except TypeError:
@@ -513,12 +541,14 @@ class _Jitted:
         if program is None:
             with _trace_lock:
                 program = self.programs.setdefault(
-                    program_key, _Program(self, in_spec, statics, static_values, checks))
+                    program_key, _Program(self, in_spec, statics, static_values, checks)
+                )
         cpu_tensors = list(state.cpu_tensors.values())
         state_arrays = [s.array for s in state.storages]
         lr_arrays = [np.float64(lr) for _, lr in state.lrs]
         arrays = [_borrow(t) for t in cpu_tensors] + [
-            t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs]
+            t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs
+        ]
         on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         signature = (_signature(state_arrays), _signature(arrays))
         state_arrays = _distinct(state_arrays)
@@ -533,8 +563,17 @@ class _Jitted:
             mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
         if any(mask):
             diff = [t for t, m in zip(all_tensors, mask, strict=True) if m]
-            call = _Call(program, info, state, mask, state_arrays + arrays, lr_arrays, key,
-                         on_jax, all_tensors)
+            call = _Call(
+                program,
+                info,
+                state,
+                mask,
+                state_arrays + arrays,
+                lr_arrays,
+                key,
+                on_jax,
+                all_tensors,
+            )
             outputs = _JitFunction.apply(call, *diff)
         else:
             executable = program.executable(signature)
@@ -565,8 +604,12 @@ class _Jitted:
         # The optimizers create their state in this first call, with PyTorch's own code, and
         # later calls compile one program over it (else the first call would compile a
         # program of its own, used once).
-        groups = [(g, g["capturable"]) for opt in state.optimizers for g in opt.param_groups
-                  if "capturable" in g]
+        groups = [
+            (g, g["capturable"])
+            for opt in state.optimizers
+            for g in opt.param_groups
+            if "capturable" in g
+        ]
         for g, _ in groups:
             g["capturable"] = True  # step counts on the jax device, as the program keeps them
         try:
@@ -613,7 +656,9 @@ def _optimizer_state_missing(optimizers) -> bool:
     """Whether a first step would create optimizer state or gradients (then it runs eagerly)."""
     return any(
         not opt.state.get(p) or p.grad is None
-        for opt in optimizers for g in opt.param_groups for p in g["params"]
+        for opt in optimizers
+        for g in opt.param_groups
+        for p in g["params"]
     )
 
 
@@ -647,7 +692,7 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
 def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
     if not state.cpu_tensors:
         return
-    cpu_new = iter(extra[len(extra) - sum(info.cpu_changed):])
+    cpu_new = iter(extra[len(extra) - sum(info.cpu_changed) :])
     with torch.no_grad():
         for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
             if changed:
@@ -689,14 +734,16 @@ class _JitFunction(torch.autograd.Function):
         with _trace_lock:
             program._state = call.state
             outs, new_storages, extra, error, vjp = program.forward_vjp(
-                call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key)
+                call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key
+            )
         if error is not None:
             raise_error(error)  # before any output or state is written back
         call.vjp, call.out_arrays = vjp, outs
         ctx.call = call
         outputs = _to_tensors(outs, call.on_jax, call.arrays)
-        for storage, array, changed in zip(call.state.storages, new_storages, call.info.changed,
-                                           strict=True):
+        for storage, array, changed in zip(
+            call.state.storages, new_storages, call.info.changed, strict=True
+        ):
             if changed:  # buffers (BatchNorm's running statistics)
                 storage.array = array
         _write_cpu_buffers(call.state, call.info, extra)

@@ -88,8 +88,9 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
 
     for m in modules:
         for sub in m.modules():
-            layout.module_dicts.extend(_snapshot(d) for d in
-                                       (sub._parameters, sub._buffers, sub._modules))
+            layout.module_dicts.extend(
+                _snapshot(d) for d in (sub._parameters, sub._buffers, sub._modules)
+            )
             layout.trainings.append((sub, sub.training))
         for name, p in m.named_parameters(remove_duplicate=True):
             if isinstance(p, Tensor):
@@ -110,18 +111,24 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             if lr_input:
                 layout.lr_groups.append(group)
             hyper = tuple((k, v) for k, v in group.items() if k != "lr")
-            layout.groups.append((group, hyper, lr_input, group["params"],
-                                  tuple(group["params"])))
+            layout.groups.append((group, hyper, lr_input, group["params"], tuple(group["params"])))
             for p in group["params"]:
                 if not isinstance(p, Tensor):
                     raise _cpu_optimizer_error(opt)
                 add(p)
                 add_grad(p)
                 entries = opt.state.get(p)
-                kinds = None if entries is None else tuple(
-                    (name, _TENSOR if isinstance(v, Tensor) else v) for name, v in entries.items())
-                layout.entries.append((opt.state, p, _ABSENT if entries is None else entries,
-                                       kinds))
+                kinds = (
+                    None
+                    if entries is None
+                    else tuple(
+                        (name, _TENSOR if isinstance(v, Tensor) else v)
+                        for name, v in entries.items()
+                    )
+                )
+                layout.entries.append(
+                    (opt.state, p, _ABSENT if entries is None else entries, kinds)
+                )
                 if entries:
                     recipe.append(entries)
     for t in tensors:
@@ -129,8 +136,10 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     layout.static_structure = (
-        tuple(_optimizer_structure(opt) for opt in optimizers), len(layout.lr_groups),
-        tuple(cpu_tensors), tuple(flag for _, flag in layout.trainings),
+        tuple(_optimizer_structure(opt) for opt in optimizers),
+        len(layout.lr_groups),
+        tuple(cpu_tensors),
+        tuple(flag for _, flag in layout.trainings),
     )
     return layout
 
@@ -165,8 +174,7 @@ class _Layout:
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
         args = [leaf for leaf in arg_leaves if isinstance(leaf, _STATEFUL)]
-        if len(args) != len(self.arg_objects) or not all(map(operator.is_, args,
-                                                               self.arg_objects)):
+        if len(args) != len(self.arg_objects) or not all(map(operator.is_, args, self.arg_objects)):
             return False
         for cell, contents in self.cells:
             if _cell_contents(cell) is not contents:
@@ -188,9 +196,12 @@ class _Layout:
             if scheduler.optimizer is not opt:
                 return False
         for opt, groups, snapshot, state in self.optimizers:
-            if (opt.param_groups is not groups or opt.state is not state
-                    or len(groups) != len(snapshot)
-                    or not all(map(operator.is_, groups, snapshot))):
+            if (
+                opt.param_groups is not groups
+                or opt.state is not state
+                or len(groups) != len(snapshot)
+                or not all(map(operator.is_, groups, snapshot))
+            ):
                 return False
         for group, hyper, lr_input, params, snapshot in self.groups:
             if len(group) != len(hyper) + ("lr" in group):
@@ -239,8 +250,17 @@ class _Layout:
         for t in self.tensors:
             add(t)
         lrs = [(group, group["lr"]) for group in self.lr_groups]
-        return _StateSet(storages, owners, self.grads, self.modules, self.optimizer_list,
-                         self.schedulers, lrs, self.cpu_tensors, self.static_structure)
+        return _StateSet(
+            storages,
+            owners,
+            self.grads,
+            self.modules,
+            self.optimizer_list,
+            self.schedulers,
+            lrs,
+            self.cpu_tensors,
+            self.static_structure,
+        )
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
@@ -257,8 +277,11 @@ def _snapshot(d: dict) -> tuple:
 def _unchanged(d: dict, keys: tuple, values: tuple) -> bool:
     if not keys:
         return not d
-    return (len(d) == len(keys) and all(map(operator.is_, d, keys))
-            and all(map(operator.is_, d.values(), values)))
+    return (
+        len(d) == len(keys)
+        and all(map(operator.is_, d, keys))
+        and all(map(operator.is_, d.values(), values))
+    )
 
 
 def _same_kinds(entries: dict, kinds: tuple) -> bool:
@@ -356,10 +379,12 @@ def _optimizer_structure(opt) -> tuple:
     for group in opt.param_groups:
         for p in group["params"]:
             entries = opt.state.get(p)
-            state.append(tuple(
-                (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
-                for name, v in (entries or {}).items()
-            ))
+            state.append(
+                tuple(
+                    (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
+                    for name, v in (entries or {}).items()
+                )
+            )
     return type(opt), tuple(groups), tuple(state)
 
 
@@ -382,8 +407,11 @@ def _move_cpu_state_to_jax(opt) -> None:
             continue
         for name, value in list(entries.items()):
             if isinstance(value, torch.Tensor) and not isinstance(value, Tensor):
-                entries[name] = Tensor(torchlax_core.current_env().place(
-                    jnp.asarray(value.detach().cpu().numpy()), p.device))
+                entries[name] = Tensor(
+                    torchlax_core.current_env().place(
+                        jnp.asarray(value.detach().cpu().numpy()), p.device
+                    )
+                )
 
 
 class CpuStateError(RuntimeError):
@@ -425,4 +453,3 @@ def _cpu_optimizer_error(opt) -> RuntimeError:
         f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
         "the 'jax' device; the call lends them to the program (caught by _Jitted.__call__)."
     )
-

@@ -49,8 +49,15 @@ def jax_view(tree: Any) -> Any:
 
 
 # Node types JAX knows natively, and the ones registered here, so each is checked once.
-_JAX_KNOWN: set[type] = {tuple, list, dict, type(None), collections.OrderedDict,
-                         collections.defaultdict, collections.deque}
+_JAX_KNOWN: set[type] = {
+    tuple,
+    list,
+    dict,
+    type(None),
+    collections.OrderedDict,
+    collections.defaultdict,
+    collections.deque,
+}
 
 
 def _register_with_jax(obj: Any) -> None:

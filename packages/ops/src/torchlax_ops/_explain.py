@@ -41,7 +41,9 @@ class OpUse:
     how: str
     count: int = 0
     derived_from: Any = None  # the functional op an in-place/out= op is derived from
-    via: set = dataclasses.field(default_factory=set)  # decompositions calling it (None: the program)
+    via: set = dataclasses.field(
+        default_factory=set
+    )  # decompositions calling it (None: the program)
 
     @property
     def name(self) -> str:
@@ -78,23 +80,31 @@ class Explanation:
                 how += f" (inside {', '.join(sorted(use.via))})"
             rows.append((use.name, str(use.count), use.plugin or "-", how))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                 for row in rows]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         lowered = len(self.ops) - len(self.missing)
         lines.append("")
-        lines.append(f"{len(self.ops)} ATen ops, {lowered} lowered, {len(self.missing)} not lowered"
-                     + (": " + ", ".join(u.name for u in self.missing) if self.missing else "."))
-        lines.append(f"Traced with gradients {'enabled' if self.grad_enabled else 'disabled'}: "
-                     "call explain in the mode you will run (e.g. under torch.no_grad() for "
-                     "inference, where eval-mode Transformer layers use fused kernels).")
+        lines.append(
+            f"{len(self.ops)} ATen ops, {lowered} lowered, {len(self.missing)} not lowered"
+            + (": " + ", ".join(u.name for u in self.missing) if self.missing else ".")
+        )
+        lines.append(
+            f"Traced with gradients {'enabled' if self.grad_enabled else 'disabled'}: "
+            "call explain in the mode you will run (e.g. under torch.no_grad() for "
+            "inference, where eval-mode Transformer layers use fused kernels)."
+        )
         if self.error:
             lines.append(f"Tracing stopped early: {self.error}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return (f"Explanation({len(self.ops)} ops, missing="
-                f"{[u.name for u in self.missing]!r}{', error=...' if self.error else ''})")
+        return (
+            f"Explanation({len(self.ops)} ops, missing="
+            f"{[u.name for u in self.missing]!r}{', error=...' if self.error else ''})"
+        )
 
 
 _BUILTIN_PREFIX = "torchlax."
@@ -154,8 +164,9 @@ def _run_fake(func, args, kwargs):
 
     def to_cpu(x):
         if isinstance(x, torch.Tensor) and x.device.type == "jax":
-            cpu = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
-                                      device="cpu")
+            cpu = torch.empty_strided(
+                tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="cpu"
+            )
             originals[id(cpu)] = x
             return cpu
         if isinstance(x, torch.device) and x.type == "jax":
@@ -167,8 +178,7 @@ def _run_fake(func, args, kwargs):
             return x
         if id(x) in originals:  # an in-place op's result is its argument
             return originals[id(x)]
-        return torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype,
-                                   device="jax")
+        return torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="jax")
 
     cpu_args, cpu_kwargs = pytree.tree_map(to_cpu, (args, kwargs))
     if isinstance(cpu_kwargs.get("device"), str) and cpu_kwargs["device"].startswith("jax"):
@@ -197,7 +207,9 @@ def _without_outs(func, kwargs):
 def _classify(env, func) -> OpUse:
     entry = env.lowering_for(func)
     if entry is not None:
-        derived = entry.op if entry.op not in (func, getattr(func, "overloadpacket", None)) else None
+        derived = (
+            entry.op if entry.op not in (func, getattr(func, "overloadpacket", None)) else None
+        )
         return OpUse(func, entry.plugin, entry.kind, derived_from=derived)
     if _is_composite(func):
         return OpUse(func, "torch", "composite")
@@ -208,7 +220,9 @@ def _classify(env, func) -> OpUse:
 
 def _is_composite(func) -> bool:
     try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+        return torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        )
     except RuntimeError:  # not a dispatcher op
         return False
 
@@ -231,8 +245,9 @@ def _fake_like(mode: FakeTensorMode, t: torch.Tensor) -> torch.Tensor:
     return fake
 
 
-def explain(fn_or_module: Callable | torch.nn.Module, *example_args, env=None,
-            **example_kwargs) -> Explanation:
+def explain(
+    fn_or_module: Callable | torch.nn.Module, *example_args, env=None, **example_kwargs
+) -> Explanation:
     """List the ATen ops ``fn_or_module(*example_args, **example_kwargs)`` uses on torchlax.
 
     Runs the call once on fake tensors on the ``jax`` device (CPU or torchlax example tensors
@@ -257,9 +272,13 @@ def explain(fn_or_module: Callable | torch.nn.Module, *example_args, env=None,
         # parameters and buffers on the jax device, as if moved there with .to("jax").
         fakes: dict[int, torch.Tensor] = {}
         for module in _modules_of(fn_or_module, example_args, example_kwargs):
-            state = {name: fakes.setdefault(id(t), fake(t)) for name, t in
-                     [*module.named_parameters(remove_duplicate=False),
-                      *module.named_buffers(remove_duplicate=False)]}
+            state = {
+                name: fakes.setdefault(id(t), fake(t))
+                for name, t in [
+                    *module.named_parameters(remove_duplicate=False),
+                    *module.named_buffers(remove_duplicate=False),
+                ]
+            }
             stack.enter_context(_reparametrize_module(module, state))
         stack.enter_context(mode)
         stack.enter_context(_Recorder(env, uses))

@@ -6,8 +6,14 @@ import importlib.metadata
 import platform
 import sys
 
-LAYERS = ("torchlax", "torchlax-core", "torchlax-ops", "torchlax-interop", "torchlax-dynamo",
-          "torchlax-export")
+LAYERS = (
+    "torchlax",
+    "torchlax-core",
+    "torchlax-ops",
+    "torchlax-interop",
+    "torchlax-dynamo",
+    "torchlax-export",
+)
 
 
 def _version(distribution: str) -> str:
@@ -43,11 +49,17 @@ def report() -> str:
             continue
         per = counts.get(record.name, {})
         summary = ", ".join(f"{n} {kind}s" for kind, n in sorted(per.items())) or "no ops"
-        source = f"{record.distribution} {record.version or ''}".strip() if record.distribution else "registered at run time"
+        source = (
+            f"{record.distribution} {record.version or ''}".strip()
+            if record.distribution
+            else "registered at run time"
+        )
         lines.append(f"  {record.name:<20} {source:<30} {summary}")
     blocked = [r for r in records if r.status == "blocked"]
     lines += ["", "Blocked plugins (TORCHLAX_BLOCK_PLUGINS):"]
-    lines += [f"  {r.name} ({r.distribution or 'unknown distribution'})" for r in blocked] or ["  none"]
+    lines += [f"  {r.name} ({r.distribution or 'unknown distribution'})" for r in blocked] or [
+        "  none"
+    ]
     failed = [r for r in records if r.status == "failed"]
     lines += ["", "Failed plugins:"]
     if not failed:
@@ -56,12 +68,17 @@ def report() -> str:
         last = (r.error or "").strip().splitlines()[-1:] or ["?"]
         lines.append(f"  {r.name} ({r.distribution or 'unknown distribution'}): {last[0]}")
     if failed:
-        lines.append("  (skipped; the rest loaded. Fix or uninstall them, or block them with "
-                     "TORCHLAX_BLOCK_PLUGINS.)")
+        lines.append(
+            "  (skipped; the rest loaded. Fix or uninstall them, or block them with "
+            "TORCHLAX_BLOCK_PLUGINS.)"
+        )
     if problem is not None:
         first = str(problem).strip().splitlines()[:1] or [""]
-        lines += ["", "torchlax.default_env() raises (TORCHLAX_STRICT_PLUGINS=1):",
-                  f"  {type(problem).__name__}: {first[0]}"]
+        lines += [
+            "",
+            "torchlax.default_env() raises (TORCHLAX_STRICT_PLUGINS=1):",
+            f"  {type(problem).__name__}: {first[0]}",
+        ]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ def _(x, beta):
 
 
 def _backward(ctx, grad):
-    x, = ctx.saved_tensors
+    (x,) = ctx.saved_tensors
     s = torch.sigmoid(ctx.beta * x)
     return grad * (s + ctx.beta * x * s * (1 - s)), None
 

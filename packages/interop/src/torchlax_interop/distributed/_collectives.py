@@ -154,8 +154,10 @@ def all_to_all_single(input, output_split_sizes, input_split_sizes, group_name):
     axis = _axis(group_name, "all_to_all_single")
     size = jax.lax.axis_size(axis)
     even = input.shape[0] // size
-    for name, splits in (("input_split_sizes", input_split_sizes),
-                         ("output_split_sizes", output_split_sizes)):
+    for name, splits in (
+        ("input_split_sizes", input_split_sizes),
+        ("output_split_sizes", output_split_sizes),
+    ):
         if list(splits) != [even] * size or input.shape[0] % size:
             raise ValueError(
                 f"torch.distributed collective all_to_all_single: torchlax supports even splits "
@@ -190,9 +192,11 @@ def register_lowerings(registry) -> None:
     registry.register_lowering(c10d.all_to_all_single.default, all_to_all_single)
     registry.register_lowering(c10d.all_reduce_coalesced.default, _coalesced(all_reduce))
     registry.register_lowering(
-        c10d.all_gather_into_tensor_coalesced.default, _coalesced(all_gather_into_tensor))
+        c10d.all_gather_into_tensor_coalesced.default, _coalesced(all_gather_into_tensor)
+    )
     registry.register_lowering(
-        c10d.reduce_scatter_tensor_coalesced.default, _coalesced(reduce_scatter_tensor))
+        c10d.reduce_scatter_tensor_coalesced.default, _coalesced(reduce_scatter_tensor)
+    )
     # JAX collectives return values, not pending work: waiting is the identity, and so is the
     # wrapper that would make the result an AsyncCollectiveTensor.
     registry.register_lowering(c10d.wait_tensor.default, _identity)
@@ -252,8 +256,9 @@ def _unwrap_output(x):
     return x._value() if isinstance(x, Tensor) else x
 
 
-def shard_map(fn: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, *,
-              check_vma: bool = False) -> Callable:
+def shard_map(
+    fn: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, *, check_vma: bool = False
+) -> Callable:
     """``jax.shard_map`` for a PyTorch function: ``fn`` sees each device's block as a Tensor.
 
     ``fn`` takes and returns (pytrees of) torch tensors; the returned function takes and
@@ -266,12 +271,15 @@ def shard_map(fn: Callable, mesh: Mesh, in_specs: Any, out_specs: Any, *,
 
     def body(*arrays):
         with enable(env), process_groups_for(mesh):
-            tensors = pytree.tree_map(lambda a: Tensor(a) if isinstance(a, jax.Array) else a, arrays)
+            tensors = pytree.tree_map(
+                lambda a: Tensor(a) if isinstance(a, jax.Array) else a, arrays
+            )
             out = fn(*tensors)
         return pytree.tree_map(_unwrap_output, out)
 
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                           check_vma=check_vma)
+    mapped = jax.shard_map(
+        body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma
+    )
 
     def run(*args):
         arrays = pytree.tree_map(_to_array, args)

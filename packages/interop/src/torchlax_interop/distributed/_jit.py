@@ -29,7 +29,10 @@ def constrain(out: Any, mesh: Mesh, out_specs: Any) -> Any:
         return jax.tree_util.tree_map(lambda v: apply(out_specs, v), out)
     return jax.tree_util.tree_map(
         lambda spec, sub: jax.tree_util.tree_map(lambda v: apply(spec, v), sub),
-        out_specs, out, is_leaf=lambda x: x is None or isinstance(x, PartitionSpec))
+        out_specs,
+        out,
+        is_leaf=lambda x: x is None or isinstance(x, PartitionSpec),
+    )
 
 
 class _Constrained(torch.nn.Module):
@@ -44,8 +47,9 @@ class _Constrained(torch.nn.Module):
         return constrain(self.inner(*args, **kwargs), self.mesh, self.out_specs)
 
 
-def sharded_jit(fn_or_module: Callable | torch.nn.Module, mesh: Mesh, out_specs: Any,
-                **jit_kwargs: Any) -> Callable:
+def sharded_jit(
+    fn_or_module: Callable | torch.nn.Module, mesh: Mesh, out_specs: Any, **jit_kwargs: Any
+) -> Callable:
     """``torchlax_interop.jit(fn_or_module)`` whose outputs come back as ``out_specs`` say.
 
     Inputs keep the shardings they have (sharded weights and batches stay where they are);

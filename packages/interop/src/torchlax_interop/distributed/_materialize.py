@@ -33,8 +33,10 @@ def _entries(module: torch.nn.Module):
     """``(name, owner, leaf, kind, tensor)`` for each distinct parameter and buffer."""
     seen: dict[int, str] = {}
     entries, aliases = [], {}
-    for kind, named in (("parameter", module.named_parameters(remove_duplicate=False)),
-                        ("buffer", module.named_buffers(remove_duplicate=False))):
+    for kind, named in (
+        ("parameter", module.named_parameters(remove_duplicate=False)),
+        ("buffer", module.named_buffers(remove_duplicate=False)),
+    ):
         for name, tensor in named:
             path, _, leaf = name.rpartition(".")
             owner = module.get_submodule(path) if path else module
@@ -54,9 +56,14 @@ def _reset_method(owner: torch.nn.Module):
     return None
 
 
-def materialize(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | PartitionSpec = (),
-                init_fn: Initializer | None = None, *, seed: int | None = None,
-                ) -> dict[str, PartitionSpec]:
+def materialize(
+    module: torch.nn.Module,
+    mesh: Mesh,
+    rules: Rules | SpecFn | PartitionSpec = (),
+    init_fn: Initializer | None = None,
+    *,
+    seed: int | None = None,
+) -> dict[str, PartitionSpec]:
     """Give every ``meta`` parameter and buffer of ``module`` sharded data, created in place.
 
     Each tensor is laid out as ``NamedSharding(mesh, spec)`` with ``spec`` from ``rules``
@@ -97,8 +104,10 @@ def materialize(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | Par
                     for owner in owners.values():
                         _reset_method(owner)()  # pyright: ignore[reportOptionalCall]  (checked above: every owner has one)
                 # reset_parameters may replace a tensor rather than write into it.
-                return {name: _current(owner, leaf, kind)._value()
-                        for name, owner, leaf, kind, _ in todo}
+                return {
+                    name: _current(owner, leaf, kind)._value()
+                    for name, owner, leaf, kind, _ in todo
+                }
             finally:
                 for _name, owner, leaf, kind, tensor in todo:
                     _assign(owner, leaf, kind, tensor, tensor.requires_grad)
@@ -119,8 +128,9 @@ def materialize(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | Par
     return specs
 
 
-def _assign(owner: torch.nn.Module, leaf: str, kind: str, tensor: torch.Tensor,
-            requires_grad: bool) -> None:
+def _assign(
+    owner: torch.nn.Module, leaf: str, kind: str, tensor: torch.Tensor, requires_grad: bool
+) -> None:
     if kind == "parameter":
         if not isinstance(tensor, torch.nn.Parameter):
             tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)

@@ -15,5 +15,9 @@ def make_mesh(shape: Sequence[int], axis_names: Sequence[str], devices=None) -> 
     compiler propagates shardings from the inputs (``jax.make_mesh``'s default, ``Explicit``,
     would make shardings part of every op's type instead).
     """
-    return jax.make_mesh(tuple(shape), tuple(axis_names),
-                         axis_types=(AxisType.Auto,) * len(axis_names), devices=devices)
+    return jax.make_mesh(
+        tuple(shape),
+        tuple(axis_names),
+        axis_types=(AxisType.Auto,) * len(axis_names),
+        devices=devices,
+    )

@@ -35,8 +35,11 @@ class MeshPlacement:
         return None
 
 
-def place_on_mesh(mesh: Mesh, spec: PartitionSpec = REPLICATED, env: Environment | None = None,
-                  ) -> str:
+def place_on_mesh(
+    mesh: Mesh,
+    spec: PartitionSpec = REPLICATED,
+    env: Environment | None = None,
+) -> str:
     """Register a ``MeshPlacement`` on ``env`` (default: the current one); returns its name.
 
     Undo with ``env.unregister_plugin(name)``. ``spec`` applies to every new tensor, so it must
@@ -51,8 +54,11 @@ def place_on_mesh(mesh: Mesh, spec: PartitionSpec = REPLICATED, env: Environment
 
 
 @contextlib.contextmanager
-def mesh_placement(mesh: Mesh, spec: PartitionSpec = REPLICATED, env: Environment | None = None,
-                   ) -> Iterator[Mesh]:
+def mesh_placement(
+    mesh: Mesh,
+    spec: PartitionSpec = REPLICATED,
+    env: Environment | None = None,
+) -> Iterator[Mesh]:
     """Inside the block new torchlax tensors land on ``mesh`` as ``NamedSharding(mesh, spec)``.
 
     Covers factories (``torch.randn(..., device="jax")``), ``tensor.to("jax")`` and

@@ -20,7 +20,9 @@ Rules = Sequence[tuple[str, PartitionSpec | SpecFn]]
 REPLICATED = PartitionSpec()
 
 
-def spec_for(name: str, shape: tuple, mesh: Mesh, rules: Rules | SpecFn | PartitionSpec) -> PartitionSpec:
+def spec_for(
+    name: str, shape: tuple, mesh: Mesh, rules: Rules | SpecFn | PartitionSpec
+) -> PartitionSpec:
     """The spec ``rules`` give the tensor ``name`` of ``shape`` (replicated if none matches)."""
     if isinstance(rules, PartitionSpec):
         return fit(rules, shape, mesh)
@@ -107,8 +109,12 @@ def fsdp_rules(axis: str = "data") -> list:
 
 # Projection names of common transformer implementations (torch.nn, Hugging Face, GPT-2).
 _COLUMN = r"(q_proj|k_proj|v_proj|query|key|value|qkv|in_proj|up_proj|gate_proj|fc1|w1|w3|linear1|c_fc|c_attn|wi|wi_0|wi_1|intermediate\.dense)"
-_ROW = r"(o_proj|out_proj|down_proj|fc2|w2|linear2|c_proj|wo|attention\.output\.dense|output\.dense)"
-_EMBEDDING = r"(embed_tokens|word_embeddings|wte|tok_embeddings|token_embedding|embedding|embed|lm_head)"
+_ROW = (
+    r"(o_proj|out_proj|down_proj|fc2|w2|linear2|c_proj|wo|attention\.output\.dense|output\.dense)"
+)
+_EMBEDDING = (
+    r"(embed_tokens|word_embeddings|wte|tok_embeddings|token_embedding|embedding|embed|lm_head)"
+)
 
 
 def megatron_rules(model_axis: str = "model", data_axis: str | None = None) -> list:

@@ -55,8 +55,11 @@ def shard_tensor(tensor: torch.Tensor, mesh: Mesh, spec: PartitionSpec) -> torch
     return Tensor(_on_mesh(_as_array(tensor), sharding), requires_grad=tensor.requires_grad)
 
 
-def shard_module(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | PartitionSpec,
-                 ) -> dict[str, PartitionSpec]:
+def shard_module(
+    module: torch.nn.Module,
+    mesh: Mesh,
+    rules: Rules | SpecFn | PartitionSpec,
+) -> dict[str, PartitionSpec]:
     """Shard every parameter and buffer of ``module`` by ``rules``; returns the specs used.
 
     Parameters that are torchlax Tensors keep their identity (their data is replaced in place),
@@ -65,7 +68,10 @@ def shard_module(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | Pa
     """
     specs: dict[str, PartitionSpec] = {}
     seen: dict[int, PartitionSpec] = {}
-    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+    for kind, named in (
+        ("parameter", module.named_parameters()),
+        ("buffer", module.named_buffers()),
+    ):
         for name, tensor in named:
             if id(tensor) in seen:
                 specs[name] = seen[id(tensor)]
@@ -80,7 +86,9 @@ def shard_module(module: torch.nn.Module, mesh: Mesh, rules: Rules | SpecFn | Pa
             owner, leaf = _owner(module, name)
             placed = shard_tensor(tensor.detach(), mesh, spec)
             if kind == "parameter":
-                owner._parameters[leaf] = torch.nn.Parameter(placed, requires_grad=tensor.requires_grad)
+                owner._parameters[leaf] = torch.nn.Parameter(
+                    placed, requires_grad=tensor.requires_grad
+                )
             else:
                 owner._buffers[leaf] = placed
     return specs

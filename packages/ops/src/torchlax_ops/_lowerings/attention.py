@@ -32,22 +32,30 @@ def _mask_for(scores, mask, dim, mask_type, op):
         mask_type = 2  # types 0 and 1 only describe 2-d masks of 4-d scores, as in ATen
     if mask_type == 2:
         if mask.shape != scores.shape:
-            raise RuntimeError(f"{op}: for mask_type == 2 the mask's shape {tuple(mask.shape)} "
-                               f"must match the input's shape {tuple(scores.shape)}.")
+            raise RuntimeError(
+                f"{op}: for mask_type == 2 the mask's shape {tuple(mask.shape)} "
+                f"must match the input's shape {tuple(scores.shape)}."
+            )
         return mask
     batch, _, length, keys = scores.shape
     if mask_type == 1:
         if mask.shape != (batch, keys):
-            raise RuntimeError(f"{op}: for mask_type == 1 (key padding) the mask must have shape "
-                               f"(B, L) = {(batch, keys)}, got {tuple(mask.shape)}.")
+            raise RuntimeError(
+                f"{op}: for mask_type == 1 (key padding) the mask must have shape "
+                f"(B, L) = {(batch, keys)}, got {tuple(mask.shape)}."
+            )
         return jnp.broadcast_to(mask[:, None, None, :], scores.shape)
     if mask_type == 0:
         if mask.shape != (length, keys):
-            raise RuntimeError(f"{op}: for mask_type == 0 (attention mask) the mask must have "
-                               f"shape (L, L) = {(length, keys)}, got {tuple(mask.shape)}.")
+            raise RuntimeError(
+                f"{op}: for mask_type == 0 (attention mask) the mask must have "
+                f"shape (L, L) = {(length, keys)}, got {tuple(mask.shape)}."
+            )
         return jnp.broadcast_to(mask, scores.shape)
-    raise RuntimeError(f"{op}: unknown mask_type {mask_type}; use 0 (an (L, L) attention mask), "
-                       "1 (a (B, L) key padding mask) or 2 (a mask of the input's shape).")
+    raise RuntimeError(
+        f"{op}: unknown mask_type {mask_type}; use 0 (an (L, L) attention mask), "
+        "1 (a (B, L) key padding mask) or 2 (a mask of the input's shape)."
+    )
 
 
 def _softmax_masked(scores, mask, dim, mask_type, op):
@@ -59,8 +67,10 @@ def _softmax_masked(scores, mask, dim, mask_type, op):
 @lowering(aten._masked_softmax.default)
 def _masked_softmax(self, mask, dim=None, mask_type=None):
     if mask.dtype != jnp.bool_:
-        raise RuntimeError("aten._masked_softmax: the mask must be a boolean tensor "
-                           f"(got {mask.dtype}); pass mask.bool().")
+        raise RuntimeError(
+            "aten._masked_softmax: the mask must be a boolean tensor "
+            f"(got {mask.dtype}); pass mask.bool()."
+        )
     dim = self.ndim - 1 if dim is None else dim % max(self.ndim, 1)
     if mask_type is None:
         mask_type = 2
@@ -72,16 +82,31 @@ def _linear(x, weight, bias):
     return out if bias is None else out + bias.astype(out.dtype)
 
 
-def _multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
-                          proj_weight, proj_bias, mask, need_weights, average_attn_weights,
-                          mask_type):
+def _multi_head_attention(
+    query,
+    key,
+    value,
+    embed_dim,
+    num_head,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    mask,
+    need_weights,
+    average_attn_weights,
+    mask_type,
+):
     op = "aten._native_multi_head_attention"
     if query.ndim != 3 or key.ndim != 3 or value.ndim != 3:
-        raise RuntimeError(f"{op}: expected query, key and value to be 3-d (batch, sequence, "
-                           f"embed_dim), got {query.ndim}-d, {key.ndim}-d and {value.ndim}-d.")
+        raise RuntimeError(
+            f"{op}: expected query, key and value to be 3-d (batch, sequence, "
+            f"embed_dim), got {query.ndim}-d, {key.ndim}-d and {value.ndim}-d."
+        )
     if embed_dim % num_head != 0:
-        raise RuntimeError(f"{op}: embed_dim ({embed_dim}) must be divisible by num_head "
-                           f"({num_head}).")
+        raise RuntimeError(
+            f"{op}: embed_dim ({embed_dim}) must be divisible by num_head ({num_head})."
+        )
     head_dim = embed_dim // num_head
     batch, length = query.shape[:2]
     if query.size == 0:
@@ -109,20 +134,61 @@ def _multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qk
 
 
 @lowering(aten._native_multi_head_attention.default)
-def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
-                                 proj_weight, proj_bias, mask=None, need_weights=True,
-                                 average_attn_weights=True, mask_type=None):
-    return _multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
-                                 proj_weight, proj_bias, mask, need_weights,
-                                 average_attn_weights, mask_type)
+def _native_multi_head_attention(
+    query,
+    key,
+    value,
+    embed_dim,
+    num_head,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    mask=None,
+    need_weights=True,
+    average_attn_weights=True,
+    mask_type=None,
+):
+    return _multi_head_attention(
+        query,
+        key,
+        value,
+        embed_dim,
+        num_head,
+        qkv_weight,
+        qkv_bias,
+        proj_weight,
+        proj_bias,
+        mask,
+        need_weights,
+        average_attn_weights,
+        mask_type,
+    )
 
 
 @lowering(aten._transformer_encoder_layer_fwd.default)
-def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
-                                   proj_bias, use_gelu, norm_first, eps, norm_weight_1,
-                                   norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
-                                   ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
-                                   mask_type=None):
+def _transformer_encoder_layer_fwd(
+    src,
+    embed_dim,
+    num_heads,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    use_gelu,
+    norm_first,
+    eps,
+    norm_weight_1,
+    norm_bias_1,
+    norm_weight_2,
+    norm_bias_2,
+    ffn_weight_1,
+    ffn_bias_1,
+    ffn_weight_2,
+    ffn_bias_2,
+    mask=None,
+    mask_type=None,
+):
     # ATen's transformer_encoder_layer_forward: self-attention and a two-layer feed-forward
     # block, each with a residual connection and a layer norm before (norm_first) or after.
     def norm(x, weight, bias):
@@ -131,8 +197,21 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
     if src.size == 0:
         return jnp.empty_like(src)
     x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
-    x = _multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
-                              proj_bias, mask, False, True, mask_type)[0]
+    x = _multi_head_attention(
+        x,
+        x,
+        x,
+        embed_dim,
+        num_heads,
+        qkv_weight,
+        qkv_bias,
+        proj_weight,
+        proj_bias,
+        mask,
+        False,
+        True,
+        mask_type,
+    )[0]
     x = x + src
     if not norm_first:
         x = norm(x, norm_weight_1, norm_bias_1)

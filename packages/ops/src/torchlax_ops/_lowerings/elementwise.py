@@ -229,7 +229,8 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
         raise RuntimeError(
             "torch.addcdiv: integer division with addcdiv is no longer supported. Compute "
             "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer "
-            "inputs, or pass floating-point tensor1 and tensor2.")
+            "inputs, or pass floating-point tensor1 and tensor2."
+        )
     return _addcdiv(self, tensor1, tensor2, value=value)
 
 
@@ -406,15 +407,19 @@ def _xlogy(x, y):
     return jnp.where(jnp.isnan(y), y, result)
 
 
-@lowering(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self,
-          aten.special_xlogy.default)
+@lowering(
+    aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self, aten.special_xlogy.default
+)
 @elementwise(BINARY, Promotion.INT_TO_FLOAT)
 def xlogy(self, other):
     return _xlogy(self, other)
 
 
-@lowering(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar,
-          aten.special_xlog1py.other_scalar)
+@lowering(
+    aten.special_xlog1py.default,
+    aten.special_xlog1py.self_scalar,
+    aten.special_xlog1py.other_scalar,
+)
 @elementwise(BINARY, Promotion.INT_TO_FLOAT)
 def xlog1py(self, other):
     result = jnp.where(self == 0, jnp.zeros_like(self), self * jnp.log1p(other))
@@ -480,8 +485,9 @@ def ldexp(self, other):
 
 def _require_a_bound(lo, hi) -> None:
     if lo is None and hi is None:
-        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None; pass "
-                           "min=, max= or both.")
+        raise RuntimeError(
+            "torch.clamp: At least one of 'min' or 'max' must not be None; pass min=, max= or both."
+        )
 
 
 def _clamp(x, lo, hi):
@@ -528,8 +534,11 @@ for _op, _fn in {
     aten.gt: jnp.greater,
     aten.ge: jnp.greater_equal,
 }.items():
-    lowering(_op.Tensor, _op.Scalar)(elementwise(BINARY, Promotion.ALWAYS_BOOL)(
-        (lambda fn: lambda self, other: fn(self, other))(_fn)))
+    lowering(_op.Tensor, _op.Scalar)(
+        elementwise(BINARY, Promotion.ALWAYS_BOOL)(
+            (lambda fn: lambda self, other: fn(self, other))(_fn)
+        )
+    )
 
 
 for _op, _fn in {
@@ -552,8 +561,11 @@ for _op, _fn in {
     aten.isneginf.default: jnp.isneginf,
     aten.isfinite.default: jnp.isfinite,
 }.items():
-    lowering(_op)((lambda fn: lambda self: (
-        jnp.zeros(self.shape, jnp.bool_) if _is_int(self) else fn(self)))(_fn))
+    lowering(_op)(
+        (lambda fn: lambda self: jnp.zeros(self.shape, jnp.bool_) if _is_int(self) else fn(self))(
+            _fn
+        )
+    )
 
 
 # -- bitwise ------------------------------------------------------------------------------------
@@ -563,8 +575,11 @@ for _op, _fn in {
     aten.bitwise_or: jnp.bitwise_or,
     aten.bitwise_xor: jnp.bitwise_xor,
 }.items():
-    lowering(_op.Tensor, _op.Scalar, _op.Scalar_Tensor)(elementwise(BINARY, Promotion.DEFAULT)(
-        (lambda fn: lambda self, other: fn(self, other))(_fn)))
+    lowering(_op.Tensor, _op.Scalar, _op.Scalar_Tensor)(
+        elementwise(BINARY, Promotion.DEFAULT)(
+            (lambda fn: lambda self, other: fn(self, other))(_fn)
+        )
+    )
 
 
 @lowering(aten.bitwise_not.default)
@@ -573,8 +588,13 @@ def bitwise_not(self):
     return jnp.logical_not(self) if self.dtype == jnp.bool_ else jnp.invert(self)
 
 
-@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
-          aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)
+@lowering(
+    aten.bitwise_left_shift.Tensor,
+    aten.bitwise_left_shift.Tensor_Scalar,
+    aten.bitwise_left_shift.Scalar_Tensor,
+    aten.__lshift__.Tensor,
+    aten.__lshift__.Scalar,
+)
 @elementwise(BINARY, Promotion.DEFAULT)
 def bitwise_left_shift(self, other):
     # PyTorch: shifting by a negative amount or by the bit width or more gives 0.
@@ -584,8 +604,13 @@ def bitwise_left_shift(self, other):
     return jnp.where(out_of_range, jnp.zeros_like(self), shifted)
 
 
-@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
-          aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)
+@lowering(
+    aten.bitwise_right_shift.Tensor,
+    aten.bitwise_right_shift.Tensor_Scalar,
+    aten.bitwise_right_shift.Scalar_Tensor,
+    aten.__rshift__.Tensor,
+    aten.__rshift__.Scalar,
+)
 @elementwise(BINARY, Promotion.DEFAULT)
 def bitwise_right_shift(self, other):
     bits = jnp.iinfo(self.dtype).bits
@@ -636,20 +661,29 @@ def _chebyshev(kind, x, n):
     elif kind == "u":
         at_one = jnp.where((x > 0) | ~odd, nf + 1, -(nf + 1))
         s = jnp.sin(theta)
-        trig = jnp.where(s != 0, jnp.sin((nf + 1) * theta) / jnp.where(s != 0, s, 1),
-                         (nf + 1) * jnp.cos((nf + 1) * theta) / x)
+        trig = jnp.where(
+            s != 0,
+            jnp.sin((nf + 1) * theta) / jnp.where(s != 0, s, 1),
+            (nf + 1) * jnp.cos((nf + 1) * theta) / x,
+        )
         limit = 8
     elif kind == "v":
         at_one = jnp.where(x > 0, one, jnp.where(~odd, nf + nf + 1, -(nf + nf + 1)))
         c = jnp.cos(theta / 2)
-        trig = jnp.where(jnp.sin(theta / 2) != 1, jnp.cos((nf + 0.5) * theta) / c,
-                         jnp.where(~odd, nf + nf + 1, -(nf + nf + 1)))
+        trig = jnp.where(
+            jnp.sin(theta / 2) != 1,
+            jnp.cos((nf + 0.5) * theta) / c,
+            jnp.where(~odd, nf + nf + 1, -(nf + nf + 1)),
+        )
         limit = 8
     else:
         at_one = jnp.where(x > 0, nf + nf + 1, jnp.where(~odd, one, -one))
         s = jnp.sin(theta / 2)
-        trig = jnp.where(jnp.cos(theta / 2) != 1, jnp.sin((nf + 0.5) * theta) / s,
-                         jnp.where(x > 0, nf + nf + 1, jnp.where(~odd, one, -one)))
+        trig = jnp.where(
+            jnp.cos(theta / 2) != 1,
+            jnp.sin((nf + 0.5) * theta) / s,
+            jnp.where(x > 0, nf + nf + 1, jnp.where(~odd, one, -one)),
+        )
         limit = 8
     value = jnp.where((n > limit) & inside, trig, value)
     value = jnp.where(jnp.abs(x) == 1, at_one, value)
@@ -667,16 +701,19 @@ def _register_polynomial(names, fn):
 for _kind in "tuvw":
     _register_polynomial(
         [f"special_chebyshev_polynomial_{_kind}"],
-        (lambda kind: lambda x, n: _chebyshev(kind, x, n))(_kind))
+        (lambda kind: lambda x, n: _chebyshev(kind, x, n))(_kind),
+    )
     _register_polynomial(
         [f"special_shifted_chebyshev_polynomial_{_kind}"],
-        (lambda kind: lambda x, n: _chebyshev(kind, x + x - 1, n))(_kind))
+        (lambda kind: lambda x, n: _chebyshev(kind, x + x - 1, n))(_kind),
+    )
 
 
 def _hermite_h(x, n):
     x, n = _orders(x, n)
-    return _recurrence(x, n, jnp.ones_like(x), x + x,
-                       lambda k, x, cur, prev: (x + x) * cur - (2 * k) * prev)
+    return _recurrence(
+        x, n, jnp.ones_like(x), x + x, lambda k, x, cur, prev: (x + x) * cur - (2 * k) * prev
+    )
 
 
 def _hermite_he(x, n):
@@ -686,15 +723,25 @@ def _hermite_he(x, n):
 
 def _laguerre_l(x, n):
     x, n = _orders(x, n)
-    value = _recurrence(x, n, jnp.ones_like(x), 1 - x,
-                        lambda k, x, cur, prev: ((k + k + (1 - x)) * cur - k * prev) / (k + 1))
+    value = _recurrence(
+        x,
+        n,
+        jnp.ones_like(x),
+        1 - x,
+        lambda k, x, cur, prev: ((k + k + (1 - x)) * cur - k * prev) / (k + 1),
+    )
     return jnp.where((x == 0) & (n >= 0), jnp.ones_like(x), value)
 
 
 def _legendre_p(x, n):
     x, n = _orders(x, n)
-    value = _recurrence(x, n, jnp.ones_like(x), x,
-                        lambda k, x, cur, prev: ((k + k + 1) * x * cur - k * prev) / (k + 1))
+    value = _recurrence(
+        x,
+        n,
+        jnp.ones_like(x),
+        x,
+        lambda k, x, cur, prev: ((k + k + 1) * x * cur - k * prev) / (k + 1),
+    )
     at_one = jnp.where((x > 0) | (n % 2 == 0), 1.0, -1.0).astype(x.dtype)
     return jnp.where((jnp.abs(x) == 1) & (n >= 0), at_one, value)
 

@@ -25,7 +25,9 @@ def _default_float():
 
 
 def _default_complex():
-    return jax_dtype(torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64)
+    return jax_dtype(
+        torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
+    )
 
 
 def scalar_dtype(value, dtype=None):
@@ -54,9 +56,17 @@ def _fill(shape, value, dtype):
 
 
 # The C++ type names PyTorch's overflow message uses.
-_C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int", "int64": "int64_t",
-            "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-            "float32": "float"}
+_C_TYPES = {
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "float32": "float",
+}
 
 
 def _check_fits(value, dtype) -> None:
@@ -77,8 +87,9 @@ def _check_fits(value, dtype) -> None:
     else:
         fits = not math.isfinite(value) or abs(value) <= float(jnp.finfo(dtype).max)
     if not fits:
-        raise RuntimeError(f"value cannot be converted to type {_C_TYPES[dtype.name]} without "
-                           "overflow")
+        raise RuntimeError(
+            f"value cannot be converted to type {_C_TYPES[dtype.name]} without overflow"
+        )
 
 
 # -- arange ---------------------------------------------------------------------------------
@@ -121,8 +132,12 @@ def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=Non
     else:
         out_dtype = jax_dtype(dtype)
     integral = jnp.issubdtype(out_dtype, jnp.integer)
-    if integral and any(not isinstance(v, int | float | np.generic) for v in values) \
-            and isinstance(step, int) and step > 0:
+    if (
+        integral
+        and any(not isinstance(v, int | float | np.generic) for v in values)
+        and isinstance(step, int)
+        and step > 0
+    ):
         # A symbolic bound (a dim of jax.export's shape polymorphism): the length stays an
         # expression of dims, so no int() and no sign checks on it.
         length = (end - start + step - 1) // step
@@ -174,8 +189,9 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 @lowering(aten.full_like.default)
-def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
-              memory_format=None):
+def full_like(
+    self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     return _fill(self.shape, fill_value, _like_dtype(self, dtype))
 
 
@@ -237,13 +253,19 @@ def _scalar(x):
     if not hasattr(x, "dtype"):
         return x
     if x.ndim != 0:
-        raise RuntimeError(f"linspace only supports 0-dimensional start and end tensors, but "
-                           f"got a tensor with {x.ndim} dimensions.")
+        raise RuntimeError(
+            f"linspace only supports 0-dimensional start and end tensors, but "
+            f"got a tensor with {x.ndim} dimensions."
+        )
     return x.astype(jnp.complex128 if jnp.iscomplexobj(x) else jnp.float64)
 
 
-@lowering(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
-          aten.linspace.Scalar_Tensor)
+@lowering(
+    aten.linspace.default,
+    aten.linspace.Tensor_Tensor,
+    aten.linspace.Tensor_Scalar,
+    aten.linspace.Scalar_Tensor,
+)
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
     start, end = _scalar(start), _scalar(end)
     out_dtype = _linspace_dtype((start, end), dtype)
@@ -269,10 +291,15 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     return jnp.where(i < steps / 2, up, down).astype(out_dtype)
 
 
-@lowering(aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar,
-          aten.logspace.Scalar_Tensor)
-def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
-             pin_memory=None):
+@lowering(
+    aten.logspace.default,
+    aten.logspace.Tensor_Tensor,
+    aten.logspace.Tensor_Scalar,
+    aten.logspace.Scalar_Tensor,
+)
+def logspace(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     start, end = _scalar(start), _scalar(end)
     out_dtype = _linspace_dtype((start, end), dtype)
     exponents = linspace(start, end, steps, dtype=torch.float64)
@@ -286,12 +313,14 @@ def _triangle_indices(row, col, offset, dtype, lower: bool):
 
 
 @lowering(aten.tril_indices.default)
-def tril_indices(row, col, offset=0, *, dtype=torch.long, layout=None, device=None,
-                 pin_memory=None):
+def tril_indices(
+    row, col, offset=0, *, dtype=torch.long, layout=None, device=None, pin_memory=None
+):
     return _triangle_indices(row, col, offset, dtype, lower=True)
 
 
 @lowering(aten.triu_indices.default)
-def triu_indices(row, col, offset=0, *, dtype=torch.long, layout=None, device=None,
-                 pin_memory=None):
+def triu_indices(
+    row, col, offset=0, *, dtype=torch.long, layout=None, device=None, pin_memory=None
+):
     return _triangle_indices(row, col, offset, dtype, lower=False)

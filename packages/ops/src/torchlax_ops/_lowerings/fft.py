@@ -146,8 +146,9 @@ def _window(op: str, window_length: int, periodic: bool, dtype, formula):
     if not jnp.issubdtype(out_dtype, jnp.floating):
         raise RuntimeError(f"{op} expects floating point dtypes, got: {torch_dtype(out_dtype)}.")
     if window_length < 0:
-        raise RuntimeError(f"{op} requires non-negative window length, got window_length="
-                           f"{window_length}.")
+        raise RuntimeError(
+            f"{op} requires non-negative window length, got window_length={window_length}."
+        )
     if window_length <= 1:
         return jnp.ones((window_length,), out_dtype)
     n = window_length + 1 if periodic else window_length
@@ -163,10 +164,23 @@ def _window(op: str, window_length: int, periodic: bool, dtype, formula):
     return jnp.asarray(window[:window_length].astype(out_dtype))
 
 
-@lowering(aten.hamming_window.default, aten.hamming_window.periodic,
-          aten.hamming_window.periodic_alpha, aten.hamming_window.periodic_alpha_beta)
-def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
-                   layout=None, device=None, pin_memory=None):
+@lowering(
+    aten.hamming_window.default,
+    aten.hamming_window.periodic,
+    aten.hamming_window.periodic_alpha,
+    aten.hamming_window.periodic_alpha_beta,
+)
+def hamming_window(
+    window_length,
+    periodic=True,
+    alpha=0.54,
+    beta=0.46,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+):
     def formula(i, n, c, r):
         angle = r(i * c(2 * math.pi / (n - 1)))
         return r(r(np.cos(angle)) * c(-beta)) + c(alpha)
@@ -175,14 +189,16 @@ def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype
 
 
 @lowering(aten.hann_window.default, aten.hann_window.periodic)
-def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
-                pin_memory=None):
+def hann_window(
+    window_length, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return hamming_window(window_length, periodic, 0.5, 0.5, dtype=dtype)
 
 
 @lowering(aten.blackman_window.default, aten.blackman_window.periodic)
-def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
-                    pin_memory=None):
+def blackman_window(
+    window_length, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     def formula(i, n, c, r):
         x = r(i * c(math.pi / (n - 1)))
         first = r(r(np.cos(r(x * c(4)))) * c(0.08))
@@ -193,8 +209,9 @@ def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, de
 
 
 @lowering(aten.bartlett_window.default, aten.bartlett_window.periodic)
-def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
-                    pin_memory=None):
+def bartlett_window(
+    window_length, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     def formula(i, n, c, r):
         x = r(i * c(2 / (n - 1)))
         return np.where(i >= ((n - 1) >> 1) + 1, c(2) - x, x)
@@ -203,8 +220,16 @@ def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, de
 
 
 @lowering(aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta)
-def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout=None,
-                  device=None, pin_memory=None):
+def kaiser_window(
+    window_length,
+    periodic=True,
+    beta=12.0,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+):
     def formula(i, n, c, r):
         # One kernel in the compute type: its constants are not rounded to the window's dtype.
         alpha = (n - 1) / 2.0

@@ -87,24 +87,27 @@ def _length(schema, args):
 
 def _functional(op):
     schema = op._schema
-    base = schema.name.split("::")[1][len("_foreach_"):]
+    base = schema.name.split("::")[1][len("_foreach_") :]
     element = _per_element(base, schema)
 
     def run(*args, **kwargs):
-        return [element(*_element_args(schema, args, kwargs, i))
-                for i in range(_length(schema, args))]
+        return [
+            element(*_element_args(schema, args, kwargs, i)) for i in range(_length(schema, args))
+        ]
 
     return run
 
 
 def _inplace(op):
     schema = op._schema
-    base = schema.name.split("::")[1][len("_foreach_"):-1]
+    base = schema.name.split("::")[1][len("_foreach_") : -1]
     inplace_packet = getattr(aten, base + "_", None)
     if base == "copy":
+
         def run(self, src, non_blocking=False):  # pyright: ignore[reportRedeclaration]  (one definition per branch)
             for dst, s in zip(self, src, strict=True):
                 dst.copy_(s, non_blocking)
+
         return run
     if inplace_packet is None or base in _SCALAR_FORM or base in _SPECIAL:
         functional = _functional(getattr(getattr(aten, "_foreach_" + base), op._overloadname))
@@ -112,11 +115,14 @@ def _inplace(op):
         def run(*args, **kwargs):
             for dst, value in zip(args[0], functional(*args, **kwargs), strict=True):
                 dst.copy_(value)
+
         return run
     if base in _VALUE_KWARG and len([a for a in schema.arguments if not a.kwarg_only]) == 4:
+
         def element(positional, keywords):
             inplace_packet(*positional[:3], value=positional[3], **keywords)
     else:
+
         def element(positional, keywords):
             inplace_packet(*positional, **keywords)
 

@@ -51,7 +51,8 @@ def _check_mask_shape(self, mask, start: int) -> None:
         if dim < self.ndim and size != self.shape[dim]:
             raise IndexError(
                 f"The shape of the mask {list(mask.shape)} at index {i} does not match the shape "
-                f"of the indexed tensor {list(self.shape)} at index {dim}")
+                f"of the indexed tensor {list(self.shape)} at index {dim}"
+            )
 
 
 def _key(self, indices, op: str, check: bool = True):
@@ -62,28 +63,40 @@ def _key(self, indices, op: str, check: bool = True):
             key.append(slice(None))
         elif _is_mask(index):
             _check_mask_shape(self, index, len(key))
-            _require_concrete(op, index, hint=(
-                "; for `x[mask] = value` under jit use torch.where(mask, value, x) instead"))
+            _require_concrete(
+                op,
+                index,
+                hint=("; for `x[mask] = value` under jit use torch.where(mask, value, x) instead"),
+            )
             key.extend(jnp.nonzero(index.astype(jnp.bool_)))
         else:
             if check and len(key) < self.ndim:
                 size = self.shape[len(key)]
-                check_index(index, -size, size, IndexError,
-                            f"index {{index}} is out of bounds for dimension {len(key)} with "
-                            f"size {size}")
+                check_index(
+                    index,
+                    -size,
+                    size,
+                    IndexError,
+                    f"index {{index}} is out of bounds for dimension {len(key)} with size {size}",
+                )
             key.append(index)
     if len(key) > self.ndim:
-        raise IndexError(
-            f"too many indices for tensor of dimension {self.ndim} (got {len(key)})"
-        )
+        raise IndexError(f"too many indices for tensor of dimension {self.ndim} (got {len(key)})")
     return tuple(key)
 
 
-def _check_along(self, dim, index, low_is_negative_size, exc_type: type[Exception] = RuntimeError, prefix=""):
+def _check_along(
+    self, dim, index, low_is_negative_size, exc_type: type[Exception] = RuntimeError, prefix=""
+):
     """PyTorch's range check of an index along ``dim`` ([0, size), or [-size, size))."""
     size = self.shape[dim] if self.ndim else 1
-    check_index(index, -size if low_is_negative_size else 0, size, exc_type,
-                f"{prefix}index {{index}} is out of bounds for dimension {dim} with size {size}")
+    check_index(
+        index,
+        -size if low_is_negative_size else 0,
+        size,
+        exc_type,
+        f"{prefix}index {{index}} is out of bounds for dimension {dim} with size {size}",
+    )
 
 
 def _check_in_self(self, dim, index):
@@ -95,8 +108,13 @@ def _check_in_self(self, dim, index):
 def _check_flat(self, index):
     """take's and put's check on the flattened tensor: [-numel, numel)."""
     n = self.size
-    check_index(index, -n, n, IndexError,
-                f"out of range: tried to access index {{index}} on a tensor of {n} elements.")
+    check_index(
+        index,
+        -n,
+        n,
+        IndexError,
+        f"out of range: tried to access index {{index}} on a tensor of {n} elements.",
+    )
 
 
 def _add(at, values):
@@ -128,14 +146,16 @@ def _mask_update(self, indices, values):
         return None
     position = masks[0]
     mask = indices[position].astype(jnp.bool_)
-    lead, trail = self.shape[:position], self.shape[position + mask.ndim:]
+    lead, trail = self.shape[:position], self.shape[position + mask.ndim :]
     rank = len(lead) + 1 + len(trail)
     if values.ndim > rank:
         return None
     values = jnp.reshape(values, (1,) * (rank - values.ndim) + values.shape)
     if values.shape[len(lead)] != 1:
         return None
-    values = jnp.reshape(values, values.shape[:len(lead)] + (1,) * mask.ndim + values.shape[len(lead) + 1:])
+    values = jnp.reshape(
+        values, values.shape[: len(lead)] + (1,) * mask.ndim + values.shape[len(lead) + 1 :]
+    )
     mask = jnp.reshape(mask, (1,) * len(lead) + mask.shape + (1,) * len(trail))
     return mask, jnp.broadcast_to(values, self.shape)
 
@@ -163,8 +183,10 @@ def _index_put(self, indices, values, accumulate, check):
 def _clamped(shape, indices):
     """Indices clamped into ``[-size, size)``: the masked-off positions of the unsafe masked ops
     may hold anything, and reading or writing them must stay in bounds."""
-    return [None if index is None else jnp.clip(index, -size, size - 1)
-            for size, index in zip(shape, indices, strict=False)]
+    return [
+        None if index is None else jnp.clip(index, -size, size - 1)
+        for size, index in zip(shape, indices, strict=False)
+    ]
 
 
 @lowering(aten._unsafe_masked_index.default)
@@ -173,8 +195,10 @@ def unsafe_masked_index(self, mask, indices, fill):
     if self.size == 0:
         # As ATen: index a stand-in filled with ``fill`` whose indexed empty dims have size 1;
         # dims past the last index get size 0 (ATen's sizes vector is only filled that far).
-        stand_in = [1 if index is not None and size == 0 else size
-                    for size, index in zip(self.shape, indices, strict=False)]
+        stand_in = [
+            1 if index is not None and size == 0 else size
+            for size, index in zip(self.shape, indices, strict=False)
+        ]
         stand_in += [0] * (self.ndim - len(stand_in))
         full = jnp.full(stand_in, fill, self.dtype)
         return full[_key(full, _clamped(full.shape, indices), "aten._unsafe_masked_index", False)]
@@ -187,8 +211,9 @@ def unsafe_masked_index_put_accumulate(self, mask, indices, values):
     if self.size == 0:
         return self
     values = jnp.where(mask, values, jnp.zeros((), values.dtype)).astype(self.dtype)
-    key = _key(self, _clamped(self.shape, indices), "aten._unsafe_masked_index_put_accumulate",
-               False)
+    key = _key(
+        self, _clamped(self.shape, indices), "aten._unsafe_masked_index_put_accumulate", False
+    )
     return _add(self.at[key], values)
 
 
@@ -210,7 +235,10 @@ def index_add(self, dim, index, source, *, alpha=1):
     if self.ndim == 0:
         return self + source * alpha
     source = source * alpha if alpha != 1 else source
-    return _add(self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))], source.astype(self.dtype))
+    return _add(
+        self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))],
+        source.astype(self.dtype),
+    )
 
 
 @lowering(aten.index_copy.default)
@@ -218,7 +246,9 @@ def index_copy(self, dim, index, source):
     _check_along(self, _dim(dim, max(self.ndim, 1)), index, False, IndexError, "index_copy_(): ")
     if self.ndim == 0:
         return jnp.reshape(source, ()).astype(self.dtype)
-    return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].set(source.astype(self.dtype))
+    return self.at[_along(_dim(dim, self.ndim), self.ndim, jnp.ravel(index))].set(
+        source.astype(self.dtype)
+    )
 
 
 @lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
@@ -248,7 +278,11 @@ def _grid(index, dim):
 
 def _as_rank(self, index, src=None):
     if self.ndim == 0:
-        return jnp.reshape(self, (1,)), jnp.reshape(index, (-1,)), None if src is None else jnp.reshape(src, (-1,))
+        return (
+            jnp.reshape(self, (1,)),
+            jnp.reshape(index, (-1,)),
+            None if src is None else jnp.reshape(src, (-1,)),
+        )
     return self, index, src
 
 
@@ -283,7 +317,9 @@ def _scatter_reducer(reduce: str):
         return _add
     if reduce == "multiply":
         return _multiply
-    raise RuntimeError(f"scatter: reduce argument must be either 'add' or 'multiply', got '{reduce}'.")
+    raise RuntimeError(
+        f"scatter: reduce argument must be either 'add' or 'multiply', got '{reduce}'."
+    )
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
@@ -315,7 +351,10 @@ def _identity(reduce: str, dtype):
 
 
 _REDUCERS = {
-    "sum": _add, "mean": _add, "prod": _multiply, "amax": lambda at, s: at.max(s),
+    "sum": _add,
+    "mean": _add,
+    "prod": _multiply,
+    "amax": lambda at, s: at.max(s),
     "amin": lambda at, s: at.min(s),
 }
 
@@ -388,10 +427,14 @@ def put(self, index, source, accumulate=False):
 
 @lowering(aten.nonzero.default)
 def nonzero(self):
-    _require_concrete("aten.nonzero", self, hint=(
-        ", or use torch.nonzero_static(x, size=N) to get a fixed number of rows"))
+    _require_concrete(
+        "aten.nonzero",
+        self,
+        hint=(", or use torch.nonzero_static(x, size=N) to get a fixed number of rows"),
+    )
     return jnp.stack(jnp.nonzero(jnp.atleast_1d(self) if self.ndim == 0 else self), axis=-1)[
-        :, : self.ndim].astype(jnp.int64)
+        :, : self.ndim
+    ].astype(jnp.int64)
 
 
 @lowering(aten.nonzero_static.default)
@@ -404,16 +447,19 @@ def nonzero_static(self, *, size, fill_value=-1):
 
 @lowering(aten.masked_select.default)
 def masked_select(self, mask):
-    _require_concrete("aten.masked_select", self, mask, hint=(
-        ", or use torch.where(mask, x, fill) to keep the shape static"))
+    _require_concrete(
+        "aten.masked_select",
+        self,
+        mask,
+        hint=(", or use torch.where(mask, x, fill) to keep the shape static"),
+    )
     shape = jnp.broadcast_shapes(self.shape, mask.shape)
     return jnp.broadcast_to(self, shape)[jnp.broadcast_to(mask, shape)]
 
 
 def _unique_flat(self, sorted, return_inverse, return_counts, op):
     _require_concrete(op, self)
-    values, inverse, counts = jnp.unique(
-        jnp.ravel(self), return_inverse=True, return_counts=True)
+    values, inverse, counts = jnp.unique(jnp.ravel(self), return_inverse=True, return_counts=True)
     inverse = jnp.reshape(inverse, self.shape).astype(jnp.int64) if return_inverse else _none()
     counts = counts.astype(jnp.int64) if return_counts else _none()
     return values, inverse, counts
@@ -440,10 +486,12 @@ def _check_unique_dim_of_empty(self, dim: int) -> None:
         return
     if self.shape[dim] != 0:
         raise RuntimeError(
-            "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+            "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied"
+        )
     if sum(n == 0 for n in self.shape) > 1:
         raise RuntimeError(
-            "Number of zero sized dimensions is more than one, so unique cannot be applied ")
+            "Number of zero sized dimensions is more than one, so unique cannot be applied "
+        )
 
 
 @lowering(aten.unique_dim.default)
@@ -453,8 +501,7 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
     _check_unique_dim_of_empty(self, dim)
     if not self.size:
         return self, _none(), _none()
-    values, inverse, counts = jnp.unique(
-        self, return_inverse=True, return_counts=True, axis=dim)
+    values, inverse, counts = jnp.unique(self, return_inverse=True, return_counts=True, axis=dim)
     inverse = jnp.ravel(inverse).astype(jnp.int64) if return_inverse else _none()
     return values, inverse, counts.astype(jnp.int64) if return_counts else _none()
 
@@ -486,12 +533,16 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 
 @lowering(aten.bincount.default)
 def bincount(self, weights=None, minlength=0):
-    _require_concrete("aten.bincount", self, hint=(
-        ", or use torch.zeros(n).scatter_add_(0, x, weights) with a fixed n"))
+    _require_concrete(
+        "aten.bincount",
+        self,
+        hint=(", or use torch.zeros(n).scatter_add_(0, x, weights) with a fixed n"),
+    )
     if self.ndim != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-    check_index(self, 0, 2**63 - 1, RuntimeError,
-                "bincount only supports 1-d non-negative integral inputs.")
+    check_index(
+        self, 0, 2**63 - 1, RuntimeError, "bincount only supports 1-d non-negative integral inputs."
+    )
     length = max(int(jnp.max(self)) + 1 if self.size else 0, minlength)
     if weights is None:
         return jnp.zeros(length, jnp.int64).at[self].add(1)
@@ -531,13 +582,16 @@ def _outer_edges(points, bins, range):
     dims = points.shape[1]
     if range is not None:
         if len(range) != 2 * dims:
-            raise RuntimeError(f"histogramdd: for a {dims}-dimensional histogram, range should "
-                               f"have {2 * dims} elements, but got {len(range)}")
+            raise RuntimeError(
+                f"histogramdd: for a {dims}-dimensional histogram, range should "
+                f"have {2 * dims} elements, but got {len(range)}"
+            )
         left = jnp.asarray(range[0::2], jnp.float64)
         right = jnp.asarray(range[1::2], jnp.float64)
         if not isinstance(left, jax.core.Tracer) and bool(jnp.any(left > right)):
-            raise ValueError("histogramdd: expected the lower edge of each range to be at most "
-                             "its upper edge")
+            raise ValueError(
+                "histogramdd: expected the lower edge of each range to be at most its upper edge"
+            )
     elif points.shape[0]:
         left = jnp.min(points, axis=0).astype(jnp.float64)
         right = jnp.max(points, axis=0).astype(jnp.float64)
@@ -655,7 +709,9 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
         return self, jnp.zeros((), jnp.int64)
     dim = _dim(dim, self.ndim)
     if not 0 <= k <= self.shape[dim]:
-        raise RuntimeError(f"topk: k ({k}) is out of range for dimension {dim} of size {self.shape[dim]}")
+        raise RuntimeError(
+            f"topk: k ({k}) is out of range for dimension {dim} of size {self.shape[dim]}"
+        )
     order = jax.lax.slice_in_dim(_sort_indices(self, dim, largest), 0, k, axis=dim)
     return jnp.take_along_axis(self, order, axis=dim), order.astype(jnp.int64)
 
@@ -709,7 +765,8 @@ def _quickselect_row(values, k):
             return arr2, idx2, i, j, crossed
 
         arr, idx, i, j, _ = lax.while_loop(
-            lambda c: ~c[4], scan, (*state, low + 1, high, jnp.bool_(False)))
+            lambda c: ~c[4], scan, (*state, low + 1, high, jnp.bool_(False))
+        )
         arr, idx = swap((arr, idx), low, j)
         new_low = jnp.where(j <= k, i, low)
         new_high = jnp.where(j >= k, j - 1, high)
@@ -718,8 +775,13 @@ def _quickselect_row(values, k):
         done = two | (new_high <= new_low)
         return arr, idx, new_low, new_high, done
 
-    start = (values, jnp.arange(n, dtype=jnp.int64), jnp.int64(0), jnp.int64(n - 1),
-             jnp.bool_(n <= 1))
+    start = (
+        values,
+        jnp.arange(n, dtype=jnp.int64),
+        jnp.int64(0),
+        jnp.int64(n - 1),
+        jnp.bool_(n <= 1),
+    )
     arr, idx, *_ = lax.while_loop(lambda c: ~c[4], partition_step, start)
     return arr, idx
 
@@ -742,7 +804,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
     if not 1 <= k <= self.shape[dim]:
         raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
     if self.size == 0:
-        shape = self.shape[:dim] + ((1,) if keepdim else ()) + self.shape[dim + 1:]
+        shape = self.shape[:dim] + ((1,) if keepdim else ()) + self.shape[dim + 1 :]
         return jnp.zeros(shape, self.dtype), jnp.zeros(shape, jnp.int64)
 
     def select(row):
@@ -757,7 +819,9 @@ def kthvalue(self, k, dim=-1, keepdim=False):
 
 def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
     side = side or ("right" if right else "left")
-    common = jax_dtype(torch.promote_types(torch_dtype(sorted_sequence.dtype), torch_dtype(values.dtype)))
+    common = jax_dtype(
+        torch.promote_types(torch_dtype(sorted_sequence.dtype), torch_dtype(values.dtype))
+    )
     sorted_sequence, values = sorted_sequence.astype(common), values.astype(common)
     if sorter is not None:
         sorted_sequence = jnp.take_along_axis(sorted_sequence, sorter, axis=-1)
@@ -766,7 +830,8 @@ def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
         return jnp.searchsorted(sorted_sequence, values, side=side).astype(dtype)
     rows = sorted_sequence.reshape(-1, sorted_sequence.shape[-1])
     found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(
-        rows, values.reshape(rows.shape[0], -1))
+        rows, values.reshape(rows.shape[0], -1)
+    )
     return found.reshape(values.shape).astype(dtype)
 
 
@@ -776,7 +841,9 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
 
 
 @lowering(aten.searchsorted.Scalar)
-def searchsorted_scalar(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+def searchsorted_scalar(
+    sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None
+):
     value = jnp.asarray(self, sorted_sequence.dtype)
     return _searchsorted(sorted_sequence, value, right, side, sorter, out_int32)
 
@@ -788,5 +855,6 @@ def bucketize(self, boundaries, *, out_int32=False, right=False):
 
 @lowering(aten.bucketize.Scalar)
 def bucketize_scalar(self, boundaries, *, out_int32=False, right=False):
-    return _searchsorted(boundaries, jnp.asarray(self, boundaries.dtype), right, None, None, out_int32)
-
+    return _searchsorted(
+        boundaries, jnp.asarray(self, boundaries.dtype), right, None, None, out_int32
+    )

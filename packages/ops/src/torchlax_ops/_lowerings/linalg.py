@@ -59,13 +59,34 @@ def _mH(x):
 # -- products -----------------------------------------------------------------------------------
 
 # How PyTorch names dtypes in the products' dtype errors: ScalarType names, and C++ type names.
-_SCALAR_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int",
-                 "int64": "Long", "float16": "Half", "bfloat16": "BFloat16", "float32": "Float",
-                 "float64": "Double", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
-_C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int",
-            "int32": "int", "int64": "long int", "float16": "c10::Half",
-            "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
-            "complex64": "c10::complex<float>", "complex128": "c10::complex<double>"}
+_SCALAR_NAMES = {
+    "bool": "Bool",
+    "uint8": "Byte",
+    "int8": "Char",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "float32": "Float",
+    "float64": "Double",
+    "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
+_C_NAMES = {
+    "bool": "bool",
+    "uint8": "unsigned char",
+    "int8": "signed char",
+    "int16": "short int",
+    "int32": "int",
+    "int64": "long int",
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
+    "float32": "float",
+    "float64": "double",
+    "complex64": "c10::complex<float>",
+    "complex128": "c10::complex<double>",
+}
 
 
 def _scalar_name(x) -> str:
@@ -82,16 +103,25 @@ def _same_dtype(message, *arrays) -> None:
 
 @lowering(aten.mm.default)
 def mm(self, mat2):
-    _same_dtype(lambda a, b: "expected m1 and m2 to have the same dtype, but got: "
-                f"{_C_NAMES.get(a.dtype.name, a.dtype.name)} != "
-                f"{_C_NAMES.get(b.dtype.name, b.dtype.name)}", self, mat2)
+    _same_dtype(
+        lambda a, b: (
+            "expected m1 and m2 to have the same dtype, but got: "
+            f"{_C_NAMES.get(a.dtype.name, a.dtype.name)} != "
+            f"{_C_NAMES.get(b.dtype.name, b.dtype.name)}"
+        ),
+        self,
+        mat2,
+    )
     return matmul(self, mat2)
 
 
 @lowering(aten.bmm.default)
 def bmm(self, mat2):
-    _same_dtype(lambda a, b: f"expected scalar type {_scalar_name(a)} but found "
-                f"{_scalar_name(b)}", self, mat2)
+    _same_dtype(
+        lambda a, b: f"expected scalar type {_scalar_name(a)} but found {_scalar_name(b)}",
+        self,
+        mat2,
+    )
     return matmul(self, mat2)
 
 
@@ -104,8 +134,14 @@ def mm_dtype(self, mat2, out_dtype):
 
 @lowering(aten.mv.default)
 def mv(self, vec):
-    _same_dtype(lambda a, b: "addmv input tensors must have the same dtype, but got "
-                f"{_scalar_name(b)}, {_scalar_name(a)}, and {_scalar_name(b)}", self, vec)
+    _same_dtype(
+        lambda a, b: (
+            "addmv input tensors must have the same dtype, but got "
+            f"{_scalar_name(b)}, {_scalar_name(a)}, and {_scalar_name(b)}"
+        ),
+        self,
+        vec,
+    )
     return matmul(self, vec)
 
 
@@ -116,8 +152,10 @@ def dot(self, tensor):
 
 
 def _dot_message(a, b):
-    return (f"dot : expected both vectors to have same dtype, but found {_scalar_name(a)} and "
-            f"{_scalar_name(b)}")
+    return (
+        f"dot : expected both vectors to have same dtype, but found {_scalar_name(a)} and "
+        f"{_scalar_name(b)}"
+    )
 
 
 @lowering(aten.vdot.default)
@@ -128,39 +166,81 @@ def vdot(self, other):
 
 @lowering(aten.addmm.default)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    _same_dtype(lambda a, b: f"mat1 and mat2 must have the same dtype, but got {_scalar_name(a)} "
-                f"and {_scalar_name(b)}", mat1, mat2)
-    _same_dtype(lambda a, b: f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
-                f"and {_scalar_name(b)}", self, mat2)
+    _same_dtype(
+        lambda a, b: (
+            f"mat1 and mat2 must have the same dtype, but got {_scalar_name(a)} "
+            f"and {_scalar_name(b)}"
+        ),
+        mat1,
+        mat2,
+    )
+    _same_dtype(
+        lambda a, b: (
+            f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
+            f"and {_scalar_name(b)}"
+        ),
+        self,
+        mat2,
+    )
     return _scaled_sum(_raw_matmul(mat1, mat2), self, beta, alpha, mat1.dtype)
 
 
 @lowering(aten.addmv.default)
 def addmv(self, mat, vec, *, beta=1, alpha=1):
-    _same_dtype(lambda a, b, c: "addmv input tensors must have the same dtype, but got "
-                f"{_scalar_name(a)}, {_scalar_name(b)}, and {_scalar_name(c)}", self, mat, vec)
+    _same_dtype(
+        lambda a, b, c: (
+            "addmv input tensors must have the same dtype, but got "
+            f"{_scalar_name(a)}, {_scalar_name(b)}, and {_scalar_name(c)}"
+        ),
+        self,
+        mat,
+        vec,
+    )
     return _scaled_sum(_raw_matmul(mat, vec), self, beta, alpha, mat.dtype)
 
 
 @lowering(aten.baddbmm.default)
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
-    _same_dtype(lambda a, b: f"expected scalar type {_scalar_name(a)} but found "
-                f"{_scalar_name(b)}", batch1, batch2)
-    _same_dtype(lambda a, b, c: f"Input dtypes must be the same, got: input "
-                f"{_C_NAMES.get(a.dtype.name)}, batch1: {_C_NAMES.get(b.dtype.name)}, batch2: "
-                f"{_C_NAMES.get(c.dtype.name)}", self, batch1, batch2)
+    _same_dtype(
+        lambda a, b: f"expected scalar type {_scalar_name(a)} but found {_scalar_name(b)}",
+        batch1,
+        batch2,
+    )
+    _same_dtype(
+        lambda a, b, c: (
+            f"Input dtypes must be the same, got: input "
+            f"{_C_NAMES.get(a.dtype.name)}, batch1: {_C_NAMES.get(b.dtype.name)}, batch2: "
+            f"{_C_NAMES.get(c.dtype.name)}"
+        ),
+        self,
+        batch1,
+        batch2,
+    )
     return _scaled_sum(_raw_matmul(batch1, batch2), self, beta, alpha, batch1.dtype)
 
 
 @lowering(aten.addbmm.default)
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
-    _same_dtype(lambda a, b: f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
-                f"and {_scalar_name(b)}", batch1, batch2)
-    _same_dtype(lambda a, b: f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
-                f"and {_scalar_name(b)}", self, batch1)
+    _same_dtype(
+        lambda a, b: (
+            f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
+            f"and {_scalar_name(b)}"
+        ),
+        batch1,
+        batch2,
+    )
+    _same_dtype(
+        lambda a, b: (
+            f"self and mat2 must have the same dtype, but got {_scalar_name(a)} "
+            f"and {_scalar_name(b)}"
+        ),
+        self,
+        batch1,
+    )
     acc = _accumulator(batch1.dtype)
-    product = jnp.einsum("bij,bjk->ik", batch1, batch2, precision=HIGHEST,
-                         preferred_element_type=acc)
+    product = jnp.einsum(
+        "bij,bjk->ik", batch1, batch2, precision=HIGHEST, preferred_element_type=acc
+    )
     return _scaled_sum(product, self, beta, alpha, batch1.dtype)
 
 
@@ -191,29 +271,40 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     op = "aten._grouped_mm"
     for name, x in (("self", self), ("mat2", mat2)):
         if x.dtype not in _GROUPED_DTYPES:
-            raise RuntimeError(f"{op}: expected {name} to be a float32, bfloat16 or float16 "
-                               f"matrix, got {x.dtype}.")
+            raise RuntimeError(
+                f"{op}: expected {name} to be a float32, bfloat16 or float16 matrix, got {x.dtype}."
+            )
         if x.ndim not in (2, 3):
             raise RuntimeError(f"{op}: {name} must be 2-d or 3-d, got {x.ndim}-d.")
     if self.dtype != mat2.dtype:
-        raise RuntimeError(f"{op}: self ({self.dtype}) and mat2 ({mat2.dtype}) must have the "
-                           "same dtype.")
+        raise RuntimeError(
+            f"{op}: self ({self.dtype}) and mat2 ({mat2.dtype}) must have the same dtype."
+        )
     if bias is not None:
-        raise RuntimeError(f"{op}: bias is not supported (PyTorch does not support it yet); add "
-                           "it to the result instead.")
+        raise RuntimeError(
+            f"{op}: bias is not supported (PyTorch does not support it yet); add "
+            "it to the result instead."
+        )
     if out_dtype is not None and jax_dtype(out_dtype) != self.dtype:
-        raise RuntimeError(f"{op}: the output dtype must match self's dtype ({self.dtype}), got "
-                           f"{jax_dtype(out_dtype)}.")
+        raise RuntimeError(
+            f"{op}: the output dtype must match self's dtype ({self.dtype}), got "
+            f"{jax_dtype(out_dtype)}."
+        )
     both_3d = self.ndim == 3 and mat2.ndim == 3
     if both_3d != (offs is None):
-        raise RuntimeError(f"{op}: pass offs when either matrix is 2-d, and no offs when both are "
-                           "3-d.")
+        raise RuntimeError(
+            f"{op}: pass offs when either matrix is 2-d, and no offs when both are 3-d."
+        )
     if offs is not None and (offs.ndim != 1 or offs.dtype != jnp.int32):
-        raise RuntimeError(f"{op}: offs must be a 1-d int32 tensor of cumulative group ends, got "
-                           f"{offs.ndim}-d {offs.dtype}.")
+        raise RuntimeError(
+            f"{op}: offs must be a 1-d int32 tensor of cumulative group ends, got "
+            f"{offs.ndim}-d {offs.dtype}."
+        )
     if self.shape[-1] != mat2.shape[-2]:
-        raise RuntimeError(f"{op}: contraction sizes differ: self has {self.shape[-1]} columns, "
-                           f"mat2 has {mat2.shape[-2]} rows.")
+        raise RuntimeError(
+            f"{op}: contraction sizes differ: self has {self.shape[-1]} columns, "
+            f"mat2 has {mat2.shape[-2]} rows."
+        )
     acc = _accumulator(self.dtype)
 
     def dot(spec, *operands):
@@ -228,8 +319,7 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
         if offs.shape[0] != mat2.shape[0]:
             raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, mat2 {mat2.shape[0]}.")
         sizes = jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
-        out = jax.lax.ragged_dot(self, mat2, sizes, precision=HIGHEST,
-                                 preferred_element_type=acc)
+        out = jax.lax.ragged_dot(self, mat2, sizes, precision=HIGHEST, preferred_element_type=acc)
         rows = jnp.arange(self.shape[0])
         out = jnp.where((rows < offs[-1])[:, None], out, 0)
     elif self.ndim == 2:  # the contraction grouped: one (M, N) product per slice of K
@@ -288,15 +378,23 @@ def _permutation_from_pivots(pivots, m):
 
 def _broadcast_batch(a, b, a_core=2, b_core=2):
     batch = jnp.broadcast_shapes(a.shape[:-a_core], b.shape[:-b_core])
-    return (jnp.broadcast_to(a, batch + a.shape[-a_core:]),
-            jnp.broadcast_to(b, batch + b.shape[-b_core:]))
+    return (
+        jnp.broadcast_to(a, batch + a.shape[-a_core:]),
+        jnp.broadcast_to(b, batch + b.shape[-b_core:]),
+    )
 
 
 def _triangular(a, b, *, lower, left=True, unit=False, transpose=False, conjugate=False):
     a, b = _broadcast_batch(a, b)
     return jax.lax.linalg.triangular_solve(
-        a, b, left_side=left, lower=lower, unit_diagonal=unit, transpose_a=transpose,
-        conjugate_a=conjugate)
+        a,
+        b,
+        left_side=left,
+        lower=lower,
+        unit_diagonal=unit,
+        transpose_a=transpose,
+        conjugate_a=conjugate,
+    )
 
 
 def _lu_solve(lu, permutation, B, adjoint=False):
@@ -416,7 +514,9 @@ def _linalg_slogdet(A):
         sign = parity * jnp.prod(diag / jnp.where(magnitude == 0, 1, magnitude), axis=-1)
         sign = jnp.where(jnp.any(magnitude == 0, axis=-1), 0, sign)
     else:
-        sign = jnp.where(jnp.any(magnitude == 0, axis=-1), 0, parity * jnp.prod(jnp.sign(diag), axis=-1))
+        sign = jnp.where(
+            jnp.any(magnitude == 0, axis=-1), 0, parity * jnp.prod(jnp.sign(diag), axis=-1)
+        )
     return sign.astype(A.dtype), jnp.sum(jnp.log(magnitude), axis=-1), lu, pivots
 
 
@@ -509,8 +609,6 @@ def linalg_eig(self):
     return values.astype(complex_dtype), vectors.astype(complex_dtype)
 
 
-
-
 @lowering(aten.linalg_pinv.atol_rtol_tensor)
 def linalg_pinv(self, *, atol=None, rtol=None, hermitian=False):
     m, n = self.shape[-2:]
@@ -522,14 +620,18 @@ def linalg_pinv(self, *, atol=None, rtol=None, hermitian=False):
     if hermitian:
         values, vectors = jnp.linalg.eigh(self, UPLO="L", symmetrize_input=False)  # as LAPACK
         magnitude = jnp.abs(values)
-        cutoff = jnp.maximum(atol[..., None] if jnp.ndim(atol) else atol,
-                             (rtol[..., None] if jnp.ndim(rtol) else rtol)
-                             * jnp.max(magnitude, axis=-1, keepdims=True, initial=0))
+        cutoff = jnp.maximum(
+            atol[..., None] if jnp.ndim(atol) else atol,
+            (rtol[..., None] if jnp.ndim(rtol) else rtol)
+            * jnp.max(magnitude, axis=-1, keepdims=True, initial=0),
+        )
         inverse = jnp.where(magnitude > cutoff, 1 / values, 0).astype(self.dtype)
         return matmul(vectors * inverse[..., None, :], _mH(vectors))
     U, S, Vh = jnp.linalg.svd(self, full_matrices=False)
-    cutoff = jnp.maximum(atol[..., None] if jnp.ndim(atol) else atol,
-                         (rtol[..., None] if jnp.ndim(rtol) else rtol) * S[..., :1])
+    cutoff = jnp.maximum(
+        atol[..., None] if jnp.ndim(atol) else atol,
+        (rtol[..., None] if jnp.ndim(rtol) else rtol) * S[..., :1],
+    )
     inverse = jnp.where(S > cutoff, 1 / S, 0).astype(self.dtype)
     return matmul(_mH(Vh) * inverse[..., None, :], _mH(U))
 
@@ -547,7 +649,8 @@ def linalg_polar(A):
     if A.shape[-2] < A.shape[-1]:
         raise RuntimeError(
             f"linalg.polar: input must have at least as many rows as columns, but got "
-            f"{A.shape[-2]} by {A.shape[-1]} matrices; transpose A to decompose it.")
+            f"{A.shape[-2]} by {A.shape[-1]} matrices; transpose A to decompose it."
+        )
     # A = W S V^H  =>  U = W V^H, H = V S V^H (as PyTorch's CPU kernel, from the SVD).
     W, S, Vh = jnp.linalg.svd(A, full_matrices=False)
     U = matmul(W, Vh)
@@ -597,7 +700,8 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
     if driver not in _LSTSQ_DRIVERS:
         raise RuntimeError(
             f"torch.linalg.lstsq: parameter `driver` should be one of {_LSTSQ_DRIVERS}, but got "
-            f"{driver!r}; pass one of those (or None for gelsy).")
+            f"{driver!r}; pass one of those (or None for gelsy)."
+        )
     vector = b.ndim == self.ndim - 1
     A, B = _broadcast_batch(self, b[..., None] if vector else b)
     m, n = A.shape[-2:]
@@ -655,10 +759,12 @@ def _lstsq_gelsy(A, B, rcond):
     m, n = A.shape[-2:]
     k = min(m, n)
     if k == 0:
-        return jnp.zeros(A.shape[:-2] + (n, B.shape[-1]), A.dtype), jnp.zeros(A.shape[:-2], jnp.int64)
+        return jnp.zeros(A.shape[:-2] + (n, B.shape[-1]), A.dtype), jnp.zeros(
+            A.shape[:-2], jnp.int64
+        )
     Q, R, perm = jax.lax.linalg.qr(A, pivoting=True, full_matrices=False)
     rank = _leading_rank(R[..., :k, :k], rcond)
-    kept = (jnp.arange(k) < rank[..., None])  # rows of R (and of Q^H B) kept
+    kept = jnp.arange(k) < rank[..., None]  # rows of R (and of Q^H B) kept
     T = jnp.where(kept[..., :, None], R[..., :k, :], 0)
     c = jnp.where(kept[..., :, None], matmul(_mH(Q[..., :, :k]), B), 0)
     # Minimum-norm y with T y = c through T^H = Q2 R2; R2's dropped columns are zero, so unit
@@ -716,8 +822,11 @@ def _lstsq_svd(A, B, rcond):
     m, n = A.shape[-2:]
     real = jnp.finfo(A.dtype).dtype
     if min(m, n) == 0:
-        return (jnp.zeros(A.shape[:-2] + (n, B.shape[-1]), A.dtype),
-                jnp.zeros(A.shape[:-2], jnp.int64), jnp.zeros(A.shape[:-2] + (0,), real))
+        return (
+            jnp.zeros(A.shape[:-2] + (n, B.shape[-1]), A.dtype),
+            jnp.zeros(A.shape[:-2], jnp.int64),
+            jnp.zeros(A.shape[:-2] + (0,), real),
+        )
     U, S, Vh = jnp.linalg.svd(A, full_matrices=False)
     kept = S > rcond * S[..., :1]
     inverse = jnp.where(kept, 1 / jnp.where(kept, S, 1), 0).astype(A.dtype)
@@ -729,21 +838,22 @@ def _lstsq_residuals(A, B):
     # Squared norms of the last m - n rows of Q^H B, as LAPACK leaves them in B.
     packed, tau = jnp.linalg.qr(A, mode="raw")
     rotated = jax.lax.linalg.ormqr(_mT(packed), tau, B, transpose=True)
-    tail = rotated[..., A.shape[-1]:, :]
-    return jnp.sum(jnp.real(tail * jnp.conj(tail)) if jnp.iscomplexobj(tail) else tail * tail,
-                   axis=-2)
+    tail = rotated[..., A.shape[-1] :, :]
+    return jnp.sum(
+        jnp.real(tail * jnp.conj(tail)) if jnp.iscomplexobj(tail) else tail * tail, axis=-2
+    )
 
 
 # -- LDL^T with Bunch-Kaufman pivoting (LAPACK's sytrf/hetrf, lower) -----------------------------
 
-_BUNCH_KAUFMAN_ALPHA = (1 + 17 ** 0.5) / 8
+_BUNCH_KAUFMAN_ALPHA = (1 + 17**0.5) / 8
 
 
 def _batched(fn, batch_ndim_from, *arrays):
     """Run ``fn`` on each matrix of a batch (flattened, vmapped); ``batch_ndim_from`` is the
     array whose leading dims are the batch."""
     batch = batch_ndim_from.shape[:-2]
-    flat = [a.reshape((-1,) + a.shape[len(batch):]) for a in arrays]
+    flat = [a.reshape((-1,) + a.shape[len(batch) :]) for a in arrays]
     outs = jax.vmap(fn)(*flat)
     return tuple(o.reshape(batch + o.shape[1:]) for o in outs)
 
@@ -784,8 +894,11 @@ def _sytf2(A, hermitian):
         rowmax = jnp.max(row_abs)
         zero = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
         alpha = _BUNCH_KAUFMAN_ALPHA
-        keep_k = zero | (absakk >= alpha * colmax) | (
-            absakk >= alpha * colmax * (colmax / jnp.where(rowmax > 0, rowmax, 1)))
+        keep_k = (
+            zero
+            | (absakk >= alpha * colmax)
+            | (absakk >= alpha * colmax * (colmax / jnp.where(rowmax > 0, rowmax, 1)))
+        )
         one_by_one = keep_k | (diag_abs(W[imax, imax]) >= alpha * rowmax)
         kp = jnp.where(keep_k, k, imax)
         kstep = jnp.where(one_by_one, 1, 2)
@@ -829,16 +942,23 @@ def _sytf2(A, hermitian):
         col_k = jnp.where(zero, jnp.where(idx >= k, column, 0), jnp.where(two, col2a, col1))
         LD = LD.at[:, k].set(col_k)
         LD = LD.at[:, jnp.minimum(k + 1, n - 1)].set(
-            jnp.where(two, col2b, LD[:, jnp.minimum(k + 1, n - 1)]))
+            jnp.where(two, col2b, LD[:, jnp.minimum(k + 1, n - 1)])
+        )
         pivot = jnp.where(two, -(kp + 1), kp + 1).astype(jnp.int32)
         pivots = pivots.at[k].set(pivot)
         pivots = pivots.at[jnp.minimum(k + 1, n - 1)].set(
-            jnp.where(two, pivot, pivots[jnp.minimum(k + 1, n - 1)]))
+            jnp.where(two, pivot, pivots[jnp.minimum(k + 1, n - 1)])
+        )
         info = jnp.where((info == 0) & zero, k + 1, info).astype(jnp.int32)
         return k + kstep, W, LD, pivots, info
 
-    start = (jnp.asarray(0), A, jnp.zeros_like(A), jnp.zeros((n,), jnp.int32),
-             jnp.asarray(0, jnp.int32))
+    start = (
+        jnp.asarray(0),
+        A,
+        jnp.zeros_like(A),
+        jnp.zeros((n,), jnp.int32),
+        jnp.asarray(0, jnp.int32),
+    )
     _, _, LD, pivots, info = jax.lax.while_loop(lambda s: s[0] < n, step, start)
     return LD, pivots, info
 
@@ -887,14 +1007,17 @@ def _sytrs(LD, pivots, B, hermitian):
         one = (B - below).at[k].set(B[k] / d)
         # 2x2: eliminate below k+1 with both columns, then solve with the 2x2 block of D.
         after = (idx > k + 1)[:, None]
-        elim = jnp.where(after, L[:, k][:, None] * B[k][None, :] + L[:, k1][:, None] * B[k1][None, :], 0)
+        elim = jnp.where(
+            after, L[:, k][:, None] * B[k][None, :] + L[:, k1][:, None] * B[k1][None, :], 0
+        )
         akm1k = L[k1, k]
         akm1 = L[k, k] / conj(akm1k)
         ak = L[k1, k1] / akm1k
         denom = akm1 * ak - 1
         bkm1, bk = B[k] / conj(akm1k), B[k1] / akm1k
-        two_by_two = (B - elim).at[k].set((ak * bkm1 - bk) / denom).at[k1].set(
-            (akm1 * bk - bkm1) / denom)
+        two_by_two = (
+            (B - elim).at[k].set((ak * bkm1 - bk) / denom).at[k1].set((akm1 * bk - bkm1) / denom)
+        )
         return k + jnp.where(two, 2, 1), jnp.where(two, two_by_two, one)
 
     def backward(state):  # solve L^T X = Y (L^H when Hermitian), last block first
@@ -941,12 +1064,24 @@ def _ldl_solve_kernel(LD, pivots, B, hermitian):
 # error. float32/complex64 use the single-precision bounds, float64/complex128 the double ones.
 
 _EXP_NORM_BOUNDS = {
-    "single": (1.192092800768788e-07, 5.978858893805233e-04, 5.116619363445086e-02,
-               5.800524627688768e-01, 1.461661507209034e+00, 3.010066362817634e+00),
-    "double": (2.220446049250313e-16, 2.580956802971767e-08, 3.397168839976962e-04,
-               4.991228871115323e-02, 2.996158913811580e-01, 1.090863719290036e+00),
+    "single": (
+        1.192092800768788e-07,
+        5.978858893805233e-04,
+        5.116619363445086e-02,
+        5.800524627688768e-01,
+        1.461661507209034e00,
+        3.010066362817634e00,
+    ),
+    "double": (
+        2.220446049250313e-16,
+        2.580956802971767e-08,
+        3.397168839976962e-04,
+        4.991228871115323e-02,
+        2.996158913811580e-01,
+        1.090863719290036e00,
+    ),
 }
-_SQRT_177 = 0.1330413469565007072504e+2
+_SQRT_177 = 0.1330413469565007072504e2
 _T8_X3 = 2.0 / 3.0
 _T8 = dict(
     x1=_T8_X3 * ((1.0 + _SQRT_177) / 88.0),
@@ -959,24 +1094,56 @@ _T8 = dict(
 )
 _T12_COEFFICIENTS = (  # rows: B_i = sum_j b_ij A^j over (I, A, A^2, A^3)
     (9.0198e-16, 0.46932117595418237389, -0.20099424927047284052, -0.04623946134063071740),
-    (5.31597895759871264183, 1.19926790417132231573, 0.01179296240992997031,
-     0.01108844528519167989),
-    (0.18188869982170434744, 0.05502798439925399070, 0.09351590770535414968,
-     0.00610700528898058230),
-    (-2.0861320e-13, -0.13181061013830184015, -0.02027855540589259079,
-     -0.00675951846863086359),
+    (
+        5.31597895759871264183,
+        1.19926790417132231573,
+        0.01179296240992997031,
+        0.01108844528519167989,
+    ),
+    (
+        0.18188869982170434744,
+        0.05502798439925399070,
+        0.09351590770535414968,
+        0.00610700528898058230,
+    ),
+    (-2.0861320e-13, -0.13181061013830184015, -0.02027855540589259079, -0.00675951846863086359),
 )
 _T18_COEFFICIENTS = (  # rows: B_i = sum_j b_ij A^j over (I, A, A^2, A^3, A^6)
-    (0.0, -1.00365581030144618291e-01, -8.02924648241156932449e-03,
-     -8.92138498045729985177e-04, 0.0),
-    (0.0, 3.97849749499645077844e-01, 1.36783778460411720168e+00,
-     4.98289622525382669416e-01, -6.37898194594723280150e-04),
-    (-1.09676396052962061844e+01, 1.68015813878906206114e+00, 5.71779846478865511061e-02,
-     -6.98210122488052056106e-03, 3.34975017086070470649e-05),
-    (-9.04316832390810593223e-02, -6.76404519071381882256e-02, 6.75961301770459654925e-02,
-     2.95552570429315521194e-02, -1.39180257516060693404e-05),
-    (0.0, 0.0, -9.23364619367118555360e-02, -1.69364939002081722752e-02,
-     -1.40086798182036094347e-05),
+    (
+        0.0,
+        -1.00365581030144618291e-01,
+        -8.02924648241156932449e-03,
+        -8.92138498045729985177e-04,
+        0.0,
+    ),
+    (
+        0.0,
+        3.97849749499645077844e-01,
+        1.36783778460411720168e00,
+        4.98289622525382669416e-01,
+        -6.37898194594723280150e-04,
+    ),
+    (
+        -1.09676396052962061844e01,
+        1.68015813878906206114e00,
+        5.71779846478865511061e-02,
+        -6.98210122488052056106e-03,
+        3.34975017086070470649e-05,
+    ),
+    (
+        -9.04316832390810593223e-02,
+        -6.76404519071381882256e-02,
+        6.75961301770459654925e-02,
+        2.95552570429315521194e-02,
+        -1.39180257516060693404e-05,
+    ),
+    (
+        0.0,
+        0.0,
+        -9.23364619367118555360e-02,
+        -1.69364939002081722752e-02,
+        -1.40086798182036094347e-05,
+    ),
 )
 
 
@@ -997,12 +1164,16 @@ def _taylor_exponentials(A):
     A6 = matmul(A3, A3)
     t1 = eye + A
     t2 = _combination([eye, A, A2], [1.0, 1.0, 0.5])
-    t4 = _combination([eye, A, matmul(A2, _combination([eye, A, A2], [1 / 2.0, 1 / 6.0, 1 / 24.0]))],
-                      [1.0, 1.0, 1.0])
+    t4 = _combination(
+        [eye, A, matmul(A2, _combination([eye, A, A2], [1 / 2.0, 1 / 6.0, 1 / 24.0]))],
+        [1.0, 1.0, 1.0],
+    )
     x = _T8
     A4 = matmul(A2, _combination([A, A2], [x["x1"], x["x2"]]))
-    A8 = matmul(_combination([A2, A4], [_T8_X3, 1.0]),
-                _combination([eye, A, A2, A4], [x["x4"], x["x5"], x["x6"], x["x7"]]))
+    A8 = matmul(
+        _combination([A2, A4], [_T8_X3, 1.0]),
+        _combination([eye, A, A2, A4], [x["x4"], x["x5"], x["x6"], x["x7"]]),
+    )
     t8 = _combination([eye, A, A2, A8], [1.0, 1.0, x["y2"], 1.0])
     B = [_combination([eye, A, A2, A3], row) for row in _T12_COEFFICIENTS]
     A6_12 = B[2] + matmul(B[3], B[3])
@@ -1042,8 +1213,9 @@ def _matrix_exp_kernel(self):
         i, X = state
         return i + 1, jnp.where((i < steps)[..., None, None], matmul(X, X), X)
 
-    _, t18 = jax.lax.while_loop(lambda s: s[0] < jnp.max(steps), square,
-                                (jnp.asarray(0, jnp.int32), candidates[5]))
+    _, t18 = jax.lax.while_loop(
+        lambda s: s[0] < jnp.max(steps), square, (jnp.asarray(0, jnp.int32), candidates[5])
+    )
     # Each matrix takes the lowest degree whose bound its norm does not exceed; PyTorch
     # computes degree 18 for norms >= the degree-12 bound (a norm exactly on it included).
     result = t18

@@ -62,8 +62,10 @@ def _windows(x, kernel, stride, padding, dilation, ceil_mode, fill):
     """Stack every window element: (..., *out, K) values, plus static (out..., K) positions."""
     n = len(kernel)
     spatial = x.shape[-n:]
-    outs = [_pool_geometry(s, k, st, p, d, ceil_mode)
-            for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation, strict=True)]
+    outs = [
+        _pool_geometry(s, k, st, p, d, ceil_mode)
+        for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation, strict=True)
+    ]
     config = [(0, 0, 0)] * (x.ndim - n)
     for s, k, st, p, d, o in zip(spatial, kernel, stride, padding, dilation, outs, strict=True):
         high = max((o - 1) * st + d * (k - 1) + 1 - (s + p), 0)
@@ -75,11 +77,16 @@ def _windows(x, kernel, stride, padding, dilation, ceil_mode, fill):
         starts = [0] * lead + [o * d for o, d in zip(offset, dilation, strict=True)]
         limits = list(x.shape[:lead]) + [
             start + (o - 1) * st + 1
-            for start, o, st in zip(starts[lead:], outs, stride, strict=True)]
+            for start, o, st in zip(starts[lead:], outs, stride, strict=True)
+        ]
         slices.append(jax.lax.slice(padded, starts, limits, [1] * lead + list(stride)))
-        grids = np.meshgrid(*[np.arange(o) * st - p + off * d for o, st, p, off, d in
-                              zip(outs, stride, padding, offset, dilation, strict=True)],
-                            indexing="ij")
+        grids = np.meshgrid(
+            *[
+                np.arange(o) * st - p + off * d
+                for o, st, p, off, d in zip(outs, stride, padding, offset, dilation, strict=True)
+            ],
+            indexing="ij",
+        )
         positions.append(np.stack(grids, axis=-1))
     return jnp.stack(slices, axis=-1), np.stack(positions, axis=-2), outs  # positions: (*out, K, n)
 
@@ -94,16 +101,18 @@ def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, n):
     kernel = _ntuple(kernel_size, n)
     stride = _ntuple(stride, n) if stride else kernel
     padding, dilation = _ntuple(padding, n), _ntuple(dilation, n)
-    values, positions, _ = _windows(self, kernel, stride, padding, dilation, ceil_mode,
-                                    _lowest(self.dtype))
+    values, positions, _ = _windows(
+        self, kernel, stride, padding, dilation, ceil_mode, _lowest(self.dtype)
+    )
     spatial = np.array(self.shape[-n:])
     valid = np.all((positions >= 0) & (positions < spatial), axis=-1)
     flat = np.sum(positions * np.concatenate([np.cumprod(spatial[::-1])[::-1][1:], [1]]), axis=-1)
     values = jnp.where(valid, values, _lowest(self.dtype))
     best = jnp.argmax(values, axis=-1)
     out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
-    indices = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape),
-                                  best[..., None], axis=-1)[..., 0]
+    indices = jnp.take_along_axis(
+        jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape), best[..., None], axis=-1
+    )[..., 0]
     return out, indices
 
 
@@ -129,18 +138,22 @@ def _scatter_to_indices(grad_output, self, indices, n):
 
 
 @lowering(aten.max_pool2d_with_indices_backward.default)
-def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
-                                     ceil_mode, indices):
+def max_pool2d_with_indices_backward(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     return _scatter_to_indices(grad_output, self, indices, 2)
 
 
 @lowering(aten.max_pool3d_with_indices_backward.default)
-def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
-                                     ceil_mode, indices):
+def max_pool3d_with_indices_backward(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     return _scatter_to_indices(grad_output, self, indices, 3)
 
 
-def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n):
+def _avg_pool(
+    self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n
+):
     kernel = _ntuple(kernel_size, n)
     stride = _ntuple(stride, n) if stride else kernel
     padding = _ntuple(padding, n)
@@ -161,31 +174,59 @@ def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, 
 
 
 @lowering(aten.avg_pool2d.default)
-def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
-    return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override, 2)
+def avg_pool2d(
+    self,
+    kernel_size,
+    stride=(),
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    return _avg_pool(
+        self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2
+    )
 
 
 @lowering(aten.avg_pool3d.default)
-def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
-    return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override, 3)
+def avg_pool3d(
+    self,
+    kernel_size,
+    stride=(),
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    return _avg_pool(
+        self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3
+    )
 
 
 @lowering(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
-                        count_include_pad, divisor_override):
-    return _vjp(lambda x: _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                    divisor_override, 2), self, grad_output)
+def avg_pool2d_backward(
+    grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    return _vjp(
+        lambda x: _avg_pool(
+            x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2
+        ),
+        self,
+        grad_output,
+    )
 
 
 @lowering(aten.avg_pool3d_backward.default)
-def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
-                        count_include_pad, divisor_override):
-    return _vjp(lambda x: _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                    divisor_override, 3), self, grad_output)
+def avg_pool3d_backward(
+    grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    return _vjp(
+        lambda x: _avg_pool(
+            x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3
+        ),
+        self,
+        grad_output,
+    )
 
 
 def _adaptive_bounds(in_size, out_size):
@@ -203,8 +244,11 @@ def _adaptive_avg(self, output_size):
         weights = np.zeros((out_size, in_size))
         for o, (s, e) in enumerate(zip(starts, ends, strict=True)):
             weights[o, s:e] = 1.0 / (e - s)
-        x = jnp.moveaxis(jnp.tensordot(x, jnp.asarray(weights, x.dtype), axes=[[axis], [1]],
-                                       precision=HIGHEST), -1, axis)
+        x = jnp.moveaxis(
+            jnp.tensordot(x, jnp.asarray(weights, x.dtype), axes=[[axis], [1]], precision=HIGHEST),
+            -1,
+            axis,
+        )
     return x.astype(self.dtype)
 
 
@@ -240,11 +284,15 @@ def _adaptive_max(self, output_size):
     for d, index in enumerate(picks):
         axis = lead + 2 * d
         gathered = jnp.take(gathered, jnp.asarray(index.reshape(-1)), axis=axis)
-        gathered = gathered.reshape(gathered.shape[:axis] + index.shape + gathered.shape[axis + 1:])
-    order = list(range(lead)) + [lead + 2 * d for d in range(n)] + [lead + 2 * d + 1 for d in range(n)]
+        gathered = gathered.reshape(
+            gathered.shape[:axis] + index.shape + gathered.shape[axis + 1 :]
+        )
+    order = (
+        list(range(lead)) + [lead + 2 * d for d in range(n)] + [lead + 2 * d + 1 for d in range(n)]
+    )
     gathered = jnp.transpose(gathered, order)
-    out_shape = gathered.shape[:lead + n]
-    widths = gathered.shape[lead + n:]
+    out_shape = gathered.shape[: lead + n]
+    widths = gathered.shape[lead + n :]
     values = gathered.reshape(*out_shape, -1)
     valid = np.ones(tuple(output_size) + tuple(widths), bool)
     flat = np.zeros(tuple(output_size) + tuple(widths), np.int64)
@@ -259,8 +307,9 @@ def _adaptive_max(self, output_size):
     values = jnp.where(valid, values, _lowest(self.dtype))
     best = jnp.argmax(values, axis=-1)
     out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
-    indices = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat), values.shape),
-                                  best[..., None], axis=-1)[..., 0]
+    indices = jnp.take_along_axis(
+        jnp.broadcast_to(jnp.asarray(flat), values.shape), best[..., None], axis=-1
+    )[..., 0]
     return out, indices
 
 
@@ -456,14 +505,16 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
 
 
 @lowering(aten.rrelu_with_noise_functional.default)
-def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1 / 3, training=False,
-                                generator=None):
+def rrelu_with_noise_functional(
+    self, noise, lower=0.125, upper=1 / 3, training=False, generator=None
+):
     x = _up(self)
     if not training:  # the mean slope; the noise is left as it is
         return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(self.dtype), noise
     # Training: each non-positive element gets its own slope drawn from U(lower, upper).
-    slope = jax.random.uniform(current_env().next_prng_key(generator), self.shape, x.dtype,
-                               lower, upper)
+    slope = jax.random.uniform(
+        current_env().next_prng_key(generator), self.shape, x.dtype, lower, upper
+    )
     slope = jnp.where(x <= 0, slope, 1)
     return (x * slope).astype(self.dtype), slope.astype(noise.dtype)
 
@@ -477,16 +528,18 @@ def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, 
 
 @decomposition(aten.rrelu_with_noise.default)
 def rrelu_with_noise(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
-    out, new_noise = aten.rrelu_with_noise_functional(self, noise, lower, upper, training,
-                                                      generator=generator)
+    out, new_noise = aten.rrelu_with_noise_functional(
+        self, noise, lower, upper, training, generator=generator
+    )
     noise.copy_(new_noise)  # the schema writes the drawn slopes into ``noise``
     return out
 
 
 @decomposition(aten.rrelu_with_noise_.default)
 def rrelu_with_noise_(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
-    out, new_noise = aten.rrelu_with_noise_functional(self, noise, lower, upper, training,
-                                                      generator=generator)
+    out, new_noise = aten.rrelu_with_noise_functional(
+        self, noise, lower, upper, training, generator=generator
+    )
     noise.copy_(new_noise)
     return self.copy_(out)
 
@@ -498,7 +551,9 @@ def hardtanh(self, min_val=-1, max_val=1):
 
 @lowering(aten.hardtanh_backward.default)
 def hardtanh_backward(grad_output, self, min_val, max_val):
-    return jnp.where((self <= min_val) | (self >= max_val), 0, grad_output).astype(grad_output.dtype)
+    return jnp.where((self <= min_val) | (self >= max_val), 0, grad_output).astype(
+        grad_output.dtype
+    )
 
 
 @lowering(aten.threshold.default)
@@ -571,15 +626,21 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
         invstd = jax.lax.rsqrt(var + eps)
         saved = mean.astype(stats_dtype), invstd.astype(stats_dtype)
         if running_mean is not None:
-            new_mean = (momentum * mean + (1 - momentum) * _up(running_mean)).astype(running_mean.dtype)
+            new_mean = (momentum * mean + (1 - momentum) * _up(running_mean)).astype(
+                running_mean.dtype
+            )
         if running_var is not None:
             n = input.size // input.shape[1]
             unbiased = var * n / jnp.asarray(n - 1, var.dtype)
-            new_var = (momentum * unbiased + (1 - momentum) * _up(running_var)).astype(running_var.dtype)
+            new_var = (momentum * unbiased + (1 - momentum) * _up(running_var)).astype(
+                running_var.dtype
+            )
     else:
         if running_mean is None or running_var is None:
-            raise RuntimeError("batch_norm: running_mean and running_var must be given in eval "
-                               "mode (training=False); pass them, or set training=True.")
+            raise RuntimeError(
+                "batch_norm: running_mean and running_var must be given in eval "
+                "mode (training=False); pass them, or set training=True."
+            )
         mean = _up(running_mean).astype(x.dtype)
         invstd = jax.lax.rsqrt(_up(running_var).astype(x.dtype) + eps)
         saved = jnp.zeros((0,), stats_dtype), jnp.zeros((0,), stats_dtype)
@@ -596,8 +657,9 @@ def _no_reserve():
 
 
 @lowering(aten._native_batch_norm_legit_functional.default)
-def _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training,
-                                        momentum, eps):
+def _native_batch_norm_legit_functional(
+    input, weight, bias, running_mean, running_var, training, momentum, eps
+):
     return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
@@ -607,16 +669,19 @@ def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, e
 
 
 @lowering(aten._native_batch_norm_legit_no_training.default)
-def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum,
-                                         eps):
+def _native_batch_norm_legit_no_training(
+    input, weight, bias, running_mean, running_var, momentum, eps
+):
     return _batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
 @lowering(aten._batch_norm_with_update_functional.default)
-def _batch_norm_with_update_functional(input, weight, bias, running_mean, running_var, momentum,
-                                       eps):
-    out, mean, invstd, new_mean, new_var = _batch_norm(input, weight, bias, running_mean,
-                                                       running_var, True, momentum, eps)
+def _batch_norm_with_update_functional(
+    input, weight, bias, running_mean, running_var, momentum, eps
+):
+    out, mean, invstd, new_mean, new_var = _batch_norm(
+        input, weight, bias, running_mean, running_var, True, momentum, eps
+    )
     return out, mean, invstd, _no_reserve(), new_mean, new_var
 
 
@@ -624,8 +689,9 @@ def _batch_norm_with_update_functional(input, weight, bias, running_mean, runnin
 def _batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     # Without running statistics it normalizes with the batch's own, as in training.
     training = running_mean is None or running_var is None
-    out, mean, invstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, training,
-                                          momentum, eps)
+    out, mean, invstd, _, _ = _batch_norm(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
     return out, mean, invstd, _no_reserve()
 
 
@@ -644,24 +710,32 @@ def _update_running_stats(running_mean, running_var, new_mean, new_var):
 @decomposition(aten.native_batch_norm.default)
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     if not training or (running_mean is not None and running_var is not None):
-        return _native_batch_norm_legit(input, weight, bias, running_mean, running_var, training,
-                                        momentum, eps)
+        return _native_batch_norm_legit(
+            input, weight, bias, running_mean, running_var, training, momentum, eps
+        )
     # Training with a running statistic missing: stand-ins whose updates are dropped.
     channels = input.shape[1]
     out, mean, invstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
-        input, weight, bias,
+        input,
+        weight,
+        bias,
         running_mean if running_mean is not None else input.new_zeros(channels),
         running_var if running_var is not None else input.new_ones(channels),
-        True, momentum, eps)
+        True,
+        momentum,
+        eps,
+    )
     _update_running_stats(running_mean, running_var, new_mean, new_var)
     return out, mean, invstd
 
 
 @decomposition(aten._native_batch_norm_legit.default)
-def _native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum,
-                             eps):
+def _native_batch_norm_legit(
+    input, weight, bias, running_mean, running_var, training, momentum, eps
+):
     out, mean, invstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
-        input, weight, bias, running_mean, running_var, training, momentum, eps)
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
     if training:
         _update_running_stats(running_mean, running_var, new_mean, new_var)
     return out, mean, invstd
@@ -670,7 +744,8 @@ def _native_batch_norm_legit(input, weight, bias, running_mean, running_var, tra
 @decomposition(aten._batch_norm_with_update.default)
 def _batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
     out, mean, invstd, reserve, new_mean, new_var = aten._batch_norm_with_update_functional(
-        input, weight, bias, running_mean, running_var, momentum, eps)
+        input, weight, bias, running_mean, running_var, momentum, eps
+    )
     _update_running_stats(running_mean, running_var, new_mean, new_var)
     return out, mean, invstd, reserve
 
@@ -707,8 +782,9 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     return out.astype(grad_output.dtype)
 
 
-def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset,
-                   padding_idx):
+def _embedding_bag(
+    weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx
+):
     """(output, offset2bag, bag_size, max_indices) as PyTorch's CPU kernel returns them.
 
     Bag b holds the indices from offsets[b] on; indices equal to ``padding_idx`` count for
@@ -731,11 +807,16 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
         candidates = jnp.where(valid[:, None], rows, -jnp.inf)
         best = jax.ops.segment_max(candidates, bag, num_segments=bags)
         hit = valid[:, None] & (candidates == best[bag])
-        first = jax.ops.segment_min(jnp.where(hit, jnp.arange(count)[:, None], count), bag,
-                                    num_segments=bags)
+        first = jax.ops.segment_min(
+            jnp.where(hit, jnp.arange(count)[:, None], count), bag, num_segments=bags
+        )
         max_indices = jnp.where(first < count, jnp.take(indices, jnp.minimum(first, count - 1)), 0)
-        return (jnp.where(sizes[:, None] > 0, best, 0).astype(weight.dtype), bag, sizes,
-                max_indices.astype(index_dtype))
+        return (
+            jnp.where(sizes[:, None] > 0, best, 0).astype(weight.dtype),
+            bag,
+            sizes,
+            max_indices.astype(index_dtype),
+        )
     summed = valid & (position < offsets[-1]) if fast and include_last_offset else valid
     out = jax.ops.segment_sum(jnp.where(summed[:, None], rows, 0), bag, num_segments=bags)
     if mode == 1:
@@ -749,11 +830,20 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
 
 
 @lowering(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
-def _embedding_bag_forward(weight, indices, offsets, scale_grad_by_freq=False, mode=0,
-                           sparse=False, per_sample_weights=None, include_last_offset=False,
-                           padding_idx=-1):
-    return _embedding_bag(weight, indices, offsets, mode, per_sample_weights,
-                          include_last_offset, padding_idx)
+def _embedding_bag_forward(
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=0,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=-1,
+):
+    return _embedding_bag(
+        weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx
+    )
 
 
 def _bag_of_each_index(indices, offsets, bags):
@@ -762,9 +852,20 @@ def _bag_of_each_index(indices, offsets, bags):
 
 
 @lowering(aten._embedding_bag_backward.default)
-def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
-                            num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
-                            padding_idx=-1):
+def _embedding_bag_backward(
+    grad,
+    indices,
+    offsets,
+    offset2bag,
+    bag_size,
+    maximum_indices,
+    num_weights,
+    scale_grad_by_freq,
+    mode,
+    sparse,
+    per_sample_weights,
+    padding_idx=-1,
+):
     # Dense gradient of the weight. Bags come from the offsets (sum mode's fast path leaves
     # offset2bag empty); each index adds its bag's gradient (scaled as the forward scaled it).
     g = _up(grad)
@@ -773,8 +874,11 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximu
         filled = (bag_size > 0)[:, None]
         columns = jnp.broadcast_to(jnp.arange(g.shape[1]), g.shape)
         rows = jnp.where(filled, maximum_indices, 0)
-        out = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[rows, columns].add(
-            jnp.where(filled, g, 0))
+        out = (
+            jnp.zeros((num_weights, g.shape[1]), g.dtype)
+            .at[rows, columns]
+            .add(jnp.where(filled, g, 0))
+        )
         return out.astype(grad.dtype)
     bag = _bag_of_each_index(indices, offsets, bags)
     rows = g[bag]
@@ -786,14 +890,18 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximu
     if scale_grad_by_freq:
         counts = jnp.zeros((num_weights,), g.dtype).at[indices].add(1)
         rows = rows / counts[indices][:, None]
-    out = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[indices].add(
-        jnp.where(keep[:, None], rows, 0))
+    out = (
+        jnp.zeros((num_weights, g.shape[1]), g.dtype)
+        .at[indices]
+        .add(jnp.where(keep[:, None], rows, 0))
+    )
     return out.astype(grad.dtype)
 
 
 @lowering(aten._embedding_bag_per_sample_weights_backward.default)
-def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
-                                               padding_idx=-1):
+def _embedding_bag_per_sample_weights_backward(
+    grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1
+):
     # d loss / d per_sample_weights[i] = <grad of i's bag, weight row of index i> (sum mode).
     bag = _bag_of_each_index(indices, offsets, grad.shape[0])
     dots = jnp.sum(_up(grad)[bag] * _up(jnp.take(weight, indices, axis=0)), axis=1)
@@ -814,15 +922,23 @@ def native_dropout_backward(grad_output, mask, scale):
 
 
 @lowering(aten._fused_sdp_choice.default)
-def _fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
-                      scale=None, enable_gqa=False):
+def _fused_sdp_choice(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    *,
+    scale=None,
+    enable_gqa=False,
+):
     # 0 = SDPBackend.math: PyTorch's composite math path (matmul, softmax, dropout), which XLA
     # fuses and autograd differentiates.
     return 0
 
 
-def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv,
-                      scale_first=True):
+def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv, scale_first=True):
     """(q k^T * scale + mask in opmath, v): masked-out positions are -inf.
 
     The math path scales q before the product (``scale_first``), the flash kernel after it.
@@ -848,8 +964,17 @@ def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv,
 
 
 @lowering(aten.scaled_dot_product_attention.default)
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, *, scale=None, enable_gqa=False):
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    *,
+    scale=None,
+    enable_gqa=False,
+):
     # Eager torchlax decomposes this composite op above the dispatcher; export and dynamo graphs
     # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
     # row masked out entirely giving zeros (``_safe_softmax``).
@@ -857,21 +982,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     weights = jax.nn.softmax(scores, axis=-1)
     weights = jnp.where(jnp.all(scores == -jnp.inf, axis=-1, keepdims=True), 0, weights)
     if dropout_p > 0.0:
-        keep = jax.random.bernoulli(current_env().next_prng_key(None), 1.0 - dropout_p,
-                                    weights.shape)
+        keep = jax.random.bernoulli(
+            current_env().next_prng_key(None), 1.0 - dropout_p, weights.shape
+        )
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
     out = jnp.matmul(weights, v, precision=HIGHEST)
     return out.astype(query.dtype)
 
 
 @lowering(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0,
-                                                is_causal=False, *, attn_mask=None, scale=None):
+def _scaled_dot_product_flash_attention_for_cpu(
+    query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None
+):
     if dropout_p != 0.0:
-        raise RuntimeError("_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
-                           f"(got {dropout_p}); use scaled_dot_product_attention for dropout.")
-    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, True,
-                                  scale_first=False)
+        raise RuntimeError(
+            "_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
+            f"(got {dropout_p}); use scaled_dot_product_attention for dropout."
+        )
+    scores, v = _attention_scores(
+        query, key, value, attn_mask, is_causal, scale, True, scale_first=False
+    )
     # (output, logsumexp of each row's scores), normalising by the row sum last as the kernel
     # does; a row masked out entirely gives 0 for both.
     top = jnp.max(scores, axis=-1, keepdims=True)
@@ -887,7 +1017,11 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
 
 
 def _scale_value(scale, in_size, out_size):
-    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(in_size / out_size)
+    return (
+        np.float32(1.0 / scale)
+        if scale is not None and scale > 0
+        else np.float32(in_size / out_size)
+    )
 
 
 def _nearest_index(in_size, out_size, scale, exact):
@@ -906,7 +1040,9 @@ def _nearest(self, output_size, scales, exact=False):
     out = self
     for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
         axis = self.ndim - n + d
-        out = jnp.take(out, jnp.asarray(_nearest_index(self.shape[axis], size, scale, exact)), axis=axis)
+        out = jnp.take(
+            out, jnp.asarray(_nearest_index(self.shape[axis], size, scale, exact)), axis=axis
+        )
     return out
 
 
@@ -930,11 +1066,16 @@ def _linear(self, output_size, align_corners, scales):
     out = _up(self)
     for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
         axis = self.ndim - n + d
-        low, high, w_low, w_high = _linear_taps(self.shape[axis], size, align_corners, scale, out.dtype)
+        low, high, w_low, w_high = _linear_taps(
+            self.shape[axis], size, align_corners, scale, out.dtype
+        )
         shape = [1] * out.ndim
         shape[axis] = size
-        out = (jnp.take(out, jnp.asarray(low), axis=axis) * jnp.asarray(w_low, out.dtype).reshape(shape)
-               + jnp.take(out, jnp.asarray(high), axis=axis) * jnp.asarray(w_high, out.dtype).reshape(shape))
+        out = jnp.take(out, jnp.asarray(low), axis=axis) * jnp.asarray(w_low, out.dtype).reshape(
+            shape
+        ) + jnp.take(out, jnp.asarray(high), axis=axis) * jnp.asarray(w_high, out.dtype).reshape(
+            shape
+        )
     return out.astype(self.dtype)
 
 
@@ -946,8 +1087,9 @@ def _nearest_lowering(op, backward_op, n, exact):
     @lowering(backward_op)
     def upsample_backward(grad_output, output_size, input_size, *scales):
         zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
-        return _vjp(lambda x: _nearest(x, output_size, _ntuple_scales(scales, n), exact), zeros,
-                    grad_output)
+        return _vjp(
+            lambda x: _nearest(x, output_size, _ntuple_scales(scales, n), exact), zeros, grad_output
+        )
 
 
 def _linear_lowering(op, backward_op, n):
@@ -958,8 +1100,11 @@ def _linear_lowering(op, backward_op, n):
     @lowering(backward_op)
     def upsample_backward(grad_output, output_size, input_size, align_corners, *scales):
         zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
-        return _vjp(lambda x: _linear(x, output_size, align_corners, _ntuple_scales(scales, n)),
-                    zeros, grad_output)
+        return _vjp(
+            lambda x: _linear(x, output_size, align_corners, _ntuple_scales(scales, n)),
+            zeros,
+            grad_output,
+        )
 
 
 def _ntuple_scales(scales, n):
@@ -967,10 +1112,18 @@ def _ntuple_scales(scales, n):
 
 
 for _n, _dims in ((1, "1d"), (2, "2d"), (3, "3d")):
-    _nearest_lowering(getattr(aten, f"upsample_nearest{_dims}").default,
-                      getattr(aten, f"upsample_nearest{_dims}_backward").default, _n, exact=False)
-    _nearest_lowering(getattr(aten, f"_upsample_nearest_exact{_dims}").default,
-                      getattr(aten, f"_upsample_nearest_exact{_dims}_backward").default, _n, exact=True)
+    _nearest_lowering(
+        getattr(aten, f"upsample_nearest{_dims}").default,
+        getattr(aten, f"upsample_nearest{_dims}_backward").default,
+        _n,
+        exact=False,
+    )
+    _nearest_lowering(
+        getattr(aten, f"_upsample_nearest_exact{_dims}").default,
+        getattr(aten, f"_upsample_nearest_exact{_dims}_backward").default,
+        _n,
+        exact=True,
+    )
 _linear_lowering(aten.upsample_linear1d.default, aten.upsample_linear1d_backward.default, 1)
 _linear_lowering(aten.upsample_bilinear2d.default, aten.upsample_bilinear2d_backward.default, 2)
 _linear_lowering(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_backward.default, 3)
@@ -992,8 +1145,12 @@ def _pad(self, padding, mode):
                 self = jnp.take(self, jnp.asarray(index), axis=d)
         return self
     # Negative padding crops that side first (PyTorch allows it), then the rest pads.
-    self = self[tuple(slice(max(-low, 0), size - max(-high, 0))
-                      for (low, high), size in zip(widths, self.shape, strict=True))]
+    self = self[
+        tuple(
+            slice(max(-low, 0), size - max(-high, 0))
+            for (low, high), size in zip(widths, self.shape, strict=True)
+        )
+    ]
     widths = [(max(low, 0), max(high, 0)) for low, high in widths]
     if mode == "reflect":
         for d, (low, high) in enumerate(widths):
@@ -1001,7 +1158,8 @@ def _pad(self, padding, mode):
             if low >= size or high >= size:
                 raise RuntimeError(
                     f"reflection_pad: padding ({low}, {high}) should be less than the input size "
-                    f"{size} of dimension {d}.")
+                    f"{size} of dimension {d}."
+                )
     return jnp.pad(self, widths, mode=mode)
 
 
@@ -1043,7 +1201,6 @@ def pixel_unshuffle(self, downscale_factor):
     return x.reshape(*lead, c * r * r, h // r, w // r)
 
 
-
 # -- connectionist temporal classification ----------------------------------------------------------
 
 
@@ -1076,8 +1233,14 @@ def _ctc_alphas(log_probs, targets, input_lengths, target_lengths, blank):
         width = max(lengths, default=0)
     else:
         width = targets.shape[1] if targets.ndim == 2 else targets.shape[0]
-    return _ctc_recursion(log_probs, targets, jnp.asarray(input_lengths, jnp.int64),
-                          jnp.asarray(target_lengths, jnp.int64), blank=blank, width=width)
+    return _ctc_recursion(
+        log_probs,
+        targets,
+        jnp.asarray(input_lengths, jnp.int64),
+        jnp.asarray(target_lengths, jnp.int64),
+        blank=blank,
+        width=width,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("blank", "width"))
@@ -1090,14 +1253,16 @@ def _ctc_recursion(log_probs, targets, input_lengths, target_lengths, *, blank, 
         labels = jnp.take(targets, jnp.minimum(steps, targets.shape[1] - 1), axis=1)
     else:  # targets of every sample concatenated
         starts = jnp.cumsum(target_lengths) - target_lengths
-        labels = jnp.take(targets, jnp.clip(starts[:, None] + steps, 0,
-                                            max(targets.shape[0] - 1, 0)))
+        labels = jnp.take(
+            targets, jnp.clip(starts[:, None] + steps, 0, max(targets.shape[0] - 1, 0))
+        )
         labels = labels.reshape(batch, width)
     extended = jnp.full((batch, 2 * width + 1), blank, labels.dtype).at[:, 1::2].set(labels)
     skip = (extended != blank) & (extended != jnp.roll(extended, 2, axis=1))
     skip = skip.at[:, :2].set(False)  # may come from s - 2 (a repeated label may not)
-    emissions = jnp.take_along_axis(lp, jnp.broadcast_to(extended[None], (time,) + extended.shape),
-                                    axis=2)  # (T, N, 2S+1)
+    emissions = jnp.take_along_axis(
+        lp, jnp.broadcast_to(extended[None], (time,) + extended.shape), axis=2
+    )  # (T, N, 2S+1)
     neg_inf = jnp.asarray(-jnp.inf, lp.dtype)
     first = jnp.full(extended.shape, neg_inf).at[:, :2].set(emissions[0, :, :2])
 
@@ -1117,8 +1282,9 @@ def _ctc_recursion(log_probs, targets, input_lengths, target_lengths, *, blank, 
     before = jnp.take_along_axis(final, jnp.maximum(end - 1, 0)[:, None], axis=1)[:, 0]
     nll = -_logsumexp3(last, jnp.where(target_lengths > 0, before, neg_inf), neg_inf)
     # PyTorch leaves log_alpha unset past each sample's lengths: -inf here.
-    inside = ((jnp.arange(time)[:, None, None] < input_lengths[None, :, None])
-              & (jnp.arange(2 * width + 1)[None, None, :] <= end[None, :, None]))
+    inside = (jnp.arange(time)[:, None, None] < input_lengths[None, :, None]) & (
+        jnp.arange(2 * width + 1)[None, None, :] <= end[None, :, None]
+    )
     log_alpha = jnp.transpose(jnp.where(inside, alphas, neg_inf), (1, 0, 2))
     return nll, log_alpha
 
@@ -1126,8 +1292,10 @@ def _ctc_recursion(log_probs, targets, input_lengths, target_lengths, *, blank, 
 @lowering(aten._ctc_loss.default, aten._ctc_loss.Tensor)
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     if log_probs.ndim != 3:
-        raise RuntimeError(f"_ctc_loss: log_probs must be 3-dimensional (T, N, C), got "
-                           f"{log_probs.ndim} dimensions; ctc_loss adds the batch dimension.")
+        raise RuntimeError(
+            f"_ctc_loss: log_probs must be 3-dimensional (T, N, C), got "
+            f"{log_probs.ndim} dimensions; ctc_loss adds the batch dimension."
+        )
     nll, log_alpha = _ctc_alphas(log_probs, targets, input_lengths, target_lengths, blank)
     if zero_infinity:
         nll = jnp.where(nll == jnp.inf, 0, nll)
@@ -1135,8 +1303,17 @@ def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_i
 
 
 @lowering(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
-def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
-                       log_alpha, blank, zero_infinity=False):
+def _ctc_loss_backward(
+    grad,
+    log_probs,
+    targets,
+    input_lengths,
+    target_lengths,
+    neg_log_likelihood,
+    log_alpha,
+    blank,
+    zero_infinity=False,
+):
     # PyTorch's gradient assumes log_probs came from log_softmax: exp(log_probs) minus the
     # label occupation (the vjp of the nll), zero past each input length and, with
     # zero_infinity, for samples whose loss is infinite.
@@ -1163,8 +1340,9 @@ def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, 
 torch_nn = torch.ops.torch_nn
 
 
-def _linear_cross_entropy(input, linear_weight, target, linear_bias, weight, reduction,
-                          ignore_index, acc_dtype):
+def _linear_cross_entropy(
+    input, linear_weight, target, linear_bias, weight, reduction, ignore_index, acc_dtype
+):
     """cross_entropy(input @ linear_weight.T + linear_bias, target), in the accumulation dtype."""
     acc = jnp.promote_types(_dtype_of(acc_dtype), _up(input).dtype)
     logits = jnp.matmul(input.astype(acc), linear_weight.astype(acc).T, precision=HIGHEST)
@@ -1188,39 +1366,66 @@ def _linear_cross_entropy(input, linear_weight, target, linear_bias, weight, red
 
 
 @lowering(torch_nn._linear_cross_entropy_batch_chunked.default)
-def _linear_cross_entropy_batch_chunked(input, linear_weight, target, linear_bias, weight,
-                                        reduction, ignore_index, label_smoothing,
-                                        batch_chunk_size, acc_policy, acc_dtype,
-                                        allow_retain_graph, compute_input_grad,
-                                        compute_linear_weight_grad, compute_linear_bias_grad):
+def _linear_cross_entropy_batch_chunked(
+    input,
+    linear_weight,
+    target,
+    linear_bias,
+    weight,
+    reduction,
+    ignore_index,
+    label_smoothing,
+    batch_chunk_size,
+    acc_policy,
+    acc_dtype,
+    allow_retain_graph,
+    compute_input_grad,
+    compute_linear_weight_grad,
+    compute_linear_bias_grad,
+):
     # (loss, grad_input, grad_linear_weight, grad_linear_bias): the gradients of the loss are
     # computed here (autograd scales them by the upstream gradient), empty where not asked for.
     if label_smoothing != 0.0:
-        raise RuntimeError("torch_nn._linear_cross_entropy_batch_chunked: label_smoothing must "
-                           "be 0 on the chunked path (F.linear_cross_entropy falls back to the "
-                           "reference path otherwise); pass options=None.")
+        raise RuntimeError(
+            "torch_nn._linear_cross_entropy_batch_chunked: label_smoothing must "
+            "be 0 on the chunked path (F.linear_cross_entropy falls back to the "
+            "reference path otherwise); pass options=None."
+        )
 
     def loss_of(x, w, b):
-        return _linear_cross_entropy(x, w, target, b, weight, reduction, ignore_index,
-                                     acc_dtype)
+        return _linear_cross_entropy(x, w, target, b, weight, reduction, ignore_index, acc_dtype)
 
-    bias = linear_bias if linear_bias is not None else jnp.zeros(linear_weight.shape[0],
-                                                                 linear_weight.dtype)
+    bias = (
+        linear_bias
+        if linear_bias is not None
+        else jnp.zeros(linear_weight.shape[0], linear_weight.dtype)
+    )
     loss, pull = jax.vjp(loss_of, input, linear_weight, bias)
     grad_input, grad_weight, grad_bias = pull(jnp.ones_like(loss))
     dtype = input.dtype
-    return (loss.astype(dtype),
-            grad_input.astype(dtype) if compute_input_grad else jnp.zeros((0, 0), dtype),
-            grad_weight.astype(dtype) if compute_linear_weight_grad else jnp.zeros((0, 0), dtype),
-            grad_bias.astype(dtype) if compute_linear_bias_grad else jnp.zeros((0,), dtype))
+    return (
+        loss.astype(dtype),
+        grad_input.astype(dtype) if compute_input_grad else jnp.zeros((0, 0), dtype),
+        grad_weight.astype(dtype) if compute_linear_weight_grad else jnp.zeros((0, 0), dtype),
+        grad_bias.astype(dtype) if compute_linear_bias_grad else jnp.zeros((0,), dtype),
+    )
 
 
 @lowering(torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default)
-def _linear_cross_entropy_batch_chunked_no_reduction(input, linear_weight, target, linear_bias,
-                                                     weight, ignore_index, batch_chunk_size,
-                                                     acc_policy, acc_dtype):
-    losses = _linear_cross_entropy(input, linear_weight, target, linear_bias, weight, "none",
-                                   ignore_index, acc_dtype)
+def _linear_cross_entropy_batch_chunked_no_reduction(
+    input,
+    linear_weight,
+    target,
+    linear_bias,
+    weight,
+    ignore_index,
+    batch_chunk_size,
+    acc_policy,
+    acc_dtype,
+):
+    losses = _linear_cross_entropy(
+        input, linear_weight, target, linear_bias, weight, "none", ignore_index, acc_dtype
+    )
     return losses.astype(input.dtype)
 
 
@@ -1249,8 +1454,9 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
         specs.append("".join(letters[d] for d in kept if not (shape[d] == 1 and sizes[d] != 1)))
     first_sums = {letters[d] for d in sumdim if letters[d] not in specs[2]}
     pair = "".join(c for c in letters if c in specs[0] + specs[1] and c not in first_sums)
-    partial = jnp.einsum(f"{specs[0]},{specs[1]}->{pair}", squeezed[0], squeezed[1],
-                         precision=HIGHEST)
+    partial = jnp.einsum(
+        f"{specs[0]},{specs[1]}->{pair}", squeezed[0], squeezed[1], precision=HIGHEST
+    )
     partial = _up(partial.astype(dtype))
     kept = [d for d in range(total) if d not in sumdim]
     output = "".join(letters[d] for d in kept if letters[d] in pair + specs[2])
@@ -1275,8 +1481,13 @@ def _check_targets(self, target, ignore_index):
     ``ignore_index``."""
     classes = self.shape[1] if self.dim() > 1 else self.shape[0]
     targets = target.jax()
-    check_index(jnp.where(targets == ignore_index, 0, targets), 0, classes, IndexError,
-                "Target {index} is out of bounds.")
+    check_index(
+        jnp.where(targets == ignore_index, 0, targets),
+        0,
+        classes,
+        IndexError,
+        "Target {index} is out of bounds.",
+    )
 
 
 # PyTorch's decompositions of the nll losses, after the target check their kernels make.
@@ -1284,14 +1495,16 @@ def _check_targets(self, target, ignore_index):
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     _check_targets(self, target, ignore_index)
     return decomposition_table[aten.nll_loss_forward.default](
-        self, target, weight, reduction, ignore_index)
+        self, target, weight, reduction, ignore_index
+    )
 
 
 @decomposition(aten.nll_loss2d_forward.default)
 def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
     _check_targets(self, target, ignore_index)
     return decomposition_table[aten.nll_loss2d_forward.default](
-        self, target, weight, reduction, ignore_index)
+        self, target, weight, reduction, ignore_index
+    )
 
 
 @decomposition(aten.one_hot.default)
@@ -1300,7 +1513,8 @@ def one_hot(self, num_classes=-1):
         raise RuntimeError(
             "one_hot: num_classes=-1 infers the number of classes from the data (its maximum), "
             "which a JAX trace (jax.jit / torchlax.jit) cannot do because the output shape would "
-            "depend on it. Pass num_classes explicitly.")
+            "depend on it. Pass num_classes explicitly."
+        )
     if self.dtype != torch.int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     if num_classes == -1:
@@ -1312,7 +1526,12 @@ def one_hot(self, num_classes=-1):
     if isinstance(self, Tensor):  # not Dynamo's fake tensors (shape propagation has no values)
         values = self.jax()
         check_index(values, 0, 2**63 - 1, RuntimeError, "Class values must be non-negative.")
-        check_index(values, -(2**63), num_classes, RuntimeError,
-                    "Class values must be smaller than num_classes.")
+        check_index(
+            values,
+            -(2**63),
+            num_classes,
+            RuntimeError,
+            "Class values must be smaller than num_classes.",
+        )
     classes = torch.arange(num_classes, device=self.device)
     return (self.unsqueeze(-1) == classes).to(torch.int64)

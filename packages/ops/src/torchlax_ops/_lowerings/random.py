@@ -74,14 +74,30 @@ def randn(size, *, generator=None, dtype=None, layout=None, device=None, pin_mem
 
 
 @lowering(aten.rand_like.default, aten.rand_like.generator)
-def rand_like(self, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
-              memory_format=None):
+def rand_like(
+    self,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
     return _uniform(_key(generator), self.shape, self.dtype if dtype is None else jax_dtype(dtype))
 
 
 @lowering(aten.randn_like.default, aten.randn_like.generator)
-def randn_like(self, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
-               memory_format=None):
+def randn_like(
+    self,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
     return _normal(_key(generator), self.shape, self.dtype if dtype is None else jax_dtype(dtype))
 
 
@@ -96,37 +112,70 @@ def _integers(key, shape, low, high, dtype):
 
 
 @lowering(aten.randint.default, aten.randint.generator)
-def randint(high, size, *, generator=None, dtype=torch.long, layout=None, device=None,
-            pin_memory=None):
+def randint(
+    high, size, *, generator=None, dtype=torch.long, layout=None, device=None, pin_memory=None
+):
     return _integers(_key(generator), size, 0, high, jax_dtype(dtype or torch.long))
 
 
 @lowering(aten.randint.low, aten.randint.low_generator)
-def randint_low(low, high, size, *, generator=None, dtype=torch.long, layout=None, device=None,
-                pin_memory=None):
+def randint_low(
+    low, high, size, *, generator=None, dtype=torch.long, layout=None, device=None, pin_memory=None
+):
     return _integers(_key(generator), size, low, high, jax_dtype(dtype or torch.long))
 
 
 @lowering(aten.randint_like.default, aten.randint_like.generator)
-def randint_like(self, high, *, generator=None, dtype=None, layout=None, device=None,
-                 pin_memory=None, memory_format=None):
-    return _integers(_key(generator), self.shape, 0, high,
-                     self.dtype if dtype is None else jax_dtype(dtype))
+def randint_like(
+    self,
+    high,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return _integers(
+        _key(generator), self.shape, 0, high, self.dtype if dtype is None else jax_dtype(dtype)
+    )
 
 
 @lowering(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype)
-def randint_like_low(self, low, high, *, generator=None, dtype=None, layout=None, device=None,
-                     pin_memory=None, memory_format=None):
-    return _integers(_key(generator), self.shape, low, high,
-                     self.dtype if dtype is None else jax_dtype(dtype))
+def randint_like_low(
+    self,
+    low,
+    high,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return _integers(
+        _key(generator), self.shape, low, high, self.dtype if dtype is None else jax_dtype(dtype)
+    )
 
 
 @lowering(aten.randint_like.Tensor, aten.randint_like.Tensor_generator)
-def randint_like_tensor(self, high, *, generator=None, dtype=None, layout=None, device=None,
-                        pin_memory=None, memory_format=None):
+def randint_like_tensor(
+    self,
+    high,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
     out_dtype = self.dtype if dtype is None else jax_dtype(dtype)
-    values = jax.random.randint(_key(generator), self.shape, 0, high.astype(jnp.int64),
-                                dtype=jnp.int64)
+    values = jax.random.randint(
+        _key(generator), self.shape, 0, high.astype(jnp.int64), dtype=jnp.int64
+    )
     return values.astype(out_dtype)
 
 
@@ -136,8 +185,9 @@ def randperm(n, *, generator=None, dtype=torch.long, layout=None, device=None, p
 
 
 @lowering(aten.normal.float_float)
-def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None,
-                       pin_memory=None):
+def normal_float_float(
+    mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None
+):
     out_dtype = _float_dtype(dtype)
     return (mean + std * _normal(_key(generator), size, out_dtype)).astype(out_dtype)
 
@@ -188,7 +238,9 @@ def exponential(self, lambd=1.0, *, generator=None):
 @lowering(aten.geometric.default)
 def geometric(self, p, *, generator=None):
     # Number of Bernoulli(p) trials up to and including the first success: ceil(log(u)/log(1-p)).
-    u = jax.random.uniform(_key(generator), self.shape, jnp.float64, minval=jnp.finfo(jnp.float64).tiny)
+    u = jax.random.uniform(
+        _key(generator), self.shape, jnp.float64, minval=jnp.finfo(jnp.float64).tiny
+    )
     return jnp.maximum(jnp.ceil(jnp.log(u) / jnp.log1p(-p)), 1).astype(self.dtype)
 
 
@@ -242,8 +294,12 @@ def poisson(self, generator=None):
 
 
 def _bernoulli(key, p, shape, dtype):
-    return (jax.random.uniform(key, tuple(shape), jnp.float32 if jnp.dtype(dtype).itemsize < 8
-                               else jnp.float64) < p).astype(dtype)
+    return (
+        jax.random.uniform(
+            key, tuple(shape), jnp.float32 if jnp.dtype(dtype).itemsize < 8 else jnp.float64
+        )
+        < p
+    ).astype(dtype)
 
 
 @lowering(aten.bernoulli.default)
@@ -278,12 +334,20 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
             "replacement."
         )
     # PyTorch's checks of the distribution (eagerly one host read each; see torchlax_core.check).
-    check(jnp.all(jnp.isfinite(self) & (self >= 0)), RuntimeError,
-          "probability tensor contains either `inf`, `nan` or element < 0")
-    check(jnp.all(jnp.sum(self, axis=-1) > 0), RuntimeError,
-          "invalid multinomial distribution (sum of probabilities <= 0)")
+    check(
+        jnp.all(jnp.isfinite(self) & (self >= 0)),
+        RuntimeError,
+        "probability tensor contains either `inf`, `nan` or element < 0",
+    )
+    check(
+        jnp.all(jnp.sum(self, axis=-1) > 0),
+        RuntimeError,
+        "invalid multinomial distribution (sum of probabilities <= 0)",
+    )
     key = _key(generator)
-    logits = jnp.log(self.astype(jnp.float64) if self.dtype == jnp.float64 else self.astype(jnp.float32))
+    logits = jnp.log(
+        self.astype(jnp.float64) if self.dtype == jnp.float64 else self.astype(jnp.float32)
+    )
     if replacement:
         shape = (*self.shape[:-1], num_samples)
         draws = jax.random.categorical(key, logits[..., None, :], axis=-1, shape=shape)

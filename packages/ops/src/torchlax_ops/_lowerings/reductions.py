@@ -75,9 +75,7 @@ def torch_dtype_of(jax_dtype):
 def _require_nonempty(x, axes, op: str):
     for a in axes:
         if x.shape[a] == 0:
-            raise IndexError(
-                f"{op}(): Expected reduction dim {a} to have non-zero size."
-            )
+            raise IndexError(f"{op}(): Expected reduction dim {a} to have non-zero size.")
     if not axes and x.size == 0:
         raise RuntimeError(
             f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify "
@@ -199,7 +197,7 @@ def _arg_extreme(x, axis, keepdims, largest: bool):
     if x.size == 0:  # an empty batch (the reduced dim itself is checked non-empty): jnp refuses
         shape = list(x.shape)
         shape[axis] = 1
-        return jnp.zeros(shape if keepdims else shape[:axis] + shape[axis + 1:], jnp.int64)
+        return jnp.zeros(shape if keepdims else shape[:axis] + shape[axis + 1 :], jnp.int64)
     return fn(x, axis=axis, keepdims=keepdims).astype(jnp.int64)
 
 
@@ -511,7 +509,7 @@ def _median_along(x, axis, keepdim, ignore_nan: bool):
             k = jnp.where(nans > 0, n - nans, (n - 1) // 2)  # the first NaN
         k = jnp.minimum(k, n - 1)
     else:
-        k = jnp.full(x.shape[:axis] + (1,) + x.shape[axis + 1:], (n - 1) // 2)
+        k = jnp.full(x.shape[:axis] + (1,) + x.shape[axis + 1 :], (n - 1) // 2)
     values = jnp.take_along_axis(ordered, k, axis=axis)
     indices = jnp.take_along_axis(order, k, axis=axis).astype(jnp.int64)
     if not keepdim:
@@ -521,8 +519,11 @@ def _median_along(x, axis, keepdim, ignore_nan: bool):
 
 def _median_all(x, op, ignore_nan):
     if x.size == 0:
-        return jnp.full((), jnp.nan, x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else (
-            _raise_empty(op))
+        return (
+            jnp.full((), jnp.nan, x.dtype)
+            if jnp.issubdtype(x.dtype, jnp.inexact)
+            else (_raise_empty(op))
+        )
     values, _ = _median_along(x.reshape(-1), 0, False, ignore_nan)
     return values
 
@@ -576,8 +577,11 @@ def mode(self, dim=-1, keepdim=False):
     best = jnp.max(counts, axis=-1, keepdims=True)
     candidates = jnp.where(counts == best, x, _largest(x.dtype))
     value = jnp.min(candidates, axis=-1, keepdims=True)
-    matches = (x == value) | (jnp.isnan(x) & jnp.isnan(value)) if jnp.issubdtype(
-        x.dtype, jnp.inexact) else (x == value)
+    matches = (
+        (x == value) | (jnp.isnan(x) & jnp.isnan(value))
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+        else (x == value)
+    )
     index = jnp.max(jnp.where(matches, jnp.arange(n), -1), axis=-1, keepdims=True)
     value, index = jnp.moveaxis(value, -1, axis), jnp.moveaxis(index, -1, axis)
     if not keepdim:
@@ -593,7 +597,6 @@ def _largest(dtype):
     return jnp.inf
 
 
-
 # -- traces, distances and norms of slices ------------------------------------------------------
 
 
@@ -606,7 +609,9 @@ def trace(self):
 
 @lowering(aten.dist.default)
 def dist(self, other, p=2):
-    common = to_jax_dtype(torch.promote_types(torch_dtype_of(self.dtype), torch_dtype_of(other.dtype)))
+    common = to_jax_dtype(
+        torch.promote_types(torch_dtype_of(self.dtype), torch_dtype_of(other.dtype))
+    )
     difference = self.astype(common) - other.astype(common)
     return _vector_norm(difference, p, None, False, None)
 
@@ -643,11 +648,13 @@ def euclidean_dist(x1, x2):
 @lowering(aten._cdist_forward.default)
 def cdist_forward(x1, x2, p, compute_mode=None):
     if x1.ndim < 2 or x2.ndim < 2:
-        raise RuntimeError("cdist only supports at least 2D tensors, X1 got: "
-                           f"{x1.ndim}D, X2 got: {x2.ndim}D")
+        raise RuntimeError(
+            f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D, X2 got: {x2.ndim}D"
+        )
     if x1.shape[-1] != x2.shape[-1]:
-        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} "
-                           f"X2: {x2.shape[-1]}")
+        raise RuntimeError(
+            f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}"
+        )
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
     batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
@@ -704,28 +711,34 @@ def _segment_offsets(lengths, offsets, axis, data):
     if offsets is not None:
         return offsets.astype(jnp.int64)
     if lengths is None:
-        raise RuntimeError("segment_reduce: either lengths or offsets must be given (indices "
-                           "are not supported, as in PyTorch).")
+        raise RuntimeError(
+            "segment_reduce: either lengths or offsets must be given (indices "
+            "are not supported, as in PyTorch)."
+        )
     lengths = lengths.astype(jnp.int64)
     start = jnp.zeros(lengths.shape[:-1] + (1,), jnp.int64)
     return jnp.concatenate([start, jnp.cumsum(lengths, axis=-1)], axis=-1)
 
 
 @lowering(aten.segment_reduce.default)
-def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
-                   unsafe=False, initial=None):
+def segment_reduce(
+    data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None
+):
     if indices is not None:
-        raise RuntimeError("segment_reduce: indices based reduction is not supported yet; pass "
-                           "lengths or offsets.")
+        raise RuntimeError(
+            "segment_reduce: indices based reduction is not supported yet; pass lengths or offsets."
+        )
     axis = _dims(data, axis)[0]
     bounds = _segment_offsets(lengths, offsets, axis, data)
     if not unsafe and not isinstance(bounds, jax.core.Tracer):
         if lengths is not None and bool(jnp.any(lengths < 0)):
             raise RuntimeError("segment_reduce: lengths contains negative value!")
         if bool(jnp.any(bounds[..., -1] != data.shape[axis])):
-            raise RuntimeError(f"segment_reduce: Expected all rows of lengths along axis to sum "
-                               f"to data.size(lengths.dim()-1) = {data.shape[axis]}.")
-    lead, n, trail = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+            raise RuntimeError(
+                f"segment_reduce: Expected all rows of lengths along axis to sum "
+                f"to data.size(lengths.dim()-1) = {data.shape[axis]}."
+            )
+    lead, n, trail = data.shape[:axis], data.shape[axis], data.shape[axis + 1 :]
     rows = int(np.prod(lead, dtype=np.int64))
     segments = bounds.shape[-1] - 1
     bounds = bounds.reshape(rows, segments + 1)
@@ -745,15 +758,20 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
     elif reduce == "prod":
         out = jax.ops.segment_prod(x, ids, total) * (1 if initial is None else initial)
     elif reduce in ("max", "min"):
-        fn, pick = ((jax.ops.segment_max, jnp.maximum) if reduce == "max"
-                    else (jax.ops.segment_min, jnp.minimum))
+        fn, pick = (
+            (jax.ops.segment_max, jnp.maximum)
+            if reduce == "max"
+            else (jax.ops.segment_min, jnp.minimum)
+        )
         out = fn(x, ids, total)
         out = jnp.where(counts > 0, out, -jnp.inf if reduce == "max" else jnp.inf)
         if initial is not None:
             out = pick(out, initial)
     else:
-        raise RuntimeError(f"segment_reduce: reduce argument must be one of sum, mean, max, min "
-                           f"or prod, got {reduce!r}.")
+        raise RuntimeError(
+            f"segment_reduce: reduce argument must be one of sum, mean, max, min "
+            f"or prod, got {reduce!r}."
+        )
     out = jnp.where(nans, jnp.nan, out) if reduce != "sum" and reduce != "mean" else out
     return out.reshape(lead + (segments,) + trail).astype(data.dtype)
 
@@ -769,17 +787,24 @@ def _traced(t) -> bool:
 
 def _check_weights(w, name, num_observations, integral: bool):
     if w.dim() > 1:
-        raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} "
-                           f"with {w.dim()} dimensions")
+        raise RuntimeError(
+            f"cov(): expected {name} to have one or fewer dimensions but got {name} "
+            f"with {w.dim()} dimensions"
+        )
     if integral and (w.is_floating_point() or w.is_complex()):
-        raise RuntimeError(f"cov(): expected {name} to have integral dtype but got {name} with "
-                           f"{w.dtype} dtype")
+        raise RuntimeError(
+            f"cov(): expected {name} to have integral dtype but got {name} with {w.dtype} dtype"
+        )
     if not integral and not w.is_floating_point():
-        raise RuntimeError(f"cov(): expected {name} to have floating point dtype but got {name} "
-                           f"with {w.dtype} dtype")
+        raise RuntimeError(
+            f"cov(): expected {name} to have floating point dtype but got {name} "
+            f"with {w.dtype} dtype"
+        )
     if w.numel() != num_observations:
-        raise RuntimeError(f"cov(): expected {name} to have the same numel as there are "
-                           f"observations in the input but got {w.numel()} != {num_observations}")
+        raise RuntimeError(
+            f"cov(): expected {name} to have the same numel as there are "
+            f"observations in the input but got {w.numel()} != {num_observations}"
+        )
     if not _traced(w) and bool((w < 0).any()):
         raise RuntimeError(f"cov(): {name} cannot be negative")
 
@@ -789,8 +814,10 @@ def cov(self, *, correction=1, fweights=None, aweights=None):
     """PyTorch's composite, minus its host reads: under jit a non-positive degrees-of-freedom
     count becomes 0 with torch.where (eagerly PyTorch also warns), weights go unchecked."""
     if self.dim() > 2:
-        raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an "
-                           f"input with {self.dim()} dimensions")
+        raise RuntimeError(
+            f"cov(): expected input to have two or fewer dimensions but got an "
+            f"input with {self.dim()} dimensions"
+        )
     if self.dtype == torch.bool:
         raise RuntimeError("cov(): bool dtype is not supported for input")
     x = self if self.dim() == 2 else self.view(1, -1)
@@ -816,8 +843,11 @@ def cov(self, *, correction=1, fweights=None, aweights=None):
     if not _traced(norm_factor) and bool(norm_factor <= 0):
         import warnings
 
-        warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less "
-                      "than the number of observations.", stacklevel=2)
+        warnings.warn(
+            "cov(): degrees of freedom is <= 0. Correction should be strictly less "
+            "than the number of observations.",
+            stacklevel=2,
+        )
     norm_factor = torch.where(norm_factor <= 0, torch.zeros_like(norm_factor), norm_factor)
     x = x - avg.unsqueeze(1)
     c = torch.mm(x, (x if w is None else x * w).t().conj())

@@ -49,8 +49,13 @@ def _scalar_as(value, dtype):
 # -- views of the same elements -------------------------------------------------------------
 
 
-@lowering(aten.view.default, aten._unsafe_view.default, aten.view_copy.default,
-          aten.reshape.default, aten._reshape_copy.default)
+@lowering(
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.view_copy.default,
+    aten.reshape.default,
+    aten._reshape_copy.default,
+)
 def view(self, size):
     return jnp.reshape(self, tuple(size))
 
@@ -68,9 +73,7 @@ def expand(self, size, *, implicit=False):
             f"aten.expand: the number of sizes provided ({len(size)}) must be greater or equal "
             f"to the number of dimensions in the tensor ({self.ndim})."
         )
-    shape = tuple(
-        self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(size)
-    )
+    shape = tuple(self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(size))
     return jnp.broadcast_to(self, shape)
 
 
@@ -106,7 +109,9 @@ def squeeze_dims(self, dim):
             _dim(d, 0)
         return self
     drop = {_dim(d, self.ndim) for d in dims}
-    return jnp.reshape(self, tuple(s for i, s in enumerate(self.shape) if not (i in drop and s == 1)))
+    return jnp.reshape(
+        self, tuple(s for i, s in enumerate(self.shape) if not (i in drop and s == 1))
+    )
 
 
 @lowering(aten.unsqueeze.default, aten.unsqueeze_copy.default)
@@ -205,7 +210,9 @@ def split(self, split_size, dim=0):
     if split_size == 0:
         sizes = [0] if length == 0 else None
         if sizes is None:
-            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {length}")
+            raise RuntimeError(
+                f"split_size can only be 0 if dimension size is 0, but got dimension size of {length}"
+            )
     else:
         sizes = [split_size] * (length // split_size)
         if length % split_size or length == 0:
@@ -213,8 +220,11 @@ def split(self, split_size, dim=0):
     return _split_at(self, sizes, dim)
 
 
-@lowering(aten.split_with_sizes.default, aten.split_with_sizes_copy.default,
-          aten.unsafe_split_with_sizes.default)
+@lowering(
+    aten.split_with_sizes.default,
+    aten.split_with_sizes_copy.default,
+    aten.unsafe_split_with_sizes.default,
+)
 def split_with_sizes(self, split_sizes, dim=0):
     return _split_at(self, list(split_sizes), dim)
 
@@ -225,8 +235,12 @@ def unbind(self, dim=0):
     return [jax.lax.index_in_dim(self, i, dim, keepdims=False) for i in range(self.shape[dim])]
 
 
-@lowering(aten.alias_copy.default, aten.clone.default, aten.detach_copy.default,
-          aten.lift_fresh_copy.default)
+@lowering(
+    aten.alias_copy.default,
+    aten.clone.default,
+    aten.detach_copy.default,
+    aten.lift_fresh_copy.default,
+)
 def clone(self, *, memory_format=None):
     # jax.Arrays are immutable and torchlax writes replace the array: sharing is a copy.
     return self
@@ -280,7 +294,9 @@ def view_dtype(self, dtype):
         return jnp.zeros((*self.shape[:-1], last), target)
     # Through bytes: split every element, then regroup the last dim for the target.
     source = self[..., None] if same_size else self
-    data = jax.lax.bitcast_convert_type(_as_units(source), jnp.uint8).reshape(*source.shape[:-1], -1)
+    data = jax.lax.bitcast_convert_type(_as_units(source), jnp.uint8).reshape(
+        *source.shape[:-1], -1
+    )
     if data.shape[-1] % target.itemsize:
         raise RuntimeError(
             f"self.size(-1) must be divisible by {target.itemsize // self.dtype.itemsize} to view "
@@ -288,7 +304,9 @@ def view_dtype(self, dtype):
         )
     unit = target.itemsize // 2 if target.kind == "c" else target.itemsize
     if unit > 1:
-        data = jax.lax.bitcast_convert_type(data.reshape(*data.shape[:-1], -1, unit), f"uint{unit * 8}")
+        data = jax.lax.bitcast_convert_type(
+            data.reshape(*data.shape[:-1], -1, unit), f"uint{unit * 8}"
+        )
     out = _from_units(data, target)
     return out.reshape(self.shape) if same_size else out
 
@@ -365,7 +383,7 @@ def chunk_cat(tensors, dim, num_chunks):
         padding = [(0, 0)] * a.ndim
         padding[dim] = (0, chunk * num_chunks - a.shape[dim])
         padded = jnp.pad(a.astype(dtype), padding)
-        width = chunk * int(np.prod(a.shape[dim + 1:], dtype=np.int64))
+        width = chunk * int(np.prod(a.shape[dim + 1 :], dtype=np.int64))
         rows.append(padded.reshape(a.shape[:dim] + (num_chunks, width)))
     return jnp.concatenate(rows, axis=dim + 1)
 
@@ -493,7 +511,9 @@ def _masked_value(value, dtype):
 @lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(self, mask, value):
     if mask.dtype != jnp.bool_:
-        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {torch_dtype(mask.dtype)}")
+        raise RuntimeError(
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {torch_dtype(mask.dtype)}"
+        )
     return jnp.where(mask, _masked_value(value, self.dtype), self)
 
 
@@ -522,7 +542,11 @@ def masked_scatter(self, mask, source):
 
 def _scatter_into(self, src, view_fn):
     index = view_fn(jnp.arange(self.size, dtype=jnp.int64).reshape(self.shape))
-    flat = jnp.ravel(self).at[jnp.ravel(index)].set(jnp.ravel(jnp.broadcast_to(src, index.shape)).astype(self.dtype))
+    flat = (
+        jnp.ravel(self)
+        .at[jnp.ravel(index)]
+        .set(jnp.ravel(jnp.broadcast_to(src, index.shape)).astype(self.dtype))
+    )
     return flat.reshape(self.shape)
 
 
@@ -547,4 +571,3 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
 @lowering(aten.as_strided_scatter.default)
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
     return _scatter_into(self, src, lambda a: as_strided(a, size, stride, storage_offset))
-

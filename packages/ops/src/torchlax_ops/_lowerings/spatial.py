@@ -40,28 +40,48 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     if not 1 <= spatial <= 3:
         raise NotImplementedError(
             f"torchlax lowers convolutions of 1 to 3 spatial dimensions; aten.convolution got a "
-            f"weight of {weight.ndim} dimensions.")
+            f"weight of {weight.ndim} dimensions."
+        )
     letters = "DHW"[-spatial:]
     numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
     if not transposed:
         out = jax.lax.conv_general_dilated(
-            input, weight, window_strides=stride, padding=[(p, p) for p in padding],
-            rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
-            precision=HIGHEST, preferred_element_type=acc)
+            input,
+            weight,
+            window_strides=stride,
+            padding=[(p, p) for p in padding],
+            rhs_dilation=dilation,
+            dimension_numbers=numbers,
+            feature_group_count=groups,
+            precision=HIGHEST,
+            preferred_element_type=acc,
+        )
     else:
         # A transposed convolution is the input-gradient of a convolution: dilate the input by
         # the stride and convolve with the flipped kernel, its in/out channels swapped per group.
         output_padding = _ntuple(output_padding, spatial)
         cin, cout_g = weight.shape[:2]
         kernel = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
-        kernel = jnp.swapaxes(kernel, 1, 2).reshape(groups * cout_g, cin // groups, *weight.shape[2:])
+        kernel = jnp.swapaxes(kernel, 1, 2).reshape(
+            groups * cout_g, cin // groups, *weight.shape[2:]
+        )
         kernel = jnp.flip(kernel, axis=tuple(range(2, weight.ndim)))
-        pads = [(d * (k - 1) - p, d * (k - 1) - p + op) for k, p, d, op in
-                zip(weight.shape[2:], padding, dilation, output_padding, strict=True)]
+        pads = [
+            (d * (k - 1) - p, d * (k - 1) - p + op)
+            for k, p, d, op in zip(weight.shape[2:], padding, dilation, output_padding, strict=True)
+        ]
         out = jax.lax.conv_general_dilated(
-            input, kernel, window_strides=(1,) * spatial, padding=pads, lhs_dilation=stride,
-            rhs_dilation=dilation, dimension_numbers=numbers, feature_group_count=groups,
-            precision=HIGHEST, preferred_element_type=acc)
+            input,
+            kernel,
+            window_strides=(1,) * spatial,
+            padding=pads,
+            lhs_dilation=stride,
+            rhs_dilation=dilation,
+            dimension_numbers=numbers,
+            feature_group_count=groups,
+            precision=HIGHEST,
+            preferred_element_type=acc,
+        )
     return out[0] if unbatched else out
 
 
@@ -78,18 +98,44 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 
 
 @lowering(aten._convolution.default)
-def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                 groups, benchmark, deterministic, cudnn_enabled, allow_tf32):
-    return convolution(input, weight, bias, stride, padding, dilation, transposed,
-                       output_padding, groups)
+def _convolution(
+    input,
+    weight,
+    bias,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    benchmark,
+    deterministic,
+    cudnn_enabled,
+    allow_tf32,
+):
+    return convolution(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
 
 
 @lowering(aten.convolution_backward.default)
-def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-                         transposed, output_padding, groups, output_mask):
+def convolution_backward(
+    grad_output,
+    input,
+    weight,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+):
     def forward(x, w):
-        return _conv(x, w, stride, padding, dilation, transposed, output_padding,
-                     groups).astype(x.dtype)
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups).astype(
+            x.dtype
+        )
 
     _, pull = jax.vjp(forward, input, weight)
     grad_input, grad_weight = pull(grad_output.astype(input.dtype))
@@ -98,8 +144,11 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
         batched = input.ndim == weight.ndim
         axes = tuple(i for i in range(grad_output.ndim) if i != (1 if batched else 0))
         grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
-    return (grad_input if output_mask[0] else None,
-            grad_weight if output_mask[1] else None, grad_bias)
+    return (
+        grad_input if output_mask[0] else None,
+        grad_weight if output_mask[1] else None,
+        grad_bias,
+    )
 
 
 # -- adaptive average pooling, 3-d ----------------------------------------------------------------
@@ -129,15 +178,16 @@ def _adaptive_avg_pool3d_kernel(self, output_size):
         valid = np.arange(width) < length[:, None]
         axis = lead + 2 * d
         taken = jnp.take(gathered, jnp.asarray(index.reshape(-1)), axis=axis)
-        gathered = taken.reshape(taken.shape[:axis] + index.shape + taken.shape[axis + 1:])
+        gathered = taken.reshape(taken.shape[:axis] + index.shape + taken.shape[axis + 1 :])
         mask_shape = [1] * gathered.ndim
         mask_shape[axis], mask_shape[axis + 1] = valid.shape
         gathered = jnp.where(valid.reshape(mask_shape), gathered, jnp.zeros((), self.dtype))
         lengths.append(length)
         widths.append(width)
     order = [*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3, lead + 5]
-    windows = jnp.transpose(gathered, order).reshape(*self.shape[:lead], *output_size,
-                                                     int(np.prod(widths)))
+    windows = jnp.transpose(gathered, order).reshape(
+        *self.shape[:lead], *output_size, int(np.prod(widths))
+    )
     if self.dtype in _HALF:
         total = jnp.zeros(windows.shape[:-1], self.dtype)
         for k in range(windows.shape[-1]):  # static window size: the kernel's rounding order
@@ -169,8 +219,11 @@ def _unnormalize(coord, size, align_corners, fused):
 def _clip(coord, size):
     # where, not clip: the gradient is zero on and beyond the borders, as in PyTorch.
     high = size - 1
-    return jnp.where(coord <= 0, jnp.zeros((), coord.dtype),
-                     jnp.where(coord >= high, jnp.asarray(high, coord.dtype), coord))
+    return jnp.where(
+        coord <= 0,
+        jnp.zeros((), coord.dtype),
+        jnp.where(coord >= high, jnp.asarray(high, coord.dtype), coord),
+    )
 
 
 def _reflect(coord, twice_low, twice_high):
@@ -251,19 +304,31 @@ def _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners):
     if interpolation_mode == _BICUBIC:
         if n != 2:
             raise RuntimeError("grid_sampler_3d: bicubic interpolation only supports 4-D input.")
-        source = [_unnormalize(c, s, align_corners, fused) for c, s in zip(coords, sizes, strict=True)]
+        source = [
+            _unnormalize(c, s, align_corners, fused) for c, s in zip(coords, sizes, strict=True)
+        ]
         base = [jnp.floor(s) for s in source]
         fractions = [s - b for s, b in zip(source, base, strict=True)]
-        taps = [[jax.lax.stop_gradient(_pad_coordinate(b + (k - 1), size, padding_mode,
-                                                       align_corners)).astype(jnp.int64)
-                 for k in range(4)] for b, size in zip(base, sizes, strict=True)]
+        taps = [
+            [
+                jax.lax.stop_gradient(
+                    _pad_coordinate(b + (k - 1), size, padding_mode, align_corners)
+                ).astype(jnp.int64)
+                for k in range(4)
+            ]
+            for b, size in zip(base, sizes, strict=True)
+        ]
         values, _ = _gather_corners(input, [(y, x) for y in taps[0] for x in taps[1]])
-        rows = [_cubic_interp([values[:, :, 4 * i + j] for j in range(4)], fractions[1][:, None])
-                for i in range(4)]
+        rows = [
+            _cubic_interp([values[:, :, 4 * i + j] for j in range(4)], fractions[1][:, None])
+            for i in range(4)
+        ]
         return _cubic_interp(rows, fractions[0][:, None])
 
-    source = [_pad_coordinate(_unnormalize(c, s, align_corners, fused), s, padding_mode,
-                              align_corners) for c, s in zip(coords, sizes, strict=True)]
+    source = [
+        _pad_coordinate(_unnormalize(c, s, align_corners, fused), s, padding_mode, align_corners)
+        for c, s in zip(coords, sizes, strict=True)
+    ]
     if interpolation_mode == _NEAREST:
         values, _ = _gather_corners(input, [[jnp.round(s).astype(jnp.int64) for s in source]])
         return values[:, :, 0]
@@ -271,7 +336,8 @@ def _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners):
     low = [jnp.floor(s).astype(jnp.int64) for s in source]
     offsets = list(itertools.product((0, 1), repeat=n))  # nw, ne, sw, se (t before b in 3-d)
     values, valid = _gather_corners(
-        input, [[lo + o for lo, o in zip(low, corner, strict=True)] for corner in offsets])
+        input, [[lo + o for lo, o in zip(low, corner, strict=True)] for corner in offsets]
+    )
     out = jnp.zeros(values.shape[:2] + values.shape[3:], input.dtype)
     for k, corner in enumerate(offsets):
         # Weight: the product of the distances to the opposite corner, x first, then y, then z.
@@ -293,10 +359,12 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
 
 
 @lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
-def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                          align_corners, output_mask):
-    grad_input, grad_grid = _grid_sample_vjp(grad_output, input, grid, interpolation_mode,
-                                             padding_mode, align_corners)
+def grid_sampler_backward(
+    grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
+):
+    grad_input, grad_grid = _grid_sample_vjp(
+        grad_output, input, grid, interpolation_mode, padding_mode, align_corners
+    )
     return grad_input if output_mask[0] else None, grad_grid
 
 
@@ -328,8 +396,9 @@ def affine_grid_generator(theta, size, align_corners):
     axes = [_linspace_from_neg_one(s, align_corners, theta.dtype) for s in reversed(spatial)]
     mesh = jnp.meshgrid(*reversed(axes), indexing="ij")[::-1]  # x varies fastest, as in PyTorch
     base = jnp.stack([*mesh, jnp.ones(tuple(spatial), theta.dtype)], axis=-1)
-    out = jnp.einsum("pk,nik->npi", _up(base.reshape(-1, len(spatial) + 1)), _up(theta),
-                     precision=HIGHEST)
+    out = jnp.einsum(
+        "pk,nik->npi", _up(base.reshape(-1, len(spatial) + 1)), _up(theta), precision=HIGHEST
+    )
     return out.reshape(size[0], *spatial, len(spatial)).astype(theta.dtype)
 
 
@@ -373,7 +442,7 @@ def _aa_matrix(in_size, out_size, align_corners, scale, taps, kernel, acc):
             total = acc(total + w)
         if total != 0:
             weights = (weights / total).astype(acc)
-        matrix[i, start:start + count] = weights
+        matrix[i, start : start + count] = weights
     return matrix
 
 
@@ -385,9 +454,12 @@ def _resample_aa(self, output_size, align_corners, scales, taps, kernel):
         axis = self.ndim - len(output_size) + d
         if x.shape[axis] == output_size[d]:
             continue
-        matrix = _aa_matrix(x.shape[axis], output_size[d], align_corners, scales[d], taps, kernel, acc)
-        x = jnp.moveaxis(jnp.tensordot(x, jnp.asarray(matrix), axes=[[axis], [1]],
-                                       precision=HIGHEST), -1, axis)
+        matrix = _aa_matrix(
+            x.shape[axis], output_size[d], align_corners, scales[d], taps, kernel, acc
+        )
+        x = jnp.moveaxis(
+            jnp.tensordot(x, jnp.asarray(matrix), axes=[[axis], [1]], precision=HIGHEST), -1, axis
+        )
     return x.astype(self.dtype)
 
 
@@ -397,8 +469,9 @@ def _aa_lowering(op, backward_op, taps, kernel):
         return _resample_aa(self, output_size, align_corners, (scales_h, scales_w), taps, kernel)
 
     @lowering(backward_op)
-    def upsample_aa_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
-                             scales_w=None):
+    def upsample_aa_backward(
+        grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+    ):
         def forward(x):
             return _resample_aa(x, output_size, align_corners, (scales_h, scales_w), taps, kernel)
 
@@ -407,10 +480,18 @@ def _aa_lowering(op, backward_op, taps, kernel):
         return pull(_up(grad_output).astype(out.dtype))[0].astype(grad_output.dtype)
 
 
-_aa_lowering(aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa_backward.default,
-             2, _linear_filter)
-_aa_lowering(aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2d_aa_backward.default,
-             4, _cubic_filter)
+_aa_lowering(
+    aten._upsample_bilinear2d_aa.default,
+    aten._upsample_bilinear2d_aa_backward.default,
+    2,
+    _linear_filter,
+)
+_aa_lowering(
+    aten._upsample_bicubic2d_aa.default,
+    aten._upsample_bicubic2d_aa_backward.default,
+    4,
+    _cubic_filter,
+)
 
 
 # -- fractional max pooling -----------------------------------------------------------------------
@@ -424,14 +505,17 @@ def _fractional_starts(sample, in_size, out_size, pool):
     dtype = sample.dtype
     alpha = jnp.asarray(in_size - pool, dtype) / jnp.asarray(out_size - 1, dtype)
     i = jnp.arange(out_size - 1).astype(dtype)
-    starts = (((i + sample[..., None]) * alpha).astype(jnp.int32)
-              - (sample * alpha).astype(jnp.int32)[..., None]).astype(jnp.int64)
+    starts = (
+        ((i + sample[..., None]) * alpha).astype(jnp.int32)
+        - (sample * alpha).astype(jnp.int32)[..., None]
+    ).astype(jnp.int64)
     return jnp.concatenate([starts, last], axis=-1)
 
 
 def _fractional_max_pool(self, kernel_size, output_size, random_samples, n):
-    return _fractional_max_pool_kernel(self, _ntuple(kernel_size, n), _ntuple(output_size, n),
-                                       random_samples, n)
+    return _fractional_max_pool_kernel(
+        self, _ntuple(kernel_size, n), _ntuple(output_size, n), random_samples, n
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 4))
@@ -442,24 +526,29 @@ def _fractional_max_pool_kernel(self, pool, out, random_samples, n):
     sizes = x.shape[2:]
     for size, k, o, axis in zip(sizes, pool, out, "THW"[-n:], strict=True):
         if o + k - 1 > size:
-            raise RuntimeError(f"{name}(): pool size {k} along {axis} is too large for the input "
-                               f"size {size} and output size {o}; use a smaller kernel_size or "
-                               "output_size.")
+            raise RuntimeError(
+                f"{name}(): pool size {k} along {axis} is too large for the input "
+                f"size {size} and output size {o}; use a smaller kernel_size or "
+                "output_size."
+            )
     samples = random_samples[: x.shape[0]].astype(x.dtype)
     # The samples' last axis is (W, H) for 2-d pooling and (T, H, W) for 3-d.
     which = (1, 0) if n == 2 else (0, 1, 2)
     # Candidate positions per axis: (N, C, out, pool), each window scanned in row-major order.
     positions = [
         _fractional_starts(samples[..., which[d]], sizes[d], out[d], pool[d])[..., None]
-        + jnp.arange(pool[d]) for d in range(n)]
+        + jnp.arange(pool[d])
+        for d in range(n)
+    ]
     flat = jnp.zeros((), jnp.int64)
     for d in range(n):
         shape = [*x.shape[:2]] + [1] * (2 * n)
         shape[2 + d], shape[2 + n + d] = out[d], pool[d]
         flat = flat * sizes[d] + positions[d].reshape(shape)
     flat = flat.reshape(*x.shape[:2], *out, -1)
-    values = jnp.take_along_axis(x.reshape(*x.shape[:2], -1), flat.reshape(*x.shape[:2], -1),
-                                 axis=2).reshape(flat.shape)
+    values = jnp.take_along_axis(
+        x.reshape(*x.shape[:2], -1), flat.reshape(*x.shape[:2], -1), axis=2
+    ).reshape(flat.shape)
     # The kernel keeps the first maximum, but a NaN replaces anything: the last NaN wins.
     first_max = jnp.argmax(values, axis=-1)
     is_nan = jnp.isnan(values)

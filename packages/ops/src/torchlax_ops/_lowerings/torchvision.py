@@ -41,17 +41,21 @@ def _traced(*arrays) -> bool:
 def nms(dets, scores, iou_threshold):
     op = "torchvision.ops.nms"
     if dets.ndim != 2 or dets.shape[-1] != 4:
-        raise RuntimeError(f"{op}: boxes should be a 2-d tensor of shape (N, 4), got "
-                           f"{tuple(dets.shape)}.")
+        raise RuntimeError(
+            f"{op}: boxes should be a 2-d tensor of shape (N, 4), got {tuple(dets.shape)}."
+        )
     if scores.ndim != 1 or scores.shape[0] != dets.shape[0]:
-        raise RuntimeError(f"{op}: scores should be a 1-d tensor with one score per box, got "
-                           f"{tuple(scores.shape)} for {dets.shape[0]} boxes.")
+        raise RuntimeError(
+            f"{op}: scores should be a 1-d tensor with one score per box, got "
+            f"{tuple(scores.shape)} for {dets.shape[0]} boxes."
+        )
     if _traced(dets, scores):
         raise DataDependentShapeError(
             f"{op} returns as many indices as boxes survive, a shape that depends on the "
             "values, which JAX cannot trace (jax.jit / torchlax.jit need static shapes). Run it "
             "eagerly, outside the traced function, or keep a fixed number of boxes with "
-            "torch.topk on the scores.")
+            "torch.topk on the scores."
+        )
     boxes, order_scores = np.asarray(dets), np.asarray(scores)
     # torchvision's CPU kernel: boxes by descending score (stable), each kept box suppresses the
     # later ones whose IoU with it exceeds the threshold; IoU in the boxes' dtype.
@@ -65,9 +69,13 @@ def nms(dets, scores, iou_threshold):
         if suppressed[i]:
             continue
         keep.append(i)
-        rest = order[pos + 1:]
-        w = np.maximum(boxes.dtype.type(0), np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]))
-        h = np.maximum(boxes.dtype.type(0), np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]))
+        rest = order[pos + 1 :]
+        w = np.maximum(
+            boxes.dtype.type(0), np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest])
+        )
+        h = np.maximum(
+            boxes.dtype.type(0), np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest])
+        )
         inter = w * h
         iou = inter / (areas[i] + areas[rest] - inter)
         suppressed[rest[iou > threshold]] = True
@@ -87,7 +95,8 @@ def _grid_sizes(roi_height, roi_width, pooled_height, pooled_width, sampling_rat
         raise DataDependentShapeError(
             f"{op} with sampling_ratio <= 0 takes ceil(roi_size / output_size) sampling points "
             "per bin, a number that depends on the ROIs' values, which JAX cannot trace. Pass "
-            "sampling_ratio > 0 (torchvision's detection heads use 2), or run it eagerly.")
+            "sampling_ratio > 0 (torchvision's detection heads use 2), or run it eagerly."
+        )
     grid_h = jnp.ceil(roi_height / pooled_height).astype(jnp.int32)
     grid_w = jnp.ceil(roi_width / pooled_width).astype(jnp.int32)
     max_h = int(jnp.max(grid_h)) if grid_h.size else 1
@@ -103,8 +112,11 @@ def _axis_weights(start, bin_size, grid, max_grid, pooled, size):
     p = jnp.arange(pooled, dtype=dtype)[None, :, None]
     i = jnp.arange(max_grid)[None, None, :]
     g = grid[:, None, None]
-    coord = (start[:, None, None] + p * bin_size[:, None, None]
-             + (i + 0.5).astype(dtype) * bin_size[:, None, None] / g.astype(dtype))
+    coord = (
+        start[:, None, None]
+        + p * bin_size[:, None, None]
+        + (i + 0.5).astype(dtype) * bin_size[:, None, None] / g.astype(dtype)
+    )
     used = (i < g) & (coord >= -1.0) & (coord <= size)
     coord = jnp.maximum(coord, 0)
     low = jnp.floor(coord).astype(jnp.int32)
@@ -113,16 +125,20 @@ def _axis_weights(start, bin_size, grid, max_grid, pooled, size):
     high = jnp.where(at_edge, size - 1, low + 1)
     frac = jnp.where(at_edge, 0, coord - low.astype(dtype))
     positions = jnp.arange(size)[None, None, None, :]
-    weights = ((1 - frac)[..., None] * (positions == low[..., None])
-               + frac[..., None] * (positions == high[..., None]))
+    weights = (1 - frac)[..., None] * (positions == low[..., None]) + frac[..., None] * (
+        positions == high[..., None]
+    )
     return jnp.sum(jnp.where(used[..., None], weights, 0), axis=2).astype(dtype)
 
 
-def _roi_geometry(rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, offset,
-                  min_size, op):
+def _roi_geometry(
+    rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, offset, min_size, op
+):
     if rois.ndim != 2 or rois.shape[-1] != 5:
-        raise RuntimeError(f"{op}: rois should be a 2-d tensor of shape (K, 5) "
-                           f"(batch index, x1, y1, x2, y2), got {tuple(rois.shape)}.")
+        raise RuntimeError(
+            f"{op}: rois should be a 2-d tensor of shape (K, 5) "
+            f"(batch index, x1, y1, x2, y2), got {tuple(rois.shape)}."
+        )
     dtype = rois.dtype
     scale = jnp.asarray(spatial_scale, dtype)
     start_w = rois[:, 1] * scale - offset
@@ -131,19 +147,38 @@ def _roi_geometry(rois, spatial_scale, pooled_height, pooled_width, sampling_rat
     height = rois[:, 4] * scale - offset - start_h
     if min_size is not None:
         width, height = jnp.maximum(width, min_size), jnp.maximum(height, min_size)
-    grid_h, grid_w, max_h, max_w = _grid_sizes(height, width, pooled_height, pooled_width,
-                                               sampling_ratio, op)
-    return (start_h, start_w, height / pooled_height, width / pooled_width, grid_h, grid_w,
-            max_h, max_w)
+    grid_h, grid_w, max_h, max_w = _grid_sizes(
+        height, width, pooled_height, pooled_width, sampling_ratio, op
+    )
+    return (
+        start_h,
+        start_w,
+        height / pooled_height,
+        width / pooled_width,
+        grid_h,
+        grid_w,
+        max_h,
+        max_w,
+    )
 
 
-def _sampling_matrices(input_shape, rois, spatial_scale, pooled_height, pooled_width,
-                       sampling_ratio, aligned, op, min_size):
+def _sampling_matrices(
+    input_shape,
+    rois,
+    spatial_scale,
+    pooled_height,
+    pooled_width,
+    sampling_ratio,
+    aligned,
+    op,
+    min_size,
+):
     """(Wy (K, ph, H), Wx (K, pw, W), count (K,), batch one-hot (K, N))."""
     n, _, height, width = input_shape
     offset = 0.5 if aligned else 0.0
     start_h, start_w, bin_h, bin_w, grid_h, grid_w, max_h, max_w = _roi_geometry(
-        rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, offset, min_size, op)
+        rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, offset, min_size, op
+    )
     wy = _axis_weights(start_h, bin_h, grid_h, max_h, pooled_height, height)
     wx = _axis_weights(start_w, bin_w, grid_w, max_w, pooled_width, width)
     count = (grid_h * grid_w).astype(rois.dtype)
@@ -153,11 +188,11 @@ def _sampling_matrices(input_shape, rois, spatial_scale, pooled_height, pooled_w
 
 def _check_input(input, rois, op):
     if input.ndim != 4:
-        raise RuntimeError(f"{op}: input should be a 4-d (N, C, H, W) tensor, got "
-                           f"{input.ndim}-d.")
+        raise RuntimeError(f"{op}: input should be a 4-d (N, C, H, W) tensor, got {input.ndim}-d.")
     if input.dtype != rois.dtype:
-        raise RuntimeError(f"{op}: input ({input.dtype}) and rois ({rois.dtype}) must have the "
-                           "same dtype.")
+        raise RuntimeError(
+            f"{op}: input ({input.dtype}) and rois ({rois.dtype}) must have the same dtype."
+        )
 
 
 # -- roi_align ----------------------------------------------------------------------------------
@@ -166,27 +201,52 @@ def _check_input(input, rois, op):
 def _roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
     op = "torchvision.ops.roi_align"
     wy, wx, count, batch = _sampling_matrices(
-        input.shape, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
-        op, None if aligned else 1.0)
+        input.shape,
+        rois,
+        spatial_scale,
+        pooled_height,
+        pooled_width,
+        sampling_ratio,
+        aligned,
+        op,
+        None if aligned else 1.0,
+    )
     count = jnp.maximum(count, 1)
-    out = jnp.einsum("kn,kph,nchw,kqw->kcpq", batch, wy, input, wx, precision=HIGHEST,
-                     optimize=True)
+    out = jnp.einsum(
+        "kn,kph,nchw,kqw->kcpq", batch, wy, input, wx, precision=HIGHEST, optimize=True
+    )
     return (out / count[:, None, None, None]).astype(input.dtype)
 
 
 @named_lowering("torchvision::roi_align")
 def roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
     _check_input(input, rois, "torchvision.ops.roi_align")
-    return _roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
-                      aligned)
+    return _roi_align(
+        input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned
+    )
 
 
 @named_lowering("torchvision::_roi_align_backward")
-def _roi_align_backward(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size,
-                        channels, height, width, sampling_ratio, aligned):
+def _roi_align_backward(
+    grad,
+    rois,
+    spatial_scale,
+    pooled_height,
+    pooled_width,
+    batch_size,
+    channels,
+    height,
+    width,
+    sampling_ratio,
+    aligned,
+):
     zeros = jnp.zeros((batch_size, channels, height, width), grad.dtype)
-    _, vjp = jax.vjp(lambda x: _roi_align(x, rois, spatial_scale, pooled_height, pooled_width,
-                                          sampling_ratio, aligned), zeros)
+    _, vjp = jax.vjp(
+        lambda x: _roi_align(
+            x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned
+        ),
+        zeros,
+    )
     return vjp(grad)[0]
 
 
@@ -198,12 +258,22 @@ def _ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampl
     n, c, h, w = input.shape
     # torchvision shifts by half a pixel (as aligned=True) and does not widen small ROIs.
     wy, wx, count, batch = _sampling_matrices(
-        input.shape, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, True, op,
-        None)
-    grouped = input.reshape(n, c // (pooled_height * pooled_width), pooled_height, pooled_width,
-                            h, w)
-    out = jnp.einsum("kn,kph,ncpqhw,kqw->kcpq", batch, wy, grouped, wx, precision=HIGHEST,
-                     optimize=True)
+        input.shape,
+        rois,
+        spatial_scale,
+        pooled_height,
+        pooled_width,
+        sampling_ratio,
+        True,
+        op,
+        None,
+    )
+    grouped = input.reshape(
+        n, c // (pooled_height * pooled_width), pooled_height, pooled_width, h, w
+    )
+    out = jnp.einsum(
+        "kn,kph,ncpqhw,kqw->kcpq", batch, wy, grouped, wx, precision=HIGHEST, optimize=True
+    )
     return (out / count[:, None, None, None]).astype(input.dtype)
 
 
@@ -220,19 +290,36 @@ def ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampli
     op = "torchvision.ops.ps_roi_align"
     _check_input(input, rois, op)
     if input.shape[1] % (pooled_height * pooled_width) != 0:
-        raise RuntimeError(f"{op}: input channels ({input.shape[1]}) must be a multiple of "
-                           f"output_size[0] * output_size[1] ({pooled_height * pooled_width}).")
+        raise RuntimeError(
+            f"{op}: input channels ({input.shape[1]}) must be a multiple of "
+            f"output_size[0] * output_size[1] ({pooled_height * pooled_width})."
+        )
     out = _ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio)
     mapping = _channel_mapping(rois.shape[0], out.shape[1], pooled_height, pooled_width)
     return out, mapping.astype(jnp.int32)
 
 
 @named_lowering("torchvision::_ps_roi_align_backward")
-def _ps_roi_align_backward(grad, rois, channel_mapping, spatial_scale, pooled_height,
-                           pooled_width, sampling_ratio, batch_size, channels, height, width):
+def _ps_roi_align_backward(
+    grad,
+    rois,
+    channel_mapping,
+    spatial_scale,
+    pooled_height,
+    pooled_width,
+    sampling_ratio,
+    batch_size,
+    channels,
+    height,
+    width,
+):
     zeros = jnp.zeros((batch_size, channels, height, width), grad.dtype)
-    _, vjp = jax.vjp(lambda x: _ps_roi_align(x, rois, spatial_scale, pooled_height,
-                                             pooled_width, sampling_ratio), zeros)
+    _, vjp = jax.vjp(
+        lambda x: _ps_roi_align(
+            x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio
+        ),
+        zeros,
+    )
     return vjp(grad)[0]
 
 
@@ -255,8 +342,9 @@ def roi_pool(input, rois, spatial_scale, pooled_height, pooled_width):
     op = "torchvision.ops.roi_pool"
     _check_input(input, rois, op)
     if rois.ndim != 2 or rois.shape[-1] != 5:
-        raise RuntimeError(f"{op}: rois should be a 2-d tensor of shape (K, 5), got "
-                           f"{tuple(rois.shape)}.")
+        raise RuntimeError(
+            f"{op}: rois should be a 2-d tensor of shape (K, 5), got {tuple(rois.shape)}."
+        )
     n, c, height, width = input.shape
     scale = jnp.asarray(spatial_scale, rois.dtype)
     # std::round: halves away from zero (jnp.round rounds them to even).
@@ -269,17 +357,18 @@ def roi_pool(input, rois, spatial_scale, pooled_height, pooled_width):
     # reciprocal, whose rounding moves bin edges that land on an integer (5/3 * 3 -> ceil 6).
     divisor = jax.lax.optimization_barrier(jnp.asarray([pooled_height, pooled_width], rois.dtype))
     in_h = _bins(start_h, roi_h / divisor[0], pooled_height, height)  # (K, ph, H)
-    in_w = _bins(start_w, roi_w / divisor[1], pooled_width, width)    # (K, pw, W)
-    x = input[rois[:, 0].astype(jnp.int32)]                              # (K, C, H, W)
+    in_w = _bins(start_w, roi_w / divisor[1], pooled_width, width)  # (K, pw, W)
+    x = input[rois[:, 0].astype(jnp.int32)]  # (K, C, H, W)
     # Max over each bin's columns, then its rows; the first maximum in row-major order wins.
     cols = jnp.where(in_w[:, None, None, :, :], x[:, :, :, None, :], -jnp.inf)  # (K,C,H,pw,W)
     col_max = jnp.max(cols, axis=-1)
     col_arg = jnp.argmax(cols, axis=-1)
     rows = jnp.where(in_h[:, None, :, None, :], jnp.swapaxes(col_max, 2, 3)[:, :, None], -jnp.inf)
-    value = jnp.max(rows, axis=-1)                                       # (K, C, ph, pw)
+    value = jnp.max(rows, axis=-1)  # (K, C, ph, pw)
     row = jnp.argmax(rows, axis=-1)
-    col = jnp.take_along_axis(jnp.swapaxes(col_arg, 2, 3)[:, :, None], row[..., None],
-                              axis=-1)[..., 0]
+    col = jnp.take_along_axis(jnp.swapaxes(col_arg, 2, 3)[:, :, None], row[..., None], axis=-1)[
+        ..., 0
+    ]
     empty = ~(jnp.any(in_h, axis=-1)[:, :, None] & jnp.any(in_w, axis=-1)[:, None, :])
     empty = empty[:, None]
     output = jnp.where(empty, 0, value).astype(input.dtype)
@@ -288,8 +377,18 @@ def roi_pool(input, rois, spatial_scale, pooled_height, pooled_width):
 
 
 @named_lowering("torchvision::_roi_pool_backward")
-def _roi_pool_backward(grad, rois, argmax, spatial_scale, pooled_height, pooled_width,
-                       batch_size, channels, height, width):
+def _roi_pool_backward(
+    grad,
+    rois,
+    argmax,
+    spatial_scale,
+    pooled_height,
+    pooled_width,
+    batch_size,
+    channels,
+    height,
+    width,
+):
     k = grad.shape[0]
     batch = jnp.broadcast_to(rois[:, 0].astype(jnp.int32)[:, None, None, None], grad.shape)
     channel = jnp.broadcast_to(jnp.arange(channels)[None, :, None, None], grad.shape)
@@ -324,24 +423,41 @@ def _deform_sample(input, y, x):
     return out
 
 
-def _deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
-                   dilation_h, dilation_w, groups, offset_groups, use_mask):
+def _deform_conv2d(
+    input,
+    weight,
+    offset,
+    mask,
+    bias,
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dilation_h,
+    dilation_w,
+    groups,
+    offset_groups,
+    use_mask,
+):
     n, c_in, height, width = input.shape
     c_out, _, kh, kw = weight.shape
     out_h = (height + 2 * pad_h - (dilation_h * (kh - 1) + 1)) // stride_h + 1
     out_w = (width + 2 * pad_w - (dilation_w * (kw - 1) + 1)) // stride_w + 1
     dtype = input.dtype
     offset = offset.reshape(n, offset_groups, kh, kw, 2, out_h, out_w)
-    base_y = (jnp.arange(out_h) * stride_h - pad_h)[None, :, None] \
-        + (jnp.arange(kh) * dilation_h)[:, None, None]                      # (kh, Ho, 1)
-    base_x = (jnp.arange(out_w) * stride_w - pad_w)[None, None, :] \
-        + (jnp.arange(kw) * dilation_w)[:, None, None]                      # (kw, 1, Wo)
+    base_y = (jnp.arange(out_h) * stride_h - pad_h)[None, :, None] + (jnp.arange(kh) * dilation_h)[
+        :, None, None
+    ]  # (kh, Ho, 1)
+    base_x = (jnp.arange(out_w) * stride_w - pad_w)[None, None, :] + (jnp.arange(kw) * dilation_w)[
+        :, None, None
+    ]  # (kw, 1, Wo)
     y = base_y[None, None, :, None, :, :].astype(dtype) + offset[:, :, :, :, 0]
     x = base_x[None, None, None, :, :, :].astype(dtype) + offset[:, :, :, :, 1]
     points = kh * kw * out_h * out_w
     grouped = input.reshape(n, offset_groups, c_in // offset_groups, height, width)
-    columns = _deform_sample(grouped, y.reshape(n, offset_groups, points),
-                             x.reshape(n, offset_groups, points))
+    columns = _deform_sample(
+        grouped, y.reshape(n, offset_groups, points), x.reshape(n, offset_groups, points)
+    )
     if use_mask:
         columns = columns * mask.reshape(n, offset_groups, 1, points)
     columns = columns.reshape(n, groups, c_in // groups, kh, kw, out_h, out_w)
@@ -352,31 +468,93 @@ def _deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h,
 
 
 @named_lowering("torchvision::deform_conv2d")
-def deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
-                  dilation_h, dilation_w, groups, offset_groups, use_mask):
+def deform_conv2d(
+    input,
+    weight,
+    offset,
+    mask,
+    bias,
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dilation_h,
+    dilation_w,
+    groups,
+    offset_groups,
+    use_mask,
+):
     op = "torchvision.ops.deform_conv2d"
     if input.ndim != 4 or weight.ndim != 4:
-        raise RuntimeError(f"{op}: input and weight must be 4-d, got {input.ndim}-d and "
-                           f"{weight.ndim}-d.")
+        raise RuntimeError(
+            f"{op}: input and weight must be 4-d, got {input.ndim}-d and {weight.ndim}-d."
+        )
     kh, kw = weight.shape[2:]
     if offset.shape[1] != offset_groups * 2 * kh * kw:
-        raise RuntimeError(f"{op}: the shape of the offset tensor at dimension 1 is not valid: "
-                           f"expected {offset_groups * 2 * kh * kw} (2 * offset_groups * kernel "
-                           f"height * kernel width), got {offset.shape[1]}.")
+        raise RuntimeError(
+            f"{op}: the shape of the offset tensor at dimension 1 is not valid: "
+            f"expected {offset_groups * 2 * kh * kw} (2 * offset_groups * kernel "
+            f"height * kernel width), got {offset.shape[1]}."
+        )
     if input.shape[1] % offset_groups or input.shape[1] != weight.shape[1] * groups:
-        raise RuntimeError(f"{op}: input channels ({input.shape[1]}) must equal weight.shape[1] "
-                           f"* groups ({weight.shape[1]} * {groups}) and be divisible by "
-                           f"offset_groups ({offset_groups}).")
-    return _deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
-                          dilation_h, dilation_w, groups, offset_groups, use_mask)
+        raise RuntimeError(
+            f"{op}: input channels ({input.shape[1]}) must equal weight.shape[1] "
+            f"* groups ({weight.shape[1]} * {groups}) and be divisible by "
+            f"offset_groups ({offset_groups})."
+        )
+    return _deform_conv2d(
+        input,
+        weight,
+        offset,
+        mask,
+        bias,
+        stride_h,
+        stride_w,
+        pad_h,
+        pad_w,
+        dilation_h,
+        dilation_w,
+        groups,
+        offset_groups,
+        use_mask,
+    )
 
 
 @named_lowering("torchvision::_deform_conv2d_backward")
-def _deform_conv2d_backward(grad, input, weight, offset, mask, bias, stride_h, stride_w, pad_h,
-                            pad_w, dilation_h, dilation_w, groups, offset_groups, use_mask):
+def _deform_conv2d_backward(
+    grad,
+    input,
+    weight,
+    offset,
+    mask,
+    bias,
+    stride_h,
+    stride_w,
+    pad_h,
+    pad_w,
+    dilation_h,
+    dilation_w,
+    groups,
+    offset_groups,
+    use_mask,
+):
     def forward(input, weight, offset, mask, bias):
-        return _deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h,
-                              pad_w, dilation_h, dilation_w, groups, offset_groups, use_mask)
+        return _deform_conv2d(
+            input,
+            weight,
+            offset,
+            mask,
+            bias,
+            stride_h,
+            stride_w,
+            pad_h,
+            pad_w,
+            dilation_h,
+            dilation_w,
+            groups,
+            offset_groups,
+            use_mask,
+        )
 
     _, vjp = jax.vjp(forward, input, weight, offset, mask, bias)
     grads = list(vjp(grad))
