@@ -46,7 +46,13 @@ BUILTIN_BASES = {
 }
 
 # Control-flow signals caught inside torchlax, never raised to a caller.
-INTERNAL_SIGNALS = {"NotCacheable", "_Unverifiable", "_ShapeUnknown", "_ForeignTensor"}
+INTERNAL_SIGNALS = {
+    "NotCacheable",
+    "_Unverifiable",
+    "_ShapeUnknown",
+    "_ForeignTensor",
+    "CpuStateError",  # torchlax.jit: switch to the CPU-state path, caught in _Jitted.__call__
+}
 
 
 def _exception_classes() -> dict[str, type]:
