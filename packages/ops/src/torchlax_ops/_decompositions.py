@@ -3,8 +3,8 @@
 Each runs at the torch level on torchlax Tensors, so every op it calls dispatches again to a
 lowering. These are the ops where PyTorch's decomposition is exact and XLA-friendly (no host
 syncs, static shapes) and a hand-written lowering would buy little: group norm, the
-normalization backward ops (batch norm's forward is lowered in ``_lowerings.nn``), the losses
-and their backward ops, and a few rearrangements. A lowering of the same op, from this package
+normalization backward ops (batch norm's forward is lowered in ``_lowerings.normalization``),
+the losses and their backward ops, and a few rearrangements. A lowering of the same op, from this package
 or a plugin, wins over these.
 """
 
@@ -28,7 +28,7 @@ _OPS = [
     aten._fused_rms_norm_backward.default,
     aten._weight_norm_interface.default,
     # losses
-    # nll_loss_forward / nll_loss2d_forward: _lowerings/nn.py wraps them with the target check
+    # nll_loss_forward / nll_loss2d_forward: _lowerings/losses.py wraps them with the target check
     aten.nll_loss_backward.default,
     aten.nll_loss2d_backward.default,
     aten.mse_loss.default,

@@ -2,20 +2,26 @@
 
 from .. import _decompositions  # noqa: F401  (torch._decomp decompositions)
 from . import (  # noqa: F401
+    activations,
     asserts,
     attention,
     backward,
+    convolution,
     elementwise,
+    embedding,
     factories,
     fft,
     foreach,
     indexing,
     linalg,
-    nn,
+    losses,
+    normalization,
+    padding,
+    pooling,
     random,
     reductions,
+    resampling,
     shape,
-    spatial,
     special,
     torchvision,
 )

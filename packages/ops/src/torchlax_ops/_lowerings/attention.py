@@ -16,10 +16,13 @@ import math
 import jax
 import jax.numpy as jnp
 import torch
+from torchlax_core import current_env
 
 from .._table import lowering
+from ._common import HIGHEST, _up
+from .activations import _gelu
 from .linalg import matmul
-from .nn import _gelu, _up, native_layer_norm
+from .normalization import native_layer_norm
 
 aten = torch.ops.aten
 
@@ -224,3 +227,98 @@ def _transformer_encoder_layer_fwd(
     if not norm_first:
         x = norm(x, norm_weight_2, norm_bias_2)
     return x
+
+
+# -- attention ------------------------------------------------------------------------------------
+
+
+@lowering(aten._fused_sdp_choice.default)
+def _fused_sdp_choice(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    *,
+    scale=None,
+    enable_gqa=False,
+):
+    # 0 = SDPBackend.math: PyTorch's composite math path (matmul, softmax, dropout), which XLA
+    # fuses and autograd differentiates.
+    return 0
+
+
+def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv, scale_first=True):
+    """(q k^T * scale + mask in opmath, v): masked-out positions are -inf.
+
+    The math path scales q before the product (``scale_first``), the flash kernel after it.
+    """
+    q, k, v = _up(query), _up(key), _up(value)
+    if repeat_kv and k.shape[-3] != q.shape[-3]:  # grouped-query attention
+        repeats = q.shape[-3] // k.shape[-3]
+        k, v = jnp.repeat(k, repeats, axis=-3), jnp.repeat(v, repeats, axis=-3)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # a weak Python float
+    if scale_first:
+        scores = jnp.matmul(q * scale, jnp.swapaxes(k, -1, -2), precision=HIGHEST)
+    else:
+        scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2), precision=HIGHEST) * scale
+    length, source = q.shape[-2], k.shape[-2]
+    if is_causal:
+        attn_mask = jnp.tril(jnp.ones((length, source), jnp.bool_))
+    if attn_mask is not None:
+        if attn_mask.dtype == jnp.bool_:
+            scores = jnp.where(attn_mask, scores, -jnp.inf)
+        else:
+            scores = scores + _up(attn_mask).astype(scores.dtype)
+    return scores, v
+
+
+@lowering(aten.scaled_dot_product_attention.default)
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    *,
+    scale=None,
+    enable_gqa=False,
+):
+    # Eager torchlax decomposes this composite op above the dispatcher; export and dynamo graphs
+    # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
+    # row masked out entirely giving zeros (``_safe_softmax``).
+    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    weights = jax.nn.softmax(scores, axis=-1)
+    weights = jnp.where(jnp.all(scores == -jnp.inf, axis=-1, keepdims=True), 0, weights)
+    if dropout_p > 0.0:
+        keep = jax.random.bernoulli(
+            current_env().next_prng_key(None), 1.0 - dropout_p, weights.shape
+        )
+        weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
+    out = jnp.matmul(weights, v, precision=HIGHEST)
+    return out.astype(query.dtype)
+
+
+@lowering(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _scaled_dot_product_flash_attention_for_cpu(
+    query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None
+):
+    if dropout_p != 0.0:
+        raise RuntimeError(
+            "_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
+            f"(got {dropout_p}); use scaled_dot_product_attention for dropout."
+        )
+    scores, v = _attention_scores(
+        query, key, value, attn_mask, is_causal, scale, True, scale_first=False
+    )
+    # (output, logsumexp of each row's scores), normalising by the row sum last as the kernel
+    # does; a row masked out entirely gives 0 for both.
+    top = jnp.max(scores, axis=-1, keepdims=True)
+    masked = top == -jnp.inf
+    weights = jnp.exp(scores - jnp.where(masked, 0, top))
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    out = jnp.matmul(weights, v, precision=HIGHEST) / jnp.where(masked, 1, total)
+    logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
+    return out.astype(query.dtype), logsumexp

@@ -18,6 +18,7 @@ import torch
 from torchlax_core import jax_dtype
 
 from .._table import lowering, named_decomposition
+from ._common import _up
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -1222,3 +1223,39 @@ def _matrix_exp_kernel(self):
     for bound, candidate in reversed(list(zip(bounds[:5], candidates[:5]))):
         result = jnp.where((norm <= bound)[..., None, None], candidate, result)
     return jnp.where((norm >= bounds[4])[..., None, None], t18, result)
+
+
+# -- bilinear -------------------------------------------------------------------------------------
+
+
+@lowering(aten._trilinear.default)
+def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    # sum over ``sumdim`` of i1 * i2 * i3, each unsqueezed at its ``expand`` dims. As PyTorch
+    # does, i1 * i2 is contracted first over the summed dims i3 lacks and rounded to the result
+    # dtype, then contracted with i3; an operand's size-1 dim that broadcasts carries no index.
+    dtype = jnp.result_type(i1.dtype, i2.dtype, i3.dtype)
+    operands = [_up(i1), _up(i2), _up(i3)]
+    total = i1.ndim + len(expand1)
+    letters = [chr(ord("a") + d) for d in range(total)]
+    shapes = []
+    for x, expand in zip(operands, (expand1, expand2, expand3), strict=True):
+        dims = iter(x.shape)
+        shapes.append([1 if d in expand else next(dims) for d in range(total)])
+    sizes = [next((s[d] for s in shapes if s[d] != 1), 1) for d in range(total)]  # broadcast
+    specs, squeezed = [], []
+    for x, expand, shape in zip(operands, (expand1, expand2, expand3), shapes, strict=True):
+        kept = [d for d in range(total) if d not in expand]
+        broadcast = [i for i, d in enumerate(kept) if shape[d] == 1 and sizes[d] != 1]
+        squeezed.append(jnp.squeeze(x, axis=tuple(broadcast)) if broadcast else x)
+        specs.append("".join(letters[d] for d in kept if not (shape[d] == 1 and sizes[d] != 1)))
+    first_sums = {letters[d] for d in sumdim if letters[d] not in specs[2]}
+    pair = "".join(c for c in letters if c in specs[0] + specs[1] and c not in first_sums)
+    partial = jnp.einsum(
+        f"{specs[0]},{specs[1]}->{pair}", squeezed[0], squeezed[1], precision=HIGHEST
+    )
+    partial = _up(partial.astype(dtype))
+    kept = [d for d in range(total) if d not in sumdim]
+    output = "".join(letters[d] for d in kept if letters[d] in pair + specs[2])
+    out = jnp.einsum(f"{pair},{specs[2]}->{output}", partial, squeezed[2], precision=HIGHEST)
+    out = out.reshape([sizes[d] for d in kept])  # dims of size 1 everywhere come back
+    return out.astype(dtype)

@@ -13,6 +13,7 @@ import torch
 from torchlax_core import check, current_env, jax_dtype
 
 from .._table import lowering
+from ._common import _dtype_of, _up
 
 aten = torch.ops.aten
 
@@ -357,3 +358,11 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
     gumbel = jax.random.gumbel(key, self.shape, logits.dtype)
     _, picks = jax.lax.top_k(logits + gumbel, num_samples)
     return picks.astype(jnp.int64)
+
+
+@lowering(aten.native_dropout_backward.default)
+def native_dropout_backward(grad_output, mask, scale):
+    # grad * mask * scale with PyTorch's promotion: an integer gradient becomes floating.
+    floating = jnp.issubdtype(grad_output.dtype, jnp.inexact)
+    out_dtype = grad_output.dtype if floating else _dtype_of(torch.get_default_dtype())
+    return (_up(grad_output.astype(out_dtype)) * mask * scale).astype(out_dtype)

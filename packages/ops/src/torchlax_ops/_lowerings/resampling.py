@@ -1,12 +1,8 @@
-"""Spatial ops: convolution, affine grids and grid sampling, antialiased resampling, fractional
-max pooling and 3-d adaptive average pooling.
+"""Resampling: nearest/linear upsampling, antialiased resampling, grid sampling and affine grids,
+pixel shuffle, with backward.
 
-Each follows the arithmetic of PyTorch's CPU kernel, rounding where it rounds: half-precision
-convolution accumulates in float32 and rounds once (bias included); the grid samplers'
-half-precision path and ``adaptive_avg_pool3d`` compute in the input dtype step by step, as
-their scalar kernels do. Backward ops are the ``jax.vjp`` of the forward, computed in opmath.
-The larger kernels are ``jax.jit``-compiled per configuration, so an eager call is one XLA
-computation rather than dozens of small ones.
+Backward ops are the ``jax.vjp`` of the forward, computed in opmath. The grid samplers'
+half-precision path computes in the input dtype step by step, as their scalar kernels do.
 """
 
 from __future__ import annotations
@@ -15,190 +11,154 @@ import functools
 import itertools
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
 
 from .._table import lowering
-from .nn import _HALF, _adaptive_bounds, _ntuple, _scatter_to_indices, _up
+from ._common import _HALF, HIGHEST, _up, _vjp
 
 aten = torch.ops.aten
-HIGHEST = jax.lax.Precision.HIGHEST
 
 
-# -- convolution --------------------------------------------------------------------------------
+# -- resampling ---------------------------------------------------------------------------------
 
 
-def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
-    """The convolution in its accumulation dtype (float32 for half inputs), not yet rounded."""
-    spatial = weight.ndim - 2
-    unbatched = input.ndim == weight.ndim - 1
-    if unbatched:
-        input = input[None]
-    stride, padding, dilation = (_ntuple(v, spatial) for v in (stride, padding, dilation))
-    acc = jnp.float32 if input.dtype in _HALF else None
-    if not 1 <= spatial <= 3:
-        raise NotImplementedError(
-            f"torchlax lowers convolutions of 1 to 3 spatial dimensions; aten.convolution got a "
-            f"weight of {weight.ndim} dimensions."
-        )
-    letters = "DHW"[-spatial:]
-    numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
-    if not transposed:
-        out = jax.lax.conv_general_dilated(
-            input,
-            weight,
-            window_strides=stride,
-            padding=[(p, p) for p in padding],
-            rhs_dilation=dilation,
-            dimension_numbers=numbers,
-            feature_group_count=groups,
-            precision=HIGHEST,
-            preferred_element_type=acc,
-        )
-    else:
-        # A transposed convolution is the input-gradient of a convolution: dilate the input by
-        # the stride and convolve with the flipped kernel, its in/out channels swapped per group.
-        output_padding = _ntuple(output_padding, spatial)
-        cin, cout_g = weight.shape[:2]
-        kernel = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
-        kernel = jnp.swapaxes(kernel, 1, 2).reshape(
-            groups * cout_g, cin // groups, *weight.shape[2:]
-        )
-        kernel = jnp.flip(kernel, axis=tuple(range(2, weight.ndim)))
-        pads = [
-            (d * (k - 1) - p, d * (k - 1) - p + op)
-            for k, p, d, op in zip(weight.shape[2:], padding, dilation, output_padding, strict=True)
-        ]
-        out = jax.lax.conv_general_dilated(
-            input,
-            kernel,
-            window_strides=(1,) * spatial,
-            padding=pads,
-            lhs_dilation=stride,
-            rhs_dilation=dilation,
-            dimension_numbers=numbers,
-            feature_group_count=groups,
-            precision=HIGHEST,
-            preferred_element_type=acc,
-        )
-    return out[0] if unbatched else out
-
-
-@lowering(aten.convolution.default)
-def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
-    if bias is not None:
-        # oneDNN adds the bias to the float32 accumulator: a half result is rounded once.
-        channel_axis = 0 if input.ndim == weight.ndim - 1 else 1
-        shape = [1] * out.ndim
-        shape[channel_axis] = -1
-        out = out + bias.astype(out.dtype).reshape(shape)
-    return out.astype(input.dtype)
-
-
-@lowering(aten._convolution.default)
-def _convolution(
-    input,
-    weight,
-    bias,
-    stride,
-    padding,
-    dilation,
-    transposed,
-    output_padding,
-    groups,
-    benchmark,
-    deterministic,
-    cudnn_enabled,
-    allow_tf32,
-):
-    return convolution(
-        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-    )
-
-
-@lowering(aten.convolution_backward.default)
-def convolution_backward(
-    grad_output,
-    input,
-    weight,
-    bias_sizes,
-    stride,
-    padding,
-    dilation,
-    transposed,
-    output_padding,
-    groups,
-    output_mask,
-):
-    def forward(x, w):
-        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups).astype(
-            x.dtype
-        )
-
-    _, pull = jax.vjp(forward, input, weight)
-    grad_input, grad_weight = pull(grad_output.astype(input.dtype))
-    grad_bias = None
-    if output_mask[2]:
-        batched = input.ndim == weight.ndim
-        axes = tuple(i for i in range(grad_output.ndim) if i != (1 if batched else 0))
-        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+def _scale_value(scale, in_size, out_size):
     return (
-        grad_input if output_mask[0] else None,
-        grad_weight if output_mask[1] else None,
-        grad_bias,
+        np.float32(1.0 / scale)
+        if scale is not None and scale > 0
+        else np.float32(in_size / out_size)
     )
 
 
-# -- adaptive average pooling, 3-d ----------------------------------------------------------------
+def _nearest_index(in_size, out_size, scale, exact):
+    dst = np.arange(out_size)
+    if not exact and out_size == in_size:
+        return dst
+    if not exact and out_size == 2 * in_size:
+        return dst >> 1
+    s = _scale_value(scale, in_size, out_size)
+    src = (dst.astype(np.float32) + (np.float32(0.5) if exact else 0)) * s
+    return np.minimum(np.floor(src).astype(np.int64), in_size - 1)
 
 
-def _adaptive_windows(in_size, out_size):
-    """Per output index: the window's first input index and length (PyTorch's start/end_index)."""
-    starts, ends = map(np.array, _adaptive_bounds(in_size, out_size))
-    return starts, ends - starts
+def _nearest(self, output_size, scales, exact=False):
+    n = len(output_size)
+    out = self
+    for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
+        axis = self.ndim - n + d
+        out = jnp.take(
+            out, jnp.asarray(_nearest_index(self.shape[axis], size, scale, exact)), axis=axis
+        )
+    return out
 
 
-@lowering(aten._adaptive_avg_pool3d.default)
-def _adaptive_avg_pool3d(self, output_size):
-    return _adaptive_avg_pool3d_kernel(self, tuple(output_size))
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _adaptive_avg_pool3d_kernel(self, output_size):
-    # PyTorch's CPU kernel sums each window in the input dtype, element by element in (t, h, w)
-    # order, then divides by kT, kH and kW in turn; a bfloat16 sum is rounded at every step.
-    lead = self.ndim - 3
-    gathered, lengths, widths = self, [], []
-    for d, out_size in enumerate(output_size):
-        starts, length = _adaptive_windows(self.shape[lead + d], out_size)
-        width = int(length.max())
-        index = np.minimum(starts[:, None] + np.arange(width), self.shape[lead + d] - 1)
-        valid = np.arange(width) < length[:, None]
-        axis = lead + 2 * d
-        taken = jnp.take(gathered, jnp.asarray(index.reshape(-1)), axis=axis)
-        gathered = taken.reshape(taken.shape[:axis] + index.shape + taken.shape[axis + 1 :])
-        mask_shape = [1] * gathered.ndim
-        mask_shape[axis], mask_shape[axis + 1] = valid.shape
-        gathered = jnp.where(valid.reshape(mask_shape), gathered, jnp.zeros((), self.dtype))
-        lengths.append(length)
-        widths.append(width)
-    order = [*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3, lead + 5]
-    windows = jnp.transpose(gathered, order).reshape(
-        *self.shape[:lead], *output_size, int(np.prod(widths))
-    )
-    if self.dtype in _HALF:
-        total = jnp.zeros(windows.shape[:-1], self.dtype)
-        for k in range(windows.shape[-1]):  # static window size: the kernel's rounding order
-            total = total + windows[..., k]
+def _linear_taps(in_size, out_size, align_corners, scale, dtype):
+    acc = np.float64 if dtype == jnp.float64 else np.float32
+    dst = np.arange(out_size, dtype=acc)
+    if align_corners:
+        ratio = acc((in_size - 1) / (out_size - 1)) if out_size > 1 else acc(0)
+        src = ratio * dst
     else:
-        total = jnp.sum(windows, axis=-1)
-    for d, length in enumerate(lengths):
-        shape = [1] * 3
-        shape[d] = -1
-        total = total / jnp.asarray(length.reshape(shape), self.dtype)
-    return total
+        ratio = acc(1.0 / scale) if scale is not None and scale > 0 else acc(in_size / out_size)
+        src = np.maximum(ratio * (dst + acc(0.5)) - acc(0.5), acc(0))
+    low = src.astype(np.int64)
+    high = low + (low < in_size - 1)
+    weight_high = src - low
+    return low, high, acc(1) - weight_high, weight_high
+
+
+def _linear(self, output_size, align_corners, scales):
+    n = len(output_size)
+    out = _up(self)
+    for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
+        axis = self.ndim - n + d
+        low, high, w_low, w_high = _linear_taps(
+            self.shape[axis], size, align_corners, scale, out.dtype
+        )
+        shape = [1] * out.ndim
+        shape[axis] = size
+        out = jnp.take(out, jnp.asarray(low), axis=axis) * jnp.asarray(w_low, out.dtype).reshape(
+            shape
+        ) + jnp.take(out, jnp.asarray(high), axis=axis) * jnp.asarray(w_high, out.dtype).reshape(
+            shape
+        )
+    return out.astype(self.dtype)
+
+
+def _nearest_lowering(op, backward_op, n, exact):
+    @lowering(op)
+    def upsample(self, output_size, *scales):
+        return _nearest(self, output_size, _ntuple_scales(scales, n), exact)
+
+    @lowering(backward_op)
+    def upsample_backward(grad_output, output_size, input_size, *scales):
+        zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
+        return _vjp(
+            lambda x: _nearest(x, output_size, _ntuple_scales(scales, n), exact), zeros, grad_output
+        )
+
+
+def _linear_lowering(op, backward_op, n):
+    @lowering(op)
+    def upsample(self, output_size, align_corners, *scales):
+        return _linear(self, output_size, align_corners, _ntuple_scales(scales, n))
+
+    @lowering(backward_op)
+    def upsample_backward(grad_output, output_size, input_size, align_corners, *scales):
+        zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
+        return _vjp(
+            lambda x: _linear(x, output_size, align_corners, _ntuple_scales(scales, n)),
+            zeros,
+            grad_output,
+        )
+
+
+def _ntuple_scales(scales, n):
+    return tuple(scales) + (None,) * (n - len(scales))
+
+
+for _n, _dims in ((1, "1d"), (2, "2d"), (3, "3d")):
+    _nearest_lowering(
+        getattr(aten, f"upsample_nearest{_dims}").default,
+        getattr(aten, f"upsample_nearest{_dims}_backward").default,
+        _n,
+        exact=False,
+    )
+    _nearest_lowering(
+        getattr(aten, f"_upsample_nearest_exact{_dims}").default,
+        getattr(aten, f"_upsample_nearest_exact{_dims}_backward").default,
+        _n,
+        exact=True,
+    )
+_linear_lowering(aten.upsample_linear1d.default, aten.upsample_linear1d_backward.default, 1)
+_linear_lowering(aten.upsample_bilinear2d.default, aten.upsample_bilinear2d_backward.default, 2)
+_linear_lowering(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_backward.default, 3)
+
+
+# -- pixel shuffle ------------------------------------------------------------------------------
+
+
+@lowering(aten.pixel_shuffle.default)
+def pixel_shuffle(self, upscale_factor):
+    r = upscale_factor
+    *lead, c, h, w = self.shape
+    x = self.reshape(*lead, c // (r * r), r, r, h, w)
+    k = len(lead)
+    x = jnp.transpose(x, (*range(k), k, k + 3, k + 1, k + 4, k + 2))
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+@lowering(aten.pixel_unshuffle.default)
+def pixel_unshuffle(self, downscale_factor):
+    r = downscale_factor
+    *lead, c, h, w = self.shape
+    x = self.reshape(*lead, c, h // r, r, w // r, r)
+    k = len(lead)
+    x = jnp.transpose(x, (*range(k), k, k + 2, k + 4, k + 1, k + 3))
+    return x.reshape(*lead, c * r * r, h // r, w // r)
 
 
 # -- grid sampling ----------------------------------------------------------------------------------
@@ -492,90 +452,3 @@ _aa_lowering(
     4,
     _cubic_filter,
 )
-
-
-# -- fractional max pooling -----------------------------------------------------------------------
-
-
-def _fractional_starts(sample, in_size, out_size, pool):
-    """Window starts per (batch, plane), from its random sample, in the sample's dtype."""
-    last = jnp.full(sample.shape + (1,), in_size - pool, jnp.int64)
-    if out_size == 1:
-        return last
-    dtype = sample.dtype
-    alpha = jnp.asarray(in_size - pool, dtype) / jnp.asarray(out_size - 1, dtype)
-    i = jnp.arange(out_size - 1).astype(dtype)
-    starts = (
-        ((i + sample[..., None]) * alpha).astype(jnp.int32)
-        - (sample * alpha).astype(jnp.int32)[..., None]
-    ).astype(jnp.int64)
-    return jnp.concatenate([starts, last], axis=-1)
-
-
-def _fractional_max_pool(self, kernel_size, output_size, random_samples, n):
-    return _fractional_max_pool_kernel(
-        self, _ntuple(kernel_size, n), _ntuple(output_size, n), random_samples, n
-    )
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 4))
-def _fractional_max_pool_kernel(self, pool, out, random_samples, n):
-    name = f"fractional_max_pool{n}d"
-    unbatched = self.ndim == n + 1
-    x = self[None] if unbatched else self
-    sizes = x.shape[2:]
-    for size, k, o, axis in zip(sizes, pool, out, "THW"[-n:], strict=True):
-        if o + k - 1 > size:
-            raise RuntimeError(
-                f"{name}(): pool size {k} along {axis} is too large for the input "
-                f"size {size} and output size {o}; use a smaller kernel_size or "
-                "output_size."
-            )
-    samples = random_samples[: x.shape[0]].astype(x.dtype)
-    # The samples' last axis is (W, H) for 2-d pooling and (T, H, W) for 3-d.
-    which = (1, 0) if n == 2 else (0, 1, 2)
-    # Candidate positions per axis: (N, C, out, pool), each window scanned in row-major order.
-    positions = [
-        _fractional_starts(samples[..., which[d]], sizes[d], out[d], pool[d])[..., None]
-        + jnp.arange(pool[d])
-        for d in range(n)
-    ]
-    flat = jnp.zeros((), jnp.int64)
-    for d in range(n):
-        shape = [*x.shape[:2]] + [1] * (2 * n)
-        shape[2 + d], shape[2 + n + d] = out[d], pool[d]
-        flat = flat * sizes[d] + positions[d].reshape(shape)
-    flat = flat.reshape(*x.shape[:2], *out, -1)
-    values = jnp.take_along_axis(
-        x.reshape(*x.shape[:2], -1), flat.reshape(*x.shape[:2], -1), axis=2
-    ).reshape(flat.shape)
-    # The kernel keeps the first maximum, but a NaN replaces anything: the last NaN wins.
-    first_max = jnp.argmax(values, axis=-1)
-    is_nan = jnp.isnan(values)
-    last_nan = values.shape[-1] - 1 - jnp.argmax(is_nan[..., ::-1], axis=-1)
-    best = jnp.where(jnp.any(is_nan, axis=-1), last_nan, first_max)[..., None]
-    output = jnp.take_along_axis(values, best, axis=-1)[..., 0]
-    indices = jnp.take_along_axis(flat, best, axis=-1)[..., 0]
-    if unbatched:
-        return output[0], indices[0]
-    return output, indices
-
-
-@lowering(aten.fractional_max_pool2d.default)
-def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
-    return _fractional_max_pool(self, kernel_size, output_size, random_samples, 2)
-
-
-@lowering(aten.fractional_max_pool3d.default)
-def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
-    return _fractional_max_pool(self, kernel_size, output_size, random_samples, 3)
-
-
-@lowering(aten.fractional_max_pool2d_backward.default)
-def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
-    return _scatter_to_indices(grad_output, self, indices, 2)
-
-
-@lowering(aten.fractional_max_pool3d_backward.default)
-def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
-    return _scatter_to_indices(grad_output, self, indices, 3)

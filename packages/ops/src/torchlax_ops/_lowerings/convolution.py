@@ -1,0 +1,142 @@
+"""Convolution (transposed too) and its backward.
+
+Half-precision convolution accumulates in float32 and rounds once (bias included), as oneDNN
+and cuDNN do.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import torch
+
+from .._table import lowering
+from ._common import _HALF, HIGHEST, _ntuple, _up
+
+aten = torch.ops.aten
+
+
+# -- convolution --------------------------------------------------------------------------------
+
+
+def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
+    """The convolution in its accumulation dtype (float32 for half inputs), not yet rounded."""
+    spatial = weight.ndim - 2
+    unbatched = input.ndim == weight.ndim - 1
+    if unbatched:
+        input = input[None]
+    stride, padding, dilation = (_ntuple(v, spatial) for v in (stride, padding, dilation))
+    acc = jnp.float32 if input.dtype in _HALF else None
+    if not 1 <= spatial <= 3:
+        raise NotImplementedError(
+            f"torchlax lowers convolutions of 1 to 3 spatial dimensions; aten.convolution got a "
+            f"weight of {weight.ndim} dimensions."
+        )
+    letters = "DHW"[-spatial:]
+    numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
+    if not transposed:
+        out = jax.lax.conv_general_dilated(
+            input,
+            weight,
+            window_strides=stride,
+            padding=[(p, p) for p in padding],
+            rhs_dilation=dilation,
+            dimension_numbers=numbers,
+            feature_group_count=groups,
+            precision=HIGHEST,
+            preferred_element_type=acc,
+        )
+    else:
+        # A transposed convolution is the input-gradient of a convolution: dilate the input by
+        # the stride and convolve with the flipped kernel, its in/out channels swapped per group.
+        output_padding = _ntuple(output_padding, spatial)
+        cin, cout_g = weight.shape[:2]
+        kernel = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
+        kernel = jnp.swapaxes(kernel, 1, 2).reshape(
+            groups * cout_g, cin // groups, *weight.shape[2:]
+        )
+        kernel = jnp.flip(kernel, axis=tuple(range(2, weight.ndim)))
+        pads = [
+            (d * (k - 1) - p, d * (k - 1) - p + op)
+            for k, p, d, op in zip(weight.shape[2:], padding, dilation, output_padding, strict=True)
+        ]
+        out = jax.lax.conv_general_dilated(
+            input,
+            kernel,
+            window_strides=(1,) * spatial,
+            padding=pads,
+            lhs_dilation=stride,
+            rhs_dilation=dilation,
+            dimension_numbers=numbers,
+            feature_group_count=groups,
+            precision=HIGHEST,
+            preferred_element_type=acc,
+        )
+    return out[0] if unbatched else out
+
+
+@lowering(aten.convolution.default)
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if bias is not None:
+        # oneDNN adds the bias to the float32 accumulator: a half result is rounded once.
+        channel_axis = 0 if input.ndim == weight.ndim - 1 else 1
+        shape = [1] * out.ndim
+        shape[channel_axis] = -1
+        out = out + bias.astype(out.dtype).reshape(shape)
+    return out.astype(input.dtype)
+
+
+@lowering(aten._convolution.default)
+def _convolution(
+    input,
+    weight,
+    bias,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    benchmark,
+    deterministic,
+    cudnn_enabled,
+    allow_tf32,
+):
+    return convolution(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+
+
+@lowering(aten.convolution_backward.default)
+def convolution_backward(
+    grad_output,
+    input,
+    weight,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+):
+    def forward(x, w):
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups).astype(
+            x.dtype
+        )
+
+    _, pull = jax.vjp(forward, input, weight)
+    grad_input, grad_weight = pull(grad_output.astype(input.dtype))
+    grad_bias = None
+    if output_mask[2]:
+        batched = input.ndim == weight.ndim
+        axes = tuple(i for i in range(grad_output.ndim) if i != (1 if batched else 0))
+        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+    return (
+        grad_input if output_mask[0] else None,
+        grad_weight if output_mask[1] else None,
+        grad_bias,
+    )
