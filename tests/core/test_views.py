@@ -270,10 +270,15 @@ def test_inplace_view_op_keeps_object_and_feeds_autograd():
     assert_same(results[1][1], results[0][1])
 
 
-def test_resize_cannot_grow():
-    jx = to_jax(torch.zeros(2, 3))
-    with pytest.raises(RuntimeError, match="cannot grow a tensor in place"):
-        jx.resize_(4, 4)
+def test_resize_grows_as_pytorch():
+    cpu, jx = torch.arange(6.0).reshape(2, 3), to_jax(torch.arange(6.0).reshape(2, 3))
+    for t in (cpu, jx):
+        obj_id = id(t)
+        t.resize_(4, 4)
+        assert id(t) == obj_id
+        t[2:] = 1  # (the grown part: uninitialised in PyTorch)
+    assert_same(jx, cpu)
+    assert jx.stride() == cpu.stride() and jx.untyped_storage().nbytes() == 64
 
 
 @pytest.mark.parametrize("offset", [None, 0, 10])
