@@ -490,11 +490,12 @@ def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
     """Copy a CPU (or other) torch.Tensor into a new jax.Array of the same dtype."""
     target = jax_dtype(tensor.dtype)
     t = tensor.detach().resolve_conj().resolve_neg().contiguous().cpu()
+    # (np.from_dlpack, not t.numpy(): numpy() marks the caller's storage non-resizable for good)
     if t.dtype in (torch.bfloat16,) or t.dtype.itemsize == 1 and t.is_floating_point():
-        raw = t.view(torch.uint8 if t.dtype.itemsize == 1 else torch.int16).numpy()
+        raw = np.from_dlpack(t.view(torch.uint8 if t.dtype.itemsize == 1 else torch.int16))
         host = raw.view(target)
     else:
-        host = t.numpy()
+        host = np.from_dlpack(t)
     if device is not None and device == _default_device():
         # Uncommitted, as JAX's own default placement: such an array combines with arrays
         # sharded over a mesh (JAX moves it), as a tensor on PyTorch's default device does.
