@@ -849,7 +849,7 @@ def _grow(self, root, offset: int, size: list) -> Tensor:
         _SET_STORAGE.redispatch(
             _CPU_KEYS,
             self,
-            grown.untyped_storage(),
+            torch.Tensor.untyped_storage(grown),  # (the C++ one, not the addressed one)
             offset,
             size,
             make_contiguous_strides_for(size),

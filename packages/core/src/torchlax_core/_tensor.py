@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
+import typing
 import weakref
 
 import jax
@@ -94,10 +96,41 @@ class _Storage:
     (``torch.utils.swap_tensors``, used by ``module.to``) keeps every alias consistent.
     """
 
-    __slots__ = ("array",)
+    __slots__ = ("addressed", "array")
 
     def __init__(self, array):
         self.array = array
+        self.addressed: torch.UntypedStorage | None = None  # see _addressed_storage
+
+
+_address_lock = threading.Lock()
+_next_address = 1 << 56  # far above host memory: a jax storage has no host address of its own
+
+
+def _addressed_storage(tensor: Tensor) -> torch.UntypedStorage:
+    """The ``UntypedStorage`` that ``untyped_storage()`` answers for ``tensor``'s storage.
+
+    A wrapper tensor's own storage has no data pointer (PyTorch calls it an invalid python
+    storage), and code that tells storages apart by address (safetensors, ``save_pretrained``)
+    fails on it. Each storage gets, once, a unique address no host memory has and that nothing
+    reads through; every view of it answers the same one, as PyTorch's views do.
+    """
+    global _next_address
+    box = tensor._storage
+    storage = box.addressed
+    if storage is None:
+        nbytes = int(box.array.size) * box.array.dtype.itemsize
+        with _address_lock:
+            storage = box.addressed
+            if storage is None:
+                address = _next_address
+                _next_address += (nbytes // 64 + 1) * 64  # (empty storages differ too)
+                storage = typing.cast(
+                    torch.UntypedStorage,
+                    torch._C._construct_storage_from_data_pointer(address, tensor.device, nbytes),
+                )
+                box.addressed = storage
+    return storage
 
 
 # How a view's elements relate to its storage's: ordered so that composing two views takes
@@ -348,6 +381,14 @@ class Tensor(torch.Tensor):
         torch.Tensor.data.__set__(self, new)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
         if isinstance(new, Tensor):
             self._alias_of(new)
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return _addressed_storage(self)
+
+    def data_ptr(self) -> int:
+        return (
+            _addressed_storage(self).data_ptr() + int(self.storage_offset()) * self.element_size()
+        )
 
     # -- conversions that behave as PyTorch's ------------------------------------------------
 
