@@ -469,3 +469,14 @@ def test_unsafe_masked_index_ops_clamp_masked_off_indices():
         keep,
         idx,
     )
+
+
+def test_index_fill_with_a_cpu_index_as_pytorch_devices():
+    from torchlax_core import DeviceMismatchError
+
+    x = torch.zeros(3, 4)
+    expected = x.index_fill(1, torch.tensor(2), 5.0)
+    # A 0-d CPU index acts as a scalar, as next to CUDA tensors; a 1-d one raises as CUDA does.
+    assert_same(to_cpu(to_jax(x).index_fill(1, torch.tensor(2), 5.0)), expected)
+    with pytest.raises(DeviceMismatchError, match="index_fill.*'index'"):
+        to_jax(x).index_fill(1, torch.tensor([2]), 5.0)
