@@ -113,3 +113,12 @@ def test_view_dtype_upsize_errors_as_pytorch():
         with pytest.raises(RuntimeError) as jax_error:
             make("jax").view(torch.float32)
         assert str(jax_error.value).split(",")[0] == str(cpu_error.value).split(",")[0]
+
+
+def test_moving_a_cpu_tensor_to_jax_leaves_it_resizable():
+    # (Tensor.numpy() would mark the CPU storage non-resizable: out= and resize_ then fail.)
+    for dtype in (torch.float32, torch.bfloat16, torch.bool):
+        cpu = torch.empty(0, dtype=dtype)
+        cpu.to("jax")
+        torch.ones(3, dtype=dtype, out=cpu)
+        assert cpu.shape == (3,) and cpu.untyped_storage().resizable()

@@ -102,6 +102,81 @@ def test_out_with_narrowing_category_raises_like_pytorch():
         torch.add(a, 1, out=out)
 
 
+# out= tensors of another shape are resized as PyTorch resizes them (a warning when one that
+# had elements is resized): fn(x, out), and the out tensor to start from.
+OUT_RESIZES = {
+    "empty_grows": (lambda x, o: torch.add(x, 1, out=o), lambda: torch.empty(0)),
+    "larger_shrinks": (lambda x, o: torch.mul(x, 2, out=o), lambda: torch.zeros(10)),
+    "smaller_grows": (lambda x, o: torch.sub(x, 1, out=o), lambda: torch.zeros(2)),
+    "reduction": (lambda x, o: torch.sum(x, 0, out=o), lambda: torch.empty(0)),
+    "matmul": (lambda x, o: torch.mm(x, x.t(), out=o), lambda: torch.empty(0)),
+    "diag": (lambda x, o: torch.diag(x, out=o), lambda: torch.empty(0)),
+    "nonzero": (lambda x, o: torch.nonzero(x, out=o), lambda: torch.empty(0, dtype=torch.long)),
+    "two_outputs": (
+        lambda x, o: torch.max(x, 1, out=(o, torch.empty(0, dtype=torch.long, device=o.device))),
+        lambda: torch.empty(0),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_RESIZES))
+def test_out_of_another_shape_is_resized_as_pytorch(name):
+    import warnings
+
+    fn, make_out = OUT_RESIZES[name]
+    x_cpu, x = _pair(torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    results = []
+    for xs, out in ((x_cpu, make_out()), (x, to_jax(make_out()))):
+        obj_id = id(out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fn(xs, out)
+        first = result[0] if isinstance(result, tuple) else result
+        assert first is out and id(out) == obj_id
+        resized = [w for w in caught if "was resized since it had shape" in str(w.message)]
+        results.append((out, len(resized)))
+    (expected, expected_warnings), (actual, actual_warnings) = results
+    assert_same(actual, expected)
+    assert actual_warnings == expected_warnings
+    if name != "nonzero":  # (PyTorch's nonzero writes its out column-major)
+        assert actual.stride() == expected.stride()
+
+
+def test_resize_grows_keeping_contents_and_offset():
+    results = []
+    for base in (torch.arange(6.0), to_jax(torch.arange(6.0))):
+        tail = base[2:]
+        tail.resize_(3, 3)
+        tail[2, 2] = 7  # an element of the grown part
+        results.append((tail, tail.storage_offset(), tail.stride()))
+    assert_same(results[1][0][0], results[0][0][0])  # the storage's elements, kept
+    assert results[1][0][2, 2].item() == 7 and results[1][1:] == results[0][1:]
+
+
+def test_out_dtype_rules_as_pytorch():
+    # neg/floor/ceil want out's dtype exactly; sin casts into any dtype its result casts to.
+    cases = (
+        (torch.neg, torch.float32, torch.float64),
+        (torch.floor, torch.float32, torch.float64),
+        (torch.ceil, torch.int32, torch.int64),
+        (torch.sin, torch.int64, torch.int64),
+        (torch.sin, torch.float32, torch.float64),
+        (torch.neg, torch.int64, torch.int64),
+    )
+    for op, dtype, out_dtype in cases:
+        x_cpu, x = _pair(torch.ones(3, dtype=dtype))
+        out_cpu, out = _pair(torch.empty(0, dtype=out_dtype))
+        try:
+            expected = op(x_cpu, out=out_cpu)
+        except RuntimeError as error:
+            with pytest.raises(RuntimeError) as caught:
+                op(x, out=out)
+            assert str(error) in str(caught.value), (op, dtype, out_dtype)
+        else:
+            assert_same(op(x, out=out), expected)
+            assert_same(out, expected)
+
+
 def test_zero_dim_cpu_tensor_acts_as_scalar():
     cpu, jx = _pair(torch.arange(4, dtype=torch.float32))
     scalar = torch.tensor(2.5)

@@ -99,3 +99,40 @@ def test_autocast_jax_forward_and_training_step_match_cpu_autocast():
     torch.optim.SGD(on_jax.parameters(), lr=0.1).step()
     with torch.autocast("jax", enabled=False):  # disabled: float32 throughout
         assert on_jax(x.to("jax")).dtype == torch.float32
+
+
+def test_data_ptr_tells_storages_apart_as_pytorch():
+    with torchlax_core.enable():
+        base = torch.arange(12.0, device="jax").reshape(3, 4)
+        other = torch.zeros(3, 4, device="jax")
+        row = base[1]
+        as_int = base.view(torch.int32)
+    assert base.data_ptr() != 0 and base.data_ptr() != other.data_ptr()
+    assert row.data_ptr() == base.data_ptr() + 4 * base.element_size()
+    assert row.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert as_int.data_ptr() == base.data_ptr()
+    assert base.untyped_storage().nbytes() == 48
+
+
+def test_save_pretrained_round_trip_of_a_model_on_jax(tmp_path):
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    config = transformers.GPT2Config(
+        n_layer=1, n_head=2, n_embd=8, vocab_size=32, n_positions=16, tie_word_embeddings=True
+    )
+    torch.manual_seed(0)
+    cpu_model = transformers.GPT2LMHeadModel(config).eval()
+    with torchlax_core.enable():
+        model = transformers.GPT2LMHeadModel(config).eval()
+        model.load_state_dict(cpu_model.state_dict())
+        model.to("jax")
+        model.save_pretrained(tmp_path)  # safetensors: finds the tied weights by data_ptr
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+    for name, tensor in cpu_model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0)
+    ids = torch.tensor([[1, 5, 7, 2]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, cpu_model(ids).logits)

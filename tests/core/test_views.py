@@ -270,10 +270,15 @@ def test_inplace_view_op_keeps_object_and_feeds_autograd():
     assert_same(results[1][1], results[0][1])
 
 
-def test_resize_cannot_grow():
-    jx = to_jax(torch.zeros(2, 3))
-    with pytest.raises(RuntimeError, match="cannot grow a tensor in place"):
-        jx.resize_(4, 4)
+def test_resize_grows_as_pytorch():
+    cpu, jx = torch.arange(6.0).reshape(2, 3), to_jax(torch.arange(6.0).reshape(2, 3))
+    for t in (cpu, jx):
+        obj_id = id(t)
+        t.resize_(4, 4)
+        assert id(t) == obj_id
+        t[2:] = 1  # (the grown part: uninitialised in PyTorch)
+    assert_same(jx, cpu)
+    assert jx.stride() == cpu.stride() and jx.untyped_storage().nbytes() == 64
 
 
 @pytest.mark.parametrize("offset", [None, 0, 10])
@@ -353,11 +358,88 @@ def test_make_tensor_of_complex_dtype_on_jax():
         assert bool((t.real.abs() <= 2).all()) and bool((t.imag != 0).any())
 
 
-def test_write_through_a_bit_reinterpreting_view_raises():
-    x = to_jax(_base())
+# Views that reinterpret bits (view(dtype)), to the same and to other element sizes, of slices
+# and transposes: fn(base) -> view. Compared bit for bit (through integer views of both).
+BIT_VIEW_WRITES = {
+    "same_size": (lambda x: x.view(torch.int32), _base),
+    "same_size_of_slice": (lambda x: x[1:, ::2].view(torch.int32), _base),
+    "same_size_of_transpose": (lambda x: x.t().view(torch.int32), _base),
+    "smaller": (lambda x: x[:, 1:4].view(torch.int16), _base),
+    "bytes": (lambda x: x[2].view(torch.uint8), _base),
+    "bools": (lambda x: x[2:9].view(torch.bool), lambda: torch.arange(24, dtype=torch.uint8) % 2),
+    "larger": (lambda x: x[1:, 2:6].view(torch.float64), _base),
+    "larger_then_slice": (lambda x: x.view(torch.int64)[1:, 1], _base),
+    "complex_as_float64": (lambda x: x[1:].view(torch.float64), _complex_base),
+    "float_as_complex": (lambda x: x.view(torch.complex64)[:, 1:], _base),
+}
+
+
+def _bits(t):
+    size = t.element_size()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size])
+
+
+@pytest.mark.parametrize("name", sorted(BIT_VIEW_WRITES))
+def test_write_through_view_dtype_both_ways(name):
+    make_view, make = BIT_VIEW_WRITES[name]
+
+    def fn(x):
+        v = make_view(x)
+        v[..., :1] = 3  # (a slice of the view, written through)
+        v.copy_(v.flip(-1))
+        after_view_write = _bits(x).clone()
+        x.copy_(x.flip(0))  # (moves bits: arithmetic on them could flush denormals)
+        return after_view_write, _bits(x), _bits(v)
+
+    _check(fn, make)
+    cpu, jx = make(), to_jax(make())
+    expected, actual = make_view(cpu), make_view(jx)
+    # (PyTorch's view(dtype) is no view to autograd: its _base is None, a later slice's the root)
+    assert (actual._base is None, actual._base is jx) == (
+        expected._base is None,
+        expected._base is cpu,
+    )
+    assert (actual.shape, actual.stride(), actual.storage_offset()) == (
+        expected.shape,
+        expected.stride(),
+        expected.storage_offset(),
+    )
+
+
+def test_view_dtype_size_errors_as_pytorch():
+    cases = (
+        lambda x: x.t().view(torch.int16),  # stride(-1) must be 1
+        lambda x: x[:, :3].view(torch.float64),  # size(-1) must be divisible by 2
+        lambda x: x[0, 0].view(torch.float64),  # a 0-d tensor to another size
+        lambda x: x[:, 1:4].view(torch.float64),  # storage_offset must be divisible by 2
+    )
+    for case in cases:
+        with pytest.raises(RuntimeError) as expected:
+            case(_base())
+        with pytest.raises(RuntimeError) as actual:
+            case(to_jax(_base()))
+        assert str(actual.value).split(",")[0] == str(expected.value).split(",")[0]
+
+
+def test_write_through_a_negated_bit_view_raises():
+    x = to_jax(_complex_base())
     with pytest.raises(NotImplementedError, match=r"view\(dtype\)"):
-        x.view(torch.int32).add_(1)
-    assert_same(x, _base())
+        x.conj().view(torch.float64).add_(1)
+    assert_same(x, _complex_base())
+
+
+def test_view_dtype_writes_under_jit():
+    import jax
+
+    def fn(x):
+        x[1:].view(torch.int16)[:, 1::2] = 0  # the high half of each float32: zero
+        return x
+
+    def program(array):
+        return fn(torchlax_core.wrap(array)).jax()
+
+    out = jax.jit(program)(to_jax(_base()).jax())
+    assert_same(torchlax_core.wrap(out), fn(_base()), atol=0, rtol=0)
 
 
 def test_complex_real_view_writes_under_jit():

@@ -269,6 +269,26 @@ def test_unique_family_is_eager():
         run_jit(lambda a: torch.unique(a), t)
 
 
+def test_unique_keeps_nan_apart_as_pytorch():
+    # NaN != NaN: PyTorch keeps every NaN (every row holding one) a unique value of its own.
+    flat = torch.tensor([float("nan"), 1.0, float("nan"), 0.0, 1.0, -0.0])
+    check(lambda a: torch.unique(a, return_inverse=True, return_counts=True), flat, jit=False)
+    rows = torch.tensor([[1.0, float("nan")], [0.0, 2.0], [1.0, float("nan")], [0.0, 2.0]])
+    for dim in (0, 1):
+        check(
+            lambda a, d=dim: torch.unique(a, dim=d, return_inverse=True, return_counts=True),
+            rows,
+            jit=False,
+        )
+    # Where NaN leaves PyTorch's row order undefined (its comparator skips NaN), the rows,
+    # counts and inverse still agree: each NaN row is its own group.
+    mixed = torch.tensor([[float("nan"), 1.0], [0.0, 2.0], [float("nan"), 1.0], [-1.0, 3.0]])
+    cpu = torch.unique(mixed, dim=0, return_inverse=True, return_counts=True)
+    got = to_cpu(torch.unique(mixed.to("jax"), dim=0, return_inverse=True, return_counts=True))
+    assert got[0].shape == cpu[0].shape == (4, 2) and got[2].tolist() == [1, 1, 1, 1]
+    torch.testing.assert_close(got[0][got[1]], mixed, equal_nan=True, rtol=0, atol=0)
+
+
 def test_bincount_and_histc():
     t = torch.tensor([1, 4, 1, 0, 4, 4])
     check(lambda a: torch.bincount(a), t, jit=False)
@@ -449,3 +469,14 @@ def test_unsafe_masked_index_ops_clamp_masked_off_indices():
         keep,
         idx,
     )
+
+
+def test_index_fill_with_a_cpu_index_as_pytorch_devices():
+    from torchlax_core import DeviceMismatchError
+
+    x = torch.zeros(3, 4)
+    expected = x.index_fill(1, torch.tensor(2), 5.0)
+    # A 0-d CPU index acts as a scalar, as next to CUDA tensors; a 1-d one raises as CUDA does.
+    assert_same(to_cpu(to_jax(x).index_fill(1, torch.tensor(2), 5.0)), expected)
+    with pytest.raises(DeviceMismatchError, match="index_fill.*'index'"):
+        to_jax(x).index_fill(1, torch.tensor([2]), 5.0)

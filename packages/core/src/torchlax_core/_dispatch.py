@@ -11,11 +11,13 @@ path is then ``Tensor.__torch_dispatch__`` -> ``impl``. Each impl is specialised
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 
 import jax
 import jax.core
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torch.utils._pytree
 from jax._src.config import enable_x64 as _x64
@@ -710,6 +712,40 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
     return value
 
 
+_OUT_DTYPE_ERRORS: dict = {}  # (op, dtypes) -> PyTorch's message, or None
+
+
+def _check_out_dtype(func, args, kwargs) -> None:
+    """PyTorch's dtype rule for an ``out=`` of another dtype than the result, from its meta kernel.
+
+    Most ops cast into any dtype the result can be cast to (``cast_for_write``), but some want
+    ``out``'s dtype exactly (``neg``, ``floor``, ``sign``: "Found dtype Double but expected
+    Float"). Running the op once per dtype signature on zeros on the CPU tells which (the meta
+    kernels do not make this check).
+    """
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    key = (func, tuple(t.dtype for t in leaves if isinstance(t, torch.Tensor)))
+    if key not in _OUT_DTYPE_ERRORS:
+
+        def to_cpu_zeros(x):
+            if isinstance(x, torch.Tensor):
+                return torch.zeros(x.shape, dtype=x.dtype)
+            return x
+
+        cpu_args, cpu_kwargs = torch.utils._pytree.tree_map(to_cpu_zeros, (args, kwargs))
+        message = None
+        try:
+            func(*cpu_args, **cpu_kwargs)
+        except RuntimeError as error:  # only dtype verdicts: the CPU may lack the kernel
+            if str(error).startswith("Found dtype"):
+                message = f"{op_name(func)}: {error}; pass an out= tensor of the expected dtype."
+        except Exception:
+            pass
+        _OUT_DTYPE_ERRORS[key] = message
+    if _OUT_DTYPE_ERRORS[key] is not None:
+        raise RuntimeError(_OUT_DTYPE_ERRORS[key])
+
+
 def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
     """Run ``inner`` functionally, then write its results into the arguments ``func`` mutates.
 
@@ -743,6 +779,11 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
                 outputs.append(None)
                 continue
             new = value._value() if isinstance(value, Tensor) else value
+            if target in out_names:
+                if new.dtype != _JAX_DTYPES.get(dst.dtype):
+                    _check_out_dtype(func, args, kwargs)
+                if new.shape != dst.shape:
+                    resize_output(func, dst, new.shape)
             dst._write(cast_for_write(func, dst, new))
             outputs.append(dst)
         if not func._schema.returns:
@@ -780,11 +821,7 @@ def resize_(self, size, memory_format=None):
             )
         offset = _first_index(view, root)
     if offset + numel > root.size:
-        raise RuntimeError(
-            f"aten.resize_: torchlax cannot grow a tensor in place (to {numel} elements from "
-            f"storage offset {offset}, past its storage of {root.size}): a jax.Array has no spare "
-            "storage. Create a new tensor instead (t.new_empty(size))."
-        )
+        return _grow(self, root, offset, size)
 
     def compute(array):
         return array.reshape(-1)[offset : offset + numel].reshape(size)
@@ -796,6 +833,57 @@ def resize_(self, size, memory_format=None):
         )
     self._view = _View(compute, kind, root, compute(root))
     return self
+
+
+def _grow(self, root, offset: int, size: list) -> Tensor:
+    """``resize_`` past the storage: a new, larger storage holding the old one's elements first.
+
+    As PyTorch reallocates, so does this; the C++ tensor is pointed at a storage of the new
+    size by PyTorch's own device-generic ``set_`` kernel. Other tensors that shared the old
+    storage keep it (in PyTorch they would see the grown one).
+    """
+    numel = int(np.prod(size, dtype=np.int64))
+    flat = jnp.zeros(offset + numel, root.dtype).at[: root.size].set(root.reshape(-1))
+    grown = _make(flat)
+    with torch._C._DisableTorchDispatch():
+        _SET_STORAGE.redispatch(
+            _CPU_KEYS,
+            self,
+            torch.Tensor.untyped_storage(grown),  # (the C++ one, not the addressed one)
+            offset,
+            size,
+            make_contiguous_strides_for(size),
+        )
+    self._storage = grown._storage
+    if offset == 0:
+        self._storage.array = flat.reshape(size)
+        self._view = None
+    else:
+
+        def compute(array):
+            return array[offset:].reshape(size)
+
+        self._view = _View(compute, GATHER, flat, compute(flat))
+    return self
+
+
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)  # set_'s kernel is device-generic
+
+
+def resize_output(func, out: Tensor, shape: tuple) -> None:
+    """An ``out=`` tensor of another shape is resized, as PyTorch's ``resize_output`` does."""
+    if out.numel():
+        warnings.warn(
+            f"{op_name(func)}: An output with one or more elements was resized since it had "
+            f"shape {list(out.shape)}, which does not match the required output shape "
+            f"{list(shape)}. This behavior is deprecated, and in a future PyTorch release outputs "
+            "will not be resized unless they have zero elements. You can explicitly reuse an out "
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=2,
+        )
+    resize_(out, shape)
 
 
 def resize_as_(self, the_template, *, memory_format=None):

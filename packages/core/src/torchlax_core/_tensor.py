@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
+import typing
 import weakref
 
 import jax
@@ -94,10 +96,41 @@ class _Storage:
     (``torch.utils.swap_tensors``, used by ``module.to``) keeps every alias consistent.
     """
 
-    __slots__ = ("array",)
+    __slots__ = ("addressed", "array")
 
     def __init__(self, array):
         self.array = array
+        self.addressed: torch.UntypedStorage | None = None  # see _addressed_storage
+
+
+_address_lock = threading.Lock()
+_next_address = 1 << 56  # far above host memory: a jax storage has no host address of its own
+
+
+def _addressed_storage(tensor: Tensor) -> torch.UntypedStorage:
+    """The ``UntypedStorage`` that ``untyped_storage()`` answers for ``tensor``'s storage.
+
+    A wrapper tensor's own storage has no data pointer (PyTorch calls it an invalid python
+    storage), and code that tells storages apart by address (safetensors, ``save_pretrained``)
+    fails on it. Each storage gets, once, a unique address no host memory has and that nothing
+    reads through; every view of it answers the same one, as PyTorch's views do.
+    """
+    global _next_address
+    box = tensor._storage
+    storage = box.addressed
+    if storage is None:
+        nbytes = int(box.array.size) * box.array.dtype.itemsize
+        with _address_lock:
+            storage = box.addressed
+            if storage is None:
+                address = _next_address
+                _next_address += (nbytes // 64 + 1) * 64  # (empty storages differ too)
+                storage = typing.cast(
+                    torch.UntypedStorage,
+                    torch._C._construct_storage_from_data_pointer(address, tensor.device, nbytes),
+                )
+                box.addressed = storage
+    return storage
 
 
 # How a view's elements relate to its storage's: ordered so that composing two views takes
@@ -113,7 +146,7 @@ class _View:
     replaces the storage array, so the next read recomputes.
     """
 
-    __slots__ = ("compute", "kind", "seen", "value", "_indices")
+    __slots__ = ("compute", "kind", "seen", "value", "_indices", "byte_sources")
 
     def __init__(self, compute, kind: int, seen, value):
         self.compute = compute
@@ -121,6 +154,9 @@ class _View:
         self.seen = seen
         self.value = value
         self._indices = None
+        self.byte_sources: jax.Array | None = (
+            None  # a REINTERPRET view's byte map, once written through
+        )
 
     def indices(self, root_array):
         # Applying the view function to an iota of the root's shape tells which root element
@@ -154,15 +190,17 @@ def _from_real(array, dtype):
     return array
 
 
-def _write_reinterpreted(compute, root, new):
-    """``root`` with the elements the view ``compute`` reads replaced so that it reads ``new``.
+def _write_reinterpreted(view: _View, root, new):
+    """``root`` with the elements the view reads replaced so that it reads ``new``.
 
     The views that change the dtype between real and complex (``real``, ``imag``,
     ``view_as_real``, ``view_as_complex``, ``conj``, composed with slices) are linear in the
     root's real components and pick each at most once, up to a sign: the transpose of the view
     then scatters ``new`` back onto the components it came from. A bit reinterpretation
-    (``view(dtype)``) is not linear, so it cannot be written through.
+    (``view(dtype)``) is not linear; it moves bytes, so ``new``'s bytes are scattered onto the
+    root's bytes they came from (``_byte_sources``).
     """
+    compute = view.compute
     real_root = _as_real(root)
 
     def read(components):
@@ -172,14 +210,61 @@ def _write_reinterpreted(compute, root, new):
         scatter = jax.linear_transpose(read, real_root)
         (written,) = scatter(_as_real(new))
         (picked,) = scatter(jnp.ones_like(_as_real(new)))
-    except (TypeError, NotImplementedError, ValueError) as error:
-        raise NotImplementedError(
-            "Writing in place through a view that reinterprets the bits of its base "
-            "(view(dtype)) is not supported by "
-            "torchlax; write to the base tensor, or write to a copy and copy it back with "
-            f"base.copy_(copy.view(base.dtype)). ({type(error).__name__}: {error})"
-        ) from None
+    except (TypeError, NotImplementedError, ValueError):
+        if view.byte_sources is None:
+            view.byte_sources = _byte_sources(compute, root, new.dtype)
+        written_bytes = _to_bytes(root).at[view.byte_sources].set(_to_bytes(new))
+        return _from_bytes(written_bytes, root.dtype, root.shape)
     return _from_real(jnp.where(picked != 0, written, real_root), root.dtype)
+
+
+def _to_bytes(array):
+    """``array``'s bytes, flat, element after element (complex: real then imaginary part)."""
+    array = _as_real(array.astype(jnp.uint8) if array.dtype == jnp.bool_ else array)
+    return jax.lax.bitcast_convert_type(array, jnp.uint8).reshape(-1)
+
+
+def _from_bytes(data, dtype, shape):
+    """The array of ``dtype`` and ``shape`` whose bytes are ``data`` (inverse of ``_to_bytes``)."""
+    if dtype == jnp.bool_:
+        return (data != 0).reshape(shape)
+    complex_ = jnp.issubdtype(dtype, jnp.complexfloating)
+    part = jnp.dtype(jnp.float32 if dtype == jnp.complex64 else jnp.float64) if complex_ else dtype
+    units = data.reshape(-1, part.itemsize) if part.itemsize > 1 else data
+    values = jax.lax.bitcast_convert_type(units, part)
+    if complex_:
+        pairs = values.reshape(-1, 2)
+        values = jax.lax.complex(pairs[:, 0], pairs[:, 1])
+    return values.reshape(shape)
+
+
+def _byte_sources(compute, root, view_dtype):
+    """For every byte of the view ``compute(root)``, the index of the root byte it shows.
+
+    The view is computed from probe roots whose bytes spell one bit of their own index each
+    (0x40 or 0x41: normal numbers in every float type, no NaN to canonicalise and no denormal
+    to flush; 0 or 1 where bool is involved); the view's bytes then spell their source's index.
+    A view that changes the bytes it moves (a conjugate or negation after a ``view(dtype)``)
+    shows other bytes and is refused.
+    """
+    nbytes = int(root.size) * root.dtype.itemsize
+    positions = np.arange(nbytes, dtype=np.int64)
+    marker = 0 if jnp.bool_ in (root.dtype, view_dtype) else 0x40
+    sources = None
+    with jax.enable_x64(True), jax.ensure_compile_time_eval():
+        for bit in range(max(1, (nbytes - 1).bit_length())):
+            probe = jnp.asarray((marker | (positions >> bit) & 1).astype(np.uint8))
+            seen = np.asarray(_to_bytes(compute(_from_bytes(probe, root.dtype, root.shape))))
+            if np.any((seen | 1) != (marker | 1)):
+                raise NotImplementedError(
+                    "Writing in place through this view is not supported by torchlax: it "
+                    "reinterprets its base's bytes (view(dtype)) and also changes them (a "
+                    "conjugate or negation). Write to the base tensor instead, or resolve the "
+                    "conjugate first (t.resolve_conj())."
+                )
+            bits = (seen & 1).astype(np.int64) << bit
+            sources = bits if sources is None else sources | bits
+    return jnp.asarray(sources)
 
 
 def _make(
@@ -275,7 +360,7 @@ class Tensor(torch.Tensor):
             storage.array = flat.reshape(root.shape)
         else:
             with _x64(True):
-                storage.array = _write_reinterpreted(view.compute, root, new)
+                storage.array = _write_reinterpreted(view, root, new)
         view.value = new
         view.seen = storage.array
 
@@ -296,6 +381,14 @@ class Tensor(torch.Tensor):
         torch.Tensor.data.__set__(self, new)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
         if isinstance(new, Tensor):
             self._alias_of(new)
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return _addressed_storage(self)
+
+    def data_ptr(self) -> int:
+        return (
+            _addressed_storage(self).data_ptr() + int(self.storage_offset()) * self.element_size()
+        )
 
     # -- conversions that behave as PyTorch's ------------------------------------------------
 
@@ -438,11 +531,12 @@ def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
     """Copy a CPU (or other) torch.Tensor into a new jax.Array of the same dtype."""
     target = jax_dtype(tensor.dtype)
     t = tensor.detach().resolve_conj().resolve_neg().contiguous().cpu()
+    # (np.from_dlpack, not t.numpy(): numpy() marks the caller's storage non-resizable for good)
     if t.dtype in (torch.bfloat16,) or t.dtype.itemsize == 1 and t.is_floating_point():
-        raw = t.view(torch.uint8 if t.dtype.itemsize == 1 else torch.int16).numpy()
+        raw = np.from_dlpack(t.view(torch.uint8 if t.dtype.itemsize == 1 else torch.int16))
         host = raw.view(target)
     else:
-        host = t.numpy()
+        host = np.from_dlpack(t)
     if device is not None and device == _default_device():
         # Uncommitted, as JAX's own default placement: such an array combines with arrays
         # sharded over a mesh (JAX moves it), as a tensor on PyTorch's default device does.

@@ -457,12 +457,43 @@ def masked_select(self, mask):
     return jnp.broadcast_to(self, shape)[jnp.broadcast_to(mask, shape)]
 
 
+def _sorted_groups(rows):
+    """Sort ``rows`` (n, k) lexicographically and mark where each group of equal rows starts.
+
+    Equality is elementwise ``==``, as PyTorch's CPU kernels test it, so a row holding NaN equals
+    no other row and stays a group of its own (``jnp.unique`` would merge NaNs). The sort is
+    stable and puts NaN last. Returns the sorting permutation, the group starts and each sorted
+    row's group, as NumPy arrays (these ops run eagerly: the sizes are data).
+    """
+    length = rows.shape[0]
+    columns = [rows[:, j] for j in reversed(range(rows.shape[1]))]
+    order = jnp.lexsort(columns) if columns else jnp.arange(length)
+    ordered = rows[order]
+    starts = np.ones(length, dtype=bool)
+    if length:
+        starts[1:] = np.asarray(jnp.any(ordered[1:] != ordered[:-1], axis=1))
+    return np.asarray(order), starts, np.cumsum(starts) - 1
+
+
+def _group_results(order, starts, group, length, return_inverse, return_counts):
+    """The first sorted index of each group, the inverse in input order, and the counts."""
+    first = np.flatnonzero(starts)
+    inverse = np.empty(length, np.int64)
+    inverse[order] = group
+    inverse = jnp.asarray(inverse) if return_inverse else _none()
+    counts = jnp.asarray(np.diff(np.append(first, length)), jnp.int64) if return_counts else _none()
+    return first, inverse, counts
+
+
 def _unique_flat(self, sorted, return_inverse, return_counts, op):
     _require_concrete(op, self)
-    values, inverse, counts = jnp.unique(jnp.ravel(self), return_inverse=True, return_counts=True)
-    inverse = jnp.reshape(inverse, self.shape).astype(jnp.int64) if return_inverse else _none()
-    counts = counts.astype(jnp.int64) if return_counts else _none()
-    return values, inverse, counts
+    flat = jnp.ravel(self)
+    order, starts, group = _sorted_groups(flat[:, None])
+    first, inverse, counts = _group_results(
+        order, starts, group, flat.shape[0], return_inverse, return_counts
+    )
+    inverse = jnp.reshape(inverse, self.shape) if return_inverse else inverse
+    return flat[order[first]], inverse, counts
 
 
 def _none():
@@ -501,9 +532,13 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
     _check_unique_dim_of_empty(self, dim)
     if not self.size:
         return self, _none(), _none()
-    values, inverse, counts = jnp.unique(self, return_inverse=True, return_counts=True, axis=dim)
-    inverse = jnp.ravel(inverse).astype(jnp.int64) if return_inverse else _none()
-    return values, inverse, counts.astype(jnp.int64) if return_counts else _none()
+    moved = jnp.moveaxis(self, dim, 0)
+    length = moved.shape[0]
+    order, starts, group = _sorted_groups(moved.reshape(length, -1))
+    first, inverse, counts = _group_results(
+        order, starts, group, length, return_inverse, return_counts
+    )
+    return jnp.moveaxis(moved[order[first]], 0, dim), inverse, counts
 
 
 @lowering(aten.unique_consecutive.default)
