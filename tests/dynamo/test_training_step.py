@@ -115,6 +115,9 @@ def test_state_lives_on_the_module_and_optimizer():
         state = opt.state[next(iter(model.parameters()))]
         assert float(state["step"]) == 2
         assert isinstance(state["exp_avg"], torchlax_core.Tensor)
+        # The step counter lives beside the parameters (Dynamo's CUDA rule), not on the CPU.
+        assert isinstance(state["step"], torchlax_core.Tensor)
+        assert opt.param_groups[0]["capturable"]
         changed = [
             k for k, v in model.state_dict().items() if not torch.equal(v.cpu(), before[k].cpu())
         ]
@@ -135,6 +138,45 @@ def test_backward_inside_a_compiled_function_runs_eagerly_without_dynamo_in_jax(
         w = torch.arange(4.0).to("jax").requires_grad_()
         out = torch.compile(fn, backend="torchlax")(w)
     torch.testing.assert_close(out.cpu(), torch.arange(4.0) * 6)
+
+
+def _make_one_graph_step(model, optimizer):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        loss = loss.detach()  # the graph hands out no tensor whose grad_fn backward consumed
+        optimizer.step()
+        return loss
+
+    return step
+
+
+@pytest.mark.parametrize("on_jax", [True, False], ids=["torchlax", "cpu"])
+def test_traced_backward_makes_forward_and_backward_one_program(on_jax):
+    """With Dynamo's ``trace_autograd_ops``, ``loss.backward()`` is traced (as
+    ``autograd.grad`` and gradient accumulation) into the forward's graph: the step is two XLA
+    programs, forward with backward and the optimizer update, instead of three."""
+    x, y = _data()
+    eager_model = _model()
+    eager_step = _make_step(eager_model, OPTIMIZERS["adamw"](eager_model.parameters()))
+    with torchlax_core.enable(), torch._dynamo.config.patch(trace_autograd_ops=True):
+        model = _model().to("jax") if on_jax else _model()
+        step = torch.compile(
+            _make_one_graph_step(model, OPTIMIZERS["adamw"](model.parameters())),
+            backend="torchlax",
+        )
+        cx, cy = (x.to("jax"), y.to("jax")) if on_jax else (x, y)
+        for i in range(3):
+            expected = eager_step(x, y)
+            torch.testing.assert_close(
+                step(cx, cy).cpu(), expected, atol=1e-10, rtol=1e-10, msg=f"step {i}"
+            )
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=1e-10, rtol=1e-10)
+    assert counters["eager_nodes"] == 0, dict(counters)
+    # Forward + backward, the optimizer update, and nothing else (no AOT backward graph).
+    assert counters["graphs"] == counters["xla_programs"] == 2, dict(counters)
 
 
 SCHEDULERS = {

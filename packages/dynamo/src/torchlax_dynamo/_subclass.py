@@ -37,6 +37,14 @@ lift it, and move the fake tensor. FakeTensorMode takes the ``jax`` PrivateUse1 
 can hold real data, so its availability check (``fake_tensor._is_privateuse1_backend_available``)
 answers False for torchlax's device; CUDA and other PrivateUse1 backends are unaffected.
 
+Optimizer state on the device: for a CUDA model, Dynamo sets an optimizer's ``capturable`` flag
+before it creates the state (``OptimizerVariable._set_capturable``), so that ``step`` counters
+are created on the parameters' device instead of the CPU. It does the same for parameters that
+are all torchlax Tensors (a fourth hook): a CPU ``step`` next to ``jax`` parameters would
+cross over on every call of the compiled optimizer step and, worse, reading the new value
+back would wait for the whole program. torch.optim lists the PrivateUse1 device as
+capturable-capable, so a later eager ``step()`` works the same way.
+
 At run time AOT autograd checks that each tangent reaching a compiled backward has the type
 it traced with (a plain tensor, for a fakeified torchlax Tensor) and otherwise asks the
 tangent's ``__coerce_same_metadata_as_tangent__``. A torchlax Tensor *is* the tensor the
@@ -95,7 +103,29 @@ def install() -> None:
     builder.VariableBuilder._wrap = _wrap
     builder.infer_subclass_type = _infer_subclass_type
     builder.clone_input = _clone_input
+    _install_capturable_state()
     _installed.append((wrap, infer_subclass_type, clone_input))
+
+
+def _install_capturable_state() -> None:
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    set_capturable = OptimizerVariable._set_capturable
+
+    def _set_capturable(self, tx):
+        optimizer = self.value
+        for group in optimizer.param_groups:
+            params = group.get("params", [])
+            if (
+                "capturable" in group
+                and params
+                and all(isinstance(p, Tensor) for p in params)
+                and all(p not in optimizer.state for p in params)
+            ):
+                group["capturable"] = True  # what Dynamo does for CUDA parameters
+        return set_capturable(self, tx)
+
+    OptimizerVariable._set_capturable = _set_capturable
 
 
 def _clone(value: Tensor) -> Tensor:
