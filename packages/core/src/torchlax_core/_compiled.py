@@ -59,9 +59,8 @@ class Entry:
 
     def key(self, env=None) -> jax.Array:
         """This call's key input: fresh from the generator if the program draws any."""
-        if not self.random:
-            return unused_key()
-        return (env or current_env()).next_prng_key()
+        key = (env or current_env()).next_prng_key() if self.random else unused_key()
+        return jax.random.key_data(key) if self._program.key_data else key
 
     @property
     def executable(self) -> Callable:
@@ -89,6 +88,7 @@ class CompiledProgram:
         donate_argnums: Sequence[int] = (),
         checks: bool = False,
         max_signatures: int = 64,
+        key_data: bool = False,
         env=None,
     ):
         self.name = name
@@ -96,6 +96,8 @@ class CompiledProgram:
         self.donate_argnums = tuple(donate_argnums)
         self.checks = checks
         self.max_signatures = max_signatures
+        # The key input as raw uint32 key data (a portable artifact's input) instead of a key.
+        self.key_data = key_data
         self.env = env
         self.traces = 0
         self.compilations = 0
@@ -153,12 +155,20 @@ class CompiledProgram:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _trace(self, args: Sequence, static) -> Entry:
-        learned: list = []
+    def jitted(self, static: Any = None, *, with_key: bool = True, learned: list | None = None):
+        """``fn`` as a ``jax.jit`` function of ``(*arrays, key)`` (or of ``arrays`` alone,
+        ``with_key=False``, for a program known to draw no key), with the program's donation
+        and checks. Each trace puts ``[info, drawn]`` into ``learned``."""
         env = self.env or current_env()
+        learned = [] if learned is None else learned
 
         def traced(*flat):
-            *arrays, key = flat
+            if with_key:
+                *arrays, key = flat
+                if self.key_data:
+                    key = jax.random.wrap_key_data(key)
+            else:
+                arrays, key = flat, unused_key()
             with env.prng_key_scope(key) as scope:
                 results, info = self.fn(static, *arrays)
             learned[:] = [info, scope.drawn]
@@ -167,9 +177,17 @@ class CompiledProgram:
         fn = checked(traced) if self.checks else traced
         # Donation is off in checked mode: a failed call must leave the inputs as they were.
         donate = () if self.checks else self.donate_argnums
-        jitted = jax.jit(fn, donate_argnums=donate)
+        return jax.jit(fn, donate_argnums=donate)
+
+    def key_input(self) -> Any:
+        """An example of the key input (traced with; its aval is the program's)."""
+        return jax.random.key_data(unused_key()) if self.key_data else unused_key()
+
+    def _trace(self, args: Sequence, static) -> Entry:
+        learned: list = []
+        jitted = self.jitted(static, learned=learned)
         with jax.enable_x64(True):
-            trace = jitted.trace(*args, unused_key())
+            trace = jitted.trace(*args, self.key_input())
         self.traces += 1
         info, random = learned
         return Entry(self, trace, jitted, info, random)
