@@ -141,6 +141,11 @@ class CompiledProgram:
             # Inputs on other devices than at compile time: jax.jit places the program anew.
             entry._executable = entry._jitted
             results = entry._jitted(*args, key)
+        except TypeError:
+            if not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args)):
+                raise
+            # Called inside another JAX trace (call_torch under jax.jit): inline the program.
+            results = entry._jitted(*args, key)
         if self.checks:
             error, results = results
             raise_error(error)
