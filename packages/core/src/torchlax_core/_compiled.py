@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
+import jax.core
 import torch
 
 from ._checks import checked, raise_error
