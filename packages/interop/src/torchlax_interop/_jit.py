@@ -420,13 +420,13 @@ class _Jitted:
         with _trace_lock, jax.enable_x64(True):
             try:
                 return self._call(args, kwargs)
-            except CpuStateError:
-                return self._call_on_cpu_state(args, kwargs)
+            except CpuStateError as error:
+                return self._call_on_cpu_state(args, kwargs, error.found)
 
-    def _call_on_cpu_state(self, args, kwargs):
+    def _call_on_cpu_state(self, args, kwargs, found: list):
         """A step over CPU parameters: their memory is lent to the program (DLPack), and the
         new state is written back into the same tensor objects, as an in-place step does."""
-        tensors, optimizers = cpu_state_tensors(self.target, arg_leaves(args, kwargs)[0])
+        tensors, optimizers = cpu_state_tensors(found)
         # The program must not reuse memory that torch owns.
         self.donate_state = False
         self._layout = None
