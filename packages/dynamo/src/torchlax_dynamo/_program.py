@@ -1,11 +1,12 @@
 """One ATen graph (from AOT autograd) run as one ``jax.jit``-compiled XLA program.
 
-Tracing: ``jax.jit`` calls ``_trace`` with tracers; each becomes a torchlax Tensor, and the
-graph's nodes are evaluated on them by the environment's lowerings (``Environment.dispatch``,
-the very code eager torchlax runs, so in-place, ``out=`` and view ops behave the same). The
-traced program is cached by ``jax.jit`` per input signature; ``counters["xla_traces"]`` counts
-traces, so a steady-state call is: convert the inputs, one ``jax.jit`` dispatch, convert the
-outputs.
+Tracing: ``_trace`` gets tracers; each becomes a torchlax Tensor, and the graph's nodes are
+evaluated on them by the environment's lowerings (``Environment.dispatch``, the very code eager
+torchlax runs, so in-place, ``out=`` and view ops behave the same). The signature cache, the
+key input (learned per signature), checks, write-back and output layout are the
+compiled-program core's (``torchlax_core._compiled``, shared with ``torchlax.jit`` and export);
+``counters["xla_traces"]`` counts traces, so a steady-state call is: convert the inputs, one
+dict lookup, one launch, convert the outputs.
 
 Inputs: a torchlax Tensor gives its ``jax.Array``; a CPU/CUDA tensor is viewed through DLPack
 (no copy); anything else (a ``SymInt`` under dynamic shapes, a float) is a static argument.
@@ -20,13 +21,14 @@ torchlax Tensor takes the new array (no copy), a torch tensor is ``copy_``-ed in
 from __future__ import annotations
 
 import collections
+import functools
 import operator
 
 import jax
 import torch
 from torch.fx.node import map_arg
-from torchlax_core import Tensor, checked, enable, raise_error
-from torchlax_core._program import unused_key
+from torchlax_core import Tensor, enable
+from torchlax_core._compiled import CompiledProgram, output_tensors, signature, write_back
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 
@@ -77,37 +79,35 @@ class XlaProgram:
         self._single_output = not isinstance(output, list | tuple)
         outputs = [output] if self._single_output else list(output)  # pyright: ignore[reportArgumentType]  (not a single output: a list or tuple)
         self._output_devices = [_meta_device(n) for n in outputs]
-        # Whether the program draws PRNG keys: learned by tracing (``KeyScope.drawn``), as
-        # torchlax.jit and export learn it, so a plugin lowering that calls
-        # ``next_prng_key()`` counts as much as an op PyTorch tags random. None: not traced.
-        self._random: bool | None = None
         self._inputs = InputCache(self._num_inputs)
-        self._layouts: dict = {}
-        self._layout = None  # the layout when no output depends on the input signature
-        # Config.checked: value checks (an index out of range, ...) are recorded with checkify and
-        # raised after the call, before any output or write-back; off, XLA clamps and fills.
-        self._checked = bool(getattr(env.config, "checked", False))
-        self._jitted = jax.jit(
-            self._checked_trace if self._checked else self._trace, static_argnums=(1,)
+        # Whether a signature draws PRNG keys is learned by tracing it (so a plugin lowering
+        # that calls ``next_prng_key()`` counts as much as an op PyTorch tags random).
+        # Config.checked: value checks (an index out of range, ...) are raised after the call,
+        # before any output or write-back; off, XLA clamps and fills.
+        self._program = CompiledProgram(
+            f"torch.compile graph {name}",
+            self._trace,
+            checks=bool(getattr(env.config, "checked", False)),
+            env=env,
         )
         self.boxed = boxed(self)
         counters["xla_programs"] += 1
 
     # -- tracing ----------------------------------------------------------------------------
 
-    def _trace(self, arrays, statics, key):
+    def _trace(self, statics, arrays):
+        """The graph on tracers: its results (outputs, then mutated inputs) and their layout."""
         counters["xla_traces"] += 1
         static_at = dict(statics)
         tensors = [Tensor(a) for a in arrays]
         pick = iter(tensors)
         args = [static_at[i] if i in static_at else next(pick) for i in range(self._num_inputs)]
-        with enable(self.env), self.env.prng_key_scope(key) as keys:
+        with enable(self.env):
             outs = run_graph(self.gm, args, self.env)
-        self._random = bool(self._random) or keys.drawn
         if self._single_output:
             outs = (outs,)
         array_positions = [i for i in range(self._num_inputs) if i not in static_at]
-        results, layout, keyed = [], [], False
+        results, layout = [], []
         for out in outs:
             if isinstance(out, Tensor):
                 for k, t in enumerate(tensors):
@@ -122,25 +122,14 @@ class XlaProgram:
                 results.append(_constant_array(out))
             else:  # None, or a shape-derived int (saved for backward under dynamic shapes)
                 layout.append((_CONSTANT, out))
-                keyed = keyed or out is not None
         mutations = []
         for k, t in enumerate(tensors):
             if t._elem is not arrays[k]:
                 mutations.append((array_positions[k], len(results)))
                 results.append(t._value())
-        if keyed:
-            self._layouts[self._signature(arrays, statics)] = (layout, mutations)
-            self._layout = None
-        else:
-            self._layout = (layout, mutations)
-        return results
-
-    def _checked_trace(self, arrays, statics, key):
-        return checked(lambda a, k: self._trace(a, statics, k))(arrays, key)  # (error, results)
-
-    @staticmethod
-    def _signature(arrays, statics):
-        return statics, tuple((a.shape, a.dtype) for a in arrays)
+        arrays_at = tuple(i for i, (kind, _) in enumerate(layout) if kind == _ARRAY)
+        devices = [self._output_devices[i] for i in arrays_at]
+        return results, (layout, mutations, arrays_at, devices)
 
     # -- calling ----------------------------------------------------------------------------
 
@@ -157,47 +146,45 @@ class XlaProgram:
             else:
                 statics.append((i, a))
         statics = tuple(statics)
+        # A fresh key per call from torch's generator where the signature draws keys:
+        # reproducible under torch.manual_seed.
         with jax.enable_x64(True):
-            if self._random is None:  # trace once (jax.jit reuses it) to learn if it draws keys
-                self._jitted.trace(arrays, statics, unused_key())
-            # A fresh key per call from torch's generator: reproducible under torch.manual_seed.
-            key = self.env.next_prng_key() if self._random else unused_key()
-            results = self._jitted(arrays, statics, key)
-        if self._checked:
-            error, results = results
-            raise_error(error)
-        layout, mutations = self._layout or self._layouts[self._signature(arrays, statics)]
+            results, entry = self._program((statics, signature(arrays)), arrays, static=statics)
+        layout, mutations, arrays_at, devices = entry.info
         outs = []
-        devices = self._output_devices
-        for i, (kind, value) in enumerate(layout):
+        for kind, value in layout:
             if kind == _ARRAY:
-                outs.append(_to_output(results[value], devices[i], any_torchlax))
+                outs.append(results[value])
             elif kind == _INPUT:
                 outs.append(args[value])
             else:
                 outs.append(value)
+        if arrays_at:
+            converted = output_tensors(
+                [outs[i] for i in arrays_at], any_torchlax, _to_torch, devices
+            )
+            for i, tensor in zip(arrays_at, converted, strict=True):
+                outs[i] = tensor
         for position, index in mutations:
-            _write_back(args[position], results[index])
+            dst = args[position]
+            on_cpu = not isinstance(dst, Tensor) and dst.device.type == "cpu"
+            write_back(dst, results[index], functools.partial(jax_to_torch, on_cpu=on_cpu))
         return outs[0] if self._single_output else tuple(outs)
 
+    @property
+    def traces(self) -> int:
+        return self._program.traces
 
-def _to_output(array: jax.Array, device: torch.device | None, any_torchlax: bool):
-    if device is None:
-        return Tensor(array) if any_torchlax else jax_to_torch(array)
-    if device.type == "jax":
-        return Tensor(array)
-    out = jax_to_torch(array, on_cpu=device.type == "cpu")
-    if out.device != device:  # XLA ran where its inputs were; the graph promised another device
-        out = out.to(device)
+
+def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
+    out = []
+    for array, device in zip(arrays, devices, strict=True):
+        tensor = jax_to_torch(array, on_cpu=device is not None and device.type == "cpu")
+        if device is not None and tensor.device != device:
+            # XLA ran where its inputs were; the graph promised another device.
+            tensor = tensor.to(device)
+        out.append(tensor)
     return out
-
-
-def _write_back(dst, array: jax.Array) -> None:
-    if isinstance(dst, Tensor):
-        dst._write(array)
-        return
-    with torch.no_grad():
-        dst.copy_(jax_to_torch(array, on_cpu=dst.device.type == "cpu"))
 
 
 # -- evaluating the graph on torchlax Tensors ------------------------------------------------------

@@ -30,6 +30,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 from torch.utils import _pytree as pytree
+from torchlax_core._compiled import CompiledProgram
 
 from . import _interpret
 from ._artifact import FORMAT, FORMAT_VERSION, Artifact
@@ -95,41 +96,28 @@ def export(
 
     interpreter = _interpret.Interpreter(env)
 
-    drew_key = []  # whether the last lowering's program drew a random key (learned tracing it)
+    def program(_static, *flat):
+        weights = flat[: len(plan.weights)]
+        inputs = flat[len(plan.weights) :]
+        outputs = interpreter.run(ep.graph_module, plan.placeholder_values(weights, inputs))
+        return plan.split_outputs(outputs), None
 
-    def lower(rng_used: bool):
-        def program(*flat):
-            weights = flat[: len(plan.weights)]
-            inputs = flat[len(plan.weights) : len(plan.weights) + len(plan.inputs)]
-            # Random ops draw their keys from an input of the program, never from a baked key.
-            scope = (
-                env.prng_key_scope(jax.random.wrap_key_data(flat[-1]))
-                if rng_used
-                else contextlib.nullcontext()
-            )
-            with scope as keys:
-                outputs = interpreter.run(ep.graph_module, plan.placeholder_values(weights, inputs))
-            drew_key[:] = [keys is not None and keys.drawn]
-            return plan.split_outputs(outputs)
-
-        avals = plan.avals()
-        if rng_used:
-            avals.append(
-                jax.ShapeDtypeStruct(jax.random.key_data(jax.random.key(0)).shape, np.uint32)
-            )
-        with torchlax_core.enable(env), jax.enable_x64(True):
-            return jax.export.export(jax.jit(program), platforms=platforms)(*avals)
-
+    # The compiled-program core (shared with torchlax.jit and torch.compile) gives the key
+    # input: raw uint32 key data, so the artifact runs with JAX alone; random ops split their
+    # keys from it, never from a baked key.
+    compiled = CompiledProgram("torchlax.export", program, key_data=True, env=env)
+    avals = plan.avals()
     random_ops, custom_ops = _randomness(ep)
-    with _step(report, "lowering to StableHLO"):
+    with _step(report, "lowering to StableHLO"), torchlax_core.enable(env), jax.enable_x64(True):
         # Only a program that draws random numbers takes a key. Seeded ATen ops (some are only
         # tagged so, as `empty`) and custom ops (whose lowering may draw keys without torch
-        # knowing) may: lower with a key, and again without one if tracing drew none.
-        rng_used = random_ops or custom_ops
-        exported = lower(rng_used)
-        if rng_used and not drew_key[0]:
-            rng_used = False
-            exported = lower(False)
+        # knowing) may: trace once to learn whether it draws one.
+        rng_used = (random_ops or custom_ops) and compiled.entry("export", avals).random
+        jitted = compiled.jitted(with_key=rng_used)
+        key_aval = jax.ShapeDtypeStruct(compiled.key_input().shape, np.uint32)
+        exported = jax.export.export(jitted, platforms=platforms)(
+            *avals, *([key_aval] if rng_used else [])
+        )
     manifest = plan.manifest(exported, rng_used)
     return Artifact(exported, plan.weight_values, manifest)
 

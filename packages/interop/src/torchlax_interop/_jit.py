@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +26,9 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, checked, raise_error
-from torchlax_core._program import tracing, unused_key
+from torchlax_core._compiled import CompiledProgram, Entry, output_tensors
+from torchlax_core._compiled import signature as _signature
+from torchlax_core._program import tracing
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
@@ -118,7 +119,6 @@ class _Info:
 
     out_spec: Any
     out_statics: tuple
-    uses_random: bool
     changed: tuple[bool, ...]  # per storage: whether the program writes it
     grad_slots: tuple  # per grad parameter: (_NONE | _KEPT | _NEW, index)
     opt_slots: tuple  # per optimizer, per parameter: ((name, kind, index), ...)
@@ -139,25 +139,33 @@ class _Program:
         self.in_spec = in_spec
         self.statics = statics
         self.static_values = static_values
-        self.infos: dict[Any, _Info] = {}
-        self.compiled: dict[Any, Any] = {}
-        self._traces: dict[Any, Any] = {}
         self._state: _StateSet | None = None
-        self._tracing_info: _Info | None = None
-        self.forward = jax.jit(self._traced)
+        name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
+        # The signature -> executable cache, key input, donation of the state arrays (the
+        # program returns their new values) and checks: the compiled-program core's.
+        self.core = CompiledProgram(
+            f"torchlax.jit({name})",
+            self._traced_entry,
+            donate_argnums=(0,) if jitted.donate_state else (),
+            checks=checks,
+        )
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
 
     # -- tracing --------------------------------------------------------------------------
 
-    def _traced(self, state_arrays: list, lr_arrays: list, arrays: list, key):
+    def _traced_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+        return self._traced(state_arrays, lr_arrays, arrays)
+
+    def _traced(self, state_arrays: list, lr_arrays: list, arrays: list) -> tuple:
+        """The step on tracers, inside the caller's key scope: its results and ``_Info``."""
         state = self._state
         assert state is not None  # info() sets it before tracing
         env = torchlax_core.current_env()
         saved = _swap_in(state, state_arrays, lr_arrays)
         recorded = _defer_schedulers(state.schedulers)
         try:
-            with tracing(env), env.prng_key_scope(key) as scope:
+            with tracing(env):
                 tensors = [Tensor(a) for a in arrays]
                 n_cpu = len(state.cpu_tensors)
                 cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
@@ -196,10 +204,9 @@ class _Program:
             for entries in slots
             for _, kind, index in entries
         )
-        self._tracing_info = _Info(
+        info = _Info(
             out_spec,
             out_statics,
-            scope.drawn,
             changed,
             grad_slots,
             opt_slots,
@@ -207,20 +214,22 @@ class _Program:
             cpu_changed,
             trains,
         )
-        return out_arrays, new_storages, extra
-
-    def _checked_traced(self, state_arrays, lr_arrays, arrays, key):
-        return checked(self._traced)(state_arrays, lr_arrays, arrays, key)  # (error, results)
+        return (out_arrays, new_storages, extra), info
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
         n_state = len(self._state.storages)
 
-        traced = self._checked_traced if self.checks else self._traced
+        def results_only(*inputs):
+            return self._traced(*inputs)[0]
+
+        traced = checked(results_only) if self.checks else results_only
+        env = torchlax_core.current_env()
 
         def differentiable(diff):
             merged = _merge(mask, diff, other)
-            results = traced(merged[:n_state], lr_arrays, merged[n_state:], key)
+            with env.prng_key_scope(key):
+                results = traced(merged[:n_state], lr_arrays, merged[n_state:])
             checked = results if self.checks else (None, results)
             error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
             return outs, (new_storages, extra, error)
@@ -228,49 +237,18 @@ class _Program:
         outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
         return outs, new_storages, extra, error, vjp
 
-    def info(self, signature, state: _StateSet, args: tuple) -> _Info:
-        info = self.infos.get(signature)
-        if info is None:
-            with _trace_lock:
-                info = self.infos.get(signature)
-                if info is None:
-                    # Trace once, to learn the output structure, what state changes and
-                    # whether the program draws random keys; compiling reuses this trace.
-                    self._state = state
-                    donate = (0,) if self.jitted.donate_state and not self.checks else ()
-                    fn = self._checked_traced if self.checks else self._traced
-                    self._traces[signature] = jax.jit(fn, donate_argnums=donate).trace(*args)
-                    assert self._tracing_info is not None  # _traced sets it
-                    info = self.infos[signature] = self._tracing_info
-        return info
-
-    def executable(self, signature):
-        compiled = self.compiled.get(signature)
-        if compiled is None:
-            with _trace_lock:
-                compiled = self.compiled.get(signature)
-                if compiled is None:
-                    start = time.perf_counter()
-                    traced = self._traces.pop(signature)
-                    compiled = self.compiled[signature] = traced.lower().compile()
-                    self.jitted.compilations += 1
-                    _report_compile(self.jitted, time.perf_counter() - start)
-        return compiled
+    def entry(self, signature, state: _StateSet, args: tuple) -> Entry:
+        """This signature's entry (traced now if new: its ``info`` says what the step does)."""
+        self._state = state  # read by the trace; the caller holds _trace_lock
+        # The state is donated unless the step runs on lent CPU memory (read when tracing).
+        self.core.donate_argnums = (0,) if self.jitted.donate_state else ()
+        return self.core.entry(signature, args)
 
 
 def _grad_changed(kind, index, before, changed) -> bool:
     if kind == _NONE:
         return before != -1
     return kind == _NEW or index != before or changed[index]
-
-
-def _report_compile(jitted, seconds: float) -> None:
-    name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
-    try:
-        from torchlax_core import _stats
-    except ImportError:  # an older core without compile statistics
-        return
-    _stats.record_compile(f"torchlax.jit({name})", seconds)
 
 
 def _slot(value, saved: dict, extra: list) -> tuple:
@@ -409,10 +387,6 @@ def _traced_array(x: torch.Tensor):
     return from_torch(x).jax()  # a constant the function made on the CPU
 
 
-def _signature(arrays: list) -> tuple:
-    return tuple((a.shape, a.dtype, getattr(a, "weak_type", False)) for a in arrays)
-
-
 class _Jitted:
     def __init__(self, target, static_argnums, static_argnames, donate_state: bool):
         self.target = target
@@ -421,12 +395,15 @@ class _Jitted:
         self.static_argnames = static_argnames
         self.donate_state = donate_state
         self.programs: dict[Any, _Program] = {}
-        #: XLA compilations this callable has made (one per program and input signature).
-        self.compilations = 0
         self._first_call = True
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self.__wrapped__ = target
+
+    @property
+    def compilations(self) -> int:
+        """XLA compilations this callable has made (one per program and input signature)."""
+        return sum(p.core.compilations for p in list(self.programs.values()))
 
     def _run(self, cpu_state: dict, args, kwargs):
         if self.module is None:
@@ -443,13 +420,13 @@ class _Jitted:
         with _trace_lock, jax.enable_x64(True):
             try:
                 return self._call(args, kwargs)
-            except CpuStateError:
-                return self._call_on_cpu_state(args, kwargs)
+            except CpuStateError as error:
+                return self._call_on_cpu_state(args, kwargs, error.found)
 
-    def _call_on_cpu_state(self, args, kwargs):
+    def _call_on_cpu_state(self, args, kwargs, found: list):
         """A step over CPU parameters: their memory is lent to the program (DLPack), and the
         new state is written back into the same tensor objects, as an in-place step does."""
-        tensors, optimizers = cpu_state_tensors(self.target, arg_leaves(args, kwargs)[0])
+        tensors, optimizers = cpu_state_tensors(found)
         # The program must not reuse memory that torch owns.
         self.donate_state = False
         self._layout = None
@@ -552,9 +529,8 @@ class _Jitted:
         on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         signature = (_signature(state_arrays), _signature(arrays))
         state_arrays = _distinct(state_arrays)
-        info = program.info(signature, state, (state_arrays, lr_arrays, arrays, unused_key()))
-        env = torchlax_core.current_env()
-        key = env.next_prng_key() if info.uses_random else unused_key()
+        entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays))
+        info: _Info = entry.info
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -570,17 +546,14 @@ class _Jitted:
                 mask,
                 state_arrays + arrays,
                 lr_arrays,
-                key,
+                entry.key(),
                 on_jax,
                 all_tensors,
             )
             outputs = _JitFunction.apply(call, *diff)
         else:
-            executable = program.executable(signature)
-            results = executable(state_arrays, lr_arrays, arrays, key)
-            if program.checks:
-                error, results = results
-                raise_error(error)  # before any output or state is written back
+            # Check errors are raised before any output or state is written back.
+            results = program.core.run(entry, state_arrays, lr_arrays, arrays)
             out_arrays, new_storages, extra = results
             outputs = _to_tensors(out_arrays, on_jax, arrays)
             _write_state(state, info, new_storages, extra)
@@ -667,9 +640,7 @@ def _inexact(t: torch.Tensor) -> bool:
 
 
 def _to_tensors(arrays, on_jax: bool, inputs) -> list[torch.Tensor]:
-    if on_jax:
-        return [torchlax_core.wrap(a) for a in arrays]
-    return _give_back(list(arrays), inputs)
+    return output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
 
 
 def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:

@@ -114,7 +114,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             layout.groups.append((group, hyper, lr_input, group["params"], tuple(group["params"])))
             for p in group["params"]:
                 if not isinstance(p, Tensor):
-                    raise _cpu_optimizer_error(opt)
+                    raise _cpu_optimizer_error(opt, found)
                 add(p)
                 add_grad(p)
                 entries = opt.state.get(p)
@@ -415,18 +415,17 @@ def _move_cpu_state_to_jax(opt) -> None:
 
 
 class CpuStateError(RuntimeError):
-    """An optimizer of the step holds CPU parameters (the step is then run on promoted state)."""
+    """An optimizer of the step holds CPU parameters (the step is then run on promoted state).
+
+    ``found`` is what the walk reached, so the CPU path does not walk again.
+    """
+
+    found: list
 
 
-def cpu_state_tensors(target, arg_leaves: list) -> tuple[list, list]:
+def cpu_state_tensors(found: list) -> tuple[list, list]:
     """The CPU tensors of a step over CPU state (parameters, buffers, optimizer state), and
-    its optimizers."""
-    found: list = []
-    seen: set = set()
-    _referenced(target, seen, found, _Layout())
-    for leaf in arg_leaves:
-        if isinstance(leaf, _STATEFUL):
-            _referenced(leaf, seen, found, _Layout())
+    its optimizers, among the objects ``find_state`` reached (``CpuStateError.found``)."""
     optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
     optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
     tensors: dict = {}
@@ -448,8 +447,10 @@ def cpu_state_tensors(target, arg_leaves: list) -> tuple[list, list]:
     return list(tensors.values()), optimizers
 
 
-def _cpu_optimizer_error(opt) -> RuntimeError:
-    return CpuStateError(
+def _cpu_optimizer_error(opt, found: list) -> RuntimeError:
+    error = CpuStateError(
         f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
         "the 'jax' device; the call lends them to the program (caught by _Jitted.__call__)."
     )
+    error.found = found
+    return error

@@ -1,0 +1,261 @@
+"""One compiled program: a function over flat jax arrays and a key, compiled per signature.
+
+``torchlax.jit``, the ``torch.compile`` backend and export each turn PyTorch code into a
+function of flat ``jax.Array`` inputs and a PRNG key. What happens around that function is
+the same for all three and lives here (docs/architecture.md, "Compiled programs"):
+
+- The cache: one entry per input signature (the caller's key: avals, static values). An
+  entry is traced once (under the program's lock: concurrent first calls of one signature
+  trace and compile once), compiled on first use, and counted in
+  ``current_env().stats()`` (slow compilations are logged once, as the op cache does). The
+  cache is bounded (least recently used entries go first).
+- The key input: whether the program draws random keys is learned by tracing each signature
+  (``KeyScope.drawn``), so a deterministic signature is called with the constant
+  ``unused_key()`` and a random one with a fresh key from the environment's generator.
+- Donation of the arguments the caller names (state replaced by the program's outputs).
+- Checked mode: value checks recorded while tracing are raised after the call, before the
+  caller writes anything back.
+- What tracing learned beyond arrays (output structure, which inputs were mutated): the
+  function returns ``(results, info)``; ``info`` is kept on the entry.
+- Write-back into the caller's tensors (``write_back``) and the output layout
+  (``output_tensors``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import jax
+import jax.core
+import torch
+
+from ._checks import checked, raise_error
+from ._current import current_env
+from ._program import unused_key
+from ._stats import record_compile
+from ._tensor import Tensor
+
+
+def signature(arrays: Sequence[jax.Array]) -> tuple:
+    """The part of a program's cache key its array inputs give: shape, dtype, weak type."""
+    return tuple((a.shape, a.dtype, getattr(a, "weak_type", False)) for a in arrays)
+
+
+class Entry:
+    """One signature of a program: its trace, what tracing learned, its executable."""
+
+    __slots__ = ("info", "random", "_traced", "_jitted", "_executable", "_program")
+
+    def __init__(self, program: CompiledProgram, traced, jitted, info, random: bool):
+        self._program = program
+        self._traced = traced  # jax's Traced stage, until compiled
+        self._jitted = jitted  # the jax.jit function (the fallback for inputs on other devices)
+        self._executable = None
+        self.info = info
+        self.random = random
+
+    def key(self, env=None) -> jax.Array:
+        """This call's key input: fresh from the generator if the program draws any."""
+        key = (env or current_env()).next_prng_key() if self.random else unused_key()
+        return jax.random.key_data(key) if self._program.key_data else key
+
+    @property
+    def executable(self) -> Callable:
+        executable = self._executable
+        if executable is None:
+            executable = self._program._compile(self)
+        return executable
+
+
+class CompiledProgram:
+    """``fn`` compiled once per input signature, with its key, donation and checks handled.
+
+    ``fn(static, *arrays)`` runs on tracers, inside a key scope of the program's key input
+    (random ops split their keys from it), and returns ``(results, info)``: ``results``
+    a pytree of arrays, ``info`` whatever the caller wants to remember about this signature
+    (plain Python, learned while tracing). ``static`` is the caller's per-signature static
+    value (``None`` if it has none). ``donate_argnums`` index ``arrays``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable,
+        *,
+        donate_argnums: Sequence[int] = (),
+        checks: bool = False,
+        max_signatures: int = 64,
+        key_data: bool = False,
+        env=None,
+    ):
+        self.name = name
+        self.fn = fn
+        self.donate_argnums = tuple(donate_argnums)
+        self.checks = checks
+        self.max_signatures = max_signatures
+        # The key input as raw uint32 key data (a portable artifact's input) instead of a key.
+        self.key_data = key_data
+        self.env = env
+        self.traces = 0
+        self.compilations = 0
+        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._lock = threading.RLock()
+
+    def entry(self, sig: Hashable, args: Sequence, static: Any = None) -> Entry:
+        """The entry of signature ``sig`` (traced now with ``args`` if new)."""
+        entry = self._entries.get(sig)
+        if entry is not None:
+            try:
+                self._entries.move_to_end(sig)
+            except KeyError:  # evicted by another thread meanwhile: it stays valid for this call
+                pass
+            return entry
+        with self._lock:
+            entry = self._entries.get(sig)
+            if entry is None:
+                entry = self._trace(args, static)
+                self._entries[sig] = entry
+                while len(self._entries) > self.max_signatures:
+                    self._entries.popitem(last=False)
+        return entry
+
+    def __call__(self, sig: Hashable, *args, static: Any = None):
+        """Run the program on ``args``; return ``(results, entry)``.
+
+        Check errors (checked mode) are raised here, before the caller uses any result.
+        """
+        entry = self.entry(sig, args, static)
+        results = self.run(entry, *args)
+        return results, entry
+
+    def run(self, entry: Entry, *args):
+        key = entry.key(self.env)
+        try:
+            results = entry.executable(*args, key)
+        except ValueError as exc:
+            if "sharding" not in str(exc):
+                raise
+            # Inputs on other devices than at compile time: jax.jit places the program anew.
+            entry._executable = entry._jitted
+            results = entry._jitted(*args, key)
+        except TypeError:
+            if not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args)):
+                raise
+            # Called inside another JAX trace (call_torch under jax.jit): inline the program.
+            results = entry._jitted(*args, key)
+        if self.checks:
+            error, results = results
+            raise_error(error)
+        return results
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def jitted(self, static: Any = None, *, with_key: bool = True, learned: list | None = None):
+        """``fn`` as a ``jax.jit`` function of ``(*arrays, key)`` (or of ``arrays`` alone,
+        ``with_key=False``, for a program known to draw no key), with the program's donation
+        and checks. Each trace puts ``[info, drawn]`` into ``learned``."""
+        env = self.env or current_env()
+        learned = [] if learned is None else learned
+
+        def traced(*flat):
+            if with_key:
+                *arrays, key = flat
+                if self.key_data:
+                    key = jax.random.wrap_key_data(key)
+            else:
+                arrays, key = flat, unused_key()
+            with env.prng_key_scope(key) as scope:
+                results, info = self.fn(static, *arrays)
+            learned[:] = [info, scope.drawn]
+            return results
+
+        fn = checked(traced) if self.checks else traced
+        # Donation is off in checked mode: a failed call must leave the inputs as they were.
+        donate = () if self.checks else self.donate_argnums
+        return jax.jit(fn, donate_argnums=donate)
+
+    def key_input(self) -> Any:
+        """An example of the key input (traced with; its aval is the program's)."""
+        return jax.random.key_data(unused_key()) if self.key_data else unused_key()
+
+    def _trace(self, args: Sequence, static) -> Entry:
+        learned: list = []
+        jitted = self.jitted(static, learned=learned)
+        with jax.enable_x64(True):
+            trace = jitted.trace(*args, self.key_input())
+        self.traces += 1
+        info, random = learned
+        return Entry(self, trace, jitted, info, random)
+
+    def _compile(self, entry: Entry):
+        with self._lock:
+            if entry._executable is None:
+                start = time.perf_counter()
+                with jax.enable_x64(True):
+                    entry._executable = entry._traced.lower().compile()
+                entry._traced = None
+                self.compilations += 1
+                record_compile(self.name, time.perf_counter() - start, self.env)
+        return entry._executable
+
+
+# -- the caller's side: outputs and write-back ---------------------------------------------------
+
+
+def output_tensors(
+    arrays: Sequence[jax.Array],
+    on_jax: bool,
+    to_torch: Callable[[list, list], list],
+    devices: Sequence[torch.device | None] | None = None,
+) -> list[torch.Tensor]:
+    """A program's array results as the caller's tensors.
+
+    Each goes where ``devices`` says (a graph's fake outputs know their device; ``None``: as
+    the call was): ``jax`` gives a torchlax Tensor; ``cpu``/``cuda`` a torch tensor from
+    ``to_torch(arrays, devices)`` (DLPack: sharing the XLA buffer, no copy).
+    """
+    if devices is None:
+        if on_jax:
+            return [Tensor(a) for a in arrays]
+        return to_torch(list(arrays), [None] * len(arrays))
+    out: list = [None] * len(arrays)
+    rest = []
+    for i, (array, device) in enumerate(zip(arrays, devices, strict=True)):
+        if device is None:
+            if on_jax:
+                out[i] = Tensor(array)
+            else:
+                rest.append(i)
+        elif device.type == "jax":
+            out[i] = Tensor(array)
+        else:
+            rest.append(i)
+    if rest:
+        converted = to_torch([arrays[i] for i in rest], [devices[i] for i in rest])
+        for i, tensor in zip(rest, converted, strict=True):
+            out[i] = tensor
+    return out
+
+
+def write_back(dst: torch.Tensor, array: jax.Array, to_torch: Callable = torch.from_dlpack) -> None:
+    """Write a program's new value of an input it mutated into the caller's tensor, in place.
+
+    A torchlax Tensor takes the new array (no copy; through a view, its base is written); a
+    torch tensor is ``copy_``-ed into (its ``_version`` bumps as for any in-place write).
+    """
+    if isinstance(dst, Tensor):
+        dst._write(array)
+        return
+    with torch.no_grad():
+        dst.copy_(to_torch(array))

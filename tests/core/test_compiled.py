@@ -1,0 +1,133 @@
+"""The compiled-program core (``torchlax_core._compiled``) shared by jit, torch.compile, export."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torchlax_core
+from torchlax_core import Tensor
+from torchlax_core._compiled import CompiledProgram, signature, write_back
+
+
+@pytest.fixture
+def env():
+    env = torchlax_core.Environment()
+    with torchlax_core.enable(env):
+        yield env
+
+
+def _double(static, x):
+    return (x * 2,), None
+
+
+def test_signature_cache_hits_misses_and_compile_count(env):
+    program = CompiledProgram("double", _double, env=env)
+    before = env.stats()["compilations"]
+    x = jnp.ones(3, jnp.float32)
+    outs = [program(signature([x]), x)[0][0] for _ in range(3)]
+    for out in outs:
+        np.testing.assert_array_equal(out, 2 * np.ones(3))
+    y = jnp.ones(4, jnp.float32)
+    program(signature([y]), y)
+    assert (program.traces, program.compilations, len(program)) == (2, 2, 2)
+    assert env.stats()["compilations"] == before + 2
+
+
+def test_cache_is_bounded(env):
+    program = CompiledProgram("double", _double, env=env, max_signatures=2)
+    for n in range(1, 5):
+        x = jnp.ones(n)
+        program(signature([x]), x)
+    assert len(program) == 2
+
+
+def test_concurrent_first_calls_compile_once(env):
+    program = CompiledProgram("double", _double, env=env)
+    x = jnp.ones(8)
+    barrier = threading.Barrier(4)
+    results, errors = [], []
+
+    def call():
+        try:
+            with torchlax_core.enable(env):
+                barrier.wait()
+                results.append(program(signature([x]), x)[0][0])
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 4 and (program.traces, program.compilations) == (1, 1)
+
+
+def test_key_drawn_is_learned_per_signature(env):
+    # Random only at one shape: the other signature must not consume the generator.
+    def maybe_random(static, x):
+        if x.shape[0] == 2:
+            return (x + jax.random.uniform(env.next_prng_key(), x.shape),), None
+        return (x,), None
+
+    program = CompiledProgram("maybe", maybe_random, env=env)
+    plain, rand = jnp.zeros(3), jnp.zeros(2)
+    assert not program.entry(signature([plain]), (plain,)).random
+    assert program.entry(signature([rand]), (rand,)).random
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    program(signature([plain]), plain)
+    assert torch.equal(torch.get_rng_state(), state)  # no key drawn
+    (a,), _ = program(signature([rand]), rand)
+    (b,), _ = program(signature([rand]), rand)
+    assert not np.array_equal(a, b)  # a fresh key per call
+
+
+def test_info_learned_while_tracing_is_kept_on_the_entry(env):
+    program = CompiledProgram("info", lambda static, x: ((x,), ("layout", static)), env=env)
+    x = jnp.ones(2)
+    _, entry = program(("s", signature([x])), x, static="s")
+    assert entry.info == ("layout", "s")
+
+
+def test_donation_leaves_the_callers_tensors_valid(env):
+    program = CompiledProgram("step", lambda static, s: ((s + 1,), None), donate_argnums=(0,))
+    tensor = Tensor(jnp.zeros(4, jnp.float32))
+    for _ in range(2):
+        (new,), _ = program(signature([tensor._value()]), tensor._value())
+        write_back(tensor, new)
+    np.testing.assert_array_equal(tensor.jax(), 2 * np.ones(4))
+
+
+def test_write_back_reaches_a_views_base(env):
+    base = Tensor(jnp.zeros((2, 3), jnp.float32))
+    row = base[1]
+    write_back(row, jnp.ones(3, jnp.float32))
+    expected = torch.zeros(2, 3)
+    expected[1] = 1
+    torch.testing.assert_close(base.cpu(), expected)
+    assert row._base is base
+
+
+def test_write_back_into_a_cpu_tensor_is_in_place(env):
+    t = torch.zeros(3)
+    version, ptr = t._version, t.data_ptr()
+    write_back(t, jnp.ones(3, jnp.float32))
+    assert torch.equal(t, torch.ones(3))
+    assert t._version == version + 1 and t.data_ptr() == ptr
+
+
+def test_checked_program_raises_before_returning(env):
+    def index(static, x, i):
+        return (torchlax_core.unwrap(torch.index_select(Tensor(x), 0, Tensor(i))),), None
+
+    program = CompiledProgram("index", index, checks=True, env=env)
+    x, i = jnp.arange(3.0), jnp.asarray([5])
+    with pytest.raises(IndexError):
+        program(signature([x, i]), x, i)
