@@ -26,7 +26,7 @@ import jax
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, checked, enable, raise_error
-from torchlax_core._program import unused_key
+from torchlax_core.internal import array_of, unused_key, view_kind, write
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 
@@ -55,7 +55,7 @@ def _meta_device(node) -> torch.device | None:
 
 def _constant_array(value) -> jax.Array:
     if isinstance(value, Tensor):
-        return value._value()
+        return array_of(value)
     return torch_to_jax(value.detach().contiguous().clone())
 
 
@@ -111,12 +111,12 @@ class XlaProgram:
         for out in outs:
             if isinstance(out, Tensor):
                 for k, t in enumerate(tensors):
-                    if out is t and t._elem is arrays[k] and t._view is None:
+                    if out is t and array_of(t) is arrays[k] and view_kind(t) is None:
                         layout.append((_INPUT, array_positions[k]))
                         break
                 else:
                     layout.append((_ARRAY, len(results)))
-                    results.append(out._value())
+                    results.append(array_of(out))
             elif isinstance(out, torch.Tensor):
                 layout.append((_ARRAY, len(results)))
                 results.append(_constant_array(out))
@@ -125,9 +125,9 @@ class XlaProgram:
                 keyed = keyed or out is not None
         mutations = []
         for k, t in enumerate(tensors):
-            if t._elem is not arrays[k]:
+            if array_of(t) is not arrays[k]:
                 mutations.append((array_positions[k], len(results)))
-                results.append(t._value())
+                results.append(array_of(t))
         if keyed:
             self._layouts[self._signature(arrays, statics)] = (layout, mutations)
             self._layout = None
@@ -150,7 +150,7 @@ class XlaProgram:
         any_torchlax = False
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
-                arrays.append(a._value())
+                arrays.append(array_of(a))
                 any_torchlax = True
             elif isinstance(a, torch.Tensor):
                 arrays.append(cache.get(i, a))
@@ -194,7 +194,7 @@ def _to_output(array: jax.Array, device: torch.device | None, any_torchlax: bool
 
 def _write_back(dst, array: jax.Array) -> None:
     if isinstance(dst, Tensor):
-        dst._write(array)
+        write(dst, array)
         return
     with torch.no_grad():
         dst.copy_(jax_to_torch(array, on_cpu=dst.device.type == "cpu"))
