@@ -9,23 +9,9 @@ import pytest
 import torch
 import torchlax_core
 from torchlax_core import DeviceMismatchError, Tensor, UnsupportedDtypeError
+from torchlax_core.internal import COMPUTE_DTYPES
 
-ALL_DTYPES = [
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-]
+ALL_DTYPES = [*COMPUTE_DTYPES, torch.float8_e4m3fn, torch.float8_e5m2]
 
 
 def cpu_sample(dtype):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torchlax_core
+from torchlax_core.internal import COMPUTE_DTYPES
 from torchlax_interop import (
     SharedMemoryWriteError,
     check_shared_writes,
@@ -52,21 +53,7 @@ def test_to_torch_shares_memory():
     assert to_torch(x).data_ptr() == _pointer(array)
 
 
-@pytest.mark.parametrize(
-    "dtype",
-    [
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-    ],
-)
+@pytest.mark.parametrize("dtype", COMPUTE_DTYPES)
 def test_dtypes_round_trip_without_copy(dtype):
     t = (torch.arange(32) % 3).to(dtype)
     address = t.data_ptr()

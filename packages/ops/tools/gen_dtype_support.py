@@ -23,21 +23,8 @@ import warnings
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
+from torchlax_core.internal import COMPUTE_DTYPES as ALL_DTYPES
 
-ALL_DTYPES = (
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-)
 # The errors that mean "this kernel has no version for this dtype" (not a bad argument value).
 _UNSUPPORTED = re.compile(
     r"not implemented for|not supported|does not support|"

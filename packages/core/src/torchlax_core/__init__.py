@@ -1,6 +1,9 @@
 """torchlax-core: the torch.Tensor subclass over jax.Array, the environment and the registry.
 
 Install ``torchlax-ops`` for the op lowerings, or ``torchlax`` for everything.
+
+What torchlax's own packages use beyond this API is in ``torchlax_core.internal`` (no stability
+promise to third parties).
 """
 
 from . import _logging, _privateuse1

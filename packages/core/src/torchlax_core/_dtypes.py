@@ -35,6 +35,27 @@ _TORCH_TO_JAX: dict[torch.dtype, np.dtype] = {
 }
 _JAX_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in _TORCH_TO_JAX.items()}
 
+DTYPES: tuple[torch.dtype, ...] = tuple(_TORCH_TO_JAX)
+"""Every torch dtype a torchlax Tensor can hold."""
+
+COMPUTE_DTYPES: tuple[torch.dtype, ...] = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+)
+"""The dtypes PyTorch's CPU kernels compute in (its ``all_types_and_complex_and(bool, float16,
+bfloat16)``, what OpInfo samples use): ``DTYPES`` less the wide unsigned and float8 types,
+which PyTorch mostly only stores and converts."""
+
 
 def jax_dtype(dtype: torch.dtype) -> np.dtype:
     """The JAX dtype that holds torch ``dtype`` exactly; raises for one JAX cannot hold."""

@@ -26,36 +26,13 @@ import torch
 from jax._src.config import enable_x64 as _x64
 
 from ._current import current_env
+from ._dtypes import _JAX_TO_TORCH as _DTYPES  # jax dtype -> torch dtype, for _make
 from ._dtypes import jax_dtype, torch_dtype
 from ._run import run_op
 
 # -- what a tensor is made of -----------------------------------------------------------------
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
-_DTYPES = {
-    jax_dtype(t): t
-    for t in (
-        torch.bool,
-        torch.uint8,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-        torch.float8_e4m3fn,
-        torch.float8_e5m2,
-        torch.float8_e4m3fnuz,
-        torch.float8_e5m2fnuz,
-    )
-}
 _ArrayImpl = type(jnp.zeros(()))
 _DEVICES: dict = {}  # sharding -> torch.device("jax", index): one hash per new tensor
 

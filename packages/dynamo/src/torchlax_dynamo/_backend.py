@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchlax_core import current_env
-from torchlax_core._logging import get_logger
+from torchlax_core.internal import get_logger
 
 from ._decompositions import decompositions_for
 from ._partition import compile_graph

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torchlax_core.internal import tables_of
 
 _cache: dict[int, tuple[Any, dict]] = {}
 
@@ -27,7 +28,7 @@ _EXCLUDED = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cp
 
 def decompositions_for(env) -> dict[torch._ops.OpOverload, Callable]:
     """The decompositions AOT autograd should apply for ``env``'s lowerings."""
-    tables = env._tables
+    tables = tables_of(env)
     cached = _cache.get(id(env))
     if cached is not None and cached[0] is tables:
         return cached[1]

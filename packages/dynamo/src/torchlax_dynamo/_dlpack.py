@@ -23,7 +23,7 @@ import weakref
 
 import jax
 import torch
-from torchlax_core._builtins import cuda_device
+from torchlax_core.internal import cuda_device
 
 try:  # jaxlib's DLPack entry points (what jax.dlpack wraps)
     from jax._src.lib import _jax as _jaxlib

@@ -20,7 +20,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
-from torchlax_core._logging import get_logger
+from torchlax_core.internal import array_of, get_logger
 
 from ._dlpack import jax_to_torch, torch_to_jax
 from ._program import _SIZE_QUERIES, XlaProgram, boxed, counters
@@ -229,7 +229,7 @@ def _run_eager(node, args, kwargs, env):
         return target(*args, **kwargs)
     # No lowering: run PyTorch's kernel on torch views of the torchlax Tensors' memory.
     torch_args, torch_kwargs = pytree.tree_unflatten(
-        [jax_to_torch(x._value()) if isinstance(x, Tensor) else x for x in flat], spec
+        [jax_to_torch(array_of(x)) if isinstance(x, Tensor) else x for x in flat], spec
     )
     out = target(*torch_args, **torch_kwargs)
     return pytree.tree_map(

@@ -28,7 +28,7 @@ import jax
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
-from torchlax_core._compiled import CompiledProgram, output_tensors, signature, write_back
+from torchlax_core.internal import CompiledProgram, array_of, output_tensors, signature, view_kind, write_back
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 
@@ -57,7 +57,7 @@ def _meta_device(node) -> torch.device | None:
 
 def _constant_array(value) -> jax.Array:
     if isinstance(value, Tensor):
-        return value._value()
+        return array_of(value)
     return torch_to_jax(value.detach().contiguous().clone())
 
 
@@ -111,12 +111,12 @@ class XlaProgram:
         for out in outs:
             if isinstance(out, Tensor):
                 for k, t in enumerate(tensors):
-                    if out is t and t._elem is arrays[k] and t._view is None:
+                    if out is t and array_of(t) is arrays[k] and view_kind(t) is None:
                         layout.append((_INPUT, array_positions[k]))
                         break
                 else:
                     layout.append((_ARRAY, len(results)))
-                    results.append(out._value())
+                    results.append(array_of(out))
             elif isinstance(out, torch.Tensor):
                 layout.append((_ARRAY, len(results)))
                 results.append(_constant_array(out))
@@ -124,9 +124,9 @@ class XlaProgram:
                 layout.append((_CONSTANT, out))
         mutations = []
         for k, t in enumerate(tensors):
-            if t._elem is not arrays[k]:
+            if array_of(t) is not arrays[k]:
                 mutations.append((array_positions[k], len(results)))
-                results.append(t._value())
+                results.append(array_of(t))
         arrays_at = tuple(i for i, (kind, _) in enumerate(layout) if kind == _ARRAY)
         devices = [self._output_devices[i] for i in arrays_at]
         return results, (layout, mutations, arrays_at, devices)
@@ -139,7 +139,7 @@ class XlaProgram:
         any_torchlax = False
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
-                arrays.append(a._value())
+                arrays.append(array_of(a))
                 any_torchlax = True
             elif isinstance(a, torch.Tensor):
                 arrays.append(cache.get(i, a))

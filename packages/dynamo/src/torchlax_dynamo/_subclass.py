@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import torch
 from torchlax_core import Tensor
+from torchlax_core.internal import array_of
 
 _installed = []
 
@@ -131,6 +132,6 @@ def _install_capturable_state() -> None:
 def _clone(value: Tensor) -> Tensor:
     from torch._dynamo.utils import copy_dynamo_tensor_attributes
 
-    clone = Tensor(value._value(), requires_grad=value.requires_grad and value.is_leaf)
+    clone = Tensor(array_of(value), requires_grad=value.requires_grad and value.is_leaf)
     copy_dynamo_tensor_attributes(value, clone)
     return clone

@@ -30,7 +30,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 from torch.utils import _pytree as pytree
-from torchlax_core._compiled import CompiledProgram
+from torchlax_core.internal import CompiledProgram
 
 from . import _interpret
 from ._artifact import FORMAT, FORMAT_VERSION, Artifact

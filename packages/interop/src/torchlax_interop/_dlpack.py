@@ -167,7 +167,7 @@ def _current_cuda_device(tensor: torch.Tensor):
 
 def _dlpack_device(tensor: torch.Tensor) -> jax.Device:  # pyright: ignore[reportInvalidTypeForm]  (jax.Device is a run-time alias of jaxlib's class)
     if tensor.device.type == "cuda":
-        from torchlax_core._builtins import cuda_device
+        from torchlax_core.internal import cuda_device
 
         return cuda_device(tensor.device)
     return jax.local_devices(backend="cpu")[0]

@@ -26,9 +26,15 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, checked, raise_error
-from torchlax_core._compiled import CompiledProgram, Entry, output_tensors
-from torchlax_core._compiled import signature as _signature
-from torchlax_core._program import tracing
+from torchlax_core.internal import (
+    CompiledProgram,
+    Entry,
+    array_of,
+    output_tensors,
+    storage_of,
+    tracing,
+)
+from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
@@ -187,7 +193,7 @@ class _Program:
                 extra: list = []
                 grad_slots = tuple(_slot(p.grad, saved, extra) for p in state.grads)
                 opt_slots = tuple(_optimizer_slots(opt, saved, extra) for opt in state.optimizers)
-                cpu_new = [t._value() for t in cpu_state.values()]
+                cpu_new = [array_of(t) for t in cpu_state.values()]
                 _check_hyperparameters(state, saved)
         finally:
             _swap_out(state, saved)
@@ -255,8 +261,8 @@ def _slot(value, saved: dict, extra: list) -> tuple:
     """How a program's final ``.grad`` (or state entry) is returned: none, kept, or new."""
     if value is None:
         return _NONE, -1
-    if isinstance(value, Tensor) and id(value._storage) in saved["storage_ids"]:
-        return _KEPT, saved["storage_ids"][id(value._storage)]
+    if isinstance(value, Tensor) and id(storage_of(value)) in saved["storage_ids"]:
+        return _KEPT, saved["storage_ids"][id(storage_of(value))]
     extra.append(_traced_array(value))
     return _NEW, len(extra) - 1
 
@@ -298,7 +304,9 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
         "arrays": [s.array for s in state.storages],
         "storage_ids": ids,
         "grads": [p.grad for p in state.grads],
-        "grad_storage": [-1 if p.grad is None else ids[id(p.grad._storage)] for p in state.grads],
+        "grad_storage": [
+            -1 if p.grad is None else ids[id(storage_of(p.grad))] for p in state.grads
+        ],
         "opt_state": {
             id(opt): {p: dict(v) for p, v in opt.state.items()} for opt in state.optimizers
         },
@@ -461,7 +469,7 @@ class _Jitted:
         finally:
             self._layout = None  # found over the lent tensors: stale once they are given back
             for t, cpu, array in reversed(lent):
-                new, grad = t._value(), t.grad
+                new, grad = array_of(t), t.grad
                 t.grad = None
                 torch.utils.swap_tensors(t, cpu)
                 if new is not array:

@@ -22,6 +22,7 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
+from torchlax_core.internal import array_of, storage_of, view_kind
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
@@ -80,7 +81,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
 
     def add(t):
         recipe.append(t)
-        layout.tensor_storages.append((t, t._storage))
+        layout.tensor_storages.append((t, storage_of(t)))
 
     def add_grad(p):
         if all(p is not g for g in grads):
@@ -132,7 +133,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
                 if entries:
                     recipe.append(entries)
     for t in tensors:
-        layout.tensor_storages.append((t, t._storage))
+        layout.tensor_storages.append((t, storage_of(t)))
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     layout.static_structure = (
@@ -226,7 +227,7 @@ class _Layout:
         storages, owners, index = [], [], set()
 
         def add(t):
-            storage = t._storage
+            storage = storage_of(t)
             if id(storage) not in index:
                 index.add(id(storage))
                 storages.append(storage)
@@ -242,10 +243,10 @@ class _Layout:
         for p in self.grads:
             grad = p.grad
             if isinstance(grad, Tensor):
-                if grad._view is not None:
+                if view_kind(grad) is not None:
                     # A view (autograd keeps e.g. mm's transposed result): its own value as a
                     # tensor, so the program's input is the gradient's shape, as its output is.
-                    p.grad = grad = Tensor(grad._value())
+                    p.grad = grad = Tensor(array_of(grad))
                 add(grad)
         for t in self.tensors:
             add(t)

@@ -22,7 +22,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torchlax_core import default_env
-from torchlax_core._registry import op_name
+from torchlax_core.internal import op_name
 
 __all__ = ["Explanation", "OpUse", "explain"]
 

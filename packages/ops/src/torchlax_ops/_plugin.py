@@ -11,6 +11,7 @@ import torch
 from jax._src.config import enable_x64
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, hookimpl, wrap
+from torchlax_core.internal import array_of
 
 from . import _lowerings  # noqa: F401  (fills the tables)
 from ._dtype_support import guard
@@ -45,7 +46,7 @@ def _torch_level(fn):
     the tables' lowerings)."""
 
     def impl(*args, **kwargs):
-        args, kwargs = pytree.tree_map_only(Tensor, lambda t: t._value(), (args, kwargs))
+        args, kwargs = pytree.tree_map_only(Tensor, array_of, (args, kwargs))
         with enable_x64(True):
             out = fn(*args, **kwargs)
         return pytree.tree_map_only(jax.Array, wrap, out)

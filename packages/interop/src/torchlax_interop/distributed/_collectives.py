@@ -21,6 +21,7 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, current_env, enable
+from torchlax_core.internal import array_of
 
 c10d = torch.ops._c10d_functional
 AxisName = str | tuple[str, ...]
@@ -239,7 +240,7 @@ def process_groups_for(mesh: Mesh) -> Iterator[None]:
 
 def _to_array(x):
     if isinstance(x, Tensor):
-        return x._value()
+        return array_of(x)
     if isinstance(x, torch.Tensor):
         raise TypeError(
             "torchlax_interop.distributed.shard_map takes torchlax Tensors (or jax.Arrays); got a "
@@ -253,7 +254,7 @@ def _unwrap_output(x):
 
     if isinstance(x, AsyncCollectiveTensor):
         x = x.wait()
-    return x._value() if isinstance(x, Tensor) else x
+    return array_of(x) if isinstance(x, Tensor) else x
 
 
 def shard_map(

@@ -9,6 +9,7 @@ import jax
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torchlax_core import Tensor
+from torchlax_core.internal import array_of
 
 from ._shard import _on_mesh, shard_tensor
 
@@ -22,7 +23,7 @@ def constrain(out: Any, mesh: Mesh, out_specs: Any) -> Any:
         if spec is None or not isinstance(value, torch.Tensor):
             return value
         if isinstance(value, Tensor):  # a new tensor: an output may be a view of another
-            return Tensor(_on_mesh(value._value(), NamedSharding(mesh, spec)))
+            return Tensor(_on_mesh(array_of(value), NamedSharding(mesh, spec)))
         return shard_tensor(value, mesh, spec)
 
     if isinstance(out_specs, PartitionSpec):

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torchlax_core import Tensor, current_env, enable, jax_dtype
+from torchlax_core.internal import array_of
 
 from ._rules import Rules, SpecFn, spec_for
 
@@ -105,7 +106,7 @@ def materialize(
                         _reset_method(owner)()  # pyright: ignore[reportOptionalCall]  (checked above: every owner has one)
                 # reset_parameters may replace a tensor rather than write into it.
                 return {
-                    name: _current(owner, leaf, kind)._value()
+                    name: array_of(_current(owner, leaf, kind))
                     for name, owner, leaf, kind, _ in todo
                 }
             finally:
@@ -154,7 +155,7 @@ def _current(owner: torch.nn.Module, leaf: str, kind: str) -> Tensor:
 def shard_shapes(tensor: torch.Tensor | jax.Array) -> list[tuple[int, ...]]:
     """The shape of each device's shard of a torchlax Tensor (one entry per device)."""
     if isinstance(tensor, Tensor):
-        tensor = tensor._value()
+        tensor = array_of(tensor)
     elif isinstance(tensor, torch.Tensor):
         raise TypeError(
             f"shard_shapes() takes a torchlax Tensor or a jax.Array, not a tensor on "

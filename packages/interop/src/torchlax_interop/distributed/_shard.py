@@ -9,7 +9,7 @@ import jax.core
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torchlax_core import Tensor
-from torchlax_core._tensor import IDENTITY
+from torchlax_core.internal import IDENTITY, array_of, from_torch_data, view_kind, write
 
 from ._rules import REPLICATED, Rules, SpecFn, spec_for
 
@@ -24,10 +24,8 @@ def _on_mesh(array: jax.Array, sharding: NamedSharding) -> jax.Array:
 
 def _as_array(tensor: torch.Tensor) -> jax.Array:
     if isinstance(tensor, Tensor):
-        return tensor._value()
-    from torchlax_core._tensor import _from_cpu
-
-    return _from_cpu(tensor)
+        return array_of(tensor)
+    return from_torch_data(tensor)
 
 
 def shard_tensor(tensor: torch.Tensor, mesh: Mesh, spec: PartitionSpec) -> torch.Tensor:
@@ -39,13 +37,12 @@ def shard_tensor(tensor: torch.Tensor, mesh: Mesh, spec: PartitionSpec) -> torch
     """
     sharding = NamedSharding(mesh, spec)
     if isinstance(tensor, Tensor):
-        view = tensor._view
-        if view is not None and view.kind != IDENTITY:
+        if view_kind(tensor) not in (None, IDENTITY):
             raise ValueError(
                 "shard() re-points a tensor's storage in place, but this tensor is a view of "
                 "part of another; shard its base tensor instead."
             )
-        tensor._write(_on_mesh(tensor._value(), sharding))
+        write(tensor, _on_mesh(array_of(tensor), sharding))
         return tensor
     if tensor.device.type == "meta":
         raise ValueError(
@@ -131,4 +128,4 @@ def sharding_of(tensor: torch.Tensor):
     """The ``jax.sharding.Sharding`` of a torchlax Tensor's array."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"sharding_of() takes a torchlax Tensor, got {type(tensor).__name__}.")
-    return tensor._value().sharding
+    return array_of(tensor).sharding

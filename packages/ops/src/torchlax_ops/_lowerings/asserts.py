@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torchlax_core._checks import check
+from torchlax_core import check
 
 from .._table import lowering
 

@@ -1,0 +1,92 @@
+"""What torchlax's own packages use of the core beyond its public API.
+
+torchlax-ops, -interop, -dynamo, -export and the ``torchlax`` umbrella are built on more of the
+core than a user needs: a tensor's storage and views, an environment's tables, the helpers of
+compiled programs, compile statistics. This module names all of it, so that the core's private
+modules can change freely behind it: a sibling package imports the core's names from
+``torchlax_core`` (public) or from here, and from nowhere else
+(``tests/core/test_internal_contract.py`` fails, naming the file and line, when one reaches
+past it, by import or through a private attribute of a core object).
+
+No stability promise to third parties: this is used by torchlax's own packages, which are
+released together with the core, and it changes whenever they need it to. Third-party plugins
+should use the public API (``torchlax_core``, ``torchlax_core.hookspecs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _tensor
+from ._builtins import cuda_device as cuda_device
+from ._compiled import CompiledProgram as CompiledProgram
+from ._compiled import Entry as Entry
+from ._compiled import output_tensors as output_tensors
+from ._compiled import signature as signature
+from ._compiled import write_back as write_back
+from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
+from ._dtypes import DTYPES as DTYPES
+from ._logging import get_logger as get_logger
+from ._program import tracing as tracing
+from ._program import unused_key as unused_key
+from ._registry import Tables as Tables
+from ._registry import op_name as op_name
+from ._stats import record_compile as record_compile
+from ._tensor import IDENTITY as IDENTITY
+
+__all__ = [
+    "CompiledProgram",
+    "Entry",
+    "output_tensors",
+    "signature",
+    "write_back",
+    "COMPUTE_DTYPES",
+    "DTYPES",
+    "IDENTITY",
+    "Tables",
+    "array_of",
+    "cuda_device",
+    "from_torch_data",
+    "get_logger",
+    "op_name",
+    "record_compile",
+    "storage_of",
+    "tables_of",
+    "tracing",
+    "unused_key",
+    "view_kind",
+    "write",
+]
+
+# -- a torchlax Tensor's data (see ``_tensor``: a root and its views share one storage) ------
+
+array_of = _tensor.Tensor._value
+"""``array_of(tensor)``: the ``jax.Array`` a torchlax Tensor holds (a view's is recomputed from
+its storage when that changed); ``tensor.jax()`` without the method lookup."""
+
+write = _tensor.Tensor._write
+"""``write(tensor, array)``: replace a torchlax Tensor's data in place (same shape and dtype),
+through any view, so that every tensor sharing its storage sees the new value."""
+
+from_torch_data = _tensor._from_cpu  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
+"""``from_torch_data(tensor, device=None)``: a new ``jax.Array`` holding a copy of a (CPU)
+``torch.Tensor``'s data, same dtype (bfloat16 and float8 included)."""
+
+
+def storage_of(tensor: _tensor.Tensor) -> object:
+    """The storage a torchlax Tensor shares with its views: compare by identity to find tensors
+    that alias one another (its ``array`` attribute is the root's current ``jax.Array``)."""
+    return tensor._storage  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+
+
+def view_kind(tensor: _tensor.Tensor) -> int | None:
+    """``None`` for a tensor that is not a view; otherwise how it is computed from its storage:
+    ``IDENTITY`` (the whole storage, as it is) or another kind (a reshape, part of it...)."""
+    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    return None if view is None else view.kind
+
+
+def tables_of(env: Any) -> Tables:
+    """The lowering, decomposition and override tables ``env``'s plugins filled; a new object
+    whenever a plugin is registered or unregistered (so ``is`` tells whether they changed)."""
+    return env._tables
