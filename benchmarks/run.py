@@ -298,32 +298,32 @@ def hand_written_gpt2(model: Any):
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in model.state_dict().items()}
     heads, layers = model.config.n_head, model.config.n_layer
 
-    def layer_norm(x, name):
+    def layer_norm(p, x, name):
         mean = x.mean(-1, keepdims=True)
         var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * params[name + ".weight"] + params[
-            name + ".bias"
-        ]
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * p[name + ".weight"] + p[name + ".bias"]
 
-    def dense(x, name):  # GPT-2's Conv1D: weight is (in, out)
-        return x @ params[name + ".weight"] + params[name + ".bias"]
+    def dense(p, x, name):  # GPT-2's Conv1D: weight is (in, out)
+        return x @ p[name + ".weight"] + p[name + ".bias"]
 
-    def forward(params_, tokens):
-        del params_  # closed over (the same arrays every call)
+    def forward(p, tokens):
         batch, length = tokens.shape
-        x = params["wte.weight"][tokens] + params["wpe.weight"][:length]
+        x = p["wte.weight"][tokens] + p["wpe.weight"][:length]
         causal = jnp.tril(jnp.ones((length, length), bool))
         for i in range(layers):
             h = f"h.{i}."
-            q, k, v = jnp.split(dense(layer_norm(x, h + "ln_1"), h + "attn.c_attn"), 3, -1)
-            q, k, v = (t.reshape(batch, length, heads, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
+            qkv = dense(p, layer_norm(p, x, h + "ln_1"), h + "attn.c_attn")
+            q, k, v = (
+                t.reshape(batch, length, heads, -1).transpose(0, 2, 1, 3)
+                for t in jnp.split(qkv, 3, -1)
+            )
             scores = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(jnp.float32(q.shape[-1]))
             probs = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), -1)
             attn = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, -1)
-            x = x + dense(attn, h + "attn.c_proj")
-            hidden = jax.nn.gelu(dense(layer_norm(x, h + "ln_2"), h + "mlp.c_fc"), approximate=True)
-            x = x + dense(hidden, h + "mlp.c_proj")
-        return layer_norm(x, "ln_f")
+            x = x + dense(p, attn, h + "attn.c_proj")
+            hidden = dense(p, layer_norm(p, x, h + "ln_2"), h + "mlp.c_fc")
+            x = x + dense(p, jax.nn.gelu(hidden, approximate=True), h + "mlp.c_proj")
+        return layer_norm(p, x, "ln_f")
 
     return params, forward
 
