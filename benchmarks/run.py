@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -89,6 +90,8 @@ def ready(x):
         x.block_until_ready()
     elif hasattr(x, "logits"):
         ready(x.logits)
+    elif hasattr(x, "last_hidden_state"):  # transformers' base models (GPT2Model)
+        ready(x.last_hidden_state)
     return x
 
 
@@ -280,6 +283,69 @@ def bench_models(b: Bench) -> None:
                 fast = jax.jit(forward)
                 x = jnp.asarray(inputs[0].numpy())
                 b.measure(group, "hand-written JAX", lambda: ready(fast(params, x)))
+    bench_gpt2_forward(b)
+
+
+def gpt2_4_layers() -> Any:  # transformers' GPT2Model (its config is typed loosely)
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=4, n_head=4, n_embd=256, n_positions=128, use_cache=False)
+    return GPT2Model(config)
+
+
+def hand_written_gpt2(model: Any):
+    """GPT-2's forward (eval: no dropout) written directly in JAX, with the same weights."""
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in model.state_dict().items()}
+    heads, layers = model.config.n_head, model.config.n_layer
+
+    def layer_norm(p, x, name):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * p[name + ".weight"] + p[name + ".bias"]
+
+    def dense(p, x, name):  # GPT-2's Conv1D: weight is (in, out)
+        return x @ p[name + ".weight"] + p[name + ".bias"]
+
+    def forward(p, tokens):
+        batch, length = tokens.shape
+        x = p["wte.weight"][tokens] + p["wpe.weight"][:length]
+        causal = jnp.tril(jnp.ones((length, length), bool))
+        for i in range(layers):
+            h = f"h.{i}."
+            qkv = dense(p, layer_norm(p, x, h + "ln_1"), h + "attn.c_attn")
+            q, k, v = (
+                t.reshape(batch, length, heads, -1).transpose(0, 2, 1, 3)
+                for t in jnp.split(qkv, 3, -1)
+            )
+            scores = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(jnp.float32(q.shape[-1]))
+            probs = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), -1)
+            attn = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, -1)
+            x = x + dense(p, attn, h + "attn.c_proj")
+            hidden = dense(p, layer_norm(p, x, h + "ln_2"), h + "mlp.c_fc")
+            x = x + dense(p, jax.nn.gelu(hidden, approximate=True), h + "mlp.c_proj")
+        return layer_norm(p, x, "ln_f")
+
+    return params, forward
+
+
+def bench_gpt2_forward(b: Bench) -> None:
+    """The GPT-2 forward of issue 14 (4 layers, width 256, 128 positions): the program's cost."""
+    torch.manual_seed(0)
+    model = gpt2_4_layers().eval()
+    tokens = torch.randint(0, model.config.vocab_size, (4, 128))
+    group = "forward: GPT-2 (4 layers, width 256, 128 positions)"
+    with torchlax.enable():
+        jmodel = copy.deepcopy(model).to("jax")
+        jtokens = tokens.to("jax")
+    jitted = torchlax.jit(jmodel)
+    with torch.no_grad():
+        b.measure(group, "torchlax.jit (no_grad)", lambda: ready(jitted(jtokens)))
+    # Grad enabled: the program also returns what backward needs (jax.vjp's residuals).
+    b.measure(group, "torchlax.jit (grad enabled)", lambda: ready(jitted(jtokens)))
+    params, forward = hand_written_gpt2(model)
+    fast = jax.jit(forward)
+    x = jnp.asarray(tokens.numpy())
+    b.measure(group, "hand-written JAX", lambda: ready(fast(params, x)))
 
 
 def bench_training(b: Bench) -> None:

@@ -41,10 +41,21 @@ def _log_softmax(self, dim, half_to_float):
 def _safe_softmax(self, dim, dtype=None):
     # Attention's softmax: a row masked out entirely (all -inf) gives zeros, not NaN.
     x = _up(self) if dtype is None else self.astype(_dtype_of(dtype))
-    out = _softmax_like(jax.nn.softmax, x, dim, False)
-    masked = jnp.all(x == -jnp.inf, axis=dim, keepdims=True) if x.ndim else x == -jnp.inf
-    out = jnp.where(masked, 0, out)
+    out = safe_softmax(x[None], 0)[0] if x.ndim == 0 else safe_softmax(x, dim)
     return out.astype(self.dtype if dtype is None else _dtype_of(dtype))
+
+
+def safe_softmax(x, axis):
+    """Softmax along ``axis``, zeros for a slice that is -inf throughout.
+
+    Such a slice is the one whose maximum is -inf: the maximum the softmax needs anyway, where
+    testing ``x == -inf`` would be one more pass over attention's (batch, heads, query, key)
+    scores in every layer.
+    """
+    top = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+    unnormalized = jnp.exp(x - top)
+    out = unnormalized / jnp.sum(unnormalized, axis=axis, keepdims=True)
+    return jnp.where(top == -jnp.inf, 0, out)
 
 
 def _reduce_dim(x, dim):

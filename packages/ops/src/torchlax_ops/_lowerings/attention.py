@@ -20,7 +20,7 @@ from torchlax_core import current_env
 
 from .._table import lowering
 from ._common import HIGHEST, _up
-from .activations import _gelu
+from .activations import _gelu, safe_softmax
 from .linalg import matmul
 from .normalization import native_layer_norm
 
@@ -290,8 +290,7 @@ def scaled_dot_product_attention(
     # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
     # row masked out entirely giving zeros (``_safe_softmax``).
     scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa)
-    weights = jax.nn.softmax(scores, axis=-1)
-    weights = jnp.where(jnp.all(scores == -jnp.inf, axis=-1, keepdims=True), 0, weights)
+    weights = safe_softmax(scores, -1)
     if dropout_p > 0.0:
         keep = jax.random.bernoulli(
             current_env().next_prng_key(None), 1.0 - dropout_p, weights.shape
