@@ -20,7 +20,13 @@ between them (``__torch_dispatch__`` -> ``run_op`` -> the op's implementation) a
 handling of a new result tensor, including freeing the previous one (the do-nothing subclass
 returns one preallocated tensor, so its dispatch step has none of that).
 
-    uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile]
+With ``--mlp-step``, it also counts the ops of one eager MLP training step (forward,
+``loss.backward()``, SGD; the model of ``benchmarks/run.py``) and times each op class by its
+own CPU time (nested ops, run by a decomposition, are subtracted from it), saying how each is
+served: "cached" (an op-cache executable), "view", "decomposition" (Python on Tensors, its
+ops dispatched one by one), "never cached" (with the cache's reason) or "plain".
+
+    uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile] [--mlp-step]
 """
 
 from __future__ import annotations
@@ -112,12 +118,83 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
     return steps
 
 
+def _served_by(env, func) -> str:
+    why = env._op_cache.uncacheable.get(func)
+    if why is not None:
+        return f"never cached: {why}"
+    impl = env._resolved.get(func)
+    name = getattr(impl, "__qualname__", "")
+    if name.startswith("cached_impl"):
+        return "cached"
+    if name.startswith(("view_impl", "as_strided_impl")):
+        return "view"
+    if name.startswith("derived_mutation_impl"):
+        return "in-place: its functional op's executable, then a write"
+    if "_implementation_for" in name:
+        return "decomposition"
+    return "plain"
+
+
+def mlp_step_ops(steps: int = 10) -> list[tuple[str, float, float, str]]:
+    """(op, calls per step, own CPU microseconds per step, how it is served) of one eager MLP
+    training step, most expensive first. Autograd's engine runs on this thread (its
+    multithreading off) so that nested ops are attributed correctly."""
+    from torch import nn
+    from torchlax_core import _tensor
+
+    torch.manual_seed(0)
+    with torchlax_core.enable() as env:
+        model = nn.Sequential(
+            nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10)
+        ).to("jax")
+        x, y = torch.randn(64, 256).to("jax"), torch.randint(0, 10, (64,)).to("jax")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        with torch.autograd.set_multithreading_enabled(False):
+            loss.backward()
+        optimizer.step()
+        torchlax_core.unwrap(loss).block_until_ready()
+
+    for _ in range(3):  # fill the op cache
+        step()
+    calls: dict = {}
+    own: dict = {}
+    nested = [0.0]  # CPU time of ops run inside the current op
+    run_op = _tensor.run_op
+
+    def counting(env, func, args, kwargs, **options):
+        outer, nested[0] = nested[0], 0.0
+        start = time.process_time()
+        try:
+            return run_op(env, func, args, kwargs, **options)
+        finally:
+            spent = time.process_time() - start
+            calls[func] = calls.get(func, 0) + 1
+            own[func] = own.get(func, 0.0) + spent - nested[0]
+            nested[0] = outer + spent
+
+    _tensor.run_op = counting
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        _tensor.run_op = run_op
+    rows = [(str(f), calls[f] / steps, own[f] / steps * 1e6, _served_by(env, f)) for f in calls]
+    return sorted(rows, key=lambda row: -row[2])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000, help="calls per repeat")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--profile", action="store_true", help="cProfile the torchlax loop")
+    parser.add_argument(
+        "--mlp-step", action="store_true", help="count and time the ops of an MLP training step"
+    )
     args = parser.parse_args()
     n, repeats = args.n, args.repeats
 
@@ -158,6 +235,17 @@ def main() -> None:
     print("\nwhere one cached a + b spends its time:")
     for name, us in breakdown(n, repeats, args.size).items():
         print(f"  {name:<44}{us:>8.2f} us")
+    if args.mlp_step:
+        rows = mlp_step_ops()
+        total_calls = sum(r[1] for r in rows)
+        total_us = sum(r[2] for r in rows)
+        print(
+            f"\nops of one eager MLP training step: {total_calls:.0f} calls, "
+            f"{total_us / 1e3:.2f} ms of CPU time in them"
+        )
+        print(f"  {'op':<42}{'calls':>6}{'own us':>9}  served by")
+        for op, n_calls, us, how in rows:
+            print(f"  {op:<42}{n_calls:>6.0f}{us:>9.0f}  {how}")
 
 
 if __name__ == "__main__":
