@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import collections
+import inspect
+import traceback
 
+import jax.numpy as jnp
+import pytest
+import torch
 import torchlax_ops._plugin  # noqa: F401  (fills the tables)
-from torchlax_ops._table import DECOMPOSITIONS, FUNCTIONS, LOWERINGS
+from torchlax_ops._table import DECOMPOSITIONS, FUNCTIONS, LOWERINGS, NAMED
 
 
 def _where(fn):
@@ -24,3 +29,31 @@ def test_no_op_is_registered_twice():
 def test_an_op_is_lowered_or_decomposed_not_both():
     both = {str(op) for op, _ in LOWERINGS} & {str(op) for op, _ in DECOMPOSITIONS}
     assert not both, f"ops with both a lowering and a decomposition (the lowering wins): {both}"
+
+
+def test_every_lowering_is_a_named_function_of_its_module():
+    # A traceback and the table name the op: no lambdas, no factory-local names (a factory
+    # renames what it makes with ``_table.named``), and the code object carries the name too,
+    # since tracebacks print the code's name.
+    entries = [*LOWERINGS, *DECOMPOSITIONS, *((name, fn) for name, (_, fn) in NAMED.items())]
+    unnamed = {}
+    for op, fn in entries:
+        if fn.__module__.startswith(("torch._decomp", "torch._refs")):
+            continue  # PyTorch's own decompositions, listed in _decompositions.py
+        module_ok = fn.__module__.startswith("torchlax_ops._lowerings.")
+        name_ok = fn.__name__.isidentifier() and "<" not in fn.__qualname__
+        code_ok = inspect.unwrap(fn).__code__.co_name == fn.__name__  # (under @elementwise)
+        if not (module_ok and name_ok and code_ok):
+            code = inspect.unwrap(fn).__code__.co_name
+            unnamed[str(op)] = f"{fn.__module__}.{fn.__qualname__} (code: {code})"
+    assert not unnamed, f"lowerings without a name of their own: {unnamed}"
+    assert len(entries) > 800  # the walk saw the whole table
+
+
+def test_a_traceback_names_the_op_of_a_factory_made_lowering():
+    lowered = dict(LOWERINGS)
+    eq = lowered[torch.ops.aten.eq.Tensor]
+    with pytest.raises(TypeError, match="shapes") as raised:
+        eq(jnp.zeros(2), jnp.zeros(3))  # fails inside the lowering's body
+    frames = [frame.name for frame in traceback.extract_tb(raised.tb)]
+    assert "eq" in frames, frames

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 LOWERINGS: list[tuple[Any, Callable]] = []
 DECOMPOSITIONS: list[tuple[Any, Callable]] = []
 FUNCTIONS: list[tuple[Any, Callable]] = []
@@ -25,6 +27,26 @@ FUNCTIONS: list[tuple[Any, Callable]] = []
 # the plugin's ``torchlax_fallback`` hook answers for them on first use. (kind, fn) with kind
 # "lowering" (jax.Arrays in and out) or "decomposition" (torch-level).
 NAMED: dict[str, tuple[str, Callable]] = {}
+
+
+def op_name(op: Any) -> str:
+    """A Python name for ``op``: ``aten.eq`` -> ``eq``, ``aten._foreach_add.List`` ->
+    ``_foreach_add_List`` (the overload joins unless it is ``default``)."""
+    if isinstance(op, torch._ops.OpOverload):
+        overload = op._overloadname
+        return op._opname if overload == "default" else f"{op._opname}_{overload}"
+    return op.__name__
+
+
+def named(name: str, fn: Callable) -> Callable:
+    """``fn`` (made by a factory or in a loop) renamed ``name``, the name of the op it lowers.
+
+    Its code object is renamed too: a traceback prints the code's name, not ``__name__``, so
+    without it every lowering made by one factory would show as that factory's inner function.
+    """
+    fn.__name__ = fn.__qualname__ = name
+    fn.__code__ = fn.__code__.replace(co_name=name, co_qualname=name)
+    return fn
 
 
 def lowering(*ops: Any) -> Callable[[Callable], Callable]:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
-from .._table import decomposition, lowering
+from .._table import decomposition, lowering, named, op_name
 from ._common import _dtype_of, _up, _vjp
 
 aten = torch.ops.aten
@@ -77,14 +77,13 @@ def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
 # -- activations --------------------------------------------------------------------------------
 
 
-def _pointwise(fn):
+def _pointwise(op, fn):
     """Lower ``fn(x, *scalars)`` computed in opmath and rounded back to x's dtype."""
 
     def lowered(self, *args):
         return fn(_up(self), *args).astype(self.dtype)
 
-    lowered.__name__ = fn.__name__
-    return lowered
+    return named(op_name(op), lowered)
 
 
 def _gelu(x, approximate="none"):
@@ -132,12 +131,12 @@ def gelu_backward(grad_output, self, *, approximate="none"):
     return _vjp(lambda x: _gelu(x, approximate), self, grad_output)
 
 
-lowering(aten.silu.default)(_pointwise(_silu))
-lowering(aten.mish.default)(_pointwise(_mish))
-lowering(aten.hardswish.default)(_pointwise(_hardswish))
-lowering(aten.hardsigmoid.default)(_pointwise(_hardsigmoid))
-lowering(aten.softplus.default)(_pointwise(_softplus))
-lowering(aten.elu.default)(_pointwise(_elu))
+lowering(aten.silu.default)(_pointwise(aten.silu.default, _silu))
+lowering(aten.mish.default)(_pointwise(aten.mish.default, _mish))
+lowering(aten.hardswish.default)(_pointwise(aten.hardswish.default, _hardswish))
+lowering(aten.hardsigmoid.default)(_pointwise(aten.hardsigmoid.default, _hardsigmoid))
+lowering(aten.softplus.default)(_pointwise(aten.softplus.default, _softplus))
+lowering(aten.elu.default)(_pointwise(aten.elu.default, _elu))
 
 
 @lowering(aten.sigmoid_backward.default)

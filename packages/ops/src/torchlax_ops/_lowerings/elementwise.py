@@ -15,7 +15,7 @@ from jax import lax
 from torchlax_core import check
 
 from .._promotion import Promotion, elementwise
-from .._table import lowering, named_lowering
+from .._table import lowering, named, named_lowering, op_name
 
 aten = torch.ops.aten
 
@@ -257,11 +257,11 @@ def fma(a, b, c):
 # -- rounding -----------------------------------------------------------------------------------
 
 
-def _integral_or(fn):
+def _integral_or(op, fn):
     def apply(self):
         return self if _is_int(self) else fn(self)
 
-    return apply
+    return named(op_name(op), apply)
 
 
 for _op, _fn in {
@@ -270,7 +270,7 @@ for _op, _fn in {
     aten.trunc.default: jnp.trunc,
     aten.round.default: jnp.round,  # half to even, as PyTorch's nearbyint
 }.items():
-    lowering(_op)(elementwise(SELF, Promotion.DEFAULT)(_integral_or(_fn)))
+    lowering(_op)(elementwise(SELF, Promotion.DEFAULT)(_integral_or(_op, _fn)))
 
 
 @lowering(aten.round.decimals)
@@ -336,15 +336,15 @@ _INT_TO_FLOAT_UNARY = {
 }
 
 
-def _float_unary(fn):
+def _float_unary(op, fn):
     def apply(self):
         return fn(self)
 
-    return apply
+    return named(op_name(op), apply)
 
 
 for _op, _fn in _INT_TO_FLOAT_UNARY.items():
-    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_float_unary(_fn)))
+    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_float_unary(_op, _fn)))
 
 
 @lowering(aten.logit.default)
@@ -526,6 +526,14 @@ def clamp_max(self, max):
 
 # -- comparisons and predicates -----------------------------------------------------------------
 
+
+def _binary(op, fn):
+    def apply(self, other):
+        return fn(self, other)
+
+    return named(op_name(op), apply)
+
+
 for _op, _fn in {
     aten.eq: jnp.equal,
     aten.ne: jnp.not_equal,
@@ -534,11 +542,14 @@ for _op, _fn in {
     aten.gt: jnp.greater,
     aten.ge: jnp.greater_equal,
 }.items():
-    lowering(_op.Tensor, _op.Scalar)(
-        elementwise(BINARY, Promotion.ALWAYS_BOOL)(
-            (lambda fn: lambda self, other: fn(self, other))(_fn)
-        )
-    )
+    lowering(_op.Tensor, _op.Scalar)(elementwise(BINARY, Promotion.ALWAYS_BOOL)(_binary(_op, _fn)))
+
+
+def _logical(op, fn):
+    def apply(self, other):
+        return fn(self != 0, other != 0)
+
+    return named(op_name(op), apply)
 
 
 for _op, _fn in {
@@ -546,12 +557,19 @@ for _op, _fn in {
     aten.logical_or.default: jnp.logical_or,
     aten.logical_xor.default: jnp.logical_xor,
 }.items():
-    lowering(_op)((lambda fn: lambda self, other: fn(self != 0, other != 0))(_fn))
+    lowering(_op)(_logical(_op, _fn))
 
 
 @lowering(aten.logical_not.default)
 def logical_not(self):
     return self == 0
+
+
+def _float_predicate(op, fn):
+    def apply(self):
+        return jnp.zeros(self.shape, jnp.bool_) if _is_int(self) else fn(self)
+
+    return named(op_name(op), apply)
 
 
 for _op, _fn in {
@@ -561,11 +579,7 @@ for _op, _fn in {
     aten.isneginf.default: jnp.isneginf,
     aten.isfinite.default: jnp.isfinite,
 }.items():
-    lowering(_op)(
-        (lambda fn: lambda self: jnp.zeros(self.shape, jnp.bool_) if _is_int(self) else fn(self))(
-            _fn
-        )
-    )
+    lowering(_op)(_float_predicate(_op, _fn))
 
 
 # -- bitwise ------------------------------------------------------------------------------------
@@ -576,9 +590,7 @@ for _op, _fn in {
     aten.bitwise_xor: jnp.bitwise_xor,
 }.items():
     lowering(_op.Tensor, _op.Scalar, _op.Scalar_Tensor)(
-        elementwise(BINARY, Promotion.DEFAULT)(
-            (lambda fn: lambda self, other: fn(self, other))(_fn)
-        )
+        elementwise(BINARY, Promotion.DEFAULT)(_binary(_op, _fn))
     )
 
 
@@ -698,15 +710,18 @@ def _register_polynomial(names, fn):
     lowering(*ops)(elementwise(("x", "n"), Promotion.INT_TO_FLOAT)(fn))
 
 
+def _chebyshev_lowering(kind, shifted):
+    def apply(x, n):
+        return _chebyshev(kind, x + x - 1 if shifted else x, n)
+
+    shift = "shifted_" if shifted else ""
+    return named(f"special_{shift}chebyshev_polynomial_{kind}", apply)
+
+
 for _kind in "tuvw":
-    _register_polynomial(
-        [f"special_chebyshev_polynomial_{_kind}"],
-        (lambda kind: lambda x, n: _chebyshev(kind, x, n))(_kind),
-    )
-    _register_polynomial(
-        [f"special_shifted_chebyshev_polynomial_{_kind}"],
-        (lambda kind: lambda x, n: _chebyshev(kind, x + x - 1, n))(_kind),
-    )
+    for _shifted in (False, True):
+        _chebyshev_op = _chebyshev_lowering(_kind, _shifted)
+        _register_polynomial([_chebyshev_op.__name__], _chebyshev_op)
 
 
 def _hermite_h(x, n):

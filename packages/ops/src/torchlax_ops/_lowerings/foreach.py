@@ -13,7 +13,7 @@ import functools
 
 import torch
 
-from .._table import decomposition
+from .._table import decomposition, named, op_name
 
 aten = torch.ops.aten
 
@@ -95,7 +95,7 @@ def _functional(op):
             element(*_element_args(schema, args, kwargs, i)) for i in range(_length(schema, args))
         ]
 
-    return run
+    return named(op_name(op), run)
 
 
 def _inplace(op):
@@ -108,7 +108,7 @@ def _inplace(op):
             for dst, s in zip(self, src, strict=True):
                 dst.copy_(s, non_blocking)
 
-        return run
+        return named(op_name(op), run)
     if inplace_packet is None or base in _SCALAR_FORM or base in _SPECIAL:
         functional = _functional(getattr(getattr(aten, "_foreach_" + base), op._overloadname))
 
@@ -116,7 +116,7 @@ def _inplace(op):
             for dst, value in zip(args[0], functional(*args, **kwargs), strict=True):
                 dst.copy_(value)
 
-        return run
+        return named(op_name(op), run)
     if base in _VALUE_KWARG and len([a for a in schema.arguments if not a.kwarg_only]) == 4:
 
         def element(positional, keywords):
@@ -130,7 +130,7 @@ def _inplace(op):
         for i in range(len(args[0])):
             element(*_element_args(schema, args, kwargs, i))
 
-    return run
+    return named(op_name(op), run)
 
 
 @functools.cache

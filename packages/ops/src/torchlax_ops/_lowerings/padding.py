@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .._table import lowering
+from .._table import lowering, named
 from ._common import _vjp
 
 aten = torch.ops.aten
@@ -47,13 +47,14 @@ def _pad(self, padding, mode):
 
 
 def _pad_lowering(name, mode, n):
-    @lowering(getattr(aten, f"{name}{n}d").default)
     def pad(self, padding):
         return _pad(self, padding, mode)
 
-    @lowering(getattr(aten, f"{name}{n}d_backward").default)
     def pad_backward(grad_output, self, padding):
         return _vjp(lambda x: _pad(x, padding, mode), self, grad_output)
+
+    for op, fn in ((f"{name}{n}d", pad), (f"{name}{n}d_backward", pad_backward)):
+        lowering(getattr(aten, op).default)(named(op, fn))
 
 
 for _n in (1, 2, 3):

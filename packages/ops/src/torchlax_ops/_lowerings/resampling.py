@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .._table import lowering
+from .._table import lowering, named, op_name
 from ._common import _HALF, HIGHEST, _up, _vjp
 
 aten = torch.ops.aten
@@ -89,24 +89,23 @@ def _linear(self, output_size, align_corners, scales):
 
 
 def _nearest_lowering(op, backward_op, n, exact):
-    @lowering(op)
     def upsample(self, output_size, *scales):
         return _nearest(self, output_size, _ntuple_scales(scales, n), exact)
 
-    @lowering(backward_op)
     def upsample_backward(grad_output, output_size, input_size, *scales):
         zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
         return _vjp(
             lambda x: _nearest(x, output_size, _ntuple_scales(scales, n), exact), zeros, grad_output
         )
 
+    lowering(op)(named(op_name(op), upsample))
+    lowering(backward_op)(named(op_name(backward_op), upsample_backward))
+
 
 def _linear_lowering(op, backward_op, n):
-    @lowering(op)
     def upsample(self, output_size, align_corners, *scales):
         return _linear(self, output_size, align_corners, _ntuple_scales(scales, n))
 
-    @lowering(backward_op)
     def upsample_backward(grad_output, output_size, input_size, align_corners, *scales):
         zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
         return _vjp(
@@ -114,6 +113,9 @@ def _linear_lowering(op, backward_op, n):
             zeros,
             grad_output,
         )
+
+    lowering(op)(named(op_name(op), upsample))
+    lowering(backward_op)(named(op_name(backward_op), upsample_backward))
 
 
 def _ntuple_scales(scales, n):
@@ -424,11 +426,9 @@ def _resample_aa(self, output_size, align_corners, scales, taps, kernel):
 
 
 def _aa_lowering(op, backward_op, taps, kernel):
-    @lowering(op)
     def upsample_aa(self, output_size, align_corners, scales_h=None, scales_w=None):
         return _resample_aa(self, output_size, align_corners, (scales_h, scales_w), taps, kernel)
 
-    @lowering(backward_op)
     def upsample_aa_backward(
         grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
     ):
@@ -438,6 +438,9 @@ def _aa_lowering(op, backward_op, taps, kernel):
         zeros = jnp.zeros(tuple(input_size), _up(grad_output).dtype)
         out, pull = jax.vjp(forward, zeros)
         return pull(_up(grad_output).astype(out.dtype))[0].astype(grad_output.dtype)
+
+    lowering(op)(named(op_name(op), upsample_aa))
+    lowering(backward_op)(named(op_name(backward_op), upsample_aa_backward))
 
 
 _aa_lowering(

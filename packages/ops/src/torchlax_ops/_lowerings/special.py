@@ -21,7 +21,7 @@ import torch
 from jax import lax
 
 from .._promotion import Promotion, elementwise
-from .._table import lowering
+from .._table import lowering, named, op_name
 
 aten = torch.ops.aten
 
@@ -921,14 +921,14 @@ _INT_TO_FLOAT_UNARY = {
 }
 
 
-def _unary(fn):
+def _unary(op, fn):
     kernel = jax.jit(fn)
 
     def apply(self):
         return kernel(self).astype(self.dtype)
 
-    return apply
+    return named(op_name(op), apply)
 
 
 for _op, _fn in _INT_TO_FLOAT_UNARY.items():
-    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_unary(_fn)))
+    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_unary(_op, _fn)))
