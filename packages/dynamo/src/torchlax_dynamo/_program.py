@@ -28,7 +28,14 @@ import jax
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
-from torchlax_core.internal import CompiledProgram, array_of, output_tensors, signature, view_kind, write_back
+from torchlax_core.internal import (
+    CompiledProgram,
+    array_of,
+    output_tensors,
+    signature,
+    view_kind,
+    write_back,
+)
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
 
