@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,16 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promotion
 from torch._prims_common import elementwise_dtypes
 from torchlax_core import jax_dtype, torch_dtype
 
-__all__ = ["Promotion", "elementwise", "result_dtypes", "to_jax_dtype"]
+__all__ = [
+    "HALF",
+    "Promotion",
+    "declared",
+    "elementwise",
+    "opmath_dtype",
+    "result_dtypes",
+    "to_jax_dtype",
+    "up",
+]
 
 _cache: dict[tuple, tuple[np.dtype, np.dtype]] = {}
 _ArrayImpl = type(jnp.zeros(()))
@@ -81,49 +91,145 @@ def _cast(x, dtype):
 def elementwise(
     args: Sequence[str], kind: Promotion = Promotion.DEFAULT, *, cast_result: bool = True
 ) -> Callable[[Callable], Callable]:
-    """Promote the named arguments as PyTorch does for ``kind``.
+    """Promote the named arguments (bound by ``fn``'s Python signature) as PyTorch does.
 
-    The wrapped lowering sees them cast to the computation dtype (PyTorch's "opmath" dtype:
+    For a helper that is not itself registered; a lowering declares its promotion in its
+    registration instead (``@lowering(op, promote=..., args=...)``), bound to the op's schema.
+    The wrapped function sees them cast to the computation dtype (PyTorch's "opmath" dtype:
     float32 for half-precision inputs) and its result is cast to the result dtype.
     """
 
     def decorate(fn: Callable) -> Callable:
         params = list(inspect.signature(fn).parameters)
-        positions = [params.index(a) for a in args]
-        names = tuple(args)
-
-        pairs = tuple(zip(positions, names, strict=True))
-        # Per lowering: (dtype, has-dims) of each promoted array -> (compute, result). The hot
-        # path is then one tuple and one dict lookup for the common all-arrays call.
-        fast_cache: dict[tuple, tuple[np.dtype, np.dtype]] = {}
-
-        @functools.wraps(fn)
-        def promoted(*call_args, **call_kwargs):
-            n_args = len(call_args)
-            values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
-            if all(type(v) is _ArrayImpl for v in values):
-                key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))  # pyright: ignore[reportOptionalMemberAccess]  (all arrays: checked on the line above)
-                hit = fast_cache.get(key)
-                if hit is None:
-                    hit = fast_cache[key] = result_dtypes(values, kind)
-                compute, result = hit
-            else:
-                compute, result = result_dtypes(values, kind)
-            call_args = list(call_args)
-            for (p, n), v in zip(pairs, values, strict=True):
-                # (not getattr(v, "dtype", None) == compute: numpy reads None as float64)
-                if isinstance(v, jax.Array) and v.dtype == compute:
-                    continue
-                if p < n_args:
-                    call_args[p] = _cast(v, compute)
-                elif n in call_kwargs:
-                    call_kwargs[n] = _cast(v, compute)
-            out = fn(*call_args, **call_kwargs)
-            if cast_result and isinstance(out, jax.Array) and out.dtype != result:
-                out = out.astype(result)
-            return out
-
-        promoted.promotion = (names, kind)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
-        return promoted
+        pairs = tuple((params.index(a), a) for a in args)
+        return _promoting(fn, pairs, kind, cast_result=cast_result)
 
     return decorate
+
+
+def declared(
+    op: Any, fn: Callable, promote: Promotion | None, args: Sequence[str] | None, opmath: bool
+) -> Callable:
+    """``fn`` promoting the arguments ``args`` of ``op``'s schema as ``promote`` says, or (no
+    ``promote``) computing half precision in float32 when ``opmath`` (pw_cast_for_opmath).
+
+    Arguments are bound by the schema's names and positions, so the lowering's own parameter
+    names do not matter; ``args`` defaults to every positional tensor or scalar argument.
+    """
+    schema = _schema_of(op)
+    names = [a.name for a in schema.arguments]
+    if args is None:
+        args = [a.name for a in schema.arguments if not a.kwarg_only and _is_value(a)]
+    missing = [a for a in args if a not in names]
+    if missing:
+        raise ValueError(
+            f"The lowering {fn.__name__} of {op} declares the arguments {missing}, which its "
+            f"schema does not have ({', '.join(names)}): name the schema's arguments."
+        )
+    kwarg_only = {a.name for a in schema.arguments if a.kwarg_only}
+    # A keyword-only argument never arrives by position: give it a position no call reaches.
+    pairs = tuple((len(names) + 99 if a in kwarg_only else names.index(a), a) for a in args)
+    if promote is not None:
+        return _promoting(fn, pairs, promote, cast_result=True)
+    if opmath:
+        return _in_opmath(fn, pairs)
+    return fn
+
+
+_VALUE_TYPES = {"Tensor", "Optional[Tensor]", "number", "Optional[number]"}
+
+
+def _is_value(argument) -> bool:
+    """A tensor or scalar argument: what PyTorch's promotion reads by default."""
+    return str(argument.type) in _VALUE_TYPES
+
+
+def _schema_of(op: Any) -> torch.FunctionSchema:
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        # A packet's lowering serves every overload; they share their leading arguments.
+        return getattr(op, op.overloads()[0])._schema
+    return op._schema
+
+
+def _promoting(
+    fn: Callable, pairs: tuple[tuple[int, str], ...], kind: Promotion, *, cast_result: bool
+) -> Callable:
+    # Per lowering: (dtype, has-dims) of each promoted array -> (compute, result). The hot
+    # path is then one tuple and one dict lookup for the common all-arrays call.
+    fast_cache: dict[tuple, tuple[np.dtype, np.dtype]] = {}
+
+    @functools.wraps(fn)
+    def promoted(*call_args, **call_kwargs):
+        n_args = len(call_args)
+        values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
+        if all(type(v) is _ArrayImpl for v in values):
+            key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))  # pyright: ignore[reportOptionalMemberAccess]  (all arrays: checked on the line above)
+            hit = fast_cache.get(key)
+            if hit is None:
+                hit = fast_cache[key] = result_dtypes(values, kind)
+            compute, result = hit
+        else:
+            compute, result = result_dtypes(values, kind)
+        call_args = list(call_args)
+        for (p, n), v in zip(pairs, values, strict=True):
+            # (not getattr(v, "dtype", None) == compute: numpy reads None as float64)
+            if isinstance(v, jax.Array) and v.dtype == compute:
+                continue
+            if p < n_args:
+                call_args[p] = _cast(v, compute)
+            elif n in call_kwargs:
+                call_kwargs[n] = _cast(v, compute)
+        out = fn(*call_args, **call_kwargs)
+        if cast_result and isinstance(out, jax.Array) and out.dtype != result:
+            out = out.astype(result)
+        return out
+
+    promoted.promotion = (tuple(n for _, n in pairs), kind)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
+    return promoted
+
+
+HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+_ARRAYS = (jax.Array, np.ndarray, np.generic)
+
+
+def opmath_dtype(dtype):
+    """PyTorch's opmath dtype (``at::opmath_type``): float32 for half precision, else ``dtype``."""
+    return np.dtype(jnp.float32) if dtype in HALF else dtype
+
+
+def up(x: Any) -> Any:
+    """``x`` in its opmath dtype (arrays only; anything else as it is)."""
+    return x.astype(jnp.float32) if isinstance(x, _ARRAYS) and x.dtype in HALF else x
+
+
+def _in_opmath(fn: Callable, pairs: tuple[tuple[int, str], ...]) -> Callable:
+    """PyTorch's pw_cast_for_opmath: float16/bfloat16 arguments computed in float32, float32
+    results cast back to the arguments' common dtype when that is half precision."""
+
+    @functools.wraps(fn)
+    def in_opmath(*call_args, **call_kwargs):
+        n_args = len(call_args)
+        values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
+        dtypes = [v.dtype for v in values if isinstance(v, jax.Array)]
+        if not any(d in HALF for d in dtypes):  # nothing in half precision: as written
+            return fn(*call_args, **call_kwargs)
+        common = jnp.result_type(*dtypes)
+        call_args = list(call_args)
+        for (p, n), v in zip(pairs, values, strict=True):
+            if p < n_args:
+                call_args[p] = up(v)
+            elif n in call_kwargs:
+                call_kwargs[n] = up(v)
+        out = fn(*call_args, **call_kwargs)
+        if common not in HALF:
+            return out
+        if isinstance(out, tuple | list):
+            return type(out)(_down(o, common) for o in out)
+        return _down(out, common)
+
+    in_opmath.opmath = tuple(n for _, n in pairs)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
+    return in_opmath
+
+
+def _down(x, dtype):
+    return x.astype(dtype) if isinstance(x, jax.Array) and x.dtype == jnp.float32 else x

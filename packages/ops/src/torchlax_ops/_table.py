@@ -2,22 +2,26 @@
 
 One lowering is a short stanza in the module of its op family::
 
-    @lowering(aten.add.Tensor, aten.add.Scalar)
-    @elementwise(("self", "other"), Promotion.DEFAULT)
+    @lowering(aten.add.Tensor, aten.add.Scalar, promote=Promotion.DEFAULT, args=("self", "other"))
     def add(self, other, *, alpha=1):
         return jnp.add(self, other * alpha if alpha != 1 else other)
 
-``lowering`` records the function for the given ``OpOverload``s (or whole packets);
+``lowering`` records the function for the given ``OpOverload``s (or whole packets) and
+declares, bound to the op's schema argument names, PyTorch's type promotion (``promote=``, one
+of ``ELEMENTWISE_TYPE_PROMOTION_KIND``) or half precision computed in float32 (``opmath=True``,
+what PyTorch's ``pw_cast_for_opmath`` declares), so the body sees its arguments already cast;
 ``_plugin.torchlax_register_lowerings`` registers every record through the public registry,
 exactly as a third-party plugin would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from ._promotion import Promotion, declared
 
 LOWERINGS: list[tuple[Any, Callable]] = []
 DECOMPOSITIONS: list[tuple[Any, Callable]] = []
@@ -49,13 +53,29 @@ def named(name: str, fn: Callable) -> Callable:
     return fn
 
 
-def lowering(*ops: Any) -> Callable[[Callable], Callable]:
-    """Record ``fn`` as the JAX lowering of each of ``ops`` (jax.Arrays in and out)."""
+def lowering(
+    *ops: Any,
+    promote: Promotion | None = None,
+    args: Sequence[str] | None = None,
+    opmath: bool = False,
+) -> Callable[[Callable], Callable]:
+    """Record ``fn`` as the JAX lowering of each of ``ops`` (jax.Arrays in and out).
+
+    ``promote``: PyTorch's promotion kind for the schema arguments ``args`` (their computation
+    dtype, float32 for half precision, goes in; the result dtype comes out). ``opmath``: without
+    ``promote``, float16/bfloat16 arguments among ``args`` (default: every positional tensor
+    or scalar argument of the schema) are
+    computed in float32 and float32 results cast back. The name bound in the module is the
+    lowering of ``ops[0]``, so a direct call promotes too.
+    """
 
     def record(fn: Callable) -> Callable:
-        for op in ops:
-            LOWERINGS.append((op, fn))
-        return fn
+        if promote is None and not opmath:
+            LOWERINGS.extend((op, fn) for op in ops)
+            return fn
+        wrapped = [declared(op, fn, promote, args, opmath) for op in ops]
+        LOWERINGS.extend(zip(ops, wrapped, strict=True))
+        return wrapped[0]
 
     return record
 

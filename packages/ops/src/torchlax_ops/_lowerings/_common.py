@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
+
+from .._promotion import HALF as _HALF
+from .._promotion import opmath_dtype
+from .._promotion import up as _up
+
+__all__ = ["HIGHEST", "_HALF", "_dtype_of", "_ntuple", "_up", "_vjp", "opmath_dtype"]
 
 HIGHEST = jax.lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _up(x):
-    """x in PyTorch's opmath dtype: float32 for half precision, else unchanged."""
-    return x.astype(jnp.float32) if x.dtype in _HALF else x
 
 
 def _vjp(forward, x, grad_output):

@@ -1,7 +1,8 @@
 """Activations and softmax: relu, gelu, silu, elu family, hard*/soft* functions, thresholds,
 rrelu, softmax and log_softmax, with their backward ops.
 
-Half-precision inputs compute in float32 and round once, as PyTorch's CPU kernels do.
+Half-precision inputs compute in float32 and round once, as PyTorch's CPU kernels do: a
+lowering declares it with ``opmath=True``.
 """
 
 from __future__ import annotations
@@ -78,10 +79,10 @@ def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
 
 
 def _pointwise(op, fn):
-    """Lower ``fn(x, *scalars)`` computed in opmath and rounded back to x's dtype."""
+    """``fn(x, *scalars)`` named after ``op`` (registered with ``opmath=True``)."""
 
     def lowered(self, *args):
-        return fn(_up(self), *args).astype(self.dtype)
+        return fn(self, *args)
 
     return named(op_name(op), lowered)
 
@@ -121,9 +122,9 @@ def relu(self):
     return jnp.maximum(self, jnp.zeros((), self.dtype))
 
 
-@lowering(aten.gelu.default)
+@lowering(aten.gelu.default, opmath=True)
 def gelu(self, *, approximate="none"):
-    return _gelu(_up(self), approximate).astype(self.dtype)
+    return _gelu(self, approximate)
 
 
 @lowering(aten.gelu_backward.default)
@@ -131,71 +132,67 @@ def gelu_backward(grad_output, self, *, approximate="none"):
     return _vjp(lambda x: _gelu(x, approximate), self, grad_output)
 
 
-lowering(aten.silu.default)(_pointwise(aten.silu.default, _silu))
-lowering(aten.mish.default)(_pointwise(aten.mish.default, _mish))
-lowering(aten.hardswish.default)(_pointwise(aten.hardswish.default, _hardswish))
-lowering(aten.hardsigmoid.default)(_pointwise(aten.hardsigmoid.default, _hardsigmoid))
-lowering(aten.softplus.default)(_pointwise(aten.softplus.default, _softplus))
-lowering(aten.elu.default)(_pointwise(aten.elu.default, _elu))
+for _op, _fn in {
+    aten.silu.default: _silu,
+    aten.mish.default: _mish,
+    aten.hardswish.default: _hardswish,
+    aten.hardsigmoid.default: _hardsigmoid,
+    aten.softplus.default: _softplus,
+    aten.elu.default: _elu,
+}.items():
+    lowering(_op, opmath=True)(_pointwise(_op, _fn))
 
 
-@lowering(aten.sigmoid_backward.default)
+@lowering(aten.sigmoid_backward.default, opmath=True)
 def sigmoid_backward(grad_output, output):
-    g, y = _up(grad_output), _up(output)
-    return (g * jnp.conj((1 - y) * y)).astype(grad_output.dtype)
+    return grad_output * jnp.conj((1 - output) * output)
 
 
-@lowering(aten.tanh_backward.default)
+@lowering(aten.tanh_backward.default, opmath=True)
 def tanh_backward(grad_output, output):
-    g, y = _up(grad_output), _up(output)
-    return (g * jnp.conj(1 - y * y)).astype(grad_output.dtype)
+    return grad_output * jnp.conj(1 - output * output)
 
 
-@lowering(aten.hardswish_backward.default)
+@lowering(aten.hardswish_backward.default, opmath=True)
 def hardswish_backward(grad_output, self):
-    x, g = _up(self), _up(grad_output)
-    grad = jnp.where(x < -3, 0, jnp.where(x <= 3, g * (x / 3 + 0.5), g))
-    return grad.astype(self.dtype)
+    g = grad_output
+    return jnp.where(self < -3, 0, jnp.where(self <= 3, g * (self / 3 + 0.5), g))
 
 
-@lowering(aten.hardsigmoid_backward.default)
+@lowering(aten.hardsigmoid_backward.default, opmath=True)
 def hardsigmoid_backward(grad_output, self):
-    x, g = _up(self), _up(grad_output)
-    return jnp.where((x > -3) & (x < 3), g / 6, 0).astype(self.dtype)
+    return jnp.where((self > -3) & (self < 3), grad_output / 6, 0)
 
 
-@lowering(aten.softplus_backward.default)
+@lowering(aten.softplus_backward.default, opmath=True)
 def softplus_backward(grad_output, self, beta, threshold):
-    x, g = _up(self), _up(grad_output)
-    z = jnp.exp(x * beta)
-    return jnp.where(x * beta > threshold, g, g * z / (z + 1)).astype(self.dtype)
+    z = jnp.exp(self * beta)
+    return jnp.where(self * beta > threshold, grad_output, grad_output * z / (z + 1))
 
 
-@lowering(aten.celu.default)
+@lowering(aten.celu.default, opmath=True)
 def celu(self, alpha=1.0):
-    return _elu(_up(self), alpha, 1, 1 / alpha).astype(self.dtype)
+    return _elu(self, alpha, 1, 1 / alpha)
 
 
-@lowering(aten.elu_backward.default)
+@lowering(aten.elu_backward.default, opmath=True)
 def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
-    g, y = _up(grad_output), _up(self_or_result)
+    g, y = grad_output, self_or_result
     if is_result:
         negative = g * input_scale * (y + alpha * scale)
     else:
         negative = g * input_scale * alpha * scale * jnp.exp(y * input_scale)
-    return jnp.where(y <= 0, negative, g * scale).astype(grad_output.dtype)
+    return jnp.where(y <= 0, negative, g * scale)
 
 
-@lowering(aten.leaky_relu.default)
+@lowering(aten.leaky_relu.default, opmath=True)
 def leaky_relu(self, negative_slope=0.01):
-    x = _up(self)
-    return jnp.where(x > 0, x, x * negative_slope).astype(self.dtype)
+    return jnp.where(self > 0, self, self * negative_slope)
 
 
-@lowering(aten.leaky_relu_backward.default)
+@lowering(aten.leaky_relu_backward.default, opmath=True)
 def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
-    g = _up(grad_output)
-    return jnp.where(self > 0, g, g * negative_slope).astype(grad_output.dtype)
+    return jnp.where(self > 0, grad_output, grad_output * negative_slope)
 
 
 @lowering(aten.rrelu_with_noise_functional.default)
@@ -213,10 +210,10 @@ def rrelu_with_noise_functional(
     return (x * slope).astype(self.dtype), slope.astype(noise.dtype)
 
 
-@lowering(aten.rrelu_with_noise_backward.default)
+@lowering(aten.rrelu_with_noise_backward.default, opmath=True)
 def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
     if training and upper - lower > 1e-6:  # the slopes drawn in the forward
-        return (_up(grad_output) * _up(noise)).astype(grad_output.dtype)
+        return grad_output * noise
     return leaky_relu_backward(grad_output, self, (lower + upper) / 2, self_is_result)
 
 
@@ -270,10 +267,9 @@ def hardshrink_backward(grad_out, self, lambd):
     return jnp.where(jnp.abs(self) <= lambd, jnp.zeros((), grad_out.dtype), grad_out)
 
 
-@lowering(aten.softshrink.default)
+@lowering(aten.softshrink.default, opmath=True)
 def softshrink(self, lambd=0.5):
-    x = _up(self)
-    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, 0)).astype(self.dtype)
+    return jnp.where(self > lambd, self - lambd, jnp.where(self < -lambd, self + lambd, 0))
 
 
 @lowering(aten.softshrink_backward.default)

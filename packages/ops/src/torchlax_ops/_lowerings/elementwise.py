@@ -34,36 +34,31 @@ def _scaled(other, alpha):
 # -- arithmetic ---------------------------------------------------------------------------------
 
 
-@lowering(aten.add.Tensor, aten.add.Scalar)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.add.Tensor, aten.add.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def add(self, other, *, alpha=1):
     if self.dtype == jnp.bool_:
         return jnp.logical_or(self, other if alpha == 1 else jnp.logical_and(other, bool(alpha)))
     return jnp.add(self, _scaled(other, alpha))
 
 
-@lowering(aten.sub.Tensor, aten.sub.Scalar)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.sub.Tensor, aten.sub.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def sub(self, other, *, alpha=1):
     return jnp.subtract(self, _scaled(other, alpha))
 
 
-@lowering(aten.rsub.Tensor, aten.rsub.Scalar)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.rsub.Tensor, aten.rsub.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def rsub(self, other, *, alpha=1):
     return jnp.subtract(other, _scaled(self, alpha))
 
 
-@lowering(aten.mul.Tensor, aten.mul.Scalar)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.mul.Tensor, aten.mul.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def mul(self, other):
     if self.dtype == jnp.bool_:
         return jnp.logical_and(self, other)
     return jnp.multiply(self, other)
 
 
-@lowering(aten.div.Tensor, aten.div.Scalar)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(aten.div.Tensor, aten.div.Scalar, promote=Promotion.INT_TO_FLOAT, args=BINARY)
 def div(self, other):
     return jnp.true_divide(self, other)
 
@@ -111,8 +106,13 @@ def div_mode(self, other, *, rounding_mode=None):
 
 # floor_divide_.Tensor has no functional twin of the same overload name; lower it directly
 # (the core writes the result into ``self``).
-@lowering(aten.floor_divide.default, aten.floor_divide.Scalar, aten.floor_divide_.Tensor)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(
+    aten.floor_divide.default,
+    aten.floor_divide.Scalar,
+    aten.floor_divide_.Tensor,
+    promote=Promotion.DEFAULT,
+    args=BINARY,
+)
 def floor_divide(self, other):
     return _floor_divide(self, other)
 
@@ -125,20 +125,17 @@ def _remainder(a, b):
     return jnp.where(wrong_sign, mod + b, mod)
 
 
-@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def remainder(self, other):
     return _remainder(self, other)
 
 
-@lowering(aten.remainder.Scalar_Tensor)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.remainder.Scalar_Tensor, promote=Promotion.DEFAULT, args=BINARY)
 def remainder_scalar_tensor(self, other):
     return _remainder(self, other)
 
 
-@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def fmod(self, other):
     _check_int_divisor(self, other)
     return jnp.fmod(self, other)
@@ -156,14 +153,17 @@ def _power(base, exponent):
     return jnp.power(base, exponent)
 
 
-@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)
-@elementwise(("self", "exponent"), Promotion.BOOL_TO_LONG)
+@lowering(
+    aten.pow.Tensor_Tensor,
+    aten.pow.Tensor_Scalar,
+    promote=Promotion.BOOL_TO_LONG,
+    args=("self", "exponent"),
+)
 def power(self, exponent):
     return _power(self, exponent)
 
 
-@lowering(aten.pow.Scalar)
-@elementwise(("self", "exponent"), Promotion.BOOL_TO_LONG)
+@lowering(aten.pow.Scalar, promote=Promotion.BOOL_TO_LONG, args=("self", "exponent"))
 def pow_scalar(self, exponent):
     return _power(self, exponent)
 
@@ -175,20 +175,17 @@ def float_power(self, exponent):
     return jnp.power(base, jnp.asarray(exponent, dtype=jnp.float64))
 
 
-@lowering(aten.neg.default)
-@elementwise(SELF, Promotion.DEFAULT)
+@lowering(aten.neg.default, promote=Promotion.DEFAULT, args=SELF)
 def neg(self):
     return jnp.negative(self)
 
 
-@lowering(aten.abs.default)
-@elementwise(SELF, Promotion.COMPLEX_TO_FLOAT)
+@lowering(aten.abs.default, promote=Promotion.COMPLEX_TO_FLOAT, args=SELF)
 def absolute(self):
     return self if self.dtype == jnp.bool_ else jnp.abs(self)
 
 
-@lowering(aten.reciprocal.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
+@lowering(aten.reciprocal.default, promote=Promotion.INT_TO_FLOAT, args=SELF)
 def reciprocal(self):
     return 1 / self
 
@@ -199,20 +196,17 @@ def positive(self):
     return self
 
 
-@lowering(aten.sign.default, aten.sgn.default)
-@elementwise(SELF, Promotion.DEFAULT)
+@lowering(aten.sign.default, aten.sgn.default, promote=Promotion.DEFAULT, args=SELF)
 def sign(self):
     return self if self.dtype == jnp.bool_ else jnp.sign(self)
 
 
-@lowering(aten.signbit.default)
-@elementwise(SELF, Promotion.ALWAYS_BOOL)
+@lowering(aten.signbit.default, promote=Promotion.ALWAYS_BOOL, args=SELF)
 def signbit(self):
     return jnp.signbit(self) if not _is_int(self) else self < 0
 
 
-@lowering(aten.addcmul.default)
-@elementwise(("self", "tensor1", "tensor2"), Promotion.DEFAULT)
+@lowering(aten.addcmul.default, promote=Promotion.DEFAULT, args=("self", "tensor1", "tensor2"))
 def addcmul(self, tensor1, tensor2, *, value=1):
     return self + _scaled(tensor1 * tensor2, value)
 
@@ -234,8 +228,9 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     return _addcdiv(self, tensor1, tensor2, value=value)
 
 
-@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
-@elementwise(("self", "end", "weight"), Promotion.DEFAULT)
+@lowering(
+    aten.lerp.Scalar, aten.lerp.Tensor, promote=Promotion.DEFAULT, args=("self", "end", "weight")
+)
 def lerp(self, end, weight):
     # PyTorch's formula: exact at both ends.
     diff = end - self
@@ -270,11 +265,10 @@ for _op, _fn in {
     aten.trunc.default: jnp.trunc,
     aten.round.default: jnp.round,  # half to even, as PyTorch's nearbyint
 }.items():
-    lowering(_op)(elementwise(SELF, Promotion.DEFAULT)(_integral_or(_op, _fn)))
+    lowering(_op, promote=Promotion.DEFAULT, args=SELF)(_integral_or(_op, _fn))
 
 
-@lowering(aten.round.decimals)
-@elementwise(SELF, Promotion.DEFAULT)
+@lowering(aten.round.decimals, promote=Promotion.DEFAULT, args=SELF)
 def round_decimals(self, *, decimals=0):
     if _is_int(self):
         return self
@@ -284,8 +278,7 @@ def round_decimals(self, *, decimals=0):
     return jnp.round(self * scale) / scale
 
 
-@lowering(aten.frac.default)
-@elementwise(SELF, Promotion.DEFAULT)
+@lowering(aten.frac.default, promote=Promotion.DEFAULT, args=SELF)
 def frac(self):
     return self - jnp.trunc(self)
 
@@ -344,18 +337,16 @@ def _float_unary(op, fn):
 
 
 for _op, _fn in _INT_TO_FLOAT_UNARY.items():
-    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_float_unary(_op, _fn)))
+    lowering(_op, promote=Promotion.INT_TO_FLOAT, args=SELF)(_float_unary(_op, _fn))
 
 
-@lowering(aten.logit.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
+@lowering(aten.logit.default, promote=Promotion.INT_TO_FLOAT, args=SELF)
 def logit(self, eps=None):
     x = self if eps is None else jnp.clip(self, eps, 1 - eps)
     return jnp.log(x / (1 - x))
 
 
-@lowering(aten.nan_to_num.default)
-@elementwise(SELF, Promotion.DEFAULT)
+@lowering(aten.nan_to_num.default, promote=Promotion.DEFAULT, args=SELF)
 def nan_to_num(self, nan=None, posinf=None, neginf=None):
     if _is_int(self):
         return self
@@ -365,38 +356,32 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
 # -- binary math --------------------------------------------------------------------------------
 
 
-@lowering(aten.atan2.default)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(aten.atan2.default, promote=Promotion.INT_TO_FLOAT, args=BINARY)
 def atan2(self, other):
     return jnp.arctan2(self, other)
 
 
-@lowering(aten.hypot.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.hypot.default, promote=Promotion.DEFAULT, args=BINARY)
 def hypot(self, other):
     return jnp.hypot(self, other)
 
 
-@lowering(aten.copysign.Tensor, aten.copysign.Scalar)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(aten.copysign.Tensor, aten.copysign.Scalar, promote=Promotion.INT_TO_FLOAT, args=BINARY)
 def copysign(self, other):
     return jnp.copysign(self, other)
 
 
-@lowering(aten.nextafter.default)
-@elementwise(BINARY, Promotion.NO_OPMATH)
+@lowering(aten.nextafter.default, promote=Promotion.NO_OPMATH, args=BINARY)
 def nextafter(self, other):
     return jnp.nextafter(self, other)
 
 
-@lowering(aten.logaddexp.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.logaddexp.default, promote=Promotion.DEFAULT, args=BINARY)
 def logaddexp(self, other):
     return jnp.logaddexp(self, other)
 
 
-@lowering(aten.logaddexp2.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.logaddexp2.default, promote=Promotion.DEFAULT, args=BINARY)
 def logaddexp2(self, other):
     return jnp.logaddexp2(self, other)
 
@@ -408,9 +393,13 @@ def _xlogy(x, y):
 
 
 @lowering(
-    aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self, aten.special_xlogy.default
+    aten.xlogy.Tensor,
+    aten.xlogy.Scalar_Other,
+    aten.xlogy.Scalar_Self,
+    aten.special_xlogy.default,
+    promote=Promotion.INT_TO_FLOAT,
+    args=BINARY,
 )
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
 def xlogy(self, other):
     return _xlogy(self, other)
 
@@ -419,51 +408,45 @@ def xlogy(self, other):
     aten.special_xlog1py.default,
     aten.special_xlog1py.self_scalar,
     aten.special_xlog1py.other_scalar,
+    promote=Promotion.INT_TO_FLOAT,
+    args=BINARY,
 )
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
 def xlog1py(self, other):
     result = jnp.where(self == 0, jnp.zeros_like(self), self * jnp.log1p(other))
     return jnp.where(jnp.isnan(other), other, result)
 
 
-@lowering(aten.heaviside.default)
-@elementwise(("self", "values"), Promotion.DEFAULT)
+@lowering(aten.heaviside.default, promote=Promotion.DEFAULT, args=("self", "values"))
 def heaviside(self, values):
     return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
 
 
-@lowering(aten.gcd.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.gcd.default, promote=Promotion.DEFAULT, args=BINARY)
 def gcd(self, other):
     return jnp.gcd(self, other)
 
 
-@lowering(aten.lcm.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.lcm.default, promote=Promotion.DEFAULT, args=BINARY)
 def lcm(self, other):
     return jnp.lcm(self, other)
 
 
-@lowering(aten.maximum.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.maximum.default, promote=Promotion.DEFAULT, args=BINARY)
 def maximum(self, other):
     return jnp.maximum(self, other)
 
 
-@lowering(aten.minimum.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.minimum.default, promote=Promotion.DEFAULT, args=BINARY)
 def minimum(self, other):
     return jnp.minimum(self, other)
 
 
-@lowering(aten.fmax.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.fmax.default, promote=Promotion.DEFAULT, args=BINARY)
 def fmax(self, other):
     return jnp.fmax(self, other)
 
 
-@lowering(aten.fmin.default)
-@elementwise(BINARY, Promotion.DEFAULT)
+@lowering(aten.fmin.default, promote=Promotion.DEFAULT, args=BINARY)
 def fmin(self, other):
     return jnp.fmin(self, other)
 
@@ -474,8 +457,7 @@ def frexp(self):
     return mantissa.astype(self.dtype), exponent.astype(jnp.int32)
 
 
-@lowering(aten.ldexp.Tensor)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(aten.ldexp.Tensor, promote=Promotion.INT_TO_FLOAT, args=BINARY)
 def ldexp(self, other):
     return self * jnp.exp2(other)
 
@@ -498,28 +480,32 @@ def _clamp(x, lo, hi):
     return x
 
 
-@lowering(aten.clamp.default, aten.clamp.Tensor)
-@elementwise(("self", "min", "max"), Promotion.DEFAULT)
+@lowering(
+    aten.clamp.default, aten.clamp.Tensor, promote=Promotion.DEFAULT, args=("self", "min", "max")
+)
 def clamp(self, min=None, max=None):
     _require_a_bound(min, max)
     return _clamp(self, min, max)
 
 
-@lowering(aten.clip.default, aten.clip.Tensor)
-@elementwise(("self", "min", "max"), Promotion.DEFAULT)
+@lowering(
+    aten.clip.default, aten.clip.Tensor, promote=Promotion.DEFAULT, args=("self", "min", "max")
+)
 def clip(self, min=None, max=None):
     _require_a_bound(min, max)
     return _clamp(self, min, max)
 
 
-@lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
-@elementwise(("self", "min"), Promotion.DEFAULT)
+@lowering(
+    aten.clamp_min.default, aten.clamp_min.Tensor, promote=Promotion.DEFAULT, args=("self", "min")
+)
 def clamp_min(self, min):
     return jnp.maximum(self, min)
 
 
-@lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
-@elementwise(("self", "max"), Promotion.DEFAULT)
+@lowering(
+    aten.clamp_max.default, aten.clamp_max.Tensor, promote=Promotion.DEFAULT, args=("self", "max")
+)
 def clamp_max(self, max):
     return jnp.minimum(self, max)
 
@@ -542,7 +528,7 @@ for _op, _fn in {
     aten.gt: jnp.greater,
     aten.ge: jnp.greater_equal,
 }.items():
-    lowering(_op.Tensor, _op.Scalar)(elementwise(BINARY, Promotion.ALWAYS_BOOL)(_binary(_op, _fn)))
+    lowering(_op.Tensor, _op.Scalar, promote=Promotion.ALWAYS_BOOL, args=BINARY)(_binary(_op, _fn))
 
 
 def _logical(op, fn):
@@ -589,13 +575,12 @@ for _op, _fn in {
     aten.bitwise_or: jnp.bitwise_or,
     aten.bitwise_xor: jnp.bitwise_xor,
 }.items():
-    lowering(_op.Tensor, _op.Scalar, _op.Scalar_Tensor)(
-        elementwise(BINARY, Promotion.DEFAULT)(_binary(_op, _fn))
+    lowering(_op.Tensor, _op.Scalar, _op.Scalar_Tensor, promote=Promotion.DEFAULT, args=BINARY)(
+        _binary(_op, _fn)
     )
 
 
-@lowering(aten.bitwise_not.default)
-@elementwise(SELF, Promotion.DEFAULT)
+@lowering(aten.bitwise_not.default, promote=Promotion.DEFAULT, args=SELF)
 def bitwise_not(self):
     return jnp.logical_not(self) if self.dtype == jnp.bool_ else jnp.invert(self)
 
@@ -606,8 +591,9 @@ def bitwise_not(self):
     aten.bitwise_left_shift.Scalar_Tensor,
     aten.__lshift__.Tensor,
     aten.__lshift__.Scalar,
+    promote=Promotion.DEFAULT,
+    args=BINARY,
 )
-@elementwise(BINARY, Promotion.DEFAULT)
 def bitwise_left_shift(self, other):
     # PyTorch: shifting by a negative amount or by the bit width or more gives 0.
     bits = jnp.iinfo(self.dtype).bits
@@ -622,8 +608,9 @@ def bitwise_left_shift(self, other):
     aten.bitwise_right_shift.Scalar_Tensor,
     aten.__rshift__.Tensor,
     aten.__rshift__.Scalar,
+    promote=Promotion.DEFAULT,
+    args=BINARY,
 )
-@elementwise(BINARY, Promotion.DEFAULT)
 def bitwise_right_shift(self, other):
     bits = jnp.iinfo(self.dtype).bits
     out_of_range = (other < 0) | (other >= bits)
@@ -707,7 +694,7 @@ def _register_polynomial(names, fn):
     for name in names:
         packet = getattr(aten, name)
         ops += [packet.default, packet.x_scalar, packet.n_scalar]
-    lowering(*ops)(elementwise(("x", "n"), Promotion.INT_TO_FLOAT)(fn))
+    lowering(*ops, promote=Promotion.INT_TO_FLOAT, args=("x", "n"))(fn)
 
 
 def _chebyshev_lowering(kind, shifted):
@@ -781,7 +768,11 @@ def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(jnp.allclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
-@lowering(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
-@elementwise(("elements", "test_elements"), Promotion.ALWAYS_BOOL)
+@lowering(
+    aten.isin.Tensor_Tensor,
+    aten.isin.Tensor_Scalar,
+    aten.isin.Scalar_Tensor,
+    promote=Promotion.ALWAYS_BOOL,  # (the overloads name their arguments element(s), test_element(s))
+)
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     return jnp.isin(elements, test_elements, invert=invert)

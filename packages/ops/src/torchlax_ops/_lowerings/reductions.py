@@ -16,10 +16,9 @@ from jax import lax
 
 from .._promotion import to_jax_dtype
 from .._table import decomposition, lowering
+from ._common import _up, opmath_dtype
 
 aten = torch.ops.aten
-
-_LOW_PRECISION = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 def _dims(x, dim) -> tuple[int, ...]:
@@ -49,10 +48,6 @@ def _accumulate_dtype(x, dtype):
     if dtype is not None:
         return to_jax_dtype(dtype)
     return jnp.dtype(jnp.int64) if _is_int(x) else x.dtype
-
-
-def _opmath(x):
-    return x.astype(jnp.float32) if x.dtype in _LOW_PRECISION else x
 
 
 def _require_float(x, op: str, dtype=None):
@@ -88,7 +83,7 @@ def _require_nonempty(x, axes, op: str):
 
 def _sum(x, dim, keepdim, dtype):
     out = _accumulate_dtype(x, dtype)
-    acc = jnp.float32 if out in _LOW_PRECISION else out
+    acc = opmath_dtype(out)
     return jnp.sum(x.astype(acc), axis=_dims(x, dim), keepdims=keepdim).astype(out)
 
 
@@ -110,7 +105,7 @@ def nansum(self, dim=None, keepdim=False, *, dtype=None):
 
 def _mean(x, dim, keepdim, dtype):
     out = _require_float(x, "mean", dtype)
-    acc = jnp.float32 if out in _LOW_PRECISION else out
+    acc = opmath_dtype(out)
     return jnp.mean(x.astype(acc), axis=_dims(x, dim), keepdims=keepdim).astype(out)
 
 
@@ -126,7 +121,7 @@ def mean_dim(self, dim, keepdim=False, *, dtype=None):
 
 def _prod(x, dim, keepdim, dtype):
     out = _accumulate_dtype(x, dtype)
-    acc = jnp.float32 if out in _LOW_PRECISION else out
+    acc = opmath_dtype(out)
     return jnp.prod(x.astype(acc), axis=_dims(x, dim), keepdims=keepdim).astype(out)
 
 
@@ -286,7 +281,7 @@ def any_dim(self, dim=None, keepdim=False):
 def _var(x, dim, correction, keepdim, op="var"):
     _require_float(x, op)
     out = x.dtype
-    x = _opmath(x)
+    x = _up(x)
     axes = _dims(x, dim)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     correction = 1 if correction is None else correction
@@ -370,7 +365,7 @@ def std_mean_default(self, unbiased=True):
 @lowering(aten.logsumexp.default)
 def logsumexp(self, dim, keepdim=False):
     out = jnp.dtype(jnp.float32) if _is_int(self) else self.dtype
-    x = _opmath(self.astype(out))
+    x = _up(self.astype(out))
     axes = _dims(self, dim)
     if x.size == 0 or not axes:
         return jnp.log(jnp.sum(jnp.exp(x), axis=axes, keepdims=keepdim)).astype(out)
@@ -392,7 +387,7 @@ def _vector_norm(x, ord, dim, keepdim, dtype):
             f"{str(torch_dtype_of(x.dtype)).removeprefix('torch.').capitalize()}"
         )
     out = jnp.abs(x[..., :0]).dtype if jnp.iscomplexobj(x) else x.dtype
-    a = _opmath(jnp.abs(x))
+    a = _up(jnp.abs(x))
     axes = _dims(x, dim)
     ord = float(ord)
     if ord == float("inf"):
@@ -440,7 +435,7 @@ def cumsum(self, dim, *, dtype=None):
     out = _accumulate_dtype(self, dtype)
     if self.ndim == 0:
         return self.astype(out)
-    acc = jnp.float32 if out in _LOW_PRECISION else out
+    acc = opmath_dtype(out)
     return jnp.cumsum(self.astype(acc), axis=_scan_axis(self, dim)).astype(out)
 
 
@@ -449,16 +444,15 @@ def cumprod(self, dim, *, dtype=None):
     out = _accumulate_dtype(self, dtype)
     if self.ndim == 0:
         return self.astype(out)
-    acc = jnp.float32 if out in _LOW_PRECISION else out
+    acc = opmath_dtype(out)
     return jnp.cumprod(self.astype(acc), axis=_scan_axis(self, dim)).astype(out)
 
 
-@lowering(aten.logcumsumexp.default)
+@lowering(aten.logcumsumexp.default, opmath=True)
 def logcumsumexp(self, dim):
     if self.ndim == 0:
         return self
-    x = _opmath(self)
-    return lax.cumlogsumexp(x, axis=_scan_axis(self, dim)).astype(self.dtype)
+    return lax.cumlogsumexp(self, axis=_scan_axis(self, dim))
 
 
 def _cumulative_extreme(x, dim, largest: bool):
@@ -685,7 +679,7 @@ def renorm(self, p, dim, maxnorm):
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     axis = _dims(self, dim)
     others = tuple(a for a in range(self.ndim) if a not in axis)
-    norm = _vector_norm(_opmath(self), p, others, True, None)
+    norm = _vector_norm(_up(self), p, others, True, None)
     factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(norm.dtype)
     return self * factor.astype(self.dtype)
 
@@ -746,7 +740,7 @@ def segment_reduce(
     segment = jax.vmap(lambda ends: jnp.searchsorted(ends, position, side="right"))(bounds[:, 1:])
     inside = (position >= bounds[:, :1]) & (position < bounds[:, -1:])
     ids = jnp.where(inside, jnp.arange(rows)[:, None] * segments + segment, rows * segments)
-    x = _opmath(data).reshape(rows * n, -1)
+    x = _up(data).reshape(rows * n, -1)
     ids, total = ids.reshape(-1), rows * segments
     counts = jax.ops.segment_sum(jnp.ones_like(ids), ids, total)[:, None]
     nans = jax.ops.segment_max(jnp.isnan(x).astype(jnp.int8), ids, total) > 0

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .._promotion import Promotion, elementwise
+from .._promotion import Promotion
 from .._table import lowering, named, op_name
 
 aten = torch.ops.aten
@@ -229,41 +229,46 @@ _polygamma_kernel = jax.jit(_polygamma, static_argnums=0)
 _zeta_kernel = jax.jit(_zeta)
 
 
-@lowering(aten.digamma.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
+@lowering(aten.digamma.default, promote=Promotion.INT_TO_FLOAT, args=SELF)
 def digamma(self):
     return _digamma_kernel(self)
 
 
-@lowering(aten.polygamma.default, aten.special_polygamma.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
+@lowering(
+    aten.polygamma.default,
+    aten.special_polygamma.default,
+    promote=Promotion.INT_TO_FLOAT,
+    args=SELF,
+)
 def polygamma(n, self):
     if n < 0:
         raise ValueError(f"polygamma: the order n must be non-negative, got {n}.")
     return _polygamma_kernel(n, self)
 
 
-@lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(
+    aten.special_zeta.default,
+    aten.special_zeta.self_scalar,
+    aten.special_zeta.other_scalar,
+    promote=Promotion.INT_TO_FLOAT,
+    args=BINARY,
+)
 def zeta(self, other):
     return _zeta_kernel(self, other)  # in double; the promotion wrapper casts to the result dtype
 
 
-@lowering(aten.mvlgamma.default)
-@elementwise(SELF, Promotion.INT_TO_FLOAT)
+@lowering(aten.mvlgamma.default, promote=Promotion.INT_TO_FLOAT, args=SELF)
 def mvlgamma(self, p):
     terms = sum(lax.lgamma(self - j / 2) for j in range(p))
     return terms + p * (p - 1) / 4 * math.log(math.pi)
 
 
-@lowering(aten.igamma.default)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(aten.igamma.default, promote=Promotion.INT_TO_FLOAT, args=BINARY)
 def igamma(self, other):
     return jsp.gammainc(self, other)
 
 
-@lowering(aten.igammac.default)
-@elementwise(BINARY, Promotion.INT_TO_FLOAT)
+@lowering(aten.igammac.default, promote=Promotion.INT_TO_FLOAT, args=BINARY)
 def igammac(self, other):
     return jsp.gammaincc(self, other)
 
@@ -931,4 +936,4 @@ def _unary(op, fn):
 
 
 for _op, _fn in _INT_TO_FLOAT_UNARY.items():
-    lowering(_op)(elementwise(SELF, Promotion.INT_TO_FLOAT)(_unary(_op, _fn)))
+    lowering(_op, promote=Promotion.INT_TO_FLOAT)(_unary(_op, _fn))  # (named self or x)
