@@ -57,3 +57,35 @@ def test_a_traceback_names_the_op_of_a_factory_made_lowering():
         eq(jnp.zeros(2), jnp.zeros(3))  # fails inside the lowering's body
     frames = [frame.name for frame in traceback.extract_tb(raised.tb)]
     assert "eq" in frames, frames
+
+
+def test_where_names_the_file_and_line_of_an_ops_lowering():
+    from torchlax_ops._table import where
+
+    (found,) = where("aten.add.Tensor")
+    path, _, rest = found.partition(":")
+    assert path.endswith("_lowerings/elementwise.py") and rest.split()[1:] == ["add", "(lowering)"]
+    line = int(rest.split()[0])
+    assert open(path).read().splitlines()[line - 1].startswith("@lowering(aten.add.Tensor")
+    assert any("sum_dim" in entry for entry in where(torch.ops.aten.sum))  # a packet: overloads
+    assert where("aten.add_.Tensor") == []  # derived by the core from add.Tensor
+
+
+def test_the_files_named_in_where_to_find_an_op_exist():
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).parents[2]
+    text = (root / "docs" / "architecture.md").read_text()
+    section = text.split("## Where to find an op")[1].split("\n## ")[0]
+    lowerings = root / "packages/ops/src/torchlax_ops/_lowerings"
+    named = set(re.findall(r"`([\w./]+\.py)`", section))
+    missing = []
+    for name in named:
+        if "/" in name:  # a path from the repository root
+            candidates = [root / name]
+        else:  # a lowering family, a test, or a module of torchlax_ops
+            candidates = [lowerings / name, root / "tests/ops" / name, lowerings.parent / name]
+        if not any(path.exists() for path in candidates):
+            missing.append(name)
+    assert len(named) > 30 and not missing, missing

@@ -42,6 +42,31 @@ def op_name(op: Any) -> str:
     return op.__name__
 
 
+def where(op: Any) -> list[str]:
+    """Where ``op`` (an ``OpOverload`` or its name, ``"aten.add.Tensor"``) is lowered: one
+    ``"path/to/family.py:line name (lowering)"`` per table entry for it or its packet (for a
+    packet, also those of its overloads)."""
+    import inspect
+    import pathlib
+
+    from . import _lowerings  # noqa: F401  (fills the tables)
+
+    if isinstance(op, str):
+        namespace, name, *overload = op.removeprefix("torch.ops.").split(".")
+        packet = getattr(getattr(torch.ops, namespace), name)
+        op = getattr(packet, overload[0]) if overload else packet
+    packet = getattr(op, "overloadpacket", op)
+    found = []
+    for kind, table in (("lowering", LOWERINGS), ("decomposition", DECOMPOSITIONS)):
+        for key, fn in table:
+            if key is op or key is packet or getattr(key, "overloadpacket", None) is op:
+                body = inspect.unwrap(fn)
+                path = pathlib.Path(inspect.getsourcefile(body) or "?")
+                line = inspect.getsourcelines(body)[1]
+                found.append(f"{path}:{line} {fn.__name__} ({kind})")
+    return found
+
+
 def named(name: str, fn: Callable) -> Callable:
     """``fn`` (made by a factory or in a loop) renamed ``name``, the name of the op it lowers.
 
