@@ -26,8 +26,20 @@ _MATRIX_EXP_F32 = (
     "PyTorch's Taylor degrees and scaling but not its CPU GEMM's summation order"
 )
 
+_MATRIX_EXP_F16 = (
+    "PyTorch's CPU matrix_exp gives NaN at float16 (every entry, even for a 1e-4-norm "
+    "matrix); torchlax computes in float32 and rounds once"
+)
+_INSTANCE_NORM_F16 = (
+    "one float16 ulp (0.002) on 2 of 125 elements: PyTorch's CPU kernel rounds its "
+    "intermediate results to float16 in another order than torchlax, which normalises in "
+    "float32 and rounds once"
+)
+
 EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     # wrong or ill-conditioned reference
+    ("matrix_exp", None, "float16", "eager"): _MATRIX_EXP_F16,
+    ("nn.functional.instance_norm", None, "float16", "eager"): _INSTANCE_NORM_F16,
     ("matrix_exp", None, "bfloat16", "eager"): _MATRIX_EXP_BF16,
     ("matrix_exp", None, "bfloat16", "jit"): _MATRIX_EXP_BF16,
     ("matrix_exp", None, "float32", "eager"): _MATRIX_EXP_F32,
@@ -62,6 +74,10 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
     ): "the sample uses num_classes=-1 (the output shape depends on the data's maximum): raises "
     "a clear error under a trace; an explicit num_classes works under jit",
     # dtypes and layouts torchlax does not hold
+    # float16 inputs make a complex32 result in PyTorch
+    ("complex", None, "float16", "eager"): _COMPLEX32,
+    ("polar", None, "float16", "eager"): _COMPLEX32,
+    ("view_as_complex", None, "float16", "eager"): _COMPLEX32,
     ("chalf", None, None, "eager"): _COMPLEX32,
     ("chalf", None, None, "jit"): _COMPLEX32,
     ("sparse.mm", "reduce", None, "eager"): _SPARSE,

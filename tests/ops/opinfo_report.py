@@ -20,6 +20,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The report covers the whole matrix: jit mode at every dtype too (the suite runs one per op).
 os.environ["TORCHLAX_OPINFO_JIT_DTYPES"] = "all"
+os.environ["TORCHLAX_OPINFO_HALF_OPS"] = "all"  # and float16 on every op (the suite: some)
 
 import test_opinfo as harness  # noqa: E402
 import torchlax_core  # noqa: E402

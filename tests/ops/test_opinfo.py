@@ -7,14 +7,19 @@ and compares values, dtypes and shapes with PyTorch on the CPU. Known failures l
 a dtype mismatch is never excused by the table.
 
 ``python tests/ops/opinfo_report.py`` runs the same cases in-process and prints coverage.
-Eager mode runs every dtype of ``DTYPES`` the op supports. Under ``jax.jit`` the suite runs one
+Eager mode runs every dtype of ``DTYPES`` the op supports, and float16 (``HALF_DTYPES``) on the
+first sample of the ops that compute: pointwise, reduction, ``nn.functional`` and ``special``
+OpInfos (``computes``). float16's longer mantissa shows a missing float32 up-cast that bfloat16's
+tolerance hides; the data-movement ops (views, indexing, factories) do the same at any dtype, and
+leaving them out keeps float16 at about 55 worker-seconds. Under ``jax.jit`` the suite runs one
 dtype per op (float32 where supported, else the first supported one): dtype-specific behaviour is
 what eager mode checks (and eager mode already runs each op's compiled executable, see
 ``op_cache_min_calls`` below), while jit mode checks that the op traces. That halves the suite's
 largest part; ``opinfo_report.py`` and ``TORCHLAX_OPINFO_JIT_DTYPES=all`` run the full matrix.
 
 Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 2),
-``TORCHLAX_OPINFO_JIT_DTYPES`` (``one``, the default, or ``all``).
+``TORCHLAX_OPINFO_JIT_DTYPES`` (``one``, the default, or ``all``), ``TORCHLAX_OPINFO_HALF_OPS``
+(``compute``, the default, or ``all``: float16 on every op that supports it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import torchlax_core
 from torch.testing._internal.common_device_type import toleranceOverride
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import SEED, set_rng_seed
+from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
 from torch.utils import _pytree as pytree
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -38,11 +44,15 @@ from opinfo_machine_failures import MACHINE_FAILURES  # noqa: E402
 from opinfo_wrong_results import KNOWN_WRONG_RESULTS  # noqa: E402
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16)
+HALF_DTYPES = (torch.float16,)  # eager mode, first sample only
 MODES = ("eager", "jit")
 MAX_SAMPLES = int(os.environ.get("TORCHLAX_OPINFO_SAMPLES", "2"))
 JIT_DTYPES = os.environ.get("TORCHLAX_OPINFO_JIT_DTYPES", "one")
 if JIT_DTYPES not in ("one", "all"):
     raise ValueError(f"TORCHLAX_OPINFO_JIT_DTYPES must be 'one' or 'all', not {JIT_DTYPES!r}.")
+HALF_OPS = os.environ.get("TORCHLAX_OPINFO_HALF_OPS", "compute")
+if HALF_OPS not in ("compute", "all"):
+    raise ValueError(f"TORCHLAX_OPINFO_HALF_OPS must be 'compute' or 'all', not {HALF_OPS!r}.")
 
 # Ops whose values are random: checked for shape, dtype and reproducibility under a seed.
 RANDOM_OPS = frozenset(
@@ -125,6 +135,7 @@ BASE_TOLERANCE = {  # (atol, rtol): XLA's math functions differ from ATen's by a
     torch.float32: (1e-5, 1e-5),
     torch.float64: (1e-7, 1e-7),
     torch.bfloat16: (1e-2, 1.6e-2),
+    torch.float16: (1e-3, 1e-3),  # torch.testing's own float16 default rtol
     # complex results (FFTs: XLA's and MKL's/pocketfft's transforms round differently)
     torch.complex64: (1e-5, 1e-5),
     torch.complex128: (1e-7, 1e-7),
@@ -154,8 +165,16 @@ class Case:
         return (self.op.name, self.op.variant_test_name or None, dtype_name(self.dtype), self.mode)
 
 
-def all_cases(jit_dtypes: str = "all") -> list[Case]:
-    """Every (mode, op, dtype) case; with ``jit_dtypes="one"`` jit mode keeps one dtype per op."""
+def computes(op) -> bool:
+    """Whether ``op`` does arithmetic (float16 then rounds differently), not only moves data."""
+    return isinstance(op, UnaryUfuncInfo | BinaryUfuncInfo | ReductionOpInfo) or op.name.startswith(
+        ("nn.functional.", "special.")
+    )
+
+
+def all_cases(jit_dtypes: str = "all", half_ops: str = "all") -> list[Case]:
+    """Every (mode, op, dtype) case; with ``jit_dtypes="one"`` jit mode keeps one dtype per op,
+    with ``half_ops="compute"`` float16 runs on the ops that ``computes`` only."""
     cases = []
     for op in op_db:
         if op.name in CUDA_ONLY:
@@ -168,6 +187,8 @@ def all_cases(jit_dtypes: str = "all") -> list[Case]:
             if mode == "jit" and jit_dtypes == "one":
                 dtypes = [torch.float32] if torch.float32 in dtypes else dtypes[:1]
             cases.extend(Case(mode, op, d) for d in dtypes)
+        if half_ops == "all" or computes(op):
+            cases.extend(Case("eager", op, d) for d in HALF_DTYPES if d in supported)
     return cases
 
 
@@ -212,7 +233,7 @@ def samples(op, dtype):
     torch.manual_seed(0)
     generated = iter(op.sample_inputs_func(op, "cpu", dtype, False))
     found = []
-    for _ in range(MAX_SAMPLES):
+    for _ in range(1 if dtype in HALF_DTYPES else MAX_SAMPLES):
         set_rng_seed(SEED)
         sample = next(generated, None)
         if sample is None:
@@ -459,7 +480,7 @@ def run_case(case: Case) -> None:
 
 # -- pytest -------------------------------------------------------------------------------------
 
-CASES = all_cases(JIT_DTYPES)
+CASES = all_cases(JIT_DTYPES, HALF_OPS)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
