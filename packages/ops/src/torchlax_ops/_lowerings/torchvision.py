@@ -502,12 +502,7 @@ def deform_conv2d(
             f"* groups ({weight.shape[1]} * {groups}) and be divisible by "
             f"offset_groups ({offset_groups})."
         )
-    return _deform_conv2d(
-        input,
-        weight,
-        offset,
-        mask,
-        bias,
+    geometry = (
         stride_h,
         stride_w,
         pad_h,
@@ -518,6 +513,7 @@ def deform_conv2d(
         offset_groups,
         use_mask,
     )
+    return _deform_conv2d(input, weight, offset, mask, bias, *geometry)
 
 
 @named_lowering("torchvision::_deform_conv2d_backward")
@@ -538,23 +534,20 @@ def _deform_conv2d_backward(
     offset_groups,
     use_mask,
 ):
+    geometry = (
+        stride_h,
+        stride_w,
+        pad_h,
+        pad_w,
+        dilation_h,
+        dilation_w,
+        groups,
+        offset_groups,
+        use_mask,
+    )
+
     def forward(input, weight, offset, mask, bias):
-        return _deform_conv2d(
-            input,
-            weight,
-            offset,
-            mask,
-            bias,
-            stride_h,
-            stride_w,
-            pad_h,
-            pad_w,
-            dilation_h,
-            dilation_w,
-            groups,
-            offset_groups,
-            use_mask,
-        )
+        return _deform_conv2d(input, weight, offset, mask, bias, *geometry)
 
     _, vjp = jax.vjp(forward, input, weight, offset, mask, bias)
     grads = list(vjp(grad))
