@@ -109,6 +109,7 @@ def test_small_map_convolution_lowers_without_xla_convolution():
     assert "conv_general_dilated" not in primitives((1, 4, 2, 2), (4, 4, 3, 3))
     assert "conv_general_dilated" not in primitives((1, 4, 9, 9), (4, 4, 1, 1), 2, 0)
     assert "conv_general_dilated" in primitives((1, 4, 8, 8), (4, 4, 3, 3))
+    assert "conv_general_dilated" in primitives((1, 4, 9, 9), (4, 4, 9, 9), 1, 0)  # 81 slices
 
 
 def test_convolution_bfloat16_accumulates_in_float32():

@@ -101,8 +101,8 @@ def _as_matmul(input, weight, stride, padding, dilation) -> bool:
     Above 16 output positions XLA's convolution is as fast or faster (benchmarks/README.md).
     """
     out = _out_sizes(input, weight, stride, padding, dilation)
-    pointwise = all(k == 1 for k in weight.shape[2:])
-    return min(out) >= 1 and (pointwise or math.prod(out) <= 16)
+    window = math.prod(weight.shape[2:])  # one slice per window element: keep traces short
+    return min(out) >= 1 and window <= 64 and (window == 1 or math.prod(out) <= 16)
 
 
 def _conv_as_matmul(input, weight, stride, padding, dilation):
