@@ -44,6 +44,19 @@ CONVOLUTIONS = {
     ),
     "conv2d_unbatched": (F.conv2d, (randn(3, 6, 6), randn(4, 3, 3, 3))),
     "conv3d": (F.conv3d, (randn(1, 2, 4, 5, 6), randn(3, 2, 2, 2, 2))),
+    # Lowered as a matmul of window slices (tiny output maps, 1x1 kernels): see _as_matmul.
+    "conv2d_kernel_larger_than_map": (
+        lambda x, w, b: F.conv2d(x, w, b, padding=1),
+        (randn(2, 8, 2, 2), randn(6, 8, 3, 3), randn(6)),
+    ),
+    "conv2d_pointwise_stride": (
+        lambda x, w: F.conv2d(x, w, stride=2),
+        (randn(2, 4, 7, 7), randn(5, 4, 1, 1)),
+    ),
+    "conv1d_small_map_dilation": (
+        lambda x, w: F.conv1d(x, w, padding=2, dilation=2),
+        (randn(2, 3, 4), randn(4, 3, 3)),
+    ),
     "conv_transpose2d": (
         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
         (randn(2, 3, 5, 5), randn(3, 4, 3, 3), randn(4)),
@@ -73,11 +86,30 @@ def test_convolution(name):
         "conv_transpose2d",
         "conv_transpose2d_groups_dilation",
         "conv1d_groups_padding",
+        "conv2d_kernel_larger_than_map",
+        "conv2d_pointwise_stride",
+        "conv1d_small_map_dilation",
     ],
 )
 def test_convolution_grads(name):
     fn, args = CONVOLUTIONS[name]
     grads_match(lambda *a: (fn(*a) ** 2).sum(), list(args), atol=1e-3, rtol=1e-4)
+
+
+def test_small_map_convolution_lowers_without_xla_convolution():
+    # XLA:CPU's convolution is ~50x slower than a matmul on ResNet's 2x2 maps (issue 14).
+    import jax
+    from torchlax_ops._lowerings.convolution import _conv
+
+    def primitives(x_shape, w_shape, stride=1, padding=1):
+        x, w = jax.numpy.ones(x_shape), jax.numpy.ones(w_shape)
+        args = (stride, padding, 1, False, 0, 1)
+        return str(jax.make_jaxpr(lambda x, w: _conv(x, w, *args))(x, w))
+
+    assert "conv_general_dilated" not in primitives((1, 4, 2, 2), (4, 4, 3, 3))
+    assert "conv_general_dilated" not in primitives((1, 4, 9, 9), (4, 4, 1, 1), 2, 0)
+    assert "conv_general_dilated" in primitives((1, 4, 8, 8), (4, 4, 3, 3))
+    assert "conv_general_dilated" in primitives((1, 4, 9, 9), (4, 4, 9, 9), 1, 0)  # 81 slices
 
 
 def test_convolution_bfloat16_accumulates_in_float32():

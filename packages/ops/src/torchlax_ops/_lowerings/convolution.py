@@ -6,6 +6,9 @@ and cuDNN do.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import jax
 import jax.core
 import jax.numpy as jnp
@@ -35,7 +38,11 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
         )
     letters = "DHW"[-spatial:]
     numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
-    if not transposed:
+    # Half precision stays on XLA's convolution: the matmul's gradient would sum in half.
+    matmul = acc is None and not transposed and groups == 1
+    if matmul and _as_matmul(input, weight, stride, padding, dilation):
+        out = _conv_as_matmul(input, weight, stride, padding, dilation)
+    elif not transposed:
         out = jax.lax.conv_general_dilated(
             input,
             weight,
@@ -74,6 +81,45 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
             preferred_element_type=acc,
         )
     return out[0] if unbatched else out
+
+
+def _out_sizes(input, weight, stride, padding, dilation):
+    return [
+        (size + 2 * p - d * (k - 1) - 1) // s + 1
+        for size, k, s, p, d in zip(
+            input.shape[2:], weight.shape[2:], stride, padding, dilation, strict=True
+        )
+    ]
+
+
+def _as_matmul(input, weight, stride, padding, dilation) -> bool:
+    """Whether to lower a convolution as patches @ weight rather than XLA's convolution.
+
+    XLA:CPU runs a convolution whose output map is tiny (ResNet's last stage: 2x2) through a
+    slow generic kernel, forward and backward (its gradient swaps the operands): 512 channels
+    3x3 on 2x2 maps take 76 ms against 1.3 ms as a matmul. A 1x1 kernel is a matmul anyway.
+    Above 16 output positions XLA's convolution is as fast or faster (benchmarks/README.md).
+    """
+    out = _out_sizes(input, weight, stride, padding, dilation)
+    window = math.prod(weight.shape[2:])  # one slice per window element: keep traces short
+    return min(out) >= 1 and window <= 64 and (window == 1 or math.prod(out) <= 16)
+
+
+def _conv_as_matmul(input, weight, stride, padding, dilation):
+    """Convolution as one dot of the stacked window slices (im2col) with the weight."""
+    batch, channels = input.shape[:2]
+    out = _out_sizes(input, weight, stride, padding, dilation)
+    padded = jnp.pad(input, [(0, 0), (0, 0), *((p, p) for p in padding)])
+    patches = []
+    for offset in itertools.product(*(range(k) for k in weight.shape[2:])):
+        starts = [0, 0, *(o * d for o, d in zip(offset, dilation, strict=True))]
+        limits = [batch, channels]
+        limits += [a + (n - 1) * s + 1 for a, n, s in zip(starts[2:], out, stride, strict=True)]
+        patches.append(jax.lax.slice(padded, starts, limits, (1, 1, *stride)))
+    # (N, C, K, *out) against (O, C, K): the gradients are dots and pads, no convolution.
+    stacked = jnp.stack(patches, axis=2)
+    kernel = weight.reshape(*weight.shape[:2], -1)
+    return jnp.einsum("nck...,ock->no...", stacked, kernel, precision=HIGHEST)
 
 
 @lowering(aten.convolution.default)
