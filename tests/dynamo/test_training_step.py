@@ -124,6 +124,31 @@ def test_state_lives_on_the_module_and_optimizer():
         assert len(changed) == len(before)
 
 
+def test_optimizer_state_is_donated_unless_something_else_holds_it():
+    """The optimizer program updates the state in place (its old arrays donated to XLA), but
+    never an array another holder can still read."""
+    x, y = _data()
+    with torchlax_core.enable():
+        model = _model().to("jax")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        step = torch.compile(_make_step(model, opt), backend="torchlax")
+        step(x.to("jax"), y.to("jax"))
+        first, second = list(model.parameters())[:2]
+        old = opt.state[first]["exp_avg"].jax()  # taken from the tensor: no longer private
+        alias = second.detach()  # shares the parameter's storage, as in PyTorch
+        del first
+        state = opt.state[second]["exp_avg"]
+        old_private = [s.jax() for s in (state, second)]
+        old_private_ids = [id(a) for a in old_private]
+        del old_private  # now only the tensors hold them: they can be donated
+        previous = torch.ops.aten.clone(second).cpu()
+        step(x.to("jax"), y.to("jax"))
+    assert not old.is_deleted() and old.shape == (8, 6)  # still readable
+    assert all(id(s.jax()) not in old_private_ids for s in (state, second))
+    assert not torch.equal(alias.cpu(), previous)  # the alias sees the update
+    torch.testing.assert_close(alias.cpu(), second.detach().cpu(), rtol=0, atol=0)
+
+
 def test_backward_inside_a_compiled_function_runs_eagerly_without_dynamo_in_jax():
     """Dynamo runs ``loss.backward()`` eagerly (a graph break). The autograd engine then calls
     torchlax's ops, whose Python frames (dispatch, lowerings, JAX) Dynamo must leave alone:
