@@ -257,17 +257,13 @@ def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
 
 
 def _only_held_by(tensor: Tensor, array: jax.Array) -> bool:
-    kind = view_kind(tensor)
-    if kind not in (None, IDENTITY):
-        return False
     # The references a private array has: the call's array list, this function's and
-    # getrefcount's arguments, the tensor's storage, the tensor's own view cache (last root
-    # seen, its value).
-    expected = 4 if tensor._storage.array is array else 3  # pyright: ignore[reportPrivateUsage]  (reading the core's Tensor, as array_of does)
-    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (as above)
-    if view is not None:
-        expected += (view.seen is array) + (view.value is array)
-    return sys.getrefcount(array) <= expected
+    # getrefcount's arguments, the tensor's storage, and for an identity view its cache (the
+    # last root seen and the value computed from it, that root itself).
+    kind = view_kind(tensor)
+    if kind is None:
+        return sys.getrefcount(array) <= 4
+    return kind == IDENTITY and sys.getrefcount(array) <= 6
 
 
 def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
