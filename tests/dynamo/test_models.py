@@ -144,3 +144,55 @@ def test_gpt2_training_step(on_jax):
         assert_same(step(compiled, opt, cids), step(eager, eager_opt, ids), rtol=1e-4, atol=1e-4)
     check_state(trained, eager, rtol=1e-3, atol=1e-4)
     assert counters["eager_nodes"] == 0  # attention's backward too: no fused CPU kernel
+
+
+def _heads(x):  # (B, L, H*E) -> (B, H, L, E), a transposed view as in GPT-2's attention
+    return x.view(2, 5, 3, 4).transpose(1, 2)
+
+
+def attention_block(x):
+    q, k, v = (_heads(t) for t in x.split(12, dim=2))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    merged = out.transpose(1, 2)
+    # Without grad, a view: PyTorch's fused output is laid out as q is. (With grad the backend
+    # takes the math path, whose output is row-major: only reshape works there.)
+    return merged.reshape(2, 5, 12) if x.requires_grad else merged.view(2, 5, 12)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_attention_fused_op_kept_without_backward(grad, monkeypatch):
+    from torchlax_dynamo import _backend
+
+    targets = []
+
+    def recording(gm, env, name):
+        targets.extend(n.target for n in gm.graph.nodes)
+        return compile_graph(gm, env, name)
+
+    compile_graph = _backend.compile_graph
+    monkeypatch.setattr(_backend, "compile_graph", recording)
+    x = torch.randn(2, 5, 36, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        out = torch.compile(attention_block, backend="torchlax")(x)
+        expected = attention_block(x)
+    assert_same(out, expected, rtol=1e-5, atol=1e-6)
+    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    # A backward would need the fused kernel's own backward: the math path is taken then.
+    assert (fused in targets) is not grad
+
+
+def test_fused_attention_output_strides_match_pytorch():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torchlax_dynamo._program import run_graph
+
+    def fused(q, k, v):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=True)
+
+    q, k, v = (_heads(torch.randn(2, 5, 12)) for _ in range(3))
+    gm = make_fx(fused, tracing_mode="fake")(q, k, v)
+    env = torchlax_core.current_env()
+    with torchlax_core.enable(env):
+        outs = run_graph(gm, [to_jax(t) for t in (q, k, v)], env)
+    for out, expected in zip(outs, fused(q, k, v), strict=True):
+        assert out.stride() == expected.stride()
+        assert_same(out, expected, rtol=1e-5, atol=1e-6)

@@ -124,6 +124,41 @@ def test_state_lives_on_the_module_and_optimizer():
         assert len(changed) == len(before)
 
 
+def test_optimizer_state_is_donated_unless_something_else_holds_it(monkeypatch):
+    """The optimizer program updates the state in place (its old arrays donated to XLA), but
+    never an array another holder can still read."""
+    from torchlax_dynamo import _program
+
+    donated = []
+
+    def recording(mutated, args, arrays):
+        positions = donate(mutated, args, arrays)
+        donated.append({id(arrays[i]) for i in positions})
+        return positions
+
+    donate = _program._donated
+    monkeypatch.setattr(_program, "_donated", recording)
+    x, y = _data()
+    with torchlax_core.enable():
+        model = _model().to("jax")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        step = torch.compile(_make_step(model, opt), backend="torchlax")
+        step(x.to("jax"), y.to("jax"))
+        first, second = list(model.parameters())[:2]
+        held = opt.state[first]["exp_avg"].jax()  # taken from the tensor: no longer private
+        alias = second.detach()  # shares the parameter's storage, as in PyTorch
+        private_id = id(opt.state[second]["exp_avg"].jax())
+        previous = torch.ops.aten.clone(second).cpu()
+        del first
+        donated.clear()
+        step(x.to("jax"), y.to("jax"))
+    (ids,) = donated  # one graph writes its inputs: the optimizer's
+    assert private_id in ids and id(held) not in ids
+    assert not held.is_deleted() and held.shape == (8, 6)  # still readable
+    assert not torch.equal(alias.cpu(), previous)  # the alias sees the update
+    torch.testing.assert_close(alias.cpu(), second.detach().cpu(), rtol=0, atol=0)
+
+
 def test_backward_inside_a_compiled_function_runs_eagerly_without_dynamo_in_jax():
     """Dynamo runs ``loss.backward()`` eagerly (a graph break). The autograd engine then calls
     torchlax's ops, whose Python frames (dispatch, lowerings, JAX) Dynamo must leave alone:

@@ -132,13 +132,25 @@ def torchlax_backend(
         # of the forward handing them over as outputs (a transposed weight would be copied).
         partition_fn=min_cut_rematerialization_partition,
     )
+    _check_one_hot_classes(gm)
+    if not _may_need_backward(example_inputs):
+        # No backward can follow: the fused CPU attention op stays whole and is lowered as one
+        # (fewer transposes and copies than its math decomposition).
+        return backend(gm, example_inputs)
     # Scaled dot-product attention as plain ATen ops (matmuls, softmax) whose backward autograd
     # derives, instead of the CPU flash kernel pair: its forward decomposes, but its backward
     # (a fused kernel) would then be handed the decomposition's outputs, which are not the
     # logsumexp it expects. Inductor excludes that decomposition for the same reason.
-    _check_one_hot_classes(gm)
     with sdpa_kernel([SDPBackend.MATH]):
         return backend(gm, example_inputs)
+
+
+def _may_need_backward(example_inputs) -> bool:
+    # AOT autograd builds a backward exactly when grad mode is on and some input requires grad
+    # (Dynamo lifts parameters to inputs); the same test decides here.
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+    )
 
 
 def _one_hot_class_checks(self: torch.Tensor, num_classes: int) -> None:

@@ -23,12 +23,16 @@ from __future__ import annotations
 import collections
 import functools
 import operator
+import sys
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
 from torchlax_core.internal import (
+    IDENTITY,
     CompiledProgram,
     array_of,
     output_tensors,
@@ -87,18 +91,53 @@ class XlaProgram:
         outputs = [output] if self._single_output else list(output)  # pyright: ignore[reportArgumentType]  (not a single output: a list or tuple)
         self._output_devices = [_meta_device(n) for n in outputs]
         self._inputs = InputCache(self._num_inputs)
+        self._program = self._compiled(())
+        # Inputs the graph writes (``copy_`` into a placeholder): their old arrays are donated
+        # to the program where nothing else can see them (see ``_donated``), so XLA updates
+        # the state in place as a hand-written ``jax.jit`` step with donated state does.
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        self._mutated = tuple(
+            sorted(
+                {
+                    placeholders.index(n.args[0])
+                    for n in nodes
+                    if n.op == "call_function"
+                    and n.target is torch.ops.aten.copy_.default
+                    and n.args[0] in placeholders
+                }
+            )
+        )
+        self._donating: dict[tuple[int, ...], CompiledProgram] = {}
+        self.boxed = boxed(self)
+        counters["xla_programs"] += 1
+
+    def _compiled(self, donated: tuple[int, ...]) -> CompiledProgram:
+        """The program over all array inputs (``donated`` empty), or one taking the arrays at
+        ``donated`` as a first, donated argument and the others as a second."""
         # Whether a signature draws PRNG keys is learned by tracing it (so a plugin lowering
         # that calls ``next_prng_key()`` counts as much as an op PyTorch tags random).
         # Config.checked: value checks (an index out of range, ...) are raised after the call,
-        # before any output or write-back; off, XLA clamps and fills.
-        self._program = CompiledProgram(
-            f"torch.compile graph {name}",
-            self._trace,
-            checks=bool(getattr(env.config, "checked", False)),
-            env=env,
+        # before any output or write-back; off, XLA clamps and fills (and nothing is donated).
+        trace: Callable[..., Any] = self._trace
+        if donated:
+            donated_set = frozenset(donated)
+
+            def trace_split(statics, given: list, kept: list):
+                count = len(given) + len(kept)
+                given_at, kept_at = iter(given), iter(kept)
+                arrays = [
+                    next(given_at) if i in donated_set else next(kept_at) for i in range(count)
+                ]
+                return self._trace(statics, arrays)
+
+            trace = trace_split
+        return CompiledProgram(
+            f"torch.compile graph {self.name}",
+            trace,
+            donate_argnums=(0,) if donated else (),
+            checks=bool(getattr(self.env.config, "checked", False)),
+            env=self.env,
         )
-        self.boxed = boxed(self)
-        counters["xla_programs"] += 1
 
     # -- tracing ----------------------------------------------------------------------------
 
@@ -156,7 +195,17 @@ class XlaProgram:
         # A fresh key per call from torch's generator where the signature draws keys:
         # reproducible under torch.manual_seed.
         with jax.enable_x64(True):
-            results, entry = self._program((statics, signature(arrays)), arrays, static=statics)
+            donated = _donated(self._mutated, args, arrays) if self._mutated else ()
+            sig = (statics, signature(arrays))
+            if donated:
+                given = [arrays[i] for i in donated]
+                kept = [a for i, a in enumerate(arrays) if i not in donated]
+                program = self._donating.get(donated) or self._donating.setdefault(
+                    donated, self._compiled(donated)
+                )
+                results, entry = program(sig, given, kept, static=statics)
+            else:
+                results, entry = self._program(sig, arrays, static=statics)
         layout, mutations, arrays_at, devices = entry.info
         outs = []
         for kind, value in layout:
@@ -180,7 +229,41 @@ class XlaProgram:
 
     @property
     def traces(self) -> int:
-        return self._program.traces
+        return self._program.traces + sum(p.traces for p in self._donating.values())
+
+
+def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
+    """Positions in ``arrays`` of mutated inputs whose arrays can be donated.
+
+    Only a torchlax Tensor over its whole storage (no view, or an identity view such as the
+    alias AOT autograd passes for a parameter) whose array nothing else references: another
+    storage, a user's ``t.jax()``, another input. The write-back gives the storage the new
+    array, so every alias of the tensor sees the update; views of it recompute from the new
+    array (they compare their cached root by identity). CPU tensors are never donated: XLA
+    frees a donated buffer it borrowed through DLPack instead of reusing it.
+    """
+    positions = []
+    position = 0
+    index = 0
+    for i, arg in enumerate(args):
+        if not isinstance(arg, torch.Tensor):
+            continue
+        if index < len(mutated) and mutated[index] == i:
+            index += 1
+            if isinstance(arg, Tensor) and _only_held_by(arg, arrays[position]):
+                positions.append(position)
+        position += 1
+    return tuple(positions)
+
+
+def _only_held_by(tensor: Tensor, array: jax.Array) -> bool:
+    # The references a private array has: the call's array list, this function's and
+    # getrefcount's arguments, the tensor's storage, and for an identity view its cache (the
+    # last root seen and the value computed from it, that root itself).
+    kind = view_kind(tensor)
+    if kind is None:
+        return sys.getrefcount(array) <= 4
+    return kind == IDENTITY and sys.getrefcount(array) <= 6
 
 
 def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
@@ -206,7 +289,10 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
         if op == "call_function":
             node_args = _load(node.args, values)
             node_kwargs = {k: _load(v, values) for k, v in node.kwargs.items()}
-            values[node] = call_node(node.target, node_args, node_kwargs, env)
+            value = call_node(node.target, node_args, node_kwargs, env)
+            if node.target in _QUERY_LAYOUT_OPS:
+                value = _with_fake_layout(value, node.meta.get("val"), env)
+            values[node] = value
         elif op == "placeholder":
             values[node] = next(inputs)
         elif op == "get_attr":
@@ -222,6 +308,34 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
                 f"({op}) inside an XLA program."
             )
     raise AssertionError("graph has no output node")
+
+
+# Ops whose outputs PyTorch lays out as their query is (a (B, L, H, E) query transposed to
+# (B, H, L, E) gives an output with those strides); the graph that follows relies on it (a
+# ``view`` after transposing back), while a lowering's result is row-major.
+_QUERY_LAYOUT_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default})
+
+
+def _with_fake_layout(value, fake, env):
+    """``value`` (a torchlax Tensor or a tuple of them) with the strides of ``fake``, its
+    fake tensor, where those are a permutation of a dense row-major layout."""
+    if isinstance(value, tuple | list) and isinstance(fake, tuple | list):
+        return type(value)(_with_fake_layout(v, f, env) for v, f in zip(value, fake, strict=True))
+    if not isinstance(value, Tensor) or not isinstance(fake, torch.Tensor):
+        return value
+    if value.stride() == fake.stride():
+        return value
+    # Dimensions from outermost to innermost in memory; the data is stored in that order and
+    # permuted back, a view whose strides are the fake's.
+    order = sorted(range(fake.dim()), key=lambda d: -fake.stride(d))
+    permute, clone = torch.ops.aten.permute.default, torch.ops.aten.clone.default
+    stored = env.dispatch(
+        clone,
+        (env.dispatch(permute, (value, order), {}),),
+        {"memory_format": torch.contiguous_format},
+    )
+    restrided = env.dispatch(permute, (stored, [order.index(d) for d in range(fake.dim())]), {})
+    return restrided if restrided.stride() == fake.stride() else value
 
 
 def _load(arg, values):
