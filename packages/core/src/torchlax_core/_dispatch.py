@@ -283,8 +283,6 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             key = signature(func, jargs, jkwargs, leaves)
         except not_cacheable:  # a tracer (inside a JAX trace), a generator, ...
             return None, None, None
-        if not leaves:  # no array input: nothing to launch an executable on
-            return None, None, None
         entry = entries.get(key)
         if entry is None:
             stats.misses += 1
