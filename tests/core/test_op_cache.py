@@ -291,3 +291,32 @@ def test_factories_without_array_inputs_are_cached_per_value_and_dtype(env):
     assert stats(env)[0] > hits
     draws = [torch.rand(4, device="jax").cpu() for _ in range(4)]
     assert len({tuple(d.tolist()) for d in draws}) == 4
+
+
+def test_a_transpose_is_a_deferred_view_folded_into_the_next_cached_op(env):
+    """``w.t()`` copies nothing: addmm's executable takes ``w`` and transposes inside."""
+    w_cpu, x_cpu, b_cpu = torch.randn(6, 4), torch.randn(3, 4), torch.randn(6)
+    w, x, b = jax_tensor(w_cpu), jax_tensor(x_cpu), jax_tensor(b_cpu)
+    for _ in range(3):
+        wt = w.t()
+        assert wt._base is w and wt.shape == (4, 6) and wt.stride() == w_cpu.t().stride()
+        assert wt.storage_offset() == 0
+        r = torch.addmm(b, x, wt)
+        torch.testing.assert_close(r.cpu(), torch.addmm(b_cpu, x_cpu, w_cpu.t()))
+    hits = stats(env)[0]
+    torch.addmm(b, x, w.t())  # a new view of the same signature: a hit
+    assert stats(env)[0] == hits + 1
+    r = torch.addmm(b, x, w.transpose(1, 0))
+    torch.testing.assert_close(r.cpu(), torch.addmm(b_cpu, x_cpu, w_cpu.transpose(1, 0)))
+    torch.testing.assert_close(w.transpose(-1, 0).cpu(), w_cpu.transpose(-1, 0))
+    # Writes reach a deferred view, and go through it, as through any view.
+    root = w.clone()
+    view = root.t()
+    root.add_(1)
+    torch.testing.assert_close(view.cpu(), (w_cpu + 1).t())
+    root = w.clone()
+    view = root.t()
+    view.mul_(2)
+    torch.testing.assert_close(root.cpu(), w_cpu * 2)
+    with pytest.raises(IndexError):
+        w.transpose(0, 2)

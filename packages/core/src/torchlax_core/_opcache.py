@@ -133,6 +133,9 @@ def _piece(x, leaves: list):
     if t is _ArrayImpl:
         leaves.append(x)
         return x.aval  # shape, dtype and weak_type (the sharding is checked by the call)
+    if t is Pending:
+        leaves.append(x.root)
+        return (Pending, x.recipe, x.root.aval)
     if t in _STATIC_TYPES:
         return x
     if t is float:
@@ -144,6 +147,28 @@ def _piece(x, leaves: list):
     if t is complex:
         return (complex, x.real.hex(), x.imag.hex())
     raise NotCacheable(t)  # tracers (inside a JAX trace), generators, other objects
+
+
+class Pending:
+    """A transposing view not computed yet, passed to a cached op instead of its value.
+
+    The op's executable gets the root array and applies the view itself, so XLA folds the
+    transpose into the op (a matmul's dimension numbers) instead of copying it first. Made by
+    ``_dispatch``'s unwrapper for views ``view_impl`` created deferred (``compute.recipe``).
+    """
+
+    __slots__ = ("tensor", "root", "compute", "recipe")
+
+    def __init__(self, tensor, root, compute, recipe):
+        self.tensor = tensor
+        self.root = root
+        self.compute = compute
+        self.recipe = recipe  # (view op, its other arguments): what the signature keys on
+
+
+def materialize(jargs):
+    """``jargs`` with each ``Pending`` view computed (for a lowering run plainly)."""
+    return [x.tensor._value() if type(x) is Pending else x for x in jargs]
 
 
 def signature(func, jargs, jkwargs, leaves: list):
@@ -171,10 +196,21 @@ class _Slot:
 _SLOT = _Slot()
 
 
+class _ViewSlot:
+    """A slot whose array is a ``Pending`` view's root: the view is applied inside the trace."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute):
+        self.compute = compute
+
+
 def _template(x) -> Any:
     t = type(x)
     if t is _ArrayImpl:
         return _SLOT
+    if t is Pending:
+        return _ViewSlot(x.compute)
     if t is list or t is tuple:
         return t(_template(y) for y in x)
     return x
@@ -185,6 +221,8 @@ def _fill(x, it) -> Any:
     if x is _SLOT:
         return next(it)
     t = type(x)
+    if t is _ViewSlot:
+        return x.compute(next(it))
     if t is list or t is tuple:
         return t(_fill(y, it) for y in x)
     return x
