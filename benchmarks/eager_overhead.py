@@ -20,13 +20,16 @@ between them (``__torch_dispatch__`` -> ``run_op`` -> the op's implementation) a
 handling of a new result tensor, including freeing the previous one (the do-nothing subclass
 returns one preallocated tensor, so its dispatch step has none of that).
 
-With ``--mlp-step``, it also counts the ops of one eager MLP training step (forward,
+With ``--mlp-step`` (``--gpt2``), it also counts the ops of one eager MLP training step (forward,
 ``loss.backward()``, SGD; the model of ``benchmarks/run.py``) and times each op class by its
 own CPU time (nested ops, run by a decomposition, are subtracted from it), saying how each is
 served: "cached" (an op-cache executable), "view", "decomposition" (Python on Tensors, its
-ops dispatched one by one), "never cached" (with the cache's reason) or "plain".
+ops dispatched one by one), "never cached" (with the cache's reason) or "plain". ``--gpt2``
+does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--only-ops`` skips the
+``a + b`` timings.
 
     uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile] [--mlp-step]
+        [--gpt2] [--only-ops]
 """
 
 from __future__ import annotations
@@ -135,30 +138,12 @@ def _served_by(env, func) -> str:
     return "plain"
 
 
-def mlp_step_ops(steps: int = 10) -> list[tuple[str, float, float, str]]:
-    """(op, calls per step, own CPU microseconds per step, how it is served) of one eager MLP
-    training step, most expensive first. Autograd's engine runs on this thread (its
-    multithreading off) so that nested ops are attributed correctly."""
-    from torch import nn
+def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
+    """(op, calls per step, own CPU microseconds per step, how it is served) of ``step()``,
+    most expensive first (run 3 times first, to fill the op cache)."""
     from torchlax_core import _tensor
 
-    torch.manual_seed(0)
-    with torchlax_core.enable() as env:
-        model = nn.Sequential(
-            nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10)
-        ).to("jax")
-        x, y = torch.randn(64, 256).to("jax"), torch.randint(0, 10, (64,)).to("jax")
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step():
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        with torch.autograd.set_multithreading_enabled(False):
-            loss.backward()
-        optimizer.step()
-        torchlax_core.unwrap(loss).block_until_ready()
-
-    for _ in range(3):  # fill the op cache
+    for _ in range(3):
         step()
     calls: dict = {}
     own: dict = {}
@@ -186,18 +171,59 @@ def mlp_step_ops(steps: int = 10) -> list[tuple[str, float, float, str]]:
     return sorted(rows, key=lambda row: -row[2])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=2000, help="calls per repeat")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--size", type=int, default=1000)
-    parser.add_argument("--profile", action="store_true", help="cProfile the torchlax loop")
-    parser.add_argument(
-        "--mlp-step", action="store_true", help="count and time the ops of an MLP training step"
-    )
-    args = parser.parse_args()
-    n, repeats = args.n, args.repeats
+def mlp_step_ops(steps: int = 10) -> list[tuple[str, float, float, str]]:
+    """The ops of one eager MLP training step (``op_rows``). Autograd's engine runs on this
+    thread (its multithreading off) so that nested ops are attributed correctly."""
+    from torch import nn
 
+    torch.manual_seed(0)
+    with torchlax_core.enable() as env:
+        model = nn.Sequential(
+            nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10)
+        ).to("jax")
+        x, y = torch.randn(64, 256).to("jax"), torch.randint(0, 10, (64,)).to("jax")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        with torch.autograd.set_multithreading_enabled(False):
+            loss.backward()
+        optimizer.step()
+        torchlax_core.unwrap(loss).block_until_ready()
+
+    return op_rows(env, step, steps)
+
+
+def gpt2_forward_ops(steps: int = 10) -> list[tuple[str, float, float, str]]:
+    """The ops of the eager GPT-2 forward of ``benchmarks/run.py`` (2 layers, no_grad)."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=512, n_positions=128)
+    with torchlax_core.enable() as env:
+        model = GPT2Model(config).eval().to("jax")
+        tokens = torch.randint(0, 512, (4, 64)).to("jax")
+
+    def step():
+        with torch.no_grad(), torchlax_core.enable(env):
+            out = model(tokens).last_hidden_state
+        torchlax_core.unwrap(out).block_until_ready()
+
+    return op_rows(env, step, steps)
+
+
+def print_rows(title: str, rows) -> None:
+    total_calls = sum(r[1] for r in rows)
+    total_us = sum(r[2] for r in rows)
+    print(f"\n{title}: {total_calls:.0f} calls, {total_us / 1e3:.2f} ms of CPU time in them")
+    print(f"  {'op':<42}{'calls':>6}{'own us':>9}  served by")
+    for op, n_calls, us, how in rows:
+        print(f"  {op:<42}{n_calls:>6.0f}{us:>9.0f}  {how}")
+
+
+def timings(args, n: int, repeats: int) -> None:
+    """The a + b timings and the breakdown (the default output)."""
     cpu_a, cpu_b = torch.rand(args.size), torch.rand(args.size)
     results: dict[str, float] = {}
     results["torch CPU"] = best_time(lambda: cpu_a + cpu_b, n, repeats)
@@ -235,17 +261,30 @@ def main() -> None:
     print("\nwhere one cached a + b spends its time:")
     for name, us in breakdown(n, repeats, args.size).items():
         print(f"  {name:<44}{us:>8.2f} us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000, help="calls per repeat")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--profile", action="store_true", help="cProfile the torchlax loop")
+    parser.add_argument(
+        "--mlp-step", action="store_true", help="count and time the ops of an MLP training step"
+    )
+    parser.add_argument(
+        "--gpt2", action="store_true", help="count and time the ops of a GPT-2 eager forward"
+    )
+    parser.add_argument("--only-ops", action="store_true", help="skip the a + b timings")
+    args = parser.parse_args()
+    n, repeats = args.n, args.repeats
+
+    if not args.only_ops:
+        timings(args, n, repeats)
     if args.mlp_step:
-        rows = mlp_step_ops()
-        total_calls = sum(r[1] for r in rows)
-        total_us = sum(r[2] for r in rows)
-        print(
-            f"\nops of one eager MLP training step: {total_calls:.0f} calls, "
-            f"{total_us / 1e3:.2f} ms of CPU time in them"
-        )
-        print(f"  {'op':<42}{'calls':>6}{'own us':>9}  served by")
-        for op, n_calls, us, how in rows:
-            print(f"  {op:<42}{n_calls:>6.0f}{us:>9.0f}  {how}")
+        print_rows("ops of one eager MLP training step", mlp_step_ops())
+    if args.gpt2:
+        print_rows("ops of one eager GPT-2 forward (2 layers)", gpt2_forward_ops())
 
 
 if __name__ == "__main__":

@@ -237,3 +237,86 @@ def test_slow_compilations_are_counted_and_logged_once(env, caplog):
     assert after["compile_seconds"] == pytest.approx(before["compile_seconds"] + 7.51)
     slow = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert len(slow) == 1 and "my_program" in slow[0] and "3.5 s" in slow[0]
+
+
+def test_value_checks_are_compiled_in_and_raise_from_the_executable(env):
+    """gather's index check is part of the cached program: hits, and still PyTorch's error."""
+    src_cpu = torch.randn(6, 4)
+    src = jax_tensor(src_cpu)
+    for data in ([[0], [3], [1], [2], [0], [3]], [[1], [1], [0], [2], [3], [0]]):
+        index_cpu = torch.tensor(data)
+        index = jax_tensor(index_cpu)
+        for _ in range(3):
+            r = torch.gather(src, 1, index)
+            torch.testing.assert_close(r.cpu(), torch.gather(src_cpu, 1, index_cpu))
+    assert "aten.gather.default" not in env.stats()["op_cache_uncacheable"]
+    hits = stats(env)[0]
+    bad_cpu = torch.tensor([[0], [4], [1], [2], [0], [3]])
+    with pytest.raises(RuntimeError) as expected:
+        torch.gather(src_cpu, 1, bad_cpu)
+    with pytest.raises(RuntimeError) as got:
+        torch.gather(src, 1, jax_tensor(bad_cpu))
+    assert str(got.value) == str(expected.value)
+    assert stats(env)[0] == hits + 1  # the executable answered, and raised
+
+
+def test_nll_loss_is_cached_and_checks_its_targets(env):
+    x_cpu = torch.randn(5, 3, requires_grad=True)
+    target_cpu = torch.tensor([0, 2, 1, 2, 0])
+    loss_cpu = torch.nn.functional.nll_loss(x_cpu, target_cpu)
+    (grad_cpu,) = torch.autograd.grad(loss_cpu, x_cpu)
+    x = jax_tensor(x_cpu.detach()).requires_grad_()
+    target = jax_tensor(target_cpu)
+    for _ in range(3):
+        loss = torch.nn.functional.nll_loss(x, target)
+        (grad,) = torch.autograd.grad(loss, x)
+        torch.testing.assert_close(loss.cpu(), loss_cpu)
+        torch.testing.assert_close(grad.cpu(), grad_cpu)
+    uncacheable = env.stats()["op_cache_uncacheable"]
+    assert "aten.nll_loss_forward.default" not in uncacheable
+    assert "aten.nll_loss_backward.default" not in uncacheable
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        torch.nn.functional.nll_loss(x, jax_tensor(torch.tensor([0, 3, 1, 2, 0])))
+
+
+def test_factories_without_array_inputs_are_cached_per_value_and_dtype(env):
+    hits = stats(env)[0]
+    for value, dtype in ((0.0, None), (1.5, None), (0.0, None), (3, torch.int64), (-0.0, None)):
+        for _ in range(3):
+            r = torch.full((2, 3), value, dtype=dtype, device="jax")
+            expected = torch.full((2, 3), value, dtype=dtype)
+            assert r.dtype == expected.dtype
+            torch.testing.assert_close(r.cpu(), expected)
+            assert torch.equal(r.cpu().signbit(), expected.signbit())
+    assert stats(env)[0] > hits
+    draws = [torch.rand(4, device="jax").cpu() for _ in range(4)]
+    assert len({tuple(d.tolist()) for d in draws}) == 4
+
+
+def test_a_transpose_is_a_deferred_view_folded_into_the_next_cached_op(env):
+    """``w.t()`` copies nothing: addmm's executable takes ``w`` and transposes inside."""
+    w_cpu, x_cpu, b_cpu = torch.randn(6, 4), torch.randn(3, 4), torch.randn(6)
+    w, x, b = jax_tensor(w_cpu), jax_tensor(x_cpu), jax_tensor(b_cpu)
+    for _ in range(3):
+        wt = w.t()
+        assert wt._base is w and wt.shape == (4, 6) and wt.stride() == w_cpu.t().stride()
+        assert wt.storage_offset() == 0
+        r = torch.addmm(b, x, wt)
+        torch.testing.assert_close(r.cpu(), torch.addmm(b_cpu, x_cpu, w_cpu.t()))
+    hits = stats(env)[0]
+    torch.addmm(b, x, w.t())  # a new view of the same signature: a hit
+    assert stats(env)[0] == hits + 1
+    r = torch.addmm(b, x, w.transpose(1, 0))
+    torch.testing.assert_close(r.cpu(), torch.addmm(b_cpu, x_cpu, w_cpu.transpose(1, 0)))
+    torch.testing.assert_close(w.transpose(-1, 0).cpu(), w_cpu.transpose(-1, 0))
+    # Writes reach a deferred view, and go through it, as through any view.
+    root = w.clone()
+    view = root.t()
+    root.add_(1)
+    torch.testing.assert_close(view.cpu(), (w_cpu + 1).t())
+    root = w.clone()
+    view = root.t()
+    view.mul_(2)
+    torch.testing.assert_close(root.cpu(), w_cpu * 2)
+    with pytest.raises(IndexError):
+        w.transpose(0, 2)

@@ -95,10 +95,11 @@ def _unwrap_plan(func) -> tuple[tuple[int, ...], bool]:
     return positions, tensor_kwargs
 
 
-def _make_unwrapper(func) -> Callable:
+def _make_unwrapper(func, defer_views: bool = False) -> Callable:
     """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema.
 
-    On the hot path: one call, no helper calls for a plain Tensor argument.
+    On the hot path: one call, no helper calls for a plain Tensor argument. With
+    ``defer_views`` (cached ops) a deferred view not computed yet comes as ``_opcache.Pending``.
     """
     positions, tensor_kwargs = _unwrap_plan(func)
     by_schema = getattr(func, "_schema", None) is not None
@@ -115,7 +116,15 @@ def _make_unwrapper(func) -> Callable:
                         break
                     a = jargs[i]
                     if type(a) is Tensor:
-                        jargs[i] = a._storage.array if a._view is None else a._value()
+                        view = a._view
+                        if view is None:
+                            jargs[i] = a._storage.array
+                        elif defer_views and view.seen is None:
+                            jargs[i] = _opcache.Pending(
+                                a, a._storage.array, view.compute, view.compute.recipe
+                            )
+                        else:
+                            jargs[i] = a._value()
                     elif a is not None:
                         jargs[i] = _unwrap(a, i)
             else:  # not an ATen overload: look at everything
@@ -264,7 +273,8 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
     wrap that takes the result's shape, dtype and device from the entry (reading them off a
     fresh array costs more than the rest of the wrap).
     """
-    unwrap = _make_unwrapper(func)
+    unwrap = _make_unwrapper(func, defer_views=True)
+    materialize = _opcache.materialize
     entries = cache.entries
     stats = cache.stats
     config = cache.config
@@ -283,8 +293,6 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             key = signature(func, jargs, jkwargs, leaves)
         except not_cacheable:  # a tracer (inside a JAX trace), a generator, ...
             return None, None, None
-        if not leaves:  # no array input: nothing to launch an executable on
-            return None, None, None
         entry = entries.get(key)
         if entry is None:
             stats.misses += 1
@@ -301,14 +309,14 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         min_calls = cache.min_calls()
         if calls < min_calls or calls == 1:
             # The first call of a signature runs plainly, counting host reads.
-            out = _opcache.run_probed(cache, func, fn, jargs, jkwargs)
+            out = _opcache.run_probed(cache, func, fn, materialize(jargs), jkwargs)
             if calls < min_calls or func in uncacheable:
                 return None, out
             # op_cache_min_calls=1: compile now and answer with the executable (so that
             # tests run each op's compiled form once).
         entry = _opcache.compile_entry(cache, func, fn, jargs, jkwargs, leaves)
         if entry is None:
-            return None, fn(*jargs, **jkwargs)
+            return None, fn(*materialize(jargs), **jkwargs)
         cache.insert(key, entry)
         return entry, entry.call(*leaves)
 
@@ -321,7 +329,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             except (ValueError, TypeError):  # inputs on other devices than it was compiled for
                 return entry.relax()(*leaves)
         if key is None:
-            return fn(*jargs, **jkwargs)
+            return fn(*materialize(jargs), **jkwargs)
         return miss(key, jargs, jkwargs, leaves)[1]
 
     def impl(args, kwargs):
@@ -329,7 +337,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         entry, key, leaves = lookup(jargs, jkwargs)
         if entry is None:
             if key is None:
-                out = fn(*jargs, **jkwargs)
+                out = fn(*materialize(jargs), **jkwargs)
             else:
                 entry, out = miss(key, jargs, jkwargs, leaves)
                 if entry is not None and entry.meta is None:
@@ -389,10 +397,44 @@ def _view_kind(func) -> int:
     return GATHER
 
 
+# Views computed only when read, or applied inside the next cached op's executable, where XLA
+# folds them into the op (a transpose into a matmul's dimension numbers) instead of copying:
+# Linear's weight.t(), attention's view/transpose chains. Single-result views of one array
+# whose result shape PyTorch's meta kernel gives (``_view_layouts``).
+_DEFERRED_VIEWS = frozenset(
+    {
+        torch.ops.aten.t.default,
+        torch.ops.aten.transpose.int,
+        torch.ops.aten.permute.default,
+        torch.ops.aten.view.default,
+        torch.ops.aten.unsqueeze.default,
+        torch.ops.aten.squeeze.dim,
+        torch.ops.aten.expand.default,
+        torch.ops.aten.slice.Tensor,
+        torch.ops.aten.select.int,
+    }
+)
+
+
+class _Aval:
+    """What ``_make`` reads of an array (shape, dtype, devices) for a view not computed yet."""
+
+    __slots__ = ("shape", "dtype", "_root")
+
+    def __init__(self, shape, root):
+        self.shape = shape
+        self.dtype = root.dtype
+        self._root = root
+
+    def devices(self):
+        return self._root.devices()
+
+
 def view_impl(func, fn) -> Callable:
     """A view op: its results share the base's storage and remember how to recompute."""
     unwrap = _make_unwrapper(func)
     op_kind = _view_kind(func)
+    deferrable = func in _DEFERRED_VIEWS
 
     def impl(args, kwargs):
         base = args[0]
@@ -403,11 +445,20 @@ def view_impl(func, fn) -> Callable:
         root_array = storage.array
         # First, so that PyTorch's own errors come out (view of a non-viewable layout, ...).
         layouts = _view_layouts(func, base, args, kwargs, root_array)
+        parent = base._view
+        if (
+            deferrable
+            and layouts is not None
+            and len(layouts) == 1
+            and not kwargs
+            and type(root_array) is _ArrayImpl
+            and (parent is None or (parent.seen is None and parent.compute is not None))
+        ):
+            return _deferred_view(func, fn, storage, root_array, parent, op_kind, args, layouts[0])
         jargs, jkwargs = unwrap(args, kwargs)
-        out = _call(fn, jargs, jkwargs)
         rest = jargs[1:]
         base_array = jargs[0]
-        parent = base._view
+        out = _call(fn, jargs, jkwargs)
 
         def step(array):
             return _call(fn, [array, *rest], jkwargs)
@@ -452,12 +503,29 @@ def view_impl(func, fn) -> Callable:
     return impl
 
 
+def _deferred_view(func, fn, storage, root_array, parent, kind, args, layout) -> Tensor:
+    """A view whose array is computed when first read (``_View.seen`` None until then)."""
+    rest = list(args[1:])
+    recipe = ((func, _frozen(rest)),)
+
+    def compute(array):
+        return _call(fn, [array, *rest], {})
+
+    if parent is not None:  # a view of a deferred view: one function from the root
+        compute = _then(parent.compute, compute)
+        recipe = parent.compute.recipe + recipe
+        kind = max(kind, parent.kind)
+    compute.recipe = recipe  # pyright: ignore[reportFunctionMemberAccess]  (our own attribute: the op cache keys on it)
+    shape = layout[3]
+    return _make(_Aval(shape, root_array), storage, _View(compute, kind, None, None), layout=layout)  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype, devices)
+
+
 # (op, base size/stride/offset/dtype, storage bytes, other arguments) -> each result's layout
 _LAYOUTS: dict = {}
 
 
 def _view_layouts(func, base, args, kwargs, root_array) -> list | None:
-    """PyTorch's ``(strides, storage_offset, storage_nbytes)`` of each result of view op
+    """PyTorch's ``(strides, storage_offset, storage_nbytes, shape)`` of each result of view op
     ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then cached.
 
     ``None`` where PyTorch has no meta kernel for the op (the view is then row-major).
@@ -512,7 +580,7 @@ def _meta_layouts(func, base, args, kwargs, nbytes) -> list:
     except NotImplementedError:
         return []
     outs = out if isinstance(out, list | tuple) else (out,)
-    return [(t.stride(), t.storage_offset(), nbytes) for t in outs]
+    return [(t.stride(), t.storage_offset(), nbytes, tuple(t.shape)) for t in outs]
 
 
 def inplace_view_counterpart(func):

@@ -9,10 +9,12 @@ launch. The rules (docs/architecture.md, "The eager op cache"):
 - Only functional ATen/prims lowerings are cached (``plain_impl``); in-place and ``out=`` ops
   through their functional overload. Views are not: their outputs alias their input's storage
   and keep the function that recomputes them.
-- An op whose lowering reads values on the host (``nonzero``, ``unique``, value checks that
-  raise PyTorch's errors eagerly) is never cached: the first run of each new signature counts
-  host reads, and a lowering that fails to trace with abstract inputs, or returns no arrays
-  (it runs for its side effects), is marked too.
+- An op whose lowering reads values on the host (``nonzero``, ``unique``) is never cached: the
+  first run of each new signature counts host reads, and a lowering that fails to trace with
+  abstract inputs, or returns no arrays (it runs for its side effects), is marked too. Reads
+  made by the value checks of ``_checks`` (an index out of range) are not such reads: the op
+  is compiled with its checks recorded (``_checks.checked``) and each call raises PyTorch's
+  error from the executable's check flags.
 - A lowering that draws a PRNG key (``env.next_prng_key``) is never cached: its trace runs
   inside a key scope, and a drawn key marks the op. A ``torch.Generator`` argument bypasses.
 - Inside a JAX trace (an input is a tracer) the lowering just runs: the caller's program is
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import time
 from collections import OrderedDict
 from typing import Any
@@ -35,6 +38,7 @@ import jax.numpy as jnp
 import torch
 from jax._src.array import ArrayImpl as _ArrayImplClass
 
+from . import _checks
 from ._registry import op_name
 from ._stats import Stats, record_compile
 from ._tensor import _DTYPES, _device_of
@@ -56,11 +60,13 @@ class OpCache:
         self.entries: OrderedDict[Any, Any] = OrderedDict()
         self.seen: OrderedDict[Any, int] = OrderedDict()  # signatures not compiled yet: calls
         self.uncacheable: dict[Any, str] = {}  # op -> why it is never cached
+        self.checked: set[Any] = set()  # ops compiled with their value checks recorded
 
     def clear(self) -> None:
         self.entries.clear()
         self.seen.clear()
         self.uncacheable.clear()
+        self.checked.clear()
 
     def capacity(self) -> int:
         return int(getattr(self.config, "op_cache_size", 0) or 0)
@@ -127,6 +133,9 @@ def _piece(x, leaves: list):
     if t is _ArrayImpl:
         leaves.append(x)
         return x.aval  # shape, dtype and weak_type (the sharding is checked by the call)
+    if t is Pending:
+        leaves.append(x.root)
+        return (Pending, x.recipe, x.root.aval)
     if t in _STATIC_TYPES:
         return x
     if t is float:
@@ -138,6 +147,28 @@ def _piece(x, leaves: list):
     if t is complex:
         return (complex, x.real.hex(), x.imag.hex())
     raise NotCacheable(t)  # tracers (inside a JAX trace), generators, other objects
+
+
+class Pending:
+    """A transposing view not computed yet, passed to a cached op instead of its value.
+
+    The op's executable gets the root array and applies the view itself, so XLA folds the
+    transpose into the op (a matmul's dimension numbers) instead of copying it first. Made by
+    ``_dispatch``'s unwrapper for views ``view_impl`` created deferred (``compute.recipe``).
+    """
+
+    __slots__ = ("tensor", "root", "compute", "recipe")
+
+    def __init__(self, tensor, root, compute, recipe):
+        self.tensor = tensor
+        self.root = root
+        self.compute = compute
+        self.recipe = recipe  # (view op, its other arguments): what the signature keys on
+
+
+def materialize(jargs):
+    """``jargs`` with each ``Pending`` view computed (for a lowering run plainly)."""
+    return [x.tensor._value() if type(x) is Pending else x for x in jargs]
 
 
 def signature(func, jargs, jkwargs, leaves: list):
@@ -165,10 +196,21 @@ class _Slot:
 _SLOT = _Slot()
 
 
+class _ViewSlot:
+    """A slot whose array is a ``Pending`` view's root: the view is applied inside the trace."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute):
+        self.compute = compute
+
+
 def _template(x) -> Any:
     t = type(x)
     if t is _ArrayImpl:
         return _SLOT
+    if t is Pending:
+        return _ViewSlot(x.compute)
     if t is list or t is tuple:
         return t(_template(y) for y in x)
     return x
@@ -179,6 +221,8 @@ def _fill(x, it) -> Any:
     if x is _SLOT:
         return next(it)
     t = type(x)
+    if t is _ViewSlot:
+        return x.compute(next(it))
     if t is list or t is tuple:
         return t(_fill(y, it) for y in x)
     return x
@@ -202,9 +246,13 @@ def _check_outputs(out, top: bool = True) -> None:
 
 
 class _HostReads:
-    """Counts reads of array values into Python/NumPy while a probe is installed."""
+    """Counts reads of array values into Python/NumPy while a probe is installed.
+
+    ``count`` counts every read; ``other`` those not made by a value check of ``_checks``.
+    """
 
     count = 0
+    other = 0
     depth = 0
     # The originals (None where this JAX lacks one: its probe is then never installed).
     value: Any = _ArrayImplClass.__dict__.get("_value")
@@ -212,18 +260,32 @@ class _HostReads:
     to_host: Any = _ArrayImplClass.__dict__.get("copy_to_host_async")
 
 
-def _counting_value(self):
+_CHECK_CODES = frozenset({_checks.check.__code__, _checks.check_index.__code__})
+
+
+def _note_read() -> None:
+    # Only the first run of a signature is probed, so walking the stack here costs little.
     _HostReads.count += 1
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code in _CHECK_CODES:
+            return
+        frame = frame.f_back
+    _HostReads.other += 1
+
+
+def _counting_value(self):
+    _note_read()
     return _HostReads.value.fget(self)
 
 
 def _counting_array(self, *args, **kwargs):
-    _HostReads.count += 1
+    _note_read()
     return _HostReads.array(self, *args, **kwargs)
 
 
 def _counting_to_host(self, *args, **kwargs):
-    _HostReads.count += 1
+    _note_read()
     return _HostReads.to_host(self, *args, **kwargs)
 
 
@@ -261,16 +323,19 @@ _ORIGINAL_ATTR = {"_value": "value", "__array__": "array", "copy_to_host_async":
 
 
 def run_probed(cache: OpCache, func, fn, jargs, jkwargs):
-    """Run the lowering plainly; an op that read a value on the host is never cached."""
+    """Run the lowering plainly; an op that read a value on the host is never cached, one
+    whose only reads were its value checks is compiled with the checks recorded."""
     with count_host_reads() as reads:
-        before = reads.count
+        before, other_before = reads.count, reads.other
         try:
             return fn(*jargs, **jkwargs)
         finally:
-            # Also when it raised: a value check (torchlax_core.check) read the value and
-            # failed; compiled, the check would be traced away for the next call.
-            if reads.count != before:
+            # Also when it raised: a value check read the value and failed; compiled without
+            # recording, the check would be traced away for the next call.
+            if reads.other != other_before:
                 cache.mark_uncacheable(func, "its lowering reads values on the host")
+            elif reads.count != before:
+                cache.checked.add(func)
 
 
 # -- compiling ----------------------------------------------------------------------------------
@@ -289,11 +354,12 @@ class Entry:
     first one: a hit wraps its result without reading them off the new array.
     """
 
-    __slots__ = ("call", "traced", "meta")
+    __slots__ = ("call", "traced", "meta", "checked")
 
-    def __init__(self, call, traced):
-        self.call = call
+    def __init__(self, call, traced, checked: bool = False):
         self.traced = traced
+        self.checked = checked
+        self.call = _raising(call) if checked else call
         self.meta = None
 
     def learn(self, out) -> None:
@@ -304,9 +370,22 @@ class Entry:
 
     def relax(self):
         """Called with inputs on other devices (or shardings): use ``jax.jit``'s own cache."""
-        self.call = jax.jit(self.traced)
+        call = jax.jit(self.traced)
+        self.call = _raising(call) if self.checked else call
         self.meta = None  # results may land elsewhere now
         return self.call
+
+
+def _raising(call):
+    """``call`` of a program compiled with ``_checks.checked``: raises what its checks found
+    (one read of the error flags per call, as the eager check's own read), else the outputs."""
+
+    def checked_call(*arrays):
+        error, out = call(*arrays)
+        _checks.raise_error(error)
+        return out
+
+    return checked_call
 
 
 def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
@@ -320,6 +399,9 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
         _check_outputs(out)
         return out
 
+    checked = func in cache.checked
+    if checked:
+        traced = _checks.checked(traced)
     env = cache.env
     start = time.perf_counter()
     try:
@@ -337,4 +419,4 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
         )
         return None
     record_compile(op_name(func), time.perf_counter() - start, env)
-    return Entry(compiled, traced)
+    return Entry(compiled, traced, checked)

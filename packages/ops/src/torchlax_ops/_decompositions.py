@@ -28,9 +28,7 @@ _OPS = [
     aten._fused_rms_norm_backward.default,
     aten._weight_norm_interface.default,
     # losses
-    # nll_loss_forward / nll_loss2d_forward: _lowerings/losses.py wraps them with the target check
-    aten.nll_loss_backward.default,
-    aten.nll_loss2d_backward.default,
+    # nll_loss_forward/backward, nll_loss2d_*: lowerings in _lowerings/losses.py
     aten.mse_loss.default,
     aten.mse_loss_backward.default,
     aten.smooth_l1_loss.default,

@@ -1,8 +1,8 @@
-"""Losses: CTC, linear cross entropy, and the nll losses' target check; ``one_hot`` (class targets).
+"""Losses: CTC, linear cross entropy, the nll losses; ``one_hot`` (class targets).
 
-The nll losses and ``one_hot`` are torch-level: their PyTorch code reads data on the host, which
-the checks here replace with ``check_index`` (a host read eagerly, a checked-mode assertion
-under jit).
+The nll losses check their targets with ``check_index`` (compiled into the eager op cache's
+executable, a checked-mode assertion under jit). ``one_hot`` is torch-level: its PyTorch code
+reads data on the host, which the checks here replace.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torch.nn.modules.linear_cross_entropy  # noqa: F401  (defines the torch_nn ops)
-from torch._decomp import decomposition_table
 from torchlax_core import Tensor, check_index
 
 from .._table import decomposition, lowering
@@ -263,13 +262,18 @@ def _traced(tensor) -> bool:
     )
 
 
-def _check_targets(self, target, ignore_index):
-    """nll_loss's check: each target is a class of ``self`` (dim 1, or 0 unbatched) or
-    ``ignore_index``."""
-    classes = self.shape[1] if self.dim() > 1 else self.shape[0]
-    targets = target.jax()
+# -- the nll losses: lowerings, so that the eager op cache compiles each into one executable --
+# (PyTorch's decompositions dispatch ~25 ops eagerly.) The target check is ``check_index``: the
+# op cache compiles it in (``_checks.checked``), a jit program records it in checked mode.
+
+_NONE, _MEAN, _SUM = 0, 1, 2
+
+
+def _check_class_targets(self, target, ignore_index):
+    """Each target is a class of ``self`` (dim 1, or 0 unbatched) or ``ignore_index``."""
+    classes = self.shape[1] if self.ndim > 1 else self.shape[0]
     check_index(
-        jnp.where(targets == ignore_index, 0, targets),
+        jnp.where(target == ignore_index, 0, target),
         0,
         classes,
         IndexError,
@@ -277,21 +281,75 @@ def _check_targets(self, target, ignore_index):
     )
 
 
-# PyTorch's decompositions of the nll losses, after the target check their kernels make.
-@decomposition(aten.nll_loss_forward.default)
+def _check_nll_dims(name, self, target, dims):
+    if self.ndim not in dims:
+        wanted = " or ".join(f"{d}D" for d in dims)
+        raise RuntimeError(f"{name}: input must be {wanted}, got {self.ndim}D.")
+    if self.ndim > 1 and target.shape != self.shape[:1] + self.shape[2:]:
+        raise RuntimeError(
+            f"{name}: size mismatch (got input: {list(self.shape)}, target: "
+            f"{list(target.shape)}); the target has the input's shape without the class dim."
+        )
+
+
+def _target_weights(self, safe, kept, weight):
+    """Each target's class weight (0 where ignored), in ``self``'s dtype."""
+    per_target = jnp.ones((), self.dtype) if weight is None else weight[safe].astype(self.dtype)
+    return jnp.where(kept, per_target, 0).astype(self.dtype)
+
+
+def _nll_forward(self, target, weight, reduction, ignore_index):
+    _check_class_targets(self, target, ignore_index)
+    channel = 1 if self.ndim > 1 else 0
+    kept = target != ignore_index
+    safe = jnp.where(kept, target, 0)
+    picked = jnp.take_along_axis(self, jnp.expand_dims(safe, channel), axis=channel)
+    weights = _target_weights(self, safe, kept, weight)
+    losses = jnp.where(kept, -(jnp.squeeze(picked, channel) * weights), 0).astype(self.dtype)
+    if reduction == _NONE and self.ndim > 1:
+        return losses, jnp.zeros((), self.dtype)
+    total_weight = jnp.sum(weights).astype(self.dtype)
+    if reduction == _SUM:
+        losses = jnp.sum(losses).astype(self.dtype)
+    elif reduction == _MEAN:
+        losses = (jnp.sum(losses) / total_weight).astype(self.dtype)
+    return losses, total_weight
+
+
+def _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    _check_class_targets(self, target, ignore_index)
+    channel = 1 if self.ndim > 1 else 0
+    if self.ndim == 1 and target.ndim > 0:  # PyTorch's kernel reads target[0] only
+        target = target[0]
+    kept = target != ignore_index
+    safe = jnp.where(kept, target, 0)
+    grad = grad_output / total_weight if reduction == _MEAN else grad_output
+    scale = -(grad * _target_weights(self, safe, kept, weight))
+    classes = jax.lax.broadcasted_iota(safe.dtype, self.shape, channel)
+    hit = classes == jnp.expand_dims(safe, channel)
+    return jnp.where(hit, jnp.expand_dims(scale, channel), 0).astype(self.dtype)
+
+
+@lowering(aten.nll_loss_forward.default)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    _check_targets(self, target, ignore_index)
-    return decomposition_table[aten.nll_loss_forward.default](
-        self, target, weight, reduction, ignore_index
-    )
+    _check_nll_dims("nll_loss_forward", self, target, (1, 2))
+    return _nll_forward(self, target, weight, reduction, ignore_index)
 
 
-@decomposition(aten.nll_loss2d_forward.default)
+@lowering(aten.nll_loss2d_forward.default)
 def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
-    _check_targets(self, target, ignore_index)
-    return decomposition_table[aten.nll_loss2d_forward.default](
-        self, target, weight, reduction, ignore_index
-    )
+    _check_nll_dims("nll_loss2d_forward", self, target, (4,))
+    return _nll_forward(self, target, weight, reduction, ignore_index)
+
+
+@lowering(aten.nll_loss_backward.default)
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    return _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+
+
+@lowering(aten.nll_loss2d_backward.default)
+def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    return _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
 
 
 @decomposition(aten.one_hot.default)
