@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torchlax_core
+from jax.extend import core as jax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, checked, raise_error
 from torchlax_core.internal import (
@@ -155,16 +156,40 @@ class _Program:
             donate_argnums=(0,) if jitted.donate_state else (),
             checks=checks,
         )
+        # A function that changes no state but buffers runs this program instead: no
+        # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
+        self.forward_core = CompiledProgram(
+            f"torchlax.jit({name})",
+            self._traced_forward_entry,
+            checks=checks,
+            keep_jaxpr=not checks,
+        )
+        self.trains: bool | None = None  # learned by the first trace
+        # Autograd: the forward is the plain program; backward() runs one program that
+        # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
+        # has run, later calls save jax.vjp's residuals in the forward instead (a training
+        # loop then computes the forward once).
+        self.saves_residuals = checks  # checked mode: checkify's errors come from the forward
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
+        self._recomputing_backwards: dict = {}
 
     # -- tracing --------------------------------------------------------------------------
 
     def _traced_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
         return self._traced(state_arrays, lr_arrays, arrays)
 
-    def _traced(self, state_arrays: list, lr_arrays: list, arrays: list) -> tuple:
-        """The step on tracers, inside the caller's key scope: its results and ``_Info``."""
+    def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+        return self._traced(state_arrays, lr_arrays, arrays, all_storages=False)
+
+    def _traced(
+        self, state_arrays: list, lr_arrays: list, arrays: list, all_storages: bool = True
+    ) -> tuple:
+        """The step on tracers, inside the caller's key scope: its results and ``_Info``.
+
+        The new storages are all returned (donated state: each input buffer comes back), or,
+        with ``all_storages=False``, only those the step changes (``None`` for the others:
+        returning an undonated input copies it)."""
         state = self._state
         assert state is not None  # info() sets it before tracing
         env = torchlax_core.current_env()
@@ -199,6 +224,10 @@ class _Program:
             _swap_out(state, saved)
             _undefer_schedulers(state.schedulers)
         changed = tuple(new is not old for new, old in zip(new_storages, state_arrays, strict=True))
+        if not all_storages:
+            new_storages = [
+                new if c else None for new, c in zip(new_storages, changed, strict=True)
+            ]
         cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
         extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
         trains = any(
@@ -235,7 +264,7 @@ class _Program:
         def differentiable(diff):
             merged = _merge(mask, diff, other)
             with env.prng_key_scope(key):
-                results = traced(merged[:n_state], lr_arrays, merged[n_state:])
+                results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
             checked = results if self.checks else (None, results)
             error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
             return outs, (new_storages, extra, error)
@@ -243,12 +272,42 @@ class _Program:
         outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
         return outs, new_storages, extra, error, vjp
 
-    def entry(self, signature, state: _StateSet, args: tuple) -> Entry:
-        """This signature's entry (traced now if new: its ``info`` says what the step does)."""
+    def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
+        """This signature's entry (traced now if new: its ``info`` says what the step does):
+        of the forward program (``forward``: nothing donated) or of the donating one."""
         self._state = state  # read by the trace; the caller holds _trace_lock
+        if forward:
+            return self.forward_core.entry(signature, args)
         # The state is donated unless the step runs on lent CPU memory (read when tracing).
         self.core.donate_argnums = (0,) if self.jitted.donate_state else ()
         return self.core.entry(signature, args)
+
+    def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
+        """One program computing the input gradients of ``entry``'s outputs: it reruns the
+        forward (the entry's jaxpr, a pure function: no Python is traced again) under
+        ``jax.vjp`` and applies the cotangents."""
+        backward = self._recomputing_backwards.get((entry, mask))
+        if backward is not None:
+            return backward
+        assert entry.jaxpr is not None  # forward_core keeps jaxprs unless checks are on
+        forward_fn = jax_core.jaxpr_as_fun(entry.jaxpr)
+        n_state = len(entry.info.changed)
+        n_outs = sum(s is _SLOT for s in entry.info.out_statics)
+
+        def backward_program(diff, other, lr_arrays, key, cotangents):
+            def forward(diff):
+                merged = _merge(mask, diff, other)
+                flat = [*merged[:n_state], *lr_arrays, *merged[n_state:], key]
+                return forward_fn(*flat)[:n_outs]
+
+            _, vjp = jax.vjp(forward, diff)
+            return vjp(cotangents)[0]
+
+        backward = jax.jit(backward_program)
+        if len(self._recomputing_backwards) >= self.forward_core.max_signatures:
+            self._recomputing_backwards.pop(next(iter(self._recomputing_backwards)))
+        self._recomputing_backwards[(entry, mask)] = backward
+        return backward
 
 
 def _grad_changed(kind, index, before, changed) -> bool:
@@ -411,7 +470,9 @@ class _Jitted:
     @property
     def compilations(self) -> int:
         """XLA compilations this callable has made (one per program and input signature)."""
-        return sum(p.core.compilations for p in list(self.programs.values()))
+        return sum(
+            p.core.compilations + p.forward_core.compilations for p in list(self.programs.values())
+        )
 
     def _run(self, cpu_state: dict, args, kwargs):
         if self.module is None:
@@ -536,9 +597,20 @@ class _Jitted:
         ]
         on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         signature = (_signature(state_arrays), _signature(arrays))
-        state_arrays = _distinct(state_arrays)
-        entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays))
+        # A step that trains runs the donating program; a function that only computes, the
+        # forward program. Which one is learned by the first trace (guessed from whether
+        # there are optimizers) and checked on each new signature.
+        forward = program.trains is False or (program.trains is None and not state.optimizers)
+        if not forward:
+            state_arrays = _distinct(state_arrays)
+        entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
         info: _Info = entry.info
+        if info.trains == forward:
+            forward = not info.trains
+            if not forward:
+                state_arrays = _distinct(state_arrays)
+            entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
+        program.trains = info.trains
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -554,11 +626,18 @@ class _Jitted:
                 mask,
                 state_arrays + arrays,
                 lr_arrays,
+                entry,
                 entry.key(),
                 on_jax,
                 all_tensors,
             )
             outputs = _JitFunction.apply(call, *diff)
+        elif forward:
+            out_arrays, new_storages, extra = program.forward_core.run(
+                entry, state_arrays, lr_arrays, arrays
+            )
+            outputs = _to_tensors(out_arrays, on_jax, arrays)
+            _write_changed(state, info, new_storages, extra)
         else:
             # Check errors are raised before any output or state is written back.
             results = program.core.run(entry, state_arrays, lr_arrays, arrays)
@@ -668,6 +747,14 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
     _write_cpu_buffers(state, info, extra)
 
 
+def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
+    """A forward's new state: the storages it changed (buffers) and CPU module buffers."""
+    for storage, array, changed in zip(state.storages, new_storages, info.changed, strict=True):
+        if changed:  # BatchNorm's running statistics
+            storage.array = array
+    _write_cpu_buffers(state, info, extra)
+
+
 def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
     if not state.cpu_tensors:
         return
@@ -696,6 +783,7 @@ class _Call:
     mask: tuple[bool, ...]
     arrays: list  # state arrays, then CPU module tensors and inputs
     lr_arrays: list
+    entry: Entry  # of the forward program
     key: Any
     on_jax: bool
     tensors: list
@@ -706,26 +794,32 @@ class _Call:
 class _JitFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call: _Call, *diff_tensors):
-        diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
-        other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
         program = call.program
         n_state = len(call.state.storages)
-        with _trace_lock:
-            program._state = call.state
-            outs, new_storages, extra, error, vjp = program.forward_vjp(
-                call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key
+        if program.saves_residuals:
+            diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
+            other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
+            with _trace_lock:
+                program._state = call.state
+                outs, new_storages, extra, error, vjp = program.forward_vjp(
+                    call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key
+                )
+            if error is not None:
+                raise_error(error)  # before any output or state is written back
+            call.vjp = vjp
+        else:
+            # The plain forward; backward() recomputes it (this call's key: same dropout).
+            outs, new_storages, extra = program.forward_core.run(
+                call.entry,
+                call.arrays[:n_state],
+                call.lr_arrays,
+                call.arrays[n_state:],
+                key=call.key,
             )
-        if error is not None:
-            raise_error(error)  # before any output or state is written back
-        call.vjp, call.out_arrays = vjp, outs
+        call.out_arrays = outs
         ctx.call = call
         outputs = _to_tensors(outs, call.on_jax, call.arrays)
-        for storage, array, changed in zip(
-            call.state.storages, new_storages, call.info.changed, strict=True
-        ):
-            if changed:  # buffers (BatchNorm's running statistics)
-                storage.array = array
-        _write_cpu_buffers(call.state, call.info, extra)
+        _write_changed(call.state, call.info, new_storages, extra)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)
@@ -735,7 +829,14 @@ class _JitFunction(torch.autograd.Function):
         call: _Call = ctx.call
         cotangents = [_cotangent(out, g) for out, g in zip(call.out_arrays, grads, strict=True)]
         with jax.enable_x64(True):
-            (grad_arrays,) = call.program.backward(call.vjp, cotangents)
+            if call.vjp is not None:
+                (grad_arrays,) = call.program.backward(call.vjp, cotangents)
+            else:
+                call.program.saves_residuals = True  # a backward follows this forward
+                backward = call.program.recomputing_backward(call.entry, call.mask)
+                diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
+                other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
+                grad_arrays = backward(diff, other, call.lr_arrays, call.key, cotangents)
         diff = [t for t, m in zip(call.tensors, call.mask, strict=True) if m]
         results = []
         for grad, tensor in zip(grad_arrays, diff, strict=True):
