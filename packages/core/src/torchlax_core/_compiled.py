@@ -161,6 +161,10 @@ class CompiledProgram:
             raise_error(error)
         return results
 
+    def executables(self) -> dict:
+        """Signature -> compiled executable, for the entries compiled so far."""
+        return {sig: e._executable for sig, e in list(self._entries.items()) if e._executable}
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

@@ -155,6 +155,7 @@ class _Program:
             self._traced_entry,
             donate_argnums=(0,) if jitted.donate_state else (),
             checks=checks,
+            keep_jaxpr=not checks,
         )
         # A function that changes no state but buffers runs this program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
@@ -282,6 +283,11 @@ class _Program:
         self.core.donate_argnums = (0,) if self.jitted.donate_state else ()
         return self.core.entry(signature, args)
 
+    @property
+    def compiled(self) -> dict:
+        """Signature -> executable, for this program's compiled signatures."""
+        return {**self.core.executables(), **self.forward_core.executables()}
+
     def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
         """One program computing the input gradients of ``entry``'s outputs: it reruns the
         forward (the entry's jaxpr, a pure function: no Python is traced again) under
@@ -359,13 +365,10 @@ def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
 def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
     """Put the program's tracers into the state objects; return what to restore."""
     ids = {id(s): i for i, s in enumerate(state.storages)}
-    saved = {
+    saved: dict[str, Any] = {
         "arrays": [s.array for s in state.storages],
         "storage_ids": ids,
         "grads": [p.grad for p in state.grads],
-        "grad_storage": [
-            -1 if p.grad is None else ids[id(storage_of(p.grad))] for p in state.grads
-        ],
         "opt_state": {
             id(opt): {p: dict(v) for p, v in opt.state.items()} for opt in state.optimizers
         },
@@ -378,6 +381,16 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
             if "capturable" in group
         ],
     }
+    # A .grad the step discards unread is no input: it holds a stand-in of its shape while
+    # tracing (it is not None, so the step's Python takes the path it took when the grad was
+    # fed and found unread).
+    dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
+    saved["dead"] = [(storage, storage.array) for storage in dead]
+    for storage in dead:
+        storage.array = jnp.zeros_like(storage.array)
+    saved["grad_storage"] = [
+        -1 if p.grad is None else ids.get(id(storage_of(p.grad)), -2) for p in state.grads
+    ]
     for storage, array in zip(state.storages, state_arrays, strict=True):
         storage.array = array
     lr_tensors = []
@@ -394,6 +407,8 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
 
 def _swap_out(state: _StateSet, saved: dict) -> None:
     for storage, array in zip(state.storages, saved["arrays"], strict=True):
+        storage.array = array
+    for storage, array in saved["dead"]:
         storage.array = array
     for p, grad in zip(state.grads, saved["grads"], strict=True):
         p.grad = grad
@@ -465,6 +480,8 @@ class _Jitted:
         self._first_call = True
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
+        # program key -> positions (in the state's grads) of .grads the step discards unread
+        self._dead_grads: dict[Any, tuple[int, ...]] = {}
         self.__wrapped__ = target
 
     @property
@@ -548,6 +565,7 @@ class _Jitted:
     # -- calling -----------------------------------------------------------------------------
 
     def _call(self, args, kwargs):
+        call_args = args, kwargs
         leaves, tensors_only = arg_leaves(args, kwargs)
         layout = self._layout
         if layout is None or not layout.holds(leaves):
@@ -577,6 +595,10 @@ class _Jitted:
             checks,
         )
         try:
+            dead_grads = self._dead_grads.get(program_key)
+            if dead_grads:
+                state = state.without_grads(dead_grads)
+                program_key = (*program_key, dead_grads)
             program = self.programs.get(program_key)
         except TypeError:
             raise TypeError(
@@ -611,6 +633,18 @@ class _Jitted:
                 state_arrays = _distinct(state_arrays)
             entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
         program.trains = info.trains
+        if info.trains and entry.jaxpr is not None:  # no jaxpr kept in checked mode
+            if dead_grads is None:
+                # The first trace of this step: which .grads does it discard unread? Later
+                # calls (this one too, traced again: the program was not compiled yet) leave
+                # them out.
+                dead = _unread_grads(entry, state)
+                self._dead_grads[program_key] = dead
+                if dead:
+                    del self.programs[program_key]  # never compiled: the next one replaces it
+                    return self._call(*call_args)
+            for i in state.dead_grads:
+                state.grads[i].grad = None  # dropped before the program runs: not alive in it
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -697,6 +731,38 @@ class _Jitted:
                     static_values.append(kwargs[name])
                     kwargs[name] = _STATIC
         return args, kwargs, tuple(static_values)
+
+
+def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
+    """Positions of the ``.grad``s whose arrays the traced step never reads (it sets them to
+    ``None`` first) and only hands back unchanged."""
+    assert entry.jaxpr is not None
+    jaxpr = entry.jaxpr.jaxpr
+    info: _Info = entry.info
+    n_state = len(state.storages)
+    n_outs = sum(s is _SLOT for s in info.out_statics)
+    invars = jaxpr.invars[:n_state]
+    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
+    for i, v in enumerate(jaxpr.outvars):
+        if not n_outs <= i < n_outs + n_state or v is not invars[i - n_outs]:
+            read.add(id(v))  # an output other than its own storage's unchanged value
+    kept = {index for kind, index in info.grad_slots if kind == _KEPT}
+    kept.update(
+        index
+        for slots in info.opt_slots
+        for entries in slots
+        for _, kind, index in entries
+        if kind == _KEPT
+    )
+    index = {id(s): i for i, s in enumerate(state.storages)}
+    dead = []
+    for position, p in enumerate(state.grads):
+        if not isinstance(p.grad, Tensor):
+            continue
+        i = index[id(storage_of(p.grad))]
+        if id(invars[i]) not in read and i not in kept and state.owners[i] is p.grad:
+            dead.append(position)
+    return tuple(dead)
 
 
 def _distinct(arrays: list) -> list:
