@@ -801,7 +801,9 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
     for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True):
-        p.grad = _slot_value(kind, index, state, extra)
+        grad = _slot_value(kind, index, state, extra)
+        if p.grad is not grad:  # the setter's checks cost more than this test
+            p.grad = grad
     for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
         params = [p for g in opt.param_groups for p in g["params"]]
         for p, entries in zip(params, slots, strict=True):
@@ -809,7 +811,9 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
                 continue
             values = opt.state[p]
             for name, kind, index in entries:
-                values[name] = _slot_value(kind, index, state, extra)
+                value = _slot_value(kind, index, state, extra)
+                if values.get(name) is not value:
+                    values[name] = value
     _write_cpu_buffers(state, info, extra)
 
 
@@ -836,7 +840,7 @@ def _slot_value(kind, index, state: _StateSet, extra):
         return None
     if kind == _KEPT:
         return state.owners[index]
-    return torchlax_core.wrap(extra[index])
+    return Tensor(extra[index])
 
 
 @dataclasses.dataclass
