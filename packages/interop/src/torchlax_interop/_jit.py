@@ -9,7 +9,9 @@ tensor's storage holds a tracer, so the very objects the user's code names (``mo
 the program's new state into them (``_StateSet``). Other argument leaves are static.
 
 When the function only computes (no state it changes but buffers) and autograd needs it, the
-call is one ``torch.autograd.Function`` whose backward is ``jax.vjp`` of the program.
+call is one ``torch.autograd.Function``: its forward is the plain program and its backward
+recomputes it under ``jax.vjp``, until a first backward; then forwards save ``jax.vjp``'s
+residuals (docs/interop.md, "Autograd across a jitted call").
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def jit(
 
     Autograd works across the call: if grad mode is on and a parameter or tensor argument
     requires grad, a function that changes no state is one ``torch.autograd.Function`` whose
-    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual.
+    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual. A
+    forward that is never differentiated costs what a ``torch.no_grad()`` call costs.
     JAX runs with 64-bit types enabled, so int64 stays int64.
     """
     if isinstance(static_argnums, int):
