@@ -267,3 +267,12 @@ def test_recomputed_backward_sees_the_forwards_dropout_mask():
     # very mask of this forward; another mask would give another sum.
     torch.testing.assert_close(_cpu(scale.grad), _cpu(out.detach().sum() / 3.0))
     assert 0 < int((_cpu(out) == 0).sum()) < 64
+
+
+def test_double_backward_raises_instead_of_returning_constant_gradients():
+    x = _jax(torch.tensor([1.0, 2.0])).requires_grad_()
+    y = jit(lambda x: (x**3).sum())(x)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(y, x, create_graph=True)
+    (g,) = torch.autograd.grad(jit(lambda x: (x**3).sum())(x), x)  # first order still works
+    torch.testing.assert_close(_cpu(g), torch.tensor([3.0, 12.0]))

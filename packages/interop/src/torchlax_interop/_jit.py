@@ -900,6 +900,13 @@ class _JitFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         call: _Call = ctx.call
+        if torch.is_grad_enabled():  # create_graph=True: the gradients would be constants
+            raise RuntimeError(
+                "torchlax.jit: double backward (create_graph=True, or torch.autograd.grad of a "
+                "gradient) through a jitted call is not supported: its backward is a JAX "
+                "program that autograd cannot differentiate. Call the function without "
+                "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
+            )
         cotangents = [_cotangent(out, g) for out, g in zip(call.out_arrays, grads, strict=True)]
         with jax.enable_x64(True):
             if call.vjp is not None:
