@@ -217,3 +217,62 @@ def test_cpu_module_with_cpu_inputs_trains_with_backward():
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(model[0].weight.grad, reference[0].weight.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(model[1].running_mean, reference[1].running_mean)
+
+
+def test_grad_enabled_forward_runs_the_plain_program_and_backward_recomputes_it():
+    reference = _net(3)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    x1, x2 = torch.randn(8, 3), torch.randn(8, 3)
+    out1, out2 = jitted(_jax(x1)), jitted(_jax(x2))  # grad enabled, no backward yet
+    (program,) = jitted.programs.values()
+    assert out1.requires_grad and not program.saves_residuals
+    assert program.core.traces == 0  # only the forward program was traced
+    ref1, ref2 = reference(x1), reference(x2)
+    torch.testing.assert_close(_cpu(out2), ref2.detach(), rtol=1e-5, atol=1e-6)
+    # Backward of the first output, after a second call changed the running statistics:
+    # the recomputed forward uses the first call's inputs and buffers.
+    (out1**2).mean().backward()
+    (ref1**2).mean().backward()
+    for (name, p), (_, r) in zip(
+        model.named_parameters(), reference.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6, msg=name)
+    # From now on the forward saves jax.vjp's residuals (a training loop): same gradients.
+    assert program.saves_residuals
+    model.zero_grad()
+    reference.zero_grad()
+    (jitted(_jax(x2)) ** 2).mean().backward()
+    (reference(x2) ** 2).mean().backward()
+    for (name, p), (_, r) in zip(
+        model.named_parameters(), reference.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6, msg=name)
+    torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
+
+
+def test_recomputed_backward_sees_the_forwards_dropout_mask():
+    with torchlax_core.enable():
+        scale = torch.nn.Parameter(torch.tensor(3.0, device="jax"))
+
+    def fn(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) * scale
+
+    jitted = jit(fn)
+    x = _jax(torch.rand(64) + 1)
+    out = jitted(x)
+    out.sum().backward()
+    # d(sum(dropout(x) * scale)) / d(scale) is sum(dropout(x)) = sum(out) / scale for the
+    # very mask of this forward; another mask would give another sum.
+    torch.testing.assert_close(_cpu(scale.grad), _cpu(out.detach().sum() / 3.0))
+    assert 0 < int((_cpu(out) == 0).sum()) < 64
+
+
+def test_double_backward_raises_instead_of_returning_constant_gradients():
+    x = _jax(torch.tensor([1.0, 2.0])).requires_grad_()
+    y = jit(lambda x: (x**3).sum())(x)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(y, x, create_graph=True)
+    (g,) = torch.autograd.grad(jit(lambda x: (x**3).sum())(x), x)  # first order still works
+    torch.testing.assert_close(_cpu(g), torch.tensor([3.0, 12.0]))

@@ -294,3 +294,52 @@ def test_checked_mode_raises_pytorchs_error_after_the_call_and_keeps_the_state()
     finally:
         env.config.checked = False
     lookup(ids)  # unchecked: JAX's clamped read, no error
+
+
+@pytest.mark.parametrize("zero_grad", [True, False])
+def test_grads_the_step_discards_unread_are_not_program_inputs(zero_grad):
+    # zero_grad() (set_to_none) first: the incoming .grads are dead, so they are not fed to
+    # the program; a step that accumulates into them (no zero_grad) reads them.
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    reference = _step_fn(ref, ref_opt, None, zero_grad=zero_grad)
+    compiled = torchlax.jit(_step_fn(model, opt, None, zero_grad=zero_grad))
+    for x, y in _data(4):
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        for w, g in zip(want, got, strict=True):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.cpu(), p_ref, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
+    assert list(compiled._dead_grads.values()) == [(0, 1, 2, 3) if zero_grad else ()]
+    (entry,) = [
+        e for p in compiled.programs.values() for e in p.core._entries.values() if e._executable
+    ]
+    # 4 parameters + 4 momentum buffers (+ 4 live grads), the learning rate, x, y, the key
+    assert len(entry.jaxpr.jaxpr.invars) == (12 if zero_grad else 16)
+    assert compiled.compilations == 1
+
+
+def test_step_that_tests_its_grads_for_none_keeps_its_path_without_them():
+    # The dead .grads are not None while tracing (a stand-in), so Python branching on them
+    # takes the path it took when they were fed.
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+
+    def step_fn(model, opt):
+        def step(x, y):
+            had_grads = sum(p.grad is not None for p in model.parameters())
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss * 0 + had_grads
+
+        return step
+
+    reference, compiled = step_fn(ref, ref_opt), torchlax.jit(step_fn(model, opt))
+    for x, y in _data(3):
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)

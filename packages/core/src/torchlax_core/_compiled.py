@@ -48,10 +48,14 @@ def signature(arrays: Sequence[jax.Array]) -> tuple:
 class Entry:
     """One signature of a program: its trace, what tracing learned, its executable."""
 
-    __slots__ = ("info", "random", "_traced", "_jitted", "_executable", "_program")
+    __slots__ = ("info", "random", "jaxpr", "_traced", "_jitted", "_executable", "_program")
 
     def __init__(self, program: CompiledProgram, traced, jitted, info, random: bool):
         self._program = program
+        # The traced program as a closed jaxpr (only with ``keep_jaxpr``): a pure function of
+        # the flat inputs and key, which callers can transform (differentiate) without
+        # running the traced Python again.
+        self.jaxpr = traced.jaxpr if program.keep_jaxpr else None
         self._traced = traced  # jax's Traced stage, until compiled
         self._jitted = jitted  # the jax.jit function (the fallback for inputs on other devices)
         self._executable = None
@@ -78,7 +82,8 @@ class CompiledProgram:
     (random ops split their keys from it), and returns ``(results, info)``: ``results``
     a pytree of arrays, ``info`` whatever the caller wants to remember about this signature
     (plain Python, learned while tracing). ``static`` is the caller's per-signature static
-    value (``None`` if it has none). ``donate_argnums`` index ``arrays``.
+    value (``None`` if it has none). ``donate_argnums`` index ``arrays``. ``keep_jaxpr``
+    keeps each entry's traced program as ``Entry.jaxpr``.
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class CompiledProgram:
         max_signatures: int = 64,
         key_data: bool = False,
         env=None,
+        keep_jaxpr: bool = False,
     ):
         self.name = name
         self.fn = fn
@@ -100,6 +106,7 @@ class CompiledProgram:
         # The key input as raw uint32 key data (a portable artifact's input) instead of a key.
         self.key_data = key_data
         self.env = env
+        self.keep_jaxpr = keep_jaxpr
         self.traces = 0
         self.compilations = 0
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
@@ -132,8 +139,10 @@ class CompiledProgram:
         results = self.run(entry, *args)
         return results, entry
 
-    def run(self, entry: Entry, *args):
-        key = entry.key(self.env)
+    def run(self, entry: Entry, *args, key: jax.Array | None = None):
+        """Run ``entry`` on ``args`` with ``key`` (default: this call's, ``entry.key()``)."""
+        if key is None:
+            key = entry.key(self.env)
         try:
             results = entry.executable(*args, key)
         except ValueError as exc:
@@ -151,6 +160,10 @@ class CompiledProgram:
             error, results = results
             raise_error(error)
         return results
+
+    def executables(self) -> dict:
+        """Signature -> compiled executable, for the entries compiled so far."""
+        return {sig: e._executable for sig, e in list(self._entries.items()) if e._executable}
 
     def clear(self) -> None:
         with self._lock:

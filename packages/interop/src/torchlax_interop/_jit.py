@@ -9,7 +9,9 @@ tensor's storage holds a tracer, so the very objects the user's code names (``mo
 the program's new state into them (``_StateSet``). Other argument leaves are static.
 
 When the function only computes (no state it changes but buffers) and autograd needs it, the
-call is one ``torch.autograd.Function`` whose backward is ``jax.vjp`` of the program.
+call is one ``torch.autograd.Function``: its forward is the plain program and its backward
+recomputes it under ``jax.vjp``, until a first backward; then forwards save ``jax.vjp``'s
+residuals (docs/interop.md, "Autograd across a jitted call").
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torchlax_core
+from jax.extend import core as jax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, checked, raise_error
 from torchlax_core.internal import (
@@ -106,7 +109,8 @@ def jit(
 
     Autograd works across the call: if grad mode is on and a parameter or tensor argument
     requires grad, a function that changes no state is one ``torch.autograd.Function`` whose
-    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual.
+    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual. A
+    forward that is never differentiated costs what a ``torch.no_grad()`` call costs.
     JAX runs with 64-bit types enabled, so int64 stays int64.
     """
     if isinstance(static_argnums, int):
@@ -154,17 +158,42 @@ class _Program:
             self._traced_entry,
             donate_argnums=(0,) if jitted.donate_state else (),
             checks=checks,
+            keep_jaxpr=not checks,
         )
+        # A function that changes no state but buffers runs this program instead: no
+        # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
+        self.forward_core = CompiledProgram(
+            f"torchlax.jit({name})",
+            self._traced_forward_entry,
+            checks=checks,
+            keep_jaxpr=not checks,
+        )
+        self.trains: bool | None = None  # learned by the first trace
+        # Autograd: the forward is the plain program; backward() runs one program that
+        # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
+        # has run, later calls save jax.vjp's residuals in the forward instead (a training
+        # loop then computes the forward once).
+        self.saves_residuals = checks  # checked mode: checkify's errors come from the forward
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
+        self._recomputing_backwards: dict = {}
 
     # -- tracing --------------------------------------------------------------------------
 
     def _traced_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
         return self._traced(state_arrays, lr_arrays, arrays)
 
-    def _traced(self, state_arrays: list, lr_arrays: list, arrays: list) -> tuple:
-        """The step on tracers, inside the caller's key scope: its results and ``_Info``."""
+    def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+        return self._traced(state_arrays, lr_arrays, arrays, all_storages=False)
+
+    def _traced(
+        self, state_arrays: list, lr_arrays: list, arrays: list, all_storages: bool = True
+    ) -> tuple:
+        """The step on tracers, inside the caller's key scope: its results and ``_Info``.
+
+        The new storages are all returned (donated state: each input buffer comes back), or,
+        with ``all_storages=False``, only those the step changes (``None`` for the others:
+        returning an undonated input copies it)."""
         state = self._state
         assert state is not None  # info() sets it before tracing
         env = torchlax_core.current_env()
@@ -199,6 +228,10 @@ class _Program:
             _swap_out(state, saved)
             _undefer_schedulers(state.schedulers)
         changed = tuple(new is not old for new, old in zip(new_storages, state_arrays, strict=True))
+        if not all_storages:
+            new_storages = [
+                new if c else None for new, c in zip(new_storages, changed, strict=True)
+            ]
         cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
         extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
         trains = any(
@@ -235,7 +268,7 @@ class _Program:
         def differentiable(diff):
             merged = _merge(mask, diff, other)
             with env.prng_key_scope(key):
-                results = traced(merged[:n_state], lr_arrays, merged[n_state:])
+                results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
             checked = results if self.checks else (None, results)
             error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
             return outs, (new_storages, extra, error)
@@ -243,12 +276,47 @@ class _Program:
         outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
         return outs, new_storages, extra, error, vjp
 
-    def entry(self, signature, state: _StateSet, args: tuple) -> Entry:
-        """This signature's entry (traced now if new: its ``info`` says what the step does)."""
+    def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
+        """This signature's entry (traced now if new: its ``info`` says what the step does):
+        of the forward program (``forward``: nothing donated) or of the donating one."""
         self._state = state  # read by the trace; the caller holds _trace_lock
+        if forward:
+            return self.forward_core.entry(signature, args)
         # The state is donated unless the step runs on lent CPU memory (read when tracing).
         self.core.donate_argnums = (0,) if self.jitted.donate_state else ()
         return self.core.entry(signature, args)
+
+    @property
+    def compiled(self) -> dict:
+        """Signature -> executable, for this program's compiled signatures."""
+        return {**self.core.executables(), **self.forward_core.executables()}
+
+    def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
+        """One program computing the input gradients of ``entry``'s outputs: it reruns the
+        forward (the entry's jaxpr, a pure function: no Python is traced again) under
+        ``jax.vjp`` and applies the cotangents."""
+        backward = self._recomputing_backwards.get((entry, mask))
+        if backward is not None:
+            return backward
+        assert entry.jaxpr is not None  # forward_core keeps jaxprs unless checks are on
+        forward_fn = jax_core.jaxpr_as_fun(entry.jaxpr)
+        n_state = len(entry.info.changed)
+        n_outs = sum(s is _SLOT for s in entry.info.out_statics)
+
+        def backward_program(diff, other, lr_arrays, key, cotangents):
+            def forward(diff):
+                merged = _merge(mask, diff, other)
+                flat = [*merged[:n_state], *lr_arrays, *merged[n_state:], key]
+                return forward_fn(*flat)[:n_outs]
+
+            _, vjp = jax.vjp(forward, diff)
+            return vjp(cotangents)[0]
+
+        backward = jax.jit(backward_program)
+        if len(self._recomputing_backwards) >= self.forward_core.max_signatures:
+            self._recomputing_backwards.pop(next(iter(self._recomputing_backwards)))
+        self._recomputing_backwards[(entry, mask)] = backward
+        return backward
 
 
 def _grad_changed(kind, index, before, changed) -> bool:
@@ -300,13 +368,10 @@ def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
 def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
     """Put the program's tracers into the state objects; return what to restore."""
     ids = {id(s): i for i, s in enumerate(state.storages)}
-    saved = {
+    saved: dict[str, Any] = {
         "arrays": [s.array for s in state.storages],
         "storage_ids": ids,
         "grads": [p.grad for p in state.grads],
-        "grad_storage": [
-            -1 if p.grad is None else ids[id(storage_of(p.grad))] for p in state.grads
-        ],
         "opt_state": {
             id(opt): {p: dict(v) for p, v in opt.state.items()} for opt in state.optimizers
         },
@@ -319,6 +384,16 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
             if "capturable" in group
         ],
     }
+    # A .grad the step discards unread is no input: it holds a stand-in of its shape while
+    # tracing (it is not None, so the step's Python takes the path it took when the grad was
+    # fed and found unread).
+    dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
+    saved["dead"] = [(storage, storage.array) for storage in dead]
+    for storage in dead:
+        storage.array = jnp.zeros_like(storage.array)
+    saved["grad_storage"] = [
+        -1 if p.grad is None else ids.get(id(storage_of(p.grad)), -2) for p in state.grads
+    ]
     for storage, array in zip(state.storages, state_arrays, strict=True):
         storage.array = array
     lr_tensors = []
@@ -335,6 +410,8 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
 
 def _swap_out(state: _StateSet, saved: dict) -> None:
     for storage, array in zip(state.storages, saved["arrays"], strict=True):
+        storage.array = array
+    for storage, array in saved["dead"]:
         storage.array = array
     for p, grad in zip(state.grads, saved["grads"], strict=True):
         p.grad = grad
@@ -406,12 +483,16 @@ class _Jitted:
         self._first_call = True
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
+        # program key -> positions (in the state's grads) of .grads the step discards unread
+        self._dead_grads: dict[Any, tuple[int, ...]] = {}
         self.__wrapped__ = target
 
     @property
     def compilations(self) -> int:
         """XLA compilations this callable has made (one per program and input signature)."""
-        return sum(p.core.compilations for p in list(self.programs.values()))
+        return sum(
+            p.core.compilations + p.forward_core.compilations for p in list(self.programs.values())
+        )
 
     def _run(self, cpu_state: dict, args, kwargs):
         if self.module is None:
@@ -487,6 +568,7 @@ class _Jitted:
     # -- calling -----------------------------------------------------------------------------
 
     def _call(self, args, kwargs):
+        call_args = args, kwargs
         leaves, tensors_only = arg_leaves(args, kwargs)
         layout = self._layout
         if layout is None or not layout.holds(leaves):
@@ -516,6 +598,10 @@ class _Jitted:
             checks,
         )
         try:
+            dead_grads = self._dead_grads.get(program_key)
+            if dead_grads:
+                state = state.without_grads(dead_grads)
+                program_key = (*program_key, dead_grads)
             program = self.programs.get(program_key)
         except TypeError:
             raise TypeError(
@@ -536,9 +622,32 @@ class _Jitted:
         ]
         on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         signature = (_signature(state_arrays), _signature(arrays))
-        state_arrays = _distinct(state_arrays)
-        entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays))
+        # A step that trains runs the donating program; a function that only computes, the
+        # forward program. Which one is learned by the first trace (guessed from whether
+        # there are optimizers) and checked on each new signature.
+        forward = program.trains is False or (program.trains is None and not state.optimizers)
+        if not forward:
+            state_arrays = _distinct(state_arrays)
+        entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
         info: _Info = entry.info
+        if info.trains == forward:
+            forward = not info.trains
+            if not forward:
+                state_arrays = _distinct(state_arrays)
+            entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
+        program.trains = info.trains
+        if info.trains and entry.jaxpr is not None:  # no jaxpr kept in checked mode
+            if dead_grads is None:
+                # The first trace of this step: which .grads does it discard unread? Later
+                # calls (this one too, traced again: the program was not compiled yet) leave
+                # them out.
+                dead = _unread_grads(entry, state)
+                self._dead_grads[program_key] = dead
+                if dead:
+                    del self.programs[program_key]  # never compiled: the next one replaces it
+                    return self._call(*call_args)
+            for i in state.dead_grads:
+                state.grads[i].grad = None  # dropped before the program runs: not alive in it
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -554,11 +663,18 @@ class _Jitted:
                 mask,
                 state_arrays + arrays,
                 lr_arrays,
+                entry,
                 entry.key(),
                 on_jax,
                 all_tensors,
             )
             outputs = _JitFunction.apply(call, *diff)
+        elif forward:
+            out_arrays, new_storages, extra = program.forward_core.run(
+                entry, state_arrays, lr_arrays, arrays
+            )
+            outputs = _to_tensors(out_arrays, on_jax, arrays)
+            _write_changed(state, info, new_storages, extra)
         else:
             # Check errors are raised before any output or state is written back.
             results = program.core.run(entry, state_arrays, lr_arrays, arrays)
@@ -620,6 +736,38 @@ class _Jitted:
         return args, kwargs, tuple(static_values)
 
 
+def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
+    """Positions of the ``.grad``s whose arrays the traced step never reads (it sets them to
+    ``None`` first) and only hands back unchanged."""
+    assert entry.jaxpr is not None
+    jaxpr = entry.jaxpr.jaxpr
+    info: _Info = entry.info
+    n_state = len(state.storages)
+    n_outs = sum(s is _SLOT for s in info.out_statics)
+    invars = jaxpr.invars[:n_state]
+    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
+    for i, v in enumerate(jaxpr.outvars):
+        if not n_outs <= i < n_outs + n_state or v is not invars[i - n_outs]:
+            read.add(id(v))  # an output other than its own storage's unchanged value
+    kept = {index for kind, index in info.grad_slots if kind == _KEPT}
+    kept.update(
+        index
+        for slots in info.opt_slots
+        for entries in slots
+        for _, kind, index in entries
+        if kind == _KEPT
+    )
+    index = {id(s): i for i, s in enumerate(state.storages)}
+    dead = []
+    for position, p in enumerate(state.grads):
+        if not isinstance(p.grad, Tensor):
+            continue
+        i = index[id(storage_of(p.grad))]
+        if id(invars[i]) not in read and i not in kept and state.owners[i] is p.grad:
+            dead.append(position)
+    return tuple(dead)
+
+
 def _distinct(arrays: list) -> list:
     # A buffer donated to the program may be passed once only; two state tensors holding the
     # very same array (one made from the other's .jax()) each get their own.
@@ -656,7 +804,9 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
     for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True):
-        p.grad = _slot_value(kind, index, state, extra)
+        grad = _slot_value(kind, index, state, extra)
+        if p.grad is not grad:  # the setter's checks cost more than this test
+            p.grad = grad
     for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
         params = [p for g in opt.param_groups for p in g["params"]]
         for p, entries in zip(params, slots, strict=True):
@@ -664,7 +814,17 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
                 continue
             values = opt.state[p]
             for name, kind, index in entries:
-                values[name] = _slot_value(kind, index, state, extra)
+                value = _slot_value(kind, index, state, extra)
+                if values.get(name) is not value:
+                    values[name] = value
+    _write_cpu_buffers(state, info, extra)
+
+
+def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
+    """A forward's new state: the storages it changed (buffers) and CPU module buffers."""
+    for storage, array, changed in zip(state.storages, new_storages, info.changed, strict=True):
+        if changed:  # BatchNorm's running statistics
+            storage.array = array
     _write_cpu_buffers(state, info, extra)
 
 
@@ -683,7 +843,7 @@ def _slot_value(kind, index, state: _StateSet, extra):
         return None
     if kind == _KEPT:
         return state.owners[index]
-    return torchlax_core.wrap(extra[index])
+    return Tensor(extra[index])
 
 
 @dataclasses.dataclass
@@ -696,6 +856,7 @@ class _Call:
     mask: tuple[bool, ...]
     arrays: list  # state arrays, then CPU module tensors and inputs
     lr_arrays: list
+    entry: Entry  # of the forward program
     key: Any
     on_jax: bool
     tensors: list
@@ -706,26 +867,32 @@ class _Call:
 class _JitFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call: _Call, *diff_tensors):
-        diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
-        other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
         program = call.program
         n_state = len(call.state.storages)
-        with _trace_lock:
-            program._state = call.state
-            outs, new_storages, extra, error, vjp = program.forward_vjp(
-                call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key
+        if program.saves_residuals:
+            diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
+            other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
+            with _trace_lock:
+                program._state = call.state
+                outs, new_storages, extra, error, vjp = program.forward_vjp(
+                    call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key
+                )
+            if error is not None:
+                raise_error(error)  # before any output or state is written back
+            call.vjp = vjp
+        else:
+            # The plain forward; backward() recomputes it (this call's key: same dropout).
+            outs, new_storages, extra = program.forward_core.run(
+                call.entry,
+                call.arrays[:n_state],
+                call.lr_arrays,
+                call.arrays[n_state:],
+                key=call.key,
             )
-        if error is not None:
-            raise_error(error)  # before any output or state is written back
-        call.vjp, call.out_arrays = vjp, outs
+        call.out_arrays = outs
         ctx.call = call
         outputs = _to_tensors(outs, call.on_jax, call.arrays)
-        for storage, array, changed in zip(
-            call.state.storages, new_storages, call.info.changed, strict=True
-        ):
-            if changed:  # buffers (BatchNorm's running statistics)
-                storage.array = array
-        _write_cpu_buffers(call.state, call.info, extra)
+        _write_changed(call.state, call.info, new_storages, extra)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)
@@ -733,9 +900,23 @@ class _JitFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         call: _Call = ctx.call
+        if torch.is_grad_enabled():  # create_graph=True: the gradients would be constants
+            raise RuntimeError(
+                "torchlax.jit: double backward (create_graph=True, or torch.autograd.grad of a "
+                "gradient) through a jitted call is not supported: its backward is a JAX "
+                "program that autograd cannot differentiate. Call the function without "
+                "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
+            )
         cotangents = [_cotangent(out, g) for out, g in zip(call.out_arrays, grads, strict=True)]
         with jax.enable_x64(True):
-            (grad_arrays,) = call.program.backward(call.vjp, cotangents)
+            if call.vjp is not None:
+                (grad_arrays,) = call.program.backward(call.vjp, cotangents)
+            else:
+                call.program.saves_residuals = True  # a backward follows this forward
+                backward = call.program.recomputing_backward(call.entry, call.mask)
+                diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
+                other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
+                grad_arrays = backward(diff, other, call.lr_arrays, call.key, cotangents)
         diff = [t for t, m in zip(call.tensors, call.mask, strict=True) if m]
         results = []
         for grad, tensor in zip(grad_arrays, diff, strict=True):

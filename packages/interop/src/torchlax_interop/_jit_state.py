@@ -49,10 +49,26 @@ class _StateSet:
     lrs: list  # (param_group, value) for each learning rate that is an input
     cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
     static_structure: tuple  # what of the structure the layout's snapshot guarantees
+    # Positions in ``grads`` of .grads the step discards unread (zero_grad(set_to_none=True)
+    # first): not program inputs, and ``None`` while tracing.
+    dead_grads: tuple[int, ...] = ()
 
     def structure(self) -> tuple:
         """What of the state is part of the program's identity (not its values)."""
         return tuple(p.grad is not None for p in self.grads), self.static_structure
+
+    def without_grads(self, dead: tuple[int, ...]) -> _StateSet:
+        """This state less the storages of the ``.grad``s at positions ``dead``."""
+        drop = {id(storage_of(self.grads[i].grad)) for i in dead}
+        kept = [
+            (s, o) for s, o in zip(self.storages, self.owners, strict=True) if id(s) not in drop
+        ]
+        return dataclasses.replace(
+            self,
+            storages=[s for s, _ in kept],
+            owners=[o for _, o in kept],
+            dead_grads=dead,
+        )
 
 
 def find_state(target, module, arg_leaves: list) -> _Layout:
