@@ -641,9 +641,20 @@ def functional_counterpart(func):
         cs = candidate._schema
         if cs.is_mutable:
             continue
-        if [(a.name, str(a.type)) for a in cs.arguments] == wanted:
+        arguments = [(a.name, str(a.type)) for a in cs.arguments]
+        if arguments == wanted:
+            return candidate
+        # A factory's out= overload (zeros.out, linspace.out) lacks the functional's tensor
+        # options: the out tensor gives the dtype.
+        if (
+            arguments[: len(wanted)] == wanted
+            and {a.name for a in cs.arguments[len(wanted) :]} == _TENSOR_OPTIONS
+        ):
             return candidate
     return None
+
+
+_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
 
 
 def _mutated_targets(func) -> list:
@@ -755,6 +766,15 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
     out_names = {a.name for a in func._schema.arguments if a.is_out}
     single = len(targets) == 1
     drop_out = functional is not None and bool(out_names)
+    # A factory's out= takes its dtype from out (zeros.out -> zeros(dtype=out.dtype)).
+    dtype_from = (
+        next(iter(out_names))
+        if drop_out
+        and len(out_names) == 1
+        and any(a.name == "dtype" for a in functional._schema.arguments)
+        and not any(a.name == "dtype" for a in func._schema.arguments)
+        else None
+    )
 
     run = getattr(inner, "raw", inner)  # skip wrapping a result that is written back
 
@@ -762,6 +782,8 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
         call_kwargs = (
             {k: v for k, v in kwargs.items() if k not in out_names} if drop_out else kwargs
         )
+        if dtype_from is not None:
+            call_kwargs["dtype"] = kwargs[dtype_from].dtype
         result = run(args, call_kwargs)
         results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
         outputs = []
