@@ -99,3 +99,153 @@ def test_range_without_out_includes_end_and_checks_step_sign():
             _same_as_cpu(lambda d: torch.range(0, 1, 0.25, device=d))
             with pytest.raises(RuntimeError, match="upper bound and lower bound inconsistent"):
                 torch.range(4, 0, 1, device=device)
+
+
+# -- nonzero ------------------------------------------------------------------------------------
+
+
+def _matrix(device):
+    return torch.tensor([[0, 1, 0], [2, 0, 3]], device=device)
+
+
+def _long_out(shape):
+    return lambda device: torch.empty(shape, dtype=torch.long, device=device)
+
+
+NONZEROS = {
+    "plain": lambda d: torch.nonzero(_matrix(d)),
+    "discontiguous_input": lambda d: torch.nonzero(_matrix(d).t()),
+    "zero_dim": lambda d: torch.nonzero(torch.tensor(5, device=d)),
+    "none_found": lambda d: torch.nonzero(torch.zeros(2, 3, device=d)),
+    "argwhere": lambda d: torch.argwhere(_matrix(d)),
+    "as_tuple": lambda d: torch.stack(torch.nonzero(_matrix(d), as_tuple=True)),
+    "out_empty": lambda d: torch.nonzero(_matrix(d), out=_long_out(0)(d)),
+    "out_right_shape_keeps_strides": lambda d: torch.nonzero(_matrix(d), out=_long_out((3, 2))(d)),
+    "out_of_another_shape": lambda d: torch.nonzero(_matrix(d), out=_long_out((2, 5))(d)),
+    "out_transposed": lambda d: torch.nonzero(_matrix(d), out=_long_out((2, 3))(d).t()),
+    "out_int32_refused": lambda d: torch.nonzero(
+        _matrix(d), out=torch.empty(0, dtype=torch.int32, device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NONZEROS))
+def test_nonzero_values_and_strides_as_pytorch(name):
+    # PyTorch allocates nonzero's (n, ndim) result transposed: strides (1, n).
+    _same_as_cpu(NONZEROS[name])
+
+
+def test_nonzero_result_reads_and_writes_like_a_plain_tensor():
+    result = torch.nonzero(_matrix("jax"))
+    assert result._base is None and not result.is_contiguous()
+    result[0, 0] = 7
+    expected = torch.nonzero(_matrix("cpu"))
+    expected[0, 0] = 7
+    assert torch.equal(result.cpu(), expected)
+    assert torch.equal(result.contiguous().cpu(), expected.contiguous())
+
+
+# -- boolean masks, index types, setitem --------------------------------------------------------
+
+
+def _grid(device):
+    return torch.arange(6.0, device=device).reshape(2, 3)
+
+
+def _put(index, values):
+    def run(device):
+        target = _grid(device)
+        target[index(device)] = values(device)
+        return target
+
+    return run
+
+
+INDEXING = {
+    "mask_of_wrong_length": lambda d: _grid(d)[torch.tensor([True, False, True], device=d)],
+    "byte_mask_of_wrong_length": lambda d: _grid(d)[
+        torch.tensor([1, 0, 1], dtype=torch.uint8, device=d)
+    ],
+    "mask_of_wrong_shape": lambda d: _grid(d)[torch.ones(3, 2, dtype=torch.bool, device=d)],
+    "byte_mask": lambda d: _grid(d)[torch.tensor([1, 0], dtype=torch.uint8, device=d)],
+    "two_masks": lambda d: _grid(d)[
+        torch.tensor([True, False], device=d), torch.tensor([True, False, True], device=d)
+    ],
+    "out_of_range": lambda d: _grid(d)[torch.tensor([5], device=d)],
+    "float_index": lambda d: _grid(d)[torch.tensor([0.0], device=d)],
+    "int8_index": lambda d: _grid(d)[torch.tensor([0], dtype=torch.int8, device=d)],
+    "int32_index": lambda d: _grid(d)[torch.tensor([1], dtype=torch.int32, device=d)],
+    "put_values_too_wide": _put(
+        lambda d: torch.tensor([0, 1], device=d), lambda d: torch.ones(2, 2, device=d)
+    ),
+    "put_values_to_mask_count_mismatch": _put(
+        lambda d: _grid(d) > 2, lambda d: torch.ones(4, device=d)
+    ),
+    "put_advanced_mismatch": _put(
+        lambda d: (torch.tensor([0, 1], device=d), torch.tensor([0, 1], device=d)),
+        lambda d: torch.ones(3, device=d),
+    ),
+    "put_values_with_leading_ones": _put(
+        lambda d: torch.tensor([0, 1], device=d), lambda d: torch.ones(1, 1, 3, device=d)
+    ),
+    "put_masked_values": _put(
+        lambda d: _grid(d) > 2, lambda d: torch.tensor([10.0, 20.0, 30.0], device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXING))
+def test_indexing_results_and_errors_as_pytorch(name):
+    _same_as_cpu(INDEXING[name])
+
+
+def test_indexing_error_messages_say_what_pytorch_says():
+    for name in ("put_values_too_wide", "float_index", "mask_of_wrong_length"):
+        expected, actual = _on("cpu", INDEXING[name]), _on("jax", INDEXING[name])
+        assert isinstance(expected, Exception) and isinstance(actual, Exception)
+        assert str(expected) in str(actual), (name, str(actual))
+
+
+# -- the out= dtype rule ------------------------------------------------------------------------
+
+OUT_DTYPE_CASES = {
+    "mm_into_float64": lambda d, out: torch.mm(
+        torch.ones(64, 32, device=d), torch.ones(32, 16, device=d), out=out
+    ),
+    "narrow_copy_into_float64": lambda d, out: torch.narrow_copy(
+        torch.ones(8, 4, device=d), 0, 2, 3, out=out
+    ),
+    "neg_into_float64": lambda d, out: torch.neg(torch.ones(64, 64, device=d), out=out),
+    "sin_into_float64": lambda d, out: torch.sin(torch.ones(64, 64, device=d), out=out),
+    "cumsum_into_float64": lambda d, out: torch.cumsum(torch.ones(8, 4, device=d), 1, out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_DTYPE_CASES))
+def test_out_dtype_verdict_is_learned_without_real_shaped_cpu_data(name, monkeypatch):
+    # The CPU stand-ins are empty or broadcast zeros, whatever the arguments' shapes.
+    from torchlax_core import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_OUT_DTYPE_ERRORS", {})
+    sizes = []
+    zeros = torch.zeros
+
+    def recording_zeros(*args, **kwargs):
+        made = zeros(*args, **kwargs)
+        sizes.append(made.numel())
+        return made
+
+    def run(device):
+        return OUT_DTYPE_CASES[name](device, torch.empty(0, dtype=torch.float64, device=device))
+
+    expected = _on("cpu", run)
+    monkeypatch.setattr(torch, "zeros", recording_zeros)
+    actual = _on("jax", run)
+    monkeypatch.setattr(torch, "zeros", zeros)
+    assert sizes and max(sizes) <= 1, sizes
+    if isinstance(expected, Exception):
+        assert type(actual) is type(expected) and str(expected) in str(actual), actual
+    else:
+        assert not isinstance(actual, Exception), actual
+        assert actual.dtype == torch.float64
+        torch.testing.assert_close(actual.cpu(), expected)
