@@ -249,3 +249,74 @@ def test_out_dtype_verdict_is_learned_without_real_shaped_cpu_data(name, monkeyp
         assert not isinstance(actual, Exception), actual
         assert actual.dtype == torch.float64
         torch.testing.assert_close(actual.cpu(), expected)
+
+
+# -- type promotion -----------------------------------------------------------------------------
+
+
+def _ints(dtype, device):
+    return torch.tensor([0, 1, 2], dtype=dtype, device=device)
+
+
+PROMOTIONS = {
+    "uint8_plus_large_int_wraps": lambda d: _ints(torch.uint8, d) + 1000,
+    "int8_minus_large_int_wraps": lambda d: _ints(torch.int8, d) - 300,
+    "uint8_times_large_int_wraps": lambda d: _ints(torch.uint8, d) * 1000,
+    "uint8_plus_float": lambda d: _ints(torch.uint8, d) + 5.5,
+    "uint8_plus_0d_double": lambda d: _ints(torch.uint8, d) + torch.tensor(5.5, dtype=torch.double),
+    "float_plus_0d_double": lambda d: (
+        _ints(torch.float32, d) + torch.tensor(5.5, device=d).double()
+    ),
+    "add_float_alpha_to_ints": lambda d: torch.add(
+        _ints(torch.int32, d), _ints(torch.int32, d), alpha=1.1
+    ),
+    "sub_float_alpha_from_ints": lambda d: torch.sub(
+        _ints(torch.int32, d), _ints(torch.int32, d), alpha=0.5
+    ),
+    "add_int_alpha": lambda d: torch.add(_ints(torch.int32, d), _ints(torch.int32, d), alpha=3),
+    "integer_addcdiv": lambda d: torch.addcdiv(
+        _ints(torch.int32, d), _ints(torch.int32, d), _ints(torch.int32, d) + 1
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROMOTIONS))
+def test_promotion_results_and_errors_as_pytorch(name):
+    result = _same_as_cpu(PROMOTIONS[name])
+    if isinstance(result, Exception):
+        assert str(_on("cpu", PROMOTIONS[name])).split(",")[0].rstrip(".") in str(result)
+
+
+def test_result_type_of_jax_tensors_and_cpu_scalars_as_pytorch():
+    def operands(device):
+        return [
+            _ints(torch.int32, device),
+            _ints(torch.uint8, device),
+            torch.ones(2, dtype=torch.float16, device=device),
+            torch.tensor(2.5, dtype=torch.float64, device=device),
+            torch.tensor(2.5, dtype=torch.float64),  # a 0-d CPU tensor next to jax tensors
+            torch.tensor(True, device=device),
+            3,
+            2.5,
+            1j,
+            True,
+        ]
+
+    cpu, jax = operands("cpu"), operands("jax")
+    for i in range(len(cpu)):
+        for j in range(len(cpu)):
+            if isinstance(cpu[i], torch.Tensor) or isinstance(cpu[j], torch.Tensor):
+                assert torch.result_type(jax[i], jax[j]) == torch.result_type(cpu[i], cpu[j]), (
+                    cpu[i],
+                    cpu[j],
+                )
+
+
+def test_index_put_refuses_values_of_another_dtype_as_pytorch():
+    def put(device):
+        target = torch.ones(5, 2, dtype=torch.double, device=device)
+        target[:, [1]] = torch.zeros(5, 1, dtype=torch.int32, device=device)
+        return target
+
+    error = _same_as_cpu(put)
+    assert "Index put requires the source and destination dtypes match" in str(error)

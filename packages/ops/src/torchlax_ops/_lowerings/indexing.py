@@ -176,6 +176,12 @@ def unsafe_index_put(self, indices, values, accumulate=False):
 
 
 def _index_put(self, indices, values, accumulate, check):
+    if check and values.dtype != self.dtype:
+        raise RuntimeError(
+            f"Index put requires the source and destination dtypes match, got "
+            f"{_type_name(self.dtype)} for the destination and {_type_name(values.dtype)} for the "
+            f"source (aten.index_put); convert the values with .to(x.dtype) first."
+        )
     values = values.astype(self.dtype)
     update = _mask_update(self, indices, values)
     if update is not None:  # jit-friendly: no nonzero needed
@@ -186,6 +192,12 @@ def _index_put(self, indices, values, accumulate, check):
         selected = jax.eval_shape(lambda array: array[key], self).shape
         values = _broadcast_for_put(values, selected)
     return _add(self.at[key], values) if accumulate else self.at[key].set(values)
+
+
+def _type_name(dtype) -> str:
+    """PyTorch's name of a dtype in messages (Double, Int, ...)."""
+    name = torch.empty(0, dtype=torch_dtype(dtype)).type()  # e.g. torch.DoubleTensor
+    return name.removeprefix("torch.").removesuffix("Tensor")
 
 
 def _broadcast_for_put(values, selected: tuple):
