@@ -320,3 +320,16 @@ def test_index_put_refuses_values_of_another_dtype_as_pytorch():
 
     error = _same_as_cpu(put)
     assert "Index put requires the source and destination dtypes match" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (torch.int64, torch.complex64),
+        (torch.complex64, torch.float64),
+        (torch.int32, torch.float32),
+    ],
+)
+def test_view_dtype_of_empty_tensors_between_same_size_dtypes(source, target):
+    # Same element size, one side complex: no bytes to regroup.
+    _same_as_cpu(lambda d: torch.zeros(0, 5, 4, dtype=source, device=d).view(target))
