@@ -333,3 +333,18 @@ def test_index_put_refuses_values_of_another_dtype_as_pytorch():
 def test_view_dtype_of_empty_tensors_between_same_size_dtypes(source, target):
     # Same element size, one side complex: no bytes to regroup.
     _same_as_cpu(lambda d: torch.zeros(0, 5, 4, dtype=source, device=d).view(target))
+
+
+def test_setitem_checks_the_shape_before_the_dtype_and_casts_one_masked_value():
+    def wrong_shape_and_dtype(device):
+        target = torch.arange(4, device=device)
+        target[target > -1] = torch.tensor([1.0, 2.0], device=device)
+        return target
+
+    def one_value(device):
+        target = torch.ones(2, 3, dtype=torch.long, device=device)
+        target[target > 0] = torch.tensor([5.0], device=device)
+        return target
+
+    assert "shape mismatch" in str(_same_as_cpu(wrong_shape_and_dtype))
+    _same_as_cpu(one_value)

@@ -176,12 +176,7 @@ def unsafe_index_put(self, indices, values, accumulate=False):
 
 
 def _index_put(self, indices, values, accumulate, check):
-    if check and values.dtype != self.dtype:
-        raise RuntimeError(
-            f"Index put requires the source and destination dtypes match, got "
-            f"{_type_name(self.dtype)} for the destination and {_type_name(values.dtype)} for the "
-            f"source (aten.index_put); convert the values with .to(x.dtype) first."
-        )
+    source_dtype = values.dtype  # checked after the shapes, as PyTorch orders its errors
     values = values.astype(self.dtype)
     update = _mask_update(self, indices, values)
     if update is not None:  # jit-friendly: no nonzero needed
@@ -191,7 +186,18 @@ def _index_put(self, indices, values, accumulate, check):
     if values.ndim:
         selected = jax.eval_shape(lambda array: array[key], self).shape
         values = _broadcast_for_put(values, selected)
+    # (one value into a mask is PyTorch's masked_fill_, which casts)
+    _check_put_dtype(self, source_dtype, check and values.size > 1)
     return _add(self.at[key], values) if accumulate else self.at[key].set(values)
+
+
+def _check_put_dtype(self, source_dtype, check: bool) -> None:
+    if check and source_dtype != self.dtype:
+        raise RuntimeError(
+            f"Index put requires the source and destination dtypes match, got "
+            f"{_type_name(self.dtype)} for the destination and {_type_name(source_dtype)} for the "
+            f"source (aten.index_put); convert the values with .to(x.dtype) first."
+        )
 
 
 def _type_name(dtype) -> str:
