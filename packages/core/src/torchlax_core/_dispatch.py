@@ -234,11 +234,11 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
         if func is torch.ops.aten.as_strided.default:
             return as_strided_impl(func, fn)
         return view_impl(func, fn)
-    if func in _COLUMN_MAJOR_RESULTS:
-        return column_major_impl(plain_impl(func, fn))
     if cache is not None and _opcache.cacheable_op(func):
-        return cached_impl(func, fn, cache)
-    return plain_impl(func, fn)
+        impl = cached_impl(func, fn, cache)
+    else:
+        impl = plain_impl(func, fn)
+    return column_major_impl(impl) if func in _COLUMN_MAJOR_RESULTS else impl
 
 
 # Ops whose result PyTorch allocates transposed: nonzero's (n, ndim) has strides (1, n).
