@@ -244,8 +244,34 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
             return as_strided_impl(func, fn)
         return view_impl(func, fn)
     if cache is not None and _opcache.cacheable_op(func):
-        return cached_impl(func, fn, cache)
-    return plain_impl(func, fn)
+        impl = cached_impl(func, fn, cache)
+    else:
+        impl = plain_impl(func, fn)
+    return column_major_impl(impl) if func in _COLUMN_MAJOR_RESULTS else impl
+
+
+# Ops whose result PyTorch allocates transposed: nonzero's (n, ndim) has strides (1, n).
+_COLUMN_MAJOR_RESULTS = frozenset({torch.ops.aten.nonzero.default})
+
+
+def _column_major(array) -> Tensor:
+    """A 2-d ``array`` held transposed in its storage, with PyTorch's strides ``(1, rows)``."""
+    rows, cols = array.shape
+    stored = array.T
+    layout = ((1, rows), 0, rows * cols * array.dtype.itemsize)
+    return _make(
+        array, _make(stored)._storage, _View(jnp.transpose, GATHER, stored, array), layout=layout
+    )
+
+
+def column_major_impl(inner: Callable) -> Callable:
+    run = inner.raw  # pyright: ignore[reportFunctionMemberAccess]  (plain_impl sets it)
+
+    def impl(args, kwargs):
+        return _column_major(run(args, kwargs))
+
+    impl.raw = run  # pyright: ignore[reportFunctionMemberAccess]  (out= writes the array back)
+    return impl
 
 
 def plain_impl(func, fn) -> Callable:
@@ -709,9 +735,20 @@ def functional_counterpart(func):
         cs = candidate._schema
         if cs.is_mutable:
             continue
-        if [(a.name, str(a.type)) for a in cs.arguments] == wanted:
+        arguments = [(a.name, str(a.type)) for a in cs.arguments]
+        if arguments == wanted:
+            return candidate
+        # A factory's out= overload (zeros.out, linspace.out) lacks the functional's tensor
+        # options: the out tensor gives the dtype.
+        if (
+            arguments[: len(wanted)] == wanted
+            and {a.name for a in cs.arguments[len(wanted) :]} == _TENSOR_OPTIONS
+        ):
             return candidate
     return None
+
+
+_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
 
 
 def _mutated_targets(func) -> list:
@@ -782,33 +819,56 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
 
 _OUT_DTYPE_ERRORS: dict = {}  # (op, dtypes) -> PyTorch's message, or None
 
+# How PyTorch's kernels word an out= dtype they refuse.
+_DTYPE_VERDICTS = ("Found dtype", "Expected out tensor to have", "can't be cast to the desired")
+
 
 def _check_out_dtype(func, args, kwargs) -> None:
-    """PyTorch's dtype rule for an ``out=`` of another dtype than the result, from its meta kernel.
+    """PyTorch's dtype rule for an ``out=`` of another dtype than the result, from its CPU kernel.
 
     Most ops cast into any dtype the result can be cast to (``cast_for_write``), but some want
     ``out``'s dtype exactly (``neg``, ``floor``, ``sign``: "Found dtype Double but expected
-    Float"). Running the op once per dtype signature on zeros on the CPU tells which (the meta
-    kernels do not make this check).
+    Float"; ``nonzero``: Long). The meta kernels do not all check this, so the op runs once per
+    dtype signature on the CPU: first on empty tensors of the arguments' ranks (free), and only
+    when those do not fit the op's other arguments (a ``reshape`` size) on broadcast zeros of
+    the real shapes (no memory). ``out`` is an empty tensor: PyTorch resizes it.
     """
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))
     key = (func, tuple(t.dtype for t in leaves if isinstance(t, torch.Tensor)))
     if key not in _OUT_DTYPE_ERRORS:
+        out_names = {a.name for a in func._schema.arguments if a.is_out}
 
-        def to_cpu_zeros(x):
-            if isinstance(x, torch.Tensor):
-                return torch.zeros(x.shape, dtype=x.dtype)
-            return x
+        def stand_in(empty):
+            def convert(x):
+                if not isinstance(x, torch.Tensor):
+                    return x
+                if empty:
+                    return torch.zeros([1 if n == 1 else 0 for n in x.shape], dtype=x.dtype)
+                return torch.zeros((), dtype=x.dtype).expand(x.shape)
 
-        cpu_args, cpu_kwargs = torch.utils._pytree.tree_map(to_cpu_zeros, (args, kwargs))
+            cpu_args = torch.utils._pytree.tree_map(convert, args)
+            cpu_kwargs = {
+                k: torch.empty(0, dtype=v.dtype)
+                if k in out_names
+                else torch.utils._pytree.tree_map(convert, v)
+                for k, v in kwargs.items()
+            }
+            return cpu_args, cpu_kwargs
+
         message = None
-        try:
-            func(*cpu_args, **cpu_kwargs)
-        except RuntimeError as error:  # only dtype verdicts: the CPU may lack the kernel
-            if str(error).startswith("Found dtype"):
-                message = f"{op_name(func)}: {error}; pass an out= tensor of the expected dtype."
-        except Exception:
-            pass
+        for empty in (True, False):
+            cpu_args, cpu_kwargs = stand_in(empty)
+            try:
+                func(*cpu_args, **cpu_kwargs)
+            except (RuntimeError, NotImplementedError) as error:
+                text = str(error)
+                if any(verdict in text for verdict in _DTYPE_VERDICTS):
+                    message = f"{op_name(func)}: {text}; pass an out= tensor of the expected dtype."
+                elif empty:
+                    continue  # the empty stand-ins do not fit: try the real shapes
+                elif "not implemented for" not in text:  # (the CPU may lack this dtype's kernel)
+                    raise
+            break
         _OUT_DTYPE_ERRORS[key] = message
     if _OUT_DTYPE_ERRORS[key] is not None:
         raise RuntimeError(_OUT_DTYPE_ERRORS[key])
@@ -823,6 +883,12 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
     out_names = {a.name for a in func._schema.arguments if a.is_out}
     single = len(targets) == 1
     drop_out = functional is not None and bool(out_names)
+    # A factory's out= takes its dtype from out (zeros.out -> zeros(dtype=out.dtype)).
+    dtype_from = None
+    if functional is not None and len(out_names) == 1:
+        takes_dtype = any(a.name == "dtype" for a in functional._schema.arguments)
+        if takes_dtype and not any(a.name == "dtype" for a in func._schema.arguments):
+            dtype_from = next(iter(out_names))
 
     run = getattr(inner, "raw", inner)  # skip wrapping a result that is written back
 
@@ -830,6 +896,8 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
         call_kwargs = (
             {k: v for k, v in kwargs.items() if k not in out_names} if drop_out else kwargs
         )
+        if dtype_from is not None:
+            call_kwargs["dtype"] = kwargs[dtype_from].dtype
         result = run(args, call_kwargs)
         results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
         outputs = []
@@ -852,6 +920,9 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
                     _check_out_dtype(func, args, kwargs)
                 if new.shape != dst.shape:
                     resize_output(func, dst, new.shape)
+                    if functional in _COLUMN_MAJOR_RESULTS:  # resized transposed, as PyTorch
+                        resize_(dst, new.shape[::-1])
+                        torch.ops.aten.t_.default(dst)
             dst._write(cast_for_write(func, dst, new))
             outputs.append(dst)
         if not func._schema.returns:

@@ -82,6 +82,9 @@ def to_jax_dtype(dtype: torch.dtype | None):
 def _cast(x, dtype):
     if isinstance(x, jax.Array | np.ndarray | np.generic):
         return x if x.dtype == dtype else x.astype(dtype)
+    if isinstance(x, int) and not isinstance(x, bool) and jnp.issubdtype(dtype, jnp.integer):
+        # Wrapped into the integer type as C casts it (uint8 + 1000 adds 232), as PyTorch does.
+        return jnp.asarray(np.asarray(x, dtype=np.int64).astype(dtype))
     if isinstance(x, bool | int | float | complex):
         # A Python scalar joins the computation dtype exactly (no weak-type surprises).
         return jnp.asarray(x, dtype=dtype)

@@ -31,11 +31,23 @@ def _scaled(other, alpha):
     return other if alpha == 1 else other * alpha
 
 
+def _check_alpha(op: str, computed, alpha) -> None:
+    """PyTorch's alpha rule, on the computation dtype: no float alpha for integral tensors."""
+    if isinstance(alpha, float) and (
+        jnp.issubdtype(computed.dtype, jnp.integer) or computed.dtype == jnp.bool_
+    ):
+        raise RuntimeError(
+            f"{op}: For integral input tensors, argument alpha must not be a floating point "
+            f"number (got alpha={alpha}); pass an integer alpha or floating-point tensors."
+        )
+
+
 # -- arithmetic ---------------------------------------------------------------------------------
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def add(self, other, *, alpha=1):
+    _check_alpha("aten.add", self, alpha)
     if self.dtype == jnp.bool_:
         return jnp.logical_or(self, other if alpha == 1 else jnp.logical_and(other, bool(alpha)))
     return jnp.add(self, _scaled(other, alpha))
@@ -43,6 +55,7 @@ def add(self, other, *, alpha=1):
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar, promote=Promotion.DEFAULT, args=BINARY)
 def sub(self, other, *, alpha=1):
+    _check_alpha("aten.sub", self, alpha)
     return jnp.subtract(self, _scaled(other, alpha))
 
 
@@ -221,7 +234,7 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     # Checked on the inputs' own dtypes, before promotion, as PyTorch checks them.
     if not any(jnp.issubdtype(t.dtype, jnp.inexact) for t in (tensor1, tensor2)):
         raise RuntimeError(
-            "torch.addcdiv: integer division with addcdiv is no longer supported. Compute "
+            "Integer division with addcdiv is no longer supported (torch.addcdiv): compute "
             "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer "
             "inputs, or pass floating-point tensor1 and tensor2."
         )

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torchlax_core import check_sizes, jax_dtype, torch_dtype
+from torchlax_core import check_sizes, jax_dtype
 
 from .._table import lowering
 
@@ -107,7 +107,7 @@ def _arange_length(start, end, step, integral: bool) -> int:
         length = math.ceil((float(end) - float(start)) / float(step))
     if length < 0:
         raise RuntimeError(
-            f"aten.arange: upper bound and larger bound inconsistent with step sign "
+            f"aten.arange: upper bound and lower bound inconsistent with step sign "
             f"(start={start}, end={end}, step={step})."
         )
     return int(length)
@@ -153,16 +153,26 @@ def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=Non
     return (float(start) + float(step) * iota).astype(out_dtype)
 
 
-# arange's out= overloads have no functional twin of the same arguments (the core cannot derive
-# them): the values take ``out``'s dtype; the core writes them (it cannot resize ``out``).
-@lowering(aten.arange.out)
-def arange_out(end, *, out):
-    return arange_start_step(0, end, 1, dtype=torch_dtype(out.dtype))
+# The out= overloads (arange.out, range.out, zeros.out, ...) are derived by the core, which takes
+# the dtype from ``out`` and resizes it.
 
 
-@lowering(aten.arange.start_out)
-def arange_start_out(start, end, step=1, *, out):
-    return arange_start_step(start, end, step, dtype=torch_dtype(out.dtype))
+@lowering(aten.range.step, aten.range.default)
+def range_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """The deprecated ``torch.range``: ``end`` included, in the default dtype unless given."""
+    out_dtype = _default_float() if dtype is None else jax_dtype(dtype)
+    if jnp.issubdtype(out_dtype, jnp.integer):
+        start, end, step = int(start), int(end), int(step)
+    if step == 0:
+        raise RuntimeError("aten.range: step must be nonzero.")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise RuntimeError(
+            f"aten.range: upper bound and lower bound inconsistent with step sign "
+            f"(start={start}, end={end}, step={step})."
+        )
+    length = math.floor((float(end) - float(start)) / float(step)) + 1
+    iota = jnp.arange(length, dtype=jnp.float64)
+    return (float(start) + float(step) * iota).astype(out_dtype)
 
 
 # -- full, zeros, ones and their _like / new_ forms -----------------------------------------

@@ -70,6 +70,11 @@ def _key(self, indices, op: str, check: bool = True):
             )
             key.extend(jnp.nonzero(index.astype(jnp.bool_)))
         else:
+            if index.dtype not in (jnp.int64, jnp.int32):
+                raise IndexError(
+                    f"tensors used as indices must be long, int, byte or bool tensors (got "
+                    f"{index.dtype}); convert the index with .long()."
+                )
             if check and len(key) < self.ndim:
                 size = self.shape[len(key)]
                 check_index(
@@ -171,13 +176,50 @@ def unsafe_index_put(self, indices, values, accumulate=False):
 
 
 def _index_put(self, indices, values, accumulate, check):
+    source_dtype = values.dtype  # checked after the shapes, as PyTorch orders its errors
     values = values.astype(self.dtype)
     update = _mask_update(self, indices, values)
     if update is not None:  # jit-friendly: no nonzero needed
         mask, values = update
         return jnp.where(mask, self + values if accumulate else values, self)
     key = _key(self, indices, "aten.index_put (assigning to a boolean-masked selection)", check)
+    if values.ndim:
+        selected = jax.eval_shape(lambda array: array[key], self).shape
+        values = _broadcast_for_put(values, selected)
+    # (one value into a mask is PyTorch's masked_fill_, which casts)
+    _check_put_dtype(self, source_dtype, check and values.size > 1)
     return _add(self.at[key], values) if accumulate else self.at[key].set(values)
+
+
+def _check_put_dtype(self, source_dtype, check: bool) -> None:
+    if check and source_dtype != self.dtype:
+        raise RuntimeError(
+            f"Index put requires the source and destination dtypes match, got "
+            f"{_type_name(self.dtype)} for the destination and {_type_name(source_dtype)} for the "
+            f"source (aten.index_put); convert the values with .to(x.dtype) first."
+        )
+
+
+def _type_name(dtype) -> str:
+    """PyTorch's name of a dtype in messages (Double, Int, ...)."""
+    name = torch.empty(0, dtype=torch_dtype(dtype)).type()  # e.g. torch.DoubleTensor
+    return name.removeprefix("torch.").removesuffix("Tensor")
+
+
+def _broadcast_for_put(values, selected: tuple):
+    """``values`` shaped for the selection ``x[key]``, as PyTorch's index_put checks it."""
+    ones = 0
+    while values.ndim - ones > len(selected) and values.shape[ones] == 1:
+        ones += 1  # PyTorch drops leading 1-dims of the values first
+    values = jnp.reshape(values, values.shape[ones:])
+    try:
+        return jnp.broadcast_to(values, selected)
+    except ValueError:
+        raise RuntimeError(
+            f"aten.index_put: shape mismatch: value tensor of shape {list(values.shape)} cannot "
+            f"be broadcast to indexing result of shape {list(selected)}; pass values of a shape "
+            "that broadcasts to the indexed selection."
+        ) from None
 
 
 def _clamped(shape, indices):

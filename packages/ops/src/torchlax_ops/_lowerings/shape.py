@@ -289,7 +289,7 @@ def view_dtype(self, dtype):
             f"self.dim() cannot be 0 to view {torch_dtype(self.dtype)} as {dtype} "
             "(different element sizes)"
         )
-    if self.size == 0 and not same_size:  # (no bytes to regroup: the reshape below needs some)
+    if self.size == 0:  # (no bytes to regroup: the reshape below needs some)
         last = self.shape[-1] * self.dtype.itemsize // target.itemsize
         return jnp.zeros((*self.shape[:-1], last), target)
     # Through bytes: split every element, then regroup the last dim for the target.

@@ -1,0 +1,350 @@
+"""PyTorch's device-generic behaviour on the ``jax`` device, each case run on the CPU beside it:
+factories with ``out=``, ``nonzero``, boolean-mask indexing and its errors, ``setitem``
+expansion, ``torch.result_type`` and the ``out=`` dtype rule."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchlax_core  # noqa: F401  (registers the jax device)
+
+
+def _on(device: str, fn):
+    """``fn(device)``'s result, or the exception it raised."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # resize_output's deprecation
+            return fn(device)
+    except Exception as error:  # compared below: type and gist of the message
+        return error
+
+
+def _same_as_cpu(fn, *, values=True):
+    """``fn`` on ``jax`` answers as on the CPU: values, dtype, shape, strides, or the error type."""
+    expected, actual = _on("cpu", fn), _on("jax", fn)
+    if isinstance(expected, Exception):
+        assert type(actual) is type(expected), f"{actual!r} instead of {expected!r}"
+        return actual
+    assert not isinstance(actual, Exception), f"{actual!r} where the CPU returns a result"
+    assert actual.device.type == "jax"
+    assert (actual.dtype, actual.shape, actual.stride(), actual.storage_offset()) == (
+        expected.dtype,
+        expected.shape,
+        expected.stride(),
+        expected.storage_offset(),
+    )
+    if values:
+        torch.testing.assert_close(actual.cpu(), expected, equal_nan=True)
+    return actual
+
+
+# -- factories with out= ------------------------------------------------------------------------
+
+
+def _out(shape, dtype=torch.float32):
+    return lambda device: torch.empty(shape, dtype=dtype, device=device)
+
+
+FACTORY_OUTS = {
+    "linspace_resized": (lambda o: torch.linspace(0, 1, 5, out=o), _out(0)),
+    "linspace_float64": (lambda o: torch.linspace(-1, 1, 7, out=o), _out(7, torch.float64)),
+    "linspace_into_int64": (lambda o: torch.linspace(0, 10, 5, out=o), _out(5, torch.int64)),
+    "linspace_zero_steps": (lambda o: torch.linspace(0, 1, 0, out=o), _out(3)),
+    "linspace_negative_steps": (lambda o: torch.linspace(0, 1, -1, out=o), _out(3)),
+    "logspace": (lambda o: torch.logspace(0, 2, 3, out=o), _out(7)),
+    "logspace_base2": (lambda o: torch.logspace(0, 4, 5, 2.0, out=o), _out(0, torch.float64)),
+    "zeros": (lambda o: torch.zeros(2, 3, out=o), _out(0)),
+    "zeros_int32": (lambda o: torch.zeros(2, 3, out=o), _out(6, torch.int32)),
+    "ones": (lambda o: torch.ones(2, 3, out=o), _out((2, 3), torch.float64)),
+    "full_int64": (lambda o: torch.full((2, 3), 7, out=o), _out(0, torch.int64)),
+    "full_float": (lambda o: torch.full((2, 3), 7.5, out=o), _out(0)),
+    "eye": (lambda o: torch.eye(3, out=o), _out(0)),
+    "eye_m_int64": (lambda o: torch.eye(3, 4, out=o), _out(0, torch.int64)),
+    "eye_into_strided_out": (
+        lambda o: torch.eye(3, out=o),
+        lambda device: torch.zeros(3, 6, device=device)[:, ::2],
+    ),
+    "eye_into_transposed_out": (
+        lambda o: torch.eye(3, out=o),
+        lambda device: torch.zeros(3, 3, device=device).t(),
+    ),
+    "arange": (lambda o: torch.arange(5, out=o), _out(0, torch.int64)),
+    "arange_float": (lambda o: torch.arange(0, 1, 0.25, out=o), _out(9)),
+    "arange_bad_step_sign": (lambda o: torch.arange(0, 5, -1, out=o), _out(0)),
+    "range_int64": (lambda o: torch.range(0, 4, 2, out=o), _out(0, torch.int64)),
+    "range_float64": (lambda o: torch.range(0, 1, 0.3, out=o), _out(0, torch.float64)),
+    "empty": (lambda o: torch.empty(2, 3, out=o), _out(0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORY_OUTS))
+def test_factory_with_out_as_pytorch(name):
+    factory, make_out = FACTORY_OUTS[name]
+
+    def run(device):
+        out = make_out(device)
+        result = factory(out)
+        assert result is out  # out= returns the out tensor itself
+        return result
+
+    _same_as_cpu(run, values=name != "empty")
+
+
+def test_range_without_out_includes_end_and_checks_step_sign():
+    for device in ("cpu", "jax"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch.range is deprecated
+            _same_as_cpu(lambda d: torch.range(0, 1, 0.25, device=d))
+            with pytest.raises(RuntimeError, match="upper bound and lower bound inconsistent"):
+                torch.range(4, 0, 1, device=device)
+
+
+# -- nonzero ------------------------------------------------------------------------------------
+
+
+def _matrix(device):
+    return torch.tensor([[0, 1, 0], [2, 0, 3]], device=device)
+
+
+def _long_out(shape):
+    return lambda device: torch.empty(shape, dtype=torch.long, device=device)
+
+
+NONZEROS = {
+    "plain": lambda d: torch.nonzero(_matrix(d)),
+    "discontiguous_input": lambda d: torch.nonzero(_matrix(d).t()),
+    "zero_dim": lambda d: torch.nonzero(torch.tensor(5, device=d)),
+    "none_found": lambda d: torch.nonzero(torch.zeros(2, 3, device=d)),
+    "argwhere": lambda d: torch.argwhere(_matrix(d)),
+    "as_tuple": lambda d: torch.stack(torch.nonzero(_matrix(d), as_tuple=True)),
+    "out_empty": lambda d: torch.nonzero(_matrix(d), out=_long_out(0)(d)),
+    "out_right_shape_keeps_strides": lambda d: torch.nonzero(_matrix(d), out=_long_out((3, 2))(d)),
+    "out_of_another_shape": lambda d: torch.nonzero(_matrix(d), out=_long_out((2, 5))(d)),
+    "out_transposed": lambda d: torch.nonzero(_matrix(d), out=_long_out((2, 3))(d).t()),
+    "out_int32_refused": lambda d: torch.nonzero(
+        _matrix(d), out=torch.empty(0, dtype=torch.int32, device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NONZEROS))
+def test_nonzero_values_and_strides_as_pytorch(name):
+    # PyTorch allocates nonzero's (n, ndim) result transposed: strides (1, n).
+    _same_as_cpu(NONZEROS[name])
+
+
+def test_nonzero_result_reads_and_writes_like_a_plain_tensor():
+    result = torch.nonzero(_matrix("jax"))
+    assert result._base is None and not result.is_contiguous()
+    result[0, 0] = 7
+    expected = torch.nonzero(_matrix("cpu"))
+    expected[0, 0] = 7
+    assert torch.equal(result.cpu(), expected)
+    assert torch.equal(result.contiguous().cpu(), expected.contiguous())
+
+
+# -- boolean masks, index types, setitem --------------------------------------------------------
+
+
+def _grid(device):
+    return torch.arange(6.0, device=device).reshape(2, 3)
+
+
+def _put(index, values):
+    def run(device):
+        target = _grid(device)
+        target[index(device)] = values(device)
+        return target
+
+    return run
+
+
+INDEXING = {
+    "mask_of_wrong_length": lambda d: _grid(d)[torch.tensor([True, False, True], device=d)],
+    "byte_mask_of_wrong_length": lambda d: _grid(d)[
+        torch.tensor([1, 0, 1], dtype=torch.uint8, device=d)
+    ],
+    "mask_of_wrong_shape": lambda d: _grid(d)[torch.ones(3, 2, dtype=torch.bool, device=d)],
+    "byte_mask": lambda d: _grid(d)[torch.tensor([1, 0], dtype=torch.uint8, device=d)],
+    "two_masks": lambda d: _grid(d)[
+        torch.tensor([True, False], device=d), torch.tensor([True, False, True], device=d)
+    ],
+    "out_of_range": lambda d: _grid(d)[torch.tensor([5], device=d)],
+    "float_index": lambda d: _grid(d)[torch.tensor([0.0], device=d)],
+    "int8_index": lambda d: _grid(d)[torch.tensor([0], dtype=torch.int8, device=d)],
+    "int32_index": lambda d: _grid(d)[torch.tensor([1], dtype=torch.int32, device=d)],
+    "put_values_too_wide": _put(
+        lambda d: torch.tensor([0, 1], device=d), lambda d: torch.ones(2, 2, device=d)
+    ),
+    "put_values_to_mask_count_mismatch": _put(
+        lambda d: _grid(d) > 2, lambda d: torch.ones(4, device=d)
+    ),
+    "put_advanced_mismatch": _put(
+        lambda d: (torch.tensor([0, 1], device=d), torch.tensor([0, 1], device=d)),
+        lambda d: torch.ones(3, device=d),
+    ),
+    "put_values_with_leading_ones": _put(
+        lambda d: torch.tensor([0, 1], device=d), lambda d: torch.ones(1, 1, 3, device=d)
+    ),
+    "put_masked_values": _put(
+        lambda d: _grid(d) > 2, lambda d: torch.tensor([10.0, 20.0, 30.0], device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXING))
+def test_indexing_results_and_errors_as_pytorch(name):
+    _same_as_cpu(INDEXING[name])
+
+
+def test_indexing_error_messages_say_what_pytorch_says():
+    for name in ("put_values_too_wide", "float_index", "mask_of_wrong_length"):
+        expected, actual = _on("cpu", INDEXING[name]), _on("jax", INDEXING[name])
+        assert isinstance(expected, Exception) and isinstance(actual, Exception)
+        assert str(expected) in str(actual), (name, str(actual))
+
+
+# -- the out= dtype rule ------------------------------------------------------------------------
+
+OUT_DTYPE_CASES = {
+    "mm_into_float64": lambda d, out: torch.mm(
+        torch.ones(64, 32, device=d), torch.ones(32, 16, device=d), out=out
+    ),
+    "narrow_copy_into_float64": lambda d, out: torch.narrow_copy(
+        torch.ones(8, 4, device=d), 0, 2, 3, out=out
+    ),
+    "neg_into_float64": lambda d, out: torch.neg(torch.ones(64, 64, device=d), out=out),
+    "sin_into_float64": lambda d, out: torch.sin(torch.ones(64, 64, device=d), out=out),
+    "cumsum_into_float64": lambda d, out: torch.cumsum(torch.ones(8, 4, device=d), 1, out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_DTYPE_CASES))
+def test_out_dtype_verdict_is_learned_without_real_shaped_cpu_data(name, monkeypatch):
+    # The CPU stand-ins are empty or broadcast zeros, whatever the arguments' shapes.
+    from torchlax_core import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_OUT_DTYPE_ERRORS", {})
+    sizes = []
+    zeros = torch.zeros
+
+    def recording_zeros(*args, **kwargs):
+        made = zeros(*args, **kwargs)
+        sizes.append(made.numel())
+        return made
+
+    def run(device):
+        return OUT_DTYPE_CASES[name](device, torch.empty(0, dtype=torch.float64, device=device))
+
+    expected = _on("cpu", run)
+    monkeypatch.setattr(torch, "zeros", recording_zeros)
+    actual = _on("jax", run)
+    monkeypatch.setattr(torch, "zeros", zeros)
+    assert sizes and max(sizes) <= 1, sizes
+    if isinstance(expected, Exception):
+        assert type(actual) is type(expected) and str(expected) in str(actual), actual
+    else:
+        assert not isinstance(actual, Exception), actual
+        assert actual.dtype == torch.float64
+        torch.testing.assert_close(actual.cpu(), expected)
+
+
+# -- type promotion -----------------------------------------------------------------------------
+
+
+def _ints(dtype, device):
+    return torch.tensor([0, 1, 2], dtype=dtype, device=device)
+
+
+PROMOTIONS = {
+    "uint8_plus_large_int_wraps": lambda d: _ints(torch.uint8, d) + 1000,
+    "int8_minus_large_int_wraps": lambda d: _ints(torch.int8, d) - 300,
+    "uint8_times_large_int_wraps": lambda d: _ints(torch.uint8, d) * 1000,
+    "uint8_plus_float": lambda d: _ints(torch.uint8, d) + 5.5,
+    "uint8_plus_0d_double": lambda d: _ints(torch.uint8, d) + torch.tensor(5.5, dtype=torch.double),
+    "float_plus_0d_double": lambda d: (
+        _ints(torch.float32, d) + torch.tensor(5.5, device=d).double()
+    ),
+    "add_float_alpha_to_ints": lambda d: torch.add(
+        _ints(torch.int32, d), _ints(torch.int32, d), alpha=1.1
+    ),
+    "sub_float_alpha_from_ints": lambda d: torch.sub(
+        _ints(torch.int32, d), _ints(torch.int32, d), alpha=0.5
+    ),
+    "add_int_alpha": lambda d: torch.add(_ints(torch.int32, d), _ints(torch.int32, d), alpha=3),
+    "integer_addcdiv": lambda d: torch.addcdiv(
+        _ints(torch.int32, d), _ints(torch.int32, d), _ints(torch.int32, d) + 1
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROMOTIONS))
+def test_promotion_results_and_errors_as_pytorch(name):
+    result = _same_as_cpu(PROMOTIONS[name])
+    if isinstance(result, Exception):
+        assert str(_on("cpu", PROMOTIONS[name])).split(",")[0].rstrip(".") in str(result)
+
+
+def test_result_type_of_jax_tensors_and_cpu_scalars_as_pytorch():
+    def operands(device):
+        return [
+            _ints(torch.int32, device),
+            _ints(torch.uint8, device),
+            torch.ones(2, dtype=torch.float16, device=device),
+            torch.tensor(2.5, dtype=torch.float64, device=device),
+            torch.tensor(2.5, dtype=torch.float64),  # a 0-d CPU tensor next to jax tensors
+            torch.tensor(True, device=device),
+            3,
+            2.5,
+            1j,
+            True,
+        ]
+
+    cpu, jax = operands("cpu"), operands("jax")
+    for i in range(len(cpu)):
+        for j in range(len(cpu)):
+            if isinstance(cpu[i], torch.Tensor) or isinstance(cpu[j], torch.Tensor):
+                assert torch.result_type(jax[i], jax[j]) == torch.result_type(cpu[i], cpu[j]), (
+                    cpu[i],
+                    cpu[j],
+                )
+
+
+def test_index_put_refuses_values_of_another_dtype_as_pytorch():
+    def put(device):
+        target = torch.ones(5, 2, dtype=torch.double, device=device)
+        target[:, [1]] = torch.zeros(5, 1, dtype=torch.int32, device=device)
+        return target
+
+    error = _same_as_cpu(put)
+    assert "Index put requires the source and destination dtypes match" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (torch.int64, torch.complex64),
+        (torch.complex64, torch.float64),
+        (torch.int32, torch.float32),
+    ],
+)
+def test_view_dtype_of_empty_tensors_between_same_size_dtypes(source, target):
+    # Same element size, one side complex: no bytes to regroup.
+    _same_as_cpu(lambda d: torch.zeros(0, 5, 4, dtype=source, device=d).view(target))
+
+
+def test_setitem_checks_the_shape_before_the_dtype_and_casts_one_masked_value():
+    def wrong_shape_and_dtype(device):
+        target = torch.arange(4, device=device)
+        target[target > -1] = torch.tensor([1.0, 2.0], device=device)
+        return target
+
+    def one_value(device):
+        target = torch.ones(2, 3, dtype=torch.long, device=device)
+        target[target > 0] = torch.tensor([5.0], device=device)
+        return target
+
+    assert "shape mismatch" in str(_same_as_cpu(wrong_shape_and_dtype))
+    _same_as_cpu(one_value)
