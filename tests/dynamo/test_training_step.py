@@ -12,6 +12,7 @@ differs from eager at float32 precision with every backend, PyTorch's ``aot_eage
 """
 
 import copy
+import os
 
 import pytest
 import torch
@@ -124,6 +125,31 @@ def test_state_lives_on_the_module_and_optimizer():
         assert len(changed) == len(before)
 
 
+def test_optimizer_state_is_donated_in_a_fresh_process():
+    """Runs the test below in a fresh interpreter. Donation is decided by reference count,
+    and after an earlier failed ``torch.compile`` in the same process (e.g.
+    test_backend.py's unknown-options test) one more reference to the state arrays exists and
+    nothing is donated (a known limitation, see issue #14's notes): the outcome then depends
+    on the order in which xdist runs the suite."""
+    import subprocess
+    import sys
+
+    here = f"{__file__}::test_optimizer_state_is_donated_unless_something_else_holds_it"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", here],
+        env={**os.environ, "TORCHLAX_DONATION_TEST": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 passed" in result.stdout
+
+
+@pytest.mark.skipif(
+    os.environ.get("TORCHLAX_DONATION_TEST") != "1",
+    reason="run in a fresh process by test_optimizer_state_is_donated_in_a_fresh_process",
+)
 def test_optimizer_state_is_donated_unless_something_else_holds_it(monkeypatch):
     """The optimizer program updates the state in place (its old arrays donated to XLA), but
     never an array another holder can still read."""
