@@ -17,6 +17,9 @@ _lib = torch.library.Library("torchlax_dynamo_test", "DEF")
 _lib.define("jitter(Tensor x) -> Tensor")  # random, but PyTorch does not know (no tag)
 _lib.impl("jitter", lambda x: x + torch.rand_like(x), "CompositeExplicitAutograd")
 _lib.impl("jitter", lambda x: torch.empty_like(x), "Meta")
+_lib.define("jitter_long(Tensor x) -> Tensor")  # random for more than 4 elements only
+_lib.impl("jitter_long", lambda x: x + torch.rand_like(x), "CompositeExplicitAutograd")
+_lib.impl("jitter_long", lambda x: torch.empty_like(x), "Meta")
 
 
 class _JitterLowering:
@@ -27,6 +30,14 @@ class _JitterLowering:
             return x + jax.random.uniform(key, x.shape, x.dtype)
 
         registry.register_lowering(torch.ops.torchlax_dynamo_test.jitter.default, jitter)
+
+        def jitter_long(x):
+            if x.shape[0] <= 4:
+                return x
+            key = torchlax_core.current_env().next_prng_key()
+            return x + jax.random.uniform(key, x.shape, x.dtype)
+
+        registry.register_lowering(torch.ops.torchlax_dynamo_test.jitter_long.default, jitter_long)
 
 
 @pytest.fixture
@@ -50,6 +61,24 @@ def test_plugin_lowering_drawing_keys_gets_a_fresh_key_per_call(jitter_plugin, o
     torch.manual_seed(0)
     torch.testing.assert_close(fn(x).cpu(), first, rtol=0, atol=0)  # reproducible under a seed
     assert counters["xla_traces"] == 1  # learning that it draws keys costs no second trace
+
+
+def test_whether_a_program_draws_keys_is_learned_per_signature(jitter_plugin):
+    """One Dynamo graph (dynamic shapes), one XLA program per length: the short one draws no
+    key (nothing taken from torch's generator), the long one a fresh key per call."""
+    fn = torch.compile(
+        lambda x: torch.ops.torchlax_dynamo_test.jitter_long(x) * 2,
+        backend="torchlax",
+        dynamic=True,
+    )
+    short, long = torch.zeros(3), torch.zeros(8)
+    fn(short)
+    first, second = fn(long), fn(long)
+    assert not torch.equal(first, second)
+    state = torch.get_rng_state()
+    assert torch.equal(fn(short), short)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert counters["graphs"] == 1 and counters["xla_traces"] == 2
 
 
 def test_deterministic_program_draws_nothing_from_torchs_generator():

@@ -117,6 +117,7 @@ def _make_unwrapper(func, defer_views: bool = False) -> Callable:
                     a = jargs[i]
                     if type(a) is Tensor:
                         view = a._view
+                        a._storage.exclusive = False  # read by an op (see _tensor._Storage)
                         if view is None:
                             jargs[i] = a._storage.array
                         elif defer_views and view.seen is None:
@@ -481,7 +482,9 @@ def view_impl(func, fn) -> Callable:
             and (parent is None or (parent.seen is None and parent.compute is not None))
         ):
             return _deferred_view(func, fn, storage, root_array, parent, op_kind, args, layouts[0])
+        exclusive = storage.exclusive
         jargs, jkwargs = unwrap(args, kwargs)
+        storage.exclusive = exclusive  # the view's array stays inside the storage
         rest = jargs[1:]
         base_array = jargs[0]
         out = _call(fn, jargs, jkwargs)

@@ -71,13 +71,19 @@ class _Storage:
 
     Tensors point at it rather than at each other, so swapping two tensors' contents
     (``torch.utils.swap_tensors``, used by ``module.to``) keeps every alias consistent.
+
+    ``exclusive``: no one outside this storage has seen ``array``. A compiled program that
+    wrote it sets it (``internal.set_exclusive``); every read of the array (``_value``, the
+    dispatcher's) clears it, so that an array handed out (``t.jax()``, DLPack, an op that
+    returns its input unchanged) is never donated to XLA while someone can still read it.
     """
 
-    __slots__ = ("addressed", "array")
+    __slots__ = ("addressed", "array", "exclusive")
 
     def __init__(self, array):
         self.array = array
         self.addressed: torch.UntypedStorage | None = None  # see _addressed_storage
+        self.exclusive = False
 
 
 _address_lock = threading.Lock()
@@ -310,7 +316,9 @@ class Tensor(torch.Tensor):
 
     def _value(self) -> jax.Array:
         view = self._view
-        root = self._storage.array
+        storage = self._storage
+        storage.exclusive = False  # the array is handed out (see _Storage)
+        root = storage.array
         if view is None:
             return root
         if view.seen is not root:

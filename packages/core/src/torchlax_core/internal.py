@@ -48,8 +48,11 @@ __all__ = [
     "cuda_device",
     "from_torch_data",
     "get_logger",
+    "is_exclusive",
     "op_name",
+    "peek_array",
     "record_compile",
+    "set_exclusive",
     "storage_of",
     "tables_of",
     "tracing",
@@ -90,3 +93,32 @@ def tables_of(env: Any) -> Tables:
     """The lowering, decomposition and override tables ``env``'s plugins filled; a new object
     whenever a plugin is registered or unregistered (so ``is`` tells whether they changed)."""
     return env._tables
+
+
+# -- exclusive arrays (what a compiled program may donate; see ``_tensor._Storage``) ----------
+
+
+def peek_array(tensor: _tensor.Tensor) -> Any:
+    """``array_of(tensor)``, except that an exclusive storage stays exclusive: for a compiled
+    program that hands none of its inputs' arrays out (it tracks its own outputs)."""
+    storage = tensor._storage  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    if storage.exclusive and (view is None or view.compute is None):
+        return storage.array
+    return tensor._value()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+
+
+def is_exclusive(tensor: _tensor.Tensor) -> bool:
+    """Whether ``tensor`` spans its whole storage (no view, or an identity view) and nothing
+    outside that storage has seen its array since a compiled program wrote it: the array can
+    be donated to XLA without anyone left to read it."""
+    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    return tensor._storage.exclusive and (view is None or view.compute is None)  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+
+
+def set_exclusive(tensor: _tensor.Tensor) -> None:
+    """Record that ``tensor``'s storage now holds an array no one outside it has seen (a
+    compiled program just wrote it there, and handed it out nowhere else)."""
+    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    if view is None or view.compute is None:
+        tensor._storage.exclusive = True  # pyright: ignore[reportPrivateUsage]  (the core writing its own Tensor)

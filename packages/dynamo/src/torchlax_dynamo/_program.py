@@ -23,19 +23,21 @@ from __future__ import annotations
 import collections
 import functools
 import operator
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
 from torchlax_core.internal import (
-    IDENTITY,
     CompiledProgram,
     array_of,
+    is_exclusive,
     output_tensors,
+    peek_array,
+    set_exclusive,
     signature,
     view_kind,
     write_back,
@@ -175,7 +177,13 @@ class XlaProgram:
                 results.append(array_of(t))
         arrays_at = tuple(i for i, (kind, _) in enumerate(layout) if kind == _ARRAY)
         devices = [self._output_devices[i] for i in arrays_at]
-        return results, (layout, mutations, arrays_at, devices)
+        # Exclusivity (what may be donated next time; see ``_donated``): a written-back array
+        # is the storage's alone unless the program also returns it; an input returned as an
+        # output array (JAX may hand the very buffer back) is no longer its storage's alone.
+        counts = collections.Counter(id(r) for r in results)
+        exclusive = tuple(index for _, index in mutations if counts[id(results[index])] == 1)
+        forwarded = tuple(array_positions[k] for k, a in enumerate(arrays) if counts[id(a)])
+        return results, (layout, mutations, arrays_at, devices, exclusive, forwarded)
 
     # -- calling ----------------------------------------------------------------------------
 
@@ -185,7 +193,7 @@ class XlaProgram:
         any_torchlax = False
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
-                arrays.append(array_of(a))
+                arrays.append(peek_array(a))  # an exclusive array stays so (see _donated)
                 any_torchlax = True
             elif isinstance(a, torch.Tensor):
                 arrays.append(cache.get(i, a))
@@ -206,7 +214,10 @@ class XlaProgram:
                 results, entry = program(sig, given, kept, static=statics)
             else:
                 results, entry = self._program(sig, arrays, static=statics)
-        layout, mutations, arrays_at, devices = entry.info
+        layout, mutations, arrays_at, devices, exclusive, forwarded = entry.info
+        for position in forwarded:
+            if isinstance(args[position], Tensor):
+                array_of(args[position])  # handed out as an output: no longer exclusive
         outs = []
         for kind, value in layout:
             if kind == _ARRAY:
@@ -225,6 +236,8 @@ class XlaProgram:
             dst = args[position]
             on_cpu = not isinstance(dst, Tensor) and dst.device.type == "cpu"
             write_back(dst, results[index], functools.partial(jax_to_torch, on_cpu=on_cpu))
+            if index in exclusive and isinstance(dst, Tensor):
+                set_exclusive(dst)
         return outs[0] if self._single_output else tuple(outs)
 
     @property
@@ -233,37 +246,40 @@ class XlaProgram:
 
 
 def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
-    """Positions in ``arrays`` of mutated inputs whose arrays can be donated.
+    """Positions in ``arrays`` of the mutated inputs to donate: every torchlax Tensor the
+    program writes, so one executable serves every call.
 
-    Only a torchlax Tensor over its whole storage (no view, or an identity view such as the
-    alias AOT autograd passes for a parameter) whose array nothing else references: another
-    storage, a user's ``t.jax()``, another input. The write-back gives the storage the new
-    array, so every alias of the tensor sees the update; views of it recompute from the new
-    array (they compare their cached root by identity). CPU tensors are never donated: XLA
-    frees a donated buffer it borrowed through DLPack instead of reusing it.
+    Its array is donated as it is where its storage holds it exclusively (``is_exclusive``: a
+    program of this backend made it, and nothing but such programs, which hand none of their
+    inputs out, has read it since); otherwise a copy is donated in its place (``arrays`` is
+    updated), so that an array someone can still read (taken with ``t.jax()`` or DLPack, read
+    by an eager op, passed twice) stays valid. In a training loop only the first step copies:
+    the state it writes back is exclusive. The write-back gives the storage the new array, so
+    every alias of the tensor sees the update; views of it recompute from the new array (they
+    compare their cached root by identity). CPU tensors are never donated: XLA frees a donated
+    buffer it borrowed through DLPack instead of reusing it.
     """
     positions = []
     position = 0
     index = 0
+    shared = []
     for i, arg in enumerate(args):
         if not isinstance(arg, torch.Tensor):
             continue
         if index < len(mutated) and mutated[index] == i:
             index += 1
-            if isinstance(arg, Tensor) and _only_held_by(arg, arrays[position]):
+            if isinstance(arg, Tensor):
                 positions.append(position)
+                if not is_exclusive(arg):
+                    shared.append(position)
         position += 1
+    if len(shared) < len(positions):
+        # An exclusive array passed at two positions is not exclusive either.
+        counts = collections.Counter(map(id, arrays))
+        shared += [p for p in positions if counts[id(arrays[p])] > 1 and p not in shared]
+    for p in shared:
+        arrays[p] = jnp.array(arrays[p], copy=True)
     return tuple(positions)
-
-
-def _only_held_by(tensor: Tensor, array: jax.Array) -> bool:
-    # The references a private array has: the call's array list, this function's and
-    # getrefcount's arguments, the tensor's storage, and for an identity view its cache (the
-    # last root seen and the value computed from it, that root itself).
-    kind = view_kind(tensor)
-    if kind is None:
-        return sys.getrefcount(array) <= 4
-    return kind == IDENTITY and sys.getrefcount(array) <= 6
 
 
 def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
