@@ -165,9 +165,11 @@ def _counting_override(op, calls):
     return Counting()
 
 
-def test_backward_inside_enable_runs_with_that_environment():
-    # PyTorch runs the backward of jax tensors on its own device thread: the environment and
-    # hooks there must still be the ones of the `enable` block that called backward().
+@pytest.mark.parametrize("entry", ["Tensor.backward", "torch.autograd.backward"])
+def test_backward_inside_enable_runs_with_that_environment(entry):
+    # `loss.backward()` runs on the calling thread; torch.autograd.backward runs the backward
+    # of jax tensors on PyTorch's device thread. Either way the environment and hooks must be
+    # the ones of the `enable` block that called it.
     calls: list[int] = []
     env = Environment()
     env.register_plugin(_counting_override(aten.tanh_backward.default, calls), "count-tanh-bw")
@@ -177,8 +179,14 @@ def test_backward_inside_enable_runs_with_that_environment():
     with torchlax.enable(env):
         x = x_cpu.detach().to("jax").requires_grad_()
         x.register_hook(lambda grad: seen.append(torchlax.current_env()))
-        torch.tanh(x).sum().backward()
-    assert calls and threading.get_ident() not in calls  # it ran, on autograd's thread
+        loss = torch.tanh(x).sum()
+        if entry == "Tensor.backward":
+            loss.backward()
+        else:
+            torch.autograd.backward(loss)
+    assert calls
+    on_caller = all(ident == threading.get_ident() for ident in calls)
+    assert on_caller == (entry == "Tensor.backward")
     assert seen == [env]
     torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
 
