@@ -3,7 +3,7 @@
     uv run python benchmarks/programs.py "GPT-2 (2 layers)" AdamW           # HLO diff only
     uv run python benchmarks/programs.py ResNet-18 SGD --profile --top 20    # + kernel times
 
-Builds both training steps as ``run.py`` does, writes their optimized HLO to
+Builds both training steps with ``run.py``'s builders, writes their optimized HLO to
 ``$TMPDIR/torchlax_programs/<model>_<optimizer>_{torchlax,optax}.hlo``, prints the instructions of
 each ``ENTRY`` computation by kind where the counts differ (on CPU each one is a kernel), and
 with ``--profile`` the kernels that take the most time: XLA:CPU records one profiler event per
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import gzip
 import json
 import re
@@ -26,8 +25,6 @@ import time
 from pathlib import Path
 
 import jax
-import torch
-import torchlax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run  # noqa: E402  (this directory's benchmark module)
@@ -37,36 +34,13 @@ OUT = Path(tempfile.gettempdir()) / "torchlax_programs"
 
 def build(name: str, optimizer: str):
     """Both steps, compiled and warmed up: ``(torchlax call, its executable, optax call, its)``."""
-    import optax
-
-    make_opt, make_optax = run.OPTIMIZERS[optimizer]
-    torch.manual_seed(0)
-    model, (x, y), loss_fn = run._training_cases()[name]()
-    model.train()
-    with torchlax.enable():
-        jm = copy.deepcopy(model).to("jax")
-        jx, jy = x.to("jax"), y.to("jax")
-    opt = make_opt(jm.parameters())
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(jm, jx, jy)
-        loss.backward()
-        opt.step()
-        return loss
-
-    whole = torchlax.jit(step)
-    for _ in range(3):  # eager (optimizer state created), compile, steady state
+    model, (x, y), loss_fn, make_opt, make_optax = run.training_case(name, optimizer)
+    whole = run.torchlax_jit_step(model, make_opt, loss_fn, x, y)
+    for _ in range(2):  # compile, steady state
         run.ready(whole())
     programs = getattr(whole, "programs")  # noqa: B009  (set on the jitted function)
     entry = next(iter(next(iter(programs.values())).core._entries.values()))
-    if name == "MLP":
-        params, forward = run.hand_written_mlp(model)
-    else:
-        params, _, forward = torchlax.functional(copy.deepcopy(model))
-    optax_call, jitted, example = run._optax_step(name, forward, params, x, y, make_optax(optax))
-    optax_call()
-    optax_call()
+    _, optax_call, jitted, example = run.optax_baseline(name, model, x, y, make_optax)
     with jax.enable_x64(name != "MLP"):
         optax_executable = jitted.lower(*example).compile()
     return (lambda: run.ready(whole())), entry.executable, optax_call, optax_executable

@@ -525,40 +525,83 @@ def bench_training_steps(b: Bench, models: list[str] | None = None) -> None:
                 )
 
 
-def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, make_optax):
+def training_step(model: nn.Module, opt, loss_fn, x, y) -> Callable[[], Any]:
+    """The canonical PyTorch step every compiler here is given (forward, backward, update)."""
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def training_case(name: str, optimizer: str) -> tuple:
+    """``(model, (x, y), loss_fn, make_opt, make_optax)`` of one model x optimizer row."""
+    make_opt, make_optax = OPTIMIZERS[optimizer]
+    torch.manual_seed(0)
+    model, (x, y), loss_fn = _training_cases()[name]()
+    model.train()
+    return model, (x, y), loss_fn, make_opt, make_optax
+
+
+def torchlax_jit_step(model: nn.Module, make_opt, loss_fn, x, y):
+    """``torchlax.jit`` of the step over a copy of ``model`` on the jax device, called once
+    (eagerly: the optimizer creates its state). Returns the jitted step."""
+    with torchlax.enable():
+        jm = copy.deepcopy(model).to("jax")
+        jx, jy = x.to("jax"), y.to("jax")
+    whole = torchlax.jit(training_step(jm, make_opt(jm.parameters()), loss_fn, jx, jy))
+    whole()
+    return whole
+
+
+def optax_baseline(name: str, model: nn.Module, x, y, make_optax) -> tuple:
+    """The same step in JAX + optax, warmed up past its compilations: ``(variant, run,
+    jitted, example)`` (``jitted._cache_size()`` counts its compilations)."""
     import optax
+
+    # JAX + optax: the MLP written by hand; the others through torchlax.functional.
+    if name == "MLP":
+        params, forward = hand_written_mlp(model)
+        variant = "hand-written JAX"
+    else:
+        params, _, forward = torchlax.functional(copy.deepcopy(model))
+        variant = "JAX + optax (torchlax.functional)"
+    run, jitted, example = _optax_step(name, forward, params, x, y, make_optax(optax))
+    # The weights torchlax.functional hands out, and optax's initial state, differ in layout
+    # and weak types from what the step returns: the first calls compile again. Warm up until
+    # a call compiles nothing, as ours is before it is timed.
+    for _ in range(4):
+        before = jitted._cache_size()
+        run()
+        if jitted._cache_size() == before:
+            break
+    return variant, run, jitted, example
+
+
+def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, make_optax):
     import torchlax_dynamo
 
     torch.manual_seed(0)
     model, (x, y), loss_fn = make_case()
     model.train()
 
-    def step_fn(m, opt, xb, yb):
-        def step():
-            opt.zero_grad()
-            loss = loss_fn(m, xb, yb)
-            loss.backward()
-            opt.step()
-            return loss
-
-        return step
-
     cpu = copy.deepcopy(model)
-    b.measure(group, "PyTorch eager (CPU)", step_fn(cpu, make_opt(cpu.parameters()), x, y))
+    b.measure(
+        group, "PyTorch eager (CPU)", training_step(cpu, make_opt(cpu.parameters()), loss_fn, x, y)
+    )
     torch._dynamo.reset()
     ind = copy.deepcopy(model)
     b.measure(
         group,
         "torch.compile inductor (step)",
-        torch.compile(step_fn(ind, make_opt(ind.parameters()), x, y)),
+        torch.compile(training_step(ind, make_opt(ind.parameters()), loss_fn, x, y)),
     )
     torch._dynamo.reset()
-    with torchlax.enable():
-        jm = copy.deepcopy(model).to("jax")
-        jx, jy = x.to("jax"), y.to("jax")
-    jopt = make_opt(jm.parameters())
-    whole = torchlax.jit(step_fn(jm, jopt, jx, jy))
-    whole()  # eager: the optimizer creates its state
+    whole = torchlax_jit_step(model, make_opt, loss_fn, x, y)
     variant = "torchlax.jit(step)"
     b.measure(group, variant, lambda: ready(whole()))
     b.rows[-1]["_compiles_after_first"] = 1
@@ -569,7 +612,10 @@ def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, m
 
     with torchlax.enable():
         dm = copy.deepcopy(model).to("jax")
-    dstep = torch.compile(step_fn(dm, make_opt(dm.parameters()), jx, jy), backend="torchlax")
+        jx, jy = x.to("jax"), y.to("jax")
+    dstep = torch.compile(
+        training_step(dm, make_opt(dm.parameters()), loss_fn, jx, jy), backend="torchlax"
+    )
     variant = 'torch.compile(step, backend="torchlax")'
     for _ in range(2):
         dstep()  # Dynamo compiles on the first two calls (state created on the first)
@@ -580,17 +626,7 @@ def _bench_training_step(b: Bench, group: str, name: str, make_case, make_opt, m
     _steady_compiles(b, programs, group, variant)
     torch._dynamo.reset()
 
-    # JAX + optax: the MLP written by hand; the others through torchlax.functional.
-    if name == "MLP":
-        params, forward = hand_written_mlp(model)
-        variant = "hand-written JAX"
-    else:
-        params, _, forward = torchlax.functional(copy.deepcopy(model))
-        variant = "JAX + optax (torchlax.functional)"
-    run, jitted, example = _optax_step(name, forward, params, x, y, make_optax(optax))
-    # The weights torchlax.functional hands out differ in layout from those the step returns:
-    # the second call compiles once more. Warm up past it; count what compiles after.
-    run()
+    variant, run, jitted, example = optax_baseline(name, model, x, y, make_optax)
     compiled_before = jitted._cache_size()
     b.measure(group, variant, run)
     if "median_s" in b.rows[-1]:
@@ -716,6 +752,10 @@ def chart(rows: list[dict], machine: str, path: Path) -> None:
         for g in dict.fromkeys(r["group"] for r in rows)
         if not g.startswith(("DLPack", "eager op breakdown", "eager MLP training step"))
     ]
+    groups = [g for g in groups if any(r["group"] == g and "median_s" in r for r in rows)]
+    if not groups:  # e.g. --only breakdown: its rows are printed, not charted
+        print(f"no chartable rows: {path} not written", file=sys.stderr)
+        return
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.1 * len(groups)), squeeze=False)
     for ax, group in zip(axes[:, 0], groups, strict=True):
         items = [r for r in rows if r["group"] == group and "median_s" in r]
@@ -769,7 +809,7 @@ def main() -> None:
         json.dumps({"machine": machine, "rows": b.rows}, indent=1)
     )
     chart(b.rows, machine, args.out / "results.png")
-    print(f"\nwrote {args.out / 'results.json'} and {args.out / 'results.png'}")
+    print(f"\nwrote {args.out / 'results.json'} (and the chart, if any)")
 
 
 if __name__ == "__main__":

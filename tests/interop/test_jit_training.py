@@ -127,6 +127,31 @@ def test_clip_grad_norm_batchnorm_and_gradient_accumulation():
     _compare(OPTIMIZERS["sgd-momentum-nesterov-wd"], clip=0.5, micro_batches=2, batchnorm=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_learning_rate_is_passed_in_the_parameters_precision(dtype):
+    # A Python-float rate meets float32 tensors as a float32 scalar in PyTorch; a float64 model
+    # needs it in float64 to stay exact. Either way a changing rate compiles nothing.
+    torch.set_default_dtype(dtype)  # the step counts' dtype (the fixture restores it)
+    make_opt = lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1)  # noqa: E731
+    (ref, ref_opt, ref_sched), (model, opt, sched) = _pair(make_opt, SCHEDULERS["cosine"])
+    reference = _step_fn(ref, ref_opt, ref_sched)
+    compiled = torchlax.jit(_step_fn(model, opt, sched))
+    tol = 1e-10 if dtype == torch.float64 else None  # None: float32's default tolerance
+    for x, y in _data():
+        x = x.to(dtype)
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got[0].cpu(), want[0], rtol=tol, atol=tol)
+    for (name, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.cpu(), w, rtol=tol, atol=tol, msg=name)
+    assert compiled.compilations == 1
+    (program,) = compiled.programs.values()
+    (entry,) = program.core._entries.values()
+    n_state = len(entry.info.changed)  # the program's inputs: state arrays, then the rates
+    assert entry.jaxpr.in_avals[n_state].dtype == torch.empty((), dtype=dtype).numpy().dtype
+
+
 def test_learning_rate_set_by_hand_is_an_input():
     (_, _, _), (model, opt, _) = _pair(OPTIMIZERS["sgd"])
     step = torchlax.jit(_step_fn(model, opt, None))

@@ -616,7 +616,7 @@ class _Jitted:
                 )
         cpu_tensors = list(state.cpu_tensors.values())
         state_arrays = [s.array for s in state.storages]
-        lr_arrays = [np.float64(lr) for _, lr in state.lrs]
+        lr_arrays = [to(lr) for (_, lr), to in zip(state.lrs, state.lr_types, strict=True)]
         arrays = [_borrow(t) for t in cpu_tensors] + [
             t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs
         ]

@@ -18,6 +18,7 @@ import operator
 import types
 
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
@@ -47,6 +48,7 @@ class _StateSet:
     optimizers: list
     schedulers: list
     lrs: list  # (param_group, value) for each learning rate that is an input
+    lr_types: list  # the numpy type each learning rate is passed as (see _lr_type)
     cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
     static_structure: tuple  # what of the structure the layout's snapshot guarantees
     # Positions in ``grads`` of .grads the step discards unread (zero_grad(set_to_none=True)
@@ -127,6 +129,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             lr_input = _is_number(group.get("lr"))
             if lr_input:
                 layout.lr_groups.append(group)
+                layout.lr_types.append(_lr_type(group["params"]))
             hyper = tuple((k, v) for k, v in group.items() if k != "lr")
             layout.groups.append((group, hyper, lr_input, group["params"], tuple(group["params"])))
             for p in group["params"]:
@@ -173,6 +176,7 @@ class _Layout:
     recipe: list = dataclasses.field(default_factory=list)
     grads: list = dataclasses.field(default_factory=list)  # parameters
     lr_groups: list = dataclasses.field(default_factory=list)  # groups whose lr is an input
+    lr_types: list = dataclasses.field(default_factory=list)  # per lr group: _lr_type
     cpu_tensors: dict = dataclasses.field(default_factory=dict)
     static_structure: tuple = ()
     # The snapshot: what the walk read, each checked by identity on later calls.
@@ -275,6 +279,7 @@ class _Layout:
             self.optimizer_list,
             self.schedulers,
             lrs,
+            self.lr_types,
             self.cpu_tensors,
             self.static_structure,
         )
@@ -320,6 +325,15 @@ def _cell_contents(cell):
         return cell.cell_contents
     except ValueError:  # an empty cell: the variable is not bound yet
         return _ABSENT
+
+
+def _lr_type(params) -> type:
+    """The type a group's learning rate is passed as: float64 if a parameter is 64-bit, else
+    float32. PyTorch combines a Python-float rate with a float32 tensor in float32 (as a
+    scalar of the tensor's dtype), so this keeps the optimizer's scalar arithmetic (``lr /
+    bias_correction``) in the dtype PyTorch computes it in, and float64 models exact."""
+    wide = (torch.float64, torch.complex128)
+    return np.float64 if any(p.dtype in wide for p in params) else np.float32
 
 
 def _is_number(value) -> bool:
