@@ -25,6 +25,7 @@ from torchlax_core import jax_dtype, torch_dtype
 __all__ = [
     "HALF",
     "Promotion",
+    "accumulator",
     "declared",
     "elementwise",
     "opmath_dtype",
@@ -198,6 +199,13 @@ _ARRAYS = (jax.Array, np.ndarray, np.generic)
 def opmath_dtype(dtype):
     """PyTorch's opmath dtype (``at::opmath_type``): float32 for half precision, else ``dtype``."""
     return np.dtype(jnp.float32) if dtype in HALF else dtype
+
+
+def accumulator(dtype) -> np.dtype | None:
+    """The ``preferred_element_type`` of a product or convolution of ``dtype`` operands:
+    float32 for half precision (PyTorch's kernels accumulate in it and round once), else None
+    (the operands' own dtype)."""
+    return np.dtype(jnp.float32) if dtype in HALF else None
 
 
 def up(x: Any) -> Any:
