@@ -97,8 +97,10 @@ def elementwise(
 ) -> Callable[[Callable], Callable]:
     """Promote the named arguments (bound by ``fn``'s Python signature) as PyTorch does.
 
-    For a helper that is not itself registered; a lowering declares its promotion in its
-    registration instead (``@lowering(op, promote=..., args=...)``), bound to the op's schema.
+    Only for an op whose schema does not exist when the tables are built (``prims::fma``,
+    defined once torch._inductor is imported): a lowering declares its promotion in its
+    registration instead (``@lowering(op, promote=..., args=...)``), bound to the op's schema,
+    and a helper of a registered op binds to that op's schema with ``declared``.
     The wrapped function sees them cast to the computation dtype (PyTorch's "opmath" dtype:
     float32 for half-precision inputs) and its result is cast to the result dtype.
     """
