@@ -9,9 +9,12 @@ a dtype mismatch is never excused by the table.
 ``python tests/ops/opinfo_report.py`` runs the same cases in-process and prints coverage.
 Eager mode runs every dtype of ``DTYPES`` the op supports, and float16 (``HALF_DTYPES``) on the
 first sample of the ops that compute: pointwise, reduction, ``nn.functional`` and ``special``
-OpInfos (``computes``). float16's longer mantissa shows a missing float32 up-cast that bfloat16's
-tolerance hides; the data-movement ops (views, indexing, factories) do the same at any dtype, and
-leaving them out keeps float16 at about 55 worker-seconds. Under ``jax.jit`` the suite runs one
+OpInfos (``computes``), except those whose every lowering declares its float32 computation in its
+stanza (``declared_opmath``). float16's longer mantissa shows a missing float32 up-cast that
+bfloat16's tolerance hides; the data-movement ops (views, indexing, factories) do the same at any
+dtype, and a declared op's up-cast is ``_promotion``'s, checked once in test_promotion.py (and
+test_opmath_contract.py keeps lowerings from up-casting by hand), its body then computing what
+the float32 case checks. That keeps float16 at about 40 worker-seconds. Under ``jax.jit`` the suite runs one
 dtype per op (float32 where supported, else the first supported one): dtype-specific behaviour is
 what eager mode checks (and eager mode already runs each op's compiled executable, see
 ``op_cache_min_calls`` below), while jit mode checks that the op traces. That halves the suite's
@@ -37,6 +40,9 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import SEED, set_rng_seed
 from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
 from torch.utils import _pytree as pytree
+from torchlax_ops import _lowerings  # noqa: F401  (fills the lowering tables)
+from torchlax_ops._promotion import Promotion
+from torchlax_ops._table import DECOMPOSITIONS, LOWERINGS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from opinfo_expected_failures import EXPECTED_FAILURES as _TABLE  # noqa: E402
@@ -172,9 +178,38 @@ def computes(op) -> bool:
     )
 
 
+def _declares_opmath(fn) -> bool:
+    promotion = getattr(fn, "promotion", None)
+    opmath = getattr(fn, "opmath", None) is not None
+    return opmath or (promotion is not None and promotion[1] != Promotion.NO_OPMATH)
+
+
+def _packet_lowerings():
+    """ATen packet -> its lowerings (None for a packet with a torch-level decomposition too)."""
+    packets: dict = {}
+    for op, fn in LOWERINGS:
+        packets.setdefault(getattr(op, "overloadpacket", op), []).append(fn)
+    for op, _ in DECOMPOSITIONS:
+        packets[getattr(op, "overloadpacket", op)] = None
+    return packets
+
+
+_PACKETS = _packet_lowerings()
+
+
+def declared_opmath(op) -> bool:
+    """Whether every lowering of the ATen op ``op`` tests (``aten.<aten_name>``) computes half
+    precision in float32 by its declaration (``promote=`` other than NO_OPMATH, or
+    ``opmath=True``): float16 then checks nothing the float32 and bfloat16 cases do not."""
+    packet = getattr(torch.ops.aten, op.aten_name.replace(".", "_"), None)
+    lowerings = _PACKETS.get(packet)
+    return bool(lowerings) and all(_declares_opmath(fn) for fn in lowerings)
+
+
 def all_cases(jit_dtypes: str = "all", half_ops: str = "all") -> list[Case]:
     """Every (mode, op, dtype) case; with ``jit_dtypes="one"`` jit mode keeps one dtype per op,
-    with ``half_ops="compute"`` float16 runs on the ops that ``computes`` only."""
+    with ``half_ops="compute"`` float16 runs on the ops that ``computes`` and whose lowerings do
+    not declare their float32 computation (``declared_opmath``) only."""
     cases = []
     for op in op_db:
         if op.name in CUDA_ONLY:
@@ -187,7 +222,7 @@ def all_cases(jit_dtypes: str = "all", half_ops: str = "all") -> list[Case]:
             if mode == "jit" and jit_dtypes == "one":
                 dtypes = [torch.float32] if torch.float32 in dtypes else dtypes[:1]
             cases.extend(Case(mode, op, d) for d in dtypes)
-        if half_ops == "all" or computes(op):
+        if half_ops == "all" or (computes(op) and not declared_opmath(op)):
             cases.extend(Case("eager", op, d) for d in HALF_DTYPES if d in supported)
     return cases
 

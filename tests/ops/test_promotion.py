@@ -77,9 +77,4 @@ def test_the_half_precision_up_cast_is_written_once():
         for line in path.read_text().splitlines()
         if line.startswith(("_LOW_PRECISION =", "_HALF =", "HALF =", "def _opmath(", "def _up("))
     ]
-    # linalg.py (another developer's file this session) still has its own copy: fold it into
-    # ``_common`` next; this list then shrinks to the one definition.
-    assert sorted(copies) == [
-        "_promotion.py: HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))",
-        "linalg.py: _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))",
-    ]
+    assert copies == ["_promotion.py: HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))"]

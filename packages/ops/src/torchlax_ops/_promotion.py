@@ -25,6 +25,7 @@ from torchlax_core import jax_dtype, torch_dtype
 __all__ = [
     "HALF",
     "Promotion",
+    "accumulator",
     "declared",
     "elementwise",
     "opmath_dtype",
@@ -96,8 +97,10 @@ def elementwise(
 ) -> Callable[[Callable], Callable]:
     """Promote the named arguments (bound by ``fn``'s Python signature) as PyTorch does.
 
-    For a helper that is not itself registered; a lowering declares its promotion in its
-    registration instead (``@lowering(op, promote=..., args=...)``), bound to the op's schema.
+    Only for an op whose schema does not exist when the tables are built (``prims::fma``,
+    defined once torch._inductor is imported): a lowering declares its promotion in its
+    registration instead (``@lowering(op, promote=..., args=...)``), bound to the op's schema,
+    and a helper of a registered op binds to that op's schema with ``declared``.
     The wrapped function sees them cast to the computation dtype (PyTorch's "opmath" dtype:
     float32 for half-precision inputs) and its result is cast to the result dtype.
     """
@@ -198,6 +201,13 @@ _ARRAYS = (jax.Array, np.ndarray, np.generic)
 def opmath_dtype(dtype):
     """PyTorch's opmath dtype (``at::opmath_type``): float32 for half precision, else ``dtype``."""
     return np.dtype(jnp.float32) if dtype in HALF else dtype
+
+
+def accumulator(dtype) -> np.dtype | None:
+    """The ``preferred_element_type`` of a product or convolution of ``dtype`` operands:
+    float32 for half precision (PyTorch's kernels accumulate in it and round once), else None
+    (the operands' own dtype)."""
+    return np.dtype(jnp.float32) if dtype in HALF else None
 
 
 def up(x: Any) -> Any:

@@ -1,22 +1,23 @@
-"""Helpers shared by the lowering families: opmath up-casting, ``jax.vjp`` backward, tuples."""
+"""Helpers shared by the lowering families: ``jax.vjp`` backward, tuples, dtypes.
+
+Half precision computed in float32 is declared in a lowering's stanza (``opmath=True``), not
+written here: ``_promotion`` holds its one definition.
+"""
 
 from __future__ import annotations
 
 import jax
 
-from .._promotion import HALF as _HALF
-from .._promotion import opmath_dtype
-from .._promotion import up as _up
-
-__all__ = ["HIGHEST", "_HALF", "_dtype_of", "_ntuple", "_up", "_vjp", "opmath_dtype"]
+__all__ = ["HIGHEST", "_dtype_of", "_ntuple", "_vjp"]
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _vjp(forward, x, grad_output):
-    """The gradient of ``forward`` at ``x`` for ``grad_output``, in x's dtype."""
-    out, pull = jax.vjp(forward, _up(x))
-    return pull(_up(grad_output).astype(out.dtype))[0].astype(x.dtype)
+    """The gradient of ``forward`` at ``x`` for ``grad_output``, in x's dtype (a lowering using
+    it declares ``opmath=True`` to compute half precision in float32)."""
+    out, pull = jax.vjp(forward, x)
+    return pull(grad_output.astype(out.dtype))[0].astype(x.dtype)
 
 
 def _ntuple(value, n):

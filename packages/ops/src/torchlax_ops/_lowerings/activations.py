@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
+from .._promotion import up
 from .._table import decomposition, lowering, named, op_name
-from ._common import _dtype_of, _up, _vjp
+from ._common import _dtype_of, _vjp
 
 aten = torch.ops.aten
 
@@ -23,7 +24,7 @@ aten = torch.ops.aten
 
 
 def _softmax_like(fn, self, dim, half_to_float):
-    x = _up(self)
+    x = up(self)
     out = fn(x[None], axis=0)[0] if self.ndim == 0 else fn(x, axis=dim)
     return out.astype(jnp.float32 if half_to_float else self.dtype)
 
@@ -41,7 +42,7 @@ def _log_softmax(self, dim, half_to_float):
 @lowering(aten._safe_softmax.default)
 def _safe_softmax(self, dim, dtype=None):
     # Attention's softmax: a row masked out entirely (all -inf) gives zeros, not NaN.
-    x = _up(self) if dtype is None else self.astype(_dtype_of(dtype))
+    x = up(self) if dtype is None else self.astype(_dtype_of(dtype))
     out = safe_softmax(x[None], 0)[0] if x.ndim == 0 else safe_softmax(x, dim)
     return out.astype(self.dtype if dtype is None else _dtype_of(dtype))
 
@@ -63,15 +64,15 @@ def _reduce_dim(x, dim):
     return x if x.ndim == 0 else jnp.sum(x, axis=dim, keepdims=True)
 
 
-@lowering(aten._softmax_backward_data.default)
+@lowering(aten._softmax_backward_data.default, opmath=True)
 def _softmax_backward_data(grad_output, output, dim, input_dtype):
-    g, y = _up(grad_output), _up(output)
+    g, y = grad_output, output
     return (y * (g - _reduce_dim(g * y, dim))).astype(_dtype_of(input_dtype))
 
 
-@lowering(aten._log_softmax_backward_data.default)
+@lowering(aten._log_softmax_backward_data.default, opmath=True)
 def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    g, y = _up(grad_output), _up(output)
+    g, y = grad_output, output
     return (g - jnp.exp(y) * _reduce_dim(g, dim)).astype(_dtype_of(input_dtype))
 
 
@@ -127,7 +128,7 @@ def gelu(self, *, approximate="none"):
     return _gelu(self, approximate)
 
 
-@lowering(aten.gelu_backward.default)
+@lowering(aten.gelu_backward.default, opmath=True)
 def gelu_backward(grad_output, self, *, approximate="none"):
     return _vjp(lambda x: _gelu(x, approximate), self, grad_output)
 
@@ -195,19 +196,19 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     return jnp.where(self > 0, grad_output, grad_output * negative_slope)
 
 
-@lowering(aten.rrelu_with_noise_functional.default)
+@lowering(aten.rrelu_with_noise_functional.default, opmath=True, args=("self",))
 def rrelu_with_noise_functional(
     self, noise, lower=0.125, upper=1 / 3, training=False, generator=None
 ):
-    x = _up(self)
+    x = self
     if not training:  # the mean slope; the noise is left as it is
-        return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(self.dtype), noise
+        return jnp.where(x >= 0, x, x * ((lower + upper) / 2)), noise
     # Training: each non-positive element gets its own slope drawn from U(lower, upper).
     slope = jax.random.uniform(
         current_env().next_prng_key(generator), self.shape, x.dtype, lower, upper
     )
     slope = jnp.where(x <= 0, slope, 1)
-    return (x * slope).astype(self.dtype), slope.astype(noise.dtype)
+    return x * slope, slope.astype(noise.dtype)
 
 
 @lowering(aten.rrelu_with_noise_backward.default, opmath=True)

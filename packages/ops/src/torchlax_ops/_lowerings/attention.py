@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
+from .._promotion import up
 from .._table import lowering
-from ._common import HIGHEST, _up
+from ._common import HIGHEST
 from .activations import _gelu, safe_softmax
 from .linalg import matmul
 from .normalization import native_layer_norm
@@ -64,7 +65,7 @@ def _mask_for(scores, mask, dim, mask_type, op):
 def _softmax_masked(scores, mask, dim, mask_type, op):
     if mask is not None:
         scores = jnp.where(_mask_for(scores, mask, dim, mask_type, op), -jnp.inf, scores)
-    return jax.nn.softmax(_up(scores), axis=dim).astype(scores.dtype)
+    return jax.nn.softmax(up(scores), axis=dim).astype(scores.dtype)
 
 
 @lowering(aten._masked_softmax.default)
@@ -250,11 +251,11 @@ def _fused_sdp_choice(
 
 
 def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv, scale_first=True):
-    """(q k^T * scale + mask in opmath, v): masked-out positions are -inf.
-
-    The math path scales q before the product (``scale_first``), the flash kernel after it.
+    """(q k^T * scale + mask, v) in the dtype of q, k and v (their callers' opmath): masked-out
+    positions are -inf. The math path scales q before the product (``scale_first``), the flash
+    kernel after it.
     """
-    q, k, v = _up(query), _up(key), _up(value)
+    q, k, v = query, key, value
     if repeat_kv and k.shape[-3] != q.shape[-3]:  # grouped-query attention
         repeats = q.shape[-3] // k.shape[-3]
         k, v = jnp.repeat(k, repeats, axis=-3), jnp.repeat(v, repeats, axis=-3)
@@ -270,11 +271,11 @@ def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv,
         if attn_mask.dtype == jnp.bool_:
             scores = jnp.where(attn_mask, scores, -jnp.inf)
         else:
-            scores = scores + _up(attn_mask).astype(scores.dtype)
+            scores = scores + attn_mask.astype(scores.dtype)
     return scores, v
 
 
-@lowering(aten.scaled_dot_product_attention.default)
+@lowering(aten.scaled_dot_product_attention.default, opmath=True, args=("query", "key", "value"))
 def scaled_dot_product_attention(
     query,
     key,
@@ -296,8 +297,7 @@ def scaled_dot_product_attention(
             current_env().next_prng_key(None), 1.0 - dropout_p, weights.shape
         )
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
-    out = jnp.matmul(weights, v, precision=HIGHEST)
-    return out.astype(query.dtype)
+    return jnp.matmul(weights, v, precision=HIGHEST)
 
 
 @lowering(aten._scaled_dot_product_flash_attention_for_cpu.default)
@@ -309,8 +309,10 @@ def _scaled_dot_product_flash_attention_for_cpu(
             "_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
             f"(got {dropout_p}); use scaled_dot_product_attention for dropout."
         )
+    # Not opmath=True: the logsumexp stays float32 (the kernel's accumulation dtype) while the
+    # output rounds to the inputs' dtype.
     scores, v = _attention_scores(
-        query, key, value, attn_mask, is_causal, scale, True, scale_first=False
+        up(query), up(key), up(value), attn_mask, is_causal, scale, True, scale_first=False
     )
     # (output, logsumexp of each row's scores), normalising by the row sum last as the kernel
     # does; a row masked out entirely gives 0 for both.

@@ -14,8 +14,9 @@ import jax.core
 import jax.numpy as jnp
 import torch
 
+from .._promotion import accumulator
 from .._table import lowering
-from ._common import _HALF, HIGHEST, _ntuple, _up
+from ._common import HIGHEST, _ntuple
 
 aten = torch.ops.aten
 
@@ -30,7 +31,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     if unbatched:
         input = input[None]
     stride, padding, dilation = (_ntuple(v, spatial) for v in (stride, padding, dilation))
-    acc = jnp.float32 if input.dtype in _HALF else None
+    acc = accumulator(input.dtype)
     if not 1 <= spatial <= 3:
         raise NotImplementedError(
             f"torchlax lowers convolutions of 1 to 3 spatial dimensions; aten.convolution got a "
@@ -180,7 +181,8 @@ def convolution_backward(
     if output_mask[2]:
         batched = input.ndim == weight.ndim
         axes = tuple(i for i in range(grad_output.ndim) if i != (1 if batched else 0))
-        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+        grad_bias = jnp.sum(grad_output, axis=axes, dtype=accumulator(grad_output.dtype))
+        grad_bias = grad_bias.astype(grad_output.dtype)
     return (
         grad_input if output_mask[0] else None,
         grad_weight if output_mask[1] else None,

@@ -1,7 +1,8 @@
 """Pointwise ops: arithmetic, comparisons, math functions.
 
-Every lowering declares PyTorch's type promotion with ``@elementwise``; the body then sees its
-tensors (and Python scalars) already in the computation dtype. Where PyTorch's semantics differ
+Every lowering declares PyTorch's type promotion in its stanza (``@lowering(op, promote=...,
+args=...)``); the body then sees its tensors (and Python scalars) already in the computation
+dtype. Where PyTorch's semantics differ
 from jnp's (floor division, remainder, integer powers, rounding with decimals, xlogy at 0, ...)
 the body spells out PyTorch's.
 """
@@ -14,7 +15,7 @@ import torch
 from jax import lax
 from torchlax_core import check
 
-from .._promotion import Promotion, elementwise
+from .._promotion import Promotion, declared, elementwise
 from .._table import lowering, named, named_lowering, op_name
 
 aten = torch.ops.aten
@@ -105,16 +106,20 @@ def _trunc_divide(a, b):
     return jnp.trunc(a / b)
 
 
-@elementwise(BINARY, Promotion.DEFAULT)
-def _rounding_div(self, other, rounding_mode):
+def _rounding_divide(self, other, *, rounding_mode):
     return (_floor_divide if rounding_mode == "floor" else _trunc_divide)(self, other)
+
+
+# With a rounding mode div promotes as add does (true division promotes ints to float): a
+# helper promoting div's own schema arguments.
+_rounding_div = declared(aten.div.Tensor_mode, _rounding_divide, Promotion.DEFAULT, BINARY, False)
 
 
 @lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(self, other, *, rounding_mode=None):
     if rounding_mode is None:
         return div(self, other)
-    return _rounding_div(self, other, rounding_mode)
+    return _rounding_div(self, other, rounding_mode=rounding_mode)
 
 
 # floor_divide_.Tensor has no functional twin of the same overload name; lower it directly
@@ -224,9 +229,12 @@ def addcmul(self, tensor1, tensor2, *, value=1):
     return self + _scaled(tensor1 * tensor2, value)
 
 
-@elementwise(("self", "tensor1", "tensor2"), Promotion.DEFAULT)
-def _addcdiv(self, tensor1, tensor2, *, value=1):
+def _add_quotient(self, tensor1, tensor2, *, value=1):
     return self + _scaled(tensor1 / tensor2, value)
+
+
+# Promoted after addcdiv's check of the unpromoted dtypes.
+_addcdiv = declared(aten.addcdiv.default, _add_quotient, Promotion.DEFAULT, None, False)
 
 
 @lowering(aten.addcdiv.default)

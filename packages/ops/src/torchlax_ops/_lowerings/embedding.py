@@ -9,7 +9,6 @@ import torch
 from torchlax_core import check_index
 
 from .._table import lowering
-from ._common import _HALF, _up
 
 aten = torch.ops.aten
 
@@ -20,30 +19,29 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return jnp.take(weight, indices, axis=0)
 
 
-@lowering(aten.embedding_renorm.default)
+@lowering(aten.embedding_renorm.default, opmath=True, args=("self",))
 def embedding_renorm(self, indices, max_norm, norm_type):
     # Each row that ``indices`` names and whose p-norm exceeds max_norm is scaled down to it.
-    rows = _up(self)
+    rows = self
     named = jnp.zeros((self.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
     if norm_type == float("inf"):
         norms = jnp.max(jnp.abs(rows), axis=1)
     else:
         norms = jnp.sum(jnp.abs(rows) ** norm_type, axis=1) ** (1.0 / norm_type)
     scale = jnp.where(named & (norms > max_norm), max_norm / (norms + 1e-7), 1)
-    return (rows * scale[:, None]).astype(self.dtype)
+    return rows * scale[:, None]
 
 
-@lowering(aten.embedding_dense_backward.default)
+@lowering(aten.embedding_dense_backward.default, opmath=True, args=("grad_output",))
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     flat = indices.reshape(-1)
-    grad = _up(grad_output).reshape(flat.shape[0], -1)
+    grad = grad_output.reshape(flat.shape[0], -1)
     if padding_idx >= 0:
         grad = jnp.where((flat == padding_idx)[:, None], 0, grad)
     if scale_grad_by_freq:
         counts = jnp.zeros((num_weights,), grad.dtype).at[flat].add(1)
         grad = grad / counts[flat][:, None]
-    out = jnp.zeros((num_weights, grad.shape[1]), grad.dtype).at[flat].add(grad)
-    return out.astype(grad_output.dtype)
+    return jnp.zeros((num_weights, grad.shape[1]), grad.dtype).at[flat].add(grad)
 
 
 def _embedding_bag(
@@ -63,10 +61,11 @@ def _embedding_bag(
     bag = jnp.searchsorted(offsets[:bags], position, side="right").astype(index_dtype) - 1
     valid = indices != padding_idx if padding_idx >= 0 else jnp.ones((count,), jnp.bool_)
     sizes = jax.ops.segment_sum(valid.astype(index_dtype), bag, num_segments=bags)
-    fast = mode != 2 and weight.dtype in (jnp.float32, *_HALF) and padding_idx < 0
-    rows = _up(jnp.take(weight, indices, axis=0))
+    # Half-precision weights arrive in float32 (opmath): they take the fast path too.
+    fast = mode != 2 and weight.dtype == jnp.float32 and padding_idx < 0
+    rows = jnp.take(weight, indices, axis=0)
     if per_sample_weights is not None:
-        rows = rows * _up(per_sample_weights)[:, None]
+        rows = rows * per_sample_weights[:, None]
     if mode == 2:  # max: PyTorch keeps the first index reaching the maximum
         candidates = jnp.where(valid[:, None], rows, -jnp.inf)
         best = jax.ops.segment_max(candidates, bag, num_segments=bags)
@@ -93,7 +92,12 @@ def _embedding_bag(
     return out.astype(weight.dtype), offset2bag, unset, unset
 
 
-@lowering(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+@lowering(
+    aten._embedding_bag.default,
+    aten._embedding_bag_forward_only.default,
+    opmath=True,
+    args=("weight", "per_sample_weights"),
+)
 def _embedding_bag_forward(
     weight,
     indices,
@@ -115,7 +119,7 @@ def _bag_of_each_index(indices, offsets, bags):
     return jnp.searchsorted(offsets[:bags], position, side="right") - 1
 
 
-@lowering(aten._embedding_bag_backward.default)
+@lowering(aten._embedding_bag_backward.default, opmath=True, args=("grad", "per_sample_weights"))
 def _embedding_bag_backward(
     grad,
     indices,
@@ -132,7 +136,7 @@ def _embedding_bag_backward(
 ):
     # Dense gradient of the weight. Bags come from the offsets (sum mode's fast path leaves
     # offset2bag empty); each index adds its bag's gradient (scaled as the forward scaled it).
-    g = _up(grad)
+    g = grad
     bags = grad.shape[0]
     if mode == 2:  # max: each feature's gradient goes to the row that won it
         filled = (bag_size > 0)[:, None]
@@ -149,7 +153,7 @@ def _embedding_bag_backward(
     if mode == 1:
         rows = rows / jnp.maximum(bag_size[bag], 1)[:, None].astype(g.dtype)
     if per_sample_weights is not None:
-        rows = rows * _up(per_sample_weights)[:, None]
+        rows = rows * per_sample_weights[:, None]
     keep = indices != padding_idx if padding_idx >= 0 else jnp.ones(indices.shape, jnp.bool_)
     if scale_grad_by_freq:
         counts = jnp.zeros((num_weights,), g.dtype).at[indices].add(1)
@@ -162,13 +166,15 @@ def _embedding_bag_backward(
     return out.astype(grad.dtype)
 
 
-@lowering(aten._embedding_bag_per_sample_weights_backward.default)
+@lowering(
+    aten._embedding_bag_per_sample_weights_backward.default, opmath=True, args=("grad", "weight")
+)
 def _embedding_bag_per_sample_weights_backward(
     grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1
 ):
     # d loss / d per_sample_weights[i] = <grad of i's bag, weight row of index i> (sum mode).
     bag = _bag_of_each_index(indices, offsets, grad.shape[0])
-    dots = jnp.sum(_up(grad)[bag] * _up(jnp.take(weight, indices, axis=0)), axis=1)
+    dots = jnp.sum(grad[bag] * jnp.take(weight, indices, axis=0), axis=1)
     if padding_idx >= 0:
         dots = jnp.where(indices == padding_idx, 0, dots)
     return dots.astype(grad.dtype)

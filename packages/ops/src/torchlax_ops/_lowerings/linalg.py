@@ -17,29 +17,24 @@ import numpy as np
 import torch
 from torchlax_core import jax_dtype
 
+from .._promotion import accumulator, up
 from .._table import lowering, named_decomposition
-from ._common import _up
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _accumulator(dtype):
-    return jnp.dtype(jnp.float32) if dtype in _HALF else None
 
 
 def matmul(a, b, out_dtype=None):
     """``a @ b`` (with NumPy broadcasting) at full precision, in ``out_dtype`` (default a's)."""
     out_dtype = out_dtype or a.dtype
-    acc = _accumulator(a.dtype) if a.dtype == b.dtype else None
+    acc = accumulator(a.dtype) if a.dtype == b.dtype else None
     result = jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=acc)
     return result.astype(out_dtype)
 
 
 def _scaled_sum(product, self, beta, alpha, dtype):
     """``beta * self + alpha * product`` as the addmm family computes it (self ignored if beta=0)."""
-    acc = _accumulator(dtype) or dtype
+    acc = accumulator(dtype) or dtype
     out = product.astype(acc)
     if alpha != 1:
         out = out * jnp.asarray(alpha, acc)
@@ -128,7 +123,8 @@ def bmm(self, mat2):
 
 @lowering(aten.mm.dtype, aten.bmm.dtype)
 def mm_dtype(self, mat2, out_dtype):
-    acc = jnp.promote_types(jax_dtype(out_dtype), jnp.float32) if self.dtype in _HALF else None
+    acc = accumulator(self.dtype)
+    acc = None if acc is None else jnp.promote_types(jax_dtype(out_dtype), acc)
     result = jnp.matmul(self, mat2, precision=HIGHEST, preferred_element_type=acc)
     return result.astype(jax_dtype(out_dtype))
 
@@ -238,7 +234,7 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         self,
         batch1,
     )
-    acc = _accumulator(batch1.dtype)
+    acc = accumulator(batch1.dtype)
     product = jnp.einsum(
         "bij,bjk->ik", batch1, batch2, precision=HIGHEST, preferred_element_type=acc
     )
@@ -252,7 +248,7 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
 
 def _raw_matmul(a, b):
     # Kept in the accumulator dtype so alpha/beta scaling rounds once, as PyTorch does.
-    return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=_accumulator(a.dtype))
+    return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=accumulator(a.dtype))
 
 
 # Grouped products (mixture-of-experts layers): ``offs`` holds each group's cumulative end along
@@ -306,7 +302,7 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
             f"{op}: contraction sizes differ: self has {self.shape[-1]} columns, "
             f"mat2 has {mat2.shape[-2]} rows."
         )
-    acc = _accumulator(self.dtype)
+    acc = accumulator(self.dtype)
 
     def dot(spec, *operands):
         return jnp.einsum(spec, *operands, precision=HIGHEST, preferred_element_type=acc)
@@ -1185,13 +1181,11 @@ def _taylor_exponentials(A):
     return t1, t2, t4, t8, t12, t18
 
 
-@lowering(aten.linalg_matrix_exp.default)
+# Half precision computes in float32 and rounds once. (PyTorch's own CPU kernel reads its
+# float64 coefficient tables as bfloat16/float16 bits and returns garbage for these dtypes;
+# torchlax does not reproduce that.)
+@lowering(aten.linalg_matrix_exp.default, opmath=True)
 def linalg_matrix_exp(self):
-    if self.dtype in _HALF:
-        # Computed in float32 and rounded once. (PyTorch's own CPU kernel reads its float64
-        # coefficient tables as bfloat16/float16 bits and returns garbage for these dtypes;
-        # torchlax does not reproduce that.)
-        return linalg_matrix_exp(self.astype(jnp.float32)).astype(self.dtype)
     if self.shape[-1] == 1:
         return jnp.exp(self)
     if self.size == 0:
@@ -1234,7 +1228,7 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     # does, i1 * i2 is contracted first over the summed dims i3 lacks and rounded to the result
     # dtype, then contracted with i3; an operand's size-1 dim that broadcasts carries no index.
     dtype = jnp.result_type(i1.dtype, i2.dtype, i3.dtype)
-    operands = [_up(i1), _up(i2), _up(i3)]
+    operands = [up(i1), up(i2), up(i3)]
     total = i1.ndim + len(expand1)
     letters = [chr(ord("a") + d) for d in range(total)]
     shapes = []
@@ -1253,7 +1247,7 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     partial = jnp.einsum(
         f"{specs[0]},{specs[1]}->{pair}", squeezed[0], squeezed[1], precision=HIGHEST
     )
-    partial = _up(partial.astype(dtype))
+    partial = up(partial.astype(dtype))
     kept = [d for d in range(total) if d not in sumdim]
     output = "".join(letters[d] for d in kept if letters[d] in pair + specs[2])
     out = jnp.einsum(f"{pair},{specs[2]}->{output}", partial, squeezed[2], precision=HIGHEST)

@@ -18,7 +18,7 @@ import torch.nn.modules.linear_cross_entropy  # noqa: F401  (defines the torch_n
 from torchlax_core import Tensor, check_index
 
 from .._table import decomposition, lowering
-from ._common import HIGHEST, _dtype_of, _up
+from ._common import HIGHEST, _dtype_of
 
 aten = torch.ops.aten
 
@@ -69,7 +69,7 @@ def _ctc_alphas(log_probs, targets, input_lengths, target_lengths, blank):
 def _ctc_recursion(log_probs, targets, input_lengths, target_lengths, *, blank, width):
     # One compiled computation (eagerly too): the scan's body is not re-dispatched op by op.
     time, batch, _ = log_probs.shape
-    lp = _up(log_probs)
+    lp = log_probs
     steps = jnp.arange(width)
     if targets.ndim == 2:
         labels = jnp.take(targets, jnp.minimum(steps, targets.shape[1] - 1), axis=1)
@@ -111,7 +111,7 @@ def _ctc_recursion(log_probs, targets, input_lengths, target_lengths, *, blank, 
     return nll, log_alpha
 
 
-@lowering(aten._ctc_loss.default, aten._ctc_loss.Tensor)
+@lowering(aten._ctc_loss.default, aten._ctc_loss.Tensor, opmath=True, args=("log_probs",))
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     if log_probs.ndim != 3:
         raise RuntimeError(
@@ -124,7 +124,12 @@ def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_i
     return nll.astype(log_probs.dtype), log_alpha.astype(log_probs.dtype)
 
 
-@lowering(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
+@lowering(
+    aten._ctc_loss_backward.default,
+    aten._ctc_loss_backward.Tensor,
+    opmath=True,
+    args=("grad", "log_probs"),
+)
 def _ctc_loss_backward(
     grad,
     log_probs,
@@ -142,14 +147,14 @@ def _ctc_loss_backward(
     def nll_of(lp):
         return _ctc_alphas(lp, targets, input_lengths, target_lengths, blank)[0]
 
-    nll, pull = jax.vjp(nll_of, _up(log_probs))
-    g = _up(grad)
+    nll, pull = jax.vjp(nll_of, log_probs)
+    g = grad
     if zero_infinity:
         g = jnp.where(nll == jnp.inf, 0, g)
     occupation = pull(g.astype(nll.dtype))[0]
     time = log_probs.shape[0]
     inside = jnp.arange(time)[:, None] < jnp.asarray(input_lengths, jnp.int64)[None, :]
-    out = jnp.where(inside[..., None], jnp.exp(_up(log_probs)) * g[None, :, None] + occupation, 0)
+    out = jnp.where(inside[..., None], jnp.exp(log_probs) * g[None, :, None] + occupation, 0)
     if zero_infinity:
         out = jnp.where((nll == jnp.inf)[None, :, None], 0, out)
     return out.astype(log_probs.dtype)
@@ -166,7 +171,7 @@ def _linear_cross_entropy(
     input, linear_weight, target, linear_bias, weight, reduction, ignore_index, acc_dtype
 ):
     """cross_entropy(input @ linear_weight.T + linear_bias, target), in the accumulation dtype."""
-    acc = jnp.promote_types(_dtype_of(acc_dtype), _up(input).dtype)
+    acc = jnp.promote_types(_dtype_of(acc_dtype), input.dtype)
     logits = jnp.matmul(input.astype(acc), linear_weight.astype(acc).T, precision=HIGHEST)
     if linear_bias is not None:
         logits = logits + linear_bias.astype(acc)
@@ -187,7 +192,11 @@ def _linear_cross_entropy(
     return jnp.sum(losses) if reduction == "sum" else losses
 
 
-@lowering(torch_nn._linear_cross_entropy_batch_chunked.default)
+@lowering(
+    torch_nn._linear_cross_entropy_batch_chunked.default,
+    opmath=True,
+    args=("input", "linear_weight", "linear_bias", "weight"),
+)
 def _linear_cross_entropy_batch_chunked(
     input,
     linear_weight,
@@ -233,7 +242,11 @@ def _linear_cross_entropy_batch_chunked(
     )
 
 
-@lowering(torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default)
+@lowering(
+    torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default,
+    opmath=True,
+    args=("input", "linear_weight", "linear_bias", "weight"),
+)
 def _linear_cross_entropy_batch_chunked_no_reduction(
     input,
     linear_weight,

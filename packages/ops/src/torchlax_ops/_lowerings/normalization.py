@@ -11,8 +11,8 @@ import jax.core
 import jax.numpy as jnp
 import torch
 
+from .._promotion import HALF, up
 from .._table import decomposition, lowering
-from ._common import _HALF, _up
 
 aten = torch.ops.aten
 
@@ -23,15 +23,15 @@ aten = torch.ops.aten
 @lowering(aten.native_layer_norm.default)
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
-    x = _up(input)
+    x = up(input)
     mean = jnp.mean(x, axis=axes, keepdims=True)
     centered = x - mean
     rstd = jax.lax.rsqrt(jnp.mean(centered * centered, axis=axes, keepdims=True) + eps)
     out = centered * rstd
     if weight is not None:
-        out = out * _up(weight)
+        out = out * up(weight)
     if bias is not None:
-        out = out + _up(bias)
+        out = out + up(bias)
     mixed = weight is not None and weight.dtype != input.dtype
     stats = jnp.float32 if mixed else input.dtype
     return out.astype(input.dtype), mean.astype(stats), rstd.astype(stats)
@@ -44,9 +44,9 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     ("mixed type"), else the input's dtype; in eval mode they are empty, shape (0,).
     """
     params = [t for t in (weight, bias, running_mean, running_var) if t is not None]
-    mixed = input.dtype in _HALF and any(p.dtype == jnp.float32 for p in params)
+    mixed = input.dtype in HALF and any(p.dtype == jnp.float32 for p in params)
     stats_dtype = jnp.float32 if mixed else input.dtype
-    x = _up(input)
+    x = up(input)
     axes = (0, *range(2, input.ndim))
     shape = (1, -1) + (1,) * (input.ndim - 2)
     new_mean, new_var = running_mean, running_var
@@ -56,13 +56,13 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
         invstd = jax.lax.rsqrt(var + eps)
         saved = mean.astype(stats_dtype), invstd.astype(stats_dtype)
         if running_mean is not None:
-            new_mean = (momentum * mean + (1 - momentum) * _up(running_mean)).astype(
+            new_mean = (momentum * mean + (1 - momentum) * up(running_mean)).astype(
                 running_mean.dtype
             )
         if running_var is not None:
             n = input.size // input.shape[1]
             unbiased = var * n / jnp.asarray(n - 1, var.dtype)
-            new_var = (momentum * unbiased + (1 - momentum) * _up(running_var)).astype(
+            new_var = (momentum * unbiased + (1 - momentum) * up(running_var)).astype(
                 running_var.dtype
             )
     else:
@@ -71,14 +71,14 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
                 "batch_norm: running_mean and running_var must be given in eval "
                 "mode (training=False); pass them, or set training=True."
             )
-        mean = _up(running_mean).astype(x.dtype)
-        invstd = jax.lax.rsqrt(_up(running_var).astype(x.dtype) + eps)
+        mean = up(running_mean).astype(x.dtype)
+        invstd = jax.lax.rsqrt(up(running_var).astype(x.dtype) + eps)
         saved = jnp.zeros((0,), stats_dtype), jnp.zeros((0,), stats_dtype)
     out = (x - mean.reshape(shape)) * invstd.reshape(shape)
     if weight is not None:
-        out = out * _up(weight).reshape(shape)
+        out = out * up(weight).reshape(shape)
     if bias is not None:
-        out = out + _up(bias).reshape(shape)
+        out = out + up(bias).reshape(shape)
     return (out.astype(input.dtype), *saved, new_mean, new_var)
 
 

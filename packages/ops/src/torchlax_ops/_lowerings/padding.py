@@ -53,8 +53,9 @@ def _pad_lowering(name, mode, n):
     def pad_backward(grad_output, self, padding):
         return _vjp(lambda x: _pad(x, padding, mode), self, grad_output)
 
-    for op, fn in ((f"{name}{n}d", pad), (f"{name}{n}d_backward", pad_backward)):
-        lowering(getattr(aten, op).default)(named(op, fn))
+    lowering(getattr(aten, f"{name}{n}d").default)(named(f"{name}{n}d", pad))
+    backward = f"{name}{n}d_backward"
+    lowering(getattr(aten, backward).default, opmath=True)(named(backward, pad_backward))
 
 
 for _n in (1, 2, 3):

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .._promotion import HALF
 from .._table import lowering
-from ._common import _HALF, HIGHEST, _ntuple, _up, _vjp
+from ._common import HIGHEST, _ntuple, _vjp
 
 aten = torch.ops.aten
 
@@ -108,20 +109,20 @@ def _scatter_to_indices(grad_output, self, indices, n):
     lead = self.shape[:-n]
     rows = int(np.prod(lead, dtype=np.int64))
     plane = int(np.prod(self.shape[-n:], dtype=np.int64))
-    grad = _up(grad_output).reshape(rows, -1)
+    grad = grad_output.reshape(rows, -1)
     where = indices.reshape(rows, -1)
     out = jnp.zeros((rows, plane), grad.dtype).at[jnp.arange(rows)[:, None], where].add(grad)
     return out.reshape(self.shape).astype(self.dtype)
 
 
-@lowering(aten.max_pool2d_with_indices_backward.default)
+@lowering(aten.max_pool2d_with_indices_backward.default, opmath=True, args=("grad_output", "self"))
 def max_pool2d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
 ):
     return _scatter_to_indices(grad_output, self, indices, 2)
 
 
-@lowering(aten.max_pool3d_with_indices_backward.default)
+@lowering(aten.max_pool3d_with_indices_backward.default, opmath=True, args=("grad_output", "self"))
 def max_pool3d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
 ):
@@ -134,8 +135,7 @@ def _avg_pool(
     kernel = _ntuple(kernel_size, n)
     stride = _ntuple(stride, n) if stride else kernel
     padding = _ntuple(padding, n)
-    x = _up(self)
-    values, positions, outs = _windows(x, kernel, stride, padding, (1,) * n, ceil_mode, 0)
+    values, positions, outs = _windows(self, kernel, stride, padding, (1,) * n, ceil_mode, 0)
     total = jnp.sum(values, axis=-1)
     if divisor_override:
         divisor = np.full(outs, divisor_override)
@@ -147,10 +147,10 @@ def _avg_pool(
         else:
             inside = np.all((positions >= 0) & (positions < spatial), axis=-1)
         divisor = inside.sum(axis=-1)
-    return (total / jnp.asarray(divisor, total.dtype)).astype(self.dtype)
+    return total / jnp.asarray(divisor, total.dtype)
 
 
-@lowering(aten.avg_pool2d.default)
+@lowering(aten.avg_pool2d.default, opmath=True)
 def avg_pool2d(
     self,
     kernel_size,
@@ -165,7 +165,7 @@ def avg_pool2d(
     )
 
 
-@lowering(aten.avg_pool3d.default)
+@lowering(aten.avg_pool3d.default, opmath=True)
 def avg_pool3d(
     self,
     kernel_size,
@@ -180,7 +180,7 @@ def avg_pool3d(
     )
 
 
-@lowering(aten.avg_pool2d_backward.default)
+@lowering(aten.avg_pool2d_backward.default, opmath=True)
 def avg_pool2d_backward(
     grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
 ):
@@ -193,7 +193,7 @@ def avg_pool2d_backward(
     )
 
 
-@lowering(aten.avg_pool3d_backward.default)
+@lowering(aten.avg_pool3d_backward.default, opmath=True)
 def avg_pool3d_backward(
     grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
 ):
@@ -214,7 +214,7 @@ def _adaptive_bounds(in_size, out_size):
 
 def _adaptive_avg(self, output_size):
     n = len(output_size)
-    x = _up(self)
+    x = self
     for axis, out_size in zip(range(self.ndim - n, self.ndim), output_size, strict=True):
         in_size = self.shape[axis]
         starts, ends = _adaptive_bounds(in_size, out_size)
@@ -226,20 +226,20 @@ def _adaptive_avg(self, output_size):
             -1,
             axis,
         )
-    return x.astype(self.dtype)
+    return x
 
 
-@lowering(aten._adaptive_avg_pool2d.default)
+@lowering(aten._adaptive_avg_pool2d.default, opmath=True)
 def _adaptive_avg_pool(self, output_size):
     return _adaptive_avg(self, output_size)
 
 
-@lowering(aten._adaptive_avg_pool2d_backward.default)
+@lowering(aten._adaptive_avg_pool2d_backward.default, opmath=True)
 def _adaptive_avg_pool2d_backward(grad_output, self):
     return _vjp(lambda x: _adaptive_avg(x, grad_output.shape[-2:]), self, grad_output)
 
 
-@lowering(aten._adaptive_avg_pool3d_backward.default)
+@lowering(aten._adaptive_avg_pool3d_backward.default, opmath=True)
 def _adaptive_avg_pool3d_backward(grad_output, self):
     return _vjp(lambda x: _adaptive_avg(x, grad_output.shape[-3:]), self, grad_output)
 
@@ -295,12 +295,12 @@ def adaptive_max_pool(self, output_size):
     return _adaptive_max(self, output_size)
 
 
-@lowering(aten.adaptive_max_pool2d_backward.default)
+@lowering(aten.adaptive_max_pool2d_backward.default, opmath=True, args=("grad_output", "self"))
 def adaptive_max_pool2d_backward(grad_output, self, indices):
     return _scatter_to_indices(grad_output, self, indices, 2)
 
 
-@lowering(aten.adaptive_max_pool3d_backward.default)
+@lowering(aten.adaptive_max_pool3d_backward.default, opmath=True, args=("grad_output", "self"))
 def adaptive_max_pool3d_backward(grad_output, self, indices):
     return _scatter_to_indices(grad_output, self, indices, 3)
 
@@ -342,7 +342,7 @@ def _adaptive_avg_pool3d_kernel(self, output_size):
     windows = jnp.transpose(gathered, order).reshape(
         *self.shape[:lead], *output_size, int(np.prod(widths))
     )
-    if self.dtype in _HALF:
+    if self.dtype in HALF:
         total = jnp.zeros(windows.shape[:-1], self.dtype)
         for k in range(windows.shape[-1]):  # static window size: the kernel's rounding order
             total = total + windows[..., k]
@@ -432,11 +432,11 @@ def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
     return _fractional_max_pool(self, kernel_size, output_size, random_samples, 3)
 
 
-@lowering(aten.fractional_max_pool2d_backward.default)
+@lowering(aten.fractional_max_pool2d_backward.default, opmath=True, args=("grad_output", "self"))
 def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
     return _scatter_to_indices(grad_output, self, indices, 2)
 
 
-@lowering(aten.fractional_max_pool3d_backward.default)
+@lowering(aten.fractional_max_pool3d_backward.default, opmath=True, args=("grad_output", "self"))
 def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
     return _scatter_to_indices(grad_output, self, indices, 3)

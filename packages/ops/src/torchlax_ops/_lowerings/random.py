@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import check, current_env, jax_dtype
 
+from .._promotion import opmath_dtype
 from .._table import lowering
-from ._common import _dtype_of, _up
+from ._common import _dtype_of
 
 aten = torch.ops.aten
 
@@ -28,9 +29,7 @@ def _float_dtype(dtype):
 
 def _compute_dtype(dtype):
     # Draw half-precision values in float32 and round once, as PyTorch's CPU kernels do.
-    if dtype in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
-        return jnp.dtype(jnp.float32)
-    return dtype
+    return opmath_dtype(jnp.dtype(dtype))
 
 
 def _uniform(key, shape, dtype, low=0.0, high=1.0):
@@ -360,9 +359,9 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
     return picks.astype(jnp.int64)
 
 
-@lowering(aten.native_dropout_backward.default)
+@lowering(aten.native_dropout_backward.default, opmath=True, args=("grad_output",))
 def native_dropout_backward(grad_output, mask, scale):
     # grad * mask * scale with PyTorch's promotion: an integer gradient becomes floating.
     floating = jnp.issubdtype(grad_output.dtype, jnp.inexact)
     out_dtype = grad_output.dtype if floating else _dtype_of(torch.get_default_dtype())
-    return (_up(grad_output.astype(out_dtype)) * mask * scale).astype(out_dtype)
+    return (grad_output.astype(out_dtype) * mask * scale).astype(out_dtype)

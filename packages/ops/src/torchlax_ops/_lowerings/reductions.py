@@ -14,9 +14,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from .._promotion import to_jax_dtype
+from .._promotion import opmath_dtype, to_jax_dtype, up
 from .._table import decomposition, lowering
-from ._common import _up, opmath_dtype
 
 aten = torch.ops.aten
 
@@ -281,7 +280,6 @@ def any_dim(self, dim=None, keepdim=False):
 def _var(x, dim, correction, keepdim, op="var"):
     _require_float(x, op)
     out = x.dtype
-    x = _up(x)
     axes = _dims(x, dim)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     correction = 1 if correction is None else correction
@@ -295,7 +293,7 @@ def _correction(unbiased):
     return 1 if unbiased else 0
 
 
-@lowering(aten.var.correction)
+@lowering(aten.var.correction, opmath=True)
 def var(self, dim=None, *, correction=None, keepdim=False):
     v, _, out = _var(self, dim, correction, keepdim)
     return v.astype(out)
@@ -311,7 +309,7 @@ def var_default(self, unbiased=True):
     return var(self, None, correction=_correction(unbiased))
 
 
-@lowering(aten.std.correction)
+@lowering(aten.std.correction, opmath=True)
 def std(self, dim=None, *, correction=None, keepdim=False):
     v, _, out = _var(self, dim, correction, keepdim, "std")
     return jnp.sqrt(v).astype(out)
@@ -327,7 +325,7 @@ def std_default(self, unbiased=True):
     return std(self, None, correction=_correction(unbiased))
 
 
-@lowering(aten.var_mean.correction)
+@lowering(aten.var_mean.correction, opmath=True)
 def var_mean(self, dim=None, *, correction=None, keepdim=False):
     v, m, out = _var(self, dim, correction, keepdim, "var_mean")
     return v.astype(out), m.astype(out)
@@ -343,7 +341,7 @@ def var_mean_default(self, unbiased=True):
     return var_mean(self, None, correction=_correction(unbiased))
 
 
-@lowering(aten.std_mean.correction)
+@lowering(aten.std_mean.correction, opmath=True)
 def std_mean(self, dim=None, *, correction=None, keepdim=False):
     v, m, out = _var(self, dim, correction, keepdim, "std_mean")
     return jnp.sqrt(v).astype(out), m.astype(out)
@@ -362,10 +360,10 @@ def std_mean_default(self, unbiased=True):
 # -- logsumexp and norms ------------------------------------------------------------------------
 
 
-@lowering(aten.logsumexp.default)
+@lowering(aten.logsumexp.default, opmath=True)
 def logsumexp(self, dim, keepdim=False):
     out = jnp.dtype(jnp.float32) if _is_int(self) else self.dtype
-    x = _up(self.astype(out))
+    x = self.astype(out)
     axes = _dims(self, dim)
     if x.size == 0 or not axes:
         return jnp.log(jnp.sum(jnp.exp(x), axis=axes, keepdims=keepdim)).astype(out)
@@ -387,7 +385,7 @@ def _vector_norm(x, ord, dim, keepdim, dtype):
             f"{str(torch_dtype_of(x.dtype)).removeprefix('torch.').capitalize()}"
         )
     out = jnp.abs(x[..., :0]).dtype if jnp.iscomplexobj(x) else x.dtype
-    a = _up(jnp.abs(x))
+    a = up(jnp.abs(x))
     axes = _dims(x, dim)
     ord = float(ord)
     if ord == float("inf"):
@@ -679,7 +677,7 @@ def renorm(self, p, dim, maxnorm):
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     axis = _dims(self, dim)
     others = tuple(a for a in range(self.ndim) if a not in axis)
-    norm = _vector_norm(_up(self), p, others, True, None)
+    norm = _vector_norm(up(self), p, others, True, None)
     factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(norm.dtype)
     return self * factor.astype(self.dtype)
 
@@ -714,7 +712,7 @@ def _segment_offsets(lengths, offsets, axis, data):
     return jnp.concatenate([start, jnp.cumsum(lengths, axis=-1)], axis=-1)
 
 
-@lowering(aten.segment_reduce.default)
+@lowering(aten.segment_reduce.default, opmath=True, args=("data",))
 def segment_reduce(
     data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None
 ):
@@ -740,7 +738,7 @@ def segment_reduce(
     segment = jax.vmap(lambda ends: jnp.searchsorted(ends, position, side="right"))(bounds[:, 1:])
     inside = (position >= bounds[:, :1]) & (position < bounds[:, -1:])
     ids = jnp.where(inside, jnp.arange(rows)[:, None] * segments + segment, rows * segments)
-    x = _up(data).reshape(rows * n, -1)
+    x = data.reshape(rows * n, -1)
     ids, total = ids.reshape(-1), rows * segments
     counts = jax.ops.segment_sum(jnp.ones_like(ids), ids, total)[:, None]
     nans = jax.ops.segment_max(jnp.isnan(x).astype(jnp.int8), ids, total) > 0

@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .._promotion import HALF, up
 from .._table import lowering, named, op_name
-from ._common import _HALF, HIGHEST, _up, _vjp
+from ._common import HIGHEST, _vjp
 
 aten = torch.ops.aten
 
@@ -72,7 +73,7 @@ def _linear_taps(in_size, out_size, align_corners, scale, dtype):
 
 def _linear(self, output_size, align_corners, scales):
     n = len(output_size)
-    out = _up(self)
+    out = self
     for d, (size, scale) in enumerate(zip(output_size, scales, strict=True)):
         axis = self.ndim - n + d
         low, high, w_low, w_high = _linear_taps(
@@ -85,7 +86,7 @@ def _linear(self, output_size, align_corners, scales):
         ) + jnp.take(out, jnp.asarray(high), axis=axis) * jnp.asarray(w_high, out.dtype).reshape(
             shape
         )
-    return out.astype(self.dtype)
+    return out
 
 
 def _nearest_lowering(op, backward_op, n, exact):
@@ -99,7 +100,7 @@ def _nearest_lowering(op, backward_op, n, exact):
         )
 
     lowering(op)(named(op_name(op), upsample))
-    lowering(backward_op)(named(op_name(backward_op), upsample_backward))
+    lowering(backward_op, opmath=True)(named(op_name(backward_op), upsample_backward))
 
 
 def _linear_lowering(op, backward_op, n):
@@ -114,8 +115,8 @@ def _linear_lowering(op, backward_op, n):
             grad_output,
         )
 
-    lowering(op)(named(op_name(op), upsample))
-    lowering(backward_op)(named(op_name(backward_op), upsample_backward))
+    lowering(op, opmath=True)(named(op_name(op), upsample))
+    lowering(backward_op, opmath=True)(named(op_name(backward_op), upsample_backward))
 
 
 def _ntuple_scales(scales, n):
@@ -260,7 +261,7 @@ def _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners):
     n = grid.shape[-1]
     sizes = input.shape[2:]
     # PyTorch's 2-d float kernel is vectorized (a fused unnormalize); the rest are scalar loops.
-    fused = n == 2 and input.dtype not in _HALF
+    fused = n == 2 and input.dtype not in HALF
     # Per spatial axis (D, H, W order); the grid's last dimension lists them as (x, y[, z]).
     coords = [grid[..., n - 1 - d] for d in range(n)]
     if interpolation_mode == _BICUBIC:
@@ -320,7 +321,7 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     return _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners)
 
 
-@lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
+@lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default, opmath=True)
 def grid_sampler_backward(
     grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
 ):
@@ -335,7 +336,7 @@ def _grid_sample_vjp(grad_output, input, grid, interpolation_mode, padding_mode,
     def forward(x, g):
         return _grid_sample(x, g, interpolation_mode, padding_mode, align_corners)
 
-    out, pull = jax.vjp(forward, _up(input), _up(grid))
+    out, pull = jax.vjp(forward, input, grid)
     grad_input, grad_grid = pull(grad_output.astype(out.dtype))
     return grad_input.astype(input.dtype), grad_grid.astype(grid.dtype)
 
@@ -344,7 +345,7 @@ def _linspace_from_neg_one(steps, align_corners, dtype):
     """PyTorch's base-grid axis, rounded to ``dtype`` at each of its steps."""
     if steps <= 1:
         return jnp.zeros((steps,), dtype)
-    points = jnp.linspace(-1, 1, steps, dtype=jnp.float32 if dtype in _HALF else dtype)
+    points = jnp.linspace(-1, 1, steps, dtype=jnp.float32 if dtype in HALF else dtype)
     points = points.astype(dtype)
     if not align_corners:
         points = points * (steps - 1) / steps
@@ -359,7 +360,7 @@ def affine_grid_generator(theta, size, align_corners):
     mesh = jnp.meshgrid(*reversed(axes), indexing="ij")[::-1]  # x varies fastest, as in PyTorch
     base = jnp.stack([*mesh, jnp.ones(tuple(spatial), theta.dtype)], axis=-1)
     out = jnp.einsum(
-        "pk,nik->npi", _up(base.reshape(-1, len(spatial) + 1)), _up(theta), precision=HIGHEST
+        "pk,nik->npi", up(base.reshape(-1, len(spatial) + 1)), up(theta), precision=HIGHEST
     )
     return out.reshape(size[0], *spatial, len(spatial)).astype(theta.dtype)
 
@@ -409,7 +410,7 @@ def _aa_matrix(in_size, out_size, align_corners, scale, taps, kernel, acc):
 
 
 def _resample_aa(self, output_size, align_corners, scales, taps, kernel):
-    x = _up(self)
+    x = self
     acc = np.float64 if x.dtype == jnp.float64 else np.float32
     # PyTorch resamples the last (contiguous) axis first, and skips axes whose size is unchanged.
     for d in reversed(range(len(output_size))):
@@ -422,7 +423,7 @@ def _resample_aa(self, output_size, align_corners, scales, taps, kernel):
         x = jnp.moveaxis(
             jnp.tensordot(x, jnp.asarray(matrix), axes=[[axis], [1]], precision=HIGHEST), -1, axis
         )
-    return x.astype(self.dtype)
+    return x
 
 
 def _aa_lowering(op, backward_op, taps, kernel):
@@ -435,12 +436,10 @@ def _aa_lowering(op, backward_op, taps, kernel):
         def forward(x):
             return _resample_aa(x, output_size, align_corners, (scales_h, scales_w), taps, kernel)
 
-        zeros = jnp.zeros(tuple(input_size), _up(grad_output).dtype)
-        out, pull = jax.vjp(forward, zeros)
-        return pull(_up(grad_output).astype(out.dtype))[0].astype(grad_output.dtype)
+        return _vjp(forward, jnp.zeros(tuple(input_size), grad_output.dtype), grad_output)
 
-    lowering(op)(named(op_name(op), upsample_aa))
-    lowering(backward_op)(named(op_name(backward_op), upsample_aa_backward))
+    lowering(op, opmath=True)(named(op_name(op), upsample_aa))
+    lowering(backward_op, opmath=True)(named(op_name(backward_op), upsample_aa_backward))
 
 
 _aa_lowering(

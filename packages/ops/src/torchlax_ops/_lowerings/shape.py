@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torchlax_core import jax_dtype, torch_dtype
 
-from .._promotion import Promotion, elementwise
+from .._promotion import Promotion
 from .._table import lowering
 
 aten = torch.ops.aten
@@ -517,8 +517,7 @@ def masked_fill(self, mask, value):
     return jnp.where(mask, _masked_value(value, self.dtype), self)
 
 
-@lowering(aten.where.self)
-@elementwise(("self", "other"), Promotion.NO_OPMATH)
+@lowering(aten.where.self, promote=Promotion.NO_OPMATH, args=("self", "other"))
 def where(condition, self, other):
     return jnp.where(condition.astype(jnp.bool_), self, other)
 
