@@ -101,7 +101,8 @@ def test_one_hot_compiles_for_valid_classes(checked_env):
     ids=["too-large", "negative"],
 )
 def test_one_hot_out_of_range_raises_under_torch_compile(checked_env, classes, message):
-    # aten.one_hot is composite: the backend puts PyTorch's range checks into the graph.
+    # aten.one_hot is composite: its torchlax decomposition puts the range checks into the graph
+    # as assertions when it is traced with fake tensors.
     try:
         with pytest.raises(RuntimeError, match=f"Class values must be {message}"):
             _compiled_one_hot()(torch.tensor(classes, device="jax"))

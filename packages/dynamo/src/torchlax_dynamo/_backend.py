@@ -132,7 +132,6 @@ def torchlax_backend(
         # of the forward handing them over as outputs (a transposed weight would be copied).
         partition_fn=min_cut_rematerialization_partition,
     )
-    _check_one_hot_classes(gm)
     if not _may_need_backward(example_inputs):
         # No backward can follow: the fused CPU attention op stays whole and is lowered as one
         # (fewer transposes and copies than its math decomposition).
@@ -151,31 +150,3 @@ def _may_need_backward(example_inputs) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
     )
-
-
-def _one_hot_class_checks(self: torch.Tensor, num_classes: int) -> None:
-    # PyTorch's checks, as assertions that stay in the program: a false one raises eagerly and,
-    # in a program built checked (Config.checked), after the call.
-    if self.numel():
-        torch._assert_async(self.min() >= 0, "Class values must be non-negative.")
-        torch._assert_async(
-            self.max() < num_classes, "Class values must be smaller than num_classes."
-        )
-
-
-def _check_one_hot_classes(gm: torch.fx.GraphModule) -> None:
-    """Put PyTorch's range checks of ``F.one_hot`` into the Dynamo graph.
-
-    ``aten.one_hot`` is a composite op: AOT autograd expands it into a comparison before any
-    lowering sees it, and fake tensors skip its value checks, so a class out of range would
-    give a row of zeros even in checked mode.
-    """
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not torch.nn.functional.one_hot:
-            continue
-        num_classes = node.kwargs.get("num_classes", node.args[1] if len(node.args) > 1 else -1)
-        if not isinstance(num_classes, int) or num_classes < 0:
-            continue  # num_classes=-1 reads the data: Dynamo breaks the graph before it
-        with gm.graph.inserting_before(node):
-            gm.graph.call_function(_one_hot_class_checks, (node.args[0], num_classes))
-    gm.recompile()

@@ -391,5 +391,12 @@ def one_hot(self, num_classes=-1):
             RuntimeError,
             "Class values must be smaller than num_classes.",
         )
+    elif self.numel():
+        # A torch.compile trace: fake tensors hold no values, so the checks become assertions
+        # in the graph (raised eagerly, or after the call in a program built checked).
+        torch._assert_async(self.min() >= 0, "Class values must be non-negative.")
+        torch._assert_async(
+            self.max() < num_classes, "Class values must be smaller than num_classes."
+        )
     classes = torch.arange(num_classes, device=self.device)
     return (self.unsqueeze(-1) == classes).to(torch.int64)
