@@ -13,6 +13,8 @@ PyTorch's own decompositions compute in range, are not checked.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.core
 import jax.numpy as jnp
@@ -87,7 +89,33 @@ def _key(self, indices, op: str, check: bool = True):
             key.append(index)
     if len(key) > self.ndim:
         raise IndexError(f"too many indices for tensor of dimension {self.ndim} (got {len(key)})")
+    shapes = [k.shape for k in key if not isinstance(k, slice)]
+    try:
+        jnp.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = ", ".join(str(list(shape)) for shape in shapes)
+        raise IndexError(
+            f"shape mismatch: indexing tensors could not be broadcast together with shapes "
+            f"{listed}; pass index tensors whose shapes broadcast together."
+        ) from None
     return tuple(key)
+
+
+def _check_indices(indices, op: str, exc_type: type[Exception]) -> None:
+    """PyTorch's checks of ``indices`` before indexing: one index at least, uint8 deprecated."""
+    if all(index is None for index in indices):
+        raise exc_type(
+            f"{op}: at least one index must be provided (indices is empty or all None); "
+            "pass an index tensor, or use the tensor itself (copy_/fill_ to write all of it)."
+        )
+    for index in indices:
+        if index is not None and index.dtype == jnp.uint8:
+            warnings.warn(  # as ATen, once per uint8 index
+                "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                "instead.",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 def _check_along(
@@ -133,6 +161,7 @@ def _multiply(at, values):
 
 @lowering(aten.index.Tensor)
 def index(self, indices):
+    _check_indices(indices, "aten.index.Tensor", IndexError)
     return self[_key(self, indices, "aten.index.Tensor (indexing with a boolean mask)")]
 
 
@@ -176,6 +205,8 @@ def unsafe_index_put(self, indices, values, accumulate=False):
 
 
 def _index_put(self, indices, values, accumulate, check):
+    if check:
+        _check_indices(indices, "aten.index_put", RuntimeError)
     source_dtype = values.dtype  # checked after the shapes, as PyTorch orders its errors
     values = values.astype(self.dtype)
     update = _mask_update(self, indices, values)
