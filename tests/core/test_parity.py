@@ -423,3 +423,46 @@ def test_setitem_checks_the_shape_before_the_dtype_and_casts_one_masked_value():
 
     assert "shape mismatch" in str(_same_as_cpu(wrong_shape_and_dtype))
     _same_as_cpu(one_value)
+
+
+# -- set_ ---------------------------------------------------------------------------------------
+
+SETS = {
+    "storage_strided": lambda b, a: b.set_(a.untyped_storage(), 2, (2, 2), (1, 2)),
+    "storage_whole": lambda b, a: b.set_(a.untyped_storage()),
+    "storage_transposed_3d": lambda b, a: b.set_(a.untyped_storage(), 1, (2, 1, 2), (1, 5, 3)),
+    "tensor_view": lambda b, a: b.set_(a[1:].view(-1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_set_shares_the_storage_both_ways_as_pytorch(name):
+    def run(device):
+        a = torch.arange(6.0, device=device)
+        b = SETS[name](torch.empty(0, device=device), a)
+        assert b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+        b.mul_(10)  # through b into a ...
+        a[5] = -1.0  # ... and through a into b
+        return torch.cat([b.flatten().clone(), a]).view(1, -1), b
+
+    expected, actual = _on("cpu", run), _on("jax", run)
+    if isinstance(expected, Exception):
+        assert type(actual) is type(expected) and str(expected) in str(actual), actual
+        return
+    assert not isinstance(actual, Exception), actual
+    for got, want in zip(actual, expected, strict=True):
+        assert (got.shape, got.stride(), got.storage_offset()) == (
+            want.shape,
+            want.stride(),
+            want.storage_offset(),
+        )
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_set_past_the_end_of_a_storage_is_refused():
+    # PyTorch grows the shared storage in place; torchlax cannot (docs/semantics.md).
+    a = torch.arange(6.0, device="jax")
+    with pytest.raises(RuntimeError, match="past the storage's 6 elements"):
+        torch.empty(0, device="jax").set_(a.untyped_storage(), 4, (2, 2), (2, 1))
+    with pytest.raises(RuntimeError, match="not a jax tensor's storage"):
+        torch.empty(0, device="jax").set_(torch.arange(6.0).untyped_storage())

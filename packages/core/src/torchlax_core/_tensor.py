@@ -73,7 +73,7 @@ class _Storage:
     (``torch.utils.swap_tensors``, used by ``module.to``) keeps every alias consistent.
     """
 
-    __slots__ = ("addressed", "array")
+    __slots__ = ("__weakref__", "addressed", "array")
 
     def __init__(self, array):
         self.array = array
@@ -82,6 +82,13 @@ class _Storage:
 
 _address_lock = threading.Lock()
 _next_address = 1 << 56  # far above host memory: a jax storage has no host address of its own
+# Address -> storage, so that ``set_(tensor.untyped_storage(), ...)`` finds the arrays again.
+_by_address: weakref.WeakValueDictionary[int, _Storage] = weakref.WeakValueDictionary()
+
+
+def storage_at(untyped: torch.UntypedStorage) -> _Storage | None:
+    """The storage whose ``untyped_storage()`` is ``untyped`` (None: not a jax storage's)."""
+    return _by_address.get(untyped.data_ptr())
 
 
 def _addressed_storage(tensor: Tensor) -> torch.UntypedStorage:
@@ -107,6 +114,7 @@ def _addressed_storage(tensor: Tensor) -> torch.UntypedStorage:
                     torch._C._construct_storage_from_data_pointer(address, tensor.device, nbytes),
                 )
                 box.addressed = storage
+                _by_address[address] = box
     return storage
 
 
