@@ -198,9 +198,15 @@ def _write_reinterpreted(view: _View, root, new):
     except (TypeError, NotImplementedError, ValueError):
         if view.byte_sources is None:
             view.byte_sources = _byte_sources(compute, root, new.dtype)
-        written_bytes = _to_bytes(root).at[view.byte_sources].set(_to_bytes(new))
-        return _from_bytes(written_bytes, root.dtype, root.shape)
+        return _scatter_bytes(root, view.byte_sources, new)
     return _from_real(jnp.where(picked != 0, written, real_root), root.dtype)
+
+
+@jax.jit  # one program per (root, view) shape and dtype pair, not a compile per jnp call
+def _scatter_bytes(root, byte_sources, new):
+    """``root`` with the bytes at ``byte_sources`` replaced by ``new``'s bytes."""
+    written = _to_bytes(root).at[byte_sources].set(_to_bytes(new))
+    return _from_bytes(written, root.dtype, root.shape)
 
 
 def _to_bytes(array):
@@ -236,10 +242,15 @@ def _byte_sources(compute, root, view_dtype):
     positions = np.arange(nbytes, dtype=np.int64)
     marker = 0 if jnp.bool_ in (root.dtype, view_dtype) else 0x40
     sources = None
+
+    @jax.jit  # one compile for every probe, not one per jnp call
+    def view_bytes(probe):
+        return _to_bytes(compute(_from_bytes(probe, root.dtype, root.shape)))
+
     with jax.enable_x64(True), jax.ensure_compile_time_eval():
         for bit in range(max(1, (nbytes - 1).bit_length())):
             probe = jnp.asarray((marker | (positions >> bit) & 1).astype(np.uint8))
-            seen = np.asarray(_to_bytes(compute(_from_bytes(probe, root.dtype, root.shape))))
+            seen = np.asarray(view_bytes(probe))
             if np.any((seen | 1) != (marker | 1)):
                 raise NotImplementedError(
                     "Writing in place through this view is not supported by torchlax: it "
