@@ -240,6 +240,16 @@ def test_uint8_masks_warn_once_each_as_pytorch():
     expected = messages("cpu")
     assert len(expected[1]) == 2 and messages("jax") == expected
 
+    def default_filter(device):  # once per line: PyTorch names the user's line, so must we
+        v, mask = torch.ones(5, 2, device=device), torch.ones(5, dtype=torch.uint8, device=device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            v[mask].sum()
+            v[mask].sum()
+        return [w.filename for w in caught]
+
+    assert default_filter("jax") == default_filter("cpu") == [__file__, __file__]
+
 
 # -- the out= dtype rule ------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ PyTorch's own decompositions compute in range, are not checked.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 import jax
@@ -20,6 +22,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torchlax_core
 from jax import lax
 from torchlax_core import TorchlaxError, check_index, jax_dtype, torch_dtype
 
@@ -110,12 +113,28 @@ def _check_indices(indices, op: str, exc_type: type[Exception]) -> None:
         )
     for index in indices:
         if index is not None and index.dtype == jnp.uint8:
-            warnings.warn(  # as ATen, once per uint8 index
+            warnings.warn(  # as ATen, once per uint8 index, at the user's line
                 "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
                 "instead.",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=_user_stacklevel(),
             )
+
+
+# Frames of these packages are skipped when a warning names the line that caused it.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(module.__file__ or "") + os.sep for module in (jax, torch, torchlax_core)
+) + (os.path.dirname(os.path.dirname(__file__)) + os.sep,)
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` (for the caller of this function) of the first frame outside torch, JAX
+    and torchlax: PyTorch's warnings name the user's line, and Python shows a warning once
+    per line."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_along(
