@@ -191,6 +191,20 @@ INDEXING = {
     "put_masked_values": _put(
         lambda d: _grid(d) > 2, lambda d: torch.tensor([10.0, 20.0, 30.0], device=d)
     ),
+    "indices_not_broadcasting": lambda d: _grid(d)[
+        torch.tensor([0, 1], device=d), torch.tensor([0, 1, 2], device=d)
+    ],
+    "put_indices_not_broadcasting": _put(
+        lambda d: (torch.tensor([0, 1], device=d), torch.tensor([0, 1, 2], device=d)),
+        lambda d: torch.tensor(1.0, device=d),
+    ),
+    "index_without_indices": lambda d: torch.ops.aten.index(_grid(d), []),
+    "index_put_accumulate_without_indices": lambda d: torch.rand([], device=d).index_put(
+        [], torch.tensor([1.0], device=d), True
+    ),
+    "index_put_accumulate_empty": lambda d: torch.zeros(0, 3, device=d).index_put_(
+        (torch.tensor([], dtype=torch.long, device=d),), torch.ones(0, 3, device=d), True
+    ),
 }
 
 
@@ -200,10 +214,41 @@ def test_indexing_results_and_errors_as_pytorch(name):
 
 
 def test_indexing_error_messages_say_what_pytorch_says():
-    for name in ("put_values_too_wide", "float_index", "mask_of_wrong_length"):
+    names = ("put_values_too_wide", "float_index", "mask_of_wrong_length")
+    for name in (*names, "indices_not_broadcasting", "put_indices_not_broadcasting"):
         expected, actual = _on("cpu", INDEXING[name]), _on("jax", INDEXING[name])
         assert isinstance(expected, Exception) and isinstance(actual, Exception)
         assert str(expected) in str(actual), (name, str(actual))
+
+
+def test_uint8_masks_warn_once_each_as_pytorch():
+    def index(device):
+        v = torch.randn(5, 7, 3, device=device)
+        byte = torch.uint8
+        return v[
+            torch.tensor([1, 0, 1, 1, 0], dtype=byte, device=device),
+            :,
+            torch.ones(3, dtype=byte, device=device),
+        ]
+
+    def messages(device):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            shape = index(device).shape
+        return shape, [(w.category, str(w.message).split(" (Triggered")[0]) for w in caught]
+
+    expected = messages("cpu")
+    assert len(expected[1]) == 2 and messages("jax") == expected
+
+    def default_filter(device):  # once per line: PyTorch names the user's line, so must we
+        v, mask = torch.ones(5, 2, device=device), torch.ones(5, dtype=torch.uint8, device=device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            v[mask].sum()
+            v[mask].sum()
+        return [w.filename for w in caught]
+
+    assert default_filter("jax") == default_filter("cpu") == [__file__, __file__]
 
 
 # -- the out= dtype rule ------------------------------------------------------------------------
@@ -312,6 +357,46 @@ def test_result_type_of_jax_tensors_and_cpu_scalars_as_pytorch():
                 )
 
 
+def _floats(dtype, device):
+    return torch.tensor([1.0, 2.0, 3.0], dtype=dtype, device=device)
+
+
+LERPS = {
+    "half_scalar_weight": lambda d: torch.lerp(
+        _floats(torch.float16, d), _floats(torch.float16, d) * 3, 0.3
+    ),
+    "bfloat16_tensor_weight": lambda d: torch.lerp(
+        _floats(torch.bfloat16, d), _floats(torch.bfloat16, d) * 3, _floats(torch.bfloat16, d) / 7
+    ),
+    "double_0d_weight_keeps_float": lambda d: torch.lerp(
+        _floats(torch.float32, d), _floats(torch.float32, d) * 3, torch.tensor(0.25).double().to(d)
+    ),
+    "double_end_refused": lambda d: torch.lerp(
+        _floats(torch.float32, d), _floats(torch.float64, d), 0.5
+    ),
+    "double_0d_end_refused": lambda d: torch.lerp(
+        _floats(torch.float32, d), torch.tensor(1.0, dtype=torch.float64, device=d), 0.5
+    ),
+    "double_weight_refused": lambda d: torch.lerp(
+        _floats(torch.float32, d), _floats(torch.float32, d), _floats(torch.float64, d)
+    ),
+    "integers_refused": lambda d: torch.lerp(_ints(torch.int64, d), _ints(torch.int64, d), 0.5),
+    "into_float64_out": lambda d: torch.lerp(
+        _floats(torch.float32, d),
+        _floats(torch.float32, d) * 2,
+        0.5,
+        out=torch.empty(3, dtype=torch.float64, device=d),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LERPS))
+def test_lerp_dtypes_and_errors_as_pytorch(name):
+    result = _same_as_cpu(LERPS[name])
+    if isinstance(result, Exception):
+        assert str(_on("cpu", LERPS[name])) in str(result)
+
+
 def test_index_put_refuses_values_of_another_dtype_as_pytorch():
     def put(device):
         target = torch.ones(5, 2, dtype=torch.double, device=device)
@@ -348,3 +433,46 @@ def test_setitem_checks_the_shape_before_the_dtype_and_casts_one_masked_value():
 
     assert "shape mismatch" in str(_same_as_cpu(wrong_shape_and_dtype))
     _same_as_cpu(one_value)
+
+
+# -- set_ ---------------------------------------------------------------------------------------
+
+SETS = {
+    "storage_strided": lambda b, a: b.set_(a.untyped_storage(), 2, (2, 2), (1, 2)),
+    "storage_whole": lambda b, a: b.set_(a.untyped_storage()),
+    "storage_transposed_3d": lambda b, a: b.set_(a.untyped_storage(), 1, (2, 1, 2), (1, 5, 3)),
+    "tensor_view": lambda b, a: b.set_(a[1:].view(-1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_set_shares_the_storage_both_ways_as_pytorch(name):
+    def run(device):
+        a = torch.arange(6.0, device=device)
+        b = SETS[name](torch.empty(0, device=device), a)
+        assert b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+        b.mul_(10)  # through b into a ...
+        a[5] = -1.0  # ... and through a into b
+        return torch.cat([b.flatten().clone(), a]).view(1, -1), b
+
+    expected, actual = _on("cpu", run), _on("jax", run)
+    if isinstance(expected, Exception):
+        assert type(actual) is type(expected) and str(expected) in str(actual), actual
+        return
+    assert not isinstance(actual, Exception), actual
+    for got, want in zip(actual, expected, strict=True):
+        assert (got.shape, got.stride(), got.storage_offset()) == (
+            want.shape,
+            want.stride(),
+            want.storage_offset(),
+        )
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_set_past_the_end_of_a_storage_is_refused():
+    # PyTorch grows the shared storage in place; torchlax cannot (docs/semantics.md).
+    a = torch.arange(6.0, device="jax")
+    with pytest.raises(RuntimeError, match="past the storage's 6 elements"):
+        torch.empty(0, device="jax").set_(a.untyped_storage(), 4, (2, 2), (2, 1))
+    with pytest.raises(RuntimeError, match="not a jax tensor's storage"):
+        torch.empty(0, device="jax").set_(torch.arange(6.0).untyped_storage())

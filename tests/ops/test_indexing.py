@@ -413,15 +413,28 @@ def test_one_hot_with_class_count():
 
 
 def test_kthvalue_picks_the_same_tie_as_pytorch():
+    # Rows of random ties and NaN rows: the k-th value is unique, among tied values or among NaNs
+    # at every position. k is traced, so one compile per rows shape and dtype serves every k;
+    # jit is checked in test_sort_family_nan_is_largest.
     torch.manual_seed(1)
-    ties = torch.randint(-3, 4, (6, 11, 7))
-    for k in (1, 2, 4, 7):
-        check(lambda a, k=k: a.kthvalue(k, 2), ties)
-    check(lambda a: a.kthvalue(5, 1, keepdim=True), ties)
-    check(lambda a: a.kthvalue(3, 0), ties.to(torch.bfloat16))
-    nans = torch.tensor([[1.0, float("nan"), 1.0, 0.0, float("nan"), 1.0, 1.0]])
+    ties = torch.randint(-3, 4, (66, 7))
+    nan = float("nan")
+    row = [1.0, nan, 1.0, 0.0, nan, 1.0, 1.0]
+    nan_rows = [row[r:] + row[:r] for r in range(7)]
+    nan_rows += [
+        [nan] * 5 + [0.0, 1.0],
+        [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, nan],
+        [2.0, 1, nan, 1, 0, nan, 1],
+    ]
+    rows = torch.cat([ties.double(), torch.tensor(nan_rows)])
     for k in range(1, 8):
-        check(lambda a, k=k: a.kthvalue(k), nans)
+        check(lambda a, k=k: a.kthvalue(k), rows, jit=False)
+    # Another dim of a strided tensor, moved to the same (76, 7) rows: no new compile.
+    check(
+        lambda a: a.kthvalue(5, 1, keepdim=True), rows.reshape(4, 19, 7).transpose(1, 2), jit=False
+    )
+    check(lambda a: a.kthvalue(3, 0), ties.t(), jit=False)
+    check(lambda a: a.kthvalue(4), rows.to(torch.bfloat16), jit=False)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from ._checks import check_sizes
 from ._current import current_env
-from ._dispatch import resize_, resize_as_
+from ._dispatch import resize_, resize_as_, set_storage_, set_tensor_
 from ._dtypes import jax_dtype
 from ._logging import get_logger
 from ._registry import op_name
@@ -157,6 +157,9 @@ class Transfer:
         # Change the tensor's own sizes (as the in-place view ops do), so they live in the core.
         registry.register_decomposition(aten.resize_.default, resize_)
         registry.register_decomposition(aten.resize_as_.default, resize_as_)
+        registry.register_decomposition(aten.set_.source_Storage, set_storage_)
+        registry.register_decomposition(aten.set_.source_Storage_storage_offset, set_storage_)
+        registry.register_decomposition(aten.set_.source_Tensor, set_tensor_)
         # Autograd itself detaches (module.to, Parameter, .grad): alias views of the input.
         registry.register_lowering(aten.detach.default, _identity)
         registry.register_lowering(aten.alias.default, _identity)

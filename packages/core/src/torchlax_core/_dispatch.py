@@ -1013,6 +1013,71 @@ _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)  # set_'s kernel is device-generic
 
 
+# -- set_ ---------------------------------------------------------------------------------------
+
+
+def set_storage_(self, source, storage_offset=0, size=None, stride=None):
+    """``set_(storage, offset, size, stride)``: ``self`` becomes a strided view of the storage
+    of the jax tensor whose ``untyped_storage()`` is ``source``; writes go both ways."""
+    storage = _tensor.storage_at(source)
+    if storage is None:
+        raise RuntimeError(
+            "aten.set_: the source storage is not a jax tensor's storage; pass "
+            "other.untyped_storage() of a tensor on the jax device."
+        )
+    root = storage.array
+    if root.dtype != jax_dtype(self.dtype):
+        raise NotImplementedError(
+            f"aten.set_: a storage of {torch_dtype(root.dtype)} elements into a {self.dtype} "
+            "tensor (a reinterpretation) is not supported by torchlax; view the source with "
+            ".view(dtype) instead."
+        )
+    if size is None:  # set_(storage): all of it, 1-d
+        size = [int(source.nbytes()) // self.element_size()]
+    size = [int(n) for n in size]
+    stride = make_contiguous_strides_for(size) if stride is None else [int(n) for n in stride]
+    offset = int(storage_offset)
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+    if 0 not in size and last >= root.size:
+        # PyTorch grows the storage in place; other tensors hold this jax array by its shape.
+        raise RuntimeError(
+            f"aten.set_: the new view reads storage element {last}, past the storage's "
+            f"{root.size} elements, and torchlax cannot grow a storage that other tensors "
+            "share; resize_ the source tensor first (or set_ a view that fits)."
+        )
+    with torch._C._DisableTorchDispatch():  # PyTorch's own checks and the wrapper's metadata
+        _SET_STORAGE.redispatch(
+            _CPU_KEYS, self, torch.Tensor.untyped_storage(_make(root)), offset, size, stride
+        )
+    positions = offset + sum(
+        (np.arange(n).reshape([-1] + [1] * (len(size) - 1 - d)) * st)
+        for d, (n, st) in enumerate(zip(size, stride, strict=True))
+    )
+    positions = np.broadcast_to(np.asarray(positions, np.int64), size)
+
+    def compute(array):
+        return array.reshape(-1)[positions]
+
+    self._storage = storage
+    self._view = _View(compute, GATHER, root, compute(root))
+    return self
+
+
+def set_tensor_(self, source):
+    """``set_(tensor)``: ``self`` shares ``source``'s storage, offset, sizes and strides."""
+    with torch._C._DisableTorchDispatch():
+        _SET_STORAGE.redispatch(
+            _CPU_KEYS,
+            self,
+            torch.Tensor.untyped_storage(source),  # (the C++ one, not the addressed one)
+            source.storage_offset(),
+            source.shape,
+            source.stride(),
+        )
+    self._alias_of(source)
+    return self
+
+
 def resize_output(func, out: Tensor, shape: tuple) -> None:
     """An ``out=`` tensor of another shape is resized, as PyTorch's ``resize_output`` does."""
     if out.numel():

@@ -78,7 +78,7 @@ class _Storage:
     returns its input unchanged) is never donated to XLA while someone can still read it.
     """
 
-    __slots__ = ("addressed", "array", "exclusive")
+    __slots__ = ("__weakref__", "addressed", "array", "exclusive")
 
     def __init__(self, array):
         self.array = array
@@ -88,6 +88,13 @@ class _Storage:
 
 _address_lock = threading.Lock()
 _next_address = 1 << 56  # far above host memory: a jax storage has no host address of its own
+# Address -> storage, so that ``set_(tensor.untyped_storage(), ...)`` finds the arrays again.
+_by_address: weakref.WeakValueDictionary[int, _Storage] = weakref.WeakValueDictionary()
+
+
+def storage_at(untyped: torch.UntypedStorage) -> _Storage | None:
+    """The storage whose ``untyped_storage()`` is ``untyped`` (None: not a jax storage's)."""
+    return _by_address.get(untyped.data_ptr())
 
 
 def _addressed_storage(tensor: Tensor) -> torch.UntypedStorage:
@@ -113,6 +120,7 @@ def _addressed_storage(tensor: Tensor) -> torch.UntypedStorage:
                     torch._C._construct_storage_from_data_pointer(address, tensor.device, nbytes),
                 )
                 box.addressed = storage
+                _by_address[address] = box
     return storage
 
 
@@ -196,9 +204,15 @@ def _write_reinterpreted(view: _View, root, new):
     except (TypeError, NotImplementedError, ValueError):
         if view.byte_sources is None:
             view.byte_sources = _byte_sources(compute, root, new.dtype)
-        written_bytes = _to_bytes(root).at[view.byte_sources].set(_to_bytes(new))
-        return _from_bytes(written_bytes, root.dtype, root.shape)
+        return _scatter_bytes(root, view.byte_sources, new)
     return _from_real(jnp.where(picked != 0, written, real_root), root.dtype)
+
+
+@jax.jit  # one program per (root, view) shape and dtype pair, not a compile per jnp call
+def _scatter_bytes(root, byte_sources, new):
+    """``root`` with the bytes at ``byte_sources`` replaced by ``new``'s bytes."""
+    written = _to_bytes(root).at[byte_sources].set(_to_bytes(new))
+    return _from_bytes(written, root.dtype, root.shape)
 
 
 def _to_bytes(array):
@@ -234,10 +248,15 @@ def _byte_sources(compute, root, view_dtype):
     positions = np.arange(nbytes, dtype=np.int64)
     marker = 0 if jnp.bool_ in (root.dtype, view_dtype) else 0x40
     sources = None
+
+    @jax.jit  # one compile for every probe, not one per jnp call
+    def view_bytes(probe):
+        return _to_bytes(compute(_from_bytes(probe, root.dtype, root.shape)))
+
     with jax.enable_x64(True), jax.ensure_compile_time_eval():
         for bit in range(max(1, (nbytes - 1).bit_length())):
             probe = jnp.asarray((marker | (positions >> bit) & 1).astype(np.uint8))
-            seen = np.asarray(_to_bytes(compute(_from_bytes(probe, root.dtype, root.shape))))
+            seen = np.asarray(view_bytes(probe))
             if np.any((seen | 1) != (marker | 1)):
                 raise NotImplementedError(
                     "Writing in place through this view is not supported by torchlax: it "

@@ -249,13 +249,39 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     return _addcdiv(self, tensor1, tensor2, value=value)
 
 
-@lowering(
-    aten.lerp.Scalar, aten.lerp.Tensor, promote=Promotion.DEFAULT, args=("self", "end", "weight")
-)
+# ATen's names in lerp's messages: ScalarType names of the integral types, C++ type names of the
+# floating ones.
+_SCALAR_TYPE_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char"}
+_SCALAR_TYPE_NAMES |= {"uint8": "Byte", "bool": "Bool"}
+_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half"}
+_CPP_TYPE_NAMES |= {"bfloat16": "c10::BFloat16", "complex64": "c10::complex<float>"}
+_CPP_TYPE_NAMES |= {"complex128": "c10::complex<double>"}
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(self, end, weight):
+    # No promotion in PyTorch: end, and weight unless 0-d, must have self's floating dtype.
+    if not jnp.issubdtype(self.dtype, jnp.inexact):
+        kernel = "lerp_kernel_tensor" if isinstance(weight, jax.Array) else "lerp_kernel_scalar"
+        name = _SCALAR_TYPE_NAMES.get(self.dtype.name, self.dtype.name)
+        raise NotImplementedError(
+            f"\"{kernel}\" not implemented for '{name}' (torch.lerp); convert the inputs to a "
+            "floating dtype first."
+        )
+    for name, other in (("end", end), ("weight", weight)):
+        needs_same = isinstance(other, jax.Array) and (name == "end" or other.ndim > 0)
+        if needs_same and other.dtype != self.dtype:
+            raise RuntimeError(
+                f"expected dtype {_CPP_TYPE_NAMES[self.dtype.name]} for `{name}` but got dtype "
+                f"{_CPP_TYPE_NAMES.get(other.dtype.name, other.dtype.name)} (torch.lerp); "
+                "convert it with .to(input.dtype)."
+            )
+    compute = jnp.float32 if self.dtype in (jnp.float16, jnp.bfloat16) else self.dtype  # opmath
+    start, end, weight = self.astype(compute), end.astype(compute), jnp.asarray(weight, compute)
     # PyTorch's formula: exact at both ends.
-    diff = end - self
-    return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
+    diff = end - start
+    result = jnp.where(jnp.abs(weight) < 0.5, start + weight * diff, end - diff * (1 - weight))
+    return result.astype(self.dtype)
 
 
 @named_lowering("prims::fma")

@@ -13,11 +13,16 @@ PyTorch's own decompositions compute in range, are not checked.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torchlax_core
 from jax import lax
 from torchlax_core import TorchlaxError, check_index, jax_dtype, torch_dtype
 
@@ -87,7 +92,49 @@ def _key(self, indices, op: str, check: bool = True):
             key.append(index)
     if len(key) > self.ndim:
         raise IndexError(f"too many indices for tensor of dimension {self.ndim} (got {len(key)})")
+    shapes = [k.shape for k in key if not isinstance(k, slice)]
+    try:
+        jnp.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = ", ".join(str(list(shape)) for shape in shapes)
+        raise IndexError(
+            f"shape mismatch: indexing tensors could not be broadcast together with shapes "
+            f"{listed}; pass index tensors whose shapes broadcast together."
+        ) from None
     return tuple(key)
+
+
+def _check_indices(indices, op: str, exc_type: type[Exception]) -> None:
+    """PyTorch's checks of ``indices`` before indexing: one index at least, uint8 deprecated."""
+    if all(index is None for index in indices):
+        raise exc_type(
+            f"{op}: at least one index must be provided (indices is empty or all None); "
+            "pass an index tensor, or use the tensor itself (copy_/fill_ to write all of it)."
+        )
+    for index in indices:
+        if index is not None and index.dtype == jnp.uint8:
+            warnings.warn(  # as ATen, once per uint8 index, at the user's line
+                "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                "instead.",
+                UserWarning,
+                stacklevel=_user_stacklevel(),
+            )
+
+
+# Frames of these packages are skipped when a warning names the line that caused it.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(module.__file__ or "") + os.sep for module in (jax, torch, torchlax_core)
+) + (os.path.dirname(os.path.dirname(__file__)) + os.sep,)
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` (for the caller of this function) of the first frame outside torch, JAX
+    and torchlax: PyTorch's warnings name the user's line, and Python shows a warning once
+    per line."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_along(
@@ -133,6 +180,7 @@ def _multiply(at, values):
 
 @lowering(aten.index.Tensor)
 def index(self, indices):
+    _check_indices(indices, "aten.index.Tensor", IndexError)
     return self[_key(self, indices, "aten.index.Tensor (indexing with a boolean mask)")]
 
 
@@ -176,6 +224,8 @@ def unsafe_index_put(self, indices, values, accumulate=False):
 
 
 def _index_put(self, indices, values, accumulate, check):
+    if check:
+        _check_indices(indices, "aten.index_put", RuntimeError)
     source_dtype = values.dtype  # checked after the shapes, as PyTorch orders its errors
     values = values.astype(self.dtype)
     update = _mask_update(self, indices, values)
@@ -807,36 +857,43 @@ def _quickselect_row(values, k):
     n = values.shape[0]
     gt = _greater_or_nan
 
+    # Positions are always in bounds: lax's element access skips jnp's negative-index and
+    # clamping arithmetic, which made this program slow to compile (seconds per k).
+    def at(row, i):
+        return lax.dynamic_index_in_dim(row, i, keepdims=False)
+
     def swap(state, a, b):
+        def swap_row(row):
+            row_a, row_b = at(row, a), at(row, b)
+            row = lax.dynamic_update_index_in_dim(row, row_b, a, 0)
+            return lax.dynamic_update_index_in_dim(row, row_a, b, 0)
+
         arr, idx = state
-        arr = arr.at[a].set(arr[b]).at[b].set(arr[a])
-        idx = idx.at[a].set(idx[b]).at[b].set(idx[a])
-        return arr, idx
+        return swap_row(arr), swap_row(idx)
 
     def swap_if(state, cond, a, b):
-        swapped = swap(state, a, b)
-        return tuple(jnp.where(cond, s, t) for s, t in zip(swapped, state, strict=True))
+        return swap(state, a, jnp.where(cond, b, a))  # swapping a with itself changes nothing
 
     def partition_step(carry):
         arr, idx, low, high, _ = carry
         state = (arr, idx)
         two = high == low + 1
         # Two elements: order them and stop.
-        ordered = swap_if(state, gt(arr[low], arr[high]), low, high)
+        ordered = swap_if(state, gt(at(arr, low), at(arr, high)), low, high)
         # Median of three into low, low + 1 and high, then partition around arr[low].
         mid = low + (high - low) // 2
         state = swap(state, mid, low + 1)
-        state = swap_if(state, gt(state[0][low + 1], state[0][high]), low + 1, high)
-        state = swap_if(state, gt(state[0][low], state[0][high]), low, high)
-        state = swap_if(state, gt(state[0][low + 1], state[0][low]), low + 1, low)
-        pivot = state[0][low]
+        state = swap_if(state, gt(at(state[0], low + 1), at(state[0], high)), low + 1, high)
+        state = swap_if(state, gt(at(state[0], low), at(state[0], high)), low, high)
+        state = swap_if(state, gt(at(state[0], low + 1), at(state[0], low)), low + 1, low)
+        pivot = at(state[0], low)
 
         def scan(carry):
             # The median of three leaves sentinels at both ends; the bounds only matter for the
             # rows a batch carries along after they finished (their state is discarded).
             arr, idx, i, j, _ = carry
-            i = lax.while_loop(lambda i: (i < high) & gt(pivot, arr[i]), lambda i: i + 1, i + 1)
-            j = lax.while_loop(lambda j: (j > low) & gt(arr[j], pivot), lambda j: j - 1, j - 1)
+            i = lax.while_loop(lambda i: (i < high) & gt(pivot, at(arr, i)), lambda i: i + 1, i + 1)
+            j = lax.while_loop(lambda j: (j > low) & gt(at(arr, j), pivot), lambda j: j - 1, j - 1)
             crossed = j < i
             arr2, idx2 = swap_if((arr, idx), ~crossed, i, j)
             return arr2, idx2, i, j, crossed
@@ -863,12 +920,14 @@ def _quickselect_row(values, k):
     return arr, idx
 
 
-def _rows_apply(fn, x, axis):
-    """``fn`` on every 1-D row of ``x`` along ``axis``, in batches that bound the work."""
-    moved = jnp.moveaxis(x, axis, -1)
-    rows = moved.reshape(-1, moved.shape[-1])
-    out = lax.map(fn, rows, batch_size=max(1, 4096 // max(rows.shape[-1], 1)))
-    return jax.tree.map(lambda o: o.reshape(moved.shape[:-1] + o.shape[1:]), out)
+@jax.jit  # k traced: one compile per rows shape and dtype, not per k, dim or input shape
+def _kth_smallest_of_rows(rows, position):
+    def select(row):
+        arr, idx = _quickselect_row(row, position)
+        return arr[position], idx[position]
+
+    # In batches that bound the work.
+    return lax.map(select, rows, batch_size=max(1, 4096 // max(rows.shape[-1], 1)))
 
 
 @lowering(aten.kthvalue.default)
@@ -884,11 +943,10 @@ def kthvalue(self, k, dim=-1, keepdim=False):
         shape = self.shape[:dim] + ((1,) if keepdim else ()) + self.shape[dim + 1 :]
         return jnp.zeros(shape, self.dtype), jnp.zeros(shape, jnp.int64)
 
-    def select(row):
-        arr, idx = _quickselect_row(row, k - 1)
-        return arr[k - 1], idx[k - 1]
-
-    values, indices = _rows_apply(select, self, dim)
+    moved = jnp.moveaxis(self, dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    values, indices = _kth_smallest_of_rows(rows, jnp.asarray(k - 1, jnp.int64))
+    values, indices = values.reshape(moved.shape[:-1]), indices.reshape(moved.shape[:-1])
     if keepdim:
         values, indices = jnp.expand_dims(values, dim), jnp.expand_dims(indices, dim)
     return values, indices
