@@ -152,11 +152,11 @@ def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
 
     def counting(env, func, args, kwargs, **options):
         outer, nested[0] = nested[0], 0.0
-        start = time.process_time()
+        start = time.thread_time()
         try:
             return run_op(env, func, args, kwargs, **options)
         finally:
-            spent = time.process_time() - start
+            spent = time.thread_time() - start
             calls[func] = calls.get(func, 0) + 1
             own[func] = own.get(func, 0.0) + spent - nested[0]
             nested[0] = outer + spent
