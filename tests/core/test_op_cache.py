@@ -356,3 +356,18 @@ def test_split_results_are_deferred_views_folded_into_the_next_cached_op(env, sp
     split(root_cpu)[0].mul_(3)
     torch.testing.assert_close(root.cpu(), root_cpu)
     torch.testing.assert_close(second.cpu(), split(root_cpu)[1])
+
+
+def test_deferred_views_in_a_list_argument_are_folded_too(env):
+    """``cat`` of transposed halves (a KV cache update) takes the views' roots."""
+    x_cpu = torch.randn(4, 6)
+    x = jax_tensor(x_cpu)
+    for _ in range(3):
+        halves = x.split(3, dim=1)
+        parts = [h.t() for h in halves]
+        assert all(p._view.seen is None for p in parts)
+        r = torch.cat([parts[0], x.t()[:3], parts[1]])
+        expected = torch.cat([h.t() for h in x_cpu.split(3, dim=1)][:1] + [x_cpu.t()[:3]])
+        expected = torch.cat([expected, x_cpu.split(3, dim=1)[1].t()])
+        torch.testing.assert_close(r.cpu(), expected)
+    assert all(p._view.seen is None for p in parts)  # never computed on their own

@@ -66,6 +66,15 @@ def _unwrap(x, position=None):
     return x
 
 
+def _unwrap_deferring(x, position):
+    """``_unwrap`` of one tensor of a list argument, a deferred view as ``_opcache.Pending``."""
+    if type(x) is Tensor:
+        view = x._view
+        if view is not None and view.seen is None:
+            return _opcache.Pending(x, x._storage.array, view.compute, view.compute.recipe)
+    return _unwrap(x, position)
+
+
 def _wrap(x):
     """A lowering's result -> Tensors (recursively in lists and tuples)."""
     if type(x) is _ArrayImpl or isinstance(x, jax.Array):
@@ -125,6 +134,8 @@ def _make_unwrapper(func, defer_views: bool = False) -> Callable:
                             )
                         else:
                             jargs[i] = a._value()
+                    elif defer_views and type(a) is list:  # cat's tensors
+                        jargs[i] = [_unwrap_deferring(x, i) for x in a]
                     elif a is not None:
                         jargs[i] = _unwrap(a, i)
             else:  # not an ATen overload: look at everything

@@ -166,8 +166,12 @@ class Pending:
 
 
 def materialize(jargs):
-    """``jargs`` with each ``Pending`` view computed (for a lowering run plainly)."""
-    return [x.tensor._value() if type(x) is Pending else x for x in jargs]
+    """``jargs`` with each ``Pending`` view computed (for a lowering run plainly), also inside
+    a list argument (``cat``'s tensors)."""
+    return [
+        x.tensor._value() if type(x) is Pending else (materialize(x) if type(x) is list else x)
+        for x in jargs
+    ]
 
 
 def signature(func, jargs, jkwargs, leaves: list):
