@@ -371,3 +371,19 @@ def test_deferred_views_in_a_list_argument_are_folded_too(env):
         expected = torch.cat([expected, x_cpu.split(3, dim=1)[1].t()])
         torch.testing.assert_close(r.cpu(), expected)
     assert all(p._view.seen is None for p in parts)  # never computed on their own
+
+
+def test_detach_of_a_deferred_view_stays_deferred(env):
+    """Autograd detaches a weight's gradient (often ``grad.t()``) before SGD reads it."""
+    w_cpu = torch.randn(3, 5)
+    w = jax_tensor(w_cpu)
+    view = w.t()
+    detached = view.detach()
+    assert detached._view.seen is None and not detached.requires_grad
+    assert detached.stride() == w_cpu.t().stride()
+    assert (detached._base is None) == (w_cpu.t().detach()._base is None)
+    torch.testing.assert_close(detached.cpu(), w_cpu.t())
+    root = w.clone()
+    detached = root.t().detach()
+    detached.mul_(2)  # writes reach the root, as through any view
+    torch.testing.assert_close(root.cpu(), w_cpu * 2)

@@ -451,6 +451,9 @@ _DEFERRED_VIEWS = frozenset(
         torch.ops.aten.select.int,
     }
 )
+# Views of the very same elements: of a deferred view, another one with the same recipe
+# (autograd detaches a weight's gradient, often a deferred ``t()``, before SGD reads it).
+_IDENTITY_VIEWS = frozenset({torch.ops.aten.detach.default, torch.ops.aten.alias.default})
 # Multi-result views made deferred the same way: each result is the op's i-th result
 # (attention's q, k, v = qkv.split(...); XLA keeps only the slice a consumer reads).
 _DEFERRED_SPLITS = frozenset(
@@ -478,6 +481,7 @@ def view_impl(func, fn) -> Callable:
     op_kind = _view_kind(func)
     splits = func in _DEFERRED_SPLITS
     deferrable = splits or func in _DEFERRED_VIEWS
+    identity = func in _IDENTITY_VIEWS
 
     def impl(args, kwargs):
         base = args[0]
@@ -489,6 +493,17 @@ def view_impl(func, fn) -> Callable:
         # First, so that PyTorch's own errors come out (view of a non-viewable layout, ...).
         layouts = _view_layouts(func, base, args, kwargs, root_array)
         parent = base._view
+        if (
+            identity
+            and parent is not None
+            and parent.seen is None
+            and parent.compute is not None
+            and layouts is not None
+            and type(root_array) is _ArrayImpl
+        ):
+            view = _View(parent.compute, parent.kind, None, None)
+            aval = _Aval(layouts[0][3], root_array)
+            return _make(aval, storage, view, layout=layouts[0], device=base.device)  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype)
         if (
             deferrable
             and layouts is not None
