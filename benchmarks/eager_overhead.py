@@ -22,7 +22,8 @@ returns one preallocated tensor, so its dispatch step has none of that).
 
 With ``--mlp-step`` (``--gpt2``), it also counts the ops of one eager MLP training step (forward,
 ``loss.backward()``, SGD; the model of ``benchmarks/run.py``) and times each op class by its
-own CPU time (nested ops, run by a decomposition, are subtracted from it), saying how each is
+own CPU time on the calling thread (nested ops, run by a decomposition, are subtracted from it;
+XLA's worker threads computing earlier launches meanwhile are not charged), saying how each is
 served: "cached" (an op-cache executable), "view", "decomposition" (Python on Tensors, its
 ops dispatched one by one), "never cached" (with the cache's reason) or "plain". ``--gpt2``
 does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--only-ops`` skips the
@@ -152,11 +153,11 @@ def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
 
     def counting(env, func, args, kwargs, **options):
         outer, nested[0] = nested[0], 0.0
-        start = time.process_time()
+        start = time.thread_time()
         try:
             return run_op(env, func, args, kwargs, **options)
         finally:
-            spent = time.process_time() - start
+            spent = time.thread_time() - start
             calls[func] = calls.get(func, 0) + 1
             own[func] = own.get(func, 0.0) + spent - nested[0]
             nested[0] = outer + spent

@@ -120,7 +120,7 @@ def bench_eager_ops(b: Bench) -> None:
 def bench_eager_breakdown(b: Bench) -> None:
     """Where one cached eager ``a + b`` (1000 floats) spends its microseconds."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from eager_overhead import breakdown, mlp_step_ops
+    from eager_overhead import breakdown, gpt2_forward_ops, mlp_step_ops
 
     b.progress("eager op breakdown: add 1000 floats")
     n = 300 if b.quick else 2000
@@ -135,26 +135,31 @@ def bench_eager_breakdown(b: Bench) -> None:
                 "runs": n,
             }
         )
-    # The ops of one eager MLP training step, grouped by how each is served (op cache, view, ...):
-    # `python benchmarks/eager_overhead.py --mlp-step` lists them one by one.
-    b.progress("eager MLP training step: ops by how they are served")
-    served: dict[str, list[float]] = {}
-    for _, calls, us, how in mlp_step_ops(steps=3 if b.quick else 10):
-        kind = how.split(":")[0]
-        served.setdefault(kind, [0.0, 0.0])
-        served[kind][0] += calls
-        served[kind][1] += us
-    for kind, (calls, us) in served.items():
-        b.rows.append(
-            {
-                "group": "eager MLP training step: own CPU time of its ops, by how they are served",
-                "variant": f"{kind} ({calls:.0f} calls)",
-                "size": "",
-                "first_s": 0.0,
-                "median_s": us * 1e-6,
-                "runs": 1,
-            }
-        )
+    # The ops of one eager MLP training step and one eager GPT-2 forward, grouped by how each is
+    # served (op cache, view, ...): `python benchmarks/eager_overhead.py --mlp-step --gpt2` lists
+    # them one by one.
+    for title, ops in (
+        ("eager MLP training step", mlp_step_ops),
+        ("eager GPT-2 (2 layers) forward", gpt2_forward_ops),
+    ):
+        b.progress(f"{title}: ops by how they are served")
+        served: dict[str, list[float]] = {}
+        for _, calls, us, how in ops(steps=3 if b.quick else 10):
+            kind = how.split(":")[0]
+            served.setdefault(kind, [0.0, 0.0])
+            served[kind][0] += calls
+            served[kind][1] += us
+        for kind, (calls, us) in served.items():
+            b.rows.append(
+                {
+                    "group": f"{title}: own CPU time of its ops, by how they are served",
+                    "variant": f"{kind} ({calls:.0f} calls)",
+                    "size": "",
+                    "first_s": 0.0,
+                    "median_s": us * 1e-6,
+                    "runs": 1,
+                }
+            )
 
 
 def _import_seconds(code: str) -> float:
@@ -750,7 +755,7 @@ def chart(rows: list[dict], machine: str, path: Path) -> None:
     groups = [
         g
         for g in dict.fromkeys(r["group"] for r in rows)
-        if not g.startswith(("DLPack", "eager op breakdown", "eager MLP training step"))
+        if not g.startswith(("DLPack", "eager op breakdown", "eager MLP", "eager GPT-2"))
     ]
     groups = [g for g in groups if any(r["group"] == g and "median_s" in r for r in rows)]
     if not groups:  # e.g. --only breakdown: its rows are printed, not charted

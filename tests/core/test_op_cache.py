@@ -320,3 +320,70 @@ def test_a_transpose_is_a_deferred_view_folded_into_the_next_cached_op(env):
     torch.testing.assert_close(root.cpu(), w_cpu * 2)
     with pytest.raises(IndexError):
         w.transpose(0, 2)
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        lambda t: t.split(2, dim=1),
+        lambda t: t.split([1, 3, 2], dim=1),
+        lambda t: t.unbind(0),
+    ],
+    ids=["split", "split_with_sizes", "unbind"],
+)
+def test_split_results_are_deferred_views_folded_into_the_next_cached_op(env, split):
+    """``q, k, v = qkv.split(...)``: each result is a view of the root computed in its consumer."""
+    x_cpu = torch.randn(3, 6)
+    x = jax_tensor(x_cpu)
+    for _ in range(3):
+        parts, expected = split(x), split(x_cpu)
+        assert len(parts) == len(expected)
+        for part, want in zip(parts, expected, strict=True):
+            assert part._base is x and part.shape == want.shape
+            assert part.stride() == want.stride()
+            assert part.storage_offset() == want.storage_offset()
+            assert part._view.seen is None  # not computed yet
+            torch.testing.assert_close((part * 2).cpu(), want * 2)
+    hits = stats(env)[0]
+    last = split(x)[-1] * 2  # a new view of the same signature: a hit, the right slice
+    assert stats(env)[0] == hits + 1
+    torch.testing.assert_close(last.cpu(), split(x_cpu)[-1] * 2)
+    torch.testing.assert_close(split(x)[1].cpu(), split(x_cpu)[1])  # read directly
+    # Writes go through a deferred result into the root, and reach its siblings.
+    root_cpu, root = x_cpu.clone(), x.clone()
+    first, second = split(root)[:2]
+    first.mul_(3)
+    split(root_cpu)[0].mul_(3)
+    torch.testing.assert_close(root.cpu(), root_cpu)
+    torch.testing.assert_close(second.cpu(), split(root_cpu)[1])
+
+
+def test_deferred_views_in_a_list_argument_are_folded_too(env):
+    """``cat`` of transposed halves (a KV cache update) takes the views' roots."""
+    x_cpu = torch.randn(4, 6)
+    x = jax_tensor(x_cpu)
+    for _ in range(3):
+        halves = x.split(3, dim=1)
+        parts = [h.t() for h in halves]
+        assert all(p._view.seen is None for p in parts)
+        r = torch.cat([parts[0], x.t()[:3], parts[1]])
+        expected = torch.cat([h.t() for h in x_cpu.split(3, dim=1)][:1] + [x_cpu.t()[:3]])
+        expected = torch.cat([expected, x_cpu.split(3, dim=1)[1].t()])
+        torch.testing.assert_close(r.cpu(), expected)
+    assert all(p._view.seen is None for p in parts)  # never computed on their own
+
+
+def test_detach_of_a_deferred_view_stays_deferred(env):
+    """Autograd detaches a weight's gradient (often ``grad.t()``) before SGD reads it."""
+    w_cpu = torch.randn(3, 5)
+    w = jax_tensor(w_cpu)
+    view = w.t()
+    detached = view.detach()
+    assert detached._view.seen is None and not detached.requires_grad
+    assert detached.stride() == w_cpu.t().stride()
+    assert (detached._base is None) == (w_cpu.t().detach()._base is None)
+    torch.testing.assert_close(detached.cpu(), w_cpu.t())
+    root = w.clone()
+    detached = root.t().detach()
+    detached.mul_(2)  # writes reach the root, as through any view
+    torch.testing.assert_close(root.cpu(), w_cpu * 2)

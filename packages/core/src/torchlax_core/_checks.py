@@ -25,6 +25,18 @@ from jax.experimental import checkify
 # (one staged outside ``checkify.checkify`` would fail the trace).
 _recording: contextvars.ContextVar[bool] = contextvars.ContextVar("torchlax_checks", default=False)
 
+# Set while a check reads values on the host (eagerly): the op cache counts such reads apart
+# from a lowering's own, which would mark the op as never cacheable (``_opcache.run_probed``).
+_reading: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "torchlax_check_reading", default=False
+)
+
+
+def reading_values() -> bool:
+    """Whether the current host read is made by a value check (``check``, ``check_index``)."""
+    return _reading.get()
+
+
 # Exception types seen by a recorded check, by the tag its message carries.
 _EXCEPTIONS: dict[str, type[BaseException]] = {
     cls.__name__: cls for cls in (IndexError, RuntimeError, ValueError, NotImplementedError)
@@ -52,8 +64,12 @@ def check(pred: Any, exc_type: type[BaseException], message: str, **values: Any)
                 **{k: jnp.asarray(_value(v)) for k, v in values.items()},  # pyright: ignore[reportArgumentType]  (format values; none is named debug)
             )
         return
-    if not bool(pred):
-        raise exc_type(message.format(**{k: _python(_value(v)) for k, v in values.items()}))
+    token = _reading.set(True)
+    try:
+        if not bool(pred):
+            raise exc_type(message.format(**{k: _python(_value(v)) for k, v in values.items()}))
+    finally:
+        _reading.reset(token)
 
 
 @jax.jit
@@ -84,7 +100,11 @@ def check_index(
         if _recording.get():
             check(~outside, exc_type, message, index=first)
         return
-    outside, first = jax.device_get((outside, first))
+    token = _reading.set(True)
+    try:
+        outside, first = jax.device_get((outside, first))
+    finally:
+        _reading.reset(token)
     if outside:
         raise exc_type(message.format(index=int(first)))
 

@@ -66,6 +66,15 @@ def _unwrap(x, position=None):
     return x
 
 
+def _unwrap_deferring(x, position):
+    """``_unwrap`` of one tensor of a list argument, a deferred view as ``_opcache.Pending``."""
+    if type(x) is Tensor:
+        view = x._view
+        if view is not None and view.seen is None:
+            return _opcache.Pending(x, x._storage.array, view.compute, view.compute.recipe)
+    return _unwrap(x, position)
+
+
 def _wrap(x):
     """A lowering's result -> Tensors (recursively in lists and tuples)."""
     if type(x) is _ArrayImpl or isinstance(x, jax.Array):
@@ -126,6 +135,8 @@ def _make_unwrapper(func, defer_views: bool = False) -> Callable:
                             )
                         else:
                             jargs[i] = a._value()
+                    elif defer_views and type(a) is list:  # cat's tensors
+                        jargs[i] = [_unwrap_deferring(x, i) for x in a]
                     elif a is not None:
                         jargs[i] = _unwrap(a, i)
             else:  # not an ATen overload: look at everything
@@ -441,27 +452,37 @@ _DEFERRED_VIEWS = frozenset(
         torch.ops.aten.select.int,
     }
 )
+# Views of the very same elements: of a deferred view, another one with the same recipe
+# (autograd detaches a weight's gradient, often a deferred ``t()``, before SGD reads it).
+_IDENTITY_VIEWS = frozenset({torch.ops.aten.detach.default, torch.ops.aten.alias.default})
+# Multi-result views made deferred the same way: each result is the op's i-th result
+# (attention's q, k, v = qkv.split(...); XLA keeps only the slice a consumer reads).
+_DEFERRED_SPLITS = frozenset(
+    {
+        torch.ops.aten.split.Tensor,
+        torch.ops.aten.split_with_sizes.default,
+        torch.ops.aten.unbind.int,
+    }
+)
 
 
 class _Aval:
-    """What ``_make`` reads of an array (shape, dtype, devices) for a view not computed yet."""
+    """What ``_make`` reads of an array (shape, dtype) for a view not computed yet."""
 
-    __slots__ = ("shape", "dtype", "_root")
+    __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, root):
         self.shape = shape
         self.dtype = root.dtype
-        self._root = root
-
-    def devices(self):
-        return self._root.devices()
 
 
 def view_impl(func, fn) -> Callable:
     """A view op: its results share the base's storage and remember how to recompute."""
     unwrap = _make_unwrapper(func)
     op_kind = _view_kind(func)
-    deferrable = func in _DEFERRED_VIEWS
+    splits = func in _DEFERRED_SPLITS
+    deferrable = splits or func in _DEFERRED_VIEWS
+    identity = func in _IDENTITY_VIEWS
 
     def impl(args, kwargs):
         base = args[0]
@@ -474,14 +495,35 @@ def view_impl(func, fn) -> Callable:
         layouts = _view_layouts(func, base, args, kwargs, root_array)
         parent = base._view
         if (
+            identity
+            and parent is not None
+            and parent.seen is None
+            and parent.compute is not None
+            and layouts is not None
+            and type(root_array) is _ArrayImpl
+        ):
+            view = _View(parent.compute, parent.kind, None, None)
+            aval = _Aval(layouts[0][3], root_array)
+            return _make(aval, storage, view, layout=layouts[0], device=base.device)  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype)
+        if (
             deferrable
             and layouts is not None
-            and len(layouts) == 1
+            and (splits or len(layouts) == 1)
             and not kwargs
             and type(root_array) is _ArrayImpl
             and (parent is None or (parent.seen is None and parent.compute is not None))
         ):
-            return _deferred_view(func, fn, storage, root_array, parent, op_kind, args, layouts[0])
+            device = base.device
+            if splits:
+                return [
+                    _deferred_view(
+                        func, fn, storage, root_array, parent, op_kind, args, layout, device, i
+                    )
+                    for i, layout in enumerate(layouts)
+                ]
+            return _deferred_view(
+                func, fn, storage, root_array, parent, op_kind, args, layouts[0], device
+            )
         exclusive = storage.exclusive
         jargs, jkwargs = unwrap(args, kwargs)
         storage.exclusive = exclusive  # the view's array stays inside the storage
@@ -532,13 +574,22 @@ def view_impl(func, fn) -> Callable:
     return impl
 
 
-def _deferred_view(func, fn, storage, root_array, parent, kind, args, layout) -> Tensor:
-    """A view whose array is computed when first read (``_View.seen`` None until then)."""
+def _deferred_view(
+    func, fn, storage, root_array, parent, kind, args, layout, device, index=None
+) -> Tensor:
+    """A view whose array is computed when first read (``_View.seen`` None until then); with
+    ``index``, the ``index``-th result of a multi-result view op."""
     rest = list(args[1:])
-    recipe = ((func, _frozen(rest)),)
+    if index is None:
+        recipe = ((func, _frozen(rest)),)
 
-    def compute(array):
-        return _call(fn, [array, *rest], {})
+        def compute(array):
+            return _call(fn, [array, *rest], {})
+    else:
+        recipe = ((func, _frozen(rest), index),)
+
+        def compute(array):
+            return _call(fn, [array, *rest], {})[index]
 
     if parent is not None:  # a view of a deferred view: one function from the root
         compute = _then(parent.compute, compute)
@@ -546,7 +597,13 @@ def _deferred_view(func, fn, storage, root_array, parent, kind, args, layout) ->
         kind = max(kind, parent.kind)
     compute.recipe = recipe  # pyright: ignore[reportFunctionMemberAccess]  (our own attribute: the op cache keys on it)
     shape = layout[3]
-    return _make(_Aval(shape, root_array), storage, _View(compute, kind, None, None), layout=layout)  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype, devices)
+    return _make(
+        _Aval(shape, root_array),  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype)
+        storage,
+        _View(compute, kind, None, None),
+        layout=layout,
+        device=device,
+    )
 
 
 # (op, base size/stride/offset/dtype, storage bytes, other arguments) -> each result's layout
@@ -582,10 +639,13 @@ def _view_layouts(func, base, args, kwargs, root_array) -> list | None:
 
 
 def _frozen(x):
+    t = type(x)
+    if t is int:
+        return x
+    if t is list or t is tuple:
+        return tuple(y if type(y) is int else _frozen(y) for y in x)
     if isinstance(x, torch.Tensor):
         raise TypeError("tensor")
-    if type(x) is list or type(x) is tuple:
-        return tuple(_frozen(y) for y in x)
     if type(x) is dict:
         return tuple(sorted((k, _frozen(v)) for k, v in x.items()))
     return x

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import time
 from collections import OrderedDict
 from typing import Any
@@ -167,8 +166,12 @@ class Pending:
 
 
 def materialize(jargs):
-    """``jargs`` with each ``Pending`` view computed (for a lowering run plainly)."""
-    return [x.tensor._value() if type(x) is Pending else x for x in jargs]
+    """``jargs`` with each ``Pending`` view computed (for a lowering run plainly), also inside
+    a list argument (``cat``'s tensors)."""
+    return [
+        x.tensor._value() if type(x) is Pending else (materialize(x) if type(x) is list else x)
+        for x in jargs
+    ]
 
 
 def signature(func, jargs, jkwargs, leaves: list):
@@ -260,18 +263,10 @@ class _HostReads:
     to_host: Any = _ArrayImplClass.__dict__.get("copy_to_host_async")
 
 
-_CHECK_CODES = frozenset({_checks.check.__code__, _checks.check_index.__code__})
-
-
 def _note_read() -> None:
-    # Only the first run of a signature is probed, so walking the stack here costs little.
     _HostReads.count += 1
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code in _CHECK_CODES:
-            return
-        frame = frame.f_back
-    _HostReads.other += 1
+    if not _checks.reading_values():
+        _HostReads.other += 1
 
 
 def _counting_value(self):

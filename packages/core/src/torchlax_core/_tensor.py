@@ -275,19 +275,23 @@ def _make(
     view: _View | None = None,
     requires_grad: bool = False,
     layout: tuple | None = None,
+    device: torch.device | None = None,
 ) -> Tensor:
     """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls).
 
     ``layout`` is a view's ``(strides, storage_offset, storage_nbytes)`` as PyTorch computes
     them (see ``_dispatch._view_layouts``); without it the tensor is row-major from offset 0.
+    ``device``, when the caller knows it (a view: its base's), saves reading the array's.
     """
     try:
         dtype = _DTYPES[array.dtype]
     except KeyError:
         dtype = torch_dtype(array.dtype)  # raises UnsupportedDtypeError
+    if device is None:
+        device = _device_of(array)
     if layout is None:
         r = _make_wrapper_subclass(
-            Tensor, array.shape, dtype=dtype, device=_device_of(array), requires_grad=requires_grad
+            Tensor, array.shape, dtype=dtype, device=device, requires_grad=requires_grad
         )
     else:
         r = _make_wrapper_subclass(
@@ -297,7 +301,7 @@ def _make(
             storage_offset=layout[1],
             storage_size=layout[2],
             dtype=dtype,
-            device=_device_of(array),
+            device=device,
             requires_grad=requires_grad,
         )
     r._storage = _Storage(array) if storage is None else storage
