@@ -494,6 +494,7 @@ def _hide_from_dynamo(function) -> None:
 
 _hide_from_dynamo(Tensor.__dict__["__torch_dispatch__"].__func__)
 _hide_from_dynamo(run_op)  # also entered from the jax device's kernels
+_hide_from_dynamo(Tensor.backward)  # run eagerly at the graph break Dynamo makes there
 
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
