@@ -305,10 +305,7 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
         if op == "call_function":
             node_args = _load(node.args, values)
             node_kwargs = {k: _load(v, values) for k, v in node.kwargs.items()}
-            value = call_node(node.target, node_args, node_kwargs, env)
-            if node.target in _QUERY_LAYOUT_OPS:
-                value = _with_fake_layout(value, node.meta.get("val"), env)
-            values[node] = value
+            values[node] = call_node(node.target, node_args, node_kwargs, env)
         elif op == "placeholder":
             values[node] = next(inputs)
         elif op == "get_attr":
@@ -324,34 +321,6 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
                 f"({op}) inside an XLA program."
             )
     raise AssertionError("graph has no output node")
-
-
-# Ops whose outputs PyTorch lays out as their query is (a (B, L, H, E) query transposed to
-# (B, H, L, E) gives an output with those strides); the graph that follows relies on it (a
-# ``view`` after transposing back), while a lowering's result is row-major.
-_QUERY_LAYOUT_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default})
-
-
-def _with_fake_layout(value, fake, env):
-    """``value`` (a torchlax Tensor or a tuple of them) with the strides of ``fake``, its
-    fake tensor, where those are a permutation of a dense row-major layout."""
-    if isinstance(value, tuple | list) and isinstance(fake, tuple | list):
-        return type(value)(_with_fake_layout(v, f, env) for v, f in zip(value, fake, strict=True))
-    if not isinstance(value, Tensor) or not isinstance(fake, torch.Tensor):
-        return value
-    if value.stride() == fake.stride():
-        return value
-    # Dimensions from outermost to innermost in memory; the data is stored in that order and
-    # permuted back, a view whose strides are the fake's.
-    order = sorted(range(fake.dim()), key=lambda d: -fake.stride(d))
-    permute, clone = torch.ops.aten.permute.default, torch.ops.aten.clone.default
-    stored = env.dispatch(
-        clone,
-        (env.dispatch(permute, (value, order), {}),),
-        {"memory_format": torch.contiguous_format},
-    )
-    restrided = env.dispatch(permute, (stored, [order.index(d) for d in range(fake.dim())]), {})
-    return restrided if restrided.stride() == fake.stride() else value
 
 
 def _load(arg, values):
