@@ -145,6 +145,35 @@ def test_nonzero_result_reads_and_writes_like_a_plain_tensor():
     assert torch.equal(result.contiguous().cpu(), expected.contiguous())
 
 
+# -- the fused CPU attention: results laid out as the query is ------------------------------------
+
+
+def _attention(device, heads_transposed: bool):
+    """The fused CPU attention op on (2, 3 heads, 5, 4) tensors, made as GPT-2 makes them."""
+    torch.manual_seed(0)
+    merged = [torch.randn(2, 5, 12).to(device) for _ in range(3)]
+    if heads_transposed:  # (B, L, H*E) -> (B, H, L, E): the query's strides (60, 4, 12, 1)
+        q, k, v = (x.view(2, 5, 3, 4).transpose(1, 2) for x in merged)
+    else:
+        q, k, v = (x.view(2, 3, 5, 4) for x in merged)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=True)
+
+
+ATTENTION = {
+    "output": lambda d: _attention(d, True)[0],
+    "logsumexp": lambda d: _attention(d, True)[1],
+    "output_row_major_query": lambda d: _attention(d, False)[0],
+    "logsumexp_row_major_query": lambda d: _attention(d, False)[1],
+    # Heads merged back by a view, as GPT-2 does: a row-major output would refuse the view.
+    "output_merged_by_view": lambda d: _attention(d, True)[0].transpose(1, 2).view(2, 5, 12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_fused_attention_results_strides_as_pytorch(name):
+    _same_as_cpu(ATTENTION[name])
+
+
 # -- boolean masks, index types, setitem --------------------------------------------------------
 
 

@@ -259,31 +259,109 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
         impl = cached_impl(func, fn, cache)
     else:
         impl = plain_impl(func, fn)
-    return column_major_impl(impl) if func in _COLUMN_MAJOR_RESULTS else impl
+    return meta_layout_impl(func, impl) if func in RESULT_LAYOUT_FROM_META else impl
 
 
-# Ops whose result PyTorch allocates transposed: nonzero's (n, ndim) has strides (1, n).
-_COLUMN_MAJOR_RESULTS = frozenset({torch.ops.aten.nonzero.default})
+# Ops whose results PyTorch does not lay out row-major, and whose layout its meta kernel gives:
+# nonzero's (n, ndim) is allocated transposed, strides (1, n); the fused CPU attention's output
+# and logsumexp are laid out as its query is (the graph after it may ``view`` them accordingly).
+RESULT_LAYOUT_FROM_META = frozenset(
+    {
+        torch.ops.aten.nonzero.default,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    }
+)
 
 
-def _column_major(array) -> Tensor:
-    """A 2-d ``array`` held transposed in its storage, with PyTorch's strides ``(1, rows)``."""
-    rows, cols = array.shape
-    stored = array.T
-    layout = ((1, rows), 0, rows * cols * array.dtype.itemsize)
-    return _make(
-        array, _make(stored)._storage, _View(jnp.transpose, GATHER, stored, array), layout=layout
-    )
-
-
-def column_major_impl(inner: Callable) -> Callable:
-    run = inner.raw  # pyright: ignore[reportFunctionMemberAccess]  (plain_impl sets it)
+def meta_layout_impl(func, inner: Callable) -> Callable:
+    """``inner`` with its results stored with the strides PyTorch's meta kernel gives them."""
+    run = inner.raw  # pyright: ignore[reportFunctionMemberAccess]  (plain_impl/cached_impl set it)
 
     def impl(args, kwargs):
-        return _column_major(run(args, kwargs))
+        out = run(args, kwargs)
+        results = out if isinstance(out, tuple | list) else (out,)
+        strides = result_strides(func, args, kwargs, [getattr(r, "shape", ()) for r in results])
+        laid_out = [
+            _laid_out(r, s) if isinstance(r, jax.Array) else _wrap(r)
+            for r, s in zip(results, strides, strict=True)
+        ]
+        return laid_out[0] if results is not out else type(out)(laid_out)
 
-    impl.raw = run  # pyright: ignore[reportFunctionMemberAccess]  (out= writes the array back)
+    impl.raw = run  # pyright: ignore[reportFunctionMemberAccess]  (out= lays out its own tensor)
     return impl
+
+
+# (op, arguments' sizes/strides/dtypes and other values) -> each result's (sizes, strides), with
+# a data-dependent size (nonzero's row count) as a sympy symbol
+_RESULT_LAYOUTS: dict = {}
+
+
+def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...]]:
+    """The strides PyTorch gives ``func``'s results of these ``shapes`` for these arguments.
+
+    Its meta kernel runs once per argument signature, under a fake tensor mode whose shape
+    environment stands a symbol in for a size that depends on values; the result's actual
+    size is bound to that symbol here.
+    """
+    key = (func, _layout_key(args), _layout_key(kwargs))
+    hit = _RESULT_LAYOUTS.get(key)
+    if hit is None:
+        hit = _meta_results(func, args, kwargs)
+        if len(_RESULT_LAYOUTS) < 4096:
+            _RESULT_LAYOUTS[key] = hit
+    return [_bound(sizes, strides, shape) for (sizes, strides), shape in zip(hit, shapes)]
+
+
+def _layout_key(x):
+    if isinstance(x, torch.Tensor):
+        return ("tensor", tuple(x.shape), x.stride(), x.dtype)
+    if type(x) is list or type(x) is tuple:
+        return tuple(_layout_key(y) for y in x)
+    if type(x) is dict:
+        return tuple(sorted((k, _layout_key(v)) for k, v in x.items()))
+    return x
+
+
+def _meta_results(func, args, kwargs) -> list[tuple[tuple, tuple]]:
+    # Lazily: sympy and the fake tensor mode cost an import that ops outside the set never pay.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    def expression(n):
+        return n.node.expr if isinstance(n, torch.SymInt) else int(n)
+
+    with FakeTensorMode(shape_env=ShapeEnv(allow_dynamic_output_shape_ops=True)):
+        fake_args, fake_kwargs = torch.utils._pytree.tree_map_only(
+            torch.Tensor,
+            lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype),
+            (args, kwargs),
+        )
+        out = func(*fake_args, **fake_kwargs)
+    results = out if isinstance(out, tuple | list) else (out,)
+    return [
+        (tuple(map(expression, r.shape)), tuple(map(expression, r.stride())))
+        if isinstance(r, torch.Tensor)
+        else ((), ())
+        for r in results
+    ]
+
+
+def _bound(sizes: tuple, strides: tuple, shape) -> tuple[int, ...]:
+    symbols = {size: n for size, n in zip(sizes, shape, strict=True) if not isinstance(size, int)}
+    return tuple(s if isinstance(s, int) else int(s.xreplace(symbols)) for s in strides)
+
+
+def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
+    """``array`` as a Tensor with ``strides``, a permutation of a dense layout: its storage holds
+    the array transposed to that dimension order, and the tensor views it transposed back."""
+    if strides == tuple(make_contiguous_strides_for(array.shape)):
+        return _make(array)
+    order = sorted(range(array.ndim), key=lambda d: -strides[d])  # outermost in memory first
+    back = tuple(int(d) for d in np.argsort(order))
+    stored = jnp.transpose(array, order)
+    layout = (strides, 0, array.size * array.dtype.itemsize)
+    view = _View(functools.partial(jnp.transpose, axes=back), GATHER, stored, array)
+    return _make(array, _tensor._Storage(stored), view, layout=layout)
 
 
 def plain_impl(func, fn) -> Callable:
@@ -964,7 +1042,7 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
         result = run(args, call_kwargs)
         results = (result,) if single or not isinstance(result, list | tuple) else tuple(result)
         outputs = []
-        for value, target in zip(results, targets, strict=False):
+        for i, (value, target) in enumerate(zip(results, targets, strict=False)):
             if target is None:
                 outputs.append(_wrap(value))
                 continue
@@ -983,9 +1061,10 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
                     _check_out_dtype(func, args, kwargs)
                 if new.shape != dst.shape:
                     resize_output(func, dst, new.shape)
-                    if functional in _COLUMN_MAJOR_RESULTS:  # resized transposed, as PyTorch
-                        resize_(dst, new.shape[::-1])
-                        torch.ops.aten.t_.default(dst)
+                    if functional in RESULT_LAYOUT_FROM_META:  # resized to PyTorch's layout
+                        shapes = [getattr(r, "shape", ()) for r in results]
+                        strides = result_strides(functional, args, call_kwargs, shapes)[i]
+                        torch.ops.aten.as_strided_.default(dst, new.shape, strides)
             dst._write(cast_for_write(func, dst, new))
             outputs.append(dst)
         if not func._schema.returns:

@@ -155,7 +155,7 @@ class XlaProgram:
         if self._single_output:
             outs = (outs,)
         array_positions = [i for i in range(self._num_inputs) if i not in static_at]
-        results, layout = [], []
+        results, layout, restrided = [], [], []
         for out in outs:
             if isinstance(out, Tensor):
                 for k, t in enumerate(tensors):
@@ -164,7 +164,12 @@ class XlaProgram:
                         break
                 else:
                     layout.append((_ARRAY, len(results)))
-                    results.append(array_of(out))
+                    order = _memory_order(out)
+                    if order is None:
+                        results.append(array_of(out))
+                    else:  # returned in memory order, viewed back with the tensor's strides
+                        restrided.append((len(layout) - 1, order))
+                        results.append(jnp.transpose(array_of(out), order))
             elif isinstance(out, torch.Tensor):
                 layout.append((_ARRAY, len(results)))
                 results.append(_constant_array(out))
@@ -183,7 +188,8 @@ class XlaProgram:
         counts = collections.Counter(id(r) for r in results)
         exclusive = tuple(index for _, index in mutations if counts[id(results[index])] == 1)
         forwarded = tuple(array_positions[k] for k, a in enumerate(arrays) if counts[id(a)])
-        return results, (layout, mutations, arrays_at, devices, exclusive, forwarded)
+        info = (layout, mutations, arrays_at, devices, exclusive, forwarded, tuple(restrided))
+        return results, info
 
     # -- calling ----------------------------------------------------------------------------
 
@@ -214,7 +220,7 @@ class XlaProgram:
                 results, entry = program(sig, given, kept, static=statics)
             else:
                 results, entry = self._program(sig, arrays, static=statics)
-        layout, mutations, arrays_at, devices, exclusive, forwarded = entry.info
+        layout, mutations, arrays_at, devices, exclusive, forwarded, restrided = entry.info
         for position in forwarded:
             if isinstance(args[position], Tensor):
                 array_of(args[position])  # handed out as an output: no longer exclusive
@@ -232,6 +238,8 @@ class XlaProgram:
             )
             for i, tensor in zip(arrays_at, converted, strict=True):
                 outs[i] = tensor
+            for i, order in restrided:
+                outs[i] = self._viewed_back(outs[i], order)
         for position, index in mutations:
             dst = args[position]
             on_cpu = not isinstance(dst, Tensor) and dst.device.type == "cpu"
@@ -239,6 +247,18 @@ class XlaProgram:
             if index in exclusive and isinstance(dst, Tensor):
                 set_exclusive(dst)
         return outs[0] if self._single_output else tuple(outs)
+
+    def _viewed_back(self, stored: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+        """``stored`` (dimensions in memory order) with its dimensions put back: a tensor of
+        its own, not a view (``_base`` is None), as the op that made it returns."""
+        back = [order.index(d) for d in range(len(order))]
+        if isinstance(stored, Tensor):  # (a view made below PyTorch's dispatcher: no _base)
+            return self.env.dispatch(torch.ops.aten.permute.default, (stored, back), {})
+        shape = [stored.shape[d] for d in back]
+        strides = [stored.stride(d) for d in back]
+        with torch.no_grad():
+            out = torch.empty(0, dtype=stored.dtype, device=stored.device)
+            return out.set_(stored.untyped_storage(), stored.storage_offset(), shape, strides)
 
     @property
     def traces(self) -> int:
@@ -282,6 +302,22 @@ def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
     return tuple(positions)
 
 
+def _memory_order(t: Tensor) -> tuple[int, ...] | None:
+    """``t``'s dimensions from outermost to innermost in memory where its strides are a
+    permutation of a dense layout other than row-major (the fused CPU attention's output is
+    laid out as its query), else None."""
+    strides = t.stride()
+    if t.is_contiguous() or 0 in t.shape:
+        return None
+    order = tuple(sorted(range(t.dim()), key=lambda d: -strides[d]))
+    dense = 1
+    for d in reversed(order):
+        if strides[d] != dense and t.shape[d] != 1:
+            return None  # overlapping or with gaps: a view, returned row-major
+        dense *= t.shape[d]
+    return order
+
+
 def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
     out = []
     for array, device in zip(arrays, devices, strict=True):
@@ -305,10 +341,7 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
         if op == "call_function":
             node_args = _load(node.args, values)
             node_kwargs = {k: _load(v, values) for k, v in node.kwargs.items()}
-            value = call_node(node.target, node_args, node_kwargs, env)
-            if node.target in _QUERY_LAYOUT_OPS:
-                value = _with_fake_layout(value, node.meta.get("val"), env)
-            values[node] = value
+            values[node] = call_node(node.target, node_args, node_kwargs, env)
         elif op == "placeholder":
             values[node] = next(inputs)
         elif op == "get_attr":
@@ -324,34 +357,6 @@ def run_graph(gm: torch.fx.GraphModule, args, env):
                 f"({op}) inside an XLA program."
             )
     raise AssertionError("graph has no output node")
-
-
-# Ops whose outputs PyTorch lays out as their query is (a (B, L, H, E) query transposed to
-# (B, H, L, E) gives an output with those strides); the graph that follows relies on it (a
-# ``view`` after transposing back), while a lowering's result is row-major.
-_QUERY_LAYOUT_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default})
-
-
-def _with_fake_layout(value, fake, env):
-    """``value`` (a torchlax Tensor or a tuple of them) with the strides of ``fake``, its
-    fake tensor, where those are a permutation of a dense row-major layout."""
-    if isinstance(value, tuple | list) and isinstance(fake, tuple | list):
-        return type(value)(_with_fake_layout(v, f, env) for v, f in zip(value, fake, strict=True))
-    if not isinstance(value, Tensor) or not isinstance(fake, torch.Tensor):
-        return value
-    if value.stride() == fake.stride():
-        return value
-    # Dimensions from outermost to innermost in memory; the data is stored in that order and
-    # permuted back, a view whose strides are the fake's.
-    order = sorted(range(fake.dim()), key=lambda d: -fake.stride(d))
-    permute, clone = torch.ops.aten.permute.default, torch.ops.aten.clone.default
-    stored = env.dispatch(
-        clone,
-        (env.dispatch(permute, (value, order), {}),),
-        {"memory_format": torch.contiguous_format},
-    )
-    restrided = env.dispatch(permute, (stored, [order.index(d) for d in range(fake.dim())]), {})
-    return restrided if restrided.stride() == fake.stride() else value
 
 
 def _load(arg, values):
