@@ -22,7 +22,6 @@ import pathlib
 import torchlax_ops
 
 ALLOWED = {
-    "_lowerings/factories.py:linspace": "another owner's file this session: use opmath_dtype",
     "_lowerings/linalg.py:_trilinear": (
         "rounds i1*i2 to the half-precision result dtype before the product with i3, as PyTorch"
     ),
