@@ -28,9 +28,6 @@ ALLOWED = {
     "_lowerings/pooling.py:_adaptive_avg_pool3d_kernel": (
         "not an up-cast: half precision sums in the input dtype, as the scalar kernel does"
     ),
-    "_lowerings/reductions.py:renorm": (
-        "the norm in float32, the scaling in the input dtype, as PyTorch's kernel"
-    ),
     "_lowerings/resampling.py:_nearest_index": (
         "not data: source indices on the host in float32, as PyTorch's kernel computes them"
     ),

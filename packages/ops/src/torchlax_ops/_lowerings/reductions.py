@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .._promotion import opmath_dtype, to_jax_dtype, up
+from .._promotion import opmath_dtype, to_jax_dtype
 from .._table import decomposition, lowering
 
 aten = torch.ops.aten
@@ -684,7 +684,8 @@ def renorm(self, p, dim, maxnorm):
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     axis = _dims(self, dim)
     others = tuple(a for a in range(self.ndim) if a not in axis)
-    norm = _vector_norm(up(self), p, others, True)
+    # The norm in the opmath dtype (float32 for half precision), the scaling in self's dtype.
+    norm = linalg_vector_norm(self, p, others, True, dtype=torch_dtype_of(opmath_dtype(self.dtype)))
     factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(norm.dtype)
     return self * factor.astype(self.dtype)
 
