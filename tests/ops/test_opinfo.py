@@ -14,7 +14,8 @@ stanza (``declared_opmath``). float16's longer mantissa shows a missing float32 
 bfloat16's tolerance hides; the data-movement ops (views, indexing, factories) do the same at any
 dtype, and a declared op's up-cast is ``_promotion``'s, checked once in test_promotion.py (and
 test_opmath_contract.py keeps lowerings from up-casting by hand), its body then computing what
-the float32 case checks. That keeps float16 at about 40 worker-seconds. Under ``jax.jit`` the suite runs one
+the float32 case checks. That keeps float16 at about 40 worker-seconds; under ``jax.jit``
+float16 runs on a few representative ops (``JIT_HALF_OPS``). Under ``jax.jit`` the suite runs one
 dtype per op (float32 where supported, else the first supported one): dtype-specific behaviour is
 what eager mode checks (and eager mode already runs each op's compiled executable, see
 ``op_cache_min_calls`` below), while jit mode checks that the op traces. That halves the suite's
@@ -124,6 +125,35 @@ EAGER_ONLY = frozenset(
     }
 )
 
+# float16 under jax.jit (first sample): one op per way half precision is declared, to check that
+# the casts trace and round as they do eagerly: promotion (add, mul), opmath (exp, gelu), a
+# float32 accumulator (matmul, addmm, conv2d), reductions and scans (sum, mean, var, cumsum),
+# results= (softmax's half_to_float, layer norm's float32 statistics, batch norm's running
+# statistics, vector norm's dtype=), and composites of them (cross entropy, pooling, attention).
+JIT_HALF_OPS = frozenset(
+    {
+        "add",
+        "mul",
+        "exp",
+        "nn.functional.gelu",
+        "matmul",
+        "nn.functional.conv2d",
+        "sum",
+        "mean",
+        "softmax",
+        "nn.functional.layer_norm",
+        "nn.functional.batch_norm",
+        "linalg.vector_norm",
+        "log_softmax",
+        "addmm",
+        "var",
+        "cumsum",
+        "nn.functional.cross_entropy",
+        "nn.functional.avg_pool2d",
+        "nn.functional.scaled_dot_product_attention",
+    }
+)
+
 # OpInfos whose PyTorch reference cannot run on a CPU at all (runtime-compiled CUDA kernels:
 # eager PyTorch raises "Jiterator is only supported on CUDA and ROCm GPUs"), so there is
 # nothing to compare against here. They are not counted in the coverage figures.
@@ -224,6 +254,8 @@ def all_cases(jit_dtypes: str = "all", half_ops: str = "all") -> list[Case]:
             cases.extend(Case(mode, op, d) for d in dtypes)
         if half_ops == "all" or (computes(op) and not declared_opmath(op)):
             cases.extend(Case("eager", op, d) for d in HALF_DTYPES if d in supported)
+        if op.name in JIT_HALF_OPS and not op.variant_test_name:
+            cases.extend(Case("jit", op, d) for d in HALF_DTYPES if d in supported)
     return cases
 
 

@@ -2,7 +2,9 @@
 
 A lowering whose half-precision arguments compute in float32 and round once (PyTorch's
 ``pw_cast_for_opmath``) says so in its stanza, ``@lowering(op, opmath=True)``, and
-``_promotion.py`` does the casts. This test parses every module of ``torchlax_ops`` but
+``_promotion.py`` does the casts; ``results=`` in the stanza says where each result rounds back
+when that is not the arguments' common dtype (an output like the input, float32 statistics, a
+``dtype=`` or ``half_to_float`` argument). This test parses every module of ``torchlax_ops`` but
 ``_promotion.py`` and fails on a hand-written up-cast: a call of ``up``, a use of ``HALF``, an
 ``.astype(float32)``, or a local tuple of the half dtypes. The dtype helpers ``opmath_dtype`` and
 ``accumulator`` stay allowed: they answer for a ``dtype=`` argument or an accumulator, which no
@@ -19,30 +21,12 @@ import pathlib
 
 import torchlax_ops
 
-_MIXED = "mixed type: a half input with float32 parameters keeps float32 statistics"
 ALLOWED = {
-    "_lowerings/activations.py:_softmax_like": (
-        "half_to_float returns float32 for a half input; opmath would round it back"
-    ),
-    "_lowerings/activations.py:_safe_softmax": "its dtype= argument decides the result dtype",
-    "_lowerings/attention.py:_softmax_masked": (
-        "shared by the fused MHA/encoder kernels, whose products stay in the input dtype"
-    ),
-    "_lowerings/attention.py:_scaled_dot_product_flash_attention_for_cpu": (
-        "its logsumexp stays float32 (the kernel's accumulation dtype) while the output rounds"
-    ),
-    "_lowerings/factories.py:linspace": "another owner's file this session: use opmath_dtype",
     "_lowerings/linalg.py:_trilinear": (
         "rounds i1*i2 to the half-precision result dtype before the product with i3, as PyTorch"
     ),
-    "_lowerings/normalization.py:native_layer_norm": _MIXED,
-    "_lowerings/normalization.py:_batch_norm": _MIXED,
     "_lowerings/pooling.py:_adaptive_avg_pool3d_kernel": (
         "not an up-cast: half precision sums in the input dtype, as the scalar kernel does"
-    ),
-    "_lowerings/reductions.py:_vector_norm": "its dtype= argument decides the result dtype",
-    "_lowerings/reductions.py:renorm": (
-        "the norm in float32, the scaling in the input dtype, as PyTorch's kernel"
     ),
     "_lowerings/resampling.py:_nearest_index": (
         "not data: source indices on the host in float32, as PyTorch's kernel computes them"

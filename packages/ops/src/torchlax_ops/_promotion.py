@@ -114,10 +114,16 @@ def elementwise(
 
 
 def declared(
-    op: Any, fn: Callable, promote: Promotion | None, args: Sequence[str] | None, opmath: bool
+    op: Any,
+    fn: Callable,
+    promote: Promotion | None,
+    args: Sequence[str] | None,
+    opmath: bool,
+    results: Sequence[Any] | None = None,
 ) -> Callable:
     """``fn`` promoting the arguments ``args`` of ``op``'s schema as ``promote`` says, or (no
-    ``promote``) computing half precision in float32 when ``opmath`` (pw_cast_for_opmath).
+    ``promote``) computing half precision in float32 when ``opmath`` (pw_cast_for_opmath), each
+    result rounding back as ``results`` says (see ``lowering``).
 
     Arguments are bound by the schema's names and positions, so the lowering's own parameter
     names do not matter; ``args`` defaults to every positional tensor or scalar argument.
@@ -133,13 +139,59 @@ def declared(
             f"schema does not have ({', '.join(names)}): name the schema's arguments."
         )
     kwarg_only = {a.name for a in schema.arguments if a.kwarg_only}
-    # A keyword-only argument never arrives by position: give it a position no call reaches.
-    pairs = tuple((len(names) + 99 if a in kwarg_only else names.index(a), a) for a in args)
+
+    def position(name: str) -> int:
+        # A keyword-only argument never arrives by position: give it a position no call reaches.
+        return len(names) + 99 if name in kwarg_only else names.index(name)
+
+    pairs = tuple((position(a), a) for a in args)
+    if results is not None and (promote is not None or not opmath):
+        raise ValueError(
+            f"The lowering {fn.__name__} of {op} declares results= without opmath=True: "
+            "results= says how opmath's float32 results round back; declare opmath=True."
+        )
     if promote is not None:
         return _promoting(fn, pairs, promote, cast_result=True)
     if opmath:
-        return _in_opmath(fn, pairs)
+        rules = None if results is None else _result_rules(op, fn, schema, results, position)
+        return _in_opmath(fn, pairs, rules)
     return fn
+
+
+# How a result of an opmath lowering rounds back (``_result_rules``): to the opmath arguments'
+# common dtype, to a fixed dtype, or as a schema argument says.
+_COMMON, _FIXED, _LIKE, _DTYPE, _FLOAT32_IF = range(5)
+
+
+def _result_rules(op, fn, schema, results, position) -> tuple[tuple[int, Any, str | None], ...]:
+    """(kind, fixed dtype or argument position, argument name) per schema result."""
+    where = f"The lowering {fn.__name__} of {op}"
+    if len(results) != len(schema.returns):
+        raise ValueError(
+            f"{where} declares {len(results)} results=, but its schema returns "
+            f"{len(schema.returns)} values: give one entry (None for the default) per result."
+        )
+    # real_type: ScalarType, which .type reads as int.
+    types = {a.name: str(a.real_type) for a in schema.arguments}
+    rules = []
+    for entry in results:
+        if entry is None:
+            rules.append((_COMMON, None, None))
+        elif not isinstance(entry, str):
+            rules.append((_FIXED, np.dtype(entry), None))
+        elif types.get(entry) in ("Tensor", "Optional[Tensor]"):
+            rules.append((_LIKE, position(entry), entry))
+        elif types.get(entry) in ("ScalarType", "Optional[ScalarType]"):
+            rules.append((_DTYPE, position(entry), entry))
+        elif types.get(entry) == "bool":
+            rules.append((_FLOAT32_IF, position(entry), entry))
+        else:
+            raise ValueError(
+                f"{where} declares the result rule {entry!r}, which is not one of its schema's "
+                f"tensor, ScalarType or bool arguments ({', '.join(types)}): name one of them, "
+                "give a dtype, or None."
+            )
+    return tuple(rules)
 
 
 _VALUE_TYPES = {"Tensor", "Optional[Tensor]", "number", "Optional[number]"}
@@ -215,34 +267,78 @@ def up(x: Any) -> Any:
     return x.astype(jnp.float32) if isinstance(x, _ARRAYS) and x.dtype in HALF else x
 
 
-def _in_opmath(fn: Callable, pairs: tuple[tuple[int, str], ...]) -> Callable:
+def _in_opmath(
+    fn: Callable,
+    pairs: tuple[tuple[int, str], ...],
+    rules: tuple[tuple[int, Any, str | None], ...] | None = None,
+) -> Callable:
     """PyTorch's pw_cast_for_opmath: float16/bfloat16 arguments computed in float32, float32
-    results cast back to the arguments' common dtype when that is half precision."""
+    results cast back to the arguments' common dtype when that is half precision, or where
+    ``rules`` (``_result_rules``) says."""
+    # A ScalarType rule is PyTorch's dtype= argument: the arguments are cast to it first.
+    dtype_at = next(((p, n) for kind, p, n in rules or () if kind == _DTYPE), None)
 
     @functools.wraps(fn)
     def in_opmath(*call_args, **call_kwargs):
         n_args = len(call_args)
-        values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
+
+        def argument(p, n):
+            return call_args[p] if p < n_args else call_kwargs.get(n)
+
+        values = [argument(p, n) for p, n in pairs]
+        call_args = list(call_args)
+        if dtype_at is not None and (dtype := argument(*dtype_at)) is not None:
+            values = [_cast(v, jax_dtype(dtype)) if isinstance(v, jax.Array) else v for v in values]
+            _replace(call_args, call_kwargs, pairs, values)
         dtypes = [v.dtype for v in values if isinstance(v, jax.Array)]
         if not any(d in HALF for d in dtypes):  # nothing in half precision: as written
             return fn(*call_args, **call_kwargs)
         common = jnp.result_type(*dtypes)
-        call_args = list(call_args)
-        for (p, n), v in zip(pairs, values, strict=True):
-            if p < n_args:
-                call_args[p] = up(v)
-            elif n in call_kwargs:
-                call_kwargs[n] = up(v)
+        _replace(call_args, call_kwargs, pairs, [up(v) for v in values])
         out = fn(*call_args, **call_kwargs)
-        if common not in HALF:
-            return out
+        if rules is None:
+            if common not in HALF:
+                return out
+            if isinstance(out, tuple | list):
+                return type(out)(_down(o, common) for o in out)
+            return _down(out, common)
+        targets = [_target(rule, argument, values, pairs, common) for rule in rules]
         if isinstance(out, tuple | list):
-            return type(out)(_down(o, common) for o in out)
-        return _down(out, common)
+            return type(out)(_down(o, t) for o, t in zip(out, targets, strict=True))
+        return _down(out, targets[0])
 
     in_opmath.opmath = tuple(n for _, n in pairs)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
     return in_opmath
 
 
+def _replace(call_args: list, call_kwargs: dict, pairs, values) -> None:
+    for (p, n), v in zip(pairs, values, strict=True):
+        if p < len(call_args):
+            call_args[p] = v
+        elif n in call_kwargs:
+            call_kwargs[n] = v
+
+
+def _target(rule, argument, values, pairs, common):
+    """The dtype one result rounds back to (only a half dtype rounds; see ``_down``)."""
+    kind, at, name = rule
+    if kind == _FIXED:
+        return at
+    if kind != _COMMON:
+        given = argument(at, name)
+        if kind == _LIKE and isinstance(given, jax.Array):
+            # The argument as the call passed it (before the up-cast), maybe cast to dtype=.
+            cast = dict(zip((n for _, n in pairs), values)).get(name, given)
+            return cast.dtype if cast is not None else common
+        if kind == _DTYPE and given is not None:
+            return jax_dtype(given)
+        if kind == _FLOAT32_IF and given:
+            return np.dtype(jnp.float32)
+    return common
+
+
 def _down(x, dtype):
-    return x.astype(dtype) if isinstance(x, jax.Array) and x.dtype == jnp.float32 else x
+    """A float32 result rounded to ``dtype`` when that is half precision; else as it is."""
+    if isinstance(x, jax.Array) and x.dtype == jnp.float32 and dtype in HALF:
+        return x.astype(dtype)
+    return x

@@ -9,7 +9,9 @@ One lowering is a short stanza in the module of its op family::
 ``lowering`` records the function for the given ``OpOverload``s (or whole packets) and
 declares, bound to the op's schema argument names, PyTorch's type promotion (``promote=``, one
 of ``ELEMENTWISE_TYPE_PROMOTION_KIND``) or half precision computed in float32 (``opmath=True``,
-what PyTorch's ``pw_cast_for_opmath`` declares), so the body sees its arguments already cast;
+what PyTorch's ``pw_cast_for_opmath`` declares; ``results=`` says which results round back to
+what, e.g. layer norm's float32 statistics for a half input with float32 parameters), so the
+body sees its arguments already cast;
 ``_plugin.torchlax_register_lowerings`` registers every record through the public registry,
 exactly as a third-party plugin would.
 """
@@ -83,6 +85,7 @@ def lowering(
     promote: Promotion | None = None,
     args: Sequence[str] | None = None,
     opmath: bool = False,
+    results: Sequence[Any] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Record ``fn`` as the JAX lowering of each of ``ops`` (jax.Arrays in and out).
 
@@ -90,15 +93,21 @@ def lowering(
     dtype, float32 for half precision, goes in; the result dtype comes out). ``opmath``: without
     ``promote``, float16/bfloat16 arguments among ``args`` (default: every positional tensor
     or scalar argument of the schema) are
-    computed in float32 and float32 results cast back. The name bound in the module is the
-    lowering of ``ops[0]``, so a direct call promotes too.
+    computed in float32 and float32 results cast back to their common dtype. ``results`` (with
+    ``opmath``): one entry per schema result saying where a float32 result rounds to instead:
+    ``None`` the common dtype; a dtype (``jnp.float32``: kept, e.g. a logsumexp); or the name
+    of a schema argument: a tensor's dtype as passed (``"input"``: layer norm's output), a
+    ``ScalarType`` argument's dtype when given (``"dtype"``: PyTorch casts the arguments to it
+    first, and so does the wrapper), a ``bool`` argument's float32 when true
+    (``"half_to_float"``). The name bound in the module is the lowering of ``ops[0]``, so a
+    direct call promotes too.
     """
 
     def record(fn: Callable) -> Callable:
-        if promote is None and not opmath:
+        if promote is None and not opmath and results is None:
             LOWERINGS.extend((op, fn) for op in ops)
             return fn
-        wrapped = [declared(op, fn, promote, args, opmath) for op in ops]
+        wrapped = [declared(op, fn, promote, args, opmath, results) for op in ops]
         LOWERINGS.extend(zip(ops, wrapped, strict=True))
         return wrapped[0]
 

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
-from .._promotion import up
 from .._table import decomposition, lowering, named, op_name
 from ._common import _dtype_of, _vjp
 
@@ -23,28 +22,26 @@ aten = torch.ops.aten
 # -- softmax ------------------------------------------------------------------------------------
 
 
-def _softmax_like(fn, self, dim, half_to_float):
-    x = up(self)
-    out = fn(x[None], axis=0)[0] if self.ndim == 0 else fn(x, axis=dim)
-    return out.astype(jnp.float32 if half_to_float else self.dtype)
+def _along(fn, x, dim):
+    """``fn(x, axis=dim)``, a 0-d ``x`` taken as one element along its only axis."""
+    return fn(x[None], axis=0)[0] if x.ndim == 0 else fn(x, axis=dim)
 
 
-@lowering(aten._softmax.default)
+# half_to_float: a half input's softmax stays float32 instead of rounding back.
+@lowering(aten._softmax.default, opmath=True, results=("half_to_float",))
 def _softmax(self, dim, half_to_float):
-    return _softmax_like(jax.nn.softmax, self, dim, half_to_float)
+    return _along(jax.nn.softmax, self, dim)
 
 
-@lowering(aten._log_softmax.default)
+@lowering(aten._log_softmax.default, opmath=True, results=("half_to_float",))
 def _log_softmax(self, dim, half_to_float):
-    return _softmax_like(jax.nn.log_softmax, self, dim, half_to_float)
+    return _along(jax.nn.log_softmax, self, dim)
 
 
-@lowering(aten._safe_softmax.default)
+@lowering(aten._safe_softmax.default, opmath=True, results=("dtype",))
 def _safe_softmax(self, dim, dtype=None):
     # Attention's softmax: a row masked out entirely (all -inf) gives zeros, not NaN.
-    x = up(self) if dtype is None else self.astype(_dtype_of(dtype))
-    out = safe_softmax(x[None], 0)[0] if x.ndim == 0 else safe_softmax(x, dim)
-    return out.astype(self.dtype if dtype is None else _dtype_of(dtype))
+    return _along(safe_softmax, self, dim)
 
 
 def safe_softmax(x, axis):

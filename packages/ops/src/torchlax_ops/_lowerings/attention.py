@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
-from .._promotion import up
+from .._promotion import declared
 from .._table import lowering
 from ._common import HIGHEST
 from .activations import _gelu, safe_softmax
@@ -65,7 +65,12 @@ def _mask_for(scores, mask, dim, mask_type, op):
 def _softmax_masked(scores, mask, dim, mask_type, op):
     if mask is not None:
         scores = jnp.where(_mask_for(scores, mask, dim, mask_type, op), -jnp.inf, scores)
-    return jax.nn.softmax(up(scores), axis=dim).astype(scores.dtype)
+    return jax.nn.softmax(scores, axis=dim)
+
+
+# Shared by _masked_softmax and the fused MHA kernel (whose products stay in the input dtype):
+# the softmax alone computes half precision in float32, declared on _masked_softmax's schema.
+_softmax_masked = declared(aten._masked_softmax.default, _softmax_masked, None, ("self",), True)
 
 
 @lowering(aten._masked_softmax.default)
@@ -309,17 +314,33 @@ def _scaled_dot_product_flash_attention_for_cpu(
             "_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
             f"(got {dropout_p}); use scaled_dot_product_attention for dropout."
         )
-    # Not opmath=True: the logsumexp stays float32 (the kernel's accumulation dtype) while the
-    # output rounds to the inputs' dtype.
-    scores, v = _attention_scores(
-        up(query), up(key), up(value), attn_mask, is_causal, scale, True, scale_first=False
+    return _flash_attention(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
     )
-    # (output, logsumexp of each row's scores), normalising by the row sum last as the kernel
-    # does; a row masked out entirely gives 0 for both.
+
+
+def _flash_attention(query, key, value, dropout_p, is_causal, *, attn_mask, scale):
+    """(output, logsumexp of each row's scores), normalising by the row sum last as the kernel
+    does; a row masked out entirely gives 0 for both."""
+    scores, v = _attention_scores(
+        query, key, value, attn_mask, is_causal, scale, True, scale_first=False
+    )
     top = jnp.max(scores, axis=-1, keepdims=True)
     masked = top == -jnp.inf
     weights = jnp.exp(scores - jnp.where(masked, 0, top))
     total = jnp.sum(weights, axis=-1, keepdims=True)
     out = jnp.matmul(weights, v, precision=HIGHEST) / jnp.where(masked, 1, total)
     logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
-    return out.astype(query.dtype), logsumexp
+    return out, logsumexp
+
+
+# Half precision computes in float32; the logsumexp stays float32 (the kernel's accumulation
+# dtype) while the output rounds back. Declared on the registered op's schema.
+_flash_attention = declared(
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    _flash_attention,
+    None,
+    ("query", "key", "value"),
+    True,
+    results=(None, jnp.float32),
+)

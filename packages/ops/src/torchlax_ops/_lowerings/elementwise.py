@@ -15,7 +15,7 @@ import torch
 from jax import lax
 from torchlax_core import check
 
-from .._promotion import Promotion, declared, elementwise
+from .._promotion import Promotion, declared, elementwise, opmath_dtype
 from .._table import lowering, named, named_lowering, op_name
 
 aten = torch.ops.aten
@@ -276,7 +276,8 @@ def lerp(self, end, weight):
                 f"{_CPP_TYPE_NAMES.get(other.dtype.name, other.dtype.name)} (torch.lerp); "
                 "convert it with .to(input.dtype)."
             )
-    compute = jnp.float32 if self.dtype in (jnp.float16, jnp.bfloat16) else self.dtype  # opmath
+    # Not opmath=True: the dtype checks above read the arguments' own dtypes.
+    compute = opmath_dtype(self.dtype)
     start, end, weight = self.astype(compute), end.astype(compute), jnp.asarray(weight, compute)
     # PyTorch's formula: exact at both ends.
     diff = end - start

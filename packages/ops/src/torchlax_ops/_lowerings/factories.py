@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torchlax_core import check_sizes, jax_dtype
 
+from .._promotion import opmath_dtype
 from .._table import lowering
 
 aten = torch.ops.aten
@@ -287,9 +288,9 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
         return jnp.full((1,), start, out_dtype)
     # As PyTorch: the first half counts up from start, the second down from end, so both
     # endpoints are exact. Integer outputs are computed in float64, then truncated.
-    compute = out_dtype if jnp.issubdtype(out_dtype, jnp.inexact) else jnp.dtype(jnp.float64)
-    if compute in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
-        compute = jnp.dtype(jnp.float32)
+    # (A factory has no half-precision argument to declare opmath on: the dtype= decides.)
+    inexact = out_dtype if jnp.issubdtype(out_dtype, jnp.inexact) else jnp.dtype(jnp.float64)
+    compute = opmath_dtype(inexact)
     if compute != out_dtype and not jnp.issubdtype(out_dtype, jnp.inexact):
         # ATen casts the bounds to the integer output type before stepping between them.
         start, end = (jnp.trunc(jnp.asarray(b, compute)) for b in (start, end))

@@ -1,7 +1,8 @@
 """Normalization: layer norm and batch norm (forward; their backward ops are ``torch._decomp``
 decompositions in ``torchlax_ops._decompositions``).
 
-Half-precision inputs compute in float32 and round once, as PyTorch's CPU kernels do.
+Half-precision inputs compute in float32 and round once, as PyTorch's CPU kernels do: each
+lowering declares it, and where its results round to, in its stanza.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import jax.core
 import jax.numpy as jnp
 import torch
 
-from .._promotion import HALF, up
 from .._table import decomposition, lowering
 
 aten = torch.ops.aten
@@ -20,65 +20,57 @@ aten = torch.ops.aten
 # -- normalization ---------------------------------------------------------------------------
 
 
-@lowering(aten.native_layer_norm.default)
+# The output takes the input's dtype; the statistics round to the arguments' common dtype, so
+# a half input with float32 parameters ("mixed type") keeps float32 statistics, as PyTorch.
+@lowering(aten.native_layer_norm.default, opmath=True, results=("input", None, None))
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
-    x = up(input)
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
+    mean = jnp.mean(input, axis=axes, keepdims=True)
+    centered = input - mean
     rstd = jax.lax.rsqrt(jnp.mean(centered * centered, axis=axes, keepdims=True) + eps)
     out = centered * rstd
     if weight is not None:
-        out = out * up(weight)
+        out = out * weight
     if bias is not None:
-        out = out + up(bias)
-    mixed = weight is not None and weight.dtype != input.dtype
-    stats = jnp.float32 if mixed else input.dtype
-    return out.astype(input.dtype), mean.astype(stats), rstd.astype(stats)
+        out = out + bias
+    return out.astype(input.dtype), mean, rstd
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """(out, save_mean, save_invstd, new_running_mean, new_running_var) as PyTorch's CPU kernel.
 
-    The saved statistics are float32 when a half-precision input meets float32 parameters
-    ("mixed type"), else the input's dtype; in eval mode they are empty, shape (0,).
+    Called by lowerings declaring ``opmath=True``: half precision arrives in float32, and the
+    stanza's ``results=`` rounds each result back (the saved statistics stay float32 when a
+    half-precision input meets float32 parameters). In eval mode they are empty, shape (0,).
     """
-    params = [t for t in (weight, bias, running_mean, running_var) if t is not None]
-    mixed = input.dtype in HALF and any(p.dtype == jnp.float32 for p in params)
-    stats_dtype = jnp.float32 if mixed else input.dtype
-    x = up(input)
     axes = (0, *range(2, input.ndim))
     shape = (1, -1) + (1,) * (input.ndim - 2)
     new_mean, new_var = running_mean, running_var
     if training:
-        mean = jnp.mean(x, axis=axes)
-        var = jnp.mean(jnp.square(x - mean.reshape(shape)), axis=axes)
+        mean = jnp.mean(input, axis=axes)
+        var = jnp.mean(jnp.square(input - mean.reshape(shape)), axis=axes)
         invstd = jax.lax.rsqrt(var + eps)
-        saved = mean.astype(stats_dtype), invstd.astype(stats_dtype)
+        saved = mean, invstd
         if running_mean is not None:
-            new_mean = (momentum * mean + (1 - momentum) * up(running_mean)).astype(
-                running_mean.dtype
-            )
+            new_mean = (momentum * mean + (1 - momentum) * running_mean).astype(running_mean.dtype)
         if running_var is not None:
             n = input.size // input.shape[1]
             unbiased = var * n / jnp.asarray(n - 1, var.dtype)
-            new_var = (momentum * unbiased + (1 - momentum) * up(running_var)).astype(
-                running_var.dtype
-            )
+            new_var = (momentum * unbiased + (1 - momentum) * running_var).astype(running_var.dtype)
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError(
                 "batch_norm: running_mean and running_var must be given in eval "
                 "mode (training=False); pass them, or set training=True."
             )
-        mean = up(running_mean).astype(x.dtype)
-        invstd = jax.lax.rsqrt(up(running_var).astype(x.dtype) + eps)
-        saved = jnp.zeros((0,), stats_dtype), jnp.zeros((0,), stats_dtype)
-    out = (x - mean.reshape(shape)) * invstd.reshape(shape)
+        mean = running_mean.astype(input.dtype)
+        invstd = jax.lax.rsqrt(running_var.astype(input.dtype) + eps)
+        saved = jnp.zeros((0,), input.dtype), jnp.zeros((0,), input.dtype)
+    out = (input - mean.reshape(shape)) * invstd.reshape(shape)
     if weight is not None:
-        out = out * up(weight).reshape(shape)
+        out = out * weight.reshape(shape)
     if bias is not None:
-        out = out + up(bias).reshape(shape)
+        out = out + bias.reshape(shape)
     return (out.astype(input.dtype), *saved, new_mean, new_var)
 
 
@@ -86,26 +78,36 @@ def _no_reserve():
     return jnp.zeros((0,), jnp.uint8)  # cuDNN's reserve space: always empty off CUDA
 
 
-@lowering(aten._native_batch_norm_legit_functional.default)
+_STATS = ("input", None, None)  # (out, save_mean, save_invstd): see native_layer_norm
+_RUNNING = ("running_mean", "running_var")
+
+
+@lowering(
+    aten._native_batch_norm_legit_functional.default, opmath=True, results=(*_STATS, *_RUNNING)
+)
 def _native_batch_norm_legit_functional(
     input, weight, bias, running_mean, running_var, training, momentum, eps
 ):
     return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-@lowering(aten._native_batch_norm_legit.no_stats)
+@lowering(aten._native_batch_norm_legit.no_stats, opmath=True, results=_STATS)
 def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
     return _batch_norm(input, weight, bias, None, None, training, momentum, eps)[:3]
 
 
-@lowering(aten._native_batch_norm_legit_no_training.default)
+@lowering(aten._native_batch_norm_legit_no_training.default, opmath=True, results=_STATS)
 def _native_batch_norm_legit_no_training(
     input, weight, bias, running_mean, running_var, momentum, eps
 ):
     return _batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
-@lowering(aten._batch_norm_with_update_functional.default)
+@lowering(
+    aten._batch_norm_with_update_functional.default,
+    opmath=True,
+    results=(*_STATS, None, *_RUNNING),  # the 4th, cuDNN's reserve space, is uint8
+)
 def _batch_norm_with_update_functional(
     input, weight, bias, running_mean, running_var, momentum, eps
 ):
@@ -115,7 +117,7 @@ def _batch_norm_with_update_functional(
     return out, mean, invstd, _no_reserve(), new_mean, new_var
 
 
-@lowering(aten._batch_norm_no_update.default)
+@lowering(aten._batch_norm_no_update.default, opmath=True, results=(*_STATS, None))
 def _batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     # Without running statistics it normalizes with the batch's own, as in training.
     training = running_mean is None or running_var is None

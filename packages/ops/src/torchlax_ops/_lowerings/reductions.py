@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .._promotion import opmath_dtype, to_jax_dtype, up
+from .._promotion import opmath_dtype, to_jax_dtype
 from .._table import decomposition, lowering
 
 aten = torch.ops.aten
@@ -376,16 +376,16 @@ def logsumexp(self, dim, keepdim=False):
     return result.astype(out)
 
 
-def _vector_norm(x, ord, dim, keepdim, dtype):
-    if dtype is not None:
-        x = x.astype(to_jax_dtype(dtype))
+def _vector_norm(x, ord, dim, keepdim):
+    """The ``ord``-norm of ``x`` over ``dim``, for lowerings that declare ``opmath=True`` (a
+    half-precision ``x`` arrives in float32 and the result rounds back)."""
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         raise RuntimeError(
             f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
             f"{str(torch_dtype_of(x.dtype)).removeprefix('torch.').capitalize()}"
         )
     out = jnp.abs(x[..., :0]).dtype if jnp.iscomplexobj(x) else x.dtype
-    a = up(jnp.abs(x))
+    a = jnp.abs(x)
     axes = _dims(x, dim)
     ord = float(ord)
     if ord == float("inf"):
@@ -406,19 +406,25 @@ def _vector_norm(x, ord, dim, keepdim, dtype):
     return r.astype(out)
 
 
-@lowering(aten.linalg_vector_norm.default)
+@lowering(aten.linalg_vector_norm.default, opmath=True, args=("self",), results=("dtype",))
 def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
-    return _vector_norm(self, ord, dim, keepdim, dtype)
+    return _vector_norm(self, ord, dim, keepdim)
 
 
-@lowering(aten.norm.Scalar, aten.norm.ScalarOpt_dtype)
-def norm(self, p=2, *, dtype=None):
-    return _vector_norm(self, 2 if p is None else p, None, False, dtype)
+@lowering(aten.norm.Scalar, aten.norm.ScalarOpt_dim, opmath=True, args=("self",))
+def norm(self, p=2, dim=None, keepdim=False):
+    return _vector_norm(self, 2 if p is None else p, dim, keepdim)
 
 
-@lowering(aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype)
-def norm_dim(self, p, dim, keepdim=False, *, dtype=None):
-    return _vector_norm(self, 2 if p is None else p, dim, keepdim, dtype)
+@lowering(
+    aten.norm.ScalarOpt_dtype,
+    aten.norm.ScalarOpt_dim_dtype,
+    opmath=True,
+    args=("self",),
+    results=("dtype",),
+)
+def norm_dtype(self, p, dim=None, keepdim=False, *, dtype):
+    return _vector_norm(self, 2 if p is None else p, dim, keepdim)
 
 
 # -- scans --------------------------------------------------------------------------------------
@@ -604,8 +610,9 @@ def dist(self, other, p=2):
     common = to_jax_dtype(
         torch.promote_types(torch_dtype_of(self.dtype), torch_dtype_of(other.dtype))
     )
+    # The difference rounds to the common dtype, as PyTorch's self - other; then the norm.
     difference = self.astype(common) - other.astype(common)
-    return _vector_norm(difference, p, None, False, None)
+    return linalg_vector_norm(difference, p)
 
 
 def _pairwise_norm(difference, p: float):
@@ -677,7 +684,8 @@ def renorm(self, p, dim, maxnorm):
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     axis = _dims(self, dim)
     others = tuple(a for a in range(self.ndim) if a not in axis)
-    norm = _vector_norm(up(self), p, others, True, None)
+    # The norm in the opmath dtype (float32 for half precision), the scaling in self's dtype.
+    norm = linalg_vector_norm(self, p, others, True, dtype=torch_dtype_of(opmath_dtype(self.dtype)))
     factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(norm.dtype)
     return self * factor.astype(self.dtype)
 
