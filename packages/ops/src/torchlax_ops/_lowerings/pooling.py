@@ -147,7 +147,8 @@ def _avg_pool(
         else:
             inside = np.all((positions >= 0) & (positions < spatial), axis=-1)
         divisor = inside.sum(axis=-1)
-    return total / jnp.asarray(divisor, total.dtype)
+    # Integer inputs average in integers, as PyTorch's CPU kernel (opmath only widens half).
+    return (total / jnp.asarray(divisor, total.dtype)).astype(self.dtype)
 
 
 @lowering(aten.avg_pool2d.default, opmath=True)
@@ -226,7 +227,7 @@ def _adaptive_avg(self, output_size):
             -1,
             axis,
         )
-    return x
+    return x.astype(self.dtype)  # integers stay integers (opmath only widens half)
 
 
 @lowering(aten._adaptive_avg_pool2d.default, opmath=True)
