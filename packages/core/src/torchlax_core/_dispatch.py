@@ -351,12 +351,28 @@ def _bound(sizes: tuple, strides: tuple, shape) -> tuple[int, ...]:
     return tuple(s if isinstance(s, int) else int(s.xreplace(symbols)) for s in strides)
 
 
+def memory_order(shape, strides) -> tuple[int, ...] | None:
+    """The dimensions from outermost to innermost in memory where ``strides`` are a permutation
+    of a dense layout other than row-major (a transposed result), else None (row-major, empty,
+    or overlapping/with gaps: a view's)."""
+    if 0 in shape or tuple(strides) == tuple(make_contiguous_strides_for(shape)):
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
+    dense = 1
+    for d in reversed(order):
+        if strides[d] != dense and shape[d] != 1:
+            return None
+        dense *= shape[d]
+    return order
+
+
 def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
     """``array`` as a Tensor with ``strides``, a permutation of a dense layout: its storage holds
     the array transposed to that dimension order, and the tensor views it transposed back."""
     if strides == tuple(make_contiguous_strides_for(array.shape)):
         return _make(array)
-    order = sorted(range(array.ndim), key=lambda d: -strides[d])  # outermost in memory first
+    # (An empty result keeps the strides it is given, PyTorch's, with nothing to reorder.)
+    order = memory_order(array.shape, strides) or tuple(range(array.ndim))
     back = tuple(int(d) for d in np.argsort(order))
     stored = jnp.transpose(array, order)
     layout = (strides, 0, array.size * array.dtype.itemsize)

@@ -24,6 +24,7 @@ from ._compiled import Entry as Entry
 from ._compiled import output_tensors as output_tensors
 from ._compiled import signature as signature
 from ._compiled import write_back as write_back
+from ._dispatch import memory_order as memory_order
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._logging import get_logger as get_logger
@@ -49,6 +50,7 @@ __all__ = [
     "from_torch_data",
     "get_logger",
     "is_exclusive",
+    "memory_order",
     "op_name",
     "peek_array",
     "record_compile",

@@ -35,6 +35,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     array_of,
     is_exclusive,
+    memory_order,
     output_tensors,
     peek_array,
     set_exclusive,
@@ -164,7 +165,7 @@ class XlaProgram:
                         break
                 else:
                     layout.append((_ARRAY, len(results)))
-                    order = _memory_order(out)
+                    order = None if out.is_contiguous() else memory_order(out.shape, out.stride())
                     if order is None:
                         results.append(array_of(out))
                     else:  # returned in memory order, viewed back with the tensor's strides
@@ -300,22 +301,6 @@ def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
     for p in shared:
         arrays[p] = jnp.array(arrays[p], copy=True)
     return tuple(positions)
-
-
-def _memory_order(t: Tensor) -> tuple[int, ...] | None:
-    """``t``'s dimensions from outermost to innermost in memory where its strides are a
-    permutation of a dense layout other than row-major (the fused CPU attention's output is
-    laid out as its query), else None."""
-    strides = t.stride()
-    if t.is_contiguous() or 0 in t.shape:
-        return None
-    order = tuple(sorted(range(t.dim()), key=lambda d: -strides[d]))
-    dense = 1
-    for d in reversed(order):
-        if strides[d] != dense and t.shape[d] != 1:
-            return None  # overlapping or with gaps: a view, returned row-major
-        dense *= t.shape[d]
-    return order
 
 
 def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
