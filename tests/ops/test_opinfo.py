@@ -7,15 +7,18 @@ and compares values, dtypes and shapes with PyTorch on the CPU. Known failures l
 a dtype mismatch is never excused by the table.
 
 ``python tests/ops/opinfo_report.py`` runs the same cases in-process and prints coverage.
-Eager mode runs every dtype of ``DTYPES`` the op supports, and float16 (``HALF_DTYPES``) on the
-first sample of the ops that compute: pointwise, reduction, ``nn.functional`` and ``special``
-OpInfos (``computes``), except those whose every lowering declares its float32 computation in its
-stanza (``declared_opmath``). float16's longer mantissa shows a missing float32 up-cast that
-bfloat16's tolerance hides; the data-movement ops (views, indexing, factories) do the same at any
-dtype, and a declared op's up-cast is ``_promotion``'s, checked once in test_promotion.py (and
-test_opmath_contract.py keeps lowerings from up-casting by hand), its body then computing what
-the float32 case checks. That keeps float16 at about 40 worker-seconds; under ``jax.jit``
-float16 runs on a few representative ops (``JIT_HALF_OPS``). Under ``jax.jit`` the suite runs one
+Eager mode runs every dtype of ``DTYPES`` the op supports (bfloat16 included), and float16
+(``HALF_DTYPES``) on the first sample of the ops that compute: pointwise, reduction,
+``nn.functional`` and ``special`` OpInfos (``computes``), except those whose
+computing ATen ops (``aten_packets``: the packet an OpInfo is named after, else the ATen ops its
+first float16 sample dispatches on the CPU, so ``nn.functional.selu`` -> ``aten.elu``) all have
+lowerings that declare their float32 computation in their stanza (``declared_opmath``). Why
+that restriction loses nothing: float16's longer mantissa shows a missing float32 up-cast that
+bfloat16's tolerance hides; the data-movement ops (views, indexing, factories) do the same at
+any dtype, and a declared op's up-cast is ``_promotion``'s, checked once in test_promotion.py
+(and test_opmath_contract.py keeps lowerings from up-casting by hand), its body then computing
+what the float32 case checks. ``test_float16_selection`` pins which ops keep float16 (about 150
+eager cases); under ``jax.jit`` float16 runs on a few representative ops (``JIT_HALF_OPS``). Under ``jax.jit`` the suite runs one
 dtype per op (float32 where supported, else the first supported one): dtype-specific behaviour is
 what eager mode checks (and eager mode already runs each op's compiled executable, see
 ``op_cache_min_calls`` below), while jit mode checks that the op traces. That halves the suite's
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 
 import jax
@@ -41,6 +45,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import SEED, set_rng_seed
 from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 from torchlax_ops import _lowerings  # noqa: F401  (fills the lowering tables)
 from torchlax_ops._promotion import Promotion
 from torchlax_ops._table import DECOMPOSITIONS, LOWERINGS
@@ -227,13 +232,83 @@ def _packet_lowerings():
 _PACKETS = _packet_lowerings()
 
 
-def declared_opmath(op) -> bool:
-    """Whether every lowering of the ATen op ``op`` tests (``aten.<aten_name>``) computes half
-    precision in float32 by its declaration (``promote=`` other than NO_OPMATH, or
-    ``opmath=True``): float16 then checks nothing the float32 and bfloat16 cases do not."""
+# ATen ops that move or allocate data without arithmetic: float16 rounds nothing in them that
+# the ops around them do not, so they neither need nor prevent a declaration (views likewise).
+DATA_MOVEMENT = frozenset(
+    getattr(torch.ops.aten, name)
+    for name in (
+        "_to_copy",
+        "clone",
+        "copy_",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "empty",
+        "empty_like",
+        "new_empty",
+        "zeros_like",
+        "ones_like",
+        "new_zeros",
+        "zeros",
+        "ones",
+        "fill_",
+        "scalar_tensor",
+        "_local_scalar_dense",
+    )
+)
+
+
+class _AtenOps(TorchDispatchMode):
+    """Records the ATen overload packets a call dispatches (below autograd and PyTorch's
+    composite decompositions: what a torchlax Tensor's ``__torch_dispatch__`` receives)."""
+
+    def __init__(self):
+        super().__init__()
+        self.packets: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.packets.add(func.overloadpacket)
+        return func(*args, **(kwargs or {}))
+
+
+def aten_packets(op) -> set | None:
+    """The computing ATen packets ``op`` reaches: the packet it is named after when torchlax
+    lowers that packet (``aten_name``), else those its first float16 sample dispatches on the
+    CPU (``nn.functional.elu`` -> ``aten.elu``, ``nn.functional.cross_entropy`` ->
+    ``aten._log_softmax`` and ``aten.nll_loss_forward``), data movement left out. None when the
+    sample cannot run or reaches no computing op (the op then keeps its float16 case)."""
     packet = getattr(torch.ops.aten, op.aten_name.replace(".", "_"), None)
-    lowerings = _PACKETS.get(packet)
-    return bool(lowerings) and all(_declares_opmath(fn) for fn in lowerings)
+    if packet in _PACKETS:
+        return {packet}
+    if case_name(op) in RANDOM_OPS or op.name in RANDOM_OPS:
+        return None
+    found = samples(op, torch.float16)
+    if not found:
+        return None
+    sample = found[0]
+    recorded = _AtenOps()
+    try:
+        with recorded, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecations of the sample's op, shown by its test
+            op.op(sample.input, *sample.args, **sample.kwargs)
+    except Exception:
+        return None
+    return (recorded.packets - DATA_MOVEMENT) or None
+
+
+def declared_opmath(op) -> bool:
+    """Whether every lowering of every computing ATen op that ``op`` reaches (``aten_packets``)
+    computes half precision in float32 by its declaration (``promote=`` other than NO_OPMATH,
+    or ``opmath=True``): float16 then checks nothing the float32 and bfloat16 cases do not."""
+    packets = aten_packets(op)
+    if not packets:
+        return False
+    for packet in packets:
+        lowerings = _PACKETS.get(packet)
+        if not lowerings or not all(_declares_opmath(fn) for fn in lowerings):
+            return False
+    return True
 
 
 def all_cases(jit_dtypes: str = "all", half_ops: str = "all") -> list[Case]:
@@ -252,8 +327,9 @@ def all_cases(jit_dtypes: str = "all", half_ops: str = "all") -> list[Case]:
             if mode == "jit" and jit_dtypes == "one":
                 dtypes = [torch.float32] if torch.float32 in dtypes else dtypes[:1]
             cases.extend(Case(mode, op, d) for d in dtypes)
-        if half_ops == "all" or (computes(op) and not declared_opmath(op)):
-            cases.extend(Case("eager", op, d) for d in HALF_DTYPES if d in supported)
+        half = [d for d in HALF_DTYPES if d in supported]
+        if half and (half_ops == "all" or (computes(op) and not declared_opmath(op))):
+            cases.extend(Case("eager", op, d) for d in half)
         if op.name in JIT_HALF_OPS and not op.variant_test_name:
             cases.extend(Case("jit", op, d) for d in HALF_DTYPES if d in supported)
     return cases
@@ -579,3 +655,24 @@ def test_opinfo(case: Case):
         "tests/ops/opinfo_expected_failures.py",
         pytrace=False,
     )
+
+
+def _half_ops(mode: str) -> set[str]:
+    return {case_name(c.op) for c in CASES if c.mode == mode and c.dtype in HALF_DTYPES}
+
+
+@pytest.mark.skipif(HALF_OPS != "compute", reason="float16 runs on every op")
+def test_float16_selection():
+    """The float16 run keeps the ops that compute without a declaration and skips those whose
+    ATen ops all declare opmath, ``nn.functional`` OpInfos included (mapped through the ATen
+    ops they dispatch)."""
+    eager = _half_ops("eager")
+    kept = {"sum", "nn.functional.conv2d", "nn.functional.cross_entropy", "nn.functional.linear"}
+    assert kept <= eager, kept - eager
+    skipped = {"exp", "nn.functional.elu", "nn.functional.silu", "nn.functional.layer_norm"}
+    assert not skipped & eager, skipped & eager
+    assert aten_packets(_OPS["nn.functional.selu"]) == {torch.ops.aten.elu}
+    assert JIT_HALF_OPS <= _half_ops("jit")
+
+
+_OPS = {case_name(op): op for op in op_db}

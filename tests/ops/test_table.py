@@ -68,7 +68,8 @@ def test_where_names_the_file_and_line_of_an_ops_lowering():
     line = int(rest.split()[0])
     assert open(path).read().splitlines()[line - 1].startswith("@lowering(aten.add.Tensor")
     assert any("sum_dim" in entry for entry in where(torch.ops.aten.sum))  # a packet: overloads
-    assert where("aten.add_.Tensor") == []  # derived by the core from add.Tensor
+    (derived,) = where("aten.add_.Tensor")  # derived by the core from add.Tensor
+    assert derived == f"{found} (derived: aten.add_.Tensor from it)"
 
 
 def test_the_files_named_in_where_to_find_an_op_exist():
@@ -89,3 +90,11 @@ def test_the_files_named_in_where_to_find_an_op_exist():
         if not any(path.exists() for path in candidates):
             missing.append(name)
     assert len(named) > 30 and not missing, missing
+
+
+def test_where_points_a_derived_overload_at_its_functional_lowering():
+    from torchlax_ops._table import where
+
+    (entry,) = where("aten.index_put_")
+    assert "indexing.py" in entry and "index_put (lowering) (derived" in entry, entry
+    assert all("derived" in e for e in where("aten.add.out")) and where("aten.add.out")

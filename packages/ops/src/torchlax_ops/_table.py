@@ -66,6 +66,16 @@ def where(op: Any) -> list[str]:
                 path = pathlib.Path(inspect.getsourcefile(body) or "?")
                 line = inspect.getsourcelines(body)[1]
                 found.append(f"{path}:{line} {fn.__name__} ({kind})")
+    # An in-place ``foo_`` or an ``out=`` overload has no entry of its own: the core derives it
+    # from the functional op, so point there.
+    name = packet.__name__
+    overload = getattr(op, "_overloadname", None)
+    if not found and (name.endswith("_") or overload == "out"):
+        functional = getattr(torch.ops.aten, name.removesuffix("_"), None)
+        if overload not in (None, "out") and functional is not None:
+            functional = getattr(functional, overload, functional)  # add_.Tensor -> add.Tensor
+        if functional is not None and functional is not op:
+            found = [f"{entry} (derived: {op} from it)" for entry in where(functional)]
     return found
 
 
