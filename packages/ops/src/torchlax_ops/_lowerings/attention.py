@@ -16,10 +16,11 @@ import math
 import jax
 import jax.numpy as jnp
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torchlax_core import current_env
 
 from .._promotion import declared
-from .._table import lowering
+from .._table import decomposition, lowering
 from ._common import HIGHEST
 from .activations import _gelu, safe_softmax
 from .linalg import matmul
@@ -251,7 +252,8 @@ def _fused_sdp_choice(
     enable_gqa=False,
 ):
     # 0 = SDPBackend.math: PyTorch's composite math path (matmul, softmax, dropout), which XLA
-    # fuses and autograd differentiates.
+    # fuses and autograd differentiates. (PyTorch's C++ asks a device's kernel choice through a
+    # C++ stub, never this op: the jax device's fused path is the decomposition below.)
     return 0
 
 
@@ -344,3 +346,205 @@ _flash_attention = declared(
     True,
     results=(None, jnp.float32),
 )
+
+
+# -- the overrideable fused op: the `jax` device's scaled_dot_product_attention -------------------
+# PyTorch's composite scaled_dot_product_attention picks a kernel through a C++ stub that an
+# out-of-tree device cannot fill from Python, so it would always take the math path: its matmul,
+# softmax and dropout ops, which materialise the scores plus mask before the row maximum. The
+# decomposition below (run by the core at the device's autograd key, so autograd records the
+# op) calls PyTorch's overrideable fused op instead, whose forward and backward are one lowering
+# each; calls it does not describe keep PyTorch's composite, with its validation and errors.
+
+
+def _fusable(query, key, value, attn_mask, is_causal, enable_gqa) -> bool:
+    if not torch._C._get_overrideable_sdp_enabled():  # `sdpa_kernel` without OVERRIDEABLE
+        return False
+    if is_fake(query):
+        # Dynamo/export tracing: the graph keeps the composite, whose strides the meta kernels
+        # and our lowerings agree on (the fused op's meta gives the output the query's layout,
+        # the lowering a row-major one).
+        return False
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return False
+    if not (query.dtype == key.dtype == value.dtype and query.is_floating_point()):
+        return False
+    (batch, heads, length, dim), (_, kv_heads, source, _) = query.shape, key.shape
+    if key.shape[0] != batch or value.shape[0] != batch or key.shape[-1] != dim:
+        return False
+    if value.shape[1] != kv_heads or value.shape[2] != source:
+        return False
+    if kv_heads != heads and not (enable_gqa and kv_heads > 0 and heads % kv_heads == 0):
+        return False
+    if attn_mask is None:
+        return True
+    if is_causal or attn_mask.dtype not in (torch.bool, query.dtype):
+        return False
+    try:
+        torch.broadcast_shapes(attn_mask.shape, (batch, heads, length, source))
+    except RuntimeError:
+        return False
+    return attn_mask.dim() <= 4
+
+
+@decomposition(aten.scaled_dot_product_attention.default)
+def _scaled_dot_product_attention_fused(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    *,
+    scale=None,
+    enable_gqa=False,
+):
+    if not _fusable(query, key, value, attn_mask, is_causal, enable_gqa):
+        return aten.scaled_dot_product_attention.default.decompose(
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
+    # A boolean mask goes in as it is (PyTorch's kernels take it as a 0/-inf bias: the
+    # lowering selects instead of adding, the same scores).
+    return aten._scaled_dot_product_fused_attention_overrideable(
+        query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale
+    )[0]
+
+
+def _pack_key(prng_key):
+    """A PRNG key as the int64 scalar PyTorch saves as ``philox_seed`` for the backward."""
+    return jax.lax.bitcast_convert_type(jax.random.key_data(prng_key), jnp.int64)
+
+
+def _unpack_key(seed):
+    return jax.random.wrap_key_data(jax.lax.bitcast_convert_type(seed, jnp.uint32))
+
+
+def _dropout_keep(seed, dropout_p, shape):
+    return jax.random.bernoulli(_unpack_key(seed), 1.0 - dropout_p, shape)
+
+
+def _fused_scores(query, key, value, attn_bias, is_causal, scale):
+    """Scores with bias and causal mask (masked-out: -inf), and k, v repeated for grouped-query
+    attention; the scale multiplies the product, as the flash kernels do."""
+    return _attention_scores(query, key, value, attn_bias, is_causal, scale, True, False)
+
+
+@lowering(
+    aten._scaled_dot_product_fused_attention_overrideable.default,
+    opmath=True,
+    args=("query", "key", "value", "attn_bias"),
+    results=(None, jnp.float32, None, None, None, None, None, None, None),
+)
+def _scaled_dot_product_fused_attention_overrideable(
+    query,
+    key,
+    value,
+    attn_bias=None,
+    dropout_p=0.0,
+    is_causal=False,
+    return_debug_mask=False,
+    *,
+    scale=None,
+):
+    op = "aten._scaled_dot_product_fused_attention_overrideable"
+    if return_debug_mask:
+        raise RuntimeError(
+            f"{op}: return_debug_mask=True is not supported on the jax device; call "
+            "scaled_dot_product_attention, which passes False."
+        )
+    if query.ndim != 4:
+        raise RuntimeError(
+            f"{op}: expected 4-d query, key and value (batch, heads, length, head_dim), got a "
+            f"{query.ndim}-d query; call scaled_dot_product_attention, which takes any shape."
+        )
+    scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
+    # Stable softmax normalised last (on the (L, Dv) output, not the (L, S) weights); a row
+    # masked out entirely gives zeros, as PyTorch's _safe_softmax.
+    top = jnp.max(scores, axis=-1, keepdims=True)
+    masked = top == -jnp.inf
+    weights = jnp.exp(scores - jnp.where(masked, 0, top))
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    seed = jnp.zeros((), jnp.int64)
+    if dropout_p > 0.0:
+        seed = _pack_key(current_env().next_prng_key(None))
+        keep = _dropout_keep(seed, dropout_p, weights.shape)
+        weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
+    out = jnp.matmul(weights, v, precision=HIGHEST) / jnp.where(masked, 1, total)
+    logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
+    length, source = query.shape[-2], key.shape[-2]
+    offset = jnp.zeros((), jnp.int64)
+    return out, logsumexp, None, None, length, source, seed, offset, None
+
+
+def _sum_to(grad, shape):
+    """``grad`` summed over the dimensions broadcasting added to an operand of ``shape``."""
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
+    )
+    return jnp.sum(grad, axis=axes).reshape(shape) if axes else grad
+
+
+def _ungroup(grad, heads):
+    """A gradient with respect to repeated key/value heads, summed back over each group."""
+    if grad.shape[-3] == heads:
+        return grad
+    *batch, _, length, dim = grad.shape
+    return jnp.sum(grad.reshape(*batch, heads, -1, length, dim), axis=-3)
+
+
+@lowering(
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default,
+    opmath=True,
+    args=("grad_out", "query", "key", "value", "attn_bias", "out"),
+    results=("query", "key", "value", "attn_bias"),
+)
+def _scaled_dot_product_fused_attention_overrideable_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    grad_input_mask,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    philox_offset,
+    *,
+    scale=None,
+):
+    # Flash attention's backward: the weights recomputed from the saved logsumexp (one pass
+    # over the scores, no softmax re-run), then dS = P * (dP - rowsum(dO * O)).
+    scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
+    weights = jnp.exp(scores - logsumexp[..., None])
+    kept = weights
+    grad_kept = jnp.matmul(grad_out, jnp.swapaxes(v, -1, -2), precision=HIGHEST)
+    if dropout_p > 0.0:
+        keep = _dropout_keep(philox_seed, dropout_p, weights.shape)
+        kept = jnp.where(keep, weights / (1.0 - dropout_p), 0)
+        grad_kept = jnp.where(keep, grad_kept / (1.0 - dropout_p), 0)
+    row = jnp.sum(grad_out * out, axis=-1, keepdims=True)
+    grad_scores = weights * (grad_kept - row)
+    k = jnp.repeat(key, query.shape[-3] // key.shape[-3], axis=-3)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    grad_query = jnp.matmul(grad_scores, k, precision=HIGHEST) * scale
+    grad_key = jnp.matmul(jnp.swapaxes(grad_scores, -1, -2), query, precision=HIGHEST) * scale
+    grad_value = jnp.matmul(jnp.swapaxes(kept, -1, -2), grad_out, precision=HIGHEST)
+    grad_bias = None
+    if attn_bias is not None and grad_input_mask[3]:
+        grad_bias = _sum_to(grad_scores, attn_bias.shape).astype(attn_bias.dtype)
+    heads = key.shape[-3]
+    return grad_query, _ungroup(grad_key, heads), _ungroup(grad_value, value.shape[-3]), grad_bias
