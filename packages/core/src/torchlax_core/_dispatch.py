@@ -595,6 +595,7 @@ def view_impl(func, fn) -> Callable:
     splits = func in _DEFERRED_SPLITS
     deferrable = splits or func in _DEFERRED_VIEWS
     identity = func in _IDENTITY_VIEWS
+    layout_cache: dict = {}  # see _view_layouts
 
     def impl(args, kwargs):
         base = args[0]
@@ -604,7 +605,7 @@ def view_impl(func, fn) -> Callable:
         storage = base._storage
         root_array = storage.array
         # First, so that PyTorch's own errors come out (view of a non-viewable layout, ...).
-        layouts = _view_layouts(func, base, args, kwargs, root_array)
+        layouts = _view_layouts(func, base, args, kwargs, root_array, layout_cache)
         parent = base._view
         if (
             identity
@@ -716,35 +717,32 @@ def _deferred_view(
     )
 
 
-# (op, base size/stride/offset/dtype, storage bytes, other arguments) -> each result's layout
-_LAYOUTS: dict = {}
-
-
-def _view_layouts(func, base, args, kwargs, root_array) -> list | None:
+def _view_layouts(func, base, args, kwargs, root_array, cache: dict) -> list | None:
     """PyTorch's ``(strides, storage_offset, storage_nbytes, shape)`` of each result of view op
-    ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then cached.
+    ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then kept in
+    ``cache`` (one per view op: its key then needs no op, whose hash is Python code).
 
     ``None`` where PyTorch has no meta kernel for the op (the view is then row-major).
     """
-    nbytes = int(root_array.size) * root_array.dtype.itemsize
     try:
-        key = (
-            func,
-            tuple(base.shape),
+        key = (  # the base's layout, the storage's shape and dtype, the other arguments
+            base.shape,
             base.stride(),
             base.storage_offset(),
             base.dtype,
-            nbytes,
+            root_array.shape,
+            root_array.dtype,
             _frozen(args[1:]),
-            _frozen(kwargs),
+            _frozen(kwargs) if kwargs else (),
         )
-        hit = _LAYOUTS.get(key)
+        hit = cache.get(key)
     except TypeError:  # a tensor or another unhashable argument: not cached
         key, hit = None, None
     if hit is None:
+        nbytes = int(root_array.size) * root_array.dtype.itemsize
         hit = _meta_layouts(func, base, args, kwargs, nbytes)
-        if key is not None and len(_LAYOUTS) < 65536:
-            _LAYOUTS[key] = hit
+        if key is not None and len(cache) < 4096:
+            cache[key] = hit
     return hit or None
 
 
