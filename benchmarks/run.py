@@ -181,12 +181,16 @@ def _import_seconds(code: str) -> float:
 def bench_import(b: Bench) -> None:
     """``import torchlax`` against ``import torch, jax``: medians of fresh processes."""
     n = 3 if b.quick else 5
-    for variant, code in (
+    variants = (
         ("PyTorch: import torch, jax", "import torch, jax"),
         ("torchlax: import torchlax", "import torchlax"),
-    ):
-        b.progress(f"import · {variant}")
-        times = [_import_seconds(code) for _ in range(n)]
+    )
+    b.progress("import")
+    measured: dict[str, list[float]] = {variant: [] for variant, _ in variants}
+    for _ in range(n):  # interleaved, so that a busy machine slows both alike
+        for variant, code in variants:
+            measured[variant].append(_import_seconds(code))
+    for variant, times in measured.items():
         b.rows.append(
             {
                 "group": "import (fresh process)",

@@ -387,3 +387,29 @@ def test_detach_of_a_deferred_view_stays_deferred(env):
     detached = root.t().detach()
     detached.mul_(2)  # writes reach the root, as through any view
     torch.testing.assert_close(root.cpu(), w_cpu * 2)
+
+
+def test_a_cached_op_leaves_exclusivity_while_plain_runs_and_hand_outs_clear_it(env):
+    """Exclusivity (what a compiled program may donate) is cleared where an array may escape,
+    not on every read: a hit's executable returns new buffers, so it keeps the flag."""
+    from torchlax_core.internal import is_exclusive, set_exclusive
+
+    a, b = jax_tensor(torch.randn(6)), jax_tensor(torch.randn(6))
+    for _ in range(3):
+        torch.sub(a, b)  # plain, compile, hit: the signature is cached now
+    set_exclusive(a)
+    torch.sub(a, b)  # a hit reads a's array into an executable
+    assert is_exclusive(a)
+    a.t()  # a view shares the storage
+    assert is_exclusive(a)
+    torch.sub(a, jax_tensor(torch.randn(5, 6)))  # a new signature: the lowering runs plainly
+    assert not is_exclusive(a)
+    set_exclusive(a)
+    held = a.jax()  # handed out
+    assert not is_exclusive(a) and not held.is_deleted()
+    c = jax_tensor(torch.randn(6))
+    set_exclusive(c)
+    c.copy_(b)  # c's storage now holds an array someone else may hold
+    assert not is_exclusive(c)
+    set_exclusive(a)
+    assert not is_exclusive(a.t())  # a transposed view is not the storage's whole array

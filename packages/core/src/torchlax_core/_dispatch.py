@@ -104,11 +104,22 @@ def _unwrap_plan(func) -> tuple[tuple[int, ...], bool]:
     return positions, tensor_kwargs
 
 
+def release(args) -> None:
+    """Clear the exclusivity of every torchlax Tensor in ``args`` (see ``_tensor._Storage``):
+    for an op whose lowering runs plainly, which may return an input's array unchanged."""
+    for a in args:
+        if type(a) is Tensor or isinstance(a, Tensor):
+            a._storage.exclusive = False
+        elif type(a) is list or type(a) is tuple:
+            release(a)
+
+
 def _make_unwrapper(func, defer_views: bool = False) -> Callable:
     """``unwrap(args, kwargs) -> (arrays, kwargs)`` specialised to ``func``'s schema.
 
     On the hot path: one call, no helper calls for a plain Tensor argument. With
     ``defer_views`` (cached ops) a deferred view not computed yet comes as ``_opcache.Pending``.
+    It reads arrays without handing them out (``_peek``): the caller decides (``release``).
     """
     positions, tensor_kwargs = _unwrap_plan(func)
     by_schema = getattr(func, "_schema", None) is not None
@@ -126,7 +137,6 @@ def _make_unwrapper(func, defer_views: bool = False) -> Callable:
                     a = jargs[i]
                     if type(a) is Tensor:
                         view = a._view
-                        a._storage.exclusive = False  # read by an op (see _tensor._Storage)
                         if view is None:
                             jargs[i] = a._storage.array
                         elif defer_views and view.seen is None:
@@ -134,7 +144,7 @@ def _make_unwrapper(func, defer_views: bool = False) -> Callable:
                                 a, a._storage.array, view.compute, view.compute.recipe
                             )
                         else:
-                            jargs[i] = a._value()
+                            jargs[i] = a._peek()
                     elif defer_views and type(a) is list:  # cat's tensors
                         jargs[i] = [_unwrap_deferring(x, i) for x in a]
                     elif a is not None:
@@ -385,10 +395,14 @@ def plain_impl(func, fn) -> Callable:
 
     def raw(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
+        release(args)
+        release(kwargs.values())
         return fn(*jargs, **jkwargs)
 
     def impl(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
+        release(args)
+        release(kwargs.values())
         out = fn(*jargs, **jkwargs)
         if type(out) is _ArrayImpl:
             return _make(out)
@@ -460,6 +474,8 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
                 return entry.call(*leaves)
             except (ValueError, TypeError):  # inputs on other devices than it was compiled for
                 return entry.relax()(*leaves)
+        release(args)  # run plainly from here on
+        release(kwargs.values())
         if key is None:
             return fn(*materialize(jargs), **jkwargs)
         return miss(key, jargs, jkwargs, leaves)[1]
@@ -468,6 +484,8 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         jargs, jkwargs = unwrap(args, kwargs)
         entry, key, leaves = lookup(jargs, jkwargs)
         if entry is None:
+            release(args)  # run plainly
+            release(kwargs.values())
             if key is None:
                 out = fn(*materialize(jargs), **jkwargs)
             else:
@@ -577,6 +595,7 @@ def view_impl(func, fn) -> Callable:
     splits = func in _DEFERRED_SPLITS
     deferrable = splits or func in _DEFERRED_VIEWS
     identity = func in _IDENTITY_VIEWS
+    layout_cache: dict = {}  # see _view_layouts
 
     def impl(args, kwargs):
         base = args[0]
@@ -586,7 +605,7 @@ def view_impl(func, fn) -> Callable:
         storage = base._storage
         root_array = storage.array
         # First, so that PyTorch's own errors come out (view of a non-viewable layout, ...).
-        layouts = _view_layouts(func, base, args, kwargs, root_array)
+        layouts = _view_layouts(func, base, args, kwargs, root_array, layout_cache)
         parent = base._view
         if (
             identity
@@ -618,9 +637,7 @@ def view_impl(func, fn) -> Callable:
             return _deferred_view(
                 func, fn, storage, root_array, parent, op_kind, args, layouts[0], device
             )
-        exclusive = storage.exclusive
-        jargs, jkwargs = unwrap(args, kwargs)
-        storage.exclusive = exclusive  # the view's array stays inside the storage
+        jargs, jkwargs = unwrap(args, kwargs)  # (the view's array stays inside the storage)
         rest = jargs[1:]
         base_array = jargs[0]
         out = _call(fn, jargs, jkwargs)
@@ -700,35 +717,32 @@ def _deferred_view(
     )
 
 
-# (op, base size/stride/offset/dtype, storage bytes, other arguments) -> each result's layout
-_LAYOUTS: dict = {}
-
-
-def _view_layouts(func, base, args, kwargs, root_array) -> list | None:
+def _view_layouts(func, base, args, kwargs, root_array, cache: dict) -> list | None:
     """PyTorch's ``(strides, storage_offset, storage_nbytes, shape)`` of each result of view op
-    ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then cached.
+    ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then kept in
+    ``cache`` (one per view op: its key then needs no op, whose hash is Python code).
 
     ``None`` where PyTorch has no meta kernel for the op (the view is then row-major).
     """
-    nbytes = int(root_array.size) * root_array.dtype.itemsize
     try:
-        key = (
-            func,
-            tuple(base.shape),
+        key = (  # the base's layout, the storage's shape and dtype, the other arguments
+            base.shape,
             base.stride(),
             base.storage_offset(),
             base.dtype,
-            nbytes,
+            root_array.shape,
+            root_array.dtype,
             _frozen(args[1:]),
-            _frozen(kwargs),
+            _frozen(kwargs) if kwargs else (),
         )
-        hit = _LAYOUTS.get(key)
+        hit = cache.get(key)
     except TypeError:  # a tensor or another unhashable argument: not cached
         key, hit = None, None
     if hit is None:
+        nbytes = int(root_array.size) * root_array.dtype.itemsize
         hit = _meta_layouts(func, base, args, kwargs, nbytes)
-        if key is not None and len(_LAYOUTS) < 65536:
-            _LAYOUTS[key] = hit
+        if key is not None and len(cache) < 4096:
+            cache[key] = hit
     return hit or None
 
 

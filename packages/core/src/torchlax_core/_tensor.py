@@ -73,9 +73,12 @@ class _Storage:
     (``torch.utils.swap_tensors``, used by ``module.to``) keeps every alias consistent.
 
     ``exclusive``: no one outside this storage has seen ``array``. A compiled program that
-    wrote it sets it (``internal.set_exclusive``); every read of the array (``_value``, the
-    dispatcher's) clears it, so that an array handed out (``t.jax()``, DLPack, an op that
-    returns its input unchanged) is never donated to XLA while someone can still read it.
+    wrote it sets it (``internal.set_exclusive``); whatever hands the array out clears it, so
+    that it is never donated to XLA while someone can still read it: ``_value`` (``t.jax()``,
+    DLPack, ``.numpy()``), a write of another array (``_write``) and an op whose lowering runs
+    plainly (its result may be its input unchanged: ``_dispatch.release``). An op served by a
+    compiled executable (the eager op cache) only reads its inputs: its results are new
+    buffers, so the hot path leaves the flag alone.
     """
 
     __slots__ = ("__weakref__", "addressed", "array", "exclusive")
@@ -269,6 +272,13 @@ def _byte_sources(compute, root, view_dtype):
     return jnp.asarray(sources)
 
 
+def spans_storage(tensor: Tensor) -> bool:
+    """Whether ``tensor`` is its storage's whole array as it is (a root, or an identity view:
+    ``detach``, ``alias``): what a compiled program may donate or mark exclusive."""
+    view = tensor._view
+    return view is None or view.compute is None
+
+
 def _make(
     array,
     storage: _Storage | None = None,
@@ -338,10 +348,13 @@ class Tensor(torch.Tensor):
         return self._value()
 
     def _value(self) -> jax.Array:
+        self._storage.exclusive = False  # the array is handed out (see _Storage)
+        return self._peek()
+
+    def _peek(self) -> jax.Array:
+        """``_value()`` for a reader that keeps the array to itself (an executable's input)."""
         view = self._view
-        storage = self._storage
-        storage.exclusive = False  # the array is handed out (see _Storage)
-        root = storage.array
+        root = self._storage.array
         if view is None:
             return root
         if view.seen is not root:
@@ -352,6 +365,7 @@ class Tensor(torch.Tensor):
     def _write(self, new: jax.Array) -> None:
         """Replace this tensor's data in place (same shape and dtype), through any view."""
         storage = self._storage
+        storage.exclusive = False  # ``new`` may be held elsewhere (``b.copy_(a)``)
         view = self._view
         if view is None:
             storage.array = new

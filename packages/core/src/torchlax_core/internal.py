@@ -103,10 +103,8 @@ def tables_of(env: Any) -> Tables:
 def peek_array(tensor: _tensor.Tensor) -> Any:
     """``array_of(tensor)``, except that an exclusive storage stays exclusive: for a compiled
     program that hands none of its inputs' arrays out (it tracks its own outputs)."""
-    storage = tensor._storage  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-    if storage.exclusive and (view is None or view.compute is None):
-        return storage.array
+    if tensor._storage.exclusive and _tensor.spans_storage(tensor):  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+        return tensor._peek()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
     return tensor._value()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
 
 
@@ -114,13 +112,11 @@ def is_exclusive(tensor: _tensor.Tensor) -> bool:
     """Whether ``tensor`` spans its whole storage (no view, or an identity view) and nothing
     outside that storage has seen its array since a compiled program wrote it: the array can
     be donated to XLA without anyone left to read it."""
-    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-    return tensor._storage.exclusive and (view is None or view.compute is None)  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    return tensor._storage.exclusive and _tensor.spans_storage(tensor)  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
 
 
 def set_exclusive(tensor: _tensor.Tensor) -> None:
     """Record that ``tensor``'s storage now holds an array no one outside it has seen (a
     compiled program just wrote it there, and handed it out nowhere else)."""
-    view = tensor._view  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-    if view is None or view.compute is None:
+    if _tensor.spans_storage(tensor):
         tensor._storage.exclusive = True  # pyright: ignore[reportPrivateUsage]  (the core writing its own Tensor)
