@@ -493,3 +493,32 @@ def test_index_fill_with_a_cpu_index_as_pytorch_devices():
     assert_same(to_cpu(to_jax(x).index_fill(1, torch.tensor(2), 5.0)), expected)
     with pytest.raises(DeviceMismatchError, match="index_fill.*'index'"):
         to_jax(x).index_fill(1, torch.tensor([2]), 5.0)
+
+
+def _raised(fn, device):
+    try:
+        fn(device)
+    except Exception as e:  # noqa: BLE001  the exception itself is what is compared
+        return type(e), str(e)
+    raise AssertionError(f"no exception on {device}")
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda d: torch.empty(10, 0, device=d)[:, [0, 1]],  # a zero-size dimension
+        lambda d: torch.empty(0, 3, device=d)[[0]],
+        lambda d: torch.empty(0, 3, device=d).index_put_(
+            (torch.tensor([0], device=d),), torch.tensor(1.0, device=d)
+        ),
+        lambda d: torch.empty(3, 4, 5, device=d)[:, :, [7]],  # numbered among indexed dims
+        lambda d: torch.empty(3, 4, 5, device=d)[[0], :, [-7]],
+        lambda d: torch.empty(10, 3, device=d).__setitem__((slice(None), [4]), 1.0),
+    ],
+)
+def test_out_of_bounds_index_messages_as_pytorch(fn):
+    assert _raised(fn, "jax") == _raised(fn, "cpu")
+
+
+def test_empty_index_of_a_zero_size_dimension_is_fine():
+    check(lambda t: (t[:, torch.tensor([], dtype=torch.long)], t[[1, 2]]), torch.empty(10, 0))

@@ -81,14 +81,7 @@ def _key(self, indices, op: str, check: bool = True):
                     f"{index.dtype}); convert the index with .long()."
                 )
             if check and len(key) < self.ndim:
-                size = self.shape[len(key)]
-                check_index(
-                    index,
-                    -size,
-                    size,
-                    IndexError,
-                    f"index {{index}} is out of bounds for dimension {len(key)} with size {size}",
-                )
+                _check_advanced_index(self.shape[len(key)], index, key)
             key.append(index)
     if len(key) > self.ndim:
         raise IndexError(f"too many indices for tensor of dimension {self.ndim} (got {len(key)})")
@@ -102,6 +95,21 @@ def _key(self, indices, op: str, check: bool = True):
             f"{listed}; pass index tensors whose shapes broadcast together."
         ) from None
     return tuple(key)
+
+
+def _check_advanced_index(size: int, index, key: list) -> None:
+    """ATen's range check of one index tensor: it numbers the dimension among the indexed
+    ones (ATen moves them to the front first), and a zero-size dimension has no valid index."""
+    if size == 0 and index.size:
+        raise IndexError("index is out of bounds for dimension with size 0")
+    indexed = sum(not isinstance(k, slice) for k in key)
+    check_index(
+        index,
+        -size,
+        size,
+        IndexError,
+        f"index {{index}} is out of bounds for dimension {indexed} with size {size}",
+    )
 
 
 def _check_indices(indices, op: str, exc_type: type[Exception]) -> None:

@@ -12,7 +12,9 @@ import jax.core
 import jax.numpy as jnp
 import torch
 
+from .._promotion import declared, opmath_dtype
 from .._table import decomposition, lowering
+from .linalg import _scalar_name
 
 aten = torch.ops.aten
 
@@ -20,10 +22,44 @@ aten = torch.ops.aten
 # -- normalization ---------------------------------------------------------------------------
 
 
+@lowering(aten.native_layer_norm.default)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    _check_layer_norm_dtypes(input, weight, bias)
+    return _layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def _check_layer_norm_dtypes(input, weight, bias) -> None:
+    """PyTorch's CPU rule: parameters of the input's dtype, or a half-precision input with
+    float32 parameters ("mixed type", decided by the first parameter given)."""
+    params = {name: p for name, p in (("weight", weight), ("bias", bias)) if p is not None}
+    if not params or next(iter(params.values())).dtype == input.dtype:
+        for name, param in params.items():
+            if param.dtype != input.dtype:
+                raise RuntimeError(
+                    f"expected scalar type {_scalar_name(input)} but found {_scalar_name(param)}. "
+                    f"native_layer_norm got {name} of another dtype than its input: pass "
+                    "weight and bias of the input's dtype (or float32 for a half input)."
+                )
+        return
+    for name, param in params.items():
+        if param.dtype != jnp.float32:
+            raise RuntimeError(
+                "mixed dtype (CPU): expect parameter to have scalar type of Float. "
+                f"native_layer_norm got {name} of dtype {_scalar_name(param)} for an input of "
+                f"{_scalar_name(input)}; pass weight and bias of the input's dtype, or float32 "
+                "for a half-precision input."
+            )
+    if opmath_dtype(input.dtype) != jnp.float32:  # float32 parameters only for half inputs
+        raise RuntimeError(
+            "mixed dtype (CPU): all inputs must share same datatype. native_layer_norm got "
+            f"float32 parameters for an input of {_scalar_name(input)}; float32 parameters "
+            "mix only with a float16 or bfloat16 input, so cast them to the input's dtype."
+        )
+
+
 # The output takes the input's dtype; the statistics round to the arguments' common dtype, so
 # a half input with float32 parameters ("mixed type") keeps float32 statistics, as PyTorch.
-@lowering(aten.native_layer_norm.default, opmath=True, results=("input", None, None))
-def native_layer_norm(input, normalized_shape, weight, bias, eps):
+def _layer_norm(input, normalized_shape, weight, bias, eps):
     axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
     mean = jnp.mean(input, axis=axes, keepdims=True)
     centered = input - mean
@@ -34,6 +70,11 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     if bias is not None:
         out = out + bias
     return out.astype(input.dtype), mean, rstd
+
+
+_layer_norm = declared(
+    aten.native_layer_norm.default, _layer_norm, None, None, True, ("input", None, None)
+)
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
