@@ -136,3 +136,20 @@ def test_autograd_through_a_kept_layout():
     ((jx.t() * 2).sin()).sum().backward()
     assert jx.grad is not None and cpu.grad is not None
     assert_same(jx.grad, cpu.grad)
+
+
+@pytest.mark.parametrize(
+    ("dims", "ndim"), [((1, 1), 2), ((1, -2), 3), ((0, 1, 2), 3), ((0,), 2), ((0, 1), 1)]
+)
+def test_rot90_refuses_bad_dims_as_pytorch(dims, ndim):
+    cpu = torch.arange(2**ndim).view((2,) * ndim)
+    with pytest.raises(RuntimeError) as expected:
+        cpu.rot90(1, dims)
+    with pytest.raises(RuntimeError) as actual:
+        to_jax(cpu).rot90(1, dims)
+    assert str(actual.value) == str(expected.value)
+
+
+def test_rot90_out_of_range_dim_is_an_index_error():
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        to_jax(torch.arange(4).view(2, 2)).rot90(1, [0, 2])
