@@ -153,3 +153,28 @@ def test_rot90_refuses_bad_dims_as_pytorch(dims, ndim):
 def test_rot90_out_of_range_dim_is_an_index_error():
     with pytest.raises(IndexError, match="Dimension out of range"):
         to_jax(torch.arange(4).view(2, 2)).rot90(1, [0, 2])
+
+
+@pytest.mark.parametrize(
+    ("shape", "memory_format"),
+    [((2, 3, 4, 5), torch.channels_last), ((2, 3, 2, 4, 5), torch.channels_last_3d)],
+)
+def test_resize_to_channels_last_reads_the_storage_as_pytorch(shape, memory_format):
+    numel = 1
+    for n in shape:
+        numel *= n
+    cpu = torch.arange(numel, dtype=torch.float32)
+    jx = to_jax(cpu)
+    cpu.resize_(shape, memory_format=memory_format)
+    jx.resize_(shape, memory_format=memory_format)
+    assert _layout(jx) == _layout(cpu)
+    assert jx.is_contiguous(memory_format=memory_format)
+    assert_same(jx, cpu)
+    # resize_as_ with preserve_format takes the template's memory format, without it row-major
+    for fmt in ({"memory_format": torch.preserve_format}, {}):
+        flat_cpu = torch.arange(numel, dtype=torch.float32)
+        flat_jx = to_jax(flat_cpu)
+        flat_cpu.resize_as_(cpu, **fmt)
+        flat_jx.resize_as_(jx, **fmt)
+        assert _layout(flat_jx) == _layout(flat_cpu)
+        assert_same(flat_jx, flat_cpu)

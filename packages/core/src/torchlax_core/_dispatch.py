@@ -1248,7 +1248,10 @@ def resize_(self, size, memory_format=None):
     numel = 1
     for n in size:
         numel *= n
-    if size == list(self.shape):
+    strides = make_contiguous_strides_for(size)
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        strides = torch._prims_common.make_channels_last_strides_for(size)
+    elif size == list(self.shape):
         return self
     storage = self._storage
     root = storage.array
@@ -1264,14 +1267,17 @@ def resize_(self, size, memory_format=None):
     if offset + numel > root.size:
         return _grow(self, root, offset, size)
 
-    def compute(array):
-        return array.reshape(-1)[offset : offset + numel].reshape(size)
+    order = memory_order(size, strides)  # channels_last: the storage holds NHWC
+    stored = size if order is None else [size[d] for d in order]
+    back = None if order is None else tuple(int(d) for d in np.argsort(order))
 
-    kind = RESHAPE if offset == 0 and numel == root.size else GATHER
+    def compute(array):
+        elements = array.reshape(-1)[offset : offset + numel].reshape(stored)
+        return elements if back is None else jnp.transpose(elements, back)
+
+    kind = RESHAPE if offset == 0 and numel == root.size and back is None else GATHER
     with torch._C._DisableTorchDispatch():  # the wrapper's own sizes, checked against its storage
-        torch.ops.aten.as_strided_.default(
-            self, size, make_contiguous_strides_for(size), self.storage_offset()
-        )
+        torch.ops.aten.as_strided_.default(self, size, strides, self.storage_offset())
     self._view = _View(compute, kind, root, compute(root))
     return self
 
@@ -1393,4 +1399,6 @@ def resize_output(func, out: Tensor, shape: tuple) -> None:
 
 
 def resize_as_(self, the_template, *, memory_format=None):
+    if memory_format is torch.preserve_format:
+        memory_format = torch._prims_common.suggest_memory_format(the_template)
     return resize_(self, the_template.shape, memory_format)
