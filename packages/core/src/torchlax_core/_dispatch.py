@@ -21,7 +21,11 @@ import numpy as np
 import torch
 import torch.utils._pytree
 from jax._src.config import enable_x64 as _x64
-from torch._prims_common import make_contiguous_strides_for
+from torch._prims_common import (
+    make_channels_last_strides_for,
+    make_contiguous_strides_for,
+    suggest_memory_format,
+)
 
 from . import _opcache, _tensor
 from ._dtypes import jax_dtype, torch_dtype
@@ -1250,7 +1254,7 @@ def resize_(self, size, memory_format=None):
         numel *= n
     strides = make_contiguous_strides_for(size)
     if memory_format in (torch.channels_last, torch.channels_last_3d):
-        strides = torch._prims_common.make_channels_last_strides_for(size)
+        strides = make_channels_last_strides_for(size)  # pyright: ignore[reportArgumentType]  (its stub's int-like protocol misses int)
     elif size == list(self.shape):
         return self
     storage = self._storage
@@ -1400,5 +1404,5 @@ def resize_output(func, out: Tensor, shape: tuple) -> None:
 
 def resize_as_(self, the_template, *, memory_format=None):
     if memory_format is torch.preserve_format:
-        memory_format = torch._prims_common.suggest_memory_format(the_template)
+        memory_format = suggest_memory_format(the_template)
     return resize_(self, the_template.shape, memory_format)
