@@ -178,3 +178,30 @@ def test_resize_to_channels_last_reads_the_storage_as_pytorch(shape, memory_form
         flat_jx.resize_as_(jx, **fmt)
         assert _layout(flat_jx) == _layout(flat_cpu)
         assert_same(flat_jx, flat_cpu)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x.contiguous(memory_format=torch.channels_last),
+        lambda x: x.clone(memory_format=torch.channels_last),
+        lambda x: torch.zeros_like(x, memory_format=torch.channels_last),
+        lambda x: x.contiguous(memory_format=torch.channels_last).contiguous(),
+    ],
+)
+def test_channels_last_on_request(make):
+    cpu = torch.arange(120, dtype=torch.float32).reshape(2, 3, 4, 5)
+    expected, actual = make(cpu), make(to_jax(cpu))
+    assert _layout(actual) == _layout(expected)
+    assert_same(actual, expected)
+
+
+def test_channels_last_of_another_rank_raises_as_pytorch():
+    for fmt, message in (
+        (torch.channels_last, "required rank 4 tensor to use channels_last format"),
+        (torch.channels_last_3d, "required rank 5 tensor to use channels_last_3d format"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            torch.zeros(2, 3).contiguous(memory_format=fmt)
+        with pytest.raises(RuntimeError, match=message):
+            to_jax(torch.zeros(2, 3)).contiguous(memory_format=fmt)

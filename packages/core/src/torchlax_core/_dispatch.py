@@ -478,6 +478,14 @@ def memory_order_impl(func, inner: Callable) -> Callable:
     run = inner.raw  # pyright: ignore[reportFunctionMemberAccess]  (plain_impl/cached_impl set it)
 
     def impl(args, kwargs):
+        if kwargs and kwargs.get("memory_format") in _CHANNELS_LAST:
+            out = run(args, kwargs)  # asked for: x.contiguous(memory_format=channels_last)
+            rank, name = (4, "channels_last")
+            if kwargs["memory_format"] is torch.channels_last_3d:
+                rank, name = (5, "channels_last_3d")
+            if out.ndim != rank:
+                raise RuntimeError(f"required rank {rank} tensor to use {name} format")
+            return _laid_out(out, make_channels_last_strides_for(out.shape))
         for a in args:
             if type(a) is Tensor and a._view is not None:
                 stored = _memory_ordered_args(args, kwargs)
@@ -492,6 +500,9 @@ def memory_order_impl(func, inner: Callable) -> Callable:
 
     impl.raw = run  # pyright: ignore[reportFunctionMemberAccess]  (in-place and out= write their own tensor)
     return impl
+
+
+_CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
 
 
 def _memory_ordered_args(args, kwargs):
