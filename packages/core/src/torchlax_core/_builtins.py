@@ -17,7 +17,15 @@ from torch.utils import _pytree as pytree
 
 from ._checks import check_sizes
 from ._current import current_env
-from ._dispatch import resize_, resize_as_, set_storage_, set_tensor_
+from ._dispatch import (
+    memory_order,
+    memory_ordered_array,
+    resize_,
+    resize_as_,
+    set_storage_,
+    set_tensor_,
+    stored_in_order,
+)
 from ._dtypes import jax_dtype
 from ._logging import get_logger
 from ._registry import op_name
@@ -93,7 +101,12 @@ def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _empty(size, dtype=dtype)
+    # empty_like and .to() of a transposed tensor ask for its strides (preserve_format)
+    order = memory_order(tuple(size), tuple(stride))
+    if order is None:
+        return _empty(size, dtype=dtype)
+    stored = _empty([size[d] for d in order], dtype=dtype)._value()
+    return stored_in_order(stored, order, stride)
 
 
 def _copy_(self, src, non_blocking=False):
@@ -115,21 +128,37 @@ def _to_copy(
     non_blocking=False,
     memory_format=None,
 ):
+    # PyTorch's preserve_format: a dense transposed/permuted tensor keeps its strides.
+    keep = memory_format is None or memory_format is torch.preserve_format
     if not isinstance(self, Tensor):  # cpu_tensor.to("jax"): one copy, straight into JAX
         target = torch.device(device) if device is not None else torch.device("jax")
         source = self if dtype is None else self.to(dtype)
-        return Tensor(_from_cpu(source, current_env().placement(target)))
-    value = self._value()
+        placement = current_env().placement(target)
+        order = memory_order(tuple(source.shape), source.stride()) if keep else None
+        if order is None:
+            return Tensor(_from_cpu(source, placement))
+        # permuted to memory order the source is contiguous: copied as it lies in memory
+        return stored_in_order(_from_cpu(source.permute(order), placement), order, source.stride())
+    in_order = memory_ordered_array(self) if keep else None
     if device is not None and torch.device(device).type != "jax":
-        out = _to_cpu(value)
+        if in_order is None:
+            out = _to_cpu(self._value())
+        else:  # the memory-order copy, given the source's strides (not a view of it)
+            stored = _to_cpu(in_order[0])
+            out = torch.empty(0, dtype=stored.dtype).set_(
+                stored.untyped_storage(), 0, self.shape, self.stride()
+            )
         return out.to(device=device, dtype=dtype or out.dtype)
+    value = self._value() if in_order is None else in_order[0]
     if dtype is not None:
         value = value.astype(jax_dtype(dtype))
     elif device is None:
         value = jnp.array(value, copy=True)
     if device is not None:
         value = current_env().place(value, torch.device(device))
-    return Tensor(value)
+    if in_order is None:
+        return Tensor(value)
+    return stored_in_order(value, in_order[1], self.stride())
 
 
 def _local_scalar_dense(self):

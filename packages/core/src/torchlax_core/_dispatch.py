@@ -21,7 +21,11 @@ import numpy as np
 import torch
 import torch.utils._pytree
 from jax._src.config import enable_x64 as _x64
-from torch._prims_common import make_contiguous_strides_for
+from torch._prims_common import (
+    make_channels_last_strides_for,
+    make_contiguous_strides_for,
+    suggest_memory_format,
+)
 
 from . import _opcache, _tensor
 from ._dtypes import jax_dtype, torch_dtype
@@ -269,7 +273,9 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
         impl = cached_impl(func, fn, cache)
     else:
         impl = plain_impl(func, fn)
-    return meta_layout_impl(func, impl) if func in RESULT_LAYOUT_FROM_META else impl
+    if func in RESULT_LAYOUT_FROM_META:
+        return meta_layout_impl(func, impl)
+    return memory_order_impl(func, impl) if keeps_layout(func) else impl
 
 
 # Ops whose results PyTorch does not lay out row-major, and whose layout its meta kernel gives:
@@ -383,11 +389,164 @@ def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
         return _make(array)
     # (An empty result keeps the strides it is given, PyTorch's, with nothing to reorder.)
     order = memory_order(array.shape, strides) or tuple(range(array.ndim))
+    return stored_in_order(jnp.transpose(array, order), order, strides, value=array)
+
+
+class _TransposedBack:
+    """The view of a tensor stored in memory order: its storage array transposed back."""
+
+    __slots__ = ("axes", "recipe")
+
+    def __init__(self, axes: tuple[int, ...]):
+        self.axes = axes
+        self.recipe = ((_TransposedBack, axes),)  # what the op cache keys a deferred view on
+
+    def __call__(self, array):
+        return jnp.transpose(array, self.axes)
+
+
+def stored_in_order(stored, order, strides, value=None) -> Tensor:
+    """The Tensor of ``strides`` (a dense layout, dimension ``order[0]`` outermost) whose
+    storage is ``stored``, its elements in memory order (the tensor transposed to ``order``).
+
+    The tensor views its storage transposed back; without ``value`` that transpose is computed
+    when first read, or inside the next cached op (a deferred view), so a chain of ops that
+    all run in memory order never transposes.
+    """
     back = tuple(int(d) for d in np.argsort(order))
-    stored = jnp.transpose(array, order)
-    layout = (strides, 0, array.size * array.dtype.itemsize)
-    view = _View(functools.partial(jnp.transpose, axes=back), GATHER, stored, array)
-    return _make(array, _tensor._Storage(stored), view, layout=layout)
+    compute = _TransposedBack(back)
+    layout = (tuple(strides), 0, int(stored.size) * stored.dtype.itemsize)
+    storage = _tensor._Storage(stored)
+    if value is None and type(stored) is _ArrayImpl:
+        shape = tuple(stored.shape[d] for d in back)
+        aval = _Aval(shape, stored)
+        view = _View(compute, GATHER, None, None)
+        return _make(aval, storage, view, layout=layout, device=_tensor._device_of(stored))  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype)
+    if value is None:  # traced: the transpose costs nothing at run time
+        value = compute(stored)
+    return _make(value, storage, _View(compute, GATHER, stored, value), layout=layout)
+
+
+def memory_ordered_array(tensor: Tensor):
+    """``(array, order)``: ``tensor``'s elements in memory order (``order`` from
+    ``memory_order``), taken from its storage where that holds exactly them (a transposed
+    view, a result stored in order); None for a row-major or non-dense tensor."""
+    order = memory_order(tuple(tensor.shape), tensor.stride())
+    if order is None:
+        return None
+    shape = tuple(tensor.shape[d] for d in order)
+    stored = _own_storage(tensor, shape)
+    if stored is None:
+        stored = jnp.transpose(tensor._value(), order)
+    return stored, order
+
+
+def _own_storage(tensor: Tensor, shape):
+    """The storage array of a dense ``tensor`` that holds exactly its elements (in memory
+    order, as ``shape``), else None (a part of the storage, another dtype, a conjugate)."""
+    view = tensor._view
+    storage = tensor._storage
+    array = storage.array
+    if (
+        (view is not None and view.kind == REINTERPRET)
+        or tensor.storage_offset() != 0
+        or array.size != tensor.numel()
+        or array.dtype != _JAX_DTYPES[tensor.dtype]
+    ):
+        return None
+    storage.exclusive = False  # read by an op (see _tensor._Storage)
+    return array if array.shape == shape else array.reshape(shape)
+
+
+# Ops whose result PyTorch lays out as their input (TensorIterator's memory order, or
+# ``memory_format=torch.preserve_format``), besides those tagged pointwise.
+_LAYOUT_KEEPING = frozenset(
+    {
+        torch.ops.aten.zeros_like.default,
+        torch.ops.aten.ones_like.default,
+        torch.ops.aten.full_like.default,
+        torch.ops.aten.empty_like.default,
+        torch.ops.aten.rand_like.default,
+        torch.ops.aten.randn_like.default,
+    }
+)
+
+
+def keeps_layout(func) -> bool:
+    return torch.Tag.pointwise in func.tags or func in _LAYOUT_KEEPING
+
+
+def memory_order_impl(func, inner: Callable) -> Callable:
+    """``inner`` (a pointwise op) keeping its inputs' memory order, as PyTorch's TensorIterator.
+
+    Where every tensor argument that is not 0-d has one dense, non-row-major layout (a
+    transposed view, a result stored so), the op runs on their storage arrays, which hold the
+    elements in that order, and the result is stored the same way: no transpose, no new
+    compile. Other layouts (mixed orders, strided slices, broadcast operands) give row-major
+    results. A row-major argument costs one attribute check.
+    """
+    run = inner.raw  # pyright: ignore[reportFunctionMemberAccess]  (plain_impl/cached_impl set it)
+
+    def impl(args, kwargs):
+        if kwargs and kwargs.get("memory_format") in _CHANNELS_LAST:
+            out = run(args, kwargs)  # asked for: x.contiguous(memory_format=channels_last)
+            rank, name = (4, "channels_last")
+            if kwargs["memory_format"] is torch.channels_last_3d:
+                rank, name = (5, "channels_last_3d")
+            if out.ndim != rank:
+                raise RuntimeError(f"required rank {rank} tensor to use {name} format")
+            return _laid_out(out, make_channels_last_strides_for(out.shape))
+        for a in args:
+            if type(a) is Tensor and a._view is not None:
+                stored = _memory_ordered_args(args, kwargs)
+                if stored is None:
+                    break
+                out = run(stored[0], kwargs)
+                order, strides = stored[1], stored[2]
+                if isinstance(out, tuple | list):
+                    return type(out)(stored_in_order(r, order, strides) for r in out)
+                return stored_in_order(out, order, strides)
+        return inner(args, kwargs)
+
+    impl.raw = run  # pyright: ignore[reportFunctionMemberAccess]  (in-place and out= write their own tensor)
+    return impl
+
+
+_CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
+
+
+def _memory_ordered_args(args, kwargs):
+    """``(args with each tensor as its storage array, order, strides)`` where every tensor
+    argument that is not 0-d has the same dense non-row-major layout and owns its storage
+    array, else None."""
+    if kwargs:
+        fmt = kwargs.get("memory_format")
+        if fmt is not None and fmt is not torch.preserve_format:
+            return None
+        if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            return None
+    layout = None
+    stored = list(args)
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor) or a.dim() == 0:
+            continue
+        if type(a) is not Tensor:
+            return None
+        strides = a.stride()
+        if layout is None:
+            order = memory_order(tuple(a.shape), strides)
+            if order is None:
+                return None
+            layout = (a.shape, strides, order, tuple(a.shape[d] for d in order))
+        elif a.shape != layout[0] or strides != layout[1]:
+            return None
+        array = _own_storage(a, layout[3])
+        if array is None:
+            return None
+        stored[i] = array
+    if layout is None:
+        return None
+    return stored, layout[2], layout[1]
 
 
 def plain_impl(func, fn) -> Callable:
@@ -1118,7 +1277,10 @@ def resize_(self, size, memory_format=None):
     numel = 1
     for n in size:
         numel *= n
-    if size == list(self.shape):
+    strides = make_contiguous_strides_for(size)
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        strides = make_channels_last_strides_for(size)  # pyright: ignore[reportArgumentType]  (its stub's int-like protocol misses int)
+    elif size == list(self.shape):
         return self
     storage = self._storage
     root = storage.array
@@ -1134,14 +1296,17 @@ def resize_(self, size, memory_format=None):
     if offset + numel > root.size:
         return _grow(self, root, offset, size)
 
-    def compute(array):
-        return array.reshape(-1)[offset : offset + numel].reshape(size)
+    order = memory_order(size, strides)  # channels_last: the storage holds NHWC
+    stored = size if order is None else [size[d] for d in order]
+    back = None if order is None else tuple(int(d) for d in np.argsort(order))
 
-    kind = RESHAPE if offset == 0 and numel == root.size else GATHER
+    def compute(array):
+        elements = array.reshape(-1)[offset : offset + numel].reshape(stored)
+        return elements if back is None else jnp.transpose(elements, back)
+
+    kind = RESHAPE if offset == 0 and numel == root.size and back is None else GATHER
     with torch._C._DisableTorchDispatch():  # the wrapper's own sizes, checked against its storage
-        torch.ops.aten.as_strided_.default(
-            self, size, make_contiguous_strides_for(size), self.storage_offset()
-        )
+        torch.ops.aten.as_strided_.default(self, size, strides, self.storage_offset())
     self._view = _View(compute, kind, root, compute(root))
     return self
 
@@ -1263,4 +1428,6 @@ def resize_output(func, out: Tensor, shape: tuple) -> None:
 
 
 def resize_as_(self, the_template, *, memory_format=None):
+    if memory_format is torch.preserve_format:
+        memory_format = suggest_memory_format(the_template)
     return resize_(self, the_template.shape, memory_format)

@@ -408,9 +408,17 @@ def roll(self, shifts, dims=()):
 
 @lowering(aten.rot90.default)
 def rot90(self, k=1, dims=(0, 1)):
+    # PyTorch's checks, in its order and words
     if len(dims) != 2:
         raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
-    return jnp.rot90(self, k, (_dim(dims[0], self.ndim), _dim(dims[1], self.ndim)))
+    if self.ndim < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {self.ndim}")
+    first, second = _dim(dims[0], self.ndim), _dim(dims[1], self.ndim)
+    if first == second:
+        raise RuntimeError(
+            f"expected rotation dims to be different, but got dim0 = {dims[0]} and dim1 = {dims[1]}"
+        )
+    return jnp.rot90(self, k, (first, second))
 
 
 @lowering(aten.repeat.default)
