@@ -494,6 +494,8 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self._last_state: tuple | None = None  # (state arrays, their signature)
+        # (layout, info, the _write_plan of both, the signature of the state it writes)
+        self._plan: tuple | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         self.__wrapped__ = target
@@ -693,8 +695,14 @@ class _Jitted:
             results = program.core.run(entry, state_arrays, lr_arrays, arrays)
             out_arrays, new_storages, extra = results
             outputs = _to_tensors(out_arrays, on_jax, arrays)
-            self._last_state = None
-            _write_state(state, info, new_storages, extra)
+            plan = self._plan
+            if plan is None or plan[0] is not layout or plan[1] is not info:
+                # The executable's outputs have the same signature every call: the next
+                # call's state (these arrays, unless something replaces one) is not re-read.
+                out_sig = _Hashed(_signature(new_storages))
+                plan = self._plan = (layout, info, _write_plan(state, info), out_sig)
+            _write_state(state, info, new_storages, extra, plan[2])
+            self._last_state = (new_storages, plan[3])
         if state.schedulers:
             for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
                 for _ in range(count):
@@ -799,6 +807,8 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
 def _distinct(arrays: list) -> list:
     # A buffer donated to the program may be passed once only; two state tensors holding the
     # very same array (one made from the other's .jax()) each get their own.
+    if len(set(map(id, arrays))) == len(arrays):
+        return arrays
     seen: set = set()
     out = []
     for a in arrays:
@@ -827,25 +837,37 @@ def _to_tensors(arrays, on_jax: bool, inputs) -> list[torch.Tensor]:
     return output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
 
 
-def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
-    """Put one call's new state into the objects it belongs to."""
+def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list) -> None:
+    """Put one call's new state into the objects it belongs to (``plan``: ``_write_plan``)."""
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
-    for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True):
-        grad = _slot_value(kind, index, state, extra)
+    owners = state.owners
+    for p, kind, index in plan[0]:
+        grad = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
         if p.grad is not grad:  # the setter's checks cost more than this test
             p.grad = grad
+    for values, name, kind, index in plan[1]:
+        value = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
+        if values.get(name) is not value:
+            values[name] = value
+    _write_cpu_buffers(state, info, extra)
+
+
+def _write_plan(state: _StateSet, info: _Info) -> list:
+    """Where ``_write_state`` puts each ``.grad`` and optimizer state value of ``info``'s
+    program: ``[(param, kind, index), ...]`` and ``[(state dict, name, kind, index), ...]``.
+    It holds while the state's layout does (which checks the optimizers' state dicts)."""
+    grads = [
+        (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
+    ]
+    entries = []
     for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
         params = [p for g in opt.param_groups for p in g["params"]]
-        for p, entries in zip(params, slots, strict=True):
-            if not entries:
-                continue
-            values = opt.state[p]
-            for name, kind, index in entries:
-                value = _slot_value(kind, index, state, extra)
-                if values.get(name) is not value:
-                    values[name] = value
-    _write_cpu_buffers(state, info, extra)
+        for p, row in zip(params, slots, strict=True):
+            if row:
+                values = opt.state[p]
+                entries.extend((values, name, kind, index) for name, kind, index in row)
+    return [grads, entries]
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
@@ -864,14 +886,6 @@ def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
         for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
             if changed:
                 t.copy_(torch.from_dlpack(jnp.array(next(cpu_new), copy=True)))
-
-
-def _slot_value(kind, index, state: _StateSet, extra):
-    if kind == _NONE:
-        return None
-    if kind == _KEPT:
-        return state.owners[index]
-    return Tensor(extra[index])
 
 
 @dataclasses.dataclass

@@ -155,8 +155,11 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
         layout.tensor_storages.append((t, storage_of(t)))
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
+    # A parameter's requires_grad decides what the traced step computes (its grad or none).
+    layout.requires_grads = [p.requires_grad for p in grads]
     layout.static_structure = _Hashed(
         (
+            tuple(layout.requires_grads),
             tuple(_optimizer_structure(opt) for opt in optimizers),
             len(layout.lr_groups),
             tuple(cpu_tensors),
@@ -220,6 +223,7 @@ class _Layout:
     fixed_ids: set = dataclasses.field(default_factory=set)
     entry_dicts: list = dataclasses.field(default_factory=list)
     empty_dicts: tuple = ()
+    requires_grads: list = dataclasses.field(default_factory=list)  # per grads parameter
     # The snapshot: what the walk read, each checked by identity on later calls.
     arg_objects: tuple = ()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
@@ -247,6 +251,8 @@ class _Layout:
         if not all(_unchanged(*s) for s in self.dicts):
             return False
         if any(self.empty_dicts) or not all(_unchanged(*s) for s in self.module_dicts):
+            return False
+        if [p.requires_grad for p in self.grads] != self.requires_grads:
             return False
         for module, training in self.trainings:
             if module.training is not training:
