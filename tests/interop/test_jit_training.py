@@ -233,12 +233,29 @@ def _grads_to_none(model, opt, on_jax):
     opt.zero_grad(set_to_none=True)
 
 
+def _scale_in_place(model, opt, on_jax):
+    with torch.no_grad():
+        model[0].weight.mul_(0.5)
+
+
+def _load_state_dict(model, opt, on_jax):
+    model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
+
+
+def _freeze_first_layer(model, opt, on_jax):
+    model[0].weight.requires_grad_(False)
+
+
 CHANGES = {
     "new-submodule": (_append_layer, True),
     "parameter-replaced": (_replace_parameter, True),
     "add-param-group": (_add_param_group, True),
     # A step that accumulates (no zero_grad inside): the user clears the grads between calls.
     "zero-grad-set-to-none-between-steps": (_grads_to_none, False),
+    # Values changed outside the step: the program reads them (no new layout, no new program).
+    "in-place-outside-the-step": (_scale_in_place, True),
+    "load-state-dict": (_load_state_dict, True),
+    "requires-grad-turned-off": (_freeze_first_layer, True),
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
+from operator import is_
 from typing import Any
 
 import jax
@@ -43,6 +44,7 @@ from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
 from ._jit_state import (
     CpuStateError,
+    _Hashed,
     _Layout,
     _move_cpu_state_to_jax,
     _StateSet,
@@ -135,6 +137,14 @@ class _Info:
     scheduler_steps: tuple[int, ...]
     cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
     trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
+    # Precomputed for each call's write-back and output: whether any storage or CPU buffer
+    # changes, and whether the output is one tensor.
+    writes: bool = dataclasses.field(init=False)
+    single_output: bool = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.writes = any(self.changed) or any(self.cpu_changed)
+        self.single_output = self.out_spec.is_leaf() and self.out_statics[0] is _SLOT
 
 
 class _Program:
@@ -483,6 +493,9 @@ class _Jitted:
         self._first_call = True
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
+        self._last_state: tuple | None = None  # (state arrays, their signature)
+        # (layout, info, the _write_plan of both, the signature of the state it writes)
+        self._plan: tuple | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         self.__wrapped__ = target
@@ -621,7 +634,7 @@ class _Jitted:
             t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs
         ]
         on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
-        signature = (_signature(state_arrays), _signature(arrays))
+        signature = (self._state_signature(state_arrays), _signature(arrays))
         # A step that trains runs the donating program; a function that only computes, the
         # forward program. Which one is learned by the first trace (guessed from whether
         # there are optimizers) and checked on each new signature.
@@ -674,21 +687,44 @@ class _Jitted:
                 entry, state_arrays, lr_arrays, arrays
             )
             outputs = _to_tensors(out_arrays, on_jax, arrays)
-            _write_changed(state, info, new_storages, extra)
+            if info.writes:
+                self._last_state = None
+                _write_changed(state, info, new_storages, extra)
         else:
             # Check errors are raised before any output or state is written back.
             results = program.core.run(entry, state_arrays, lr_arrays, arrays)
             out_arrays, new_storages, extra = results
             outputs = _to_tensors(out_arrays, on_jax, arrays)
-            _write_state(state, info, new_storages, extra)
-        for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
-            for _ in range(count):
-                scheduler.step()
+            plan = self._plan
+            if plan is None or plan[0] is not layout or plan[1] is not info:
+                # The executable's outputs have the same signature every call: the next
+                # call's state (these arrays, unless something replaces one) is not re-read.
+                out_sig = _Hashed(_signature(new_storages))
+                plan = self._plan = (layout, info, _write_plan(state, info), out_sig)
+            _write_state(state, info, new_storages, extra, plan[2])
+            self._last_state = (new_storages, plan[3])
+        if state.schedulers:
+            for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
+                for _ in range(count):
+                    scheduler.step()
+        if info.single_output:
+            return outputs[0]
         if info.out_spec.is_leaf():
-            return outputs[0] if info.out_statics[0] is _SLOT else info.out_statics[0]
+            return info.out_statics[0]
         it = iter(outputs)
         flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
         return pytree.tree_unflatten(flat_out, info.out_spec)
+
+    def _state_signature(self, arrays: list) -> _Hashed:
+        # The state's arrays are those of the last call unless a step or the user replaced
+        # one: then their signature is too (kept only while they are the live state, so no
+        # replaced array is held alive).
+        last = self._last_state
+        if last is not None and len(last[0]) == len(arrays) and all(map(is_, arrays, last[0])):
+            return last[1]
+        sig = _Hashed(_signature(arrays))
+        self._last_state = (arrays, sig)
+        return sig
 
     def _tensor_args_spec(self, n: int) -> tuple:
         spec = self._tensor_args_specs.get(n)
@@ -771,6 +807,8 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
 def _distinct(arrays: list) -> list:
     # A buffer donated to the program may be passed once only; two state tensors holding the
     # very same array (one made from the other's .jax()) each get their own.
+    if len(set(map(id, arrays))) == len(arrays):
+        return arrays
     seen: set = set()
     out = []
     for a in arrays:
@@ -799,25 +837,37 @@ def _to_tensors(arrays, on_jax: bool, inputs) -> list[torch.Tensor]:
     return output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
 
 
-def _write_state(state: _StateSet, info: _Info, new_storages, extra) -> None:
-    """Put one call's new state into the objects it belongs to."""
+def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list) -> None:
+    """Put one call's new state into the objects it belongs to (``plan``: ``_write_plan``)."""
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
-    for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True):
-        grad = _slot_value(kind, index, state, extra)
+    owners = state.owners
+    for p, kind, index in plan[0]:
+        grad = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
         if p.grad is not grad:  # the setter's checks cost more than this test
             p.grad = grad
+    for values, name, kind, index in plan[1]:
+        value = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
+        if values.get(name) is not value:
+            values[name] = value
+    _write_cpu_buffers(state, info, extra)
+
+
+def _write_plan(state: _StateSet, info: _Info) -> list:
+    """Where ``_write_state`` puts each ``.grad`` and optimizer state value of ``info``'s
+    program: ``[(param, kind, index), ...]`` and ``[(state dict, name, kind, index), ...]``.
+    It holds while the state's layout does (which checks the optimizers' state dicts)."""
+    grads = [
+        (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
+    ]
+    entries = []
     for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
         params = [p for g in opt.param_groups for p in g["params"]]
-        for p, entries in zip(params, slots, strict=True):
-            if not entries:
-                continue
-            values = opt.state[p]
-            for name, kind, index in entries:
-                value = _slot_value(kind, index, state, extra)
-                if values.get(name) is not value:
-                    values[name] = value
-    _write_cpu_buffers(state, info, extra)
+        for p, row in zip(params, slots, strict=True):
+            if row:
+                values = opt.state[p]
+                entries.extend((values, name, kind, index) for name, kind, index in row)
+    return [grads, entries]
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
@@ -836,14 +886,6 @@ def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
         for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
             if changed:
                 t.copy_(torch.from_dlpack(jnp.array(next(cpu_new), copy=True)))
-
-
-def _slot_value(kind, index, state: _StateSet, extra):
-    if kind == _NONE:
-        return None
-    if kind == _KEPT:
-        return state.owners[index]
-    return Tensor(extra[index])
 
 
 @dataclasses.dataclass
@@ -892,7 +934,9 @@ class _JitFunction(torch.autograd.Function):
         call.out_arrays = outs
         ctx.call = call
         outputs = _to_tensors(outs, call.on_jax, call.arrays)
-        _write_changed(call.state, call.info, new_storages, extra)
+        if call.info.writes:
+            program.jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
+            _write_changed(call.state, call.info, new_storages, extra)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)

@@ -50,7 +50,7 @@ class _StateSet:
     lrs: list  # (param_group, value) for each learning rate that is an input
     lr_types: list  # the numpy type each learning rate is passed as (see _lr_type)
     cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
-    static_structure: tuple  # what of the structure the layout's snapshot guarantees
+    static_structure: object  # what of the structure the layout's snapshot guarantees
     # Positions in ``grads`` of .grads the step discards unread (zero_grad(set_to_none=True)
     # first): not program inputs, and ``None`` while tracing.
     dead_grads: tuple[int, ...] = ()
@@ -155,13 +155,50 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
         layout.tensor_storages.append((t, storage_of(t)))
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
-    layout.static_structure = (
-        tuple(_optimizer_structure(opt) for opt in optimizers),
-        len(layout.lr_groups),
-        tuple(cpu_tensors),
-        tuple(flag for _, flag in layout.trainings),
+    # A parameter's requires_grad decides what the traced step computes (its grad or none).
+    layout.requires_grads = [p.requires_grad for p in grads]
+    layout.static_structure = _Hashed(
+        (
+            tuple(layout.requires_grads),
+            tuple(_optimizer_structure(opt) for opt in optimizers),
+            len(layout.lr_groups),
+            tuple(cpu_tensors),
+            tuple(flag for _, flag in layout.trainings),
+        )
     )
+    # What holds() re-checks each call, split once: empty dicts (a leaf module's _modules)
+    # are checked all at once, in C.
+    layout.empty_dicts = tuple(d for d, keys, _ in layout.module_dicts if not keys)
+    layout.module_dicts = [s for s in layout.module_dicts if s[1]]
+    # The storages of the module and optimizer tensors, fixed while holds() is true (it
+    # checks each tensor's storage): assembled once, not on every call.
+    for item in recipe:
+        if type(item) is not dict:
+            storage = storage_of(item)
+            if id(storage) not in layout.fixed_ids:
+                layout.fixed_ids.add(id(storage))
+                layout.fixed_storages.append(storage)
+                layout.fixed_owners.append(item)
+    layout.entry_dicts = [item for item in recipe if type(item) is dict]
     return layout
+
+
+class _Hashed:
+    """A cache key's part that stays the same over many calls, hashed once: the structure the
+    state's layout fixes (a training step's optimizer structure is a large tuple), the state's
+    signature (hashing numpy dtypes is not cheap). Each call's lookups would hash it again."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, _Hashed) and self.value == other.value)
 
 
 @dataclasses.dataclass
@@ -178,7 +215,15 @@ class _Layout:
     lr_groups: list = dataclasses.field(default_factory=list)  # groups whose lr is an input
     lr_types: list = dataclasses.field(default_factory=list)  # per lr group: _lr_type
     cpu_tensors: dict = dataclasses.field(default_factory=dict)
-    static_structure: tuple = ()
+    static_structure: object = ()
+    # Assembled once (see find_state): the storages of the recipe's tensors, their ids and
+    # owners, and the optimizer state dicts whose tensors each call reads anew.
+    fixed_storages: list = dataclasses.field(default_factory=list)
+    fixed_owners: list = dataclasses.field(default_factory=list)
+    fixed_ids: set = dataclasses.field(default_factory=set)
+    entry_dicts: list = dataclasses.field(default_factory=list)
+    empty_dicts: tuple = ()
+    requires_grads: list = dataclasses.field(default_factory=list)  # per grads parameter
     # The snapshot: what the walk read, each checked by identity on later calls.
     arg_objects: tuple = ()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
@@ -205,7 +250,9 @@ class _Layout:
                 return False
         if not all(_unchanged(*s) for s in self.dicts):
             return False
-        if not all(_unchanged(*s) for s in self.module_dicts):
+        if any(self.empty_dicts) or not all(_unchanged(*s) for s in self.module_dicts):
+            return False
+        if [p.requires_grad for p in self.grads] != self.requires_grads:
             return False
         for module, training in self.trainings:
             if module.training is not training:
@@ -244,7 +291,8 @@ class _Layout:
 
     def assemble(self) -> _StateSet:
         """This call's state: the layout's objects, with what each step replaces read anew."""
-        storages, owners, index = [], [], set()
+        storages, owners = list(self.fixed_storages), list(self.fixed_owners)
+        index = set(self.fixed_ids)
 
         def add(t):
             storage = storage_of(t)
@@ -253,13 +301,10 @@ class _Layout:
                 storages.append(storage)
                 owners.append(t)
 
-        for item in self.recipe:
-            if type(item) is dict:
-                for value in item.values():
-                    if isinstance(value, Tensor):
-                        add(value)
-            else:
-                add(item)
+        for entries in self.entry_dicts:
+            for value in entries.values():
+                if isinstance(value, Tensor):
+                    add(value)
         for p in self.grads:
             grad = p.grad
             if isinstance(grad, Tensor):
