@@ -159,19 +159,18 @@ def _flat_fn(key: str) -> Callable:
 
 
 def run_jax(key: str, arrays: list) -> list:
-    """Forward on arrays (the lowering for torchlax Tensors, and the CPU kernel's core)."""
-    with x64():
-        return _flat_fn(key)(*arrays)
+    """Forward on arrays (the lowering for torchlax Tensors, and the CPU kernel's core); called
+    in 64-bit mode (``run_op``'s for the lowering, the kernel's own)."""
+    return _flat_fn(key)(*arrays)
 
 
 def run_jax_vjp(key: str, arrays: list, cotangents: list) -> list:
-    """Gradients w.r.t. ``arrays`` for the given output cotangents (None means zeros)."""
-    flat_fn = _flat_fn(key)
-    with x64():
-        outputs, vjp = jax.vjp(flat_fn, *arrays)
-        cts = [_cotangent(out, ct) for out, ct in zip(outputs, cotangents, strict=True)]
-        grads = vjp(cts)
-        return [_gradient(g, a) for g, a in zip(grads, arrays, strict=True)]
+    """Gradients w.r.t. ``arrays`` for the given output cotangents (None means zeros); called
+    in 64-bit mode, as ``run_jax``."""
+    outputs, vjp = jax.vjp(_flat_fn(key), *arrays)
+    cts = [_cotangent(out, ct) for out, ct in zip(outputs, cotangents, strict=True)]
+    grads = vjp(cts)
+    return [_gradient(g, a) for g, a in zip(grads, arrays, strict=True)]
 
 
 def _differentiable(dtype) -> bool:
