@@ -38,6 +38,7 @@ from ._current import current_env
 from ._program import unused_key
 from ._stats import record_compile
 from ._tensor import Tensor
+from ._x64 import x64
 
 
 def signature(arrays: Sequence[jax.Array]) -> tuple:
@@ -205,7 +206,7 @@ class CompiledProgram:
     def _trace(self, args: Sequence, static) -> Entry:
         learned: list = []
         jitted = self.jitted(static, learned=learned)
-        with jax.enable_x64(True):
+        with x64():
             trace = jitted.trace(*args, self.key_input())
         self.traces += 1
         info, random = learned
@@ -215,7 +216,7 @@ class CompiledProgram:
         with self._lock:
             if entry._executable is None:
                 start = time.perf_counter()
-                with jax.enable_x64(True):
+                with x64():
                     entry._executable = entry._traced.lower().compile()
                 entry._traced = None
                 self.compilations += 1

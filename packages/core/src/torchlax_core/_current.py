@@ -1,6 +1,6 @@
 """The current environment: each thread's ``enable()`` stack, ``current_env()`` and the default.
 
-The bottom of the core: every other core module may import it, and it imports none of them
+The bottom of the core: every other core module may import it, and it imports only ``_x64``
 at import time (``default_env`` imports ``_environment`` once, when it creates the default
 environment). ``Tensor.__torch_dispatch__`` calls ``current_env`` on every op.
 """
@@ -13,13 +13,12 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import jax
 import torch
+
+from ._x64 import set_x64_globally, x64
 
 if TYPE_CHECKING:
     from ._environment import Environment
-
-_x64 = jax.enable_x64
 
 _lock = threading.Lock()
 _default: Environment | None = None
@@ -155,7 +154,7 @@ def enable(env: Environment | None = None) -> Iterator[Environment]:
     scopes = _current_scopes()
     _swap_params_on()
     try:
-        with _scoped(_Scopes((*scopes.envs, env), scopes.keys)), _x64(True):
+        with _scoped(_Scopes((*scopes.envs, env), scopes.keys)), x64():
             yield env
     finally:
         _swap_params_off()
@@ -172,8 +171,7 @@ def enable_globally(env: Environment | None = None) -> Environment:
     if env is not None:
         _default = env
     if not _globally_enabled:
-        _x64_before_global = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]  (jax.config sets its flags as attributes at run time)
-        jax.config.update("jax_enable_x64", True)
+        _x64_before_global = set_x64_globally(True)
         with _swap_lock:  # see enable()
             if _swap_users:
                 _swap_before = True
@@ -187,7 +185,7 @@ def disable_globally() -> None:
     """Undo ``enable_globally`` (and restore JAX's 64-bit setting)."""
     global _globally_enabled, _x64_before_global, _swap_before
     if _globally_enabled and _x64_before_global is not None:
-        jax.config.update("jax_enable_x64", _x64_before_global)
+        set_x64_globally(_x64_before_global)
         with _swap_lock:
             if _swap_users:  # restored when the last enable() exits
                 _swap_before = False

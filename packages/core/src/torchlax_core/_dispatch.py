@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torch.utils._pytree
-from jax._src.config import enable_x64 as _x64
 from torch._prims_common import (
     make_channels_last_strides_for,
     make_contiguous_strides_for,
@@ -42,6 +41,7 @@ from ._tensor import (
     _make,
     _View,
 )
+from ._x64 import x64, x64_flag
 
 _ArrayImpl = type(jnp.zeros(()))
 _JAX_DTYPES = {t: jax_dtype(t) for t in _tensor._DTYPES.values()}
@@ -252,9 +252,9 @@ def _call(fn, jargs, jkwargs):
     Implementations run under ``_run.run_op``, which turns the mode on; this is for what runs
     later, outside any op: a view recomputing itself from its storage when read.
     """
-    if _x64.value:
+    if x64_flag.value:
         return fn(*jargs, **jkwargs)
-    with _x64(True):
+    with x64():
         return fn(*jargs, **jkwargs)
 
 

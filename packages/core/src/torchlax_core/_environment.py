@@ -39,8 +39,7 @@ from ._dispatch import (
 from ._errors import OpNotLoweredError
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
 from ._run import run_op
-
-_x64 = jax.enable_x64
+from ._x64 import x64
 
 
 @dataclasses.dataclass
@@ -368,7 +367,7 @@ class Environment:
             )
         gen = generator if generator is not None else torch.default_generator
         seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
-        with _x64(True):
+        with x64():
             return jax.random.key(seed)
 
     @contextlib.contextmanager

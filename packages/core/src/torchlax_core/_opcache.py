@@ -41,6 +41,7 @@ from . import _checks
 from ._registry import op_name
 from ._stats import Stats, record_compile
 from ._tensor import _DTYPES, _device_of
+from ._x64 import x64
 
 _ArrayImpl = type(jnp.zeros(()))
 
@@ -338,7 +339,7 @@ def run_probed(cache: OpCache, func, fn, jargs, jkwargs):
 
 @functools.cache
 def _scope_key():
-    with jax.enable_x64(True):
+    with x64():
         return jax.random.key(0)
 
 

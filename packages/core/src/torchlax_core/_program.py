@@ -33,6 +33,7 @@ from jax._src import core as _jax_core
 from . import _tensor
 from ._current import enable
 from ._tensor import Tensor
+from ._x64 import x64
 
 
 class KeyScope:
@@ -53,7 +54,7 @@ class KeyScope:
 @functools.cache
 def unused_key() -> jax.Array:
     """The key input of a program that draws none: made once (each new key is a dispatch)."""
-    with jax.enable_x64(True):
+    with x64():
         return jax.random.key(0)
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jax._src.config import enable_x64 as _x64
 from torch._C import _current_graph_task_id
+
+from ._x64 import x64, x64_flag
 
 
 def run_op(env: Any, func: Any, args: tuple, kwargs: dict, *, from_dispatcher: bool = True):
@@ -31,9 +32,9 @@ def run_op(env: Any, func: Any, args: tuple, kwargs: dict, *, from_dispatcher: b
         impl = env._resolved.get(func)
         if impl is None:
             impl = env._resolve(func)
-        if _x64.value:
+        if x64_flag.value:
             return impl(args, kwargs)
-        with _x64(True):
+        with x64():
             return impl(args, kwargs)
     except Exception as exc:
         if not from_dispatcher or _current_graph_task_id() == -1:

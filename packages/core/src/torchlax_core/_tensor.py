@@ -23,12 +23,12 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
-from jax._src.config import enable_x64 as _x64
 
 from ._current import current_env
 from ._dtypes import _JAX_TO_TORCH as _DTYPES  # jax dtype -> torch dtype, for _make
 from ._dtypes import jax_dtype, torch_dtype
 from ._run import run_op
+from ._x64 import x64
 
 # -- what a tensor is made of -----------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class _View:
             with jax.ensure_compile_time_eval():
                 iota = jnp.arange(size, dtype=jnp.int64 if size > 2**31 - 1 else jnp.int32)
             # Computed now even inside a jit trace: a constant of the program, safe to cache.
-            with jax.enable_x64(True), jax.ensure_compile_time_eval():
+            with x64(), jax.ensure_compile_time_eval():
                 self._indices = self.compute(iota.reshape(root_array.shape)).reshape(-1)
         return self._indices
 
@@ -256,7 +256,7 @@ def _byte_sources(compute, root, view_dtype):
     def view_bytes(probe):
         return _to_bytes(compute(_from_bytes(probe, root.dtype, root.shape)))
 
-    with jax.enable_x64(True), jax.ensure_compile_time_eval():
+    with x64(), jax.ensure_compile_time_eval():
         for bit in range(max(1, (nbytes - 1).bit_length())):
             probe = jnp.asarray((marker | (positions >> bit) & 1).astype(np.uint8))
             seen = np.asarray(view_bytes(probe))
@@ -377,11 +377,11 @@ class Tensor(torch.Tensor):
         elif kind == RESHAPE:
             storage.array = new.reshape(root.shape)
         elif kind == GATHER:
-            with _x64(True):  # a scatter outside 64-bit mode would narrow int64/float64 roots
+            with x64():  # a scatter outside 64-bit mode would narrow int64/float64 roots
                 flat = root.reshape(-1).at[view.indices(root)].set(new.reshape(-1))
             storage.array = flat.reshape(root.shape)
         else:
-            with _x64(True):
+            with x64():
                 storage.array = _write_reinterpreted(view, root, new)
         view.value = new
         view.seen = storage.array
@@ -577,7 +577,7 @@ def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
         # Uncommitted, as JAX's own default placement: such an array combines with arrays
         # sharded over a mesh (JAX moves it), as a tensor on PyTorch's default device does.
         device = None
-    with jax.enable_x64(True):  # keep int64/float64 (0-d CPU scalars are unwrapped outside x64)
+    with x64():  # keep int64/float64 (0-d CPU scalars are unwrapped outside x64)
         return jax.device_put(np.array(host, copy=True), device)
 
 

@@ -34,6 +34,8 @@ from ._registry import Tables as Tables
 from ._registry import op_name as op_name
 from ._stats import record_compile as record_compile
 from ._tensor import IDENTITY as IDENTITY
+from ._x64 import x64 as x64
+from ._x64 import x64_flag as x64_flag
 
 __all__ = [
     "CompiledProgram",
@@ -61,6 +63,8 @@ __all__ = [
     "unused_key",
     "view_kind",
     "write",
+    "x64",
+    "x64_flag",
 ]
 
 # -- a torchlax Tensor's data (see ``_tensor``: a root and its views share one storage) ------

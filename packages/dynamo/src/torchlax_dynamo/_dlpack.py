@@ -23,7 +23,7 @@ import weakref
 
 import jax
 import torch
-from torchlax_core.internal import cuda_device
+from torchlax_core.internal import cuda_device, x64
 
 try:  # jaxlib's DLPack entry points (what jax.dlpack wraps)
     from jax._src.lib import _jax as _jaxlib
@@ -92,7 +92,7 @@ def torch_to_jax(tensor: torch.Tensor) -> jax.Array:
     # Not torchlax_interop.from_torch: that makes the tensor copy-on-write, so that a long-lived
     # array keeps its value; a compiled program only borrows its inputs for one call.
     tensor = tensor.detach().resolve_conj().resolve_neg().contiguous()
-    with jax.enable_x64(True), _current_cuda_device(tensor):  # x64: keep int64/float64
+    with x64(), _current_cuda_device(tensor):  # x64: keep int64/float64
         return jax.dlpack.from_dlpack(tensor)
 
 

@@ -42,6 +42,7 @@ from torchlax_core.internal import (
     signature,
     view_kind,
     write_back,
+    x64,
 )
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
@@ -209,7 +210,7 @@ class XlaProgram:
         statics = tuple(statics)
         # A fresh key per call from torch's generator where the signature draws keys:
         # reproducible under torch.manual_seed.
-        with jax.enable_x64(True):
+        with x64():
             donated = _donated(self._mutated, args, arrays) if self._mutated else ()
             sig = (statics, signature(arrays))
             if donated:

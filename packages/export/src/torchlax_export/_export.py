@@ -108,7 +108,7 @@ def export(
     compiled = CompiledProgram("torchlax.export", program, key_data=True, env=env)
     avals = plan.avals()
     random_ops, custom_ops = _randomness(ep)
-    with _step(report, "lowering to StableHLO"), torchlax_core.enable(env), jax.enable_x64(True):
+    with _step(report, "lowering to StableHLO"), torchlax_core.enable(env):
         # Only a program that draws random numbers takes a key. Seeded ATen ops (some are only
         # tagged so, as `empty`) and custom ops (whose lowering may draw keys without torch
         # knowing) may: trace once to learn whether it draws one.

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 from torchlax_core import jax_dtype, torch_dtype
+from torchlax_core.internal import x64
 
 from ._dlpack import check_shared_writes
 
@@ -158,19 +159,18 @@ def _flat_fn(key: str) -> Callable:
 
 
 def run_jax(key: str, arrays: list) -> list:
-    """Forward on arrays (the lowering for torchlax Tensors, and the CPU kernel's core)."""
-    with jax.enable_x64(True):
-        return _flat_fn(key)(*arrays)
+    """Forward on arrays (the lowering for torchlax Tensors, and the CPU kernel's core); called
+    in 64-bit mode (``run_op``'s for the lowering, the kernel's own)."""
+    return _flat_fn(key)(*arrays)
 
 
 def run_jax_vjp(key: str, arrays: list, cotangents: list) -> list:
-    """Gradients w.r.t. ``arrays`` for the given output cotangents (None means zeros)."""
-    flat_fn = _flat_fn(key)
-    with jax.enable_x64(True):
-        outputs, vjp = jax.vjp(flat_fn, *arrays)
-        cts = [_cotangent(out, ct) for out, ct in zip(outputs, cotangents, strict=True)]
-        grads = vjp(cts)
-        return [_gradient(g, a) for g, a in zip(grads, arrays, strict=True)]
+    """Gradients w.r.t. ``arrays`` for the given output cotangents (None means zeros); called
+    in 64-bit mode, as ``run_jax``."""
+    outputs, vjp = jax.vjp(_flat_fn(key), *arrays)
+    cts = [_cotangent(out, ct) for out, ct in zip(outputs, cotangents, strict=True)]
+    grads = vjp(cts)
+    return [_gradient(g, a) for g, a in zip(grads, arrays, strict=True)]
 
 
 def _differentiable(dtype) -> bool:
@@ -221,7 +221,7 @@ def _give_back(arrays: list, inputs: list[jax.Array]) -> list[torch.Tensor]:
 @torch.library.custom_op("torchlax_interop::call_jax", mutates_args=())
 def _call_jax_op(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     check_shared_writes()
-    with jax.enable_x64(True):
+    with x64():
         arrays = [_borrow(t) for t in inputs]
         return _give_back(run_jax(key, arrays), arrays)
 
@@ -229,7 +229,7 @@ def _call_jax_op(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 @_call_jax_op.register_fake
 def _call_jax_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     _ENTRIES[key].pin()
-    with jax.enable_x64(True):
+    with x64():
         structs = [_struct(t) for t in inputs]
         outputs = jax.eval_shape(_flat_fn(key), *structs)
     device = inputs[0].device if inputs else torch.device("cpu")
@@ -240,7 +240,7 @@ def _call_jax_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 def _call_jax_vjp_op(
     key: str, inputs: list[torch.Tensor], cotangents: list[torch.Tensor | None]
 ) -> list[torch.Tensor]:
-    with jax.enable_x64(True):
+    with x64():
         arrays = [_borrow(t) for t in inputs]
         cts = [None if c is None else _borrow(c) for c in cotangents]
         return _give_back(run_jax_vjp(key, arrays, cts), arrays + [c for c in cts if c is not None])

@@ -33,6 +33,7 @@ import jax.core
 import jax.numpy as jnp
 import torch
 from torchlax_core import Tensor, TorchlaxError, jax_dtype, wrap
+from torchlax_core.internal import x64
 
 _ALIGNMENT = 16  # XLA's CPU client aliases only buffers aligned to 16 bytes; it copies others.
 
@@ -133,7 +134,7 @@ def _to_jax_array(tensor: torch.Tensor, copy: bool) -> jax.Array:
     if export is not None and export.tensor() is tensor and not copy:
         return export.array  # a round trip: the array to_torch shared, still unmodified
     tensor = tensor.detach()
-    with jax.enable_x64(True), _current_cuda_device(tensor):
+    with x64(), _current_cuda_device(tensor):
         if tensor.numel() == 0:  # nothing to share; on the device DLPack would have used
             return jnp.zeros(
                 tuple(tensor.shape), jax_dtype(tensor.dtype), device=_dlpack_device(tensor)

@@ -37,6 +37,7 @@ from torchlax_core.internal import (
     output_tensors,
     storage_of,
     tracing,
+    x64,
 )
 from torchlax_core.internal import signature as _signature
 
@@ -519,7 +520,7 @@ class _Jitted:
 
     def __call__(self, *args, **kwargs):
         check_shared_writes()
-        with _trace_lock, jax.enable_x64(True):
+        with _trace_lock, x64():
             try:
                 return self._call(args, kwargs)
             except CpuStateError as error:
@@ -952,7 +953,7 @@ class _JitFunction(torch.autograd.Function):
                 "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
             )
         cotangents = [_cotangent(out, g) for out, g in zip(call.out_arrays, grads, strict=True)]
-        with jax.enable_x64(True):
+        with x64():
             if call.vjp is not None:
                 (grad_arrays,) = call.program.backward(call.vjp, cotangents)
             else:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import jax
 import torch
-from jax._src.config import enable_x64
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, hookimpl, wrap
 from torchlax_core.internal import array_of
@@ -42,13 +41,12 @@ def torchlax_fallback(op, env):
 
 
 def _torch_level(fn):
-    """A JAX lowering called with and returning torch-level values (64-bit mode on, as for
-    the tables' lowerings)."""
+    """A JAX lowering called with and returning torch-level values (``run_op`` runs it with
+    64-bit mode on, as the tables' lowerings)."""
 
     def impl(*args, **kwargs):
         args, kwargs = pytree.tree_map_only(Tensor, array_of, (args, kwargs))
-        with enable_x64(True):
-            out = fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
         return pytree.tree_map_only(jax.Array, wrap, out)
 
     return impl

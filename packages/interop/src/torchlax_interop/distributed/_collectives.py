@@ -21,7 +21,7 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor, current_env, enable
-from torchlax_core.internal import array_of
+from torchlax_core.internal import array_of, x64
 
 c10d = torch.ops._c10d_functional
 AxisName = str | tuple[str, ...]
@@ -284,7 +284,7 @@ def shard_map(
 
     def run(*args):
         arrays = pytree.tree_map(_to_array, args)
-        with jax.enable_x64(True):
+        with x64():
             out = mapped(*_onto_mesh(arrays, mesh, in_specs))
         return pytree.tree_map(lambda a: Tensor(a) if isinstance(a, jax.Array) else a, out)
 

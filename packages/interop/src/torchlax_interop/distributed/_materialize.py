@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from torchlax_core import Tensor, current_env, enable, jax_dtype
-from torchlax_core.internal import array_of
+from torchlax_core.internal import array_of, x64
 
 from ._rules import Rules, SpecFn, spec_for
 
@@ -116,7 +116,7 @@ def materialize(
     shardings = {name: NamedSharding(mesh, spec) for name, spec in specs.items()}
     if seed is None:
         seed = int(torch.randint(0, 2**62, (), generator=torch.default_generator))
-    with jax.enable_x64(True):
+    with x64():
         key = jax.random.key(seed)
         arrays = jax.jit(init, out_shardings=shardings)(key)
     for name, owner, leaf, kind, tensor in todo:
