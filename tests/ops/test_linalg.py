@@ -328,8 +328,23 @@ def test_lstsq_rejects_unknown_driver():
 @pytest.mark.parametrize("norm", [1e-6, 3e-4, 0.03, 0.5, 1.2, 2.5, 30.0])
 def test_matrix_exp_taylor_degrees(dtype, norm):
     # One matrix per 1-norm band of PyTorch's degree choice (and scaling and squaring beyond).
-    x = torch.randn(2, 5, 5, dtype=dtype)
+    # Seeded: the input must not depend on which tests ran before it in the worker.
+    x = torch.randn(2, 5, 5, dtype=dtype, generator=torch.Generator().manual_seed(0))
     x = x / torch.linalg.matrix_norm(x, 1)[..., None, None] * norm
+    if dtype == torch.float32 and norm > 5.4:
+        # Scaling and squaring in float32: PyTorch's result and ours are each ~1e-5 (relative
+        # to the largest entry) from the float64 truth, so they can differ from each other by
+        # more than either errs (11 of 60 random inputs did at rtol 1e-5). Judged against the
+        # truth instead: no worse than three times PyTorch's own error.
+        truth = torch.linalg.matrix_exp(x.double())
+        scale = truth.abs().amax(dim=(-1, -2), keepdim=True)
+        with torchlax_core.enable():
+            ours = torch.linalg.matrix_exp(to_jax(x)).cpu().double()
+        theirs = torch.linalg.matrix_exp(x).double()
+        our_error = ((ours - truth).abs() / scale).max().item()
+        their_error = ((theirs - truth).abs() / scale).max().item()
+        assert our_error <= 3 * max(their_error, 1e-7), (our_error, their_error)
+        return
     rtol = 1e-5 if dtype == torch.float32 else 1e-10
     check(torch.linalg.matrix_exp, x, atol=rtol * max(1.0, norm), rtol=rtol)
 
