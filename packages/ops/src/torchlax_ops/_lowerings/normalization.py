@@ -75,6 +75,9 @@ def _layer_norm(input, normalized_shape, weight, bias, eps):
 _layer_norm = declared(
     aten.native_layer_norm.default, _layer_norm, None, None, True, ("input", None, None)
 )
+# The dtype check reads the arguments as passed, before opmath's float32: the registered
+# lowering checks, then runs the declared computation, and carries its declaration.
+native_layer_norm.opmath = _layer_norm.opmath  # pyright: ignore[reportFunctionMemberAccess]
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
