@@ -1,6 +1,6 @@
 """Results keep their input's memory order where PyTorch's do: ``.to()`` (preserve_format)
 between the CPU and ``jax`` and between dtypes, ``empty_like``/``zeros_like``, and pointwise ops
-whose tensor arguments share one transposed or permuted dense layout (TensorIterator).
+laid out by TensorIterator's rule (mixed layouts, broadcasting, strided slices).
 
 Each case runs on a CPU tensor and on a torchlax Tensor and compares values, dtype, shape,
 strides, storage offset, ``is_contiguous()`` and ``_base``.
@@ -68,34 +68,83 @@ def test_jax_to_cpu_values_match_pytorch():
     torch.testing.assert_close(jx.permute(2, 0, 1).cpu(), cpu.permute(2, 0, 1))
 
 
+def _m(*shape):
+    numel = 1
+    for n in shape:
+        numel *= n
+    return torch.arange(numel, dtype=torch.float32).reshape(shape) - 5
+
+
+# Each case gets ``f`` (identity on the CPU, ``to_jax`` on jax) to make its inputs.
 CASES = {
-    "add_scalar": lambda x: x.t() + 1,
-    "mul_same_layout": lambda x: x.t() * x.t(),
-    "sin": lambda x: x.t().sin(),
-    "compare": lambda x: x.t() > 5,
-    "where": lambda x: torch.where(x.t() > 5, x.t(), 0.0),
-    "clone": lambda x: x.t().clone(),
-    "clone_contiguous": lambda x: x.t().clone(memory_format=torch.contiguous_format),
-    "double": lambda x: x.t().double(),
-    "empty_like_shape": lambda x: torch.zeros_like(x.t()),
-    "ones_like_int": lambda x: torch.ones_like(x.t(), dtype=torch.int64),
-    "full_like": lambda x: torch.full_like(x.t(), 3.0),
-    "permuted_3d": lambda x: x.view(2, 3, 4).permute(2, 0, 1).exp(),
-    "chain": lambda x: ((x.t() + 1) * 2).neg(),
-    "of_a_slice_view": lambda x: x[1:].t() + 1,  # not the whole storage: row-major, as values
+    "add_scalar": lambda f: f(_m(4, 6)).t() + 1,
+    "mul_same_layout": lambda f: f(_m(4, 6)).t() * f(_m(4, 6)).t(),
+    "sin": lambda f: f(_m(4, 6)).t().sin(),
+    "compare": lambda f: f(_m(4, 6)).t() > 5,
+    "where": lambda f: torch.where(f(_m(4, 6)).t() > 5, f(_m(4, 6)).t(), 0.0),
+    "clone": lambda f: f(_m(4, 6)).t().clone(),
+    "clone_contiguous": lambda f: f(_m(4, 6)).t().clone(memory_format=torch.contiguous_format),
+    "double": lambda f: f(_m(4, 6)).t().double(),
+    "empty_like_shape": lambda f: torch.zeros_like(f(_m(4, 6)).t()),
+    "ones_like_int": lambda f: torch.ones_like(f(_m(4, 6)).t(), dtype=torch.int64),
+    "full_like": lambda f: torch.full_like(f(_m(4, 6)).t(), 3.0),
+    "permuted_3d": lambda f: f(_m(2, 3, 4)).permute(2, 0, 1).exp(),
+    "chain": lambda f: ((f(_m(4, 6)).t() + 1) * 2).neg(),
+    # TensorIterator's general rule: the first argument that orders two dimensions decides,
+    # a broadcast dimension (stride 0) orders nothing
+    "first_decides": lambda f: f(_m(4, 6)).t() + f(_m(6, 4)),
+    "first_decides_row_major": lambda f: f(_m(6, 4)) + f(_m(4, 6)).t(),
+    "broadcast_bias": lambda f: f(_m(4, 6)).t() + f(_m(4)),
+    "bias_first": lambda f: f(_m(4)) * f(_m(4, 6)).t(),
+    "broadcast_column": lambda f: f(_m(6, 1)) - f(_m(4, 6)).t(),
+    "of_a_slice_view": lambda f: f(_m(4, 6))[1:].t() + 1,
+    "of_a_strided_slice": lambda f: f(_m(4, 6)).t()[:, ::2] * 2,
+    "clone_of_a_strided_slice": lambda f: f(_m(4, 6)).t()[:, ::2].clone(),
+    "zeros_like_strided": lambda f: torch.zeros_like(f(_m(4, 6)).t()[::2]),
+    "two_permutations": lambda f: (
+        f(_m(2, 3, 4)).permute(2, 0, 1) + f(_m(2, 3, 4)).transpose(0, 1).permute(2, 1, 0)
+    ),
+    "size_one_dims": lambda f: f(_m(3, 1, 4)).permute(1, 2, 0) * f(_m(4, 3)),
+    "expanded": lambda f: f(_m(1, 6)).expand(4, 6).t() * 2,
+    "channels_last_and_row_major": lambda f: (
+        f(_m(2, 3, 4, 5)).contiguous(memory_format=torch.channels_last) * f(_m(2, 3, 4, 5))
+    ),
+    "row_major_and_channels_last": lambda f: (
+        f(_m(2, 3, 4, 5)) * f(_m(2, 3, 4, 5)).contiguous(memory_format=torch.channels_last)
+    ),
+    "channels_last_bias": lambda f: (
+        f(_m(2, 3, 4, 5)).contiguous(memory_format=torch.channels_last) + f(_m(3, 1, 1))
+    ),
+    "ternary": lambda f: torch.addcmul(f(_m(4)), f(_m(4, 6)).t(), f(_m(6, 4))),
+    "clamp_tensors": lambda f: torch.clamp(f(_m(4, 6)).t(), f(_m(6, 1)), f(_m(4)) + 30),
+    "tuple_results": lambda f: torch.frexp(f(_m(4, 6)).t() + f(_m(6, 1)))[1],
+    "empty_broadcast": lambda f: f(_m(3, 0)).t() + f(_m(1, 3)),
+    "empty_and_number": lambda f: f(_m(0, 3)).t() + 1,  # the number is an operand
+    "masked_fill_is_row_major": lambda f: f(_m(4, 6)).t().masked_fill(f(_m(6, 4)) > 3, 0.0),
+    "backward_operand_order": lambda f: torch.ops.aten.threshold_backward(
+        f(_m(4, 6)).t(), f(_m(6, 4)), 0.0
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pointwise_results_keep_memory_order(name):
-    cpu = torch.arange(24, dtype=torch.float32).reshape(4, 6).clone()
-    jx = to_jax(cpu)
-    expected, actual = CASES[name](cpu), CASES[name](jx)
+    expected, actual = CASES[name](lambda t: t), CASES[name](to_jax)
     assert_same(actual, expected)
-    if name == "of_a_slice_view":  # the documented limit: a layout is kept only from a
-        assert actual.is_contiguous()  # tensor that owns its storage array
-    else:
-        assert _layout(actual) == _layout(expected)
+    assert _layout(actual) == _layout(expected)
+
+
+def test_a_kept_layout_reads_and_writes_through_views():
+    # a broadcast result stored in memory order: views of it, and writes through them
+    cpu_x, cpu_b = _m(4, 6), _m(4)
+    jx_x, jx_b = to_jax(cpu_x), to_jax(cpu_b)
+    expected, actual = cpu_x.t() + cpu_b, jx_x.t() + jx_b
+    for view in (lambda r: r.t().view(-1), lambda r: r[2:, 1], lambda r: r.t()[1]):
+        assert _layout(view(actual)) == _layout(view(expected))
+        assert_same(view(actual), view(expected))
+    actual.t()[1].mul_(10)
+    expected.t()[1].mul_(10)
+    assert_same(actual, expected)
 
 
 def test_empty_like_keeps_strides():
@@ -205,3 +254,85 @@ def test_channels_last_of_another_rank_raises_as_pytorch():
             torch.zeros(2, 3).contiguous(memory_format=fmt)
         with pytest.raises(RuntimeError, match=message):
             to_jax(torch.zeros(2, 3)).contiguous(memory_format=fmt)
+
+
+def _pointwise_overloads():
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
+                yield op
+
+
+# Pointwise ops whose CPU result is not TensorIterator's own: ldexp multiplies by a row-major
+# pow(2, other); positive and conj_physical of real tensors return their input.
+_NOT_ITERATOR_LAID = {"aten.ldexp.Tensor", "aten.positive.default", "aten.conj_physical.default"}
+
+
+def test_the_layout_rule_matches_the_cpu_for_every_pointwise_op():
+    """The rule alone (no jax), against the strides of PyTorch's CPU result: each pointwise
+    overload with tensor arguments in mixed, broadcast and strided layouts."""
+    from torch._prims_common import make_contiguous_strides_for
+    from torchlax_core._dispatch import _operand_positions, keeps_layout
+    from torchlax_core._iterator_layout import iterator_strides
+
+    layouts = {
+        "t": lambda: (_m(4, 6) + 5.5).t(),
+        "row_major": lambda: _m(6, 4) + 5.5,
+        "bias": lambda: _m(4) + 5.5,
+        "column": lambda: _m(6, 1) + 5.5,
+        "strided": lambda: (_m(4, 12) + 5.5).t()[::2],
+    }
+    combos = [("t",), ("strided",), ("t", "row_major"), ("row_major", "t"), ("t", "bias")]
+    combos += [("bias", "t"), ("column", "t"), ("strided", "t")]
+    checked, wrong = 0, []
+    for op in _pointwise_overloads():
+        if str(op) in _NOT_ITERATOR_LAID:
+            continue
+        schema = op._schema.arguments
+        for combo in combos:
+            call, tensors = [], 0
+            for a in schema:
+                if a.kwarg_only or (a.has_default_value() and tensors == len(combo)):
+                    break
+                if isinstance(a.type, torch.TensorType):
+                    call.append(layouts[combo[min(tensors, len(combo) - 1)]]())
+                    tensors += 1
+                elif isinstance(a.type, torch.NumberType):
+                    call.append(2)
+                else:
+                    call = None
+                    break
+            if call is None or tensors < len(combo):
+                continue
+            if (
+                "bitwise" in str(op)
+                or "shift" in str(op)
+                or str(op).split(".")[1] in ("gcd", "lcm")
+            ):
+                call = [c.long() if isinstance(c, torch.Tensor) else c for c in call]
+            try:
+                out = op(*call)
+            except (RuntimeError, NotImplementedError):  # not for these dtypes
+                continue
+            out = out[0] if isinstance(out, tuple) else out
+            if not isinstance(out, torch.Tensor):
+                continue
+            positions = _operand_positions(op)
+            assert positions is not None  # an ATen overload
+            operands = tuple(
+                (c.shape, c.stride()) if isinstance(c, torch.Tensor) else ((), ())
+                for c in (call[i] for i in positions if i < len(call))
+                if isinstance(c, torch.Tensor | int)
+            )
+            predicted = iterator_strides(operands) if keeps_layout(op) else None
+            if predicted is None:
+                predicted = tuple(make_contiguous_strides_for(out.shape))
+            checked += 1
+            if predicted != out.stride():
+                wrong.append((str(op), combo, out.stride(), predicted))
+    assert checked > 800, checked
+    assert not wrong, wrong

@@ -29,6 +29,7 @@ from torch._prims_common import (
 from . import _opcache, _tensor
 from ._dtypes import jax_dtype, torch_dtype
 from ._errors import DeviceMismatchError
+from ._iterator_layout import iterator_strides
 from ._registry import op_name
 from ._tensor import (
     GATHER,
@@ -472,20 +473,63 @@ _LAYOUT_KEEPING = frozenset(
 )
 
 
+# Pointwise ops whose CPU kernels give row-major results whatever their inputs' layout
+# (``masked_fill`` clones its input contiguously, ``pow(number, t)`` allocates row-major);
+# tests/core/test_strides_layout.py checks the rule against the CPU for every pointwise op.
+_ROW_MAJOR_POINTWISE = frozenset(
+    {
+        torch.ops.aten.masked_fill.Scalar,
+        torch.ops.aten.masked_fill.Tensor,
+        torch.ops.aten.pow.Scalar,
+        torch.ops.aten.float_power.Scalar,
+    }
+)
+
+
 def keeps_layout(func) -> bool:
+    if func in _ROW_MAJOR_POINTWISE:
+        return False
     return torch.Tag.pointwise in func.tags or func in _LAYOUT_KEEPING
 
 
-def memory_order_impl(func, inner: Callable) -> Callable:
-    """``inner`` (a pointwise op) keeping its inputs' memory order, as PyTorch's TensorIterator.
+# Ops whose TensorIterator takes the tensor arguments in another order than the schema's.
+_OPERAND_ORDER = {torch.ops.aten.threshold_backward.default: (1, 0)}
 
-    Where every tensor argument that is not 0-d has one dense, non-row-major layout (a
-    transposed view, a result stored so), the op runs on their storage arrays, which hold the
+
+def _operand_positions(func) -> tuple[int, ...] | None:
+    """The argument positions that are TensorIterator operands of ``func``, in its order:
+    tensor arguments, and a number given for ``self``/``other`` (ATen wraps it as a 0-d
+    tensor, which makes the op take the general, stride-sorting path). None: not an ATen
+    overload, every tensor argument counts."""
+    if func in _OPERAND_ORDER:
+        return _OPERAND_ORDER[func]
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return None
+    return tuple(
+        i
+        for i, a in enumerate(schema.arguments)
+        if not a.kwarg_only
+        and (
+            _is_tensor_type(a.type)
+            or (isinstance(a.type, torch.NumberType) and a.name in ("self", "other"))
+        )
+    )
+
+
+def memory_order_impl(func, inner: Callable) -> Callable:
+    """``inner`` (a pointwise op) laying its result out as PyTorch's TensorIterator does.
+
+    The result's strides follow the tensor arguments' (``_iterator_layout``). Where they are
+    not row-major and every tensor argument that is not 0-d has exactly the result's dense
+    layout and owns its storage array, the op runs on the storage arrays, which hold the
     elements in that order, and the result is stored the same way: no transpose, no new
-    compile. Other layouts (mixed orders, strided slices, broadcast operands) give row-major
-    results. A row-major argument costs one attribute check.
+    compile. Otherwise (mixed layouts, broadcast operands, slices) the op runs on the values
+    and its result is transposed once into memory order. Arguments that are all roots
+    (row-major, the common case) cost one attribute check per argument.
     """
     run = inner.raw  # pyright: ignore[reportFunctionMemberAccess]  (plain_impl/cached_impl set it)
+    positions = _operand_positions(func)
 
     def impl(args, kwargs):
         if kwargs and kwargs.get("memory_format") in _CHANNELS_LAST:
@@ -498,14 +542,7 @@ def memory_order_impl(func, inner: Callable) -> Callable:
             return _laid_out(out, make_channels_last_strides_for(out.shape))
         for a in args:
             if type(a) is Tensor and a._view is not None:
-                stored = _memory_ordered_args(args, kwargs)
-                if stored is None:
-                    break
-                out = run(stored[0], kwargs)
-                order, strides = stored[1], stored[2]
-                if isinstance(out, tuple | list):
-                    return type(out)(stored_in_order(r, order, strides) for r in out)
-                return stored_in_order(out, order, strides)
+                return _in_iterator_order(inner, run, positions, args, kwargs)
         return inner(args, kwargs)
 
     impl.raw = run  # pyright: ignore[reportFunctionMemberAccess]  (in-place and out= write their own tensor)
@@ -513,40 +550,69 @@ def memory_order_impl(func, inner: Callable) -> Callable:
 
 
 _CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
+_NUMBERS = (int, float, bool, complex)
+_NUMBER_OPERAND = ((), ())  # a number ATen wraps as a 0-d tensor
 
 
-def _memory_ordered_args(args, kwargs):
-    """``(args with each tensor as its storage array, order, strides)`` where every tensor
-    argument that is not 0-d has the same dense non-row-major layout and owns its storage
-    array, else None."""
+def _in_iterator_order(inner: Callable, run: Callable, positions, args, kwargs):
+    """``inner(args, kwargs)`` with its results laid out as TensorIterator lays them out."""
     if kwargs:
         fmt = kwargs.get("memory_format")
         if fmt is not None and fmt is not torch.preserve_format:
-            return None
-        if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-            return None
+            return inner(args, kwargs)  # contiguous_format: row-major
+    given = args if positions is None else [args[i] for i in positions if i < len(args)]
+    operands = tuple(
+        (a.shape, a.stride()) if isinstance(a, torch.Tensor) else _NUMBER_OPERAND
+        for a in given
+        if isinstance(a, torch.Tensor) or (positions is not None and type(a) in _NUMBERS)
+    )
+    if kwargs:
+        operands += tuple(
+            (a.shape, a.stride()) for a in kwargs.values() if isinstance(a, torch.Tensor)
+        )
+    strides = iterator_strides(operands) if operands else None
+    if strides is None:
+        return inner(args, kwargs)
+    stored = _memory_ordered_args(args, kwargs, strides)
+    if stored is not None:
+        out = run(stored[0], kwargs)
+        order = stored[1]
+        if isinstance(out, tuple | list):
+            return type(out)(stored_in_order(r, order, strides) for r in out)
+        return stored_in_order(out, order, strides)
+    out = run(args, kwargs)
+    if isinstance(out, tuple | list):
+        return type(out)(_laid_out(r, strides) if isinstance(r, jax.Array) else r for r in out)
+    return _laid_out(out, strides) if isinstance(out, jax.Array) else _wrap(out)
+
+
+def _memory_ordered_args(args, kwargs, strides):
+    """``(args with each tensor as its storage array, order)`` where every tensor argument
+    that is not 0-d has the dense layout ``strides`` (the result's) and owns its storage
+    array, else None."""
+    if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+        return None
     layout = None
     stored = list(args)
     for i, a in enumerate(args):
         if not isinstance(a, torch.Tensor) or a.dim() == 0:
             continue
-        if type(a) is not Tensor:
+        if type(a) is not Tensor or a.stride() != strides:
             return None
-        strides = a.stride()
         if layout is None:
             order = memory_order(tuple(a.shape), strides)
             if order is None:
                 return None
-            layout = (a.shape, strides, order, tuple(a.shape[d] for d in order))
-        elif a.shape != layout[0] or strides != layout[1]:
+            layout = (a.shape, order, tuple(a.shape[d] for d in order))
+        elif a.shape != layout[0]:
             return None
-        array = _own_storage(a, layout[3])
+        array = _own_storage(a, layout[2])
         if array is None:
             return None
         stored[i] = array
     if layout is None:
         return None
-    return stored, layout[2], layout[1]
+    return stored, layout[1]
 
 
 def plain_impl(func, fn) -> Callable:
