@@ -33,6 +33,7 @@ BUILTIN_BASES = {
     "TorchlaxError": (Exception,),
     "OpNotLoweredError": (NotImplementedError,),
     "UnsupportedDtypeError": (TypeError,),
+    "DtypeNotImplementedError": (NotImplementedError,),
     "DeviceMismatchError": (RuntimeError,),
     "PluginError": (RuntimeError,),
     "PluginConflictError": (RuntimeError,),

@@ -3,10 +3,12 @@ or the same exception type with PyTorch's message."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
-import torchlax  # noqa: F401  (registers the jax device)
+import torchlax  # (registers the jax device)
 
 H, B, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 
@@ -59,3 +61,34 @@ def test_functional_layer_norm_refuses_a_bfloat16_weight_for_a_half_input():
     x = torch.randn(2, 4, dtype=H, device="jax")
     with pytest.raises(RuntimeError, match="mixed dtype.*native_layer_norm got weight"):
         F.layer_norm(x, [4], torch.ones(4, dtype=B, device="jax"))
+
+
+@pytest.mark.parametrize(
+    "combine",
+    [lambda h: h + 1j, lambda h: 1j * h, lambda h: h - 2j, lambda h: torch.add(h, 1j)],
+    ids=["add", "reflected_mul", "sub", "torch_add"],
+)
+@pytest.mark.parametrize(("dtype", "aten_name"), [(H, "ComplexHalf"), (B, "BComplex32")])
+def test_half_with_a_complex_number_raises_the_dtype_error_through_operators(
+    combine, dtype, aten_name
+):
+    """The result would be complex32 (bcomplex32 for bfloat16), which JAX lacks. PyTorch's
+    CPU kernels raise ``NotImplementedError: "..." not implemented for 'ComplexHalf'`` for the
+    ops they lack in such a dtype (bfloat16: already the addition); the jax device raises that
+    for every op, and through Python's operators too (a ``TypeError`` would turn into
+    "unsupported operand type(s)" there)."""
+    message = f"not implemented for '{aten_name}'"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "ComplexHalf support is experimental"
+        if dtype is H:  # the CPU computes it as complex32, but not e.g. exp of it
+            on_cpu = combine(torch.ones(2, dtype=dtype))
+            assert on_cpu.dtype == torch.complex32
+            with pytest.raises(NotImplementedError, match=message):
+                on_cpu.exp()
+        else:
+            with pytest.raises(NotImplementedError, match=message):
+                combine(torch.ones(2, dtype=dtype))
+    with pytest.raises(NotImplementedError, match=message) as got:
+        combine(torch.ones(2, dtype=dtype, device="jax"))
+    assert isinstance(got.value, torchlax.DtypeNotImplementedError)
+    assert "x.to(torch.complex64)" in str(got.value)

@@ -65,7 +65,8 @@ def jax_dtype(dtype: torch.dtype) -> np.dtype:
         raise UnsupportedDtypeError(
             f"torch dtype {dtype} has no JAX counterpart, so a torchlax Tensor cannot hold it. "
             f"Convert the tensor to a supported dtype first (supported: "
-            f"{', '.join(str(d) for d in _TORCH_TO_JAX)})."
+            f"{', '.join(str(d) for d in _TORCH_TO_JAX)}).",
+            dtype=dtype,
         ) from None
 
 

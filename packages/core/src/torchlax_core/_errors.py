@@ -19,7 +19,25 @@ class OpNotLoweredError(TorchlaxError, NotImplementedError):
 
 
 class UnsupportedDtypeError(TorchlaxError, TypeError):
-    """A dtype that one side (torch or JAX) cannot represent."""
+    """A dtype that one side (torch or JAX) cannot represent (converting a tensor or dtype).
+
+    ``dtype``: the torch dtype JAX lacks, where that is the case (else None).
+    """
+
+    def __init__(self, message: str, dtype=None):
+        super().__init__(message)
+        self.dtype = dtype
+
+
+class DtypeNotImplementedError(TorchlaxError, NotImplementedError):
+    """An op whose result (or computation) dtype JAX cannot represent: ``half_tensor + 1j``
+    would be complex32.
+
+    A ``NotImplementedError``, as PyTorch's kernels raise for a dtype they do not implement
+    ("... not implemented for 'ComplexHalf'"), and deliberately not a ``TypeError``: Python's
+    operators turn a ``TypeError`` raised inside ``Tensor.__add__`` into "unsupported operand
+    type(s) for +", which would hide the reason.
+    """
 
 
 class DeviceMismatchError(TorchlaxError, RuntimeError):

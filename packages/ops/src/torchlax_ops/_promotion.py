@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promotion
 from torch._prims_common import elementwise_dtypes
-from torchlax_core import jax_dtype, torch_dtype
+from torchlax_core import DtypeNotImplementedError, UnsupportedDtypeError, jax_dtype, torch_dtype
 
 __all__ = [
     "HALF",
@@ -108,7 +108,7 @@ def elementwise(
     def decorate(fn: Callable) -> Callable:
         params = list(inspect.signature(fn).parameters)
         pairs = tuple((params.index(a), a) for a in args)
-        return _promoting(fn, pairs, kind, cast_result=cast_result)
+        return _promoting(fn, pairs, kind, cast_result=cast_result, op=fn.__name__)
 
     return decorate
 
@@ -151,7 +151,7 @@ def declared(
             "results= says how opmath's float32 results round back; declare opmath=True."
         )
     if promote is not None:
-        return _promoting(fn, pairs, promote, cast_result=True)
+        return _promoting(fn, pairs, promote, cast_result=True, op=str(op))
     if opmath:
         rules = None if results is None else _result_rules(op, fn, schema, results, position)
         return _in_opmath(fn, pairs, rules)
@@ -210,7 +210,12 @@ def _schema_of(op: Any) -> torch.FunctionSchema:
 
 
 def _promoting(
-    fn: Callable, pairs: tuple[tuple[int, str], ...], kind: Promotion, *, cast_result: bool
+    fn: Callable,
+    pairs: tuple[tuple[int, str], ...],
+    kind: Promotion,
+    *,
+    cast_result: bool,
+    op: str,
 ) -> Callable:
     # Per lowering: (dtype, has-dims) of each promoted array -> (compute, result). The hot
     # path is then one tuple and one dict lookup for the common all-arrays call.
@@ -220,14 +225,17 @@ def _promoting(
     def promoted(*call_args, **call_kwargs):
         n_args = len(call_args)
         values = [call_args[p] if p < n_args else call_kwargs.get(n) for p, n in pairs]
-        if all(type(v) is _ArrayImpl for v in values):
-            key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))  # pyright: ignore[reportOptionalMemberAccess]  (all arrays: checked on the line above)
-            hit = fast_cache.get(key)
-            if hit is None:
-                hit = fast_cache[key] = result_dtypes(values, kind)
-            compute, result = hit
-        else:
-            compute, result = result_dtypes(values, kind)
+        try:
+            if all(type(v) is _ArrayImpl for v in values):
+                key = (_default_dtype(), *((v.dtype, v.ndim != 0) for v in values))  # pyright: ignore[reportOptionalMemberAccess]  (all arrays: checked on the line above)
+                hit = fast_cache.get(key)
+                if hit is None:
+                    hit = fast_cache[key] = result_dtypes(values, kind)
+                compute, result = hit
+            else:
+                compute, result = result_dtypes(values, kind)
+        except UnsupportedDtypeError as exc:
+            raise _not_implemented(op, exc) from None
         call_args = list(call_args)
         for (p, n), v in zip(pairs, values, strict=True):
             # (not getattr(v, "dtype", None) == compute: numpy reads None as float64)
@@ -245,6 +253,25 @@ def _promoting(
     promoted.promotion = (tuple(n for _, n in pairs), kind)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
     return promoted
 
+
+def _not_implemented(op: str, exc: UnsupportedDtypeError) -> DtypeNotImplementedError:
+    """PyTorch's "not implemented for 'ComplexHalf'" for an op whose promoted dtype JAX lacks
+    (float16/bfloat16 with a complex number gives complex32)."""
+    dtype = exc.dtype
+    if dtype is None:  # (a JAX dtype torch lacks: not a promotion's result)
+        return DtypeNotImplementedError(f'"{op}": {exc}')
+    name = _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+    return DtypeNotImplementedError(
+        f'"{op}" not implemented for {name!r} on the jax device: its inputs promote to {dtype}, '
+        "which JAX cannot represent. Convert an input to a wider dtype first "
+        "(for complex32: x.to(torch.complex64))."
+    )
+
+
+# ATen's names of the dtypes a half-precision tensor and a complex number promote to
+_SCALAR_TYPE_NAMES = {torch.complex32: "ComplexHalf"}
+if hasattr(torch, "bcomplex32"):  # (bfloat16 + 1j, in recent PyTorch)
+    _SCALAR_TYPE_NAMES[torch.bcomplex32] = "BComplex32"
 
 HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 _ARRAYS = (jax.Array, np.ndarray, np.generic)

@@ -9,6 +9,7 @@ first use, ``torchlax.distributed`` (``torchlax_interop.distributed``; ``torchla
 
 from torchlax_core import Config as Config
 from torchlax_core import DeviceMismatchError as DeviceMismatchError
+from torchlax_core import DtypeNotImplementedError as DtypeNotImplementedError
 from torchlax_core import Environment as Environment
 from torchlax_core import OpNotLoweredError as OpNotLoweredError
 from torchlax_core import PluginConflictError as PluginConflictError
