@@ -29,7 +29,7 @@ from torch._prims_common import (
 from . import _opcache, _tensor
 from ._dtypes import jax_dtype, torch_dtype
 from ._errors import DeviceMismatchError
-from ._iterator_layout import iterator_strides
+from ._iterator_layout import iterator_layout
 from ._registry import op_name
 from ._tensor import (
     GATHER,
@@ -570,10 +570,11 @@ def _in_iterator_order(inner: Callable, run: Callable, positions, args, kwargs):
         operands += tuple(
             (a.shape, a.stride()) for a in kwargs.values() if isinstance(a, torch.Tensor)
         )
-    strides = iterator_strides(operands) if operands else None
-    if strides is None:
+    layout = iterator_layout(operands) if operands else None
+    if layout is None:
         return inner(args, kwargs)
-    stored = _memory_ordered_args(args, kwargs, strides)
+    shape, strides = layout
+    stored = _memory_ordered_args(args, kwargs, shape, strides)
     if stored is not None:
         out = run(stored[0], kwargs)
         order = stored[1]
@@ -586,33 +587,39 @@ def _in_iterator_order(inner: Callable, run: Callable, positions, args, kwargs):
     return _laid_out(out, strides) if isinstance(out, jax.Array) else _wrap(out)
 
 
-def _memory_ordered_args(args, kwargs, strides):
-    """``(args with each tensor as its storage array, order)`` where every tensor argument
-    that is not 0-d has the dense layout ``strides`` (the result's) and owns its storage
-    array, else None."""
+def _memory_ordered_args(args, kwargs, shape, strides):
+    """``(args with each tensor's elements in the result's memory order, order)``, the result
+    being dense with ``strides``: a tensor of exactly that layout that owns its storage array
+    gives that array (no copy); any other (a broadcast operand, another layout, a slice) its
+    value, rank-aligned and transposed to that order. None where the result's layout is not
+    a permutation (an empty result) or an argument is not a torchlax Tensor."""
     if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
         return None
-    layout = None
+    order = memory_order(shape, strides)
+    if order is None:
+        return None
+    ordered_shape = tuple(shape[d] for d in order)
+    ndim = len(shape)
     stored = list(args)
     for i, a in enumerate(args):
         if not isinstance(a, torch.Tensor) or a.dim() == 0:
             continue
-        if type(a) is not Tensor or a.stride() != strides:
+        if type(a) is not Tensor:
             return None
-        if layout is None:
-            order = memory_order(tuple(a.shape), strides)
-            if order is None:
-                return None
-            layout = (a.shape, order, tuple(a.shape[d] for d in order))
-        elif a.shape != layout[0]:
-            return None
-        array = _own_storage(a, layout[2])
-        if array is None:
-            return None
-        stored[i] = array
-    if layout is None:
-        return None
-    return stored, layout[1]
+        if a.shape == shape and a.stride() == strides:
+            array = _own_storage(a, ordered_shape)
+            if array is not None:
+                stored[i] = array
+                continue
+        value = a._value()
+        offset = ndim - value.ndim
+        if offset == 0:
+            stored[i] = jax.lax.transpose(value, order)
+        else:  # one op: transpose its own dimensions, then insert the leading size-1 ones
+            own = tuple(d - offset for d in order if d >= offset)
+            aligned = (1,) * offset + tuple(value.shape)
+            stored[i] = jax.lax.reshape(value, tuple(aligned[d] for d in order), own)
+    return stored, order
 
 
 def plain_impl(func, fn) -> Callable:

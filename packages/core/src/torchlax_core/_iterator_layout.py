@@ -13,21 +13,29 @@ from __future__ import annotations
 
 _Operand = tuple[tuple[int, ...], tuple[int, ...]]  # (sizes, strides) of one tensor argument
 
-# operands' (sizes, strides) -> the result's strides, None for row-major
-_CACHE: dict[tuple[_Operand, ...], tuple[int, ...] | None] = {}
+# operands' (sizes, strides) -> the result's (sizes, strides), None for row-major
+_CACHE: dict[tuple[_Operand, ...], _Operand | None] = {}
 _MISS = object()
 
 
-def iterator_strides(operands: tuple[_Operand, ...]) -> tuple[int, ...] | None:
-    """The strides of an elementwise result over tensor ``operands`` (in the op's argument
-    order), or None where they are row-major (or the operands do not broadcast: the op itself
-    raises then)."""
+def iterator_layout(operands: tuple[_Operand, ...]) -> _Operand | None:
+    """The ``(sizes, strides)`` of an elementwise result over tensor ``operands`` (in the op's
+    argument order), or None where it is row-major (or the operands do not broadcast: the op
+    itself raises then)."""
     hit = _CACHE.get(operands, _MISS)
     if hit is _MISS:
-        hit = _compute(operands)
+        strides = _compute(operands)
+        shape = _broadcast_shape([sizes for sizes, _ in operands])
+        hit = None if strides is None or shape is None else (shape, strides)
         if len(_CACHE) < 4096:
             _CACHE[operands] = hit
     return hit  # pyright: ignore[reportReturnType]  (_MISS replaced above)
+
+
+def iterator_strides(operands: tuple[_Operand, ...]) -> tuple[int, ...] | None:
+    """The strides of ``iterator_layout``, None where they are row-major."""
+    layout = iterator_layout(operands)
+    return None if layout is None else layout[1]
 
 
 def _compute(operands: tuple[_Operand, ...]) -> tuple[int, ...] | None:
