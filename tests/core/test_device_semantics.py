@@ -3,10 +3,9 @@ process on, 64-bit buffers, the default dtype, empty tensors and ``out=`` resizi
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
+import fresh_python
 import pytest
 import torch
 import torchlax_core
@@ -15,9 +14,7 @@ from eager_compare import assert_same, to_jax
 
 def _fresh(code: str) -> str:
     """Run ``code`` in a new interpreter (no environment yet, JAX's 64-bit mode off)."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
-    )
+    result = fresh_python.run(["-c", textwrap.dedent(code)], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip()
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
+
+import fresh_python
 
 
 def run(code: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600
-    )
+    out = fresh_python.run(["-c", textwrap.dedent(code)], timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
 

@@ -5,17 +5,15 @@ forked after JAX started raise a clear error instead of crashing."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 
+import fresh_python
 import torch
 import torchlax_core
 
 
 def _fresh(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
-    )
+    return fresh_python.run(["-c", textwrap.dedent(code)], timeout=300)
 
 
 def test_dataloader_pin_memory_over_cpu_tensors_with_torchlax_imported():

@@ -2,9 +2,8 @@
 
 import logging
 import os
-import subprocess
-import sys
 
+import fresh_python
 import pytest
 import torchlax_core
 from torchlax_core import _logging
@@ -22,14 +21,9 @@ def _run(log_value):
     env.pop("TORCHLAX_LOG", None)
     if log_value is not None:
         env["TORCHLAX_LOG"] = log_value
-    return subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = fresh_python.run(["-c", _SCRIPT], env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 def test_logger_is_the_torchlax_logger_with_a_null_handler():

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
-import sys
 
+import fresh_python
 import pytest
 import torch
 import torch.nn as nn
@@ -90,9 +89,7 @@ for k in state:
 print("ok")
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
-    )
+    result = fresh_python.run(["-c", script], env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 

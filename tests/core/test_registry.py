@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import types
 
+import fresh_python
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -412,13 +411,7 @@ def _run(code: str, **env_vars) -> str:
     import os
 
     env = {**os.environ, **env_vars}
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    out = fresh_python.run(["-c", textwrap.dedent(code)], env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -6,11 +6,10 @@ and compares what each thread got with the same work done on one thread (or eage
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import threading
 
+import fresh_python
 import jax
 import pytest
 import torch
@@ -252,7 +251,7 @@ def test_default_env_is_created_once_under_concurrent_first_use():
         for t in threads: t.join(120)
         print(len(envs), len({id(e) for e in envs}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    out = fresh_python.run(["-c", code], timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.split() == ["8", "1"]
 

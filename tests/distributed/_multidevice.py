@@ -7,10 +7,10 @@ The parent test process keeps one XLA host device; a body runs with
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+import fresh_python
 
 HERE = Path(__file__).resolve().parent
 
@@ -45,13 +45,7 @@ def run_on_devices(*parts: str, devices: int = 8, timeout: float = 600) -> str:
         + f"assert len(jax.devices()) == {devices}, jax.devices()\n"
         + "".join(textwrap.dedent(p) for p in parts)
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=device_env(devices),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = fresh_python.run(["-c", code], env=device_env(devices), timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(
             f"subprocess failed (exit {proc.returncode})\n--- stdout\n{proc.stdout}\n"

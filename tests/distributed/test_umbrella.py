@@ -1,9 +1,7 @@
 """The distributed API is reachable from the umbrella as ``torchlax.distributed`` and
 ``torchlax.shard``, and loads only on first use."""
 
-import subprocess
-import sys
-
+import fresh_python
 import torchlax_interop.distributed as interop_distributed
 
 
@@ -29,7 +27,8 @@ def test_import_torchlax_does_not_import_the_distributed_code():
         "from torchlax import distributed\n"
         "assert distributed.make_mesh is sys.modules['torchlax_interop.distributed'].make_mesh\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    done = fresh_python.run(["-c", code], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_an_unknown_attribute_still_raises_attribute_error():

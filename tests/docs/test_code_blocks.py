@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import fresh_python
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,14 +71,7 @@ def test_code_blocks_run(path, tmp_path):
     if path.name in _DEVICES:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={_DEVICES[path.name]}"
         env["JAX_PLATFORMS"] = "cpu"
-    out = subprocess.run(
-        [sys.executable, "-c", "\n".join(script)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-        env=env,
-    )
+    out = fresh_python.run(["-c", "\n".join(script)], timeout=900, cwd=tmp_path, env=env)
     assert out.returncode == 0, (
         f"a code block of {path.relative_to(ROOT)} failed (the '# --- file:line' comment "
         f"before the failing code says which):\n{out.stderr[-5000:]}"

@@ -1,10 +1,9 @@
 """torch.compile(backend="torchlax"): registration, inference, training, caching, mutation."""
 
 import copy
-import subprocess
-import sys
 import textwrap
 
+import fresh_python
 import pytest
 import torch
 import torchlax_core
@@ -41,9 +40,7 @@ def test_registered_by_entry_point_without_importing_torchlax():
         assert torchlax_dynamo.counters["xla_programs"] == 1, torchlax_dynamo.counters
         print("ok")
     """)
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-    )
+    result = fresh_python.run(["-c", code], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
 

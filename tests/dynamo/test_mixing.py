@@ -1,10 +1,9 @@
 """Unlowered ops, call_jax inside compiled code, compiled code inside JAX, other backends."""
 
-import subprocess
-import sys
 import textwrap
 import warnings
 
+import fresh_python
 import jax
 import jax.numpy as jnp
 import pytest
@@ -127,8 +126,6 @@ def test_other_backends_still_work_in_the_same_process():
             torch.testing.assert_close(out, f(x))
         print("ok")
     """)
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
-    )
+    result = fresh_python.run(["-c", code], timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import fresh_python
 import pytest
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
@@ -16,13 +15,6 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs(path):
     env = {**os.environ, "TORCHLAX_BLOCK_PLUGINS": ""}  # as a user, with the example plugin
-    out = subprocess.run(
-        [sys.executable, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        cwd=path.parents[1],
-    )
+    out = fresh_python.run([str(path)], timeout=900, env=env, cwd=path.parents[1])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     assert out.stdout.strip(), "an example should say what it showed"

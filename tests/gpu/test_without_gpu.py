@@ -1,9 +1,8 @@
 """Where JAX has no GPU: CUDA placement and the GPU benchmark fail with a clear message."""
 
-import subprocess
-import sys
 from pathlib import Path
 
+import fresh_python
 import gpu_support
 import jax
 import pytest
@@ -34,8 +33,6 @@ def test_gpu_tests_skip_with_a_reason():
 @pytest.mark.slow  # a fresh interpreter importing torch and JAX
 def test_gpu_benchmark_exits_with_a_clear_message():
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.py"
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
-    )
+    result = fresh_python.run([str(script)], timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "needs a CUDA GPU visible to PyTorch and JAX" in result.stderr

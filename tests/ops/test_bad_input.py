@@ -4,9 +4,7 @@ Each case runs on eager PyTorch's CPU first; torchlax must raise the same except
 the same message (the indices are named as PyTorch names them).
 """
 
-import subprocess
-import sys
-
+import fresh_python
 import jax
 import jax.numpy as jnp
 import pytest
@@ -287,9 +285,7 @@ with torchlax.enable():
 
 def test_sizes_that_overflow_raise_instead_of_aborting():
     # A subprocess, so an abort in XLA fails this test rather than killing pytest.
-    done = subprocess.run(
-        [sys.executable, "-c", _OVERFLOW], capture_output=True, text=True, timeout=600
-    )
+    done = fresh_python.run(["-c", _OVERFLOW], timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == [
         "RuntimeError Storage size calculation overflowed with sizes=[4611686018427387904, 4]",

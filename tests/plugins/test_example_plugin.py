@@ -7,11 +7,10 @@ as a user who installed the plugin would run.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import fresh_python
 import pytest
 
 
@@ -19,13 +18,7 @@ def run(code: str, *, block: str = "", extra_path: Path | None = None, **env_var
     env = {**os.environ, "TORCHLAX_BLOCK_PLUGINS": block, **env_vars}
     if extra_path is not None:
         env["PYTHONPATH"] = f"{extra_path}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    out = fresh_python.run(["-c", textwrap.dedent(code)], env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-6000:]
     return out.stdout
 
@@ -210,13 +203,7 @@ def test_bad_installed_plugins_are_reported_skipped_and_the_rest_load(broken_and
         "TORCHLAX_LOG": "error",
         "PYTHONPATH": str(broken_and_conflicting),
     }
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    out = fresh_python.run(["-c", textwrap.dedent(code)], env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-6000:]
     lines = out.stdout.strip().splitlines()
     for name, line in zip(("broken_plugin", "late_adder", "misnamed_arg"), lines, strict=False):
@@ -241,10 +228,8 @@ def test_bad_installed_plugins_are_reported_skipped_and_the_rest_load(broken_and
         "torchlax plugin 'misnamed_arg' failed and was skipped: PluginValidationError" in out.stderr
     )
 
-    strict = subprocess.run(
-        [sys.executable, "-c", "import torchlax_core; torchlax_core.default_env()"],
-        capture_output=True,
-        text=True,
+    strict = fresh_python.run(
+        ["-c", "import torchlax_core; torchlax_core.default_env()"],
         timeout=300,
         env={**env, "TORCHLAX_STRICT_PLUGINS": "1", "TORCHLAX_LOG": ""},
     )
@@ -254,10 +239,8 @@ def test_bad_installed_plugins_are_reported_skipped_and_the_rest_load(broken_and
 
 
 def test_doctor_lists_versions_devices_plugins_and_counts(broken_and_conflicting):
-    out = subprocess.run(
-        [sys.executable, "-m", "torchlax", "doctor"],
-        capture_output=True,
-        text=True,
+    out = fresh_python.run(
+        ["-m", "torchlax", "doctor"],
         timeout=300,
         env={
             **os.environ,
@@ -297,10 +280,8 @@ def test_doctor_lists_versions_devices_plugins_and_counts(broken_and_conflicting
 
 
 def test_doctor_reports_in_strict_mode_instead_of_crashing(broken_and_conflicting):
-    out = subprocess.run(
-        [sys.executable, "-m", "torchlax", "doctor"],
-        capture_output=True,
-        text=True,
+    out = fresh_python.run(
+        ["-m", "torchlax", "doctor"],
         timeout=300,
         env={
             **os.environ,

@@ -406,16 +406,22 @@ class _TransposedBack:
         return jnp.transpose(array, self.axes)
 
 
-def stored_in_order(stored, order, strides, value=None) -> Tensor:
+def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     """The Tensor of ``strides`` (a dense layout, dimension ``order[0]`` outermost) whose
     storage is ``stored``, its elements in memory order (the tensor transposed to ``order``).
 
-    The tensor views its storage transposed back; without ``value`` that transpose is computed
-    when first read, or inside the next cached op (a deferred view), so a chain of ops that
-    all run in memory order never transposes.
+    The one constructor of a tensor laid out other than row-major, for eager results and
+    compiled programs' outputs alike. ``strides`` default to the dense layout of ``order``
+    (``stored``'s row-major strides, put back in the tensor's dimension order); an empty
+    result passes PyTorch's own. The tensor views its storage transposed back; without
+    ``value`` that transpose is computed when first read, or inside the next cached op (a
+    deferred view), so a chain of ops that all run in memory order never transposes.
     """
     back = tuple(int(d) for d in np.argsort(order))
     compute = _TransposedBack(back)
+    if strides is None:
+        dense = make_contiguous_strides_for(stored.shape)
+        strides = tuple(dense[d] for d in back)
     layout = (tuple(strides), 0, int(stored.size) * stored.dtype.itemsize)
     storage = _tensor._Storage(stored)
     if value is None and type(stored) is _ArrayImpl:

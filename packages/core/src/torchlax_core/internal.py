@@ -25,6 +25,7 @@ from ._compiled import output_tensors as output_tensors
 from ._compiled import signature as signature
 from ._compiled import write_back as write_back
 from ._dispatch import memory_order as memory_order
+from ._dispatch import stored_in_order as stored_in_order
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._logging import get_logger as get_logger
@@ -58,6 +59,7 @@ __all__ = [
     "record_compile",
     "set_exclusive",
     "storage_of",
+    "stored_in_order",
     "tables_of",
     "tracing",
     "unused_key",

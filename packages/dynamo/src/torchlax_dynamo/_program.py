@@ -40,6 +40,7 @@ from torchlax_core.internal import (
     peek_array,
     set_exclusive,
     signature,
+    stored_in_order,
     view_kind,
     write_back,
     x64,
@@ -250,12 +251,13 @@ class XlaProgram:
                 set_exclusive(dst)
         return outs[0] if self._single_output else tuple(outs)
 
-    def _viewed_back(self, stored: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    @staticmethod
+    def _viewed_back(stored: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
         """``stored`` (dimensions in memory order) with its dimensions put back: a tensor of
         its own, not a view (``_base`` is None), as the op that made it returns."""
+        if isinstance(stored, Tensor):  # laid out as the core lays out an eager result
+            return stored_in_order(array_of(stored), order)
         back = [order.index(d) for d in range(len(order))]
-        if isinstance(stored, Tensor):  # (a view made below PyTorch's dispatcher: no _base)
-            return self.env.dispatch(torch.ops.aten.permute.default, (stored, back), {})
         shape = [stored.shape[d] for d in back]
         strides = [stored.stride(d) for d in back]
         with torch.no_grad():
