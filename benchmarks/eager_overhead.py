@@ -83,7 +83,7 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
             a + b  # fills the op cache
         arr_a, arr_b = a.jax(), b.jax()
         unwrap = _dispatch._make_unwrapper(func)
-        key = _opcache.signature(func, [arr_a, arr_b], {}, [])
+        key = _opcache.signature(env._op_cache.op(func), [arr_a, arr_b], {}, [])
         entry = env._op_cache.entries.get(key)
         if entry is None:
             raise RuntimeError("the op cache did not keep aten.add.Tensor (is it turned off?)")
@@ -109,7 +109,7 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
         )
         steps["unwrap"] = best_time(lambda: unwrap((a, b), {}), n, repeats)
         steps["cache signature"] = best_time(
-            lambda: _opcache.signature(func, [arr_a, arr_b], {}, []), n, repeats
+            lambda: _opcache.signature(env._op_cache.op(func), [arr_a, arr_b], {}, []), n, repeats
         )
         steps["cache lookup (LRU)"] = best_time(
             lambda: (entries.get(key), entries.move_to_end(key)), n, repeats

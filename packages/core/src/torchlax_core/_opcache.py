@@ -50,6 +50,21 @@ class NotCacheable(Exception):
     """An argument or result the cache cannot key on or return."""
 
 
+class Op:
+    """An op as its signatures name it: hashed by identity. (An ``OpOverload``'s own
+    ``__hash__`` is Python code, and a hit hashes its key twice: the lookup, the LRU move.)
+
+    ``why`` is set when the op is marked never cacheable: the hot path reads it instead of
+    looking the op up in ``OpCache.uncacheable``.
+    """
+
+    __slots__ = ("func", "why")
+
+    def __init__(self, func):
+        self.func = func
+        self.why: str | None = None
+
+
 class OpCache:
     """One environment's compiled executables, LRU-bounded by ``config.op_cache_size``."""
 
@@ -61,12 +76,23 @@ class OpCache:
         self.seen: OrderedDict[Any, int] = OrderedDict()  # signatures not compiled yet: calls
         self.uncacheable: dict[Any, str] = {}  # op -> why it is never cached
         self.checked: set[Any] = set()  # ops compiled with their value checks recorded
+        self.ops: dict[Any, Op] = {}  # op overload -> its Op, the first item of its keys
+
+    def op(self, func) -> Op:
+        """The ``Op`` that names ``func`` in signatures (one per op overload)."""
+        op = self.ops.get(func)
+        if op is None:
+            op = self.ops[func] = Op(func)
+            op.why = self.uncacheable.get(func)
+        return op
 
     def clear(self) -> None:
         self.entries.clear()
         self.seen.clear()
         self.uncacheable.clear()
         self.checked.clear()
+        for op in self.ops.values():
+            op.why = None
 
     def capacity(self) -> int:
         return int(getattr(self.config, "op_cache_size", 0) or 0)
@@ -93,7 +119,9 @@ class OpCache:
 
     def mark_uncacheable(self, func, why: str) -> None:
         self.uncacheable[func] = why
-        for key in [k for k in self.entries if k[0] is func]:
+        op = self.op(func)
+        op.why = why
+        for key in [k for k in self.entries if k[0] is op or k[0] is func]:
             del self.entries[key]
 
 
@@ -175,9 +203,13 @@ def materialize(jargs):
     ]
 
 
-def signature(func, jargs, jkwargs, leaves: list):
-    """The cache key of one call, filling ``leaves`` with its input arrays in order."""
-    key = [func]
+def signature(op, jargs, jkwargs, leaves: list):
+    """The cache key of one call, filling ``leaves`` with its input arrays in order.
+
+    ``op`` names the op (its ``OpCache.op``); ``_dispatch.cached_impl`` builds the same key
+    straight from the call's Tensors on its hot path (``hit_key``): the two must agree.
+    """
+    key = [op]
     for a in jargs:
         key.append(_piece(a, leaves))
     if jkwargs:
@@ -350,13 +382,25 @@ class Entry:
     first one: a hit wraps its result without reading them off the new array.
     """
 
-    __slots__ = ("call", "traced", "meta", "checked")
+    __slots__ = ("call", "traced", "meta", "checked", "compiled")
 
     def __init__(self, call, traced, checked: bool = False):
         self.traced = traced
         self.checked = checked
+        self.compiled = call
         self.call = _raising(call) if checked else call
         self.meta = None
+
+    def launch_directly(self) -> None:
+        """After the first call: call JAX's C++ launcher of the executable itself.
+
+        ``Compiled.__call__`` is a Python frame around it (~2 us a hit on a loaded machine);
+        JAX creates the launcher on that first call and keeps it as ``_call`` (JAX's private
+        name: where it is absent, the call stays as it was).
+        """
+        launch = getattr(self.compiled, "_call", None)  # (None after relax: a jax.jit now)
+        if launch is not None:
+            self.call = _raising(launch) if self.checked else launch
 
     def learn(self, out) -> None:
         if type(out) is _ArrayImpl:
@@ -368,6 +412,7 @@ class Entry:
         """Called with inputs on other devices (or shardings): use ``jax.jit``'s own cache."""
         call = jax.jit(self.traced)
         self.call = _raising(call) if self.checked else call
+        self.compiled = None  # (launch_directly leaves the jit alone)
         self.meta = None  # results may land elsewhere now
         return self.call
 
