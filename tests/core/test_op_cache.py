@@ -139,6 +139,30 @@ def test_random_ops_draw_fresh_values_every_call(env):
         assert torch.equal(d, e)
 
 
+def test_a_seeded_op_that_draws_nothing_is_cached_with_its_python_results(env):
+    # PyTorch tags the jax device's attention op nondeterministic_seeded (for dropout); with
+    # dropout_p=0 it draws nothing and is cached. It also returns Python ints (max_q, max_k),
+    # which the executable cannot return: they come back as ints, not tensors.
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    q_cpu, k_cpu, v_cpu = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    q, k, v = (jax_tensor(t) for t in (q_cpu, k_cpu, v_cpu))
+    expected = torch.nn.functional.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu)
+    hits, _, _ = stats(env)
+    for _ in range(3):
+        out = op(q, k, v)
+        torch.testing.assert_close(out[0].cpu(), expected)
+        assert (out[4], out[5]) == (5, 5) and type(out[4]) is int
+        assert out[2] is None and out[8] is None
+    assert stats(env)[0] - hits >= 1
+    assert op not in env._op_cache.uncacheable
+    # With dropout it draws: fresh values on every call, and the op is never cached again.
+    ones = jax_tensor(torch.ones(2, 3, 5, 4))
+    drawn = [op(q, k, ones, None, 0.5)[0].cpu() for _ in range(4)]
+    assert len({tuple(d.flatten().tolist()) for d in drawn}) == 4
+    assert "draws PRNG keys" in env._op_cache.uncacheable.get(op, "")
+    env._op_cache.clear()  # (the shared environment's later tests cache attention again)
+
+
 def test_a_lowering_that_draws_keys_is_never_cached(env):
     """Found by tracing, not by the op's tags: a plugin's lowering of a deterministic op."""
     plugin = types.SimpleNamespace()
