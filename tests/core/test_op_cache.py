@@ -63,7 +63,7 @@ def test_new_shape_and_new_dtype_redispatch(env):
             out = torch.sub(a, b)
             assert out.dtype == dtype and out.shape == shape
             torch.testing.assert_close(out.cpu(), a_cpu - b_cpu)
-    cached = [k for k in env._op_cache.entries if k[0] is torch.ops.aten.sub.Tensor]
+    cached = [k for k in env._op_cache.entries if k[0].func is torch.ops.aten.sub.Tensor]
     assert len(cached) >= 4  # one executable per shape and dtype
 
 
@@ -89,7 +89,7 @@ def test_python_scalars_and_weak_typed_arrays_are_part_of_the_signature(env):
     keys = [
         k
         for k in env._op_cache.entries
-        if k[0] is torch.ops.aten.add.Tensor
+        if k[0].func is torch.ops.aten.add.Tensor
         and k[1] == f.jax().aval
         and isinstance(k[2], jax.core.ShapedArray)
         and k[2].shape == ()
@@ -137,6 +137,30 @@ def test_random_ops_draw_fresh_values_every_call(env):
     again += [torch.rand_like(x).cpu() for _ in range(4)]
     for d, e in zip(drawn, again, strict=True):
         assert torch.equal(d, e)
+
+
+def test_a_seeded_op_that_draws_nothing_is_cached_with_its_python_results(env):
+    # PyTorch tags the jax device's attention op nondeterministic_seeded (for dropout); with
+    # dropout_p=0 it draws nothing and is cached. It also returns Python ints (max_q, max_k),
+    # which the executable cannot return: they come back as ints, not tensors.
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    q_cpu, k_cpu, v_cpu = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    q, k, v = (jax_tensor(t) for t in (q_cpu, k_cpu, v_cpu))
+    expected = torch.nn.functional.scaled_dot_product_attention(q_cpu, k_cpu, v_cpu)
+    hits, _, _ = stats(env)
+    for _ in range(3):
+        out = op(q, k, v)
+        torch.testing.assert_close(out[0].cpu(), expected)
+        assert (out[4], out[5]) == (5, 5) and type(out[4]) is int
+        assert out[2] is None and out[8] is None
+    assert stats(env)[0] - hits >= 1
+    assert op not in env._op_cache.uncacheable
+    # With dropout it draws: fresh values on every call, and the op is never cached again.
+    ones = jax_tensor(torch.ones(2, 3, 5, 4))
+    drawn = [op(q, k, ones, None, 0.5)[0].cpu() for _ in range(4)]
+    assert len({tuple(d.flatten().tolist()) for d in drawn}) == 4
+    assert "draws PRNG keys" in env._op_cache.uncacheable.get(op, "")
+    env._op_cache.clear()  # (the shared environment's later tests cache attention again)
 
 
 def test_a_lowering_that_draws_keys_is_never_cached(env):
@@ -413,3 +437,41 @@ def test_a_cached_op_leaves_exclusivity_while_plain_runs_and_hand_outs_clear_it(
     assert not is_exclusive(c)
     set_exclusive(a)
     assert not is_exclusive(a.t())  # a transposed view is not the storage's whole array
+
+
+def test_the_hot_path_keys_a_call_as_the_general_path_does(env):
+    # A hit builds its signature from the Tensors directly (_dispatch._make_hit_key); a miss
+    # unwraps first (_opcache.signature). Keys that differed would compile every signature
+    # again under a second key, and the hot path would never hit.
+    from torchlax_core import _dispatch, _opcache
+
+    aten = torch.ops.aten
+    a, b = jax_tensor(torch.randn(4, 3)), jax_tensor(torch.randn(4, 3))
+    x, w = jax_tensor(torch.randn(2, 3)), jax_tensor(torch.randn(5, 3))
+    bias = jax_tensor(torch.randn(5))
+    wt = w.t()  # deferred: the executable applies it
+    read = a[1:]
+    read.cpu()  # a view computed already: its array is the key's
+    calls = [
+        (aten.add.Tensor, (a, b), {"alpha": 2}),
+        (aten.add.Tensor, (read, b[1:]), {}),
+        (aten.mul.Scalar, (a, 2.5), {}),
+        (aten.mm.default, (x, wt), {}),
+        (aten.addmm.default, (bias, x, wt), {"beta": 0.5}),
+        (aten.where.self, (a > 0, a, b), {}),
+        (aten.sum.dim_IntList, (a, [1], True), {}),
+    ]
+    cache = env._op_cache
+    for func, args, kwargs in calls:
+        op = cache.op(func)
+        jargs, jkwargs = _dispatch._make_unwrapper(func, defer_views=True)(args, kwargs)
+        general: list = []
+        expected = _opcache.signature(op, jargs, jkwargs, general)
+        hot: list = []
+        assert _dispatch._make_hit_key(func, op)(args, kwargs, hot) == expected, func
+        assert [id(leaf) for leaf in hot] == [id(leaf) for leaf in general], func
+    # What the hot path leaves to the general one: a list of tensors, a CPU scalar tensor.
+    cat = torch.ops.aten.cat.default
+    assert _dispatch._make_hit_key(cat, cache.op(cat))(([a, b], 0), {}, []) is None
+    add = aten.add.Tensor
+    assert _dispatch._make_hit_key(add, cache.op(add))((a, torch.tensor(2.0)), {}, []) is None

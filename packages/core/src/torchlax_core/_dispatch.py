@@ -653,28 +653,31 @@ def plain_impl(func, fn) -> Callable:
 def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
     """``plain_impl`` with the eager op cache in front (see ``_opcache``).
 
-    A hit is: unwrap, build the signature, one dict lookup, one executable launch, and a
-    wrap that takes the result's shape, dtype and device from the entry (reading them off a
-    fresh array costs more than the rest of the wrap).
+    A hit is: the signature built straight from the call's Tensors (``hit_key``), one dict
+    lookup, one executable launch, and a wrap that takes the result's shape, dtype and device
+    from the entry (reading them off a fresh array costs more than the rest of the wrap).
+    Any call ``hit_key`` does not take, and every miss, goes the general way: unwrap, then
+    ``_opcache.signature`` of the unwrapped arguments (the same key).
     """
     unwrap = _make_unwrapper(func, defer_views=True)
     materialize = _opcache.materialize
     entries = cache.entries
     stats = cache.stats
     config = cache.config
-    uncacheable = cache.uncacheable
     signature = _opcache.signature
     not_cacheable = _opcache.NotCacheable
     new_tensor = _tensor._make_wrapper_subclass
     storage = _tensor._Storage
+    op = cache.op(func)
+    hit_key = _make_hit_key(func, op)
 
     def lookup(jargs, jkwargs) -> tuple:
         """(entry or None, key, leaves); key is None when this call is not cacheable."""
-        if func in uncacheable or not config.op_cache_size:
+        if op.why is not None or not config.op_cache_size:
             return None, None, None
         leaves: list = []
         try:
-            key = signature(func, jargs, jkwargs, leaves)
+            key = signature(op, jargs, jkwargs, leaves)
         except not_cacheable:  # a tracer (inside a JAX trace), a generator, ...
             return None, None, None
         entry = entries.get(key)
@@ -688,13 +691,31 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
                 pass
         return entry, key, leaves
 
+    def hit(args, kwargs) -> tuple:
+        """(entry, leaves) of a call ``hit_key`` takes and the cache holds, else (None, None)."""
+        if op.why is not None or not config.op_cache_size:
+            return None, None
+        leaves: list = []
+        key = hit_key(args, kwargs, leaves)
+        if key is None:
+            return None, None
+        entry = entries.get(key)
+        if entry is None:
+            return None, None  # (the general path counts the miss)
+        stats.hits += 1
+        try:
+            entries.move_to_end(key)
+        except KeyError:  # evicted by another thread just now
+            pass
+        return entry, leaves
+
     def miss(key, jargs, jkwargs, leaves):
         calls = cache.note_seen(key)
         min_calls = cache.min_calls()
         if calls < min_calls or calls == 1:
             # The first call of a signature runs plainly, counting host reads.
             out = _opcache.run_probed(cache, func, fn, materialize(jargs), jkwargs)
-            if calls < min_calls or func in uncacheable:
+            if calls < min_calls or op.why is not None:
                 return None, out
             # op_cache_min_calls=1: compile now and answer with the executable (so that
             # tests run each op's compiled form once).
@@ -702,9 +723,11 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         if entry is None:
             return None, fn(*materialize(jargs), **jkwargs)
         cache.insert(key, entry)
-        return entry, entry.call(*leaves)
+        out = entry.call(*leaves)
+        entry.launch_directly()
+        return entry, out
 
-    def raw(args, kwargs):
+    def general_raw(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
         entry, key, leaves = lookup(jargs, jkwargs)
         if entry is not None:
@@ -718,7 +741,16 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             return fn(*materialize(jargs), **jkwargs)
         return miss(key, jargs, jkwargs, leaves)[1]
 
-    def impl(args, kwargs):
+    def raw(args, kwargs):
+        entry, leaves = hit(args, kwargs)
+        if entry is None:
+            return general_raw(args, kwargs)
+        try:
+            return entry.call(*leaves)
+        except (ValueError, TypeError):  # inputs on other devices than it was compiled for
+            return entry.relax()(*leaves)
+
+    def general(args, kwargs):
         jargs, jkwargs = unwrap(args, kwargs)
         entry, key, leaves = lookup(jargs, jkwargs)
         if entry is None:
@@ -731,6 +763,9 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
                 if entry is not None and entry.meta is None:
                     entry.learn(out)
             return _make(out) if type(out) is _ArrayImpl else _wrap(out)
+        return wrap_hit(entry, leaves)
+
+    def wrap_hit(entry, leaves):
         meta = entry.meta
         try:
             out = entry.call(*leaves)
@@ -744,8 +779,70 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         r._view = None
         return r
 
+    def impl(args, kwargs):
+        entry, leaves = hit(args, kwargs)
+        if entry is None:
+            return general(args, kwargs)
+        return wrap_hit(entry, leaves)
+
     impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
     return impl
+
+
+def _make_hit_key(func, op) -> Callable:
+    """``hit_key(args, kwargs, leaves)``: ``_opcache.signature`` of the unwrapped call, built
+    from the Tensors themselves (no unwrapped argument list), or ``None`` for a call it does
+    not take: a tensor argument that is not a torchlax Tensor (a 0-d CPU scalar, a list of
+    tensors), a tracer, an argument the cache cannot key on, tensor kwargs, several devices
+    (their check is the unwrapper's). The general path then unwraps and keys as before.
+    """
+    positions, tensor_kwargs = _unwrap_plan(func)
+    if getattr(func, "_schema", None) is None or tensor_kwargs or _several_devices():
+        return lambda args, kwargs, leaves: None
+    tensor_positions = frozenset(positions)
+    piece = _opcache._piece
+    pending = _opcache.Pending
+    not_cacheable = _opcache.NotCacheable
+    default_dtype = torch.get_default_dtype
+
+    def hit_key(args, kwargs, leaves):
+        key: list = [op]
+        append = key.append
+        try:
+            for i, a in enumerate(args):
+                if type(a) is Tensor:
+                    if i not in tensor_positions:
+                        return None
+                    view = a._view
+                    array = a._storage.array
+                    if type(array) is not _ArrayImpl:
+                        return None
+                    if view is None:
+                        leaves.append(array)
+                        append(array.aval)
+                    elif view.seen is None:  # deferred: the executable applies it (Pending)
+                        leaves.append(array)
+                        append((pending, view.compute.recipe, array.aval))
+                    else:
+                        array = a._peek()
+                        if type(array) is not _ArrayImpl:
+                            return None
+                        leaves.append(array)
+                        append(array.aval)
+                elif i in tensor_positions and a is not None:
+                    return None  # a list of tensors, a CPU tensor, ...
+                else:
+                    append(piece(a, leaves))
+            if kwargs:
+                for name, value in kwargs.items():
+                    append(name)
+                    append(piece(value, leaves))
+        except not_cacheable:
+            return None
+        append(default_dtype())
+        return tuple(key)
+
+    return hit_key
 
 
 # View ops whose result reads the same elements in the same order (a reshape of the base).

@@ -16,7 +16,9 @@ launch. The rules (docs/architecture.md, "The eager op cache"):
   is compiled with its checks recorded (``_checks.checked``) and each call raises PyTorch's
   error from the executable's check flags.
 - A lowering that draws a PRNG key (``env.next_prng_key``) is never cached: its trace runs
-  inside a key scope, and a drawn key marks the op. A ``torch.Generator`` argument bypasses.
+  inside a key scope, and a drawn key marks the op (PyTorch's ``nondeterministic_seeded`` tag
+  is not relied on: attention with ``dropout_p=0`` carries it and draws nothing). A
+  ``torch.Generator`` argument bypasses.
 - Inside a JAX trace (an input is a tracer) the lowering just runs: the caller's program is
   the compilation unit.
 - The cache is an LRU of ``Config.op_cache_size`` entries (0 turns it off); hits, misses and
@@ -50,6 +52,21 @@ class NotCacheable(Exception):
     """An argument or result the cache cannot key on or return."""
 
 
+class Op:
+    """An op as its signatures name it: hashed by identity. (An ``OpOverload``'s own
+    ``__hash__`` is Python code, and a hit hashes its key twice: the lookup, the LRU move.)
+
+    ``why`` is set when the op is marked never cacheable: the hot path reads it instead of
+    looking the op up in ``OpCache.uncacheable``.
+    """
+
+    __slots__ = ("func", "why")
+
+    def __init__(self, func):
+        self.func = func
+        self.why: str | None = None
+
+
 class OpCache:
     """One environment's compiled executables, LRU-bounded by ``config.op_cache_size``."""
 
@@ -61,12 +78,23 @@ class OpCache:
         self.seen: OrderedDict[Any, int] = OrderedDict()  # signatures not compiled yet: calls
         self.uncacheable: dict[Any, str] = {}  # op -> why it is never cached
         self.checked: set[Any] = set()  # ops compiled with their value checks recorded
+        self.ops: dict[Any, Op] = {}  # op overload -> its Op, the first item of its keys
+
+    def op(self, func) -> Op:
+        """The ``Op`` that names ``func`` in signatures (one per op overload)."""
+        op = self.ops.get(func)
+        if op is None:
+            op = self.ops[func] = Op(func)
+            op.why = self.uncacheable.get(func)
+        return op
 
     def clear(self) -> None:
         self.entries.clear()
         self.seen.clear()
         self.uncacheable.clear()
         self.checked.clear()
+        for op in self.ops.values():
+            op.why = None
 
     def capacity(self) -> int:
         return int(getattr(self.config, "op_cache_size", 0) or 0)
@@ -93,21 +121,25 @@ class OpCache:
 
     def mark_uncacheable(self, func, why: str) -> None:
         self.uncacheable[func] = why
-        for key in [k for k in self.entries if k[0] is func]:
+        op = self.op(func)
+        op.why = why
+        for key in [k for k in self.entries if k[0] is op or k[0] is func]:
             del self.entries[key]
 
 
 def cacheable_op(func) -> bool:
-    """Whether ``func``'s lowering may be cached at all (functional ATen/prims overloads)."""
+    """Whether ``func``'s lowering may be cached at all (functional ATen/prims overloads).
+
+    Ops tagged ``nondeterministic_seeded`` are not passed by: whether one is random can hang
+    on its arguments (attention's ``dropout_p``; in eval, GPT-2's attention is a seeded op
+    that draws nothing), and a lowering that draws a key is found when traced (``compile_entry``).
+    """
     schema = getattr(func, "_schema", None)
     if schema is None or schema.is_mutable:
         return False
     if getattr(func, "namespace", None) not in ("aten", "prims"):
         return False  # custom ops (call_jax, third parties) may run arbitrary Python
-    if getattr(func, "is_view", False):
-        return False
-    nondeterministic = getattr(torch.Tag, "nondeterministic_seeded", None)
-    return nondeterministic is None or nondeterministic not in func.tags
+    return not getattr(func, "is_view", False)
 
 
 # -- signatures ---------------------------------------------------------------------------------
@@ -175,9 +207,13 @@ def materialize(jargs):
     ]
 
 
-def signature(func, jargs, jkwargs, leaves: list):
-    """The cache key of one call, filling ``leaves`` with its input arrays in order."""
-    key = [func]
+def signature(op, jargs, jkwargs, leaves: list):
+    """The cache key of one call, filling ``leaves`` with its input arrays in order.
+
+    ``op`` names the op (its ``OpCache.op``); ``_dispatch.cached_impl`` builds the same key
+    straight from the call's Tensors on its hot path (``hit_key``): the two must agree.
+    """
+    key = [op]
     for a in jargs:
         key.append(_piece(a, leaves))
     if jkwargs:
@@ -242,8 +278,46 @@ def _check_outputs(out, top: bool = True) -> None:
     if t is list or t is tuple:
         for y in out:
             _check_outputs(y, False)
-    elif out is not None and not isinstance(out, jax.Array):
+    elif out is not None and not isinstance(out, jax.Array) and t not in (int, float, bool):
+        # (A Python number is a static result, as attention's max_q: see _Statics.)
         raise NotCacheable(f"the lowering returned a {t.__name__}")
+
+
+_ARRAY = object()
+
+
+class _Statics:
+    """The Python numbers among a lowering's results (attention's ``max_q``, ``max_k``), learnt
+    when it is traced: they depend only on the signature, so the executable returns just the
+    arrays and ``rebuild`` puts the numbers back (a jitted function's Python numbers would come
+    back as arrays). Left unset for the usual results, all arrays, which need no rebuild."""
+
+    __slots__ = ("treedef", "values")
+
+    def __init__(self):
+        self.treedef = None
+        self.values: list = []
+
+    def split(self, out):
+        """``out``, or its arrays alone (recording the rest) where it holds Python numbers."""
+        flat, treedef = jax.tree_util.tree_flatten(out)
+        if all(isinstance(x, jax.Array) for x in flat):
+            return out
+        self.treedef = treedef
+        self.values = [_ARRAY if isinstance(x, jax.Array) else x for x in flat]
+        return [x for x in flat if isinstance(x, jax.Array)]
+
+    def rebuilding(self, call):
+        """``call`` with its array results put back among the recorded numbers."""
+        treedef, values = self.treedef, self.values
+        if treedef is None:
+            return call
+
+        def rebuilt(*arrays):
+            it = iter(call(*arrays))
+            return treedef.unflatten([next(it) if v is _ARRAY else v for v in values])
+
+        return rebuilt
 
 
 # -- host reads ---------------------------------------------------------------------------------
@@ -350,13 +424,30 @@ class Entry:
     first one: a hit wraps its result without reading them off the new array.
     """
 
-    __slots__ = ("call", "traced", "meta", "checked")
+    __slots__ = ("call", "traced", "meta", "checked", "compiled", "statics")
 
-    def __init__(self, call, traced, checked: bool = False):
+    def __init__(self, call, traced, checked: bool = False, statics: _Statics | None = None):
         self.traced = traced
         self.checked = checked
-        self.call = _raising(call) if checked else call
+        self.statics = statics or _Statics()
+        self.compiled = call
+        self.call = self._finished(call)
         self.meta = None
+
+    def _finished(self, call):
+        """``call`` raising its recorded checks' errors and returning the lowering's results."""
+        return self.statics.rebuilding(_raising(call) if self.checked else call)
+
+    def launch_directly(self) -> None:
+        """After the first call: call JAX's C++ launcher of the executable itself.
+
+        ``Compiled.__call__`` is a Python frame around it (~2 us a hit on a loaded machine);
+        JAX creates the launcher on that first call and keeps it as ``_call`` (JAX's private
+        name: where it is absent, the call stays as it was).
+        """
+        launch = getattr(self.compiled, "_call", None)  # (None after relax: a jax.jit now)
+        if launch is not None:
+            self.call = self._finished(launch)
 
     def learn(self, out) -> None:
         if type(out) is _ArrayImpl:
@@ -366,8 +457,8 @@ class Entry:
 
     def relax(self):
         """Called with inputs on other devices (or shardings): use ``jax.jit``'s own cache."""
-        call = jax.jit(self.traced)
-        self.call = _raising(call) if self.checked else call
+        self.call = self._finished(jax.jit(self.traced))
+        self.compiled = None  # (launch_directly leaves the jit alone)
         self.meta = None  # results may land elsewhere now
         return self.call
 
@@ -389,11 +480,13 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
     args_template = _template(list(jargs))
     kwargs_template = {k: _template(v) for k, v in jkwargs.items()}
 
+    statics = _Statics()
+
     def traced(*arrays):
         it = iter(arrays)
         out = fn(*_fill(args_template, it), **{k: _fill(v, it) for k, v in kwargs_template.items()})
         _check_outputs(out)
-        return out
+        return statics.split(out)
 
     checked = func in cache.checked
     if checked:
@@ -415,4 +508,4 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
         )
         return None
     record_compile(op_name(func), time.perf_counter() - start, env)
-    return Entry(compiled, traced, checked)
+    return Entry(compiled, traced, checked, statics)
