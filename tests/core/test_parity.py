@@ -351,6 +351,25 @@ PROMOTIONS = {
     "integer_addcdiv": lambda d: torch.addcdiv(
         _ints(torch.int32, d), _ints(torch.int32, d), _ints(torch.int32, d) + 1
     ),
+    # div with a rounding mode keeps integer dtypes (true division makes them float).
+    "div_ints_true": lambda d: torch.div(_ints(torch.int32, d), 2),
+    "div_ints_floor": lambda d: torch.div(-_ints(torch.int32, d), 2, rounding_mode="floor"),
+    "div_uint8_by_int64_trunc": lambda d: torch.div(
+        _ints(torch.uint8, d), _ints(torch.int64, d) + 1, rounding_mode="trunc"
+    ),
+    "div_uint8_by_float_floor": lambda d: torch.div(
+        _ints(torch.uint8, d), 2.5, rounding_mode="floor"
+    ),
+    "div_ints_floor_into_float_out": lambda d: torch.div(
+        _ints(torch.int64, d),
+        2,
+        rounding_mode="floor",
+        out=torch.empty(3, dtype=torch.float64, device=d),
+    ),
+    "div_unknown_rounding_mode": lambda d: torch.div(_ints(torch.int32, d), 2, rounding_mode="x"),
+    "div_unknown_rounding_mode_in_place": lambda d: _ints(torch.int32, d).div_(
+        2, rounding_mode="round"
+    ),
 }
 
 
