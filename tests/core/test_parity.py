@@ -351,6 +351,25 @@ PROMOTIONS = {
     "integer_addcdiv": lambda d: torch.addcdiv(
         _ints(torch.int32, d), _ints(torch.int32, d), _ints(torch.int32, d) + 1
     ),
+    # div with a rounding mode keeps integer dtypes (true division makes them float).
+    "div_ints_true": lambda d: torch.div(_ints(torch.int32, d), 2),
+    "div_ints_floor": lambda d: torch.div(-_ints(torch.int32, d), 2, rounding_mode="floor"),
+    "div_uint8_by_int64_trunc": lambda d: torch.div(
+        _ints(torch.uint8, d), _ints(torch.int64, d) + 1, rounding_mode="trunc"
+    ),
+    "div_uint8_by_float_floor": lambda d: torch.div(
+        _ints(torch.uint8, d), 2.5, rounding_mode="floor"
+    ),
+    "div_ints_floor_into_float_out": lambda d: torch.div(
+        _ints(torch.int64, d),
+        2,
+        rounding_mode="floor",
+        out=torch.empty(3, dtype=torch.float64, device=d),
+    ),
+    "div_unknown_rounding_mode": lambda d: torch.div(_ints(torch.int32, d), 2, rounding_mode="x"),
+    "div_unknown_rounding_mode_in_place": lambda d: _ints(torch.int32, d).div_(
+        2, rounding_mode="round"
+    ),
 }
 
 
@@ -505,3 +524,76 @@ def test_set_past_the_end_of_a_storage_is_refused():
         torch.empty(0, device="jax").set_(a.untyped_storage(), 4, (2, 2), (2, 1))
     with pytest.raises(RuntimeError, match="not a jax tensor's storage"):
         torch.empty(0, device="jax").set_(torch.arange(6.0).untyped_storage())
+
+
+# -- argument errors PyTorch's kernels raise (JAX would raise its own, or nothing) ---------------
+
+
+def _ones(*shape, dtype=torch.float32):
+    return lambda device: torch.ones(shape, dtype=dtype, device=device)
+
+
+ARGUMENT_ERRORS = {
+    "add_not_broadcasting": lambda d: _ones(2)(d) + _ones(3)(d),
+    "add_in_place_not_broadcasting": lambda d: _ones(2, 3)(d).add_(_ones(2)(d)),
+    "add_in_place_growing": lambda d: _ones(2)(d).add_(_ones(3, 2)(d)),
+    "mul_out_not_broadcasting": lambda d: torch.mul(_ones(2)(d), _ones(3)(d), out=_ones(2)(d)),
+    "where_not_broadcasting": lambda d: torch.where(
+        _ones(4, dtype=torch.bool)(d), _ones(3)(d), _ones(3)(d)
+    ),
+    "maximum_not_broadcasting": lambda d: torch.maximum(_ones(2)(d), _ones(3)(d)),
+    "addcmul_not_broadcasting": lambda d: torch.addcmul(_ones(2)(d), _ones(3)(d), _ones(2)(d)),
+    "mm_shapes": lambda d: _ones(2, 3)(d) @ _ones(2, 3)(d),
+    "bmm_shapes": lambda d: torch.bmm(_ones(2, 2, 3)(d), _ones(2, 2, 3)(d)),
+    "dot_lengths": lambda d: torch.dot(_ones(2)(d), _ones(3)(d)),
+    "cat_sizes": lambda d: torch.cat([_ones(2, 3)(d), _ones(2, 4)(d)]),
+    "stack_sizes": lambda d: torch.stack([_ones(2)(d), _ones(3)(d)]),
+    "bitwise_and_of_floats": lambda d: _ones(2)(d) & _ones(2)(d),
+    "gcd_of_floats": lambda d: torch.gcd(_ones(2)(d), _ones(2)(d)),
+    "transpose_dim_out_of_range": lambda d: _ones(2, 3)(d).transpose(0, 2),
+    "flip_dim_out_of_range": lambda d: _ones(2, 3)(d).flip(2),
+    "flip_repeated_dim": lambda d: _ones(2, 3)(d).flip(1, -1),
+    "t_of_3d": lambda d: _ones(2, 3, 4)(d).t(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARGUMENT_ERRORS))
+def test_argument_errors_as_pytorch(name):
+    # The exception type and PyTorch's message: "+" must not become "unsupported operand type(s)".
+    expected, actual = _on("cpu", ARGUMENT_ERRORS[name]), _on("jax", ARGUMENT_ERRORS[name])
+    assert isinstance(expected, Exception), "PyTorch accepts the case: fix it"
+    assert type(actual) is type(expected), f"{actual!r} instead of {expected!r}"
+    assert str(expected) in str(actual), actual
+
+
+def test_a_failing_lowering_on_arguments_pytorch_accepts_keeps_its_error():
+    # The meta kernel accepts these shapes: JAX's own error stands (nothing is made up).
+    from torchlax_core import _meta_errors
+
+    jax_error = TypeError("add got incompatible shapes for broadcasting")
+    args = (torch.ones(2, 3, device="jax"), torch.ones(3, device="jax"))
+    assert _meta_errors.pytorch_error(torch.ops.aten.add.Tensor, args, {}, jax_error) is None
+    refused = _meta_errors.pytorch_error(
+        torch.ops.aten.add.Tensor, (args[0], torch.ones(2, device="jax")), {}, jax_error
+    )
+    assert isinstance(refused, RuntimeError) and "must match the size" in str(refused)
+
+
+# -- empty and zero-size index tensors ------------------------------------------------------------
+
+EMPTY_INDICES = {
+    "empty_list": lambda d: _grid(d)[[]],
+    "empty_list_second_dim": lambda d: _grid(d)[:, []],
+    "index_of_shape_0x2": lambda d: _grid(d)[torch.zeros(0, 2, dtype=torch.long, device=d)],
+    "index_of_shape_0x2_second_dim": lambda d: _grid(d)[
+        :, torch.zeros(0, 2, dtype=torch.long, device=d)
+    ],
+    "put_through_index_of_shape_0x2": _put(
+        lambda d: torch.zeros(0, 2, dtype=torch.long, device=d), lambda d: torch.tensor(1.0)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_INDICES))
+def test_empty_index_tensors_as_pytorch(name):
+    _same_as_cpu(EMPTY_INDICES[name])

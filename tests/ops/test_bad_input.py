@@ -312,6 +312,15 @@ BAD_DTYPES = [
         (torch.ones(2, 2, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool)),
     ),
     ("neg_bool", torch.neg, (torch.tensor([True]),)),
+    # Complex numbers have no order: JAX's lexicographic one must not answer for PyTorch.
+    ("maximum_complex", torch.maximum, (torch.ones(2, dtype=torch.complex64),) * 2),
+    ("fmin_complex", torch.fmin, (torch.ones(2, dtype=torch.complex128),) * 2),
+    ("clamp_tensor_bounds_complex", torch.clamp, (torch.ones(2, dtype=torch.complex64),) * 3),
+    ("amax_complex", torch.amax, (torch.ones(2, dtype=torch.complex64),)),
+    ("max_dim_complex", lambda x: torch.max(x, 0), (torch.ones(2, dtype=torch.complex64),)),
+    ("cummax_complex", lambda x: torch.cummax(x, 0), (torch.ones(2, dtype=torch.complex64),)),
+    ("lt_complex", torch.lt, (torch.ones(2, dtype=torch.complex64),) * 2),
+    ("hardtanh_complex", F.hardtanh, (torch.ones(2, dtype=torch.complex64),)),
 ]
 
 

@@ -2,6 +2,9 @@
 
     uv run python packages/ops/tools/gen_dtype_support.py [--ops softmax,abs]
 
+With ``--ops`` only those OpInfos run, and what they find is merged into the table (the other
+overloads' entries are kept). Then run ``ruff format`` on the table.
+
 For every OpInfo (PyTorch's op database) it runs one sample input on the CPU at one dtype the
 OpInfo supports there and at each dtype it does not, under a dispatch mode that sees the ATen overloads
 as torchlax does (below autograd and the composite decompositions). When an overload raises
@@ -92,7 +95,7 @@ def _lowered_names() -> set[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ops", help="comma-separated OpInfo names (default: all)")
     args = parser.parse_args()
     wanted = set(args.ops.split(",")) if args.ops else None
@@ -114,6 +117,13 @@ def main() -> None:
             exc,
             message.split("\n")[0],
         )
+    if wanted:  # a partial run: keep what the other OpInfos found before
+        from torchlax_ops._dtype_support import REJECTED
+
+        merged = {name: dict(dtypes) for name, dtypes in REJECTED.items()}
+        for name, dtypes in table.items():
+            merged.setdefault(name, {}).update(dtypes)
+        table = merged
     text = TABLE.read_text()
     head = text.split(MARKER)[0]
     TABLE.write_text(

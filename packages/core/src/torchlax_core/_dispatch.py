@@ -1315,10 +1315,9 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
             value = value.reshape(tuple(dst.shape))
         else:
             raise RuntimeError(
-                f"{op_name(func)}: the output tensor has shape {tuple(dst.shape)} but the result "
-                f"has shape {tuple(value.shape)}; torchlax cannot resize a tensor in place (an "
-                "in-place op must not broadcast its tensor to a larger shape). Pass an output of "
-                "the result's shape."
+                f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
+                f"{list(value.shape)} ({op_name(func)}): an in-place op cannot broadcast its "
+                "tensor to a larger shape; pass an output of the result's shape."
             )
     return value
 

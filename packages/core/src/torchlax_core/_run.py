@@ -9,7 +9,9 @@ Every entry point goes through it: ``Tensor.__torch_dispatch__`` (every op on a 
 - JAX's 64-bit mode: on while the op runs (outside it JAX would silently narrow int64 and
   float64 data, in lowerings and in the core's own array code alike), so nothing under an
   implementation needs to switch it on again;
-- an op that fails while PyTorch's autograd engine runs it (see ``BackwardFailure``).
+- an op that fails while PyTorch's autograd engine runs it (see ``BackwardFailure``);
+- an op that JAX refuses with its own argument error where PyTorch would have refused it
+  first: PyTorch's error is raised instead (``_meta_errors``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from torch._C import _current_graph_task_id
 
+from ._meta_errors import pytorch_error
 from ._x64 import x64, x64_flag
 
 
@@ -37,9 +40,12 @@ def run_op(env: Any, func: Any, args: tuple, kwargs: dict, *, from_dispatcher: b
         with x64():
             return impl(args, kwargs)
     except Exception as exc:
+        error = pytorch_error(func, args, kwargs, exc)
         if not from_dispatcher or _current_graph_task_id() == -1:
-            raise
-        return BackwardFailure(func, exc)
+            if error is None:
+                raise
+            raise error from exc
+        return BackwardFailure(func, error or exc)
 
 
 class BackwardFailure:

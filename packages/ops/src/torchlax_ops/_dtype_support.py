@@ -147,6 +147,26 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         ),
     },
     "aten.abs.default": {"bool": ("NotImplementedError", "\"abs_cpu\" not implemented for 'Bool'")},
+    "aten.amax.default": {
+        "complex128": (
+            "NotImplementedError",
+            "\"max_values_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": (
+            "NotImplementedError",
+            "\"max_values_cpu\" not implemented for 'ComplexFloat'",
+        ),
+    },
+    "aten.amin.default": {
+        "complex128": (
+            "NotImplementedError",
+            "\"min_values_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": (
+            "NotImplementedError",
+            "\"min_values_cpu\" not implemented for 'ComplexFloat'",
+        ),
+    },
     "aten.argmax.default": {
         "bool": ("RuntimeError", "argmax(): does not support bool input"),
         "complex128": ("RuntimeError", "argmax(): does not support complex input"),
@@ -163,6 +183,33 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "complex128": ("NotImplementedError", "ceil is not supported for complex inputs"),
         "complex64": ("NotImplementedError", "ceil is not supported for complex inputs"),
     },
+    "aten.clamp.Tensor": {
+        "bool": ("NotImplementedError", "\"clamp_cpu\" not implemented for 'Bool'"),
+        "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
+        "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
+    },
+    "aten.clamp_max.Tensor": {
+        "complex128": (
+            "NotImplementedError",
+            "\"minimum_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": ("NotImplementedError", "\"minimum_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.clamp_min.Tensor": {
+        "complex128": (
+            "NotImplementedError",
+            "\"maximum_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": ("NotImplementedError", "\"maximum_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.cummax.default": {
+        "complex128": ("NotImplementedError", "\"cummax_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"cummax_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.cummin.default": {
+        "complex128": ("NotImplementedError", "\"cummin_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"cummin_cpu\" not implemented for 'ComplexFloat'"),
+    },
     "aten.dot.default": {"bool": ("NotImplementedError", "\"dot\" not implemented for 'Bool'")},
     "aten.erf.default": {
         "complex128": (
@@ -176,6 +223,14 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "complex128": ("NotImplementedError", "floor is not supported for complex inputs"),
         "complex64": ("NotImplementedError", "floor is not supported for complex inputs"),
     },
+    "aten.fmax.default": {
+        "complex128": ("RuntimeError", "fmax not implemented for complex tensors."),
+        "complex64": ("RuntimeError", "fmax not implemented for complex tensors."),
+    },
+    "aten.fmin.default": {
+        "complex128": ("RuntimeError", "fmin not implemented for complex tensors."),
+        "complex64": ("RuntimeError", "fmin not implemented for complex tensors."),
+    },
     "aten.frac.default": {
         "bool": ("NotImplementedError", "\"frac_cpu\" not implemented for 'Bool'"),
         "complex128": ("NotImplementedError", "\"frac_cpu\" not implemented for 'ComplexDouble'"),
@@ -185,6 +240,10 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "int64": ("NotImplementedError", "\"frac_cpu\" not implemented for 'Long'"),
         "int8": ("NotImplementedError", "\"frac_cpu\" not implemented for 'Char'"),
         "uint8": ("NotImplementedError", "\"frac_cpu\" not implemented for 'Byte'"),
+    },
+    "aten.ge.Tensor": {
+        "complex128": ("NotImplementedError", "\"ge_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"ge_cpu\" not implemented for 'ComplexFloat'"),
     },
     "aten.gelu.default": {
         "bool": ("NotImplementedError", "\"GeluKernelImpl\" not implemented for 'Bool'"),
@@ -201,6 +260,47 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "int64": ("NotImplementedError", "\"GeluKernelImpl\" not implemented for 'Long'"),
         "int8": ("NotImplementedError", "\"GeluKernelImpl\" not implemented for 'Char'"),
         "uint8": ("NotImplementedError", "\"GeluKernelImpl\" not implemented for 'Byte'"),
+    },
+    "aten.gt.Tensor": {
+        "complex128": ("NotImplementedError", "\"gt_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"gt_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.hardtanh.default": {
+        "bool": ("NotImplementedError", "Bool inputs not supported for hardtanh"),
+        "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
+        "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
+    },
+    "aten.le.Tensor": {
+        "complex128": ("NotImplementedError", "\"le_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"le_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.lt.Tensor": {
+        "complex128": ("NotImplementedError", "\"lt_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"lt_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.max.default": {
+        "complex128": ("NotImplementedError", "\"max_all\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"max_all\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.max.dim": {
+        "complex128": ("RuntimeError", "max(): does not support complex input"),
+        "complex64": ("RuntimeError", "max(): does not support complex input"),
+    },
+    "aten.maximum.default": {
+        "complex128": ("RuntimeError", "maximum not implemented for complex tensors."),
+        "complex64": ("RuntimeError", "maximum not implemented for complex tensors."),
+    },
+    "aten.min.default": {
+        "complex128": ("NotImplementedError", "\"min_all\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"min_all\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.min.dim": {
+        "complex128": ("RuntimeError", "min(): does not support complex input"),
+        "complex64": ("RuntimeError", "min(): does not support complex input"),
+    },
+    "aten.minimum.default": {
+        "complex128": ("RuntimeError", "minimum not implemented for complex tensors."),
+        "complex64": ("RuntimeError", "minimum not implemented for complex tensors."),
     },
     "aten.mm.default": {
         "bool": ("NotImplementedError", "\"addmm_impl_cpu_\" not implemented for 'Bool'")

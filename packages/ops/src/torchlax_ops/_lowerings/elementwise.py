@@ -117,6 +117,12 @@ _rounding_div = declared(aten.div.Tensor_mode, _rounding_divide, Promotion.DEFAU
 
 @lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(self, other, *, rounding_mode=None):
+    if rounding_mode not in (None, "trunc", "floor"):
+        # Checked before any computing, as PyTorch does (else any other string meant trunc).
+        raise RuntimeError(
+            "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+            f"'{rounding_mode}' (torch.div); pass one of those."
+        )
     if rounding_mode is None:
         return div(self, other)
     return _rounding_div(self, other, rounding_mode=rounding_mode)
