@@ -279,12 +279,16 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
 
 
 # Ops whose results PyTorch does not lay out row-major, and whose layout its meta kernel gives:
-# nonzero's (n, ndim) is allocated transposed, strides (1, n); the fused CPU attention's output
-# and logsumexp are laid out as its query is (the graph after it may ``view`` them accordingly).
+# nonzero's (n, ndim) is allocated transposed, strides (1, n); the fused attention ops' outputs
+# (the CPU flash kernel's, and the overrideable one a PrivateUse1 device such as `jax` takes)
+# are laid out as their query is, and the overrideable backward's gradients as their inputs
+# (a traced graph after them may ``view`` them accordingly).
 RESULT_LAYOUT_FROM_META = frozenset(
     {
         torch.ops.aten.nonzero.default,
         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default,
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default,
     }
 )
 
