@@ -300,7 +300,9 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
     def impl(args, kwargs):
         out = run(args, kwargs)
         results = out if isinstance(out, tuple | list) else (out,)
-        strides = result_strides(func, args, kwargs, [getattr(r, "shape", ()) for r in results])
+        # (a result that is no array, such as a gradient not asked for, has no layout)
+        shapes = [r.shape if isinstance(r, jax.Array) else None for r in results]
+        strides = result_strides(func, args, kwargs, shapes)
         laid_out = [
             _laid_out(r, s) if isinstance(r, jax.Array) else _wrap(r)
             for r, s in zip(results, strides, strict=True)
@@ -316,7 +318,7 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
 _RESULT_LAYOUTS: dict = {}
 
 
-def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...]]:
+def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...] | None]:
     """The strides PyTorch gives ``func``'s results of these ``shapes`` for these arguments.
 
     Its meta kernel runs once per argument signature, under a fake tensor mode whose shape
@@ -329,7 +331,10 @@ def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...]]:
         hit = _meta_results(func, args, kwargs)
         if len(_RESULT_LAYOUTS) < 4096:
             _RESULT_LAYOUTS[key] = hit
-    return [_bound(sizes, strides, shape) for (sizes, strides), shape in zip(hit, shapes)]
+    return [
+        None if shape is None else _bound(sizes, strides, shape)
+        for (sizes, strides), shape in zip(hit, shapes, strict=False)
+    ]
 
 
 def _layout_key(x):
