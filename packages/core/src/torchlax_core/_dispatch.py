@@ -304,7 +304,7 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
         shapes = [r.shape if isinstance(r, jax.Array) else None for r in results]
         strides = result_strides(func, args, kwargs, shapes)
         laid_out = [
-            _laid_out(r, s) if isinstance(r, jax.Array) else _wrap(r)
+            _wrap(r) if s is None else _laid_out(r, s)
             for r, s in zip(results, strides, strict=True)
         ]
         return laid_out[0] if results is not out else type(out)(laid_out)
