@@ -358,6 +358,11 @@ def bench_models(b: Bench) -> None:
                 fast = jax.jit(forward)
                 x = jnp.asarray(inputs[0].numpy())
                 b.measure(group, "hand-written JAX", lambda: ready(fast(params, x)))
+                # Dynamo was reset between the compiled variants: each recompiles once here,
+                # not inside the interleaved rounds.
+                for key, fn in list(b.timed.items()):
+                    if key[0] == group:
+                        fn()
                 b.interleave(group)
                 bench_jit_call_breakdown(b, jitted, jinputs[0], lambda: fast(params, x))
     bench_gpt2_forward(b)
