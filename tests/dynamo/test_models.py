@@ -181,6 +181,46 @@ def test_attention_fused_op_kept_without_backward(grad, monkeypatch):
     assert (fused in targets) is not grad
 
 
+def _fused_block(x):  # attention on heads split from x, merged back with a view
+    q, k, v = (_heads(t) for t in x.split(12, dim=2))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out.transpose(1, 2).view(2, 5, 12)  # a view: the output is laid out as q is
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_attention_on_jax_tensors_is_the_overrideable_fused_op(grad, monkeypatch):
+    # The jax device's attention is PyTorch's overrideable fused op and, with a backward, its
+    # fused backward, in the graphs too (not the math path's matmuls and softmax).
+    from torchlax_dynamo import _backend
+
+    targets = []
+
+    def recording(gm, env, name):
+        targets.extend(n.target for n in gm.graph.nodes)
+        return compile_graph(gm, env, name)
+
+    compile_graph = _backend.compile_graph
+    monkeypatch.setattr(_backend, "compile_graph", recording)
+    x = torch.randn(2, 5, 36)
+    xj = to_jax(x).requires_grad_(grad)
+    x.requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        out = torch.compile(_fused_block, backend="torchlax")(xj)
+        expected = _fused_block(x)
+    assert_same(out, expected, rtol=1e-5, atol=1e-6)
+    assert out.stride() == expected.stride()
+    ops = torch.ops.aten
+    assert ops._scaled_dot_product_fused_attention_overrideable.default in targets
+    assert ops._softmax.default not in targets
+    if grad:  # (the backward graph is compiled when backward first runs)
+        weights = torch.randn(2, 5, 12)
+        (out * to_jax(weights)).sum().backward()
+        (expected * weights).sum().backward()
+        assert_same(xj.grad, x.grad, rtol=1e-5, atol=1e-6)
+    backward = ops._scaled_dot_product_fused_attention_overrideable_backward.default
+    assert (backward in targets) is grad
+
+
 def test_fused_attention_output_strides_match_pytorch():
     from torch.fx.experimental.proxy_tensor import make_fx
     from torchlax_dynamo._program import run_graph

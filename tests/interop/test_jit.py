@@ -276,3 +276,43 @@ def test_double_backward_raises_instead_of_returning_constant_gradients():
         torch.autograd.grad(y, x, create_graph=True)
     (g,) = torch.autograd.grad(jit(lambda x: (x**3).sum())(x), x)  # first order still works
     torch.testing.assert_close(_cpu(g), torch.tensor([3.0, 12.0]))
+
+
+def test_repeated_forward_follows_every_change_to_its_module():
+    # Forward calls reuse the last call's state while no parameter has a .grad (interop
+    # _jit_state ``_Layout.assemble``): each change below must still reach the next call.
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    x = torch.randn(5, 3)
+
+    def check():
+        with torch.no_grad():
+            torch.testing.assert_close(_cpu(jitted(_jax(x))), reference(x))
+
+    check()
+    check()  # the reused state
+    with torch.no_grad():
+        for m in (model, reference):
+            m[0].weight.mul_(-2)  # in place: same storage, new array
+    check()
+    new_weight = torch.randn(2, 4)
+    reference[2].weight = torch.nn.Parameter(new_weight)
+    with torchlax_core.enable():
+        model[2].weight = torch.nn.Parameter(new_weight.to("jax"))  # a new parameter object
+    check()
+    model[0].bias.grad = _jax(torch.ones(4))  # a .grad: part of the state, not reused
+    check()
+    check()
+    model[0].bias.grad = None
+    check()
+    model[0].bias.requires_grad_(False)
+    reference[0].bias.requires_grad_(False)
+    out = jitted(_jax(x))  # grad enabled: the output needs grad through the other parameters
+    assert out.requires_grad
+    torch.testing.assert_close(_cpu(out), reference(x).detach())
+    for m in (model, reference):
+        m.requires_grad_(False)
+    assert not jitted(_jax(x)).requires_grad
+    check()

@@ -37,7 +37,7 @@ from ._checks import checked, raise_error
 from ._current import current_env
 from ._program import unused_key
 from ._stats import record_compile
-from ._tensor import Tensor
+from ._tensor import Tensor, _ArrayImpl, _device_of, _make
 from ._x64 import x64
 
 
@@ -241,18 +241,18 @@ def output_tensors(
     """
     if devices is None:
         if on_jax:
-            return [Tensor(a) for a in arrays]
+            return [_wrap_result(a) for a in arrays]
         return to_torch(list(arrays), [None] * len(arrays))
     out: list = [None] * len(arrays)
     rest = []
     for i, (array, device) in enumerate(zip(arrays, devices, strict=True)):
         if device is None:
             if on_jax:
-                out[i] = Tensor(array)
+                out[i] = _wrap_result(array)
             else:
                 rest.append(i)
         elif device.type == "jax":
-            out[i] = Tensor(array)
+            out[i] = _wrap_result(array)
         else:
             rest.append(i)
     if rest:
@@ -260,6 +260,25 @@ def output_tensors(
         for i, tensor in zip(rest, converted, strict=True):
             out[i] = tensor
     return out
+
+
+# An executable's results share one sharding object from call to call: the torch device of the
+# last one seen is remembered by identity (the core's general lookup hashes and compares the
+# sharding). One tuple, replaced whole, so a racing thread reads a consistent pair.
+_last_result_device: tuple = (None, None)
+
+
+def _wrap_result(array: jax.Array) -> Tensor:
+    """A program's result as a torchlax Tensor (on the hot path of every compiled call)."""
+    global _last_result_device
+    if type(array) is not _ArrayImpl:  # a tracer (a program inlined into an outer JAX trace)
+        return _make(array)
+    sharding = array.sharding
+    last_sharding, device = _last_result_device
+    if sharding is not last_sharding:
+        device = _device_of(array)
+        _last_result_device = (sharding, device)
+    return _make(array, device=device)
 
 
 def write_back(dst: torch.Tensor, array: jax.Array, to_torch: Callable = torch.from_dlpack) -> None:

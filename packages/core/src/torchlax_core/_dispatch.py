@@ -280,12 +280,16 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
 
 
 # Ops whose results PyTorch does not lay out row-major, and whose layout its meta kernel gives:
-# nonzero's (n, ndim) is allocated transposed, strides (1, n); the fused CPU attention's output
-# and logsumexp are laid out as its query is (the graph after it may ``view`` them accordingly).
+# nonzero's (n, ndim) is allocated transposed, strides (1, n); the fused attention ops' outputs
+# (the CPU flash kernel's, and the overrideable one a PrivateUse1 device such as `jax` takes)
+# are laid out as their query is, and the overrideable backward's gradients as their inputs
+# (a traced graph after them may ``view`` them accordingly).
 RESULT_LAYOUT_FROM_META = frozenset(
     {
         torch.ops.aten.nonzero.default,
         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default,
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default,
     }
 )
 
@@ -297,9 +301,11 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
     def impl(args, kwargs):
         out = run(args, kwargs)
         results = out if isinstance(out, tuple | list) else (out,)
-        strides = result_strides(func, args, kwargs, [getattr(r, "shape", ()) for r in results])
+        # (a result that is no array, such as a gradient not asked for, has no layout)
+        shapes = [r.shape if isinstance(r, jax.Array) else None for r in results]
+        strides = result_strides(func, args, kwargs, shapes)
         laid_out = [
-            _laid_out(r, s) if isinstance(r, jax.Array) else _wrap(r)
+            _wrap(r) if s is None else _laid_out(r, s)
             for r, s in zip(results, strides, strict=True)
         ]
         return laid_out[0] if results is not out else type(out)(laid_out)
@@ -313,7 +319,7 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
 _RESULT_LAYOUTS: dict = {}
 
 
-def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...]]:
+def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...] | None]:
     """The strides PyTorch gives ``func``'s results of these ``shapes`` for these arguments.
 
     Its meta kernel runs once per argument signature, under a fake tensor mode whose shape
@@ -326,7 +332,10 @@ def result_strides(func, args, kwargs, shapes: list) -> list[tuple[int, ...]]:
         hit = _meta_results(func, args, kwargs)
         if len(_RESULT_LAYOUTS) < 4096:
             _RESULT_LAYOUTS[key] = hit
-    return [_bound(sizes, strides, shape) for (sizes, strides), shape in zip(hit, shapes)]
+    return [
+        None if shape is None else _bound(sizes, strides, shape)
+        for (sizes, strides), shape in zip(hit, shapes, strict=False)
+    ]
 
 
 def _layout_key(x):

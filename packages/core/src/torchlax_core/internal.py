@@ -24,6 +24,7 @@ from ._compiled import Entry as Entry
 from ._compiled import output_tensors as output_tensors
 from ._compiled import signature as signature
 from ._compiled import write_back as write_back
+from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._dispatch import memory_order as memory_order
 from ._dispatch import stored_in_order as stored_in_order
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
@@ -53,6 +54,7 @@ __all__ = [
     "from_torch_data",
     "get_logger",
     "is_exclusive",
+    "laid_out",
     "memory_order",
     "op_name",
     "peek_array",

@@ -136,11 +136,13 @@ def torchlax_backend(
         # No backward can follow: the fused CPU attention op stays whole and is lowered as one
         # (fewer transposes and copies than its math decomposition).
         return backend(gm, example_inputs)
-    # Scaled dot-product attention as plain ATen ops (matmuls, softmax) whose backward autograd
-    # derives, instead of the CPU flash kernel pair: its forward decomposes, but its backward
-    # (a fused kernel) would then be handed the decomposition's outputs, which are not the
-    # logsumexp it expects. Inductor excludes that decomposition for the same reason.
-    with sdpa_kernel([SDPBackend.MATH]):
+    # On the CPU, scaled dot-product attention as plain ATen ops (matmuls, softmax) whose
+    # backward autograd derives, instead of the CPU flash kernel pair: its forward decomposes,
+    # but its backward (a fused kernel) would then be handed the decomposition's outputs, which
+    # are not the logsumexp it expects. Inductor excludes that decomposition for the same
+    # reason. On the jax device the overrideable fused op stays allowed: it and its backward
+    # are lowered whole (ops attention.py), the backward reading the forward's own logsumexp.
+    with sdpa_kernel([SDPBackend.MATH, SDPBackend.OVERRIDEABLE]):
         return backend(gm, example_inputs)
 
 

@@ -35,6 +35,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     array_of,
     is_exclusive,
+    laid_out,
     memory_order,
     output_tensors,
     peek_array,
@@ -112,6 +113,12 @@ class XlaProgram:
                 }
             )
         )
+        # Per input: the layout its tensor gets while tracing, where the graph was traced with
+        # strides in another dimension order than row-major (see _traced_layout).
+        self._input_layouts = [
+            None if i in self._mutated else _traced_layout(n.meta.get("val"))
+            for i, n in enumerate(placeholders)
+        ]
         self._donating: dict[tuple[int, ...], CompiledProgram] = {}
         self.boxed = boxed(self)
         counters["xla_programs"] += 1
@@ -150,14 +157,18 @@ class XlaProgram:
         """The graph on tracers: its results (outputs, then mutated inputs) and their layout."""
         counters["xla_traces"] += 1
         static_at = dict(statics)
-        tensors = [Tensor(a) for a in arrays]
+        array_positions = [i for i in range(self._num_inputs) if i not in static_at]
+        layouts = [self._input_layouts[i] for i in array_positions]
+        tensors = [
+            Tensor(a) if strides is None else laid_out(a, strides)
+            for a, strides in zip(arrays, layouts, strict=True)
+        ]
         pick = iter(tensors)
         args = [static_at[i] if i in static_at else next(pick) for i in range(self._num_inputs)]
         with enable(self.env):
             outs = run_graph(self.gm, args, self.env)
         if self._single_output:
             outs = (outs,)
-        array_positions = [i for i in range(self._num_inputs) if i not in static_at]
         results, layout, restrided = [], [], []
         for out in outs:
             if isinstance(out, Tensor):
@@ -267,6 +278,31 @@ class XlaProgram:
     @property
     def traces(self) -> int:
         return self._program.traces + sum(p.traces for p in self._donating.values())
+
+
+def _traced_layout(val) -> tuple[int, ...] | None:
+    """Dense strides in the dimension order of ``val``'s (the placeholder's fake value), where
+    that order is not row-major; else None.
+
+    An input arrives row-major (a program's output that PyTorch strides with gaps, such as a
+    transposed slice saved for the backward, comes back as a row-major array), but ops in the
+    graph that lay out their results like an input (``empty_like``, the fused attention
+    backward) were traced with its fake strides, and views after them rely on that order.
+    """
+    if not isinstance(val, torch.Tensor) or val.dim() < 2:
+        return None
+    shape, strides = tuple(val.shape), val.stride()
+    if not all(isinstance(n, int) for n in (*shape, *strides)):
+        return None  # symbolic: left row-major
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    if order == list(range(len(shape))) or 0 in shape:
+        return None
+    dense = [0] * len(shape)
+    size = 1
+    for d in reversed(order):
+        dense[d] = size
+        size *= shape[d]
+    return tuple(dense)
 
 
 def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:

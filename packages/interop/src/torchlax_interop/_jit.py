@@ -612,7 +612,8 @@ class _Jitted:
             checks,
         )
         try:
-            dead_grads = self._dead_grads.get(program_key)
+            # (a forward never has dead .grads: no second hash of its key)
+            dead_grads = self._dead_grads.get(program_key) if self._dead_grads else None
             if dead_grads:
                 state = state.without_grads(dead_grads)
                 program_key = (*program_key, dead_grads)

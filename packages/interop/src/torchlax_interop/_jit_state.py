@@ -55,9 +55,17 @@ class _StateSet:
     # first): not program inputs, and ``None`` while tracing.
     dead_grads: tuple[int, ...] = ()
 
+    # structure(), once computed: valid while the state is (``_Layout.assemble`` reuses a
+    # state only while no parameter has a .grad).
+    _structure: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
+
     def structure(self) -> tuple:
         """What of the state is part of the program's identity (not its values)."""
-        return tuple(p.grad is not None for p in self.grads), self.static_structure
+        structure = self._structure
+        if structure is None:
+            grads = tuple(p.grad is not None for p in self.grads)
+            structure = self._structure = (grads, self.static_structure)
+        return structure
 
     def without_grads(self, dead: tuple[int, ...]) -> _StateSet:
         """This state less the storages of the ``.grad``s at positions ``dead``."""
@@ -157,6 +165,9 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     # A parameter's requires_grad decides what the traced step computes (its grad or none).
     layout.requires_grads = [p.requires_grad for p in grads]
+    layout._nones = (None,) * len(grads)
+    layout._trainings = _unzip(layout.trainings)
+    layout._tensor_storages = _unzip(layout.tensor_storages)
     layout.static_structure = _Hashed(
         (
             tuple(layout.requires_grads),
@@ -170,6 +181,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     # are checked all at once, in C.
     layout.empty_dicts = tuple(d for d, keys, _ in layout.module_dicts if not keys)
     layout.module_dicts = [s for s in layout.module_dicts if s[1]]
+    layout._module_dicts = tuple(zip(*layout.module_dicts, strict=True)) or ((), (), ())
     # The storages of the module and optimizer tensors, fixed while holds() is true (it
     # checks each tensor's storage): assembled once, not on every call.
     for item in recipe:
@@ -236,6 +248,13 @@ class _Layout:
     groups: list = dataclasses.field(default_factory=list)  # (group, hyper, lr?, params, tuple)
     entries: list = dataclasses.field(default_factory=list)  # (opt.state, p, entries, kinds)
     scheduler_optimizers: list = dataclasses.field(default_factory=list)
+    # assemble()'s last state, kept while it has no optimizers and no .grads
+    _assembled: _StateSet | None = None
+    _nones: tuple = ()  # one None per parameter in ``grads``
+    # module_dicts, trainings and tensor_storages unzipped, for holds()
+    _module_dicts: tuple = ((), (), ())
+    _trainings: tuple = ((), ())
+    _tensor_storages: tuple = ((), ())
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
@@ -250,16 +269,22 @@ class _Layout:
                 return False
         if not all(_unchanged(*s) for s in self.dicts):
             return False
-        if any(self.empty_dicts) or not all(_unchanged(*s) for s in self.module_dicts):
+        if any(self.empty_dicts) or not all(map(_unchanged, *self._module_dicts)):
             return False
-        if [p.requires_grad for p in self.grads] != self.requires_grads:
+        # Per-object identity checks as C-level maps (bools are singletons): this runs on
+        # every call, and a Python loop per parameter and module was most of its cost.
+        is_ = operator.is_
+        if not all(map(is_, map(_REQUIRES_GRAD, self.grads), self.requires_grads)):
             return False
-        for module, training in self.trainings:
-            if module.training is not training:
+        modules, flags = self._trainings
+        if not all(map(is_, map(_TRAINING, modules), flags)):
+            return False
+        tensors, storages = self._tensor_storages
+        try:
+            if not all(map(is_, map(_STORAGE, tensors), storages)):
                 return False
-        for tensor, storage in self.tensor_storages:
-            if getattr(tensor, "_storage", None) is not storage:
-                return False
+        except AttributeError:  # swapped for a tensor that is no torchlax Tensor
+            return False
         for scheduler, opt in self.scheduler_optimizers:
             if scheduler.optimizer is not opt:
                 return False
@@ -290,7 +315,20 @@ class _Layout:
         return True
 
     def assemble(self) -> _StateSet:
-        """This call's state: the layout's objects, with what each step replaces read anew."""
+        """This call's state: the layout's objects, with what each step replaces read anew.
+
+        Without optimizers (a forward) and without ``.grad``s, nothing can change what this
+        returns while ``holds()`` is true: the last such state is reused (it holds nothing
+        the module does not hold itself)."""
+        memo = self._assembled
+        no_grads = all(map(operator.is_, map(_GRAD, self.grads), self._nones))
+        if memo is not None and no_grads:
+            return memo
+        state = self._assemble()
+        self._assembled = state if no_grads and not self.optimizer_list else None
+        return state
+
+    def _assemble(self) -> _StateSet:
         storages, owners = list(self.fixed_storages), list(self.fixed_owners)
         index = set(self.fixed_ids)
 
@@ -328,6 +366,16 @@ class _Layout:
             self.cpu_tensors,
             self.static_structure,
         )
+
+
+_GRAD = operator.attrgetter("grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_TRAINING = operator.attrgetter("training")
+_STORAGE = operator.attrgetter("_storage")
+
+
+def _unzip(pairs: list) -> tuple:
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:

@@ -16,7 +16,6 @@ import math
 import jax
 import jax.numpy as jnp
 import torch
-from torch._subclasses.fake_tensor import is_fake
 from torchlax_core import current_env
 
 from .._promotion import declared
@@ -359,11 +358,6 @@ _flash_attention = declared(
 
 def _fusable(query, key, value, attn_mask, is_causal, enable_gqa) -> bool:
     if not torch._C._get_overrideable_sdp_enabled():  # `sdpa_kernel` without OVERRIDEABLE
-        return False
-    if is_fake(query):
-        # Dynamo/export tracing: the graph keeps the composite, whose strides the meta kernels
-        # and our lowerings agree on (the fused op's meta gives the output the query's layout,
-        # the lowering a row-major one).
         return False
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return False
