@@ -489,7 +489,8 @@ _LAYOUT_KEEPING = frozenset(
 
 
 # Pointwise ops whose CPU kernels give row-major results whatever their inputs' layout
-# (``masked_fill`` clones its input contiguously, ``pow(number, t)`` allocates row-major);
+# (``masked_fill`` clones its input contiguously, ``pow(number, t)`` allocates row-major,
+# ``rrelu`` writes into a row-major ``empty_like`` of its noise);
 # tests/core/test_strides_layout.py checks the rule against the CPU for every pointwise op.
 _ROW_MAJOR_POINTWISE = frozenset(
     {
@@ -497,6 +498,7 @@ _ROW_MAJOR_POINTWISE = frozenset(
         torch.ops.aten.masked_fill.Tensor,
         torch.ops.aten.pow.Scalar,
         torch.ops.aten.float_power.Scalar,
+        torch.ops.aten.rrelu.default,
     }
 )
 
@@ -723,7 +725,13 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         min_calls = cache.min_calls()
         if calls < min_calls or calls == 1:
             # The first call of a signature runs plainly, counting host reads.
-            out = _opcache.run_probed(cache, func, fn, materialize(jargs), jkwargs)
+            try:
+                out = _opcache.run_probed(cache, func, fn, materialize(jargs), jkwargs)
+            except BaseException:
+                # A call that raised (bad arguments) counts for nothing: compiled on a repeat,
+                # its trace would raise too and mark the whole op never cacheable.
+                cache.seen.pop(key, None)
+                raise
             if calls < min_calls or op.why is not None:
                 return None, out
             # op_cache_min_calls=1: compile now and answer with the executable (so that
