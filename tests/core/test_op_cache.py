@@ -475,3 +475,18 @@ def test_the_hot_path_keys_a_call_as_the_general_path_does(env):
     assert _dispatch._make_hit_key(cat, cache.op(cat))(([a, b], 0), {}, []) is None
     add = aten.add.Tensor
     assert _dispatch._make_hit_key(add, cache.op(add))((a, torch.tensor(2.0)), {}, []) is None
+
+
+def test_a_repeated_bad_call_leaves_the_op_cacheable(env):
+    """Arguments the op refuses raise every time, and say nothing about the op: compiling
+    their signature on a repeat used to raise in the trace and mark ``sub`` never cached."""
+    a, b = jax_tensor(torch.ones(2)), jax_tensor(torch.ones(3))
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="must match the size"):
+            torch.sub(a, b)
+    assert env._op_cache.op(torch.ops.aten.sub.Tensor).why is None
+    c = jax_tensor(torch.arange(5.0))
+    hits = stats(env)[0]
+    for _ in range(4):
+        torch.testing.assert_close(torch.sub(c, c).cpu(), torch.zeros(5))
+    assert stats(env)[0] > hits
