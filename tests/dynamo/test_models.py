@@ -159,18 +159,24 @@ def attention_block(x):
     return merged.reshape(2, 5, 12) if x.requires_grad else merged.view(2, 5, 12)
 
 
-@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
-def test_attention_fused_op_kept_without_backward(grad, monkeypatch):
+def _graph_targets(monkeypatch) -> list:
+    """The targets of every graph the backend compiles from now on (recorded, then compiled)."""
     from torchlax_dynamo import _backend
 
     targets = []
+    compile_graph = _backend.compile_graph
 
     def recording(gm, env, name):
         targets.extend(n.target for n in gm.graph.nodes)
         return compile_graph(gm, env, name)
 
-    compile_graph = _backend.compile_graph
     monkeypatch.setattr(_backend, "compile_graph", recording)
+    return targets
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_attention_fused_op_kept_without_backward(grad, monkeypatch):
+    targets = _graph_targets(monkeypatch)
     x = torch.randn(2, 5, 36, requires_grad=grad)
     with torch.set_grad_enabled(grad):
         out = torch.compile(attention_block, backend="torchlax")(x)
@@ -191,16 +197,7 @@ def _fused_block(x):  # attention on heads split from x, merged back with a view
 def test_attention_on_jax_tensors_is_the_overrideable_fused_op(grad, monkeypatch):
     # The jax device's attention is PyTorch's overrideable fused op and, with a backward, its
     # fused backward, in the graphs too (not the math path's matmuls and softmax).
-    from torchlax_dynamo import _backend
-
-    targets = []
-
-    def recording(gm, env, name):
-        targets.extend(n.target for n in gm.graph.nodes)
-        return compile_graph(gm, env, name)
-
-    compile_graph = _backend.compile_graph
-    monkeypatch.setattr(_backend, "compile_graph", recording)
+    targets = _graph_targets(monkeypatch)
     x = torch.randn(2, 5, 36)
     xj = to_jax(x).requires_grad_(grad)
     x.requires_grad_(grad)
