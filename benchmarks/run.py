@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torchlax
 from torch import nn
+from torchlax_core.internal import peek_array
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -131,7 +132,9 @@ def ready(x):
         for item in x:
             ready(item)
     elif isinstance(x, torchlax.Tensor):
-        x.jax().block_until_ready()
+        # Not x.jax(): that hands the array out, so the next compiled step may no longer donate
+        # it and copies the state first (24 copies per MLP AdamW step under the backend).
+        peek_array(x).block_until_ready()
     elif isinstance(x, jax.Array):
         x.block_until_ready()
     elif hasattr(x, "logits"):
