@@ -1,9 +1,13 @@
 """torch.compile(step, backend="torchlax") over a whole training step, optimizer included.
 
-The step (zero_grad, forward, loss.backward(), optimizer.step()) is compiled by Dynamo as
-PyTorch compiles it for any backend: one graph up to ``loss.backward()`` (forward, with AOT
-autograd's backward graph), and one for the optimizer step. Each must be an XLA program with
-no op left to eager PyTorch, on CPU tensors and on torchlax Tensors.
+The step (zero_grad, forward, loss.backward(), optimizer.step()) is compiled by Dynamo with
+``loss.backward()`` traced into the graph (the backend turns Dynamo's ``trace_autograd_ops``
+on inside its own calls): forward with backward as one graph, the optimizer step another,
+where the loss is detached before ``opt.step()``; a step that keeps the undetached loss alive
+across ``opt.step()`` falls back to PyTorch's usual capture (one graph up to
+``loss.backward()``, forward with AOT autograd's backward graph, and the optimizer step). Each
+graph must be an XLA program with no op left to eager PyTorch, on CPU tensors and on torchlax
+Tensors; both captures are tested.
 
 References: the same step, eagerly, on the CPU, in float64 to 1e-10. (Under torch.compile,
 torch.optim's Adam family computes its bias corrections from the tensor ``step``, which has the
