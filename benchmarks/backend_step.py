@@ -28,20 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: models, optimizers, the optax step)
 
 
-def detached_step(model, opt, loss_fn, x, y):
-    """The canonical step with the loss detached before ``opt.step()`` (docs/dynamo.md)."""
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model, x, y)
-        loss.backward()
-        loss = loss.detach()
-        opt.step()
-        return loss
-
-    return step
-
-
 def _case(name: str, width: int | None):
     if name == "MLP" and width is not None:
         model = nn.Sequential(
@@ -61,7 +47,7 @@ def measure(name: str, opt_name: str, rounds: int, steps: int, width: int | None
     variants = {}
     for label, make_step in (
         ("backend, return loss (3 programs)", bench.training_step),
-        ("backend, loss detached (2 programs)", detached_step),
+        ("backend, loss detached (2 programs)", bench.detached_training_step),
     ):
         with torchlax.enable():
             dm = copy.deepcopy(model).to("jax")
