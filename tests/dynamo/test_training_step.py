@@ -62,8 +62,9 @@ def _make_step(model, optimizer):
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
+        loss = loss.detach()  # before opt.step(): forward and backward are one program
         optimizer.step()
-        return loss.detach()
+        return loss
 
     return step
 
@@ -104,8 +105,9 @@ def test_step_matches_eager_and_runs_as_xla_programs(name, on_jax):
         for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), **tol)
     assert counters["eager_nodes"] == 0, dict(counters)  # nothing ran op by op
-    assert counters["graphs"] >= 2  # the step before backward, and the optimizer step
-    assert counters["xla_programs"] == counters["graphs"]  # each graph is one XLA program
+    # Forward with backward, and the optimizer step (SGD with momentum compiles its first step,
+    # which creates the momentum buffers, apart): each graph one XLA program.
+    assert 2 <= counters["graphs"] == counters["xla_programs"] <= 3, dict(counters)
     assert dict(counters) == first_calls  # steady state: nothing compiles after step 2
 
 
