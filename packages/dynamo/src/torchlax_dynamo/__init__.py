@@ -6,7 +6,7 @@ programs, forward and backward, on plain CPU/CUDA tensors (handed over through D
 torchlax Tensors. See ``_backend`` for the pipeline and the treatment of dynamic shapes.
 """
 
-from . import _subclass
+from . import _capture, _subclass
 from ._backend import torchlax_backend as torchlax_backend
 from ._partition import SplitGraph as SplitGraph
 from ._program import XlaProgram as XlaProgram
@@ -15,3 +15,4 @@ from ._program import counters as counters
 __version__ = "0.1.0"
 
 _subclass.install()
+_capture.install(torchlax_backend)  # loss.backward() traced into the graph (_capture)

@@ -210,16 +210,19 @@ class XlaProgram:
     def __call__(self, *args):
         arrays, statics = [], []
         cache = self._inputs
-        any_torchlax = False
+        any_torchlax = any_torch = False
         for i, a in enumerate(args):
             if isinstance(a, Tensor):
                 arrays.append(peek_array(a))  # an exclusive array stays so (see _donated)
                 any_torchlax = True
             elif isinstance(a, torch.Tensor):
                 arrays.append(cache.get(i, a))
+                any_torch = True
             else:
                 statics.append((i, a))
         statics = tuple(statics)
+        if any_torchlax and any_torch:
+            _copy_borrowed_cpu_inputs(args, arrays)
         # A fresh key per call from torch's generator where the signature draws keys:
         # reproducible under torch.manual_seed.
         with x64():
@@ -340,6 +343,25 @@ def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
     for p in shared:
         arrays[p] = jnp.array(arrays[p], copy=True)
     return tuple(positions)
+
+
+def _copy_borrowed_cpu_inputs(args, arrays: list) -> None:
+    """Give a program with torchlax outputs copies of its CPU tensor inputs, not views.
+
+    XLA runs a program asynchronously: the call returns once it is launched, and a program
+    whose outputs are torchlax Tensors is not waited for (one with torch outputs is: handing
+    them to torch waits). A CPU tensor it borrowed through DLPack may then be written by torch
+    before XLA has read it: ``LambdaLR`` ``fill_``-s the tensor learning rate right after the
+    optimizer program is launched, and the update used the next step's rate. A copy (a
+    learning rate, a scalar: a few bytes) belongs to the program alone.
+    """
+    position = 0
+    for arg in args:
+        if not isinstance(arg, torch.Tensor):
+            continue
+        if not isinstance(arg, Tensor) and arg.device.type == "cpu":
+            arrays[position] = torch_to_jax(arg.detach().clone())
+        position += 1
 
 
 def _to_torch(arrays: list, devices: list) -> list[torch.Tensor]:
