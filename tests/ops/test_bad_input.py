@@ -448,6 +448,19 @@ BAD_ARGUMENTS = [
         "The shape of the mask [3, 3] at index 1 does not match",
     ),
     ("clamp_no_bounds", torch.clamp, (_x(),), "At least one of 'min' or 'max' must not be None"),
+    # A real tensor promoted to complex by its bound is refused too.
+    (
+        "clamp_int_complex_bound",
+        lambda x: torch.clamp(x, min=1j),
+        (torch.tensor([1, 2]),),
+        "clamp is not supported for complex types",
+    ),
+    (
+        "clamp_min_float_complex_bound",
+        lambda x: torch.clamp_min(x, 1j),
+        (_x(),),
+        "clamp is not supported for complex types",
+    ),
     ("clip_no_bounds", torch.clip, (_x(),), "At least one of 'min' or 'max' must not be None"),
     (
         "flip_repeated_dim",

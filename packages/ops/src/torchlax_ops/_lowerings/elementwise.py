@@ -522,6 +522,16 @@ def ldexp(self, other):
 # -- clamping -----------------------------------------------------------------------------------
 
 
+def _refuse_complex(promoted) -> None:
+    """Complex numbers have no order. A complex ``self`` is refused by the dtype table (with
+    PyTorch's own message); this catches a real ``self`` whose complex bound promoted it."""
+    if jnp.iscomplexobj(promoted):
+        raise NotImplementedError(
+            "clamp is not supported for complex types; clamp the real and imaginary parts "
+            "separately (torch.complex(x.real.clamp(...), x.imag.clamp(...)))."
+        )
+
+
 def _require_a_bound(lo, hi) -> None:
     if lo is None and hi is None:
         raise RuntimeError(
@@ -530,6 +540,7 @@ def _require_a_bound(lo, hi) -> None:
 
 
 def _clamp(x, lo, hi):
+    _refuse_complex(x)
     if lo is not None:
         x = jnp.maximum(x, lo)
     if hi is not None:
@@ -557,6 +568,7 @@ def clip(self, min=None, max=None):
     aten.clamp_min.default, aten.clamp_min.Tensor, promote=Promotion.DEFAULT, args=("self", "min")
 )
 def clamp_min(self, min):
+    _refuse_complex(self)
     return jnp.maximum(self, min)
 
 
@@ -564,6 +576,7 @@ def clamp_min(self, min):
     aten.clamp_max.default, aten.clamp_max.Tensor, promote=Promotion.DEFAULT, args=("self", "max")
 )
 def clamp_max(self, max):
+    _refuse_complex(self)
     return jnp.minimum(self, max)
 
 
