@@ -490,3 +490,28 @@ def test_a_repeated_bad_call_leaves_the_op_cacheable(env):
     for _ in range(4):
         torch.testing.assert_close(torch.sub(c, c).cpu(), torch.zeros(5))
     assert stats(env)[0] > hits
+
+
+def test_an_argument_of_another_layout_is_transposed_inside_the_cached_op(env, monkeypatch):
+    """``x.t() + y`` (y row-major) lays its result out as ``x.t()``: ``y`` goes to the cached
+    executable as a deferred transpose, applied inside it, not as an eagerly transposed copy
+    (one XLA dispatch and a copy of y per call)."""
+    from torchlax_core import _dispatch
+
+    x_cpu, y_cpu = torch.randn(5, 3), torch.randn(3, 5)
+    x, y = jax_tensor(x_cpu), jax_tensor(y_cpu)
+    for _ in range(2):  # the second call compiles the signature
+        out = x.t() + y
+    transposes = []
+    real = jax.lax.transpose
+    monkeypatch.setattr(
+        _dispatch.jax.lax, "transpose", lambda *a, **k: transposes.append(a) or real(*a, **k)
+    )
+    before = stats(env)
+    out = x.t() + y
+    assert transposes == []
+    assert stats(env)[0] == before[0] + 1  # a hit, nothing compiled
+    assert stats(env)[2] == before[2]
+    expected = x_cpu.t() + y_cpu
+    assert out.stride() == expected.stride() == (1, 3)
+    torch.testing.assert_close(out.cpu(), expected)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 import torch.nn.functional as F
+import torchlax
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import check, check_index, checked, raise_error
@@ -297,6 +298,47 @@ def test_sizes_that_overflow_raise_instead_of_aborting():
 
 # -- dtypes PyTorch's CPU kernels do not implement -------------------------------------------------
 
+
+def _c(*shape, dtype=torch.complex64):
+    return torch.ones(*shape, dtype=dtype)
+
+
+# Complex numbers have no order: every op that orders or clamps refuses them on PyTorch's CPU
+# (entries of the generated dtype table, and checks in the lowerings where the second argument
+# decides), where JAX would order them lexicographically. Each case also runs under
+# torchlax.jit (test below): dtypes are known when a program is traced.
+_ORDERLESS = [
+    ("clamp_numbers", lambda x: torch.clamp(x, 0, 1), (_c(2),)),
+    ("clamp_min_number", lambda x: torch.clamp(x, min=0), (_c(2),)),
+    ("clip_numbers", lambda x: torch.clip(x, -1, 1), (_c(2),)),
+    ("clamp_min_fn_number", lambda x: torch.clamp_min(x, 0), (_c(2),)),
+    ("clamp_max_fn_number", lambda x: torch.clamp_max(x, 1), (_c(2, dtype=torch.complex128),)),
+    ("clamp_inplace_numbers", lambda x: x.clamp_(0, 1), (_c(2),)),
+    ("sign", torch.sign, (_c(2),)),
+    ("sign_inplace", lambda x: x.sign_(), (_c(2),)),
+    ("heaviside", torch.heaviside, (_c(2), _c(2))),
+    ("sort", torch.sort, (_c(3),)),
+    ("sort_stable_descending", lambda x: torch.sort(x, stable=True, descending=True), (_c(3),)),
+    ("sort_empty", torch.sort, (_c(0),)),
+    ("msort", torch.msort, (_c(3, 2),)),
+    ("argsort", torch.argsort, (_c(3),)),
+    ("argsort_stable", lambda x: torch.argsort(x, stable=True), (_c(3),)),
+    ("topk", lambda x: torch.topk(x, 1), (_c(3),)),
+    ("kthvalue", lambda x: torch.kthvalue(x, 1), (_c(3),)),
+    ("median", torch.median, (_c(3),)),
+    ("median_dim", lambda x: torch.median(x, 0), (_c(3, 2, dtype=torch.complex128),)),
+    ("nanmedian", torch.nanmedian, (_c(3),)),
+    ("nanmedian_dim", lambda x: torch.nanmedian(x, 0), (_c(3),)),
+    ("mode", torch.mode, (_c(3),)),
+    ("unique", torch.unique, (_c(3),)),
+    ("unique_consecutive", torch.unique_consecutive, (_c(3),)),
+    ("unique_dim", lambda x: torch.unique(x, dim=0), (_c(3, 2),)),
+    ("searchsorted", torch.searchsorted, (_c(3), _c(3))),
+    ("bucketize", torch.bucketize, (_c(3), torch.ones(2))),
+    ("isin", torch.isin, (_c(3), _c(3))),
+    ("aminmax", torch.aminmax, (_c(3),)),
+]
+
 BAD_DTYPES = [
     ("gelu_int", F.gelu, (torch.tensor([1, 2]),)),
     ("silu_int", F.silu, (torch.tensor([1, 2]),)),
@@ -321,6 +363,21 @@ BAD_DTYPES = [
     ("cummax_complex", lambda x: torch.cummax(x, 0), (torch.ones(2, dtype=torch.complex64),)),
     ("lt_complex", torch.lt, (torch.ones(2, dtype=torch.complex64),) * 2),
     ("hardtanh_complex", F.hardtanh, (torch.ones(2, dtype=torch.complex64),)),
+    *[(f"{name}_complex", fn, args) for name, fn, args in _ORDERLESS],
+    ("heaviside_complex_values", torch.heaviside, (torch.ones(2), torch.ones(2) * 1j)),
+    ("kthvalue_bool", lambda x: torch.kthvalue(x, 1), (torch.tensor([True]),)),
+    ("median_dim_bool", lambda x: torch.median(x, 0), (torch.tensor([True]),)),
+    # isin and searchsorted refuse a bool or complex argument in either place, after promotion
+    # for searchsorted (bool with float boundaries computes: see the test below).
+    ("isin_int_bool", torch.isin, (torch.tensor([1]), torch.tensor([True]))),
+    ("isin_bool_number", torch.isin, (torch.tensor([True]), 1)),
+    ("isin_number_bool", torch.isin, (1, torch.tensor([True]))),
+    ("isin_int_complex_number", torch.isin, (torch.tensor([1]), 1j)),
+    ("isin_float_complex", torch.isin, (torch.ones(2), torch.ones(2) * 1j)),
+    ("searchsorted_float_complex", torch.searchsorted, (torch.ones(2), torch.ones(2) * 1j)),
+    ("searchsorted_float_complex_number", torch.searchsorted, (torch.ones(2), 1j)),
+    ("searchsorted_bool_bool", torch.searchsorted, (torch.tensor([True]), torch.tensor([True]))),
+    ("bucketize_bool_bool", torch.bucketize, (torch.tensor([True]), torch.tensor([True]))),
 ]
 
 
@@ -329,6 +386,30 @@ def test_unsupported_dtype_raises_as_pytorch(fn, args):
     expected = _error(fn, *args)
     assert expected is not None, "PyTorch itself accepts this dtype: the case is wrong"
     assert _error(fn, *to_jax(args)) == expected
+
+
+@pytest.mark.parametrize("fn,args", [c[1:] for c in _ORDERLESS], ids=[c[0] for c in _ORDERLESS])
+def test_orderless_complex_raises_as_pytorch_under_torchlax_jit(fn, args):
+    expected = _error(fn, *args)
+    assert expected is not None, "PyTorch itself accepts this dtype: the case is wrong"
+    assert _error(torchlax.jit(fn), *to_jax(args)) == expected
+
+
+def test_the_second_argument_decides_only_after_promotion():
+    """bucketize/searchsorted run in the promoted dtype (bools against float boundaries
+    compute); isin promotes after its check, so integers and floats still compare by value."""
+    cases = [
+        (torch.bucketize, (torch.tensor([True, False]), torch.tensor([0.5, 1.0]))),
+        (torch.searchsorted, (torch.tensor([True, True]), torch.tensor([0.5, 2.0]))),
+        (torch.searchsorted, (torch.tensor([0.0, 1.0]), 0.5)),
+        (torch.isin, (torch.tensor([1, 2]), torch.tensor([1.0, 1.5]))),
+        (torch.isin, (torch.tensor([1, 2]), 2.0)),
+        (torch.heaviside, (torch.tensor([-1.0, 0.0, 2.0]), torch.tensor([0.5]))),
+    ]
+    for fn, args in cases:
+        expected = fn(*args)
+        got = fn(*to_jax(args))
+        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
 
 
 def test_bool_minus_one_raises_not_implemented():
@@ -367,6 +448,19 @@ BAD_ARGUMENTS = [
         "The shape of the mask [3, 3] at index 1 does not match",
     ),
     ("clamp_no_bounds", torch.clamp, (_x(),), "At least one of 'min' or 'max' must not be None"),
+    # A real tensor promoted to complex by its bound is refused too.
+    (
+        "clamp_int_complex_bound",
+        lambda x: torch.clamp(x, min=1j),
+        (torch.tensor([1, 2]),),
+        "clamp is not supported for complex types",
+    ),
+    (
+        "clamp_min_float_complex_bound",
+        lambda x: torch.clamp_min(x, 1j),
+        (_x(),),
+        "clamp is not supported for complex types",
+    ),
     ("clip_no_bounds", torch.clip, (_x(),), "At least one of 'min' or 'max' must not be None"),
     (
         "flip_repeated_dim",

@@ -377,11 +377,24 @@ def _bound(sizes: tuple, strides: tuple, shape) -> tuple[int, ...]:
     return tuple(s if isinstance(s, int) else int(s.xreplace(symbols)) for s in strides)
 
 
+@functools.lru_cache(maxsize=4096)
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """PyTorch's contiguous strides of ``shape`` (``make_contiguous_strides_for``, a size 0
+    counting as 1), cached: torch's own costs ~10 us of Python per call, on the path of every
+    result laid out other than row-major."""
+    strides = []
+    size = 1
+    for n in reversed(shape):
+        strides.append(size)
+        size *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def memory_order(shape, strides) -> tuple[int, ...] | None:
     """The dimensions from outermost to innermost in memory where ``strides`` are a permutation
     of a dense layout other than row-major (a transposed result), else None (row-major, empty,
     or overlapping/with gaps: a view's)."""
-    if 0 in shape or tuple(strides) == tuple(make_contiguous_strides_for(shape)):
+    if 0 in shape or tuple(strides) == row_major_strides(tuple(shape)):
         return None
     order = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
     dense = 1
@@ -395,7 +408,7 @@ def memory_order(shape, strides) -> tuple[int, ...] | None:
 def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
     """``array`` as a Tensor with ``strides``, a permutation of a dense layout: its storage holds
     the array transposed to that dimension order, and the tensor views it transposed back."""
-    if strides == tuple(make_contiguous_strides_for(array.shape)):
+    if strides == row_major_strides(tuple(array.shape)):
         return _make(array)
     # (An empty result keeps the strides it is given, PyTorch's, with nothing to reorder.)
     order = memory_order(array.shape, strides) or tuple(range(array.ndim))
@@ -429,7 +442,7 @@ def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     back = tuple(int(d) for d in np.argsort(order))
     compute = _TransposedBack(back)
     if strides is None:
-        dense = make_contiguous_strides_for(stored.shape)
+        dense = row_major_strides(tuple(stored.shape))
         strides = tuple(dense[d] for d in back)
     layout = (tuple(strides), 0, int(stored.size) * stored.dtype.itemsize)
     storage = _tensor._Storage(stored)
@@ -443,11 +456,28 @@ def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     return _make(value, storage, _View(compute, GATHER, stored, value), layout=layout)
 
 
-def memory_ordered_array(tensor: Tensor):
+def viewed_back(stored: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """A compiled program's output ``stored`` (its dimensions in memory order, ``order``) with
+    its dimensions put back: a tensor of its own, not a view (``_base`` is None), as the eager
+    op that made it returns. A torchlax Tensor is laid out as an eager result is (its
+    transpose deferred to its first read); a CPU or CUDA tensor shares ``stored``'s memory."""
+    if isinstance(stored, Tensor):
+        return stored_in_order(stored._value(), order)
+    back = [order.index(d) for d in range(len(order))]
+    shape = [stored.shape[d] for d in back]
+    strides = [stored.stride(d) for d in back]
+    with torch.no_grad():
+        out = torch.empty(0, dtype=stored.dtype, device=stored.device)
+        return out.set_(stored.untyped_storage(), stored.storage_offset(), shape, strides)
+
+
+def memory_ordered_array(tensor: Tensor, order: tuple[int, ...] | None = None):
     """``(array, order)``: ``tensor``'s elements in memory order (``order`` from
-    ``memory_order``), taken from its storage where that holds exactly them (a transposed
-    view, a result stored in order); None for a row-major or non-dense tensor."""
-    order = memory_order(tuple(tensor.shape), tensor.stride())
+    ``memory_order``, unless the caller knows it), taken from its storage where that holds
+    exactly them (a transposed view, a result stored in order); None for a row-major or
+    non-dense tensor."""
+    if order is None:
+        order = memory_order(tuple(tensor.shape), tensor.stride())
     if order is None:
         return None
     shape = tuple(tensor.shape[d] for d in order)
@@ -591,7 +621,7 @@ def _in_iterator_order(inner: Callable, run: Callable, positions, args, kwargs):
     if layout is None:
         return inner(args, kwargs)
     shape, strides = layout
-    stored = _memory_ordered_args(args, kwargs, shape, strides)
+    stored = _memory_ordered_args(args, kwargs, shape, strides, getattr(run, "defers_views", False))
     if stored is not None:
         out = run(stored[0], kwargs)
         order = stored[1]
@@ -604,12 +634,17 @@ def _in_iterator_order(inner: Callable, run: Callable, positions, args, kwargs):
     return _laid_out(out, strides) if isinstance(out, jax.Array) else _wrap(out)
 
 
-def _memory_ordered_args(args, kwargs, shape, strides):
+def _memory_ordered_args(args, kwargs, shape, strides, defer: bool = False):
     """``(args with each tensor's elements in the result's memory order, order)``, the result
     being dense with ``strides``: a tensor of exactly that layout that owns its storage array
     gives that array (no copy); any other (a broadcast operand, another layout, a slice) its
     value, rank-aligned and transposed to that order. None where the result's layout is not
-    a permutation (an empty result) or an argument is not a torchlax Tensor."""
+    a permutation (an empty result) or an argument is not a torchlax Tensor.
+
+    With ``defer`` (the op is cached) a full-rank argument's transpose is not computed: it is
+    passed as a deferred view of its value, which the op's executable applies itself, so XLA
+    reads the argument transposed inside the op instead of copying it first (``x.t() + y``
+    with ``y`` row-major)."""
     if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
         return None
     order = memory_order(shape, strides)
@@ -631,12 +666,32 @@ def _memory_ordered_args(args, kwargs, shape, strides):
         value = a._value()
         offset = ndim - value.ndim
         if offset == 0:
-            stored[i] = jax.lax.transpose(value, order)
+            if defer and type(value) is _ArrayImpl:
+                transpose = _TransposedBack(order)
+                stored[i] = _opcache.Pending(
+                    _TransposedOperand(value, order), value, transpose, transpose.recipe
+                )
+            else:
+                stored[i] = jax.lax.transpose(value, order)
         else:  # one op: transpose its own dimensions, then insert the leading size-1 ones
             own = tuple(d - offset for d in order if d >= offset)
             aligned = (1,) * offset + tuple(value.shape)
             stored[i] = jax.lax.reshape(value, tuple(aligned[d] for d in order), own)
     return stored, order
+
+
+class _TransposedOperand:
+    """The tensor of a ``Pending`` transpose that ``_memory_ordered_args`` passes a cached op:
+    computed only where the op runs its lowering plainly (``_opcache.materialize``)."""
+
+    __slots__ = ("array", "order")
+
+    def __init__(self, array, order: tuple[int, ...]):
+        self.array = array
+        self.order = order
+
+    def _value(self):
+        return jax.lax.transpose(self.array, self.order)
 
 
 def plain_impl(func, fn) -> Callable:
@@ -802,6 +857,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
             return general(args, kwargs)
         return wrap_hit(entry, leaves)
 
+    raw.defers_views = True  # pyright: ignore[reportFunctionMemberAccess]  (takes _opcache.Pending arguments)
     impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
     return impl
 

@@ -26,7 +26,9 @@ from ._compiled import signature as signature
 from ._compiled import write_back as write_back
 from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._dispatch import memory_order as memory_order
+from ._dispatch import memory_ordered_array as memory_ordered_array
 from ._dispatch import stored_in_order as stored_in_order
+from ._dispatch import viewed_back as viewed_back
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._logging import get_logger as get_logger
@@ -56,6 +58,7 @@ __all__ = [
     "is_exclusive",
     "laid_out",
     "memory_order",
+    "memory_ordered_array",
     "op_name",
     "peek_array",
     "record_compile",
@@ -66,6 +69,7 @@ __all__ = [
     "tracing",
     "unused_key",
     "view_kind",
+    "viewed_back",
     "write",
     "x64",
     "x64_flag",

@@ -41,8 +41,8 @@ from torchlax_core.internal import (
     peek_array,
     set_exclusive,
     signature,
-    stored_in_order,
     view_kind,
+    viewed_back,
     write_back,
     x64,
 )
@@ -256,7 +256,7 @@ class XlaProgram:
             for i, tensor in zip(arrays_at, converted, strict=True):
                 outs[i] = tensor
             for i, order in restrided:
-                outs[i] = self._viewed_back(outs[i], order)
+                outs[i] = viewed_back(outs[i], order)
         for position, index in mutations:
             dst = args[position]
             on_cpu = not isinstance(dst, Tensor) and dst.device.type == "cpu"
@@ -264,19 +264,6 @@ class XlaProgram:
             if index in exclusive and isinstance(dst, Tensor):
                 set_exclusive(dst)
         return outs[0] if self._single_output else tuple(outs)
-
-    @staticmethod
-    def _viewed_back(stored: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
-        """``stored`` (dimensions in memory order) with its dimensions put back: a tensor of
-        its own, not a view (``_base`` is None), as the op that made it returns."""
-        if isinstance(stored, Tensor):  # laid out as the core lays out an eager result
-            return stored_in_order(array_of(stored), order)
-        back = [order.index(d) for d in range(len(order))]
-        shape = [stored.shape[d] for d in back]
-        strides = [stored.stride(d) for d in back]
-        with torch.no_grad():
-            out = torch.empty(0, dtype=stored.dtype, device=stored.device)
-            return out.set_(stored.untyped_storage(), stored.storage_offset(), shape, strides)
 
     @property
     def traces(self) -> int:

@@ -34,9 +34,14 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     array_of,
+    laid_out,
+    memory_order,
+    memory_ordered_array,
     output_tensors,
     storage_of,
+    stored_in_order,
     tracing,
+    viewed_back,
     x64,
 )
 from torchlax_core.internal import signature as _signature
@@ -138,6 +143,9 @@ class _Info:
     scheduler_steps: tuple[int, ...]
     cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
     trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
+    # per output array: the dimension order it is returned in (a result eager PyTorch lays out
+    # transposed: see _dense_order), or None (row-major)
+    out_orders: tuple = ()
     # Precomputed for each call's write-back and output: whether any storage or CPU buffer
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
@@ -151,8 +159,14 @@ class _Info:
 class _Program:
     """One static configuration of a jitted callable: its traced function and compiled forms."""
 
-    def __init__(self, jitted: _Jitted, in_spec, statics, static_values, checks: bool):
+    def __init__(
+        self, jitted: _Jitted, in_spec, statics, static_values, checks: bool, in_layouts=None
+    ):
         self.jitted = jitted
+        # per input array: None (row-major), or (strides it is traced with, so that its
+        # results take the strides eager PyTorch gives them; the order its array comes in:
+        # see _input_layouts); None when every input is row-major
+        self.in_layouts = in_layouts
         # Config.checked: value checks inside (an index out of range, ...) are recorded with
         # checkify and raised after the call; the state is then not donated, so a failed call
         # leaves it as it was.
@@ -212,8 +226,12 @@ class _Program:
         recorded = _defer_schedulers(state.schedulers)
         try:
             with tracing(env):
-                tensors = [Tensor(a) for a in arrays]
                 n_cpu = len(state.cpu_tensors)
+                tensors = [Tensor(a) for a in arrays]
+                if self.in_layouts is not None:
+                    for k, layout in enumerate(self.in_layouts):
+                        if layout is not None:
+                            tensors[n_cpu + k] = _traced_input(arrays[n_cpu + k], *layout)
                 cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
                 inputs = iter(tensors[n_cpu:])
                 statics = iter(self.static_values)
@@ -227,7 +245,12 @@ class _Program:
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(self.jitted) from exc
                 out_flat, out_spec = pytree.tree_flatten(out)
-                out_arrays = [_traced_array(x) for x in out_flat if isinstance(x, torch.Tensor)]
+                out_tensors = [x for x in out_flat if isinstance(x, torch.Tensor)]
+                out_orders = tuple(map(_dense_order, out_tensors))
+                out_arrays = [
+                    _traced_array(x) if order is None else jnp.transpose(_traced_array(x), order)
+                    for x, order in zip(out_tensors, out_orders, strict=True)
+                ]
                 out_statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in out_flat)
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
@@ -263,6 +286,7 @@ class _Program:
             tuple(recorded[id(s)] for s in state.schedulers),
             cpu_changed,
             trains,
+            out_orders if any(o is not None for o in out_orders) else (),
         )
         return (out_arrays, new_storages, extra), info
 
@@ -477,6 +501,92 @@ def _merge(mask, diff, other) -> list:
     return [next(diff) if m else next(other) for m in mask]
 
 
+def _dense_order(x: torch.Tensor) -> tuple[int, ...] | None:
+    """The memory order of a traced output that eager PyTorch lays out densely other than
+    row-major (``x.t() * 2``: TensorIterator follows its operand), else None. Such an output
+    is returned in that order and viewed back, so the caller sees eager PyTorch's strides; an
+    output with gaps (a slice) comes back row-major."""
+    if not isinstance(x, Tensor) or x.is_contiguous():
+        return None
+    return memory_order(tuple(x.shape), x.stride())
+
+
+def _input_layouts(inputs: list) -> tuple | None:
+    """Per input tensor, None (row-major) or ``(strides, order)``: the strides it is traced
+    with (``_traced_strides``) and, for a torchlax Tensor densely laid out other than
+    row-major (``x.t()``), the memory order its array is passed in (its storage array: no
+    transpose, in or out of the program), else None (its value is passed). None when every
+    input is row-major (the common call: one ``is_contiguous`` per input)."""
+    if all(t.is_contiguous() for t in inputs):
+        return None
+    layouts = tuple(None if t.is_contiguous() else _input_layout(t) for t in inputs)
+    return layouts if any(s is not None for s in layouts) else None
+
+
+# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (``memory_order`` is
+# Python arithmetic, ~15 us: a call with transposed inputs must not pay it each time)
+_input_layout_cache: dict = {}
+
+
+def _input_layout(t: torch.Tensor):
+    key = (t.shape, t.stride(), type(t) is Tensor)
+    if key in _input_layout_cache:
+        return _input_layout_cache[key]
+    strides = _traced_strides(t)
+    layout = None
+    if strides is not None:
+        dense = memory_order(tuple(t.shape), t.stride()) if isinstance(t, Tensor) else None
+        layout = (strides, dense)
+    if len(_input_layout_cache) < 4096:
+        _input_layout_cache[key] = layout
+    return layout
+
+
+def _input_arrays(inputs: list, layouts: tuple | None) -> list:
+    """The program's input arrays: each tensor's value, or its elements in memory order where
+    its layout says so (``_input_layouts``)."""
+    if layouts is None:
+        return [t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs]
+    arrays = []
+    for t, layout in zip(inputs, layouts, strict=True):
+        if layout is not None and layout[1] is not None:
+            arrays.append(memory_ordered_array(t, layout[1])[0])  # pyright: ignore[reportOptionalSubscript]  (dense: never None)
+        else:
+            arrays.append(t.jax() if isinstance(t, Tensor) else _borrow(t))
+    return arrays
+
+
+def _traced_input(array, strides: tuple[int, ...], order: tuple[int, ...] | None) -> Tensor:
+    """An input inside the trace, laid out with ``strides``; ``array`` holds its elements in
+    memory ``order`` when that is given, else its value."""
+    if order is None:
+        return laid_out(array, strides)
+    return stored_in_order(array, order, strides)
+
+
+def _input_order(layout) -> tuple[int, ...] | None:
+    return None if layout is None else layout[1]
+
+
+def _traced_strides(t: torch.Tensor) -> tuple[int, ...] | None:
+    """Dense strides in the dimension order of ``t``'s strides (its own, for a transposed or
+    permuted tensor; for a slice, those of a dense tensor of the same order: TensorIterator
+    only compares strides), or None for row-major order, an empty tensor, or a broadcast one
+    (a stride-0 dimension tells TensorIterator nothing, a dense order would)."""
+    shape, strides = tuple(t.shape), t.stride()
+    if 0 in shape or any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
+        return None
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    if order == list(range(len(shape))):
+        return None
+    dense = [0] * len(shape)
+    size = 1
+    for d in reversed(order):
+        dense[d] = size
+        size *= shape[d]
+    return tuple(dense)
+
+
 def _traced_array(x: torch.Tensor):
     if isinstance(x, Tensor):
         return x.jax()
@@ -603,6 +713,7 @@ class _Jitted:
             statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
             spec_key = str(in_spec)
         checks = bool(torchlax_core.current_env().config.checked)
+        in_layouts = _input_layouts(inputs)
         program_key = (
             spec_key,
             statics,
@@ -610,6 +721,7 @@ class _Jitted:
             state.structure(),
             torch.is_grad_enabled(),
             checks,
+            in_layouts,
         )
         try:
             # (a forward never has dead .grads: no second hash of its key)
@@ -627,14 +739,13 @@ class _Jitted:
         if program is None:
             with _trace_lock:
                 program = self.programs.setdefault(
-                    program_key, _Program(self, in_spec, statics, static_values, checks)
+                    program_key,
+                    _Program(self, in_spec, statics, static_values, checks, in_layouts),
                 )
         cpu_tensors = list(state.cpu_tensors.values())
         state_arrays = [s.array for s in state.storages]
         lr_arrays = [to(lr) for (_, lr), to in zip(state.lrs, state.lr_types, strict=True)]
-        arrays = [_borrow(t) for t in cpu_tensors] + [
-            t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs
-        ]
+        arrays = [_borrow(t) for t in cpu_tensors] + _input_arrays(inputs, in_layouts)
         on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         signature = (self._state_signature(state_arrays), _signature(arrays))
         # A step that trains runs the donating program; a function that only computes, the
@@ -682,13 +793,17 @@ class _Jitted:
                 entry.key(),
                 on_jax,
                 all_tensors,
+                ()
+                if in_layouts is None
+                else (None,) * (len(all_tensors) - len(inputs))
+                + tuple(map(_input_order, in_layouts)),
             )
             outputs = _JitFunction.apply(call, *diff)
         elif forward:
             out_arrays, new_storages, extra = program.forward_core.run(
                 entry, state_arrays, lr_arrays, arrays
             )
-            outputs = _to_tensors(out_arrays, on_jax, arrays)
+            outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
             if info.writes:
                 self._last_state = None
                 _write_changed(state, info, new_storages, extra)
@@ -696,7 +811,7 @@ class _Jitted:
             # Check errors are raised before any output or state is written back.
             results = program.core.run(entry, state_arrays, lr_arrays, arrays)
             out_arrays, new_storages, extra = results
-            outputs = _to_tensors(out_arrays, on_jax, arrays)
+            outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
             plan = self._plan
             if plan is None or plan[0] is not layout or plan[1] is not info:
                 # The executable's outputs have the same signature every call: the next
@@ -835,8 +950,12 @@ def _inexact(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
-def _to_tensors(arrays, on_jax: bool, inputs) -> list[torch.Tensor]:
-    return output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
+def _to_tensors(arrays, on_jax: bool, inputs, orders: tuple = ()) -> list[torch.Tensor]:
+    outputs = output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
+    for i, order in enumerate(orders):
+        if order is not None:
+            outputs[i] = viewed_back(outputs[i], order)
+    return outputs
 
 
 def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list) -> None:
@@ -904,6 +1023,9 @@ class _Call:
     key: Any
     on_jax: bool
     tensors: list
+    # per tensor: the memory order its array was passed in (its gradient comes in that order),
+    # or None; empty when every array is a value
+    orders: tuple = ()
     vjp: Any = None
     out_arrays: Any = None
 
@@ -935,7 +1057,7 @@ class _JitFunction(torch.autograd.Function):
             )
         call.out_arrays = outs
         ctx.call = call
-        outputs = _to_tensors(outs, call.on_jax, call.arrays)
+        outputs = _to_tensors(outs, call.on_jax, call.arrays, call.info.out_orders)
         if call.info.writes:
             program.jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
             _write_changed(call.state, call.info, new_storages, extra)
@@ -953,7 +1075,11 @@ class _JitFunction(torch.autograd.Function):
                 "program that autograd cannot differentiate. Call the function without "
                 "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
             )
-        cotangents = [_cotangent(out, g) for out, g in zip(call.out_arrays, grads, strict=True)]
+        orders = call.info.out_orders or (None,) * len(grads)
+        cotangents = [
+            _cotangent(out, g, order)
+            for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
+        ]
         with x64():
             if call.vjp is not None:
                 (grad_arrays,) = call.program.backward(call.vjp, cotangents)
@@ -964,6 +1090,12 @@ class _JitFunction(torch.autograd.Function):
                 other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
                 grad_arrays = backward(diff, other, call.lr_arrays, call.key, cotangents)
         diff = [t for t, m in zip(call.tensors, call.mask, strict=True) if m]
+        if call.orders:
+            orders = [o for o, m in zip(call.orders, call.mask, strict=True) if m]
+            grad_arrays = [
+                g if o is None else jnp.transpose(g, [int(d) for d in np.argsort(o)])
+                for g, o in zip(grad_arrays, orders, strict=True)
+            ]
         results = []
         for grad, tensor in zip(grad_arrays, diff, strict=True):
             if isinstance(tensor, Tensor):
@@ -973,10 +1105,13 @@ class _JitFunction(torch.autograd.Function):
         return (None, *results)
 
 
-def _cotangent(out, grad):
+def _cotangent(out, grad, order=None):
+    """The cotangent of the program's output ``out`` (returned in memory ``order``, if any)."""
     if not jnp.issubdtype(out.dtype, jnp.inexact):
         return np.zeros(out.shape, dtype=jax.dtypes.float0)
     if grad is None:
         return jnp.zeros(out.shape, out.dtype)
     array = grad.jax() if isinstance(grad, Tensor) else _borrow(grad)
+    if order is not None:
+        array = jnp.transpose(array, order)
     return array.astype(out.dtype)

@@ -146,6 +146,10 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
             "\"softmax_lastdim_kernel_impl\" not implemented for 'Byte'",
         ),
     },
+    "aten._unique2.default": {
+        "complex128": ("NotImplementedError", "\"unique\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"unique\" not implemented for 'ComplexFloat'"),
+    },
     "aten.abs.default": {"bool": ("NotImplementedError", "\"abs_cpu\" not implemented for 'Bool'")},
     "aten.amax.default": {
         "complex128": (
@@ -167,6 +171,13 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
             "\"min_values_cpu\" not implemented for 'ComplexFloat'",
         ),
     },
+    "aten.aminmax.default": {
+        "complex128": (
+            "NotImplementedError",
+            "\"aminmax_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": ("NotImplementedError", "\"aminmax_cpu\" not implemented for 'ComplexFloat'"),
+    },
     "aten.argmax.default": {
         "bool": ("RuntimeError", "argmax(): does not support bool input"),
         "complex128": ("RuntimeError", "argmax(): does not support complex input"),
@@ -178,6 +189,16 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "complex64": ("RuntimeError", "argmin(): does not support complex input"),
     },
     "aten.bmm.default": {"bool": ("NotImplementedError", "\"bmm\" not implemented for 'Bool'")},
+    "aten.bucketize.Tensor": {
+        "complex128": (
+            "NotImplementedError",
+            "\"searchsorted_out_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": (
+            "NotImplementedError",
+            "\"searchsorted_out_cpu\" not implemented for 'ComplexFloat'",
+        ),
+    },
     "aten.ceil.default": {
         "bool": ("NotImplementedError", "\"ceil_vml_cpu\" not implemented for 'Bool'"),
         "complex128": ("NotImplementedError", "ceil is not supported for complex inputs"),
@@ -188,6 +209,10 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
         "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
     },
+    "aten.clamp.default": {
+        "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
+        "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
+    },
     "aten.clamp_max.Tensor": {
         "complex128": (
             "NotImplementedError",
@@ -195,12 +220,20 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         ),
         "complex64": ("NotImplementedError", "\"minimum_cpu\" not implemented for 'ComplexFloat'"),
     },
+    "aten.clamp_max.default": {
+        "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
+        "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
+    },
     "aten.clamp_min.Tensor": {
         "complex128": (
             "NotImplementedError",
             "\"maximum_cpu\" not implemented for 'ComplexDouble'",
         ),
         "complex64": ("NotImplementedError", "\"maximum_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.clamp_min.default": {
+        "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
+        "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
     },
     "aten.cummax.default": {
         "complex128": ("NotImplementedError", "\"cummax_cpu\" not implemented for 'ComplexDouble'"),
@@ -270,6 +303,29 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "complex128": ("NotImplementedError", "clamp is not supported for complex types"),
         "complex64": ("NotImplementedError", "clamp is not supported for complex types"),
     },
+    "aten.heaviside.default": {
+        "complex128": ("RuntimeError", "heaviside is not yet implemented for complex tensors."),
+        "complex64": ("RuntimeError", "heaviside is not yet implemented for complex tensors."),
+    },
+    "aten.isin.Tensor_Tensor": {
+        "bool": ("RuntimeError", "Unsupported input type encountered for isin(): Bool"),
+        "complex128": (
+            "RuntimeError",
+            "Unsupported input type encountered for isin(): ComplexDouble",
+        ),
+        "complex64": (
+            "RuntimeError",
+            "Unsupported input type encountered for isin(): ComplexFloat",
+        ),
+    },
+    "aten.kthvalue.default": {
+        "bool": ("NotImplementedError", "\"kthvalue_cpu\" not implemented for 'Bool'"),
+        "complex128": (
+            "NotImplementedError",
+            "\"kthvalue_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": ("NotImplementedError", "\"kthvalue_cpu\" not implemented for 'ComplexFloat'"),
+    },
     "aten.le.Tensor": {
         "complex128": ("NotImplementedError", "\"le_cpu\" not implemented for 'ComplexDouble'"),
         "complex64": ("NotImplementedError", "\"le_cpu\" not implemented for 'ComplexFloat'"),
@@ -290,6 +346,16 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "complex128": ("RuntimeError", "maximum not implemented for complex tensors."),
         "complex64": ("RuntimeError", "maximum not implemented for complex tensors."),
     },
+    "aten.median.default": {
+        "bool": ("NotImplementedError", "\"median_cpu\" not implemented for 'Bool'"),
+        "complex128": ("NotImplementedError", "\"median_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"median_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.median.dim": {
+        "bool": ("NotImplementedError", "\"median_out\" not implemented for 'Bool'"),
+        "complex128": ("NotImplementedError", "\"median_out\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"median_out\" not implemented for 'ComplexFloat'"),
+    },
     "aten.min.default": {
         "complex128": ("NotImplementedError", "\"min_all\" not implemented for 'ComplexDouble'"),
         "complex64": ("NotImplementedError", "\"min_all\" not implemented for 'ComplexFloat'"),
@@ -304,6 +370,20 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
     },
     "aten.mm.default": {
         "bool": ("NotImplementedError", "\"addmm_impl_cpu_\" not implemented for 'Bool'")
+    },
+    "aten.mode.default": {
+        "complex128": ("NotImplementedError", "\"mode_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"mode_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.nanmedian.default": {
+        "bool": ("NotImplementedError", "\"median_cpu\" not implemented for 'Bool'"),
+        "complex128": ("NotImplementedError", "\"median_cpu\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"median_cpu\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.nanmedian.dim": {
+        "bool": ("NotImplementedError", "\"median_out\" not implemented for 'Bool'"),
+        "complex128": ("NotImplementedError", "\"median_out\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"median_out\" not implemented for 'ComplexFloat'"),
     },
     "aten.neg.default": {
         "bool": (
@@ -325,6 +405,28 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
             "supported. Use the `^` or `logical_xor()` operator instead.",
         )
     },
+    "aten.searchsorted.Tensor": {
+        "complex128": (
+            "NotImplementedError",
+            "\"searchsorted_out_cpu\" not implemented for 'ComplexDouble'",
+        ),
+        "complex64": (
+            "NotImplementedError",
+            "\"searchsorted_out_cpu\" not implemented for 'ComplexFloat'",
+        ),
+    },
+    "aten.sign.default": {
+        "complex128": (
+            "NotImplementedError",
+            "Unlike NumPy, torch.sign is not intended to support complex "
+            "numbers. Please use torch.sgn instead.",
+        ),
+        "complex64": (
+            "NotImplementedError",
+            "Unlike NumPy, torch.sign is not intended to support complex "
+            "numbers. Please use torch.sgn instead.",
+        ),
+    },
     "aten.silu.default": {
         "bool": ("NotImplementedError", "\"silu_cpu\" not implemented for 'Bool'"),
         "int16": ("NotImplementedError", "\"silu_cpu\" not implemented for 'Short'"),
@@ -332,6 +434,14 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "int64": ("NotImplementedError", "\"silu_cpu\" not implemented for 'Long'"),
         "int8": ("NotImplementedError", "\"silu_cpu\" not implemented for 'Char'"),
         "uint8": ("NotImplementedError", "\"silu_cpu\" not implemented for 'Byte'"),
+    },
+    "aten.sort.default": {
+        "complex128": ("RuntimeError", " Sort does not support complex dtypes on CPU"),
+        "complex64": ("RuntimeError", " Sort does not support complex dtypes on CPU"),
+    },
+    "aten.sort.stable": {
+        "complex128": ("RuntimeError", " Sort does not support complex dtypes on CPU"),
+        "complex64": ("RuntimeError", " Sort does not support complex dtypes on CPU"),
     },
     "aten.sub.Tensor": {
         "bool": (
@@ -349,5 +459,13 @@ REJECTED: dict[str, dict[str, tuple[str, str]]] = {
         "bool": ("NotImplementedError", "\"trunc_vml_cpu\" not implemented for 'Bool'"),
         "complex128": ("NotImplementedError", "trunc is not supported for complex inputs"),
         "complex64": ("NotImplementedError", "trunc is not supported for complex inputs"),
+    },
+    "aten.unique_consecutive.default": {
+        "complex128": ("NotImplementedError", "\"unique\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"unique\" not implemented for 'ComplexFloat'"),
+    },
+    "aten.unique_dim.default": {
+        "complex128": ("NotImplementedError", "\"unique_dim\" not implemented for 'ComplexDouble'"),
+        "complex64": ("NotImplementedError", "\"unique_dim\" not implemented for 'ComplexFloat'"),
     },
 }

@@ -17,6 +17,7 @@ from torchlax_core import check
 
 from .._promotion import Promotion, declared, elementwise, opmath_dtype
 from .._table import lowering, named, named_lowering, op_name
+from ._common import _scalar_name
 
 aten = torch.ops.aten
 
@@ -472,6 +473,8 @@ def xlog1py(self, other):
 
 @lowering(aten.heaviside.default, promote=Promotion.DEFAULT, args=("self", "values"))
 def heaviside(self, values):
+    if jnp.iscomplexobj(self):  # promoted: either argument complex
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
     return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
 
 
@@ -519,6 +522,16 @@ def ldexp(self, other):
 # -- clamping -----------------------------------------------------------------------------------
 
 
+def _refuse_complex(promoted) -> None:
+    """Complex numbers have no order. A complex ``self`` is refused by the dtype table (with
+    PyTorch's own message); this catches a real ``self`` whose complex bound promoted it."""
+    if jnp.iscomplexobj(promoted):
+        raise NotImplementedError(
+            "clamp is not supported for complex types; clamp the real and imaginary parts "
+            "separately (torch.complex(x.real.clamp(...), x.imag.clamp(...)))."
+        )
+
+
 def _require_a_bound(lo, hi) -> None:
     if lo is None and hi is None:
         raise RuntimeError(
@@ -527,6 +540,7 @@ def _require_a_bound(lo, hi) -> None:
 
 
 def _clamp(x, lo, hi):
+    _refuse_complex(x)
     if lo is not None:
         x = jnp.maximum(x, lo)
     if hi is not None:
@@ -554,6 +568,7 @@ def clip(self, min=None, max=None):
     aten.clamp_min.default, aten.clamp_min.Tensor, promote=Promotion.DEFAULT, args=("self", "min")
 )
 def clamp_min(self, min):
+    _refuse_complex(self)
     return jnp.maximum(self, min)
 
 
@@ -561,6 +576,7 @@ def clamp_min(self, min):
     aten.clamp_max.default, aten.clamp_max.Tensor, promote=Promotion.DEFAULT, args=("self", "max")
 )
 def clamp_max(self, max):
+    _refuse_complex(self)
     return jnp.minimum(self, max)
 
 
@@ -822,11 +838,34 @@ def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(jnp.allclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
-@lowering(
-    aten.isin.Tensor_Tensor,
-    aten.isin.Tensor_Scalar,
-    aten.isin.Scalar_Tensor,
-    promote=Promotion.ALWAYS_BOOL,  # (the overloads name their arguments element(s), test_element(s))
-)
-def isin(elements, test_elements, *, assume_unique=False, invert=False):
+def _isin_unsupported_type(argument) -> str | None:
+    """PyTorch's name of ``argument``'s dtype if isin refuses it (bools, complex numbers: its CPU
+    kernel sorts), else None; a Python number counts as PyTorch wraps it (``1j``: ComplexDouble)."""
+    if isinstance(argument, bool):
+        return "Bool"
+    if isinstance(argument, complex):
+        return "ComplexDouble"
+    dtype = getattr(argument, "dtype", None)
+    if dtype is not None and (dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.complexfloating)):
+        return _scalar_name(dtype)
+    return None
+
+
+def _isin_of_common_dtype(elements, test_elements, *, assume_unique=False, invert=False):
     return jnp.isin(elements, test_elements, invert=invert)
+
+
+# Promoted as PyTorch promotes (the three overloads share their arguments' positions), after the
+# check below: promotion would hide a bool argument next to an integer one.
+_isin_promoted = declared(
+    aten.isin.Tensor_Tensor, _isin_of_common_dtype, Promotion.ALWAYS_BOOL, None, False
+)
+
+
+@lowering(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    for argument in (elements, test_elements):  # PyTorch's CPU kernel checks elements first
+        unsupported = _isin_unsupported_type(argument)
+        if unsupported:
+            raise RuntimeError(f"Unsupported input type encountered for isin(): {unsupported}")
+    return _isin_promoted(elements, test_elements, assume_unique=assume_unique, invert=invert)

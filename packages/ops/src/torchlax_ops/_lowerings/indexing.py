@@ -27,6 +27,7 @@ from jax import lax
 from torchlax_core import TorchlaxError, check_index, jax_dtype, torch_dtype
 
 from .._table import lowering
+from ._common import _scalar_name
 from .shape import _dim  # PyTorch's dim wrapping, one definition for both families
 
 aten = torch.ops.aten
@@ -965,6 +966,12 @@ def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
     common = jax_dtype(
         torch.promote_types(torch_dtype(sorted_sequence.dtype), torch_dtype(values.dtype))
     )
+    if common == jnp.bool_ or jnp.issubdtype(common, jnp.complexfloating):
+        # PyTorch's CPU kernel runs in the promoted dtype and has none for bools or complex
+        # numbers (which have no order); JAX would order them.
+        raise NotImplementedError(
+            f"\"searchsorted_out_cpu\" not implemented for '{_scalar_name(common)}'"
+        )
     sorted_sequence, values = sorted_sequence.astype(common), values.astype(common)
     if sorter is not None:
         sorted_sequence = jnp.take_along_axis(sorted_sequence, sorter, axis=-1)
@@ -987,7 +994,9 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
 def searchsorted_scalar(
     sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None
 ):
-    value = jnp.asarray(self, sorted_sequence.dtype)
+    # The number is promoted with the sequence as a 0-d tensor would be (``1j`` makes it complex).
+    common = torch.result_type(torch.empty(0, dtype=torch_dtype(sorted_sequence.dtype)), self)
+    value = jnp.asarray(self, jax_dtype(common))
     return _searchsorted(sorted_sequence, value, right, side, sorter, out_int32)
 
 

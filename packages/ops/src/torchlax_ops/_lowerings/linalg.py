@@ -19,6 +19,7 @@ from torchlax_core import jax_dtype
 
 from .._promotion import accumulator, up
 from .._table import lowering, named_decomposition
+from ._common import _scalar_name
 
 aten = torch.ops.aten
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -54,21 +55,8 @@ def _mH(x):
 
 # -- products -----------------------------------------------------------------------------------
 
-# How PyTorch names dtypes in the products' dtype errors: ScalarType names, and C++ type names.
-_SCALAR_NAMES = {
-    "bool": "Bool",
-    "uint8": "Byte",
-    "int8": "Char",
-    "int16": "Short",
-    "int32": "Int",
-    "int64": "Long",
-    "float16": "Half",
-    "bfloat16": "BFloat16",
-    "float32": "Float",
-    "float64": "Double",
-    "complex64": "ComplexFloat",
-    "complex128": "ComplexDouble",
-}
+# How PyTorch names dtypes in the products' dtype errors: ScalarType names (`_scalar_name`), and
+# C++ type names.
 _C_NAMES = {
     "bool": "bool",
     "uint8": "unsigned char",
@@ -83,11 +71,6 @@ _C_NAMES = {
     "complex64": "c10::complex<float>",
     "complex128": "c10::complex<double>",
 }
-
-
-def _scalar_name(x) -> str:
-    name = jnp.dtype(x.dtype).name
-    return _SCALAR_NAMES.get(name, name)
 
 
 def _same_dtype(message, *arrays) -> None:

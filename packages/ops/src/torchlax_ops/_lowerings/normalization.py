@@ -14,7 +14,7 @@ import torch
 
 from .._promotion import declared, opmath_dtype
 from .._table import decomposition, lowering
-from .linalg import _scalar_name
+from ._common import _scalar_name
 
 aten = torch.ops.aten
 
