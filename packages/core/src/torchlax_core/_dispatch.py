@@ -305,7 +305,7 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
         shapes = [r.shape if isinstance(r, jax.Array) else None for r in results]
         strides = result_strides(func, args, kwargs, shapes)
         laid_out = [
-            _wrap(r) if s is None else _laid_out(r, s)
+            _wrap(r) if s is None else _laid_out_deferred(r, s)
             for r, s in zip(results, strides, strict=True)
         ]
         return laid_out[0] if results is not out else type(out)(laid_out)
@@ -399,7 +399,36 @@ def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
         return _make(array)
     # (An empty result keeps the strides it is given, PyTorch's, with nothing to reorder.)
     order = memory_order(array.shape, strides) or tuple(range(array.ndim))
-    return stored_in_order(jnp.transpose(array, order), order, strides, value=array)
+    return stored_in_order(_transposed(array, order), order, strides, value=array)
+
+
+def _laid_out_deferred(array, strides: tuple[int, ...]) -> Tensor:
+    """``_laid_out``, the tensor's own value left to compute: a deferred view of its storage.
+
+    For results that the next op reads in their logical order (attention's output, which
+    GPT-2 transposes and reshapes before its projection): views of a deferred view are
+    deferred too and fold into the next cached op's executable, where a computed value would
+    make each of them a JAX dispatch of its own. Reading the value costs one transpose back.
+    """
+    if type(array) is not _ArrayImpl:  # traced: the value costs nothing, keep it
+        return _laid_out(array, strides)
+    if strides == tuple(make_contiguous_strides_for(array.shape)):
+        return _make(array)
+    order = memory_order(array.shape, strides) or tuple(range(array.ndim))
+    return stored_in_order(_transposed(array, order), order, strides)
+
+
+def _transposed(array, order: tuple[int, ...]):
+    """``jnp.transpose(array, order)``; a concrete array through a jitted transpose, one C++
+    launch instead of ``jax.numpy``'s Python dispatch."""
+    if type(array) is _ArrayImpl:
+        return _transposer(order)(array)
+    return jnp.transpose(array, order)
+
+
+@functools.cache
+def _transposer(order: tuple[int, ...]) -> Callable:
+    return jax.jit(functools.partial(jnp.transpose, axes=order))
 
 
 class _TransposedBack:
