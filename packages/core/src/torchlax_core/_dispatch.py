@@ -1042,7 +1042,8 @@ def view_impl(func, fn) -> Callable:
         if (
             identity
             and parent is not None
-            and _recomputable(parent)
+            and parent.seen is None
+            and parent.compute is not None
             and layouts is not None
             and type(root_array) is _ArrayImpl
         ):
@@ -1055,11 +1056,9 @@ def view_impl(func, fn) -> Callable:
             and (splits or len(layouts) == 1)
             and not kwargs
             and type(root_array) is _ArrayImpl
-            and (parent is None or parent.compute is None or _recomputable(parent))
+            and (parent is None or (parent.seen is None and parent.compute is not None))
         ):
             device = base.device
-            if parent is not None and parent.compute is None:
-                parent = None  # an identity view (detach, alias): the root's own elements
             if splits:
                 return [
                     _deferred_view(
@@ -1116,13 +1115,6 @@ def view_impl(func, fn) -> Callable:
         )
 
     return impl
-
-
-def _recomputable(parent: _View) -> bool:
-    """Whether views of a view with this ``parent`` may be deferred: the parent is one function
-    of its root with a recipe (a deferred view, also once read: autograd's backward reads a
-    weight's ``t()`` and takes ``t()`` of it again), not a view computed eagerly."""
-    return parent.compute is not None and getattr(parent.compute, "recipe", None) is not None
 
 
 def _deferred_view(
