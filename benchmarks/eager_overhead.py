@@ -117,9 +117,64 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
         steps["executable launch"] = best_time(lambda: entry.call(arr_a, arr_b), n, repeats)
         steps["wrap result"] = best_time(wrap, n, repeats)
         steps["jnp.add (reference)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
-    parts = [v for k, v in steps.items() if not k.startswith(("total", "jnp"))]
+        steps.update(floors(arr_a, arr_b, size, a.device, n, repeats))
+    parts = [v for k, v in steps.items() if not k.startswith(("total", "jnp", "floor"))]
     steps["rest (glue between the steps)"] = steps["total: torchlax a + b"] - sum(parts)
     return steps
+
+
+def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, float]:
+    """What an ``a + b`` costs at best, with nothing of torchlax in it (same process, arrays
+    and clock as the breakdown): JAX's ways of launching one precompiled add, and a
+    ``torch.Tensor`` subclass whose ``__torch_dispatch__`` does the least a wrapper of a
+    ``jax.Array`` can do. The last row is the floor of any ``__torch_dispatch__`` design:
+    PyTorch's dispatch, one launch of the compiled add and one new wrapper holding its result.
+    (It costs more than its parts: code run between two launches slows the next launch, see
+    docs/architecture.md.) PyTorch's dispatch alone, returning a premade wrapper, is the
+    breakdown's own "PyTorch dispatch into __torch_dispatch__" row."""
+    compiled = jax.jit(jnp.add).lower(arr_a, arr_b).compile()
+    compiled(arr_a, arr_b)  # JAX makes the C++ launcher on the first call
+    launch = getattr(compiled, "_call", compiled)  # (JAX's private name; absent: __call__)
+    jitted = jax.jit(jnp.add)
+    new = torch.Tensor._make_wrapper_subclass
+
+    class Fresh(torch.Tensor):  # PyTorch's dispatch into Python, a new wrapper per call
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            return new(Fresh, (size,), dtype=torch.float32, device=device)
+
+        __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
+
+    class Launching(torch.Tensor):  # ... holding the result of one launch of the add
+        array: jax.Array
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            x, y = args
+            r = new(Launching, (size,), dtype=torch.float32, device=device)
+            r.array = launch(x.array, y.array)
+            return r
+
+        __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
+
+    fresh = new(Fresh, (size,), dtype=torch.float32, device=device)
+    x = new(Launching, (size,), dtype=torch.float32, device=device)
+    y = new(Launching, (size,), dtype=torch.float32, device=device)
+    x.array, y.array = arr_a, arr_b
+    return {
+        "floor: jax.jit(add) call (C++ fast path)": best_time(
+            lambda: jitted(arr_a, arr_b), n, repeats
+        ),
+        "floor: Compiled.__call__ of add": best_time(lambda: compiled(arr_a, arr_b), n, repeats),
+        "floor: Compiled launcher (_call) of add": best_time(
+            lambda: launch(arr_a, arr_b), n, repeats
+        ),
+        "floor: _make_wrapper_subclass + free": best_time(
+            lambda: new(Fresh, (size,), dtype=torch.float32, device=device), n, repeats
+        ),
+        "floor: subclass dispatch + new wrapper": best_time(lambda: fresh + fresh, n, repeats),
+        "floor: subclass dispatch + launch + new wrapper": best_time(lambda: x + y, n, repeats),
+    }
 
 
 def _served_by(env, func) -> str:

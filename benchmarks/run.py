@@ -164,6 +164,9 @@ def bench_eager_ops(b: Bench) -> None:
             b.measure(f"eager op: {name}", "PyTorch (CPU)", torch_fn)
             b.measure(f"eager op: {name}", "jax.numpy", lambda: ready(jnp_fn()))
             b.measure(f"eager op: {name}", "torchlax eager", lambda: ready(lax_fn()))
+            # The same program launched either way (one dot for the matmul): measured one
+            # after the other, a busy stretch landing on one variant moved the ratio by 20%.
+            b.interleave(f"eager op: {name}")
 
 
 def bench_eager_breakdown(b: Bench) -> None:

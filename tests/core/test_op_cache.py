@@ -456,6 +456,9 @@ def test_the_hot_path_keys_a_call_as_the_general_path_does(env):
         (aten.add.Tensor, (a, b), {"alpha": 2}),
         (aten.add.Tensor, (read, b[1:]), {}),
         (aten.mul.Scalar, (a, 2.5), {}),
+        (aten.mul.Tensor, (a, 2), {}),  # `a * 2`: PyTorch passes the number as it is
+        (aten.add.Tensor, (a, 1.5), {"alpha": 2}),
+        (aten.sub.Tensor, (a, True), {}),
         (aten.mm.default, (x, wt), {}),
         (aten.addmm.default, (bias, x, wt), {"beta": 0.5}),
         (aten.where.self, (a > 0, a, b), {}),
@@ -475,6 +478,11 @@ def test_the_hot_path_keys_a_call_as_the_general_path_does(env):
     assert _dispatch._make_hit_key(cat, cache.op(cat))(([a, b], 0), {}, []) is None
     add = aten.add.Tensor
     assert _dispatch._make_hit_key(add, cache.op(add))((a, torch.tensor(2.0)), {}, []) is None
+    # A pointwise op's layout rule sees views and kwargs first: its root-only hot path refuses.
+    roots_only = _dispatch._make_hit_key(add, cache.op(add), roots_only=True)
+    assert roots_only((a, b), {}, []) == _dispatch._make_hit_key(add, cache.op(add))((a, b), {}, [])
+    assert roots_only((read, b[1:]), {}, []) is None
+    assert roots_only((a, b), {"alpha": 2}, []) is None
 
 
 def test_a_repeated_bad_call_leaves_the_op_cacheable(env):

@@ -271,6 +271,8 @@ def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
             return as_strided_impl(func, fn)
         return view_impl(func, fn)
     if cache is not None and _opcache.cacheable_op(func):
+        if func not in RESULT_LAYOUT_FROM_META and keeps_layout(func):
+            return cached_impl(func, fn, cache, keeps_layout=True)
         impl = cached_impl(func, fn, cache)
     else:
         impl = plain_impl(func, fn)
@@ -305,7 +307,7 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
         shapes = [r.shape if isinstance(r, jax.Array) else None for r in results]
         strides = result_strides(func, args, kwargs, shapes)
         laid_out = [
-            _wrap(r) if s is None else _laid_out(r, s)
+            _wrap(r) if s is None else _laid_out_deferred(r, s)
             for r, s in zip(results, strides, strict=True)
         ]
         return laid_out[0] if results is not out else type(out)(laid_out)
@@ -408,11 +410,50 @@ def memory_order(shape, strides) -> tuple[int, ...] | None:
 def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
     """``array`` as a Tensor with ``strides``, a permutation of a dense layout: its storage holds
     the array transposed to that dimension order, and the tensor views it transposed back."""
-    if strides == row_major_strides(tuple(array.shape)):
+    order = _storage_order(tuple(array.shape), tuple(strides))
+    if order is None:
         return _make(array)
-    # (An empty result keeps the strides it is given, PyTorch's, with nothing to reorder.)
-    order = memory_order(array.shape, strides) or tuple(range(array.ndim))
-    return stored_in_order(jnp.transpose(array, order), order, strides, value=array)
+    return stored_in_order(_transposed(array, order), order, strides, value=array)
+
+
+def _laid_out_deferred(array, strides: tuple[int, ...]) -> Tensor:
+    """``_laid_out``, the tensor's own value left to compute: a deferred view of its storage.
+
+    For results that the next op reads in their logical order (attention's output, which
+    GPT-2 transposes and reshapes before its projection): views of a deferred view are
+    deferred too and fold into the next cached op's executable, where a computed value would
+    make each of them a JAX dispatch of its own. Reading the value costs one transpose back.
+    """
+    if type(array) is not _ArrayImpl:  # traced: the value costs nothing, keep it
+        return _laid_out(array, strides)
+    order = _storage_order(tuple(array.shape), tuple(strides))
+    if order is None:
+        return _make(array)
+    return stored_in_order(_transposed(array, order), order, strides)
+
+
+@functools.lru_cache(maxsize=4096)
+def _storage_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dimension order in which a result of ``shape`` with ``strides`` (a permutation of a
+    dense layout) is stored; None where that is row-major. Remembered: a model's ops meet the
+    same few layouts on every call. (An empty result keeps the strides it is given, PyTorch's,
+    with nothing to reorder.)"""
+    if strides == row_major_strides(shape):
+        return None
+    return memory_order(shape, strides) or tuple(range(len(shape)))
+
+
+def _transposed(array, order: tuple[int, ...]):
+    """``jnp.transpose(array, order)``; a concrete array through a jitted transpose, one C++
+    launch instead of ``jax.numpy``'s Python dispatch."""
+    if type(array) is _ArrayImpl:
+        return _transposer(order)(array)
+    return jnp.transpose(array, order)
+
+
+@functools.cache
+def _transposer(order: tuple[int, ...]) -> Callable:
+    return jax.jit(functools.partial(jnp.transpose, axes=order))
 
 
 class _TransposedBack:
@@ -428,6 +469,12 @@ class _TransposedBack:
         return jnp.transpose(array, self.axes)
 
 
+@functools.lru_cache(maxsize=1024)
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes ``order``."""
+    return tuple(int(d) for d in np.argsort(order))
+
+
 def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     """The Tensor of ``strides`` (a dense layout, dimension ``order[0]`` outermost) whose
     storage is ``stored``, its elements in memory order (the tensor transposed to ``order``).
@@ -439,7 +486,7 @@ def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     ``value`` that transpose is computed when first read, or inside the next cached op (a
     deferred view), so a chain of ops that all run in memory order never transposes.
     """
-    back = tuple(int(d) for d in np.argsort(order))
+    back = _inverse(tuple(order))
     compute = _TransposedBack(back)
     if strides is None:
         dense = row_major_strides(tuple(stored.shape))
@@ -716,7 +763,7 @@ def plain_impl(func, fn) -> Callable:
     return impl
 
 
-def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
+def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -> Callable:
     """``plain_impl`` with the eager op cache in front (see ``_opcache``).
 
     A hit is: the signature built straight from the call's Tensors (``hit_key``), one dict
@@ -724,6 +771,11 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
     from the entry (reading them off a fresh array costs more than the rest of the wrap).
     Any call ``hit_key`` does not take, and every miss, goes the general way: unwrap, then
     ``_opcache.signature`` of the unwrapped arguments (the same key).
+
+    ``keeps_layout``: a pointwise op, whose result follows its arguments' layout
+    (``memory_order_impl``). A hit of root Tensors alone (row-major, the common case) is served
+    before that rule, which would only call through to it: each Python frame between two
+    launches also slows the next launch down (docs/architecture.md).
     """
     unwrap = _make_unwrapper(func, defer_views=True)
     materialize = _opcache.materialize
@@ -736,6 +788,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
     storage = _tensor._Storage
     op = cache.op(func)
     hit_key = _make_hit_key(func, op)
+    roots_hit_key = _make_hit_key(func, op, roots_only=True) if keeps_layout else hit_key
 
     def lookup(jargs, jkwargs) -> tuple:
         """(entry or None, key, leaves); key is None when this call is not cacheable."""
@@ -851,23 +904,46 @@ def cached_impl(func, fn, cache: _opcache.OpCache) -> Callable:
         r._view = None
         return r
 
-    def impl(args, kwargs):
-        entry, leaves = hit(args, kwargs)
-        if entry is None:
-            return general(args, kwargs)
-        return wrap_hit(entry, leaves)
+    def serving(otherwise: Callable, key_of: Callable) -> Callable:
+        """``impl(args, kwargs)``: a hit (``hit`` and ``wrap_hit`` inlined: one frame), else
+        ``otherwise``."""
+
+        def impl(args, kwargs):
+            if op.why is None and config.op_cache_size:
+                leaves: list = []
+                key = key_of(args, kwargs, leaves)
+                if key is not None:
+                    entry = entries.get(key)
+                    if entry is not None:
+                        stats.hits += 1
+                        try:
+                            entries.move_to_end(key)
+                        except KeyError:  # evicted by another thread just now
+                            pass
+                        return wrap_hit(entry, leaves)
+            return otherwise(args, kwargs)
+
+        impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
+        return impl
 
     raw.defers_views = True  # pyright: ignore[reportFunctionMemberAccess]  (takes _opcache.Pending arguments)
-    impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
-    return impl
+    impl = serving(general, hit_key)
+    if not keeps_layout:
+        return impl
+    return serving(memory_order_impl(func, impl), roots_hit_key)
 
 
-def _make_hit_key(func, op) -> Callable:
+_PLAIN_NUMBERS = frozenset({int, float, bool, complex})
+
+
+def _make_hit_key(func, op, roots_only: bool = False) -> Callable:
     """``hit_key(args, kwargs, leaves)``: ``_opcache.signature`` of the unwrapped call, built
     from the Tensors themselves (no unwrapped argument list), or ``None`` for a call it does
     not take: a tensor argument that is not a torchlax Tensor (a 0-d CPU scalar, a list of
     tensors), a tracer, an argument the cache cannot key on, tensor kwargs, several devices
     (their check is the unwrapper's). The general path then unwraps and keys as before.
+    With ``roots_only`` it also refuses views and kwargs (a pointwise op's layout rule decides
+    those: ``cached_impl``).
     """
     positions, tensor_kwargs = _unwrap_plan(func)
     if getattr(func, "_schema", None) is None or tensor_kwargs or _several_devices():
@@ -893,6 +969,8 @@ def _make_hit_key(func, op) -> Callable:
                     if view is None:
                         leaves.append(array)
                         append(array.aval)
+                    elif roots_only:
+                        return None
                     elif view.seen is None:  # deferred: the executable applies it (Pending)
                         leaves.append(array)
                         append((pending, view.compute.recipe, array.aval))
@@ -902,11 +980,13 @@ def _make_hit_key(func, op) -> Callable:
                             return None
                         leaves.append(array)
                         append(array.aval)
-                elif i in tensor_positions and a is not None:
+                elif i in tensor_positions and a is not None and type(a) not in _PLAIN_NUMBERS:
                     return None  # a list of tensors, a CPU tensor, ...
-                else:
+                else:  # (PyTorch passes `x * 2`'s 2 as a Python number in a tensor position)
                     append(piece(a, leaves))
             if kwargs:
+                if roots_only:
+                    return None
                 for name, value in kwargs.items():
                     append(name)
                     append(piece(value, leaves))
