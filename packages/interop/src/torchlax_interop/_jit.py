@@ -164,12 +164,15 @@ class _Program:
         name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
         # The signature -> executable cache, key input, donation of the state arrays (the
         # program returns their new values) and checks: the compiled-program core's.
+        # The key input is raw key data, made on the host for each call that draws (a typed
+        # key would be one more JAX dispatch per call, longer than the launch itself).
         self.core = CompiledProgram(
             f"torchlax.jit({name})",
             self._traced_entry,
             donate_argnums=(0,) if jitted.donate_state else (),
             checks=checks,
             keep_jaxpr=not checks,
+            key_data=True,
         )
         # A function that changes no state but buffers runs this program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
@@ -178,6 +181,7 @@ class _Program:
             self._traced_forward_entry,
             checks=checks,
             keep_jaxpr=not checks,
+            key_data=True,
         )
         self.trains: bool | None = None  # learned by the first trace
         # Autograd: the forward is the plain program; backward() runs one program that
@@ -278,7 +282,7 @@ class _Program:
 
         def differentiable(diff):
             merged = _merge(mask, diff, other)
-            with env.prng_key_scope(key):
+            with env.prng_key_scope(jax.random.wrap_key_data(key)):
                 results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
             checked = results if self.checks else (None, results)
             error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
