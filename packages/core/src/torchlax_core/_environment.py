@@ -368,6 +368,8 @@ class Environment:
         gen = generator if generator is not None else torch.default_generator
         seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
         with x64():
+            if _program.default_prng_is_threefry():
+                return _program.threefry_key(seed)
             return jax.random.key(seed)
 
     def next_prng_key_data(self, generator: torch.Generator | None = None) -> Any:
