@@ -76,3 +76,29 @@ def test_dropout_backward_uses_the_same_mask():
     y = F.dropout(x, 0.3, training=True)
     y.sum().backward()
     torch.testing.assert_close(_cpu(x.grad), _cpu(y.detach()))
+
+
+def test_key_data_made_on_the_host_is_the_keys_own_data():
+    # Compiled programs of torchlax.jit take their key as raw data, made on the host from
+    # the seed (no JAX dispatch per call): the very bits next_prng_key() gives for that seed.
+    import jax
+    import numpy as np
+
+    env = torchlax_core.current_env()
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(3):
+        state = gen.get_state()
+        data = env.next_prng_key_data(gen)
+        assert isinstance(data, np.ndarray) and data.dtype == np.uint32
+        gen.set_state(state)
+        expected = np.asarray(jax.random.key_data(env.next_prng_key(gen)))
+        np.testing.assert_array_equal(data, expected)
+    # Another PRNG implementation: its key data comes from JAX itself.
+    with jax.default_prng_impl("rbg"):
+        state = gen.get_state()
+        data = env.next_prng_key_data(gen)
+        gen.set_state(state)
+        with jax.default_prng_impl("rbg"):
+            expected = np.asarray(jax.random.key_data(env.next_prng_key(gen)))
+        np.testing.assert_array_equal(np.asarray(data), expected)
+        assert data.shape == (4,)

@@ -269,6 +269,70 @@ def test_recomputed_backward_sees_the_forwards_dropout_mask():
     assert 0 < int((_cpu(out) == 0).sum()) < 64
 
 
+def test_repeated_no_grad_forward_follows_what_its_shortcut_checks(monkeypatch):
+    # A no_grad forward that repeats the last call skips the general path (interop _jit
+    # ``_RepeatedForward``); each change below must leave it for the general one.
+    from torchlax_interop import _jit
+
+    repeats = []
+    original = _jit._RepeatedForward.call
+
+    def counted(self, jitted, args):
+        out = original(self, jitted, args)
+        repeats.append(out is not _jit._MISSED)
+        return out
+
+    monkeypatch.setattr(_jit._RepeatedForward, "call", counted)
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.Dropout(1.0), torch.nn.Linear(4, 2)
+    ).eval()
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    scale = _jax(torch.tensor(2.0))
+    scaled = jit(lambda x: model(x) * scale)  # a closed-over tensor is state too
+
+    def check(x, fn=jitted, expected=None):
+        with torch.no_grad():
+            want = reference(x) if expected is None else expected
+            torch.testing.assert_close(_cpu(fn(_jax(x))), want)
+
+    x = torch.randn(5, 3)
+    check(x)
+    check(x)
+    assert repeats == [True]
+    check(torch.randn(7, 3))  # another shape: another entry
+    check(x)
+    with torchlax_core.enable():
+        model[0] = copy.deepcopy(reference[0]).to("jax")  # a new submodule: same values
+    check(x)
+    for m in (model, reference):
+        m.train()  # Dropout(1.0) zeroes its input: the output is the last bias
+    check(x)
+    check(x)
+    for m in (model, reference):
+        m.eval()
+    check(x)
+    with torchlax_core.enable(), torch.no_grad():
+        model[2].bias.add_(1)  # in place
+    reference[2].bias.data.add_(1)
+    check(x)
+    check(x, scaled, reference(x).detach() * 2)
+    check(x, scaled, reference(x).detach() * 2)
+    with torch.no_grad():
+        scale.mul_(3)
+    check(x, scaled, reference(x).detach() * 6)
+    env = torchlax_core.current_env()
+    env.config.checked = True
+    try:
+        check(x)
+        check(x)
+    finally:
+        env.config.checked = False
+    assert True in repeats[1:] and False in repeats[1:]
+
+
 def test_double_backward_raises_instead_of_returning_constant_gradients():
     x = _jax(torch.tensor([1.0, 2.0])).requires_grad_()
     y = jit(lambda x: (x**3).sum())(x)

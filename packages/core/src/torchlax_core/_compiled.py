@@ -35,7 +35,7 @@ import torch
 
 from ._checks import checked, raise_error
 from ._current import current_env
-from ._program import unused_key
+from ._program import unused_key, unused_key_data
 from ._stats import record_compile
 from ._tensor import Tensor, _ArrayImpl, _device_of, _make
 from ._x64 import x64
@@ -63,10 +63,13 @@ class Entry:
         self.info = info
         self.random = random
 
-    def key(self, env=None) -> jax.Array:
+    def key(self, env=None) -> Any:
         """This call's key input: fresh from the generator if the program draws any."""
-        key = (env or current_env()).next_prng_key() if self.random else unused_key()
-        return jax.random.key_data(key) if self._program.key_data else key
+        if self._program.key_data:
+            if self.random:
+                return (env or current_env()).next_prng_key_data()
+            return unused_key_data()
+        return (env or current_env()).next_prng_key() if self.random else unused_key()
 
     @property
     def executable(self) -> Callable:
@@ -201,7 +204,7 @@ class CompiledProgram:
 
     def key_input(self) -> Any:
         """An example of the key input (traced with; its aval is the program's)."""
-        return jax.random.key_data(unused_key()) if self.key_data else unused_key()
+        return unused_key_data() if self.key_data else unused_key()
 
     def _trace(self, args: Sequence, static) -> Entry:
         learned: list = []

@@ -368,7 +368,21 @@ class Environment:
         gen = generator if generator is not None else torch.default_generator
         seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
         with x64():
+            if _program.default_prng_is_threefry():
+                return _program.threefry_key(seed)
             return jax.random.key(seed)
+
+    def next_prng_key_data(self, generator: torch.Generator | None = None) -> Any:
+        """``jax.random.key_data(self.next_prng_key(generator))``: the raw data of a fresh key,
+        for a program whose key input is key data. Eagerly, with JAX's default threefry
+        implementation, it is made on the host from the same seed (a numpy array: no JAX
+        dispatch per call), with the very bits ``next_prng_key`` would give."""
+        if self._key_stack or _program.staging() or not _program.default_prng_is_threefry():
+            with x64():
+                return jax.random.key_data(self.next_prng_key(generator))
+        gen = generator if generator is not None else torch.default_generator
+        seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
+        return _program.threefry_key_data(seed)
 
     @contextlib.contextmanager
     def prng_key_scope(self, key: jax.Array) -> Iterator[_program.KeyScope]:

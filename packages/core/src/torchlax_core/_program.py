@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 import jax
 import jax.core
+import numpy as np
 import torch
 from jax._src import core as _jax_core
 
@@ -56,6 +57,37 @@ def unused_key() -> jax.Array:
     """The key input of a program that draws none: made once (each new key is a dispatch)."""
     with x64():
         return jax.random.key(0)
+
+
+@functools.cache
+def unused_key_data() -> jax.Array:
+    """``unused_key()``'s raw data, for a program whose key input is key data: made once."""
+    with x64():
+        return jax.random.key_data(unused_key())
+
+
+def threefry_key_data(seed: int) -> np.ndarray:
+    """``jax.random.key_data(jax.random.key(seed))`` for a seed in [0, 2**63) under JAX's
+    default threefry2x32 implementation (64-bit mode: the high and low 32 bits), made on the
+    host: a program takes it as an input like any array, where ``jax.random.key`` is an eager
+    dispatch of its own (~0.2 ms on a loaded CPU, longer than most of a program's launch)."""
+    return np.array([seed >> 32, seed & 0xFFFFFFFF], dtype=np.uint32)
+
+
+# ``jax.random.key`` compiled once: eagerly each call is a dispatch of its own through JAX's
+# Python (~130 us on a loaded CPU), compiled it is one C++ launch (~15 us), same key.
+_threefry_key = jax.jit(jax.random.key)
+
+
+def threefry_key(seed: int) -> jax.Array:
+    """``jax.random.key(seed)`` under the default threefry2x32 implementation, in 64-bit mode."""
+    return _threefry_key(seed)
+
+
+def default_prng_is_threefry() -> bool:
+    """Whether new keys use JAX's default threefry2x32 implementation (the config can change
+    it; ``threefry_key_data`` holds only for that one)."""
+    return jax.config.jax_default_prng_impl == "threefry2x32"  # pyright: ignore[reportAttributeAccessIssue]  (jax's config exposes its flags as attributes)
 
 
 def staging() -> bool:

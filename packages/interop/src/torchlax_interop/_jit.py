@@ -178,12 +178,15 @@ class _Program:
         name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
         # The signature -> executable cache, key input, donation of the state arrays (the
         # program returns their new values) and checks: the compiled-program core's.
+        # The key input is raw key data, made on the host for each call that draws (a typed
+        # key would be one more JAX dispatch per call, longer than the launch itself).
         self.core = CompiledProgram(
             f"torchlax.jit({name})",
             self._traced_entry,
             donate_argnums=(0,) if jitted.donate_state else (),
             checks=checks,
             keep_jaxpr=not checks,
+            key_data=True,
         )
         # A function that changes no state but buffers runs this program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
@@ -192,6 +195,7 @@ class _Program:
             self._traced_forward_entry,
             checks=checks,
             keep_jaxpr=not checks,
+            key_data=True,
         )
         self.trains: bool | None = None  # learned by the first trace
         # Autograd: the forward is the plain program; backward() runs one program that
@@ -302,7 +306,7 @@ class _Program:
 
         def differentiable(diff):
             merged = _merge(mask, diff, other)
-            with env.prng_key_scope(key):
+            with env.prng_key_scope(jax.random.wrap_key_data(key)):
                 results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
             checked = results if self.checks else (None, results)
             error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
@@ -609,6 +613,8 @@ class _Jitted:
         self._plan: tuple | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
+        # The last call, if it was a forward that the next call may repeat cheaply
+        self._repeat: _RepeatedForward | None = None
         self.__wrapped__ = target
 
     @property
@@ -631,6 +637,13 @@ class _Jitted:
     def __call__(self, *args, **kwargs):
         check_shared_writes()
         with _trace_lock, x64():
+            repeat = self._repeat
+            if repeat is not None:
+                if not kwargs:
+                    out = repeat.call(self, args)
+                    if out is not _MISSED:
+                        return out
+                self._repeat = None  # the general path records this call if it is a repeat
             try:
                 return self._call(args, kwargs)
             except CpuStateError as error:
@@ -807,6 +820,25 @@ class _Jitted:
             if info.writes:
                 self._last_state = None
                 _write_changed(state, info, new_storages, extra)
+            elif (
+                tensors_only
+                and not self.static_argnums
+                and not cpu_tensors
+                and not state.lrs
+                and not torch.is_grad_enabled()
+                and layout.reused(state)
+                and all(isinstance(t, Tensor) for t in inputs)
+            ):
+                self._repeat = _RepeatedForward(
+                    layout,
+                    state,
+                    tuple(map(type, inputs)),
+                    signature[1],
+                    checks,
+                    program.forward_core,
+                    entry,
+                    info,
+                )
         else:
             # Check errors are raised before any output or state is written back.
             results = program.core.run(entry, state_arrays, lr_arrays, arrays)
@@ -824,13 +856,7 @@ class _Jitted:
             for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
                 for _ in range(count):
                     scheduler.step()
-        if info.single_output:
-            return outputs[0]
-        if info.out_spec.is_leaf():
-            return info.out_statics[0]
-        it = iter(outputs)
-        flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
-        return pytree.tree_unflatten(flat_out, info.out_spec)
+        return _returned(info, outputs)
 
     def _state_signature(self, arrays: list) -> _Hashed:
         # The state's arrays are those of the last call unless a step or the user replaced
@@ -887,6 +913,78 @@ class _Jitted:
                     static_values.append(kwargs[name])
                     kwargs[name] = _STATIC
         return args, kwargs, tuple(static_values)
+
+
+def _returned(info: _Info, outputs: list):
+    """What the function returned, with the program's output tensors in their places."""
+    if info.single_output:
+        return outputs[0]
+    if info.out_spec.is_leaf():
+        return info.out_statics[0]
+    it = iter(outputs)
+    flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
+    return pytree.tree_unflatten(flat_out, info.out_spec)
+
+
+_MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
+
+
+@dataclasses.dataclass(slots=True)
+class _RepeatedForward:
+    """A forward call (``torch.no_grad()``, tensor arguments only, nothing written back) that
+    the next call may repeat: the same program entry over the same state.
+
+    ``call`` checks what the general path would find different and otherwise runs the entry
+    at once, without rebuilding the program key, the state's arrays and their signatures:
+    the layout still holds (by its snapshot), its state is still the reused one (no
+    ``.grad`` appeared), every state array is the very one of the recorded call (after an
+    in-place write the general path compares the new array's shape and dtype once, and
+    records the call again), and the arguments have the same types, shapes and dtypes; grad
+    mode and checked mode are as recorded.
+
+    A deterministic, unchecked entry is launched before the layout's checks, which then run
+    while XLA computes (they are most of this path's Python): the program reads the state
+    arrays checked above, donates nothing and draws no key, so if a check fails its results
+    are only dropped, and the general path runs the call."""
+
+    layout: _Layout
+    state: _StateSet
+    types: tuple  # of the arguments
+    input_signature: tuple
+    checks: bool
+    core: CompiledProgram
+    entry: Entry
+    info: _Info
+    state_arrays: list = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.state_arrays = [s.array for s in self.state.storages]
+
+    def call(self, jitted: _Jitted, args: tuple):
+        if (
+            torch.is_grad_enabled()
+            or jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+            or tuple(map(type, args)) != self.types
+            or bool(torchlax_core.current_env().config.checked) is not self.checks
+        ):
+            return _MISSED
+        state_arrays = [s.array for s in self.state.storages]
+        if not all(map(is_, state_arrays, self.state_arrays)):
+            return _MISSED
+        arrays = [t.jax() for t in args]
+        if _signature(arrays) != self.input_signature:
+            return _MISSED
+        entry = self.entry
+        early = not entry.random and not self.checks
+        if not early and not self._holds():
+            return _MISSED
+        out_arrays, _, _ = self.core.run(entry, state_arrays, [], arrays)
+        if early and not self._holds():
+            return _MISSED
+        return _returned(self.info, _to_tensors(out_arrays, True, arrays))
+
+    def _holds(self) -> bool:
+        return self.layout.holds_reached() and self.layout.reused(self.state)
 
 
 def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import operator
 import types
+from itertools import chain
 
 import jax.numpy as jnp
 import numpy as np
@@ -166,8 +167,6 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     # A parameter's requires_grad decides what the traced step computes (its grad or none).
     layout.requires_grads = [p.requires_grad for p in grads]
     layout._nones = (None,) * len(grads)
-    layout._trainings = _unzip(layout.trainings)
-    layout._tensor_storages = _unzip(layout.tensor_storages)
     layout.static_structure = _Hashed(
         (
             tuple(layout.requires_grads),
@@ -177,11 +176,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             tuple(flag for _, flag in layout.trainings),
         )
     )
-    # What holds() re-checks each call, split once: empty dicts (a leaf module's _modules)
-    # are checked all at once, in C.
-    layout.empty_dicts = tuple(d for d, keys, _ in layout.module_dicts if not keys)
-    layout.module_dicts = [s for s in layout.module_dicts if s[1]]
-    layout._module_dicts = tuple(zip(*layout.module_dicts, strict=True)) or ((), (), ())
+    layout._flatten_snapshot()
     # The storages of the module and optimizer tensors, fixed while holds() is true (it
     # checks each tensor's storage): assembled once, not on every call.
     for item in recipe:
@@ -234,7 +229,6 @@ class _Layout:
     fixed_owners: list = dataclasses.field(default_factory=list)
     fixed_ids: set = dataclasses.field(default_factory=set)
     entry_dicts: list = dataclasses.field(default_factory=list)
-    empty_dicts: tuple = ()
     requires_grads: list = dataclasses.field(default_factory=list)  # per grads parameter
     # The snapshot: what the walk read, each checked by identity on later calls.
     arg_objects: tuple = ()
@@ -251,16 +245,45 @@ class _Layout:
     # assemble()'s last state, kept while it has no optimizers and no .grads
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
-    # module_dicts, trainings and tensor_storages unzipped, for holds()
-    _module_dicts: tuple = ((), (), ())
-    _trainings: tuple = ((), ())
-    _tensor_storages: tuple = ((), ())
+    # The module part of the snapshot flattened (``_flatten_snapshot``), for holds()
+    _empty_dicts: tuple = ()  # the submodules' empty _parameters, _buffers and _modules
+    _dicts: tuple = ()  # and the others
+    _dict_sizes: tuple = ()
+    _dict_keys: tuple = ()  # all of their keys, dict after dict
+    _dict_values: tuple = ()
+    _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
+    _flags: tuple = ()  # their requires_grad, training and _storage, in that order
+
+    def _flatten_snapshot(self) -> None:
+        """Lay out the module part of the snapshot as a few flat tuples, so that ``holds()``
+        checks it with one C-level pass per kind (a Python loop per module and parameter was
+        most of a forward call's own cost). The sizes keep the flat key and value sequences
+        aligned with their dicts: a key moving from one dict to the next changes a size."""
+        self._empty_dicts = tuple(d for d, keys, _ in self.module_dicts if not keys)
+        filled = [s for s in self.module_dicts if s[1]]
+        self._dicts = tuple(d for d, _, _ in filled)
+        self._dict_sizes = tuple(len(keys) for _, keys, _ in filled)
+        self._dict_keys = tuple(k for _, keys, _ in filled for k in keys)
+        self._dict_values = tuple(v for _, _, values in filled for v in values)
+        modules = tuple(m for m, _ in self.trainings)
+        tensors = tuple(t for t, _ in self.tensor_storages)
+        self._flag_objects = (tuple(self.grads), modules, tensors)
+        self._flags = (
+            *self.requires_grads,
+            *(flag for _, flag in self.trainings),
+            *(storage for _, storage in self.tensor_storages),
+        )
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
         args = [leaf for leaf in arg_leaves if isinstance(leaf, _STATEFUL)]
         if len(args) != len(self.arg_objects) or not all(map(operator.is_, args, self.arg_objects)):
             return False
+        return self.holds_reached()
+
+    def holds_reached(self) -> bool:
+        """``holds()`` less its check of the arguments (for a call whose arguments are
+        tensors only, while the layout has no module or optimizer among its arguments)."""
         for cell, contents in self.cells:
             if _cell_contents(cell) is not contents:
                 return False
@@ -269,19 +292,22 @@ class _Layout:
                 return False
         if not all(_unchanged(*s) for s in self.dicts):
             return False
-        if any(self.empty_dicts) or not all(map(_unchanged, *self._module_dicts)):
-            return False
-        # Per-object identity checks as C-level maps (bools are singletons): this runs on
-        # every call, and a Python loop per parameter and module was most of its cost.
+        # The modules: their dicts, then each parameter's requires_grad, each module's
+        # training flag and each state tensor's storage, all by identity (bools are
+        # singletons) in C-level passes: this runs on every call.
         is_ = operator.is_
-        if not all(map(is_, map(_REQUIRES_GRAD, self.grads), self.requires_grads)):
+        dicts = self._dicts
+        if (
+            any(self._empty_dicts)
+            or tuple(map(len, dicts)) != self._dict_sizes
+            or not all(map(is_, chain.from_iterable(dicts), self._dict_keys))
+            or not all(map(is_, chain.from_iterable(map(dict.values, dicts)), self._dict_values))
+        ):
             return False
-        modules, flags = self._trainings
-        if not all(map(is_, map(_TRAINING, modules), flags)):
-            return False
-        tensors, storages = self._tensor_storages
+        grads, modules, tensors = self._flag_objects
+        flags = chain(map(_REQUIRES_GRAD, grads), map(_TRAINING, modules), map(_STORAGE, tensors))
         try:
-            if not all(map(is_, map(_STORAGE, tensors), storages)):
+            if not all(map(is_, flags, self._flags)):
                 return False
         except AttributeError:  # swapped for a tensor that is no torchlax Tensor
             return False
@@ -328,6 +354,12 @@ class _Layout:
         self._assembled = state if no_grads and not self.optimizer_list else None
         return state
 
+    def reused(self, state: _StateSet) -> bool:
+        """Whether ``assemble()`` would now return ``state`` (the state it keeps)."""
+        return self._assembled is state and all(
+            map(operator.is_, map(_GRAD, self.grads), self._nones)
+        )
+
     def _assemble(self) -> _StateSet:
         storages, owners = list(self.fixed_storages), list(self.fixed_owners)
         index = set(self.fixed_ids)
@@ -372,10 +404,6 @@ _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = operator.attrgetter("training")
 _STORAGE = operator.attrgetter("_storage")
-
-
-def _unzip(pairs: list) -> tuple:
-    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
