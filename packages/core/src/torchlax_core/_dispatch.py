@@ -29,7 +29,7 @@ from torch._prims_common import (
 from . import _opcache, _tensor
 from ._dtypes import jax_dtype, torch_dtype
 from ._errors import DeviceMismatchError
-from ._iterator_layout import iterator_layout
+from ._iterator_layout import iterator_layout, row_major_strides
 from ._registry import op_name
 from ._tensor import (
     GATHER,
@@ -377,19 +377,6 @@ def _meta_results(func, args, kwargs) -> list[tuple[tuple, tuple]]:
 def _bound(sizes: tuple, strides: tuple, shape) -> tuple[int, ...]:
     symbols = {size: n for size, n in zip(sizes, shape, strict=True) if not isinstance(size, int)}
     return tuple(s if isinstance(s, int) else int(s.xreplace(symbols)) for s in strides)
-
-
-@functools.lru_cache(maxsize=4096)
-def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """PyTorch's contiguous strides of ``shape`` (``make_contiguous_strides_for``, a size 0
-    counting as 1), cached: torch's own costs ~10 us of Python per call, on the path of every
-    result laid out other than row-major."""
-    strides = []
-    size = 1
-    for n in reversed(shape):
-        strides.append(size)
-        size *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def memory_order(shape, strides) -> tuple[int, ...] | None:

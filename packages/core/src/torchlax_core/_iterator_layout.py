@@ -11,6 +11,8 @@ per signature; it knows no op.
 
 from __future__ import annotations
 
+import functools
+
 _Operand = tuple[tuple[int, ...], tuple[int, ...]]  # (sizes, strides) of one tensor argument
 
 # operands' (sizes, strides) -> the result's (sizes, strides), None for row-major
@@ -45,7 +47,7 @@ def _compute(operands: tuple[_Operand, ...]) -> tuple[int, ...] | None:
     strides = _same_shape_layout(operands, shape)
     if strides is _MISS:
         strides = _sorted_layout(operands, shape)
-    if strides is None or strides == _row_major(shape):
+    if strides is None or strides == row_major_strides(shape):
         return None
     return strides  # pyright: ignore[reportReturnType]  (_MISS replaced above)
 
@@ -124,13 +126,34 @@ def _broadcast_strides(sizes, strides, shape) -> tuple[int, ...]:
     return tuple(aligned)
 
 
-def _row_major(shape) -> tuple[int, ...]:
+@functools.lru_cache(maxsize=4096)
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """PyTorch's contiguous strides of ``shape`` (``make_contiguous_strides_for``, a size 0
+    counting as 1), cached: torch's own costs ~10 us of Python per call, on the path of every
+    result laid out other than row-major."""
     strides = []
     step = 1
     for n in reversed(shape):
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
+def dense_strides_in_order(
+    shape: tuple[int, ...], strides: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The strides of a dense tensor of ``shape`` whose dimensions are laid out in the order of
+    ``strides`` (largest first, ties in dimension order, as TensorIterator compares them), or
+    None where that order is row-major."""
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    if order == list(range(len(shape))):
+        return None
+    dense = [0] * len(shape)
+    size = 1
+    for d in reversed(order):
+        dense[d] = size
+        size *= shape[d]
+    return tuple(dense)
 
 
 def _channels_last(shape) -> tuple[int, ...]:

@@ -31,6 +31,7 @@ from ._dispatch import stored_in_order as stored_in_order
 from ._dispatch import viewed_back as viewed_back
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
+from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
 from ._logging import get_logger as get_logger
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
@@ -53,6 +54,7 @@ __all__ = [
     "Tables",
     "array_of",
     "cuda_device",
+    "dense_strides_in_order",
     "from_torch_data",
     "get_logger",
     "is_exclusive",

@@ -34,6 +34,7 @@ from torchlax_core import Tensor, enable
 from torchlax_core.internal import (
     CompiledProgram,
     array_of,
+    dense_strides_in_order,
     is_exclusive,
     laid_out,
     memory_order,
@@ -284,15 +285,9 @@ def _traced_layout(val) -> tuple[int, ...] | None:
     shape, strides = tuple(val.shape), val.stride()
     if not all(isinstance(n, int) for n in (*shape, *strides)):
         return None  # symbolic: left row-major
-    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
-    if order == list(range(len(shape))) or 0 in shape:
+    if 0 in shape:
         return None
-    dense = [0] * len(shape)
-    size = 1
-    for d in reversed(order):
-        dense[d] = size
-        size *= shape[d]
-    return tuple(dense)
+    return dense_strides_in_order(shape, strides)
 
 
 def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:

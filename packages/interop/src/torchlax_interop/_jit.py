@@ -34,6 +34,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     array_of,
+    dense_strides_in_order,
     laid_out,
     memory_order,
     memory_ordered_array,
@@ -580,15 +581,7 @@ def _traced_strides(t: torch.Tensor) -> tuple[int, ...] | None:
     shape, strides = tuple(t.shape), t.stride()
     if 0 in shape or any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
         return None
-    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
-    if order == list(range(len(shape))):
-        return None
-    dense = [0] * len(shape)
-    size = 1
-    for d in reversed(order):
-        dense[d] = size
-        size *= shape[d]
-    return tuple(dense)
+    return dense_strides_in_order(shape, strides)
 
 
 def _traced_array(x: torch.Tensor):
