@@ -307,7 +307,7 @@ def meta_layout_impl(func, inner: Callable) -> Callable:
         shapes = [r.shape if isinstance(r, jax.Array) else None for r in results]
         strides = result_strides(func, args, kwargs, shapes)
         laid_out = [
-            _wrap(r) if s is None else _laid_out_deferred(r, s)
+            _wrap(r) if s is None else _laid_out(r, s, deferred=True)
             for r, s in zip(results, strides, strict=True)
         ]
         return laid_out[0] if results is not out else type(out)(laid_out)
@@ -394,29 +394,22 @@ def memory_order(shape, strides) -> tuple[int, ...] | None:
     return order
 
 
-def _laid_out(array, strides: tuple[int, ...]) -> Tensor:
+def _laid_out(array, strides: tuple[int, ...], deferred: bool = False) -> Tensor:
     """``array`` as a Tensor with ``strides``, a permutation of a dense layout: its storage holds
-    the array transposed to that dimension order, and the tensor views it transposed back."""
-    order = _storage_order(tuple(array.shape), tuple(strides))
-    if order is None:
-        return _make(array)
-    return stored_in_order(_transposed(array, order), order, strides, value=array)
+    the array transposed to that dimension order, and the tensor views it transposed back.
 
-
-def _laid_out_deferred(array, strides: tuple[int, ...]) -> Tensor:
-    """``_laid_out``, the tensor's own value left to compute: a deferred view of its storage.
-
-    For results that the next op reads in their logical order (attention's output, which
-    GPT-2 transposes and reshapes before its projection): views of a deferred view are
-    deferred too and fold into the next cached op's executable, where a computed value would
-    make each of them a JAX dispatch of its own. Reading the value costs one transpose back.
+    ``deferred``: the tensor's own value is left to compute (a deferred view of its storage),
+    for results that the next op reads in their logical order (attention's output, which GPT-2
+    transposes and reshapes before its projection): views of a deferred view are deferred too
+    and fold into the next cached op's executable, where a computed value would make each of
+    them a JAX dispatch of its own. Reading the value costs one transpose back. (A traced
+    array keeps its value: it costs nothing.)
     """
-    if type(array) is not _ArrayImpl:  # traced: the value costs nothing, keep it
-        return _laid_out(array, strides)
     order = _storage_order(tuple(array.shape), tuple(strides))
     if order is None:
         return _make(array)
-    return stored_in_order(_transposed(array, order), order, strides)
+    value = None if deferred and type(array) is _ArrayImpl else array
+    return stored_in_order(_transposed(array, order), order, strides, value=value)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -497,7 +490,7 @@ def viewed_back(stored: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
     transpose deferred to its first read); a CPU or CUDA tensor shares ``stored``'s memory."""
     if isinstance(stored, Tensor):
         return stored_in_order(stored._value(), order)
-    back = [order.index(d) for d in range(len(order))]
+    back = _inverse(tuple(order))
     shape = [stored.shape[d] for d in back]
     strides = [stored.stride(d) for d in back]
     with torch.no_grad():

@@ -365,8 +365,7 @@ class Environment:
                 "'torchlax') (they pass a fresh key per call), or, under your own jax.jit, pass "
                 "a key in and wrap the call in `with torchlax.current_env().prng_key_scope(key):`."
             )
-        gen = generator if generator is not None else torch.default_generator
-        seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
+        seed = _next_seed(generator)
         with x64():
             if _program.default_prng_is_threefry():
                 return _program.threefry_key(seed)
@@ -380,8 +379,7 @@ class Environment:
         if self._key_stack or _program.staging() or not _program.default_prng_is_threefry():
             with x64():
                 return jax.random.key_data(self.next_prng_key(generator))
-        gen = generator if generator is not None else torch.default_generator
-        seed = int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
+        seed = _next_seed(generator)
         return _program.threefry_key_data(seed)
 
     @contextlib.contextmanager
@@ -416,3 +414,10 @@ def _records_autograd(args, kwargs) -> bool:
 
 
 _kernels_lock = threading.RLock()  # table rebuilds register torch kernels, process-wide
+
+
+def _next_seed(generator: torch.Generator | None) -> int:
+    """A seed for a fresh JAX key, drawn from ``generator`` (torch's default one if None), so
+    keys repeat under ``torch.manual_seed``."""
+    gen = generator if generator is not None else torch.default_generator
+    return int(torch.randint(0, 2**62, (), generator=gen, device=gen.device))
