@@ -115,6 +115,33 @@ def test_second_call_does_not_retrace():
     assert_same(again, first)
 
 
+def test_a_program_takes_the_last_signature_again_only_when_nothing_changed():
+    """An XlaProgram recognises a repeat of its last call's signature by its arrays' avals and
+    static values (the steady-state shortcut): another static value, dtype, shape or kind of
+    argument must reach its own entry, and coming back finds the first one untraced again."""
+    graph = torch.fx.Graph()
+    x_node, n_node = graph.placeholder("x"), graph.placeholder("n")
+    graph.output((graph.call_function(torch.ops.aten.mul.Tensor, (x_node, n_node)),))
+    program = torchlax_dynamo.XlaProgram(
+        torch.fx.GraphModule(torch.nn.Module(), graph), torchlax_core.current_env()
+    )
+    x = torch.arange(3.0)
+    calls = [
+        (x, 2, 1),
+        (x, 2, 1),  # a repeat
+        (x, 3, 2),  # another static value
+        (x.double(), 3, 3),
+        (torch.arange(4.0), 3, 4),
+        (to_jax(x), 3, 4),  # a torchlax Tensor: the CPU call's signature, its own outputs
+        (x, 2, 4),  # back to the first signature
+    ]
+    for tensor, n, traces in calls:
+        (out,) = program(tensor, n)
+        assert isinstance(out, torchlax_core.Tensor) is isinstance(tensor, torchlax_core.Tensor)
+        assert_same(out, tensor * n)
+        assert program.traces == traces
+
+
 def test_recompiles_on_new_batch_size():
     model = mlp()
     compiled = torch.compile(model, backend="torchlax", dynamic=False)

@@ -37,7 +37,7 @@ from ._checks import checked, raise_error
 from ._current import current_env
 from ._program import unused_key, unused_key_data
 from ._stats import record_compile
-from ._tensor import Tensor, _ArrayImpl, _device_of, _make
+from ._tensor import Tensor, _ArrayImpl, _device_of, _make, spans_storage
 from ._x64 import x64
 
 
@@ -271,6 +271,12 @@ def output_tensors(
 _last_result_device: tuple = (None, None)
 
 
+def wrap_results(arrays: Sequence[jax.Array]) -> list[Tensor]:
+    """A program's array results as torchlax Tensors (``output_tensors`` where every result
+    goes to the jax device)."""
+    return [_wrap_result(a) for a in arrays]
+
+
 def _wrap_result(array: jax.Array) -> Tensor:
     """A program's result as a torchlax Tensor (on the hot path of every compiled call)."""
     global _last_result_device
@@ -295,3 +301,24 @@ def write_back(dst: torch.Tensor, array: jax.Array, to_torch: Callable = torch.f
         return
     with torch.no_grad():
         dst.copy_(to_torch(array))
+
+
+def write_back_all(
+    tensors: Sequence[Tensor], arrays: Sequence[jax.Array], exclusive: Sequence[bool]
+) -> None:
+    """``write_back`` of each of ``arrays`` into the torchlax Tensor at its position, in one
+    loop (a training step writes every state tensor: the hot path), marking the storage
+    exclusive where ``exclusive`` says the program handed that array out nowhere else.
+
+    A root takes its new array directly; a view goes through ``Tensor._write`` (its base is
+    written), and only one spanning its storage can mark it exclusive.
+    """
+    for tensor, array, alone in zip(tensors, arrays, exclusive, strict=True):
+        storage = tensor._storage
+        if tensor._view is None:
+            storage.array = array
+            storage.exclusive = alone
+        else:
+            tensor._write(array)  # clears the flag
+            if alone and spans_storage(tensor):
+                storage.exclusive = True

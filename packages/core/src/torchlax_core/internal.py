@@ -23,7 +23,9 @@ from ._compiled import CompiledProgram as CompiledProgram
 from ._compiled import Entry as Entry
 from ._compiled import output_tensors as output_tensors
 from ._compiled import signature as signature
+from ._compiled import wrap_results as wrap_results
 from ._compiled import write_back as write_back
+from ._compiled import write_back_all as write_back_all
 from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._dispatch import memory_order as memory_order
 from ._dispatch import memory_ordered_array as memory_ordered_array
@@ -47,7 +49,9 @@ __all__ = [
     "Entry",
     "output_tensors",
     "signature",
+    "wrap_results",
     "write_back",
+    "write_back_all",
     "COMPUTE_DTYPES",
     "DTYPES",
     "IDENTITY",
@@ -117,6 +121,10 @@ def tables_of(env: Any) -> Tables:
 def peek_array(tensor: _tensor.Tensor) -> Any:
     """``array_of(tensor)``, except that an exclusive storage stays exclusive: for a compiled
     program that hands none of its inputs' arrays out (it tracks its own outputs)."""
+    if tensor._view is None:  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+        # A root (every state tensor of a training step): its storage's array, flag untouched
+        # (a root's ``_value`` would only clear a flag that is then already clear).
+        return tensor._storage.array  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
     if tensor._storage.exclusive and _tensor.spans_storage(tensor):  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
         return tensor._peek()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
     return tensor._value()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)

@@ -24,6 +24,7 @@ import collections
 import functools
 import operator
 from collections.abc import Callable
+from operator import is_
 from typing import Any
 
 import jax
@@ -33,6 +34,7 @@ from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
 from torchlax_core.internal import (
     CompiledProgram,
+    Entry,
     array_of,
     dense_strides_in_order,
     is_exclusive,
@@ -40,12 +42,14 @@ from torchlax_core.internal import (
     memory_order,
     output_tensors,
     peek_array,
-    set_exclusive,
     signature,
     view_kind,
     viewed_back,
+    wrap_results,
     write_back,
+    write_back_all,
     x64,
+    x64_flag,
 )
 
 from ._dlpack import InputCache, jax_to_torch, torch_to_jax
@@ -79,6 +83,105 @@ def _constant_array(value) -> jax.Array:
     return torch_to_jax(value.detach().contiguous().clone())
 
 
+# What each argument of a call is (``_CallPlan.kinds``).
+_STATIC, _TORCHLAX, _TORCH = 0, 1, 2
+
+_aval = operator.attrgetter("aval")
+
+
+class _CallPlan:
+    """How a call with arguments of these types runs, worked out once per tuple of types:
+    which arguments are torchlax Tensors, torch tensors or static values, which arrays are
+    donated (``donated``, of the arguments at ``donated_args``; ``kept``: the others) and the
+    program taking them; ``memo``: the last call's signature and its entry (``_Memo``)."""
+
+    __slots__ = (
+        "kinds",
+        "roots_only",
+        "mixed",
+        "on_jax",
+        "donated",
+        "donated_args",
+        "kept",
+        "program",
+        "memo",
+    )
+
+    def __init__(self, kinds, donated, donated_args, kept, program):
+        self.kinds = kinds
+        # Only torchlax Tensors: the arrays are read in one pass.
+        self.roots_only = all(k == _TORCHLAX for k in kinds)
+        self.on_jax = _TORCHLAX in kinds
+        self.mixed = self.on_jax and _TORCH in kinds
+        self.donated = donated
+        self.donated_args = donated_args
+        self.kept = kept
+        self.program: CompiledProgram = program
+        self.memo: _Memo | None = None
+
+    def inputs(self, args: tuple, cache: InputCache) -> tuple[list, tuple]:
+        """The call's arrays (in argument order) and its static values ``((position, value),
+        ...)``."""
+        arrays, statics = [], []
+        for i, (kind, a) in enumerate(zip(self.kinds, args, strict=True)):
+            if kind == _TORCHLAX:
+                arrays.append(peek_array(a))  # an exclusive array stays so (see _copy_shared)
+            elif kind == _TORCH:
+                arrays.append(cache.get(i, a))
+            else:
+                statics.append((i, a))
+        return arrays, tuple(statics)
+
+
+class _Memo:
+    """One signature of a ``_CallPlan`` (its arrays' avals and its static values), its entry,
+    and what turning the entry's results into the graph's outputs and write-backs needs,
+    prepared from what tracing learned (``XlaProgram._trace``'s info)."""
+
+    __slots__ = (
+        "avals",
+        "statics",
+        "entry",
+        "layout",
+        "arrays_at",
+        "devices",
+        "restrided",
+        "forwarded",
+        "on_jax",
+        "outputs",
+        "in_order",
+        "all_jax",
+        "written",
+        "written_results",
+        "written_exclusive",
+        "copied_into",
+    )
+
+    def __init__(self, avals: list, statics: tuple, entry: Entry, plan: _CallPlan):
+        self.avals = avals
+        self.statics = statics
+        self.entry = entry
+        layout, mutations, arrays_at, devices, exclusive, forwarded, restrided = entry.info
+        self.layout = layout
+        self.arrays_at = arrays_at
+        self.devices = devices
+        self.restrided = restrided
+        kinds = plan.kinds
+        self.forwarded = tuple(p for p in forwarded if kinds[p] == _TORCHLAX)
+        self.on_jax = plan.on_jax
+        self.outputs = len(layout)
+        self.in_order = not restrided and all(
+            kind == _ARRAY and value == i for i, (kind, value) in enumerate(layout)
+        )
+        # Where each output goes (see output_tensors): all to the jax device is the hot path.
+        self.all_jax = all(d.type == "jax" if d is not None else plan.on_jax for d in devices)
+        written = [(p, i) for p, i in mutations if kinds[p] == _TORCHLAX]
+        self.written = tuple(p for p, _ in written)
+        self.written_results = tuple(i for _, i in written)
+        self.written_exclusive = tuple(i in exclusive for _, i in written)
+        self.copied_into = tuple((p, i) for p, i in mutations if kinds[p] != _TORCHLAX)
+
+
 class XlaProgram:
     """An ATen ``GraphModule`` compiled into one XLA program; call it like the module.
 
@@ -100,7 +203,7 @@ class XlaProgram:
         self._inputs = InputCache(self._num_inputs)
         self._program = self._compiled(())
         # Inputs the graph writes (``copy_`` into a placeholder): their old arrays are donated
-        # to the program where nothing else can see them (see ``_donated``), so XLA updates
+        # to the program where nothing else can see them (see ``_copy_shared``), so XLA updates
         # the state in place as a hand-written ``jax.jit`` step with donated state does.
         placeholders = [n for n in nodes if n.op == "placeholder"]
         self._mutated = tuple(
@@ -121,6 +224,7 @@ class XlaProgram:
             for i, n in enumerate(placeholders)
         ]
         self._donating: dict[tuple[int, ...], CompiledProgram] = {}
+        self._plans: dict[tuple, _CallPlan] = {}
         self.boxed = boxed(self)
         counters["xla_programs"] += 1
 
@@ -197,7 +301,7 @@ class XlaProgram:
                 results.append(array_of(t))
         arrays_at = tuple(i for i, (kind, _) in enumerate(layout) if kind == _ARRAY)
         devices = [self._output_devices[i] for i in arrays_at]
-        # Exclusivity (what may be donated next time; see ``_donated``): a written-back array
+        # Exclusivity (what may be donated next time; see ``_copy_shared``): a written-back array
         # is the storage's alone unless the program also returns it; an input returned as an
         # output array (JAX may hand the very buffer back) is no longer its storage's alone.
         counts = collections.Counter(id(r) for r in results)
@@ -209,61 +313,108 @@ class XlaProgram:
     # -- calling ----------------------------------------------------------------------------
 
     def __call__(self, *args):
-        arrays, statics = [], []
-        cache = self._inputs
-        any_torchlax = any_torch = False
-        for i, a in enumerate(args):
-            if isinstance(a, Tensor):
-                arrays.append(peek_array(a))  # an exclusive array stays so (see _donated)
-                any_torchlax = True
-            elif isinstance(a, torch.Tensor):
-                arrays.append(cache.get(i, a))
-                any_torch = True
-            else:
-                statics.append((i, a))
-        statics = tuple(statics)
-        if any_torchlax and any_torch:
+        types = tuple(map(type, args))
+        plan = self._plans.get(types)
+        if plan is None:
+            plan = self._plan(types)
+        if plan.roots_only:
+            arrays = list(map(peek_array, args))  # an exclusive array stays so (see _copy_shared)
+            statics = ()
+        else:
+            arrays, statics = plan.inputs(args, self._inputs)
+        if plan.mixed:
             _copy_borrowed_cpu_inputs(args, arrays)
+        donated = plan.donated
+        if donated:
+            _copy_shared(plan, args, arrays)
+            call_args = ([arrays[i] for i in donated], [arrays[i] for i in plan.kept])
+        else:
+            call_args = (arrays,)
+        # The signature of the last call is recognised by its arrays' avals (JAX hands every
+        # result of an executable the same aval object, and a training step's inputs are the
+        # last step's results) and its static values; any other call keys on the signature.
+        avals = list(map(_aval, arrays))
+        memo = plan.memo
+        if memo is None or memo.statics != statics or not all(map(is_, avals, memo.avals)):
+            with x64():
+                entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
+            memo = plan.memo = _Memo(avals, statics, entry, plan)
         # A fresh key per call from torch's generator where the signature draws keys:
         # reproducible under torch.manual_seed.
-        with x64():
-            donated = _donated(self._mutated, args, arrays) if self._mutated else ()
-            sig = (statics, signature(arrays))
-            if donated:
-                given = [arrays[i] for i in donated]
-                kept = [a for i, a in enumerate(arrays) if i not in donated]
-                program = self._donating.get(donated) or self._donating.setdefault(
-                    donated, self._compiled(donated)
-                )
-                results, entry = program(sig, given, kept, static=statics)
-            else:
-                results, entry = self._program(sig, arrays, static=statics)
-        layout, mutations, arrays_at, devices, exclusive, forwarded, restrided = entry.info
-        for position in forwarded:
-            if isinstance(args[position], Tensor):
-                array_of(args[position])  # handed out as an output: no longer exclusive
-        outs = []
-        for kind, value in layout:
-            if kind == _ARRAY:
-                outs.append(results[value])
-            elif kind == _INPUT:
-                outs.append(args[value])
-            else:
-                outs.append(value)
-        if arrays_at:
-            converted = output_tensors(
-                [outs[i] for i in arrays_at], any_torchlax, _to_torch, devices
+        if x64_flag.value:
+            results = plan.program.run(memo.entry, *call_args)
+        else:
+            with x64():
+                results = plan.program.run(memo.entry, *call_args)
+        return self._outputs(memo, args, results)
+
+    def _plan(self, types: tuple) -> _CallPlan:
+        if len(self._plans) >= 8:  # argument types change rarely: never let the table grow
+            self._plans.clear()
+        kinds = tuple(
+            _TORCHLAX
+            if issubclass(t, Tensor)
+            else _TORCH
+            if issubclass(t, torch.Tensor)
+            else _STATIC
+            for t in types
+        )
+        # Every torchlax Tensor the graph writes is donated (see _copy_shared), so that one
+        # executable serves every call.
+        array_index = {p: i for i, p in enumerate(p for p, k in enumerate(kinds) if k != _STATIC)}
+        donated_args = tuple(p for p in self._mutated if kinds[p] == _TORCHLAX)
+        donated = tuple(array_index[p] for p in donated_args)
+        if donated:
+            program = self._donating.get(donated) or self._donating.setdefault(
+                donated, self._compiled(donated)
             )
-            for i, tensor in zip(arrays_at, converted, strict=True):
-                outs[i] = tensor
-            for i, order in restrided:
-                outs[i] = viewed_back(outs[i], order)
-        for position, index in mutations:
+        else:
+            program = self._program
+        kept = tuple(i for i in range(len(array_index)) if i not in donated)
+        plan = _CallPlan(kinds, donated, donated_args, kept, program)
+        self._plans[types] = plan
+        return plan
+
+    def _outputs(self, memo: _Memo, args: tuple, results) -> Any:
+        """The graph's outputs from a call's ``results``, after writing back what it mutated."""
+        for position in memo.forwarded:
+            array_of(args[position])  # handed out as an output: no longer exclusive
+        count = memo.outputs
+        if memo.in_order:  # every output an array result, in order, laid out row-major
+            arrays = results[:count] if len(results) != count else results
+            outs = (
+                wrap_results(arrays)
+                if memo.all_jax
+                else output_tensors(arrays, memo.on_jax, _to_torch, memo.devices)
+            )
+        else:
+            outs = []
+            for kind, value in memo.layout:
+                if kind == _ARRAY:
+                    outs.append(results[value])
+                elif kind == _INPUT:
+                    outs.append(args[value])
+                else:
+                    outs.append(value)
+            arrays_at = memo.arrays_at
+            if arrays_at:
+                converted = output_tensors(
+                    [outs[i] for i in arrays_at], memo.on_jax, _to_torch, memo.devices
+                )
+                for i, tensor in zip(arrays_at, converted, strict=True):
+                    outs[i] = tensor
+                for i, order in memo.restrided:
+                    outs[i] = viewed_back(outs[i], order)
+        if memo.written:
+            write_back_all(
+                [args[p] for p in memo.written],
+                [results[i] for i in memo.written_results],
+                memo.written_exclusive,
+            )
+        for position, index in memo.copied_into:
             dst = args[position]
-            on_cpu = not isinstance(dst, Tensor) and dst.device.type == "cpu"
+            on_cpu = dst.device.type == "cpu"
             write_back(dst, results[index], functools.partial(jax_to_torch, on_cpu=on_cpu))
-            if index in exclusive and isinstance(dst, Tensor):
-                set_exclusive(dst)
         return outs[0] if self._single_output else tuple(outs)
 
     @property
@@ -290,41 +441,30 @@ def _traced_layout(val) -> tuple[int, ...] | None:
     return dense_strides_in_order(shape, strides)
 
 
-def _donated(mutated: tuple[int, ...], args, arrays: list) -> tuple[int, ...]:
-    """Positions in ``arrays`` of the mutated inputs to donate: every torchlax Tensor the
-    program writes, so one executable serves every call.
+def _copy_shared(plan: _CallPlan, args: tuple, arrays: list) -> None:
+    """Replace in ``arrays`` the arrays to donate (``plan.donated``: every torchlax Tensor the
+    program writes, so one executable serves every call) that someone can still read by
+    copies.
 
-    Its array is donated as it is where its storage holds it exclusively (``is_exclusive``: a
+    An array is donated as it is where its storage holds it exclusively (``is_exclusive``: a
     program of this backend made it, and nothing but such programs, which hand none of their
-    inputs out, has read it since); otherwise a copy is donated in its place (``arrays`` is
-    updated), so that an array someone can still read (taken with ``t.jax()`` or DLPack, read
-    by an eager op, passed twice) stays valid. In a training loop only the first step copies:
-    the state it writes back is exclusive. The write-back gives the storage the new array, so
-    every alias of the tensor sees the update; views of it recompute from the new array (they
-    compare their cached root by identity). CPU tensors are never donated: XLA frees a donated
-    buffer it borrowed through DLPack instead of reusing it.
+    inputs out, has read it since); otherwise a copy is donated in its place, so that an array
+    someone can still read (taken with ``t.jax()`` or DLPack, read by an eager op, passed twice)
+    stays valid. In a training loop only the first step copies: the state it writes back is
+    exclusive. The write-back gives the storage the new array, so every alias of the tensor
+    sees the update; views of it recompute from the new array (they compare their cached root
+    by identity). CPU tensors are never donated: XLA frees a donated buffer it borrowed
+    through DLPack instead of reusing it.
     """
-    positions = []
-    position = 0
-    index = 0
-    shared = []
-    for i, arg in enumerate(args):
-        if not isinstance(arg, torch.Tensor):
-            continue
-        if index < len(mutated) and mutated[index] == i:
-            index += 1
-            if isinstance(arg, Tensor):
-                positions.append(position)
-                if not is_exclusive(arg):
-                    shared.append(position)
-        position += 1
-    if len(shared) < len(positions):
+    shared = [i for i, p in zip(plan.donated, plan.donated_args) if not is_exclusive(args[p])]
+    if len(shared) < len(plan.donated) and len(set(map(id, arrays))) < len(arrays):
         # An exclusive array passed at two positions is not exclusive either.
         counts = collections.Counter(map(id, arrays))
-        shared += [p for p in positions if counts[id(arrays[p])] > 1 and p not in shared]
-    for p in shared:
-        arrays[p] = jnp.array(arrays[p], copy=True)
-    return tuple(positions)
+        shared += [i for i in plan.donated if counts[id(arrays[i])] > 1 and i not in shared]
+    if shared:
+        with x64():
+            for i in shared:
+                arrays[i] = jnp.array(arrays[i], copy=True)
 
 
 def _copy_borrowed_cpu_inputs(args, arrays: list) -> None:
