@@ -935,10 +935,12 @@ class _RepeatedForward:
     records the call again), and the arguments have the same types, shapes and dtypes; grad
     mode and checked mode are as recorded.
 
-    A deterministic, unchecked entry is launched before the layout's checks, which then run
-    while XLA computes (they are most of this path's Python): the program reads the state
-    arrays checked above, donates nothing and draws no key, so if a check fails its results
-    are only dropped, and the general path runs the call."""
+    Every check runs before the launch, only the outputs' wrapping after it (no launch is
+    wasted on a call that then misses). Launching before the layout's checks, so that they run
+    while XLA computes, measured the same: MLP forward, time until the result is ready, 3000
+    calls each interleaved one by one on the loaded 2-core machine, min/median 1.11x/1.05x
+    hand JAX launching early, 1.13x/1.05x launching last; the Python after the launch
+    competes with XLA's threads for the cores about as much as it overlaps them."""
 
     layout: _Layout
     state: _StateSet
@@ -967,13 +969,9 @@ class _RepeatedForward:
         arrays = [t.jax() for t in args]
         if _signature(arrays) != self.input_signature:
             return _MISSED
-        entry = self.entry
-        early = not entry.random and not self.checks
-        if not early and not self._holds():
+        if not self._holds():
             return _MISSED
-        out_arrays, _, _ = self.core.run(entry, state_arrays, [], arrays)
-        if early and not self._holds():
-            return _MISSED
+        out_arrays, _, _ = self.core.run(self.entry, state_arrays, [], arrays)
         return _returned(self.info, _to_tensors(out_arrays, True, arrays))
 
     def _holds(self) -> bool:
