@@ -126,19 +126,23 @@ def test_a_program_takes_the_last_signature_again_only_when_nothing_changed():
         torch.fx.GraphModule(torch.nn.Module(), graph), torchlax_core.current_env()
     )
     x = torch.arange(3.0)
+    on_jax = to_jax(x.double())
     calls = [
         (x, 2, 1),
         (x, 2, 1),  # a repeat
         (x, 3, 2),  # another static value
         (x.double(), 3, 3),
         (torch.arange(4.0), 3, 4),
-        (to_jax(x), 3, 4),  # a torchlax Tensor: the CPU call's signature, its own outputs
+        (on_jax, 3, 4),  # a torchlax Tensor: the CPU call's signature, its own outputs
+        (on_jax, 3, 4),  # a repeat: its outputs made from the first ones' shape and dtype
         (x, 2, 4),  # back to the first signature
     ]
     for tensor, n, traces in calls:
         (out,) = program(tensor, n)
         assert isinstance(out, torchlax_core.Tensor) is isinstance(tensor, torchlax_core.Tensor)
-        assert_same(out, tensor * n)
+        expected = tensor * n
+        assert (out.dtype, out.shape, out.device) == (expected.dtype, expected.shape, tensor.device)
+        assert_same(out, expected)
         assert program.traces == traces
 
 

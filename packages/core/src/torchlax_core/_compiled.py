@@ -37,7 +37,15 @@ from ._checks import checked, raise_error
 from ._current import current_env
 from ._program import unused_key, unused_key_data
 from ._stats import record_compile
-from ._tensor import Tensor, _ArrayImpl, _device_of, _make, spans_storage
+from ._tensor import (
+    Tensor,
+    _ArrayImpl,
+    _device_of,
+    _make,
+    _make_wrapper_subclass,
+    _Storage,
+    spans_storage,
+)
 from ._x64 import x64
 
 
@@ -277,6 +285,34 @@ def wrap_results(arrays: Sequence[jax.Array]) -> list[Tensor]:
     return [_wrap_result(a) for a in arrays]
 
 
+def result_specs(tensors: Sequence[Tensor], arrays: Sequence[jax.Array]) -> list[tuple]:
+    """What ``wrap_results_like`` needs to wrap the next results of the executable that made
+    ``arrays`` (wrapped as ``tensors``): an executable's results have the same shapes, dtypes
+    and sharding object on every call."""
+    return [
+        (t.shape, t.dtype, t.device, getattr(a, "sharding", None))
+        for t, a in zip(tensors, arrays, strict=True)
+    ]
+
+
+def wrap_results_like(arrays: Sequence[jax.Array], specs: Sequence[tuple]) -> list[Tensor]:
+    """``wrap_results``, for the results of an executable whose earlier results gave ``specs``
+    (``result_specs``): each tensor is made from them, without reading the array's shape,
+    dtype and device (an array placed otherwise, by a fallback path, is wrapped as usual)."""
+    out = []
+    for array, (shape, dtype, device, sharding) in zip(arrays, specs, strict=True):
+        if type(array) is not _ArrayImpl or array.sharding is not sharding:
+            out.append(_wrap_result(array))
+            continue
+        tensor = _make_wrapper_subclass(
+            Tensor, shape, dtype=dtype, device=device, requires_grad=False
+        )
+        tensor._storage = _Storage(array)
+        tensor._view = None
+        out.append(tensor)
+    return out
+
+
 def _wrap_result(array: jax.Array) -> Tensor:
     """A program's result as a torchlax Tensor (on the hot path of every compiled call)."""
     global _last_result_device
@@ -301,6 +337,31 @@ def write_back(dst: torch.Tensor, array: jax.Array, to_torch: Callable = torch.f
         return
     with torch.no_grad():
         dst.copy_(to_torch(array))
+
+
+def peek_arrays(tensors: Sequence[Tensor]) -> list[jax.Array]:
+    """``internal.peek_array`` of each torchlax Tensor, in one loop (a compiled call's inputs,
+    on every call: a training step passes its whole state)."""
+    arrays = []
+    append = arrays.append
+    for tensor in tensors:
+        if tensor._view is None:
+            append(tensor._storage.array)
+        elif tensor._storage.exclusive and spans_storage(tensor):
+            append(tensor._peek())
+        else:
+            append(tensor._value())
+    return arrays
+
+
+def not_exclusive(tensors: Sequence[Tensor]) -> list[int]:
+    """The indices of the tensors whose arrays are not exclusive (``internal.is_exclusive``):
+    what a program may not donate as they are."""
+    return [
+        i
+        for i, tensor in enumerate(tensors)
+        if not (tensor._storage.exclusive and spans_storage(tensor))
+    ]
 
 
 def write_back_all(

@@ -21,9 +21,13 @@ from . import _tensor
 from ._builtins import cuda_device as cuda_device
 from ._compiled import CompiledProgram as CompiledProgram
 from ._compiled import Entry as Entry
+from ._compiled import not_exclusive as not_exclusive
 from ._compiled import output_tensors as output_tensors
+from ._compiled import peek_arrays as peek_arrays
+from ._compiled import result_specs as result_specs
 from ._compiled import signature as signature
 from ._compiled import wrap_results as wrap_results
+from ._compiled import wrap_results_like as wrap_results_like
 from ._compiled import write_back as write_back
 from ._compiled import write_back_all as write_back_all
 from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
@@ -47,9 +51,13 @@ from ._x64 import x64_flag as x64_flag
 __all__ = [
     "CompiledProgram",
     "Entry",
+    "not_exclusive",
     "output_tensors",
+    "peek_arrays",
+    "result_specs",
     "signature",
     "wrap_results",
+    "wrap_results_like",
     "write_back",
     "write_back_all",
     "COMPUTE_DTYPES",

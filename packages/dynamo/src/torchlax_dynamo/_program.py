@@ -37,15 +37,18 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     dense_strides_in_order,
-    is_exclusive,
     laid_out,
     memory_order,
+    not_exclusive,
     output_tensors,
     peek_array,
+    peek_arrays,
+    result_specs,
     signature,
     view_kind,
     viewed_back,
     wrap_results,
+    wrap_results_like,
     write_back,
     write_back_all,
     x64,
@@ -155,6 +158,7 @@ class _Memo:
         "written_results",
         "written_exclusive",
         "copied_into",
+        "specs",
     )
 
     def __init__(self, avals: list, statics: tuple, entry: Entry, plan: _CallPlan):
@@ -180,6 +184,9 @@ class _Memo:
         self.written_results = tuple(i for _, i in written)
         self.written_exclusive = tuple(i in exclusive for _, i in written)
         self.copied_into = tuple((p, i) for p, i in mutations if kinds[p] != _TORCHLAX)
+        self.specs: list | None = (
+            None  # the outputs' (see result_specs), once all_jax ones are made
+        )
 
 
 class XlaProgram:
@@ -318,7 +325,7 @@ class XlaProgram:
         if plan is None:
             plan = self._plan(types)
         if plan.roots_only:
-            arrays = list(map(peek_array, args))  # an exclusive array stays so (see _copy_shared)
+            arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
             statics = ()
         else:
             arrays, statics = plan.inputs(args, self._inputs)
@@ -382,11 +389,13 @@ class XlaProgram:
         count = memo.outputs
         if memo.in_order:  # every output an array result, in order, laid out row-major
             arrays = results[:count] if len(results) != count else results
-            outs = (
-                wrap_results(arrays)
-                if memo.all_jax
-                else output_tensors(arrays, memo.on_jax, _to_torch, memo.devices)
-            )
+            if not memo.all_jax:
+                outs = output_tensors(arrays, memo.on_jax, _to_torch, memo.devices)
+            elif memo.specs is not None:
+                outs = wrap_results_like(arrays, memo.specs)
+            else:
+                outs = wrap_results(arrays)
+                memo.specs = result_specs(outs, arrays)
         else:
             outs = []
             for kind, value in memo.layout:
@@ -446,7 +455,7 @@ def _copy_shared(plan: _CallPlan, args: tuple, arrays: list) -> None:
     program writes, so one executable serves every call) that someone can still read by
     copies.
 
-    An array is donated as it is where its storage holds it exclusively (``is_exclusive``: a
+    An array is donated as it is where its storage holds it exclusively (``internal.is_exclusive``: a
     program of this backend made it, and nothing but such programs, which hand none of their
     inputs out, has read it since); otherwise a copy is donated in its place, so that an array
     someone can still read (taken with ``t.jax()`` or DLPack, read by an eager op, passed twice)
@@ -456,11 +465,12 @@ def _copy_shared(plan: _CallPlan, args: tuple, arrays: list) -> None:
     by identity). CPU tensors are never donated: XLA frees a donated buffer it borrowed
     through DLPack instead of reusing it.
     """
-    shared = [i for i, p in zip(plan.donated, plan.donated_args) if not is_exclusive(args[p])]
-    if len(shared) < len(plan.donated) and len(set(map(id, arrays))) < len(arrays):
+    donated = plan.donated
+    shared = [donated[k] for k in not_exclusive([args[p] for p in plan.donated_args])]
+    if len(shared) < len(donated) and len(set(map(id, arrays))) < len(arrays):
         # An exclusive array passed at two positions is not exclusive either.
         counts = collections.Counter(map(id, arrays))
-        shared += [i for i in plan.donated if counts[id(arrays[i])] > 1 and i not in shared]
+        shared += [i for i in donated if counts[id(arrays[i])] > 1 and i not in shared]
     if shared:
         with x64():
             for i in shared:
