@@ -100,7 +100,7 @@ class _CallPlan:
 
     __slots__ = (
         "kinds",
-        "roots_only",
+        "torchlax_only",
         "mixed",
         "on_jax",
         "donated",
@@ -112,8 +112,8 @@ class _CallPlan:
 
     def __init__(self, kinds, donated, donated_args, kept, program):
         self.kinds = kinds
-        # Only torchlax Tensors: the arrays are read in one pass.
-        self.roots_only = all(k == _TORCHLAX for k in kinds)
+        # Only torchlax Tensors (a training step's state): their arrays are read in one pass.
+        self.torchlax_only = all(k == _TORCHLAX for k in kinds)
         self.on_jax = _TORCHLAX in kinds
         self.mixed = self.on_jax and _TORCH in kinds
         self.donated = donated
@@ -184,9 +184,8 @@ class _Memo:
         self.written_results = tuple(i for _, i in written)
         self.written_exclusive = tuple(i in exclusive for _, i in written)
         self.copied_into = tuple((p, i) for p, i in mutations if kinds[p] != _TORCHLAX)
-        self.specs: list | None = (
-            None  # the outputs' (see result_specs), once all_jax ones are made
-        )
+        # The outputs' shapes, dtypes and devices (result_specs), once all_jax ones were made.
+        self.specs: list | None = None
 
 
 class XlaProgram:
@@ -324,7 +323,7 @@ class XlaProgram:
         plan = self._plans.get(types)
         if plan is None:
             plan = self._plan(types)
-        if plan.roots_only:
+        if plan.torchlax_only:
             arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
             statics = ()
         else:
