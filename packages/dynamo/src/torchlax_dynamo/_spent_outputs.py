@@ -28,9 +28,12 @@ other backends go through Dynamo's check untouched (the hook reads the graph's c
 returns to the original at once). If torch no longer has the method, ``install`` raises: the
 canonical step would otherwise silently fall back to three programs.
 
-The one difference from eager PyTorch: the returned loss's ``grad_fn`` is
-``FreedGraphBackward`` instead of, say, ``NllLossBackward0`` (other backends hand out
-``CompiledFunctionBackward``).
+Differences from eager PyTorch, each shared with every backend's compiled graphs: the returned
+loss's ``grad_fn`` is ``FreedGraphBackward`` instead of, say, ``NllLossBackward0`` (other
+backends hand out ``CompiledFunctionBackward``); and where the consumed chain saved no tensors
+(``loss = w.sum()``), eagerly a second backward succeeds, while here it raises, as it does
+through AOT autograd's ``CompiledFunctionBackward`` (whose saved state the first backward
+freed) after Dynamo's restart with any backend (checked with inductor and ``aot_eager``).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class FreedGraph(torch.autograd.Function):
         raise RuntimeError(SECOND_BACKWARD_MESSAGE)
 
 
-_anchor = torch.zeros((), requires_grad=True)
+_anchor = torch.zeros((), device="cpu", dtype=torch.float32, requires_grad=True)
 
 
 def freed_graph_outputs(gm: torch.fx.GraphModule) -> tuple[int, ...]:
@@ -97,8 +100,12 @@ def with_freed_graph_grad_fns(
 
     def call(*args: Any) -> list[Any]:
         outputs = list(compiled(*args))
-        # The graph may be called with grad mode off (Dynamo restores the caller's mode around
-        # it); the loss it hands out required grad when it was traced, so it does here too.
+        if torch.is_grad_enabled():
+            for i in indices:
+                outputs[i] = FreedGraph.apply(outputs[i], _anchor)
+            return outputs
+        # The graph may be called with grad mode off (its body sets the mode it traced with);
+        # the loss it hands out required grad when it was traced, so it does here too.
         with torch.enable_grad():
             for i in indices:
                 outputs[i] = FreedGraph.apply(outputs[i], _anchor)
@@ -108,6 +115,8 @@ def with_freed_graph_grad_fns(
 
 
 def _consumed_outputs(graph: Any, rv: list[Any]) -> list[int]:
+    # The test of Dynamo's check: the output requires grad and its grad_fn chain reaches a node
+    # the traced backward consumed.
     from torch._dynamo.variables.tensor import TensorVariable
 
     consumed = graph.autograd_grad_consumed_grad_fns
