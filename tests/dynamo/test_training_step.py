@@ -3,11 +3,10 @@
 The step (zero_grad, forward, loss.backward(), optimizer.step()) is compiled by Dynamo with
 ``loss.backward()`` traced into the graph (the backend turns Dynamo's ``trace_autograd_ops``
 on inside its own calls): forward with backward as one graph, the optimizer step another,
-where the loss is detached before ``opt.step()``; a step that keeps the undetached loss alive
-across ``opt.step()`` falls back to PyTorch's usual capture (one graph up to
-``loss.backward()``, forward with AOT autograd's backward graph, and the optimizer step). Each
-graph must be an XLA program with no op left to eager PyTorch, on CPU tensors and on torchlax
-Tensors; both captures are tested.
+whether the loss is detached before ``opt.step()`` or returned undetached (then it is handed
+out detached inside the graph with a ``grad_fn`` that raises, instead of Dynamo restarting the
+capture with the backward apart). Each graph must be an XLA program with no op left to eager
+PyTorch, on CPU tensors and on torchlax Tensors.
 
 References: the same step, eagerly, on the CPU, in float64 to 1e-10. (Under torch.compile,
 torch.optim's Adam family computes its bias corrections from the tensor ``step``, which has the
