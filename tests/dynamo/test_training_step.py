@@ -289,6 +289,40 @@ def test_the_canonical_step_is_two_programs_and_matches_eager(name, on_jax):
     assert not torch._dynamo.config.trace_autograd_ops  # set only while the step ran
 
 
+def test_an_alias_of_the_returned_loss_stays_as_eagerly():
+    """Beside the loss, a detached alias of it and a view of it, all alive across
+    ``opt.step()``: the alias stays detached (no ``grad_fn``), the view has a ``grad_fn`` that
+    raises, as eagerly."""
+
+    def make(model, optimizer):
+        def step(x, y):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            shown, viewed = loss.detach(), loss.view(1)
+            optimizer.step()
+            return loss, shown, viewed
+
+        return step
+
+    x, y = _data()
+    eager_model = _model()
+    expected = make(eager_model, torch.optim.SGD(eager_model.parameters(), lr=0.1))(x, y)
+    model = _model()
+    got = torch.compile(
+        make(model, torch.optim.SGD(model.parameters(), lr=0.1)), backend="torchlax"
+    )(x, y)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.detach(), e.detach(), atol=1e-10, rtol=1e-10)
+        assert g.requires_grad == e.requires_grad and (g.grad_fn is None) == (e.grad_fn is None)
+    # (Eagerly ``shown`` also shares the loss's storage; this backend's programs return outputs
+    # that alias one another as separate arrays, with or without a consumed loss.)
+    loss, shown, viewed = got
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        viewed.sum().backward()
+    assert counters["graphs"] == counters["xla_programs"] == 2, dict(counters)
+
+
 def test_other_backends_still_restart_at_the_consumed_loss():
     """The loss hand-out is torchlax's only: after a torchlax canonical step in the same
     process, the same step compiled with ``aot_eager`` and ``trace_autograd_ops`` on is

@@ -60,17 +60,20 @@ SECOND_BACKWARD_MESSAGE = (
 class FreedGraph(torch.autograd.Function):
     """The ``grad_fn`` of a tensor whose graph a traced backward already consumed.
 
-    Its forward passes the value through; its backward raises as eager PyTorch does on a
-    second backward. The anchor is a leaf that requires grad, so that the output gets a
-    ``grad_fn`` although the value itself (detached inside the graph) does not require grad.
+    ``FreedGraph.apply(anchor, (value,))`` gives ``value`` itself this ``grad_fn`` and returns
+    it; its backward raises as eager PyTorch does on a second backward. ``value`` is handed in
+    inside a tuple, where autograd does not look for tensors, so that it is a new output to
+    autograd (which then sets its history in place) rather than an input returned as is (which
+    autograd would hand out as a view made by a dispatched ``view_as``: ``_base`` set, and on a
+    torchlax Tensor an eager op, about 4x the cost while XLA runs the step's programs beside
+    it). The anchor is a leaf that requires grad, so that the output gets a ``grad_fn``
+    although ``value`` (detached inside the graph) does not require grad.
     """
 
     @staticmethod
-    def forward(ctx: Any, value: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, anchor: torch.Tensor, held: tuple[torch.Tensor]) -> torch.Tensor:
         del ctx, anchor
-        # A new tensor on the same storage, not the input itself: autograd would hand out an
-        # input returned as is as a view of it (``_base`` set), which the eager loss is not.
-        return value.detach()
+        return held[0]
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
@@ -79,6 +82,19 @@ class FreedGraph(torch.autograd.Function):
 
 
 _anchor = torch.zeros((), device="cpu", dtype=torch.float32, requires_grad=True)
+
+
+def _give_freed_graph_grad_fn(outputs: list[Any], index: int) -> None:
+    value = outputs[index]
+    if value.requires_grad:
+        raise RuntimeError(
+            f"torchlax_dynamo: graph output {index}, detached inside the graph because its "
+            "traced backward consumed it, came back requiring grad; Dynamo's or AOT autograd's "
+            "output handling changed (see torchlax_dynamo._spent_outputs)."
+        )
+    if sum(other is value for other in outputs) > 1:  # handed out twice: the other stays detached
+        value = value.detach()
+    outputs[index] = FreedGraph.apply(_anchor, (value,))
 
 
 def freed_graph_outputs(gm: torch.fx.GraphModule) -> tuple[int, ...]:
@@ -102,13 +118,13 @@ def with_freed_graph_grad_fns(
         outputs = list(compiled(*args))
         if torch.is_grad_enabled():
             for i in indices:
-                outputs[i] = FreedGraph.apply(outputs[i], _anchor)
+                _give_freed_graph_grad_fn(outputs, i)
             return outputs
         # The graph may be called with grad mode off (its body sets the mode it traced with);
         # the loss it hands out required grad when it was traced, so it does here too.
         with torch.enable_grad():
             for i in indices:
-                outputs[i] = FreedGraph.apply(outputs[i], _anchor)
+                _give_freed_graph_grad_fn(outputs, i)
         return outputs
 
     return call
