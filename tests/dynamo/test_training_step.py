@@ -323,6 +323,34 @@ def test_an_alias_of_the_returned_loss_stays_as_eagerly():
     assert counters["graphs"] == counters["xla_programs"] == 2, dict(counters)
 
 
+def _backward_then_return_the_loss(w, x):
+    with torch.enable_grad():  # the caller may be in no_grad; the loss still requires grad
+        loss = (w * x).sum()
+        loss.backward()
+    return loss
+
+
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no_grad"])
+def test_a_loss_returned_from_a_single_graph_behaves_as_eagerly(grad_mode):
+    """Without an optimizer (one graph, ``fullgraph=True``), under the caller's grad mode
+    either way: the loss comes back requiring grad, with a ``grad_fn`` that raises, as
+    eagerly; the gradient is accumulated as eagerly."""
+    x = torch.randn(3)
+    results = []
+    for fn in (
+        _backward_then_return_the_loss,
+        torch.compile(_backward_then_return_the_loss, backend="torchlax", fullgraph=True),
+    ):
+        w = torch.linspace(-1, 1, 3, requires_grad=True)
+        with torch.set_grad_enabled(grad_mode):
+            loss = fn(w, x)
+        results.append((loss, w.grad))
+    (expected, expected_grad), (loss, grad) = results
+    torch.testing.assert_close(grad, expected_grad)
+    _assert_behaves_as_eager_loss(loss, expected)
+    assert counters["graphs"] == counters["xla_programs"] == 1, dict(counters)
+
+
 def test_other_backends_still_restart_at_the_consumed_loss():
     """The loss hand-out is torchlax's only: after a torchlax canonical step in the same
     process, the same step compiled with ``aot_eager`` and ``trace_autograd_ops`` on is
