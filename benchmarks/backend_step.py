@@ -2,9 +2,11 @@
 
 A shorter, interleaved companion of ``run.py --only training`` for the backend rows (issue #14):
 per model and optimizer, the hand-written JAX + optax step, the canonical PyTorch step (it
-returns the loss undetached: three XLA programs) and the same step with the loss detached
-before ``opt.step()`` (two: Dynamo traces ``loss.backward()`` into the forward's graph), all
-timed round-robin in one process, each call waited for until the state it writes is ready.
+returns the loss undetached) and the same step with the loss detached before ``opt.step()``,
+all timed round-robin in one process, each call waited for until the state it writes is ready.
+Both PyTorch steps are two XLA programs (Dynamo traces ``loss.backward()`` into the forward's
+graph; the undetached loss is handed out with a ``grad_fn`` that raises, docs/dynamo.md), so
+their difference is the cost of that hand-out.
 
     uv run python benchmarks/backend_step.py [--rounds 15] [--steps 10] [--models MLP ...]
     uv run python benchmarks/backend_step.py --width 8 --models MLP   # the fixed cost per step
@@ -46,7 +48,7 @@ def measure(name: str, opt_name: str, rounds: int, steps: int, width: int | None
     model.train()
     variants = {}
     for label, make_step in (
-        ("backend, return loss (3 programs)", bench.training_step),
+        ("backend, return loss (2 programs)", bench.training_step),
         ("backend, loss detached (2 programs)", bench.detached_training_step),
     ):
         with torchlax.enable():

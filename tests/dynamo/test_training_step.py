@@ -3,11 +3,10 @@
 The step (zero_grad, forward, loss.backward(), optimizer.step()) is compiled by Dynamo with
 ``loss.backward()`` traced into the graph (the backend turns Dynamo's ``trace_autograd_ops``
 on inside its own calls): forward with backward as one graph, the optimizer step another,
-where the loss is detached before ``opt.step()``; a step that keeps the undetached loss alive
-across ``opt.step()`` falls back to PyTorch's usual capture (one graph up to
-``loss.backward()``, forward with AOT autograd's backward graph, and the optimizer step). Each
-graph must be an XLA program with no op left to eager PyTorch, on CPU tensors and on torchlax
-Tensors; both captures are tested.
+whether the loss is detached before ``opt.step()`` or returned undetached (then it is handed
+out detached inside the graph with a ``grad_fn`` that raises, instead of Dynamo restarting the
+capture with the backward apart). Each graph must be an XLA program with no op left to eager
+PyTorch, on CPU tensors and on torchlax Tensors.
 
 References: the same step, eagerly, on the CPU, in float64 to 1e-10. (Under torch.compile,
 torch.optim's Adam family computes its bias corrections from the tensor ``step``, which has the
@@ -199,27 +198,80 @@ def _make_one_graph_step(model, optimizer, scheduler=None):
     return step
 
 
-@pytest.mark.parametrize("on_jax", [True, False], ids=["torchlax", "cpu"])
-def test_forward_and_backward_are_one_program_by_default(on_jax):
-    """The backend has Dynamo trace ``loss.backward()`` (``trace_autograd_ops``, inside its own
-    calls only): forward with backward is one XLA program, the optimizer update another, and
-    nothing else runs per step. A tensor LR changed by a scheduler over 5 steps compiles nothing
-    after the first step; losses and parameters match eager PyTorch."""
+def _make_canonical_step(model, optimizer, scheduler):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        return loss  # alive across opt.step(), undetached: an output of the backward's graph
+
+    return step
+
+
+def _assert_behaves_as_eager_loss(loss, expected):
+    """The returned loss is what eager PyTorch returns after its backward, but for the name of
+    its ``grad_fn``: it requires grad, is no leaf and no view, reads back and prints its value,
+    detaches, and every backward through it raises PyTorch's own error."""
+    for t in (loss, expected):
+        assert t.requires_grad and t.grad_fn is not None
+        assert not t.is_leaf and t._base is None
+    assert type(loss.grad_fn).__name__ == "FreedGraphBackward"
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-10)
+    assert f"{expected.item():.4f}" in repr(loss) and "grad_fn=<FreedGraphBackward>" in repr(loss)
+    detached = loss.detach()
+    assert not detached.requires_grad and detached.grad_fn is None
+    assert detached.item() == loss.item()
+    for backpropagate in (lambda t: t.backward(), lambda t: (t * 2 + 1).backward()):
+        with pytest.raises(RuntimeError) as eager_error:
+            backpropagate(expected)
+        with pytest.raises(type(eager_error.value)) as error:
+            backpropagate(loss)
+        assert str(error.value) == str(eager_error.value)
+
+
+# Plain SGD has no state for its first step to create, so every step runs the same two programs
+# (SGD with momentum compiles a first optimizer step, which makes the buffers, apart).
+CANONICAL_OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=1e-2),
+    "adamw": OPTIMIZERS["adamw"],
+}
+_CANONICAL = [("adamw", True), ("adamw", False), ("sgd", True)]
+
+
+@pytest.mark.parametrize(
+    "name, on_jax",
+    _CANONICAL,
+    ids=[f"{n}-{'torchlax' if j else 'cpu'}" for n, j in _CANONICAL],
+)
+def test_the_canonical_step_is_two_programs_and_matches_eager(name, on_jax):
+    """The issue's step, ``return loss`` after ``opt.step()`` undetached: Dynamo traces
+    ``loss.backward()`` (``trace_autograd_ops``, inside the backend's own calls only), and the
+    loss, which the optimizer's graph break makes an output of the graph that ran its backward,
+    is handed out detached with a ``grad_fn`` that raises (``_spent_outputs``) instead of
+    Dynamo restarting the capture. Forward with backward is one XLA program, the optimizer
+    update another, nothing else runs per step; a tensor LR changed by a scheduler at every step
+    compiles nothing after the first step; losses and parameters match eager PyTorch."""
     x, y = _data()
-    eager_model = _model()
-    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=torch.tensor(1e-2))
     scheduler = SCHEDULERS["lambda"]
-    eager_step = _make_one_graph_step(eager_model, eager_opt, scheduler(eager_opt))
+    eager_model = _model()
+    eager_opt = CANONICAL_OPTIMIZERS[name](eager_model.parameters())
+    eager_opt.param_groups[0]["lr"] = torch.tensor(eager_opt.param_groups[0]["lr"])
+    eager_step = _make_canonical_step(eager_model, eager_opt, scheduler(eager_opt))
     with torchlax_core.enable():
         model = _model().to("jax") if on_jax else _model()
-        opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2))
-        step = torch.compile(_make_one_graph_step(model, opt, scheduler(opt)), backend="torchlax")
+        opt = CANONICAL_OPTIMIZERS[name](model.parameters())
+        opt.param_groups[0]["lr"] = torch.tensor(opt.param_groups[0]["lr"])
+        step = torch.compile(_make_canonical_step(model, opt, scheduler(opt)), backend="torchlax")
         cx, cy = (x.to("jax"), y.to("jax")) if on_jax else (x, y)
         lrs, first_calls, graphs = set(), None, None
         for i in range(STEPS):
             expected = eager_step(x, y)
+            loss = step(cx, cy)
+            assert type(loss) is (torchlax_core.Tensor if on_jax else torch.Tensor)
             torch.testing.assert_close(
-                step(cx, cy).cpu(), expected, atol=1e-10, rtol=1e-10, msg=f"step {i}"
+                loss.detach().cpu(), expected.detach(), atol=1e-10, rtol=1e-10, msg=f"step {i}"
             )
             lrs.add(float(opt.param_groups[0]["lr"]))
             if i == 0:
@@ -227,48 +279,101 @@ def test_forward_and_backward_are_one_program_by_default(on_jax):
                 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=1e-10, rtol=1e-10)
+        _assert_behaves_as_eager_loss(loss, expected)
     assert len(lrs) == STEPS  # the scheduler changed the LR at every step
     assert counters["eager_nodes"] == 0, dict(counters)
-    # Forward + backward, the optimizer update, and nothing else (no AOT backward graph).
+    # Forward + backward, the optimizer update, and nothing else: no AOT backward graph.
     assert counters["graphs"] == counters["xla_programs"] == 2, dict(counters)
-    assert dict(counters) == first_calls  # nothing compiles after the first step
+    assert dict(counters) == first_calls  # nothing compiles after the first steps
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
     assert not torch._dynamo.config.trace_autograd_ops  # set only while the step ran
 
 
-def test_a_step_returning_the_undetached_loss_keeps_three_programs_and_eager_behaviour():
-    """``return loss`` after ``loss.backward()``: a graph may not hand out a tensor whose
-    ``grad_fn`` its traced backward consumed, so Dynamo breaks the graph at ``backward()``
-    again (forward, backward, optimizer). The loss behaves as eagerly: it requires grad, has a
-    ``grad_fn``, reads back with ``.item()``, and a second ``backward()`` raises the same
-    error."""
+def test_an_alias_of_the_returned_loss_stays_as_eagerly():
+    """Beside the loss, a detached alias of it and a view of it, all alive across
+    ``opt.step()``: the alias stays detached (no ``grad_fn``), the view has a ``grad_fn`` that
+    raises, as eagerly."""
 
     def make(model, optimizer):
         def step(x, y):
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
+            shown, viewed = loss.detach(), loss.view(1)
             optimizer.step()
-            return loss
+            return loss, shown, viewed
 
         return step
 
     x, y = _data()
     eager_model = _model()
-    expected = make(eager_model, OPTIMIZERS["adamw"](eager_model.parameters()))(x, y)
+    expected = make(eager_model, torch.optim.SGD(eager_model.parameters(), lr=0.1))(x, y)
+    model = _model()
+    got = torch.compile(
+        make(model, torch.optim.SGD(model.parameters(), lr=0.1)), backend="torchlax"
+    )(x, y)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.detach(), e.detach(), atol=1e-10, rtol=1e-10)
+        assert g.requires_grad == e.requires_grad and (g.grad_fn is None) == (e.grad_fn is None)
+    # (Eagerly ``shown`` also shares the loss's storage; this backend's programs return outputs
+    # that alias one another as separate arrays, with or without a consumed loss.)
+    for viewed in (expected[2], got[2]):
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            viewed.sum().backward()
+    assert counters["graphs"] == counters["xla_programs"] == 2, dict(counters)
+
+
+def _backward_then_return_the_loss(w, x):
+    with torch.enable_grad():  # the caller may be in no_grad; the loss still requires grad
+        loss = (w * x).sum()
+        loss.backward()
+    return loss
+
+
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no_grad"])
+def test_a_loss_returned_from_a_single_graph_behaves_as_eagerly(grad_mode):
+    """Without an optimizer (one graph, ``fullgraph=True``), under the caller's grad mode
+    either way: the loss comes back requiring grad, with a ``grad_fn`` that raises, as
+    eagerly; the gradient is accumulated as eagerly."""
+    x = torch.randn(3)
+    results = []
+    for fn in (
+        _backward_then_return_the_loss,
+        torch.compile(_backward_then_return_the_loss, backend="torchlax", fullgraph=True),
+    ):
+        w = torch.linspace(-1, 1, 3, requires_grad=True)
+        with torch.set_grad_enabled(grad_mode):
+            loss = fn(w, x)
+        results.append((loss, w.grad))
+    (expected, expected_grad), (loss, grad) = results
+    torch.testing.assert_close(grad, expected_grad)
+    _assert_behaves_as_eager_loss(loss, expected)
+    assert counters["graphs"] == counters["xla_programs"] == 1, dict(counters)
+
+
+def test_other_backends_still_restart_at_the_consumed_loss():
+    """The loss hand-out is torchlax's only: after a torchlax canonical step in the same
+    process, the same step compiled with ``aot_eager`` and ``trace_autograd_ops`` on is
+    captured as Dynamo always does it (a restart with a graph break at ``backward()``, the loss
+    a ``CompiledFunctionBackward`` output)."""
+    x, y = _data()
     with torchlax_core.enable():
         model = _model().to("jax")
-        step = torch.compile(
-            make(model, OPTIMIZERS["adamw"](model.parameters())), backend="torchlax"
+        opt = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1))
+        scheduler = SCHEDULERS["step"](opt)
+        loss = torch.compile(_make_canonical_step(model, opt, scheduler), backend="torchlax")(
+            x.to("jax"), y.to("jax")
         )
-        loss = step(x.to("jax"), y.to("jax"))
-        assert loss.item() == pytest.approx(expected.item(), abs=1e-10)
-        assert loss.requires_grad and expected.requires_grad
-        assert loss.grad_fn is not None and expected.grad_fn is not None
-        for returned in (expected, loss):
-            with pytest.raises(RuntimeError, match="backward through the graph a second time"):
-                returned.backward()
-    assert counters["graphs"] == counters["xla_programs"] == 3, dict(counters)
+        assert type(loss.grad_fn).__name__ == "FreedGraphBackward"
+    torch._dynamo.utils.counters.clear()
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1))
+    scheduler = SCHEDULERS["step"](opt)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        loss = torch.compile(_make_canonical_step(model, opt, scheduler), backend="aot_eager")(x, y)
+    assert type(loss.grad_fn).__name__ == "CompiledFunctionBackward"
+    breaks = torch._dynamo.utils.counters["graph_break"]
+    assert any("autograd.grad consumed returned tensor's grad_fn" in b for b in breaks), breaks
 
 
 def _recording_backend(seen: list):

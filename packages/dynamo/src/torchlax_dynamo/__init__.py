@@ -6,7 +6,7 @@ programs, forward and backward, on plain CPU/CUDA tensors (handed over through D
 torchlax Tensors. See ``_backend`` for the pipeline and the treatment of dynamic shapes.
 """
 
-from . import _capture, _subclass
+from . import _capture, _spent_outputs, _subclass
 from ._backend import torchlax_backend as torchlax_backend
 from ._partition import SplitGraph as SplitGraph
 from ._program import XlaProgram as XlaProgram
@@ -16,3 +16,5 @@ __version__ = "0.1.0"
 
 _subclass.install()
 _capture.install(torchlax_backend)  # loss.backward() traced into the graph (_capture)
+# ... and a loss returned after it handed out detached, with a raising grad_fn (_spent_outputs)
+_spent_outputs.install(lambda compiler_fn: _capture.compiles_for(compiler_fn, torchlax_backend))

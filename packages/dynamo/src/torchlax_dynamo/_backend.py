@@ -27,6 +27,7 @@ from torchlax_core.internal import get_logger
 
 from ._decompositions import decompositions_for
 from ._partition import compile_graph
+from ._spent_outputs import freed_graph_outputs, with_freed_graph_grad_fns
 
 _log = get_logger("dynamo")
 
@@ -132,10 +133,12 @@ def torchlax_backend(
         # of the forward handing them over as outputs (a transposed weight would be copied).
         partition_fn=min_cut_rematerialization_partition,
     )
+    freed = freed_graph_outputs(gm)  # a loss whose traced backward ran (_spent_outputs)
     if not _may_need_backward(example_inputs):
         # No backward can follow: the fused CPU attention op stays whole and is lowered as one
         # (fewer transposes and copies than its math decomposition).
-        return backend(gm, example_inputs)
+        compiled = backend(gm, example_inputs)
+        return with_freed_graph_grad_fns(compiled, freed) if freed else compiled
     # On the CPU, scaled dot-product attention as plain ATen ops (matmuls, softmax) whose
     # backward autograd derives, instead of the CPU flash kernel pair: its forward decomposes,
     # but its backward (a fused kernel) would then be handed the decomposition's outputs, which
@@ -143,7 +146,8 @@ def torchlax_backend(
     # reason. On the jax device the overrideable fused op stays allowed: it and its backward
     # are lowered whole (ops attention.py), the backward reading the forward's own logsumexp.
     with sdpa_kernel([SDPBackend.MATH, SDPBackend.OVERRIDEABLE]):
-        return backend(gm, example_inputs)
+        compiled = backend(gm, example_inputs)
+    return with_freed_graph_grad_fns(compiled, freed) if freed else compiled
 
 
 def _may_need_backward(example_inputs) -> bool:

@@ -68,6 +68,11 @@ def _innermost_backend(compiler_fn: Any) -> Any:
     return getattr(compiler_fn, "compiler_fn", compiler_fn)
 
 
+def compiles_for(compiler_fn: Any, backend: Callable[..., Any]) -> bool:
+    """Whether Dynamo's callable ``compiler_fn`` compiles with ``backend``."""
+    return _innermost_backend(compiler_fn) is backend
+
+
 _installed: list[Callable[..., Any]] = []
 
 
@@ -80,7 +85,7 @@ def install(backend: Callable[..., Any]) -> None:
 
     def get_compiler_fn_with_context(compiler_fn):
         wrapped = get_compiler_fn(compiler_fn)
-        if _innermost_backend(wrapped) is backend:
+        if compiles_for(wrapped, backend):
             wrapped.backend_ctx_ctor = TracedBackward  # pyright: ignore[reportAttributeAccessIssue]  (read by eval_frame._optimize)
         return wrapped
 
