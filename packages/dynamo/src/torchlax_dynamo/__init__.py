@@ -17,4 +17,4 @@ __version__ = "0.1.0"
 _subclass.install()
 _capture.install(torchlax_backend)  # loss.backward() traced into the graph (_capture)
 # ... and a loss returned after it handed out detached, with a raising grad_fn (_spent_outputs)
-_spent_outputs.install(lambda compiler_fn: _capture.compiles_for(compiler_fn, torchlax_backend))
+_spent_outputs.install(_capture.compiles_for_torchlax)

@@ -68,26 +68,31 @@ def _innermost_backend(compiler_fn: Any) -> Any:
     return getattr(compiler_fn, "compiler_fn", compiler_fn)
 
 
-def compiles_for(compiler_fn: Any, backend: Callable[..., Any]) -> bool:
-    """Whether Dynamo's callable ``compiler_fn`` compiles with ``backend``."""
-    return _innermost_backend(compiler_fn) is backend
+# The backends given the context, by identity (a registry override may install a second one);
+# eval_frame.get_compiler_fn is wrapped once, for all of them.
+_backends: list[Callable[..., Any]] = []
 
 
-_installed: list[Callable[..., Any]] = []
+def compiles_for_torchlax(compiler_fn: Any) -> bool:
+    """Whether Dynamo's callable ``compiler_fn`` compiles with a backend given to ``install``."""
+    innermost = _innermost_backend(compiler_fn)
+    return any(innermost is b for b in _backends)
 
 
 def install(backend: Callable[..., Any]) -> None:
     """Give Dynamo's callable for ``backend`` the ``TracedBackward`` context (idempotent)."""
     backend.backend_ctx_ctor = TracedBackward  # pyright: ignore[reportFunctionMemberAccess]  (the attribute Dynamo reads)
-    if _installed:
+    if any(b is backend for b in _backends):
+        return
+    _backends.append(backend)
+    if len(_backends) > 1:
         return
     get_compiler_fn = eval_frame.get_compiler_fn
 
     def get_compiler_fn_with_context(compiler_fn):
         wrapped = get_compiler_fn(compiler_fn)
-        if compiles_for(wrapped, backend):
+        if compiles_for_torchlax(wrapped):
             wrapped.backend_ctx_ctor = TracedBackward  # pyright: ignore[reportAttributeAccessIssue]  (read by eval_frame._optimize)
         return wrapped
 
     eval_frame.get_compiler_fn = get_compiler_fn_with_context
-    _installed.append(get_compiler_fn)
