@@ -64,7 +64,7 @@ def best_time(fn, n: int, repeats: int, clock=time.process_time) -> float:
 def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, float]:
     """Microseconds per step of one cached eager ``a + b`` (see the module docstring)."""
     from jax._src.config import enable_x64
-    from torchlax_core import _current, _dispatch, _opcache, _tensor
+    from torchlax_core import _current, _dispatch, _fast_methods, _opcache, _tensor
 
     class Bare(torch.Tensor):  # PyTorch's dispatch into Python and back, nothing else
         @classmethod
@@ -101,6 +101,13 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
             return r
 
         steps["total: torchlax a + b"] = best_time(lambda: a + b, n, repeats)
+        _fast_methods.uninstall()  # the dispatch path, which the steps below break down
+        try:
+            steps["total: torchlax a + b through __torch_dispatch__"] = best_time(
+                lambda: a + b, n, repeats
+            )
+        finally:
+            _fast_methods.install()
         steps["PyTorch dispatch into __torch_dispatch__"] = best_time(
             lambda: bare + bare, n, repeats
         )
@@ -119,7 +126,9 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
         steps["jnp.add (reference)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
         steps.update(floors(arr_a, arr_b, size, a.device, n, repeats))
     parts = [v for k, v in steps.items() if not k.startswith(("total", "jnp", "floor"))]
-    steps["rest (glue between the steps)"] = steps["total: torchlax a + b"] - sum(parts)
+    steps["rest (glue between the steps)"] = steps[
+        "total: torchlax a + b through __torch_dispatch__"
+    ] - sum(parts)
     return steps
 
 
@@ -127,9 +136,13 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
     """What an ``a + b`` costs at best, with nothing of torchlax in it (same process, arrays
     and clock as the breakdown): JAX's ways of launching one precompiled add, and a
     ``torch.Tensor`` subclass whose ``__torch_dispatch__`` does the least a wrapper of a
-    ``jax.Array`` can do. The last row is the floor of any ``__torch_dispatch__`` design:
-    PyTorch's dispatch, one launch of the compiled add and one new wrapper holding its result.
-    (It costs more than its parts: code run between two launches slows the next launch, see
+    ``jax.Array`` can do. The last three rows are the floors of three designs: PyTorch's
+    dispatch into ``__torch_dispatch__``, one launch of the compiled add and one new wrapper
+    holding its result; the same launch and wrapper made in ``__torch_function__``, before
+    PyTorch's dispatcher (which every other torch call on the subclass then pays a Python
+    round trip for); and made in the subclass's own ``__add__`` (torchlax's
+    ``_fast_methods``, which costs nothing to other calls).
+    (Each costs more than its parts: code run between two launches slows the next launch, see
     docs/architecture.md.) PyTorch's dispatch alone, returning a premade wrapper, is the
     breakdown's own "PyTorch dispatch into __torch_dispatch__" row."""
     compiled = jax.jit(jnp.add).lower(arr_a, arr_b).compile()
@@ -157,10 +170,46 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
 
         __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
 
+    add = torch.Tensor.add
+    plain = torch._C.DisableTorchFunctionSubclass
+
+    class Served(torch.Tensor):  # ... or served from __torch_function__, before the dispatcher
+        array: jax.Array
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is add and not kwargs:
+                x, y = args
+                r = new(Served, (size,), dtype=torch.float32, device=device)
+                r.array = launch(x.array, y.array)
+                return r
+            with plain():
+                return func(*args, **(kwargs or {}))
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise NotImplementedError(f"{func}: only a + b is served")
+
+    class Method(torch.Tensor):  # ... or served by the subclass's own __add__
+        array: jax.Array
+
+        def __add__(self, other):
+            r = new(Method, (size,), dtype=torch.float32, device=device)
+            r.array = launch(self.array, other.array)  # pyright: ignore[reportAttributeAccessIssue]
+            return r
+
+        __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
+
     fresh = new(Fresh, (size,), dtype=torch.float32, device=device)
     x = new(Launching, (size,), dtype=torch.float32, device=device)
     y = new(Launching, (size,), dtype=torch.float32, device=device)
     x.array, y.array = arr_a, arr_b
+    u = new(Served, (size,), dtype=torch.float32, device=device)
+    v = new(Served, (size,), dtype=torch.float32, device=device)
+    u.array, v.array = arr_a, arr_b
+    p = new(Method, (size,), dtype=torch.float32, device=device)
+    q = new(Method, (size,), dtype=torch.float32, device=device)
+    p.array, q.array = arr_a, arr_b
     return {
         "floor: jax.jit(add) call (C++ fast path)": best_time(
             lambda: jitted(arr_a, arr_b), n, repeats
@@ -174,6 +223,12 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
         ),
         "floor: subclass dispatch + new wrapper": best_time(lambda: fresh + fresh, n, repeats),
         "floor: subclass dispatch + launch + new wrapper": best_time(lambda: x + y, n, repeats),
+        "floor: subclass __torch_function__ + launch + new wrapper": best_time(
+            lambda: u + v, n, repeats
+        ),
+        "floor: subclass __add__ method + launch + new wrapper": best_time(
+            lambda: p + q, n, repeats
+        ),
     }
 
 
