@@ -12,7 +12,9 @@ its lowerings); the goal is overhead <= 0.5 x the jnp call. Each figure is the b
 several repeats, so a busy machine disturbs it less.
 
 Then a breakdown of one steady-state ``a + b`` (served by the eager op cache) into the steps
-it takes, each timed on its own: PyTorch's dispatch into ``__torch_dispatch__`` (a subclass
+the dispatch path takes (``_fast_methods`` off: its total is printed apart from the default
+path's, whose ``Tensor.__add__`` serves the hit before PyTorch's dispatcher), each timed on its
+own: PyTorch's dispatch into ``__torch_dispatch__`` (a subclass
 that does nothing there), finding the environment, ``run_op``'s implementation lookup and
 64-bit-mode check, the cache signature (built from the Tensors: a hit unwraps nothing else)
 and lookup, the executable launch, and wrapping the result. "rest" is what the steps' sum leaves of the total: the Python calls
@@ -25,7 +27,9 @@ With ``--mlp-step`` (``--gpt2``), it also counts the ops of one eager MLP traini
 own CPU time on the calling thread (nested ops, run by a decomposition, are subtracted from it;
 XLA's worker threads computing earlier launches meanwhile are not charged), saying how each is
 served: "cached" (an op-cache executable), "view", "decomposition" (Python on Tensors, its
-ops dispatched one by one), "never cached" (with the cache's reason) or "plain". ``--gpt2``
+ops dispatched one by one), "never cached" (with the cache's reason) or "plain"; a hot Tensor
+operator (``_fast_methods``: ``a + b``, ``a @ b``, ...) has rows of its own, its calls served
+before the dispatcher apart from those that fell through to it. ``--gpt2``
 does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--only-ops`` skips the
 ``a + b`` timings.
 
@@ -233,6 +237,10 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
 
 
 def _served_by(env, func) -> str:
+    if isinstance(func, str):  # a hot Tensor operator (op_rows' counting_method)
+        if func.endswith("served"):
+            return "before the dispatcher (_fast_methods): an op-cache executable"
+        return "fast method's checks + PyTorch's dispatch (its op counted on its own row)"
     why = env._op_cache.uncacheable.get(func)
     if why is not None:
         return f"never cached: {why}"
@@ -254,7 +262,7 @@ def _served_by(env, func) -> str:
 def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
     """(op, calls per step, own CPU microseconds per step, how it is served) of ``step()``,
     most expensive first (run 3 times first, to fill the op cache)."""
-    from torchlax_core import _tensor
+    from torchlax_core import _fast_methods, _tensor
 
     for _ in range(3):
         step()
@@ -274,12 +282,37 @@ def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
             own[func] = own.get(func, 0.0) + spent - nested[0]
             nested[0] = outer + spent
 
+    def counting_method(name, method):
+        # A hot operator served before the dispatcher (_fast_methods) runs no run_op; one
+        # that falls through runs one inside it, whose time is counted under its op.
+        def counted(*args, **kwargs):
+            outer, nested[0] = nested[0], 0.0
+            dispatched = len(calls)
+            before = sum(calls.values())
+            start = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - start
+                fell = sum(calls.values()) > before or len(calls) > dispatched
+                key = f"Tensor.{name}: " + ("fell through" if fell else "served")
+                calls[key] = calls.get(key, 0) + 1
+                own[key] = own.get(key, 0.0) + spent - nested[0]
+                nested[0] = outer + spent
+
+        return counted
+
+    methods = {name: torchlax_core.Tensor.__dict__[name] for name in _fast_methods._SERVED}
     _tensor.run_op = counting
+    for name, method in methods.items():
+        setattr(torchlax_core.Tensor, name, counting_method(name, method))
     try:
         for _ in range(steps):
             step()
     finally:
         _tensor.run_op = run_op
+        for name, method in methods.items():
+            setattr(torchlax_core.Tensor, name, method)
     rows = [(str(f), calls[f] / steps, own[f] / steps * 1e6, _served_by(env, f)) for f in calls]
     return sorted(rows, key=lambda row: -row[2])
 
