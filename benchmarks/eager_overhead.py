@@ -202,6 +202,10 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
             r.array = launch(self.array, other.array)  # pyright: ignore[reportAttributeAccessIssue]
             return r
 
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise NotImplementedError(f"{func}: only a + b is served")
+
         __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
 
     fresh = new(Fresh, (size,), dtype=torch.float32, device=device)
