@@ -12,7 +12,9 @@ its lowerings); the goal is overhead <= 0.5 x the jnp call. Each figure is the b
 several repeats, so a busy machine disturbs it less.
 
 Then a breakdown of one steady-state ``a + b`` (served by the eager op cache) into the steps
-it takes, each timed on its own: PyTorch's dispatch into ``__torch_dispatch__`` (a subclass
+the dispatch path takes (``_fast_methods`` off: its total is printed apart from the default
+path's, whose ``Tensor.__add__`` serves the hit before PyTorch's dispatcher), each timed on its
+own: PyTorch's dispatch into ``__torch_dispatch__`` (a subclass
 that does nothing there), finding the environment, ``run_op``'s implementation lookup and
 64-bit-mode check, the cache signature (built from the Tensors: a hit unwraps nothing else)
 and lookup, the executable launch, and wrapping the result. "rest" is what the steps' sum leaves of the total: the Python calls
@@ -25,7 +27,9 @@ With ``--mlp-step`` (``--gpt2``), it also counts the ops of one eager MLP traini
 own CPU time on the calling thread (nested ops, run by a decomposition, are subtracted from it;
 XLA's worker threads computing earlier launches meanwhile are not charged), saying how each is
 served: "cached" (an op-cache executable), "view", "decomposition" (Python on Tensors, its
-ops dispatched one by one), "never cached" (with the cache's reason) or "plain". ``--gpt2``
+ops dispatched one by one), "never cached" (with the cache's reason) or "plain"; a hot Tensor
+operator (``_fast_methods``: ``a + b``, ``a @ b``, ...) has rows of its own, its calls served
+before the dispatcher apart from those that fell through to it. ``--gpt2``
 does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--only-ops`` skips the
 ``a + b`` timings.
 
@@ -64,7 +68,7 @@ def best_time(fn, n: int, repeats: int, clock=time.process_time) -> float:
 def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, float]:
     """Microseconds per step of one cached eager ``a + b`` (see the module docstring)."""
     from jax._src.config import enable_x64
-    from torchlax_core import _current, _dispatch, _opcache, _tensor
+    from torchlax_core import _current, _dispatch, _fast_methods, _opcache, _tensor
 
     class Bare(torch.Tensor):  # PyTorch's dispatch into Python and back, nothing else
         @classmethod
@@ -101,6 +105,13 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
             return r
 
         steps["total: torchlax a + b"] = best_time(lambda: a + b, n, repeats)
+        _fast_methods.uninstall()  # the dispatch path, which the steps below break down
+        try:
+            steps["total: torchlax a + b through __torch_dispatch__"] = best_time(
+                lambda: a + b, n, repeats
+            )
+        finally:
+            _fast_methods.install()
         steps["PyTorch dispatch into __torch_dispatch__"] = best_time(
             lambda: bare + bare, n, repeats
         )
@@ -119,7 +130,9 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
         steps["jnp.add (reference)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
         steps.update(floors(arr_a, arr_b, size, a.device, n, repeats))
     parts = [v for k, v in steps.items() if not k.startswith(("total", "jnp", "floor"))]
-    steps["rest (glue between the steps)"] = steps["total: torchlax a + b"] - sum(parts)
+    steps["rest (glue between the steps)"] = steps[
+        "total: torchlax a + b through __torch_dispatch__"
+    ] - sum(parts)
     return steps
 
 
@@ -127,9 +140,13 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
     """What an ``a + b`` costs at best, with nothing of torchlax in it (same process, arrays
     and clock as the breakdown): JAX's ways of launching one precompiled add, and a
     ``torch.Tensor`` subclass whose ``__torch_dispatch__`` does the least a wrapper of a
-    ``jax.Array`` can do. The last row is the floor of any ``__torch_dispatch__`` design:
-    PyTorch's dispatch, one launch of the compiled add and one new wrapper holding its result.
-    (It costs more than its parts: code run between two launches slows the next launch, see
+    ``jax.Array`` can do. The last three rows are the floors of three designs: PyTorch's
+    dispatch into ``__torch_dispatch__``, one launch of the compiled add and one new wrapper
+    holding its result; the same launch and wrapper made in ``__torch_function__``, before
+    PyTorch's dispatcher (which every other torch call on the subclass then pays a Python
+    round trip for); and made in the subclass's own ``__add__`` (torchlax's
+    ``_fast_methods``, which costs nothing to other calls).
+    (Each costs more than its parts: code run between two launches slows the next launch, see
     docs/architecture.md.) PyTorch's dispatch alone, returning a premade wrapper, is the
     breakdown's own "PyTorch dispatch into __torch_dispatch__" row."""
     compiled = jax.jit(jnp.add).lower(arr_a, arr_b).compile()
@@ -157,10 +174,50 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
 
         __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
 
+    add = torch.Tensor.add
+    plain = torch._C.DisableTorchFunctionSubclass
+
+    class Served(torch.Tensor):  # ... or served from __torch_function__, before the dispatcher
+        array: jax.Array
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is add and not kwargs:
+                x, y = args
+                r = new(Served, (size,), dtype=torch.float32, device=device)
+                r.array = launch(x.array, y.array)
+                return r
+            with plain():
+                return func(*args, **(kwargs or {}))
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise NotImplementedError(f"{func}: only a + b is served")
+
+    class Method(torch.Tensor):  # ... or served by the subclass's own __add__
+        array: jax.Array
+
+        def __add__(self, other):
+            r = new(Method, (size,), dtype=torch.float32, device=device)
+            r.array = launch(self.array, other.array)  # pyright: ignore[reportAttributeAccessIssue]
+            return r
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise NotImplementedError(f"{func}: only a + b is served")
+
+        __torch_function__ = torch._C._disabled_torch_function_impl  # pyright: ignore[reportAssignmentType]
+
     fresh = new(Fresh, (size,), dtype=torch.float32, device=device)
     x = new(Launching, (size,), dtype=torch.float32, device=device)
     y = new(Launching, (size,), dtype=torch.float32, device=device)
     x.array, y.array = arr_a, arr_b
+    u = new(Served, (size,), dtype=torch.float32, device=device)
+    v = new(Served, (size,), dtype=torch.float32, device=device)
+    u.array, v.array = arr_a, arr_b
+    p = new(Method, (size,), dtype=torch.float32, device=device)
+    q = new(Method, (size,), dtype=torch.float32, device=device)
+    p.array, q.array = arr_a, arr_b
     return {
         "floor: jax.jit(add) call (C++ fast path)": best_time(
             lambda: jitted(arr_a, arr_b), n, repeats
@@ -174,10 +231,20 @@ def floors(arr_a, arr_b, size: int, device, n: int, repeats: int) -> dict[str, f
         ),
         "floor: subclass dispatch + new wrapper": best_time(lambda: fresh + fresh, n, repeats),
         "floor: subclass dispatch + launch + new wrapper": best_time(lambda: x + y, n, repeats),
+        "floor: subclass __torch_function__ + launch + new wrapper": best_time(
+            lambda: u + v, n, repeats
+        ),
+        "floor: subclass __add__ method + launch + new wrapper": best_time(
+            lambda: p + q, n, repeats
+        ),
     }
 
 
 def _served_by(env, func) -> str:
+    if isinstance(func, str):  # a hot Tensor operator (op_rows' counting_method)
+        if func.endswith("served"):
+            return "before the dispatcher (_fast_methods): an op-cache executable"
+        return "fast method's checks + PyTorch's dispatch (its op counted on its own row)"
     why = env._op_cache.uncacheable.get(func)
     if why is not None:
         return f"never cached: {why}"
@@ -199,7 +266,7 @@ def _served_by(env, func) -> str:
 def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
     """(op, calls per step, own CPU microseconds per step, how it is served) of ``step()``,
     most expensive first (run 3 times first, to fill the op cache)."""
-    from torchlax_core import _tensor
+    from torchlax_core import _fast_methods, _tensor
 
     for _ in range(3):
         step()
@@ -219,12 +286,37 @@ def op_rows(env, step, steps: int = 10) -> list[tuple[str, float, float, str]]:
             own[func] = own.get(func, 0.0) + spent - nested[0]
             nested[0] = outer + spent
 
+    def counting_method(name, method):
+        # A hot operator served before the dispatcher (_fast_methods) runs no run_op; one
+        # that falls through runs one inside it, whose time is counted under its op.
+        def counted(*args, **kwargs):
+            outer, nested[0] = nested[0], 0.0
+            dispatched = len(calls)
+            before = sum(calls.values())
+            start = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - start
+                fell = sum(calls.values()) > before or len(calls) > dispatched
+                key = f"Tensor.{name}: " + ("fell through" if fell else "served")
+                calls[key] = calls.get(key, 0) + 1
+                own[key] = own.get(key, 0.0) + spent - nested[0]
+                nested[0] = outer + spent
+
+        return counted
+
+    methods = {name: torchlax_core.Tensor.__dict__[name] for name in _fast_methods._SERVED}
     _tensor.run_op = counting
+    for name, method in methods.items():
+        setattr(torchlax_core.Tensor, name, counting_method(name, method))
     try:
         for _ in range(steps):
             step()
     finally:
         _tensor.run_op = run_op
+        for name, method in methods.items():
+            setattr(torchlax_core.Tensor, name, method)
     rows = [(str(f), calls[f] / steps, own[f] / steps * 1e6, _served_by(env, f)) for f in calls]
     return sorted(rows, key=lambda row: -row[2])
 
