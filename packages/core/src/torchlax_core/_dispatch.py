@@ -27,7 +27,7 @@ from torch._prims_common import (
 )
 
 from . import _opcache, _tensor
-from ._dtypes import jax_dtype, torch_dtype
+from ._dtypes import jax_dtype, scalar_type_name, torch_dtype
 from ._errors import DeviceMismatchError
 from ._iterator_layout import iterator_layout, row_major_strides
 from ._registry import op_name
@@ -1478,26 +1478,6 @@ def _mutated_targets(func) -> list:
     return targets
 
 
-_SCALAR_TYPE_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
-
-
 def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
     """``value`` as ``dst`` holds it: PyTorch's can_cast check, then the cast (no resizing)."""
     dst_dtype = dst.dtype
@@ -1505,8 +1485,8 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
         src = torch_dtype(value.dtype)
         if not torch.can_cast(src, dst_dtype):
             raise RuntimeError(
-                f"{op_name(func)}: result type {_type_name(src)} can't be cast to the desired "
-                f"output type {_type_name(dst_dtype)}"
+                f"{op_name(func)}: result type {scalar_type_name(src)} can't be cast to the desired "
+                f"output type {scalar_type_name(dst_dtype)}"
             )
         value = value.astype(jax_dtype(dst_dtype))
     if value.shape != dst.shape:
