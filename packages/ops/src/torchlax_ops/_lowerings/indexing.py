@@ -254,8 +254,8 @@ def _check_put_dtype(self, source_dtype, check: bool) -> None:
     if check and source_dtype != self.dtype:
         raise RuntimeError(
             f"Index put requires the source and destination dtypes match, got "
-            f"{_scalar_name(self.dtype)} for the destination and {_scalar_name(source_dtype)} for the "
-            f"source (aten.index_put); convert the values with .to(x.dtype) first."
+            f"{_scalar_name(self.dtype)} for the destination and {_scalar_name(source_dtype)} "
+            f"for the source (aten.index_put); convert the values with .to(x.dtype) first."
         )
 
 
