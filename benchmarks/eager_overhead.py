@@ -30,11 +30,12 @@ served: "cached" (an op-cache executable), "view", "decomposition" (Python on Te
 ops dispatched one by one), "never cached" (with the cache's reason) or "plain"; a hot Tensor
 operator (``_fast_methods``: ``a + b``, ``a @ b``, ...) has rows of its own, its calls served
 before the dispatcher apart from those that fell through to it. ``--gpt2``
-does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--only-ops`` skips the
-``a + b`` timings.
+does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--factories`` times small
+tensors made on the jax device (``torch.tensor(data, device="jax")``, ``torch.empty``, ...);
+``--only-ops`` skips the ``a + b`` timings.
 
     uv run python benchmarks/eager_overhead.py [--n 2000] [--repeats 7] [--profile] [--mlp-step]
-        [--gpt2] [--only-ops]
+        [--gpt2] [--factories] [--only-ops]
 """
 
 from __future__ import annotations
@@ -363,6 +364,22 @@ def gpt2_forward_ops(steps: int = 10) -> list[tuple[str, float, float, str]]:
     return op_rows(env, step, steps)
 
 
+def factory_timings(n: int = 300, repeats: int = 7) -> dict[str, float]:
+    """Microseconds (CPU) per call of small tensors made on the jax device from Python or CPU
+    data: transformers' ``DynamicCache`` makes four ``torch.tensor([], device=...)`` per forward."""
+    cpu3 = torch.tensor([1.0, 2.0, 3.0])
+    cases = {
+        'torch.tensor([], device="jax")': lambda: torch.tensor([], device="jax"),
+        'torch.tensor([1, 2, 3], device="jax")': lambda: torch.tensor([1, 2, 3], device="jax"),
+        'torch.empty(0, device="jax")': lambda: torch.empty(0, device="jax"),
+        'torch.zeros(3, device="jax")': lambda: torch.zeros(3, device="jax"),
+        'torch.full((4,), 7.0, device="jax")': lambda: torch.full((4,), 7.0, device="jax"),
+        'cpu_tensor.to("jax") (3 floats)': lambda: cpu3.to("jax"),
+    }
+    with torchlax_core.enable():
+        return {name: best_time(fn, n, repeats) for name, fn in cases.items()}
+
+
 def print_rows(title: str, rows) -> None:
     total_calls = sum(r[1] for r in rows)
     total_us = sum(r[2] for r in rows)
@@ -426,6 +443,9 @@ def main() -> None:
         "--gpt2", action="store_true", help="count and time the ops of a GPT-2 eager forward"
     )
     parser.add_argument("--only-ops", action="store_true", help="skip the a + b timings")
+    parser.add_argument(
+        "--factories", action="store_true", help="time small tensors made on the jax device"
+    )
     args = parser.parse_args()
     n, repeats = args.n, args.repeats
 
@@ -435,6 +455,10 @@ def main() -> None:
         print_rows("ops of one eager MLP training step", mlp_step_ops())
     if args.gpt2:
         print_rows("ops of one eager GPT-2 forward (2 layers)", gpt2_forward_ops())
+    if args.factories:
+        print("\nsmall tensors made on the jax device (CPU us per call):")
+        for name, us in factory_timings().items():
+            print(f"  {name:<44}{us:>8.1f} us")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 import torch
 import torchlax_core
 from torchlax_core import DeviceMismatchError, Tensor, UnsupportedDtypeError
-from torchlax_core.internal import COMPUTE_DTYPES
+from torchlax_core.internal import COMPUTE_DTYPES, DTYPES, scalar_type_name
 
 ALL_DTYPES = [*COMPUTE_DTYPES, torch.float8_e4m3fn, torch.float8_e5m2]
 
@@ -69,6 +71,22 @@ def test_unrepresentable_dtype_raises_clearly():
         torchlax_core.jax_dtype(torch.complex32)
     with torchlax_core.enable(), pytest.raises(UnsupportedDtypeError, match="complex32"):
         torch.zeros(2, dtype=torch.complex32).to("jax")
+
+
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.complex32], ids=str)
+def test_scalar_type_name_is_pytorchs(dtype):
+    # The one map behind every error message that names a dtype in PyTorch's words; PyTorch's
+    # legacy tensor type names (torch.LongTensor) use the same ScalarType names.
+    with warnings.catch_warnings():  # (complex32 is experimental in PyTorch)
+        warnings.simplefilter("ignore")
+        expected = torch.empty(0, dtype=dtype).type().removeprefix("torch.")
+    assert scalar_type_name(dtype) + "Tensor" == expected
+    if dtype in DTYPES:  # JAX dtypes and arrays are named by their torch dtype's name
+        jax_type = torchlax_core.jax_dtype(dtype)
+        assert scalar_type_name(jax_type) == scalar_type_name(dtype)
+        with torchlax_core.enable():  # (64-bit mode: int64 arrays stay int64)
+            array = jnp.zeros(1, jax_type)
+        assert scalar_type_name(array) == scalar_type_name(dtype)
 
 
 def test_conversions_behave_as_pytorch():

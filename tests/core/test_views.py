@@ -108,6 +108,18 @@ def test_view_of_a_view_chain():
     _check(fn)
 
 
+def test_same_view_chain_of_different_bases_reads_each_its_own():
+    # Deferred views with equal arguments share one recompute function (built once per
+    # arguments and parent): each must still read, and write back to, its own base.
+    def fn(x):
+        y = x * 10
+        views = [t.view(2, 12).t()[2:5].transpose(0, 1) for t in (x, y, x.t().contiguous())]
+        views[1][0].fill_(-1.0)
+        return x, y, *views
+
+    _check(fn)
+
+
 def test_view_then_inplace_updates_base():
     def fn(x):
         x.view(-1).add_(1)

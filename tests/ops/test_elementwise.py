@@ -182,6 +182,16 @@ def test_lerp_addcmul_addcdiv():
     same(torch.addcdiv(jx(a), jx(b), jx(w + 1), value=-2), torch.addcdiv(a, b, w + 1, value=-2))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint16, torch.bool])
+def test_lerp_of_a_non_float_tensor_raises_pytorchs_error(dtype):
+    a = torch.ones(3, dtype=dtype)
+    with pytest.raises(NotImplementedError) as expected:
+        torch.lerp(a, a, 0.5)
+    with pytest.raises(NotImplementedError) as got:
+        torch.lerp(jx(a), jx(a), 0.5)
+    assert str(got.value).startswith(str(expected.value))  # "... not implemented for 'UInt16'"
+
+
 def test_unary_math_int_inputs_become_float():
     for fn in (torch.exp, torch.sin, torch.sqrt, torch.sigmoid, torch.erf, torch.log1p):
         same(fn(jx(INTS.abs())), fn(INTS.abs()))

@@ -27,7 +27,7 @@ from torch._prims_common import (
 )
 
 from . import _opcache, _tensor
-from ._dtypes import jax_dtype, torch_dtype
+from ._dtypes import jax_dtype, scalar_type_name, torch_dtype
 from ._errors import DeviceMismatchError
 from ._iterator_layout import iterator_layout, row_major_strides
 from ._registry import op_name
@@ -455,6 +455,13 @@ def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(d) for d in np.argsort(order))
 
 
+@functools.lru_cache(maxsize=1024)
+def _transposed_back(back: tuple[int, ...]) -> _TransposedBack:
+    """One ``_TransposedBack`` per permutation (it holds nothing else): views of it then share
+    their recompute functions (``_deferred_compute``)."""
+    return _TransposedBack(back)
+
+
 def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     """The Tensor of ``strides`` (a dense layout, dimension ``order[0]`` outermost) whose
     storage is ``stored``, its elements in memory order (the tensor transposed to ``order``).
@@ -467,7 +474,7 @@ def stored_in_order(stored, order, strides=None, value=None) -> Tensor:
     deferred view), so a chain of ops that all run in memory order never transposes.
     """
     back = _inverse(tuple(order))
-    compute = _TransposedBack(back)
+    compute = _transposed_back(back)
     if strides is None:
         dense = row_major_strides(tuple(stored.shape))
         strides = tuple(dense[d] for d in back)
@@ -1093,6 +1100,11 @@ def view_impl(func, fn) -> Callable:
     deferrable = splits or func in _DEFERRED_VIEWS
     identity = func in _IDENTITY_VIEWS
     layout_cache: dict = {}  # see _view_layouts
+    # The deferred views' recompute functions, one per (other arguments, result index, parent's
+    # function): they read no tensor, so every call with the same arguments shares one (built
+    # once, its recipe with it) instead of new closures per call.
+    computes: dict = {}
+    token = _RecipeOp.of(func)
 
     def impl(args, kwargs):
         base = args[0]
@@ -1101,8 +1113,12 @@ def view_impl(func, fn) -> Callable:
             return _wrap(_call(fn, jargs, jkwargs))
         storage = base._storage
         root_array = storage.array
+        try:  # frozen once: the layout cache's key and the deferred view's recipe
+            frozen = _frozen(args[1:])
+        except TypeError:  # a tensor argument: neither is cached
+            frozen = None
         # First, so that PyTorch's own errors come out (view of a non-viewable layout, ...).
-        layouts = _view_layouts(func, base, args, kwargs, root_array, layout_cache)
+        layouts = _view_layouts(func, base, args, kwargs, root_array, layout_cache, frozen)
         parent = base._view
         if (
             identity
@@ -1118,21 +1134,33 @@ def view_impl(func, fn) -> Callable:
         if (
             deferrable
             and layouts is not None
+            and frozen is not None
             and (splits or len(layouts) == 1)
             and not kwargs
             and type(root_array) is _ArrayImpl
             and (parent is None or (parent.seen is None and parent.compute is not None))
         ):
             device = base.device
+            kind = op_kind if parent is None else max(op_kind, parent.kind)
             if splits:
                 return [
                     _deferred_view(
-                        func, fn, storage, root_array, parent, op_kind, args, layout, device, i
+                        _deferred_compute(computes, token, fn, args, frozen, parent, i),
+                        storage,
+                        root_array,
+                        kind,
+                        layout,
+                        device,
                     )
                     for i, layout in enumerate(layouts)
                 ]
             return _deferred_view(
-                func, fn, storage, root_array, parent, op_kind, args, layouts[0], device
+                _deferred_compute(computes, token, fn, args, frozen, parent, None),
+                storage,
+                root_array,
+                kind,
+                layouts[0],
+                device,
             )
         jargs, jkwargs = unwrap(args, kwargs)  # (the view's array stays inside the storage)
         rest = jargs[1:]
@@ -1182,31 +1210,64 @@ def view_impl(func, fn) -> Callable:
     return impl
 
 
-def _deferred_view(
-    func, fn, storage, root_array, parent, kind, args, layout, device, index=None
-) -> Tensor:
-    """A view whose array is computed when first read (``_View.seen`` None until then); with
-    ``index``, the ``index``-th result of a multi-result view op."""
+class _RecipeOp:
+    """A view op as deferred views' recipes name it: hashed by identity (an ``OpOverload``'s
+    ``__hash__`` is Python code, and the op cache hashes every deferred argument's recipe on
+    each hit). One per op, so that recipes from different environments still compare equal."""
+
+    __slots__ = ("func",)
+    _interned: dict = {}
+
+    def __init__(self, func):
+        self.func = func
+
+    @classmethod
+    def of(cls, func) -> _RecipeOp:
+        token = cls._interned.get(func)
+        if token is None:
+            token = cls._interned[func] = cls(func)
+        return token
+
+    def __repr__(self) -> str:
+        return f"_RecipeOp({self.func})"
+
+
+def _deferred_compute(computes: dict, token, fn, args, frozen, parent, index):
+    """The function computing a deferred view (of view op ``token``, its other arguments
+    ``args[1:]``, frozen to ``frozen``) from its root array, with its ``recipe``; with ``index``,
+    the ``index``-th result of a multi-result view op. Shared by the calls with equal arguments
+    and the same parent function (kept in ``computes``, bounded)."""
+    parent_compute = None if parent is None else parent.compute
+    key = (frozen, index, parent_compute)
+    shared = computes.get(key)
+    if shared is not None:
+        return shared
     rest = list(args[1:])
     if index is None:
-        recipe = ((func, _frozen(rest)),)
+        recipe = ((token, frozen),)
 
         def compute(array):
             return _call(fn, [array, *rest], {})
     else:
-        recipe = ((func, _frozen(rest), index),)
+        recipe = ((token, frozen, index),)
 
         def compute(array):
             return _call(fn, [array, *rest], {})[index]
 
-    if parent is not None:  # a view of a deferred view: one function from the root
-        compute = _then(parent.compute, compute)
-        recipe = parent.compute.recipe + recipe
-        kind = max(kind, parent.kind)
+    if parent_compute is not None:  # a view of a deferred view: one function from the root
+        compute = _then(parent_compute, compute)
+        recipe = parent_compute.recipe + recipe
     compute.recipe = recipe  # pyright: ignore[reportFunctionMemberAccess]  (our own attribute: the op cache keys on it)
-    shape = layout[3]
+    if len(computes) < 4096:
+        computes[key] = compute
+    return compute
+
+
+def _deferred_view(compute, storage, root_array, kind, layout, device) -> Tensor:
+    """A view whose array is computed by ``compute`` when first read (``_View.seen`` None
+    until then)."""
     return _make(
-        _Aval(shape, root_array),  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype)
+        _Aval(layout[3], root_array),  # pyright: ignore[reportArgumentType]  (_make reads shape, dtype)
         storage,
         _View(compute, kind, None, None),
         layout=layout,
@@ -1214,7 +1275,7 @@ def _deferred_view(
     )
 
 
-def _view_layouts(func, base, args, kwargs, root_array, cache: dict) -> list | None:
+def _view_layouts(func, base, args, kwargs, root_array, cache: dict, frozen) -> list | None:
     """PyTorch's ``(strides, storage_offset, storage_nbytes, shape)`` of each result of view op
     ``func`` on ``base``: the op run once on a meta tensor of the base's layout, then kept in
     ``cache`` (one per view op: its key then needs no op, whose hash is Python code).
@@ -1222,6 +1283,8 @@ def _view_layouts(func, base, args, kwargs, root_array, cache: dict) -> list | N
     ``None`` where PyTorch has no meta kernel for the op (the view is then row-major).
     """
     try:
+        if frozen is None:  # a tensor argument
+            raise TypeError("tensor")
         key = (  # the base's layout, the storage's shape and dtype, the other arguments
             base.shape,
             base.stride(),
@@ -1229,7 +1292,7 @@ def _view_layouts(func, base, args, kwargs, root_array, cache: dict) -> list | N
             base.dtype,
             root_array.shape,
             root_array.dtype,
-            _frozen(args[1:]),
+            frozen,
             _frozen(kwargs) if kwargs else (),
         )
         hit = cache.get(key)
@@ -1248,7 +1311,10 @@ def _frozen(x):
     if t is int:
         return x
     if t is list or t is tuple:
-        return tuple(y if type(y) is int else _frozen(y) for y in x)
+        for y in x:  # most view arguments are flat lists of ints: no generator needed
+            if type(y) is not int:
+                return tuple(y if type(y) is int else _frozen(y) for y in x)
+        return x if t is tuple else tuple(x)
     if isinstance(x, torch.Tensor):
         raise TypeError("tensor")
     if type(x) is dict:
@@ -1441,26 +1507,6 @@ def _mutated_targets(func) -> list:
     return targets
 
 
-_SCALAR_TYPE_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
-
-
 def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
     """``value`` as ``dst`` holds it: PyTorch's can_cast check, then the cast (no resizing)."""
     dst_dtype = dst.dtype
@@ -1468,8 +1514,8 @@ def cast_for_write(func, dst: Tensor, value: jax.Array) -> jax.Array:
         src = torch_dtype(value.dtype)
         if not torch.can_cast(src, dst_dtype):
             raise RuntimeError(
-                f"{op_name(func)}: result type {_type_name(src)} can't be cast to the desired "
-                f"output type {_type_name(dst_dtype)}"
+                f"{op_name(func)}: result type {scalar_type_name(src)} can't be cast to the desired "
+                f"output type {scalar_type_name(dst_dtype)}"
             )
         value = value.astype(jax_dtype(dst_dtype))
     if value.shape != dst.shape:

@@ -78,3 +78,43 @@ def torch_dtype(dtype) -> torch.dtype:
         raise UnsupportedDtypeError(
             f"JAX dtype {dtype} has no torch counterpart, so it cannot become a torchlax Tensor."
         ) from None
+
+
+# PyTorch's names of dtypes in its error messages (c10's ScalarType names: "Long" for int64),
+# one map for every message torchlax writes in PyTorch's words. It names the dtypes a promotion
+# reaches that no torchlax Tensor holds (complex32, ...) too.
+_SCALAR_TYPE_NAMES: dict[torch.dtype, str] = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+    torch.float8_e4m3fn: "Float8_e4m3fn",
+    torch.float8_e5m2: "Float8_e5m2",
+    torch.float8_e4m3fnuz: "Float8_e4m3fnuz",
+    torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
+}
+if hasattr(torch, "bcomplex32"):  # (bfloat16 + 1j promotes to it, in recent PyTorch)
+    _SCALAR_TYPE_NAMES[torch.bcomplex32] = "BComplex32"  # pyright: ignore[reportAttributeAccessIssue]  (absent from older torch stubs)
+
+
+def scalar_type_name(x) -> str:
+    """PyTorch's name of a dtype in its error messages (``'Long'``, ``'ComplexFloat'``): ``x`` a
+    torch dtype, a JAX/NumPy dtype, or an array (its dtype)."""
+    if not isinstance(x, torch.dtype):
+        dtype = np.dtype(getattr(x, "dtype", x))
+        x = _JAX_TO_TORCH.get(dtype)
+        if x is None:  # (a JAX dtype torch lacks: int4, ...)
+            return dtype.name
+    return _SCALAR_TYPE_NAMES.get(x, str(x).removeprefix("torch."))

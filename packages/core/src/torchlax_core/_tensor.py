@@ -27,6 +27,7 @@ import torch
 from ._current import current_env
 from ._dtypes import _JAX_TO_TORCH as _DTYPES  # jax dtype -> torch dtype, for _make
 from ._dtypes import jax_dtype, torch_dtype
+from ._host_put import put
 from ._run import run_op
 from ._x64 import x64
 
@@ -564,8 +565,11 @@ def _to_cpu(array) -> torch.Tensor:
 
 
 def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
-    """Copy a CPU (or other) torch.Tensor into a new jax.Array of the same dtype."""
+    """Copy a CPU (or other) torch.Tensor into a new jax.Array of the same dtype (on ``device``,
+    a ``jax.Device``; ``None``: JAX's default device, uncommitted)."""
     target = jax_dtype(tensor.dtype)
+    if tensor.numel() == 0:  # nothing to copy (transformers' DynamicCache makes 4 per forward)
+        return put(np.zeros(tuple(tensor.shape), target), device)
     t = tensor.detach().resolve_conj().resolve_neg().contiguous().cpu()
     # (np.from_dlpack, not t.numpy(): numpy() marks the caller's storage non-resizable for good)
     if t.dtype in (torch.bfloat16,) or t.dtype.itemsize == 1 and t.is_floating_point():
@@ -573,17 +577,5 @@ def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
         host = raw.view(target)
     else:
         host = np.from_dlpack(t)
-    if device is not None and device == _default_device():
-        # Uncommitted, as JAX's own default placement: such an array combines with arrays
-        # sharded over a mesh (JAX moves it), as a tensor on PyTorch's default device does.
-        device = None
-    with x64():  # keep int64/float64 (0-d CPU scalars are unwrapped outside x64)
-        return jax.device_put(np.array(host, copy=True), device)
-
-
-def _default_device():
-    """The device JAX puts uncommitted arrays on (``jax.config.jax_default_device`` or the
-    first local device)."""
-    from jax._src.interpreters.pxla import get_default_device
-
-    return get_default_device()
+    # A copy only the new array holds: ``put`` may keep its host buffer as the array's.
+    return put(np.array(host, copy=True), device)

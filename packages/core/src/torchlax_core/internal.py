@@ -37,6 +37,7 @@ from ._dispatch import stored_in_order as stored_in_order
 from ._dispatch import viewed_back as viewed_back
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
+from ._dtypes import scalar_type_name as scalar_type_name
 from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
 from ._logging import get_logger as get_logger
 from ._program import tracing as tracing
@@ -76,6 +77,7 @@ __all__ = [
     "op_name",
     "peek_array",
     "record_compile",
+    "scalar_type_name",
     "set_exclusive",
     "storage_of",
     "stored_in_order",

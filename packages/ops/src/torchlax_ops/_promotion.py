@@ -21,6 +21,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promotion
 from torch._prims_common import elementwise_dtypes
 from torchlax_core import DtypeNotImplementedError, UnsupportedDtypeError, jax_dtype, torch_dtype
+from torchlax_core.internal import scalar_type_name
 
 __all__ = [
     "HALF",
@@ -260,18 +261,13 @@ def _not_implemented(op: str, exc: UnsupportedDtypeError) -> DtypeNotImplemented
     dtype = exc.dtype
     if dtype is None:  # (a JAX dtype torch lacks: not a promotion's result)
         return DtypeNotImplementedError(f'"{op}": {exc}')
-    name = _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+    name = scalar_type_name(dtype)
     return DtypeNotImplementedError(
         f'"{op}" not implemented for {name!r} on the jax device: its inputs promote to {dtype}, '
         "which JAX cannot represent. Convert an input to a wider dtype first "
         "(for complex32: x.to(torch.complex64))."
     )
 
-
-# ATen's names of the dtypes a half-precision tensor and a complex number promote to
-_SCALAR_TYPE_NAMES = {torch.complex32: "ComplexHalf"}
-if hasattr(torch, "bcomplex32"):  # (bfloat16 + 1j, in recent PyTorch)
-    _SCALAR_TYPE_NAMES[torch.bcomplex32] = "BComplex32"
 
 HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 _ARRAYS = (jax.Array, np.ndarray, np.generic)

@@ -7,7 +7,7 @@ written here: ``_promotion`` holds its one definition.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
+from torchlax_core.internal import scalar_type_name
 
 __all__ = ["HIGHEST", "_dtype_of", "_ntuple", "_scalar_name", "_vjp"]
 
@@ -34,24 +34,6 @@ def _dtype_of(torch_dtype):
     return jax_dtype(torch_dtype)
 
 
-# How PyTorch's error messages name dtypes (c10's ScalarType names).
-_SCALAR_NAMES = {
-    "bool": "Bool",
-    "uint8": "Byte",
-    "int8": "Char",
-    "int16": "Short",
-    "int32": "Int",
-    "int64": "Long",
-    "float16": "Half",
-    "bfloat16": "BFloat16",
-    "float32": "Float",
-    "float64": "Double",
-    "complex64": "ComplexFloat",
-    "complex128": "ComplexDouble",
-}
-
-
-def _scalar_name(x) -> str:
-    """PyTorch's name of ``x``'s dtype (``'ComplexFloat'``), ``x`` an array or a dtype."""
-    name = jnp.dtype(getattr(x, "dtype", x)).name
-    return _SCALAR_NAMES.get(name, name)
+# How PyTorch's error messages name dtypes (``'ComplexFloat'``), ``x`` an array or a dtype: the
+# core's one map.
+_scalar_name = scalar_type_name

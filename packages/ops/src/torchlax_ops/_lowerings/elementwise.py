@@ -256,10 +256,8 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     return _addcdiv(self, tensor1, tensor2, value=value)
 
 
-# ATen's names in lerp's messages: ScalarType names of the integral types, C++ type names of the
-# floating ones.
-_SCALAR_TYPE_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char"}
-_SCALAR_TYPE_NAMES |= {"uint8": "Byte", "bool": "Bool"}
+# ATen's names in lerp's messages: ScalarType names of the integral types (_scalar_name), C++
+# type names of the floating ones.
 _CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half"}
 _CPP_TYPE_NAMES |= {"bfloat16": "c10::BFloat16", "complex64": "c10::complex<float>"}
 _CPP_TYPE_NAMES |= {"complex128": "c10::complex<double>"}
@@ -270,7 +268,7 @@ def lerp(self, end, weight):
     # No promotion in PyTorch: end, and weight unless 0-d, must have self's floating dtype.
     if not jnp.issubdtype(self.dtype, jnp.inexact):
         kernel = "lerp_kernel_tensor" if isinstance(weight, jax.Array) else "lerp_kernel_scalar"
-        name = _SCALAR_TYPE_NAMES.get(self.dtype.name, self.dtype.name)
+        name = _scalar_name(self.dtype)
         raise NotImplementedError(
             f"\"{kernel}\" not implemented for '{name}' (torch.lerp); convert the inputs to a "
             "floating dtype first."

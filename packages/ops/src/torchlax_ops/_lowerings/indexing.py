@@ -254,15 +254,9 @@ def _check_put_dtype(self, source_dtype, check: bool) -> None:
     if check and source_dtype != self.dtype:
         raise RuntimeError(
             f"Index put requires the source and destination dtypes match, got "
-            f"{_type_name(self.dtype)} for the destination and {_type_name(source_dtype)} for the "
-            f"source (aten.index_put); convert the values with .to(x.dtype) first."
+            f"{_scalar_name(self.dtype)} for the destination and {_scalar_name(source_dtype)} "
+            f"for the source (aten.index_put); convert the values with .to(x.dtype) first."
         )
-
-
-def _type_name(dtype) -> str:
-    """PyTorch's name of a dtype in messages (Double, Int, ...)."""
-    name = torch.empty(0, dtype=torch_dtype(dtype)).type()  # e.g. torch.DoubleTensor
-    return name.removeprefix("torch.").removesuffix("Tensor")
 
 
 def _broadcast_for_put(values, selected: tuple):
