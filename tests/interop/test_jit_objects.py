@@ -1,0 +1,85 @@
+"""jit: returned objects that are not pytree nodes (a transformers cache, a user's class) come
+back with the tensors the program computed, a fresh object per call, as eagerly."""
+
+import functools
+
+import pytest
+import torch
+import torchlax_core
+from torchlax_interop import from_torch, jit
+
+
+class Holder:
+    """A plain object, not a pytree node: a list of tensors and an int."""
+
+    def __init__(self, tensors, count):
+        self.tensors = tensors
+        self.count = count
+
+
+def _holding(x):
+    return x.sum(), Holder([x * 2, torch.sin(x)], 7)
+
+
+def test_object_holding_tensors_matches_eager_and_is_fresh_per_call():
+    x = torch.randn(3, 4)
+    _, expected = _holding(x)
+    fn = jit(_holding)
+    _, first = fn(from_torch(x))
+    _, second = fn(from_torch(x + 1))
+    assert type(first) is Holder and first.count == 7
+    assert first is not second and first.tensors is not second.tensors
+    for got, want in zip(first.tensors, expected.tensors, strict=True):
+        assert isinstance(got, torchlax_core.Tensor)
+        torch.testing.assert_close(got.cpu(), want)
+    # the second call did not write into the first call's object
+    torch.testing.assert_close(first.tensors[0].cpu(), x * 2)
+    torch.testing.assert_close(second.tensors[1].cpu(), torch.sin(x + 1))
+    third = fn(from_torch(x))[1]  # the cached program's template holds no tracer, no tensor
+    assert all(isinstance(t, torchlax_core.Tensor) for t in third.tensors)
+    torch.testing.assert_close(third.tensors[1].cpu(), torch.sin(x))
+    assert fn.compilations == 1  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def test_object_output_with_cpu_tensors_in_and_out():
+    x = torch.randn(5)
+    _, got = jit(_holding)(x)
+    assert all(type(t) is torch.Tensor for t in got.tensors)
+    torch.testing.assert_close(got.tensors[1], torch.sin(x))
+
+
+def test_object_holding_a_tensor_where_it_cannot_be_replaced_raises_naming_it():
+    def returns_partial(x):
+        return {"scale": functools.partial(torch.mul, x * 2)}
+
+    with pytest.raises(RuntimeError, match=r"partial at output\['scale'\].*register_pytree_node"):
+        jit(returns_partial)(from_torch(torch.randn(3)))
+
+
+class _Uncopyable(Holder):
+    def __copy__(self):
+        raise TypeError("this object cannot be copied")
+
+
+def test_object_that_cannot_be_copied_raises_naming_it():
+    fn = jit(lambda x: _Uncopyable([x + 1], 0))
+    with pytest.raises(RuntimeError, match="_Uncopyable at output.*cannot be copied"):
+        fn(from_torch(torch.randn(3)))
+
+
+def test_gpt2_cache_under_jit_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16)
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(config).eval()
+    ids = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        expected = model(ids)
+        with torchlax_core.enable():
+            got = jit(model.to("jax"))(ids.to("jax"))
+    torch.testing.assert_close(got.last_hidden_state.cpu(), expected.last_hidden_state)
+    layers = got.past_key_values.layers
+    assert len(layers) == len(expected.past_key_values.layers) == 1
+    for layer, want in zip(layers, expected.past_key_values.layers, strict=True):
+        torch.testing.assert_close(layer.keys.cpu(), want.keys)
+        torch.testing.assert_close(layer.values.cpu(), want.values)
