@@ -41,6 +41,23 @@ def test_object_holding_tensors_matches_eager_and_is_fresh_per_call():
     assert fn.compilations == 1  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
 
 
+def test_object_holding_an_input_and_a_parameter():
+    linear = torch.nn.Linear(3, 2).to("jax")
+
+    def fn(x):
+        return Holder([linear(x), x, linear.weight], 0)
+
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        got = jit(fn)(from_torch(x))
+    # the parameter is state: the same object, as eagerly; the input comes back as the jit
+    # returns inputs (a tensor of its value)
+    assert got.tensors[2] is linear.weight
+    torch.testing.assert_close(got.tensors[1].cpu(), x)
+    expected = torch.nn.functional.linear(x, linear.weight.cpu(), linear.bias.cpu())
+    torch.testing.assert_close(got.tensors[0].cpu(), expected)
+
+
 def test_object_output_with_cpu_tensors_in_and_out():
     x = torch.randn(5)
     _, got = jit(_holding)(x)
