@@ -58,6 +58,22 @@ def test_object_holding_an_input_and_a_parameter():
     torch.testing.assert_close(got.tensors[0].cpu(), expected)
 
 
+def test_backward_through_a_tensor_of_a_returned_object():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    (linear(x) ** 2).sum().backward()
+    expected = linear.weight.grad
+    assert expected is not None
+    linear.weight.grad = None
+    linear.to("jax")
+    got = jit(lambda x: Holder({"y": linear(x)}, 0))(from_torch(x))
+    (got.tensors["y"] ** 2).sum().backward()
+    grad = linear.weight.grad
+    assert grad is not None
+    torch.testing.assert_close(grad.cpu(), expected)
+
+
 def test_object_output_with_cpu_tensors_in_and_out():
     x = torch.randn(5)
     _, got = jit(_holding)(x)
@@ -65,23 +81,37 @@ def test_object_output_with_cpu_tensors_in_and_out():
     torch.testing.assert_close(got.tensors[1], torch.sin(x))
 
 
-def test_object_holding_a_tensor_where_it_cannot_be_replaced_raises_naming_it():
-    def returns_partial(x):
-        return {"scale": functools.partial(torch.mul, x * 2)}
-
-    with pytest.raises(RuntimeError, match=r"partial at output\['scale'\].*register_pytree_node"):
-        jit(returns_partial)(from_torch(torch.randn(3)))
-
-
 class _Uncopyable(Holder):
     def __copy__(self):
         raise TypeError("this object cannot be copied")
 
 
-def test_object_that_cannot_be_copied_raises_naming_it():
-    fn = jit(lambda x: _Uncopyable([x + 1], 0))
-    with pytest.raises(RuntimeError, match="_Uncopyable at output.*cannot be copied"):
-        fn(from_torch(torch.randn(3)))
+class _Cyclic(Holder):
+    def __init__(self, tensors):
+        super().__init__(tensors, 0)
+        self.me = self
+
+
+@pytest.mark.parametrize(
+    ("returns", "message"),
+    [
+        (
+            lambda x: {"scale": functools.partial(torch.mul, x * 2)},
+            r"partial at output\['scale'\] \(inside a partial\) holds a tensor the function "
+            r"computed where torchlax cannot put another",
+        ),
+        (
+            lambda x: (x, Holder(lambda: x * 3, 0)),
+            r"Holder at output\[1\]\.tensors \(inside a closure\) holds a tensor",
+        ),
+        (lambda x: _Uncopyable([x + 1], 0), r"_Uncopyable at output cannot be copied"),
+        (lambda x: _Cyclic([x + 1]), r"_Cyclic at output\.me reaches the same object"),
+    ],
+    ids=["c-field", "closure", "uncopyable", "cycle"],
+)
+def test_object_whose_tensors_cannot_be_put_back_raises_naming_it(returns, message):
+    with pytest.raises(RuntimeError, match=message + ".*register_pytree_node.*use_cache=False"):
+        jit(returns)(from_torch(torch.randn(3)))
 
 
 def test_gpt2_cache_under_jit_matches_eager():

@@ -91,7 +91,10 @@ def find(
     if isinstance(leaf, _ATOMS) or isinstance(leaf, torch.Tensor):
         return None
     search = _Search(stateful, name, owner, leaf)
+    search.holds[id(leaf)] = None
     trie = search.walk(leaf, (), 0)
+    search.holds[id(leaf)] = bool(trie)
+    search.check_back_references()
     if not trie:
         return None
     template = _rebuilt(leaf, trie, [_PLACEHOLDER] * len(search.tensors), search.error)
@@ -140,10 +143,14 @@ class _Search:
             self.holds[id(value)] = bool(sub)
             if sub:
                 trie[step] = sub
+        return trie
+
+    def check_back_references(self) -> None:
+        """A reference back to an object that holds computed tensors: its copy would not be
+        referred to by the copies (the sharing cannot be kept)."""
         for value, at in self.back_references:
             if self.holds.get(id(value)):
                 raise self._shared(at)
-        return trie
 
     def _children(self, node: Any, path: tuple, depth: int):
         self.nodes += 1
@@ -153,7 +160,7 @@ class _Search:
             )
         if type(node) in (list, tuple) or _is_namedtuple(node):
             return [((_ITEM, i), v) for i, v in enumerate(node)]
-        if type(node) is dict:
+        if isinstance(node, dict):  # an OrderedDict or defaultdict too (copied with copy.copy)
             return [((_ITEM, k), v) for k, v in node.items()]
         if isinstance(node, types.MethodType):
             node = node.__func__
@@ -188,9 +195,8 @@ class _Search:
             if self._traced(node, path):
                 raise self.error(
                     path,
-                    f"holds a tensor the function computed inside a {type(node).__name__} "
-                    "field that torchlax cannot replace (a C extension's field, a closure, a "
-                    "set)",
+                    "holds a tensor the function computed where torchlax cannot put another "
+                    "in its place (a C extension's field, a closure, a set)",
                 )
             return
         if isinstance(node, _ATOMS) or depth > _MAX_DEPTH or id(node) in self.holds:
@@ -260,7 +266,9 @@ def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ())
     try:
         new = copy.copy(node)
         for (kind, name), v in values.items():
-            if kind == _ATTR:
+            if kind == _ITEM:  # a dict subclass
+                new[name] = v
+            elif kind == _ATTR:
                 new.__dict__[name] = v  # past a custom __setattr__ (a frozen dataclass)
             else:
                 object.__setattr__(new, name, v)
