@@ -106,8 +106,12 @@ class _Cyclic(Holder):
         ),
         (lambda x: _Uncopyable([x + 1], 0), r"_Uncopyable at output cannot be copied"),
         (lambda x: _Cyclic([x + 1]), r"_Cyclic at output\.me reaches the same object"),
+        (
+            lambda x: (x, Holder([x.jax() * 2], 0)),  # pyright: ignore[reportAttributeAccessIssue]  (a torchlax Tensor)
+            r"Holder at output\[1\]\.tensors\[0\] holds a JAX value computed inside",
+        ),
     ],
-    ids=["c-field", "closure", "uncopyable", "cycle"],
+    ids=["c-field", "closure", "uncopyable", "cycle", "jax-value"],
 )
 def test_object_whose_tensors_cannot_be_put_back_raises_naming_it(returns, message):
     with pytest.raises(RuntimeError, match=message + ".*register_pytree_node.*use_cache=False"):

@@ -46,6 +46,7 @@ _ATOMS = (
     np.ndarray,
     np.generic,
     range,
+    jax.Array,  # a concrete one: each check for a tracer (also a jax.Array) comes first
 )
 # A search this deep or this large is not trusted to have seen everything (an object graph
 # that reaches a whole program); it raises instead.
@@ -88,9 +89,11 @@ def find(
     None when it holds none. ``stateful``: ids of the state's storages (a parameter, a buffer:
     it is no leaked value, and the returned object keeps it, as eagerly). ``name`` (the leaf's
     path in the output, made when an error needs it) and ``owner`` (``torchlax.jit(fn)``) name it in errors."""
+    search = _Search(stateful, name, owner, leaf)
+    if isinstance(leaf, jax.core.Tracer):
+        raise search.error((), "is a JAX value computed inside the function (not a tensor)")
     if isinstance(leaf, _ATOMS) or isinstance(leaf, torch.Tensor):
         return None
-    search = _Search(stateful, name, owner, leaf)
     search.holds[id(leaf)] = None
     trie = search.walk(leaf, (), 0)
     search.holds[id(leaf)] = bool(trie)
@@ -125,12 +128,12 @@ class _Search:
                     if trie[step] == len(self.tensors):
                         self.tensors.append(value)
                 continue
-            if isinstance(value, _ATOMS):
-                continue
             if isinstance(value, jax.core.Tracer):
                 raise self.error(
                     sub_path, "holds a JAX value computed inside the function (not a tensor)"
                 )
+            if isinstance(value, _ATOMS):
+                continue
             seen = self.holds.get(id(value), False)
             if id(value) in self.holds:
                 if seen is None:  # a reference back to an object being searched
@@ -199,6 +202,8 @@ class _Search:
                     "in its place (a C extension's field, a closure, a set)",
                 )
             return
+        if isinstance(node, jax.core.Tracer):
+            raise self.error(path, "holds a JAX value computed inside the function")
         if isinstance(node, _ATOMS) or depth > _MAX_DEPTH or id(node) in self.holds:
             return
         if isinstance(node, (types.FunctionType, types.MethodType)):
@@ -208,8 +213,6 @@ class _Search:
         self.nodes += 1
         if self.nodes > _MAX_NODES:
             raise self.error(path, "is too large to search for the tensors the function computed")
-        if isinstance(node, jax.core.Tracer):
-            raise self.error(path, "holds a JAX value computed inside the function")
         for referent in gc.get_referents(node):
             self._refuse_hidden(referent, path, depth + 1)
 
