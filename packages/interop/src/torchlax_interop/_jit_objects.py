@@ -88,7 +88,8 @@ def find(
     """The plan for output leaf ``leaf`` and the traced tensors it holds (in output order), or
     None when it holds none. ``stateful``: ids of the state's storages (a parameter, a buffer:
     it is no leaked value, and the returned object keeps it, as eagerly). ``name`` (the leaf's
-    path in the output, made when an error needs it) and ``owner`` (``torchlax.jit(fn)``) name it in errors."""
+    path in the output, made only when an error needs it) and ``owner``
+    (``torchlax.jit(fn)``) name it in errors."""
     search = _Search(stateful, name, owner, leaf)
     if isinstance(leaf, jax.core.Tracer):
         raise search.error((), "is a JAX value computed inside the function (not a tensor)")
