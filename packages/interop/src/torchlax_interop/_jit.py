@@ -834,6 +834,7 @@ class _Jitted:
                 and not torch.is_grad_enabled()
                 and layout.reused(state)
                 and all(isinstance(t, Tensor) for t in inputs)
+                and in_layouts is None  # (row-major inputs: a repeat checks they still are)
             ):
                 self._repeat = _RepeatedForward(
                     layout,
@@ -1030,6 +1031,8 @@ class _RepeatedForward:
             or jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
             or tuple(map(type, args)) != self.types
             or bool(torchlax_core.current_env().config.checked) is not self.checks
+            # another layout (x.t()) is another program: its results take eager's strides
+            or not all(t.is_contiguous() for t in args)
         ):
             return _MISSED
         state_arrays = [s.array for s in self.state.storages]
@@ -1041,7 +1044,7 @@ class _RepeatedForward:
         if not self._holds():
             return _MISSED
         out_arrays, _, _ = self.core.run(self.entry, state_arrays, [], arrays)
-        return _returned(self.info, _to_tensors(out_arrays, True, arrays))
+        return _returned(self.info, _to_tensors(out_arrays, True, arrays, self.info.out_orders))
 
     def _holds(self) -> bool:
         return self.layout.holds_reached() and self.layout.reused(self.state)
