@@ -67,6 +67,31 @@ def test_jit_results_have_eager_strides(name):
         torch.testing.assert_close(got.cpu(), expected)
 
 
+@pytest.mark.parametrize("name", ["returns_a_transposed_view", "transposed_times_number"])
+def test_repeated_no_grad_calls_keep_eager_strides(name):
+    """A repeated ``no_grad`` forward takes a shortcut past the general path: its results are
+    laid out as the first call's, and another input layout is another program."""
+    fn, make = CASES[name]
+    expected = fn(*make(lambda t: t))
+    jitted = jit(fn)
+    with torch.no_grad():
+        for _ in range(3):  # traced, compiled (recorded), repeated
+            got = jitted(*make(lambda t: t.to("jax")))
+            assert _layout(got) == _layout(expected)
+            torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_repeated_no_grad_call_with_another_input_layout():
+    square = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    jitted = jit(lambda x: x * 2)
+    with torch.no_grad():
+        jitted(square.to("jax"))
+        jitted(square.to("jax"))  # recorded for repeats: row-major input
+        got = jitted(square.to("jax").t())  # the same shape and dtype, transposed
+    assert _layout(got) == _layout(square.t() * 2)
+    torch.testing.assert_close(got.cpu(), square.t() * 2)
+
+
 def test_a_laid_out_result_is_an_ordinary_tensor():
     """Written to, viewed and made contiguous, it behaves as eager PyTorch's result does."""
     jitted = jit(lambda x: x * 2)

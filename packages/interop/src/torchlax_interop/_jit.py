@@ -49,6 +49,8 @@ from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
+from ._jit_objects import ObjectOutput
+from ._jit_objects import find as find_object_output
 from ._jit_state import (
     CpuStateError,
     _Hashed,
@@ -151,10 +153,17 @@ class _Info:
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
     single_output: bool = dataclasses.field(init=False)
+    # Whether an output is an object rebuilt around its tensors (_jit_objects), and how many
+    # arrays the program outputs (its tensors count).
+    rebuilds: bool = dataclasses.field(init=False)
+    n_outputs: int = dataclasses.field(init=False)
 
     def __post_init__(self):
         self.writes = any(self.changed) or any(self.cpu_changed)
         self.single_output = self.out_spec.is_leaf() and self.out_statics[0] is _SLOT
+        objects = [s.n for s in self.out_statics if isinstance(s, ObjectOutput)]
+        self.rebuilds = bool(objects)
+        self.n_outputs = sum(s is _SLOT for s in self.out_statics) + sum(objects)
 
 
 class _Program:
@@ -250,13 +259,14 @@ class _Program:
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(self.jitted) from exc
                 out_flat, out_spec = pytree.tree_flatten(out)
-                out_tensors = [x for x in out_flat if isinstance(x, torch.Tensor)]
+                out_statics, out_tensors = _output_plan(
+                    out, out_flat, set(saved["storage_ids"]), self.jitted
+                )
                 out_orders = tuple(map(_dense_order, out_tensors))
                 out_arrays = [
                     _traced_array(x) if order is None else jnp.transpose(_traced_array(x), order)
                     for x, order in zip(out_tensors, out_orders, strict=True)
                 ]
-                out_statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in out_flat)
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
                 grad_slots = tuple(_slot(p.grad, saved, extra) for p in state.grads)
@@ -341,7 +351,7 @@ class _Program:
         assert entry.jaxpr is not None  # forward_core keeps jaxprs unless checks are on
         forward_fn = jax_core.jaxpr_as_fun(entry.jaxpr)
         n_state = len(entry.info.changed)
-        n_outs = sum(s is _SLOT for s in entry.info.out_statics)
+        n_outs = entry.info.n_outputs
 
         def backward_program(diff, other, lr_arrays, key, cotangents):
             def forward(diff):
@@ -608,6 +618,7 @@ class _Jitted:
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         # The last call, if it was a forward that the next call may repeat cheaply
         self._repeat: _RepeatedForward | None = None
+        self._cpu_outputs = False  # set while a call over lent CPU state runs
         self.__wrapped__ = target
 
     @property
@@ -676,8 +687,10 @@ class _Jitted:
                 lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
                 (args, kwargs),
             )
+            self._cpu_outputs = True
             out = self._call(args, kwargs)
         finally:
+            self._cpu_outputs = False
             self._layout = None  # found over the lent tensors: stale once they are given back
             for t, cpu, array in reversed(lent):
                 new, grad = array_of(t), t.grad
@@ -821,6 +834,7 @@ class _Jitted:
                 and not torch.is_grad_enabled()
                 and layout.reused(state)
                 and all(isinstance(t, Tensor) for t in inputs)
+                and in_layouts is None  # (row-major inputs: a repeat checks they still are)
             ):
                 self._repeat = _RepeatedForward(
                     layout,
@@ -849,6 +863,10 @@ class _Jitted:
             for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
                 for _ in range(count):
                     scheduler.step()
+        if self._cpu_outputs and info.rebuilds:
+            # A step over lent CPU state returns CPU tensors; those inside returned objects
+            # are put in place as such (the caller converts only the pytree's leaves).
+            outputs = [o.cpu() if isinstance(o, Tensor) else o for o in outputs]
         return _returned(info, outputs)
 
     def _state_signature(self, arrays: list) -> _Hashed:
@@ -912,11 +930,63 @@ def _returned(info: _Info, outputs: list):
     """What the function returned, with the program's output tensors in their places."""
     if info.single_output:
         return outputs[0]
+    if info.rebuilds:
+        return _returned_with_objects(info, outputs)
     if info.out_spec.is_leaf():
         return info.out_statics[0]
     it = iter(outputs)
     flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
     return pytree.tree_unflatten(flat_out, info.out_spec)
+
+
+def _returned_with_objects(info: _Info, outputs: list):
+    """``_returned`` where some output leaves are objects: each gets a fresh copy holding its
+    tensors of this call."""
+    flat_out = []
+    at = 0
+    for s in info.out_statics:
+        if s is _SLOT:
+            flat_out.append(outputs[at])
+            at += 1
+        elif isinstance(s, ObjectOutput):
+            flat_out.append(s.rebuilt(outputs[at : at + s.n]))
+            at += s.n
+        else:
+            flat_out.append(s)
+    return pytree.tree_unflatten(flat_out, info.out_spec)
+
+
+def _output_plan(out, out_flat: list, stateful: set, jitted) -> tuple[tuple, list]:
+    """Per output leaf, ``_SLOT`` (a tensor), an ``ObjectOutput`` (an object holding tensors
+    computed in the trace: they are outputs too) or the leaf (a constant); and the output
+    tensors, in the program's order."""
+    statics: list = []
+    tensors: list = []
+    for i, x in enumerate(out_flat):
+        if isinstance(x, torch.Tensor):
+            statics.append(_SLOT)
+            tensors.append(x)
+            continue
+        found = find_object_output(x, lambda i=i: _leaf_name(out, i), stateful, _owner(jitted))
+        if found is None:
+            statics.append(x)
+        else:
+            statics.append(found[0])
+            tensors.extend(found[1])
+    return tuple(statics), tensors
+
+
+def _leaf_name(out, i: int) -> str:
+    """The ``i``-th output leaf's path, as ``output['past_key_values']`` (for errors)."""
+    try:
+        path = pytree.tree_flatten_with_path(out)[0][i][0]
+    except Exception:  # a node type registered without key paths
+        return f"output leaf {i}"
+    return "output" + pytree.keystr(path)
+
+
+def _owner(jitted) -> str:
+    return f"torchlax.jit({getattr(jitted.target, '__qualname__', type(jitted.target).__name__)})"
 
 
 _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
@@ -961,6 +1031,8 @@ class _RepeatedForward:
             or jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
             or tuple(map(type, args)) != self.types
             or bool(torchlax_core.current_env().config.checked) is not self.checks
+            # another layout (x.t()) is another program: its results take eager's strides
+            or not all(t.is_contiguous() for t in args)
         ):
             return _MISSED
         state_arrays = [s.array for s in self.state.storages]
@@ -972,7 +1044,7 @@ class _RepeatedForward:
         if not self._holds():
             return _MISSED
         out_arrays, _, _ = self.core.run(self.entry, state_arrays, [], arrays)
-        return _returned(self.info, _to_tensors(out_arrays, True, arrays))
+        return _returned(self.info, _to_tensors(out_arrays, True, arrays, self.info.out_orders))
 
     def _holds(self) -> bool:
         return self.layout.holds_reached() and self.layout.reused(self.state)
@@ -985,7 +1057,7 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     jaxpr = entry.jaxpr.jaxpr
     info: _Info = entry.info
     n_state = len(state.storages)
-    n_outs = sum(s is _SLOT for s in info.out_statics)
+    n_outs = info.n_outputs
     invars = jaxpr.invars[:n_state]
     read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
     for i, v in enumerate(jaxpr.outvars):
