@@ -892,28 +892,17 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         return r
 
     def serving(otherwise: Callable, key_of: Callable) -> Callable:
-        """``impl(args, kwargs)``: a hit (``hit`` and ``wrap_hit`` inlined: one frame), else
-        ``otherwise``."""
+        """``impl(args, kwargs)``: a hit (``serve_hit``), else ``otherwise``."""
 
         def impl(args, kwargs):
-            if op.why is None and config.op_cache_size:
-                leaves: list = []
-                key = key_of(args, kwargs, leaves)
-                if key is not None:
-                    entry = entries.get(key)
-                    if entry is not None:
-                        stats.hits += 1
-                        try:
-                            entries.move_to_end(key)
-                        except KeyError:  # evicted by another thread just now
-                            pass
-                        return wrap_hit(entry, leaves)
-            return otherwise(args, kwargs)
+            out = serve_hit(args, kwargs)
+            return otherwise(args, kwargs) if out is None else out
 
         def serve_hit(args, kwargs):
-            """``impl``'s hit alone, else None: ``__torch_function__``'s fast path
-            (``_function_hook``) serves a call this way before PyTorch's dispatcher, and
-            otherwise lets it dispatch (which counts the miss and fills the cache)."""
+            """The hit alone (``hit`` and ``wrap_hit`` inlined: one frame before the launch),
+            else None. ``impl`` falls back to ``otherwise``; the Tensor's fast methods
+            (``_fast_methods``) serve a call this way before PyTorch's dispatcher, and
+            otherwise let it dispatch (which counts the miss and fills the cache)."""
             if op.why is None and config.op_cache_size:
                 leaves: list = []
                 key = key_of(args, kwargs, leaves)
