@@ -339,29 +339,45 @@ def write_back(dst: torch.Tensor, array: jax.Array, to_torch: Callable = torch.f
         dst.copy_(to_torch(array))
 
 
+# -- exclusive arrays (what a compiled program may donate; see ``_tensor._Storage``) ----------
+
+
+def peek_array(tensor: Tensor) -> jax.Array:
+    """``array_of(tensor)``, except that an exclusive storage stays exclusive: for a compiled
+    program that hands none of its inputs' arrays out (it tracks its own outputs)."""
+    if tensor._view is None:
+        # A root (every state tensor of a training step): its storage's array, flag untouched
+        # (a root's ``_value`` would only clear a flag that is then already clear).
+        return tensor._storage.array
+    if is_exclusive(tensor):
+        return tensor._peek()
+    return tensor._value()
+
+
 def peek_arrays(tensors: Sequence[Tensor]) -> list[jax.Array]:
-    """``internal.peek_array`` of each torchlax Tensor, in one loop (a compiled call's inputs,
-    on every call: a training step passes its whole state)."""
-    arrays = []
-    append = arrays.append
-    for tensor in tensors:
-        if tensor._view is None:
-            append(tensor._storage.array)
-        elif tensor._storage.exclusive and spans_storage(tensor):
-            append(tensor._peek())
-        else:
-            append(tensor._value())
-    return arrays
+    """``peek_array`` of each torchlax Tensor (a compiled call's inputs, on every call: a
+    training step passes its whole state)."""
+    return list(map(peek_array, tensors))
+
+
+def is_exclusive(tensor: Tensor) -> bool:
+    """Whether ``tensor`` spans its whole storage (no view, or an identity view) and nothing
+    outside that storage has seen its array since a compiled program wrote it: the array can
+    be donated to XLA without anyone left to read it."""
+    return tensor._storage.exclusive and spans_storage(tensor)
+
+
+def set_exclusive(tensor: Tensor) -> None:
+    """Record that ``tensor``'s storage now holds an array no one outside it has seen (a
+    compiled program just wrote it there, and handed it out nowhere else)."""
+    if spans_storage(tensor):
+        tensor._storage.exclusive = True
 
 
 def not_exclusive(tensors: Sequence[Tensor]) -> list[int]:
-    """The indices of the tensors whose arrays are not exclusive (``internal.is_exclusive``):
-    what a program may not donate as they are."""
-    return [
-        i
-        for i, tensor in enumerate(tensors)
-        if not (tensor._storage.exclusive and spans_storage(tensor))
-    ]
+    """The indices of the tensors whose arrays are not exclusive (``is_exclusive``): what a
+    program may not donate as they are."""
+    return [i for i, tensor in enumerate(tensors) if not is_exclusive(tensor)]
 
 
 def write_back_all(
@@ -381,5 +397,5 @@ def write_back_all(
             storage.exclusive = alone
         else:
             tensor._write(array)  # clears the flag
-            if alone and spans_storage(tensor):
-                storage.exclusive = True
+            if alone:
+                set_exclusive(tensor)

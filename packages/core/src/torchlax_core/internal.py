@@ -21,10 +21,13 @@ from . import _tensor
 from ._builtins import cuda_device as cuda_device
 from ._compiled import CompiledProgram as CompiledProgram
 from ._compiled import Entry as Entry
+from ._compiled import is_exclusive as is_exclusive
 from ._compiled import not_exclusive as not_exclusive
 from ._compiled import output_tensors as output_tensors
+from ._compiled import peek_array as peek_array
 from ._compiled import peek_arrays as peek_arrays
 from ._compiled import result_specs as result_specs
+from ._compiled import set_exclusive as set_exclusive
 from ._compiled import signature as signature
 from ._compiled import wrap_results as wrap_results
 from ._compiled import wrap_results_like as wrap_results_like
@@ -123,32 +126,3 @@ def tables_of(env: Any) -> Tables:
     """The lowering, decomposition and override tables ``env``'s plugins filled; a new object
     whenever a plugin is registered or unregistered (so ``is`` tells whether they changed)."""
     return env._tables
-
-
-# -- exclusive arrays (what a compiled program may donate; see ``_tensor._Storage``) ----------
-
-
-def peek_array(tensor: _tensor.Tensor) -> Any:
-    """``array_of(tensor)``, except that an exclusive storage stays exclusive: for a compiled
-    program that hands none of its inputs' arrays out (it tracks its own outputs)."""
-    if tensor._view is None:  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-        # A root (every state tensor of a training step): its storage's array, flag untouched
-        # (a root's ``_value`` would only clear a flag that is then already clear).
-        return tensor._storage.array  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-    if tensor._storage.exclusive and _tensor.spans_storage(tensor):  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-        return tensor._peek()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-    return tensor._value()  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-
-
-def is_exclusive(tensor: _tensor.Tensor) -> bool:
-    """Whether ``tensor`` spans its whole storage (no view, or an identity view) and nothing
-    outside that storage has seen its array since a compiled program wrote it: the array can
-    be donated to XLA without anyone left to read it."""
-    return tensor._storage.exclusive and _tensor.spans_storage(tensor)  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
-
-
-def set_exclusive(tensor: _tensor.Tensor) -> None:
-    """Record that ``tensor``'s storage now holds an array no one outside it has seen (a
-    compiled program just wrote it there, and handed it out nowhere else)."""
-    if _tensor.spans_storage(tensor):
-        tensor._storage.exclusive = True  # pyright: ignore[reportPrivateUsage]  (the core writing its own Tensor)
