@@ -98,10 +98,13 @@ def test_python_scalars_and_weak_typed_arrays_are_part_of_the_signature(env):
 
 
 def test_plugin_override_after_the_cache_filled_invalidates_it(env):
+    # ``a + b`` is served by the Tensor's fast method (_fast_methods), ``torch.add`` through
+    # PyTorch's dispatcher: both hit the same cache, and both must see the override.
     a_cpu, b_cpu = torch.randn(4), torch.randn(4)
     a, b = jax_tensor(a_cpu), jax_tensor(b_cpu)
     for _ in range(3):
         torch.testing.assert_close((a + b).cpu(), a_cpu + b_cpu)
+        torch.testing.assert_close(torch.add(a, b).cpu(), a_cpu + b_cpu)
     assert env.stats()["op_cache_size"] > 0
 
     plugin = types.SimpleNamespace()
@@ -118,6 +121,7 @@ def test_plugin_override_after_the_cache_filled_invalidates_it(env):
         assert env.stats()["op_cache_size"] == 0
         for _ in range(3):
             torch.testing.assert_close((a + b).cpu(), a_cpu * 10 + b_cpu)
+            torch.testing.assert_close(torch.add(a, b).cpu(), a_cpu * 10 + b_cpu)
     finally:
         env.unregister_plugin(name)
     for _ in range(3):
