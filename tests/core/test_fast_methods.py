@@ -47,7 +47,7 @@ def _assert_like(out, expected: torch.Tensor) -> None:
     assert type(out) is torchlax_core.Tensor
     assert out.dtype == expected.dtype and out.shape == expected.shape
     assert out.stride() == expected.stride() and out._base is None
-    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.cpu(), expected)
 
 
 def _f32(*shape):
