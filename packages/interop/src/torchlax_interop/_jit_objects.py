@@ -27,6 +27,8 @@ import torch
 from torchlax_core import Tensor
 from torchlax_core.internal import storage_of
 
+from ._views import is_namedtuple
+
 # Values that hold no tensor: not searched.
 _ATOMS = (
     int,
@@ -162,7 +164,7 @@ class _Search:
             raise self.error(
                 path, "is too deep or too large to search for the tensors the function computed"
             )
-        if type(node) in (list, tuple) or _is_namedtuple(node):
+        if type(node) in (list, tuple) or is_namedtuple(node):
             return [((_ITEM, i), v) for i, v in enumerate(node)]
         if isinstance(node, dict):  # an OrderedDict or defaultdict too (copied with copy.copy)
             return [((_ITEM, k), v) for k, v in node.items()]
@@ -257,7 +259,7 @@ def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ())
         for (_, i), v in values.items():
             new[i] = v
         return new
-    if type(node) is tuple or _is_namedtuple(node):
+    if type(node) is tuple or is_namedtuple(node):
         items = list(node)
         for (_, i), v in values.items():
             items[i] = v
@@ -302,10 +304,6 @@ def _slot_names(cls: type) -> list[str]:
         slots = klass.__dict__.get("__slots__", ())
         names.extend([slots] if isinstance(slots, str) else slots)
     return [n for n in names if n not in ("__dict__", "__weakref__")]
-
-
-def _is_namedtuple(node: Any) -> bool:
-    return isinstance(node, tuple) and hasattr(type(node), "_fields")
 
 
 def _path_text(path: tuple) -> str:

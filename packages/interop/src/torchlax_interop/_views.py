@@ -60,6 +60,11 @@ _JAX_KNOWN: set[type] = {
 }
 
 
+def is_namedtuple(obj: Any) -> bool:
+    """Whether ``obj`` is a namedtuple (a pytree node to JAX and torch alike, never registered)."""
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
 def _register_with_jax(obj: Any) -> None:
     """Register the container types in ``obj`` that torch's pytrees know and JAX's do not.
 
@@ -71,9 +76,9 @@ def _register_with_jax(obj: Any) -> None:
         return
     kind = type(obj)
     node = torch_pytree.SUPPORTED_NODES.get(kind)
-    is_namedtuple = isinstance(obj, tuple) and hasattr(kind, "_fields")
-    if node is not None or is_namedtuple:
-        if kind not in _JAX_KNOWN and not is_namedtuple:
+    namedtuple = is_namedtuple(obj)
+    if node is not None or namedtuple:
+        if kind not in _JAX_KNOWN and not namedtuple:
             _register_torch_node(kind, node)
         children, _ = node.flatten_fn(obj) if node is not None else (list(obj), None)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
