@@ -5,8 +5,8 @@ wrapper made there) costs more than the JAX launch it leads to: a cached eager `
 1000 floats is ~2x a bare ``jnp.add`` for any ``__torch_dispatch__`` subclass, against
 ~1.0-1.2x when the subclass's own ``__add__`` launches the same executable and wraps the result
 (``benchmarks/eager_overhead.py``'s ``floor:`` rows; torchlax's, with the checks below and the
-cache key, ~2.2x against ~3.2x through the dispatcher, loaded 2-core machine). So the Tensor's hottest operators and
-methods (``a + b``, ``a * 2``, ``a @ b``, ``x.tanh()``, ...: ``_SERVED``) are Python methods
+cache key, ~1.9-2.0x against ~3.2x through the dispatcher, loaded 2-core machine). So the
+Tensor's hottest operators and methods (``a + b``, ``a * 2``, ``a @ b``, ``x.tanh()``, ...: ``_SERVED``) are Python methods
 of ``Tensor`` that serve a call themselves when that is exactly what the dispatcher would do:
 
 - the method maps to one ATen overload for these arguments (PyTorch's binding of
@@ -22,6 +22,14 @@ of ``Tensor`` that serve a call themselves when that is exactly what the dispatc
   the same wrap as the dispatch path's hit, counted in the same statistics. A plugin that
   overrides the op changes the environment's implementation (and clears the cache), so it is
   honoured.
+
+A pointwise method (``a + b``, ``a * 2``, ``-a``, ...) serves root Tensors and Python numbers
+only, through its overload's ``serve_pair``/``serve_single``: the hit with the cache key built
+for exactly that shape of call (no generic argument loop). Which function that is in the
+current environment is remembered per environment table (``_Serving``), and ``requires_grad``
+is read from the Tensors themselves (``torch._C._any_requires_grad`` parses its arguments:
+~3x the cost). What is left per call is the checks above: each a C call into PyTorch, each
+slowed, run between two launches, to several times its own cost (docs/architecture.md).
 
 Everything else, every miss included, calls PyTorch's own method (and so reaches
 ``__torch_dispatch__``, which fills the cache that later calls hit).
