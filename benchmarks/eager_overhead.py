@@ -20,7 +20,9 @@ that does nothing there), finding the environment, ``run_op``'s implementation l
 and lookup, the executable launch, and wrapping the result. "rest" is what the steps' sum leaves of the total: the Python calls
 between them (``__torch_dispatch__`` -> ``run_op`` -> the op's implementation) and PyTorch's
 handling of a new result tensor, including freeing the previous one (the do-nothing subclass
-returns one preallocated tensor, so its dispatch step has none of that).
+returns one preallocated tensor, so its dispatch step has none of that). The default path's
+total is split in two "fast method" rows: its hit (``serve_pair``: key, lookup, launch, wrap),
+and the rest (its checks for modes, autograd, ... and finding the environment's hit function).
 
 With ``--mlp-step`` (``--gpt2``), it also counts the ops of one eager MLP training step (forward,
 ``loss.backward()``, SGD; the model of ``benchmarks/run.py``) and times each op class by its
@@ -106,6 +108,13 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
             return r
 
         steps["total: torchlax a + b"] = best_time(lambda: a + b, n, repeats)
+        # The default path (Tensor.__add__, _fast_methods): the hit it serves (serve_pair:
+        # key, lookup, launch, wrap), and the rest, its checks (modes, autograd, ...) and
+        # finding the environment's serve_pair, as the difference.
+        serve_pair = resolved[func].serve_pair  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
+        steps["fast method: serve_pair (key, lookup, launch, wrap)"] = best_time(
+            lambda: serve_pair(a, b), n, repeats
+        )
         _fast_methods.uninstall()  # the dispatch path, which the steps below break down
         try:
             steps["total: torchlax a + b through __torch_dispatch__"] = best_time(
@@ -130,7 +139,13 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
         steps["wrap result"] = best_time(wrap, n, repeats)
         steps["jnp.add (reference)"] = best_time(lambda: jnp.add(arr_a, arr_b), n, repeats)
         steps.update(floors(arr_a, arr_b, size, a.device, n, repeats))
-    parts = [v for k, v in steps.items() if not k.startswith(("total", "jnp", "floor"))]
+    parts = [
+        v for k, v in steps.items() if not k.startswith(("total", "jnp", "floor", "fast method"))
+    ]
+    steps["fast method: checks + finding serve_pair (total - serve_pair)"] = (
+        steps["total: torchlax a + b"]
+        - steps["fast method: serve_pair (key, lookup, launch, wrap)"]
+    )
     steps["rest (glue between the steps)"] = steps[
         "total: torchlax a + b through __torch_dispatch__"
     ] - sum(parts)

@@ -7,12 +7,16 @@ all; each unsupported case must reach it, with PyTorch's result.
 
 from __future__ import annotations
 
+import threading
+
+import jax
 import pytest
 import torch
 import torchlax_core
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torchlax_core import _tensor, hookimpl
+from torchlax_core._x64 import x64_flag
 
 
 @pytest.fixture
@@ -73,6 +77,8 @@ _SERVED_CASES = {
     "float32 + float64": (lambda a, b: a + b, [_f32(4), torch.randn(4, dtype=torch.float64)]),
     "0-d int + float32": (lambda a, b: a + b, [torch.tensor(3), _f32(4)]),
     "0-d - 0-d": (lambda a, b: a - b, [torch.tensor(1.5), torch.tensor(0.25)]),
+    "float16 + float scalar": (lambda a: a + 2.0, [_f32(5).half()]),  # stays float16
+    "bool + int scalar": (lambda a: a + 1, [_bool(5)]),
     "a.sub(b)": (lambda a, b: a.sub(b), [_f32(2, 3), _f32(3)]),
     "a.mul(b)": (lambda a, b: a.mul(b), [_i64(2, 3), _f32(2, 3)]),
     "a.div(3)": (lambda a: a.div(3), [_f32(2, 3)]),
@@ -111,6 +117,85 @@ def _filled(fn, *args):
     fn(*args)
     fn(*args)
     return fn(*args)
+
+
+def test_python_numbers_of_equal_value_are_told_apart(env, dispatched):
+    # 1 == 1.0 == True and 0.0 == -0.0 in Python, but PyTorch's results differ: the cache key
+    # of a number on the right (serve_pair's) must not serve one with the other's executable.
+    b_cpu, x_cpu = _bool(6), torch.rand(5) + 1
+    b, x = _jax(b_cpu), _jax(x_cpu)
+    _filled(lambda: b + 1)  # int64, served from now on
+    _filled(lambda: x * 0.0)
+    for fn in (lambda t: t + True, lambda t: t + 1.0):  # bool, float32: not that executable
+        dispatched.clear()
+        _assert_like(fn(b), fn(b_cpu))
+        assert torch.ops.aten.add.Tensor in dispatched
+    dispatched.clear()
+    assert (1 / (x * -0.0).cpu() == float("-inf")).all()
+    assert torch.ops.aten.mul.Tensor in dispatched
+
+
+def test_served_outside_64_bit_mode_keeps_64_bit_dtypes(env):
+    # Outside ``enable`` JAX's 64-bit mode is off in this thread: the hit runs inside it, as
+    # run_op does, and the result stays float64/int64.
+    f_cpu, i_cpu = torch.randn(4, dtype=torch.float64), _i64(4)
+    f, i = _jax(f_cpu), _jax(i_cpu)
+    results = []
+
+    def outside():  # a fresh thread: the fixture's enable() is not there
+        with jax.enable_x64(False):  # (even if another test left it on process-wide)
+            assert not x64_flag.value
+            for _ in range(3):
+                results.append((f + f, i * 3, -f))
+
+    worker = threading.Thread(target=outside)
+    hits = env.stats()["op_cache_hits"]
+    worker.start()
+    worker.join()
+    assert len(results) == 3 and env.stats()["op_cache_hits"] >= hits + 3
+    for added, scaled, negated in results:
+        _assert_like(added, f_cpu + f_cpu)
+        _assert_like(scaled, i_cpu * 3)
+        _assert_like(negated, -f_cpu)
+
+
+def test_environments_used_in_turn_and_in_threads_each_serve_from_their_own_cache(env):
+    # The fast methods remember an overload's hit function per environment table
+    # (_fast_methods._Serving): another environment, in this thread or another one running at
+    # the same time, must be served from its own cache and counted in its own statistics.
+    other = torchlax_core.Environment()
+    a_cpu, b_cpu = torch.randn(8), torch.randn(8)
+    a, b = _jax(a_cpu), _jax(b_cpu)
+    calls = 40
+
+    def run(environment, out: list):
+        with torchlax_core.enable(environment):
+            for _ in range(calls):
+                out.append(a + b)
+
+    before = env.stats()["op_cache_hits"], other.stats()["op_cache_hits"]
+    mine: list = []
+    theirs: list = []
+    worker = threading.Thread(target=run, args=(other, theirs))
+    worker.start()
+    run(env, mine)
+    worker.join()
+    for environment, previous in zip((env, other), before, strict=True):
+        assert environment.stats()["op_cache_hits"] - previous >= calls - 2
+    assert other.stats()["op_cache_hits"] - before[1] <= calls
+    for out in mine + theirs:
+        _assert_like(out, a_cpu + b_cpu)
+    for _ in range(3):  # in turn, in one thread
+        hits = env.stats()["op_cache_hits"], other.stats()["op_cache_hits"]
+        with torchlax_core.enable(other):
+            in_other = a + b
+        in_env = a + b
+        assert (env.stats()["op_cache_hits"], other.stats()["op_cache_hits"]) == (
+            hits[0] + 1,
+            hits[1] + 1,
+        )
+        _assert_like(in_env, a_cpu + b_cpu)
+        _assert_like(in_other, a_cpu + b_cpu)
 
 
 def test_autograd_recording_falls_through_and_records(env, dispatched):

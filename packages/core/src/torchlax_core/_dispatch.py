@@ -891,6 +891,25 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         r._view = None
         return r
 
+    def launch_hit(key, entry, leaves):
+        """Count the hit, launch ``entry`` and wrap its result (``serve_hit``'s second half)."""
+        stats.hits += 1
+        try:
+            entries.move_to_end(key)
+        except KeyError:  # evicted by another thread just now
+            pass
+        meta = entry.meta
+        if meta is None:
+            return wrap_hit(entry, leaves)
+        try:
+            out = entry.call(*leaves)
+        except (ValueError, TypeError):
+            return _wrap(entry.relax()(*leaves))
+        r = new_tensor(Tensor, meta[0], dtype=meta[1], device=meta[2])
+        r._storage = storage(out)
+        r._view = None
+        return r
+
     def serving(otherwise: Callable, key_of: Callable) -> Callable:
         """``impl(args, kwargs)``: a hit (``serve_hit``), else ``otherwise``."""
 
@@ -899,43 +918,75 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             return otherwise(args, kwargs) if out is None else out
 
         def serve_hit(args, kwargs):
-            """The hit alone (``hit`` and ``wrap_hit`` inlined: one frame before the launch),
-            else None. ``impl`` falls back to ``otherwise``; the Tensor's fast methods
-            (``_fast_methods``) serve a call this way before PyTorch's dispatcher, and
-            otherwise let it dispatch (which counts the miss and fills the cache)."""
+            """The hit alone, else None. ``impl`` falls back to ``otherwise``; the Tensor's
+            fast methods (``_fast_methods``) serve a call this way before PyTorch's dispatcher
+            (pointwise ones through ``serve_pair``/``serve_single``, the same hit with a key
+            built for their calls), and otherwise let it dispatch (which counts the miss and
+            fills the cache)."""
             if op.why is None and config.op_cache_size:
                 leaves: list = []
                 key = key_of(args, kwargs, leaves)
                 if key is not None:
                     entry = entries.get(key)
                     if entry is not None:
-                        stats.hits += 1
-                        try:
-                            entries.move_to_end(key)
-                        except KeyError:  # evicted by another thread just now
-                            pass
-                        meta = entry.meta
-                        if meta is None:
-                            return wrap_hit(entry, leaves)
-                        try:  # (wrap_hit inlined: one frame fewer before the launch)
-                            out = entry.call(*leaves)
-                        except (ValueError, TypeError):
-                            return _wrap(entry.relax()(*leaves))
-                        r = new_tensor(Tensor, meta[0], dtype=meta[1], device=meta[2])
-                        r._storage = storage(out)
-                        r._view = None
-                        return r
+                        return launch_hit(key, entry, leaves)
             return None
 
         impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
         impl.serve_hit = serve_hit  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
         return impl
 
+    positions, tensor_kwargs = _unwrap_plan(func)
+    # hit_key's refusals that hang on the op alone (see _make_hit_key), decided once here.
+    keyed = getattr(func, "_schema", None) is not None and not (tensor_kwargs or _several_devices())
+    first_is_tensor = 0 in positions
+    second_is_tensor = 1 in positions
+    default_dtype = torch.get_default_dtype
+    piece = _opcache._piece
+
+    def serve_pair(a, b):
+        """``func(a, b)``'s hit where ``a`` is a root Tensor and ``b`` a root Tensor or a Python
+        number (the caller's checks), else None: ``serve_hit`` with the key built for that shape
+        of call, the same tuple ``hit_key`` builds, without its generic loop."""
+        array_a = a._storage.array
+        if type(array_a) is _ArrayImpl:
+            if type(b) is Tensor:
+                array_b = b._storage.array
+                if type(array_b) is not _ArrayImpl or not second_is_tensor:
+                    return None
+                key = (op, array_a.aval, array_b.aval, default_dtype())
+                entry = entries.get(key)
+                if entry is None:
+                    return None
+                leaves = (array_a, array_b)
+            else:
+                key = (op, array_a.aval, piece(b, []), default_dtype())
+                entry = entries.get(key)
+                if entry is None:
+                    return None
+                leaves = (array_a,)
+            if op.why is None and config.op_cache_size:
+                return launch_hit(key, entry, leaves)
+        return None
+
+    def serve_single(a):
+        """``func(a)``'s hit where ``a`` is a root Tensor, else None (as ``serve_pair``)."""
+        array_a = a._storage.array
+        if type(array_a) is _ArrayImpl:
+            key = (op, array_a.aval, default_dtype())
+            entry = entries.get(key)
+            if entry is not None and op.why is None and config.op_cache_size:
+                return launch_hit(key, entry, (array_a,))
+        return None
+
     raw.defers_views = True  # pyright: ignore[reportFunctionMemberAccess]  (takes _opcache.Pending arguments)
     impl = serving(general, hit_key)
-    if not keeps_layout:
-        return impl
-    return serving(memory_order_impl(func, impl), roots_hit_key)
+    if keeps_layout:
+        impl = serving(memory_order_impl(func, impl), roots_hit_key)
+    if keyed and first_is_tensor:
+        impl.serve_pair = serve_pair  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
+        impl.serve_single = serve_single  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
+    return impl
 
 
 _PLAIN_NUMBERS = frozenset({int, float, bool, complex})

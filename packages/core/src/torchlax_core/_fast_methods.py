@@ -5,8 +5,8 @@ wrapper made there) costs more than the JAX launch it leads to: a cached eager `
 1000 floats is ~2x a bare ``jnp.add`` for any ``__torch_dispatch__`` subclass, against
 ~1.0-1.2x when the subclass's own ``__add__`` launches the same executable and wraps the result
 (``benchmarks/eager_overhead.py``'s ``floor:`` rows; torchlax's, with the checks below and the
-cache key, ~2.2x against ~3.2x through the dispatcher, loaded 2-core machine). So the Tensor's hottest operators and
-methods (``a + b``, ``a * 2``, ``a @ b``, ``x.tanh()``, ...: ``_SERVED``) are Python methods
+cache key, ~1.9-2.0x against ~3.2x through the dispatcher, loaded 2-core machine). So the
+Tensor's hottest operators and methods (``a + b``, ``a * 2``, ``a @ b``, ``x.tanh()``, ...: ``_SERVED``) are Python methods
 of ``Tensor`` that serve a call themselves when that is exactly what the dispatcher would do:
 
 - the method maps to one ATen overload for these arguments (PyTorch's binding of
@@ -22,6 +22,14 @@ of ``Tensor`` that serve a call themselves when that is exactly what the dispatc
   the same wrap as the dispatch path's hit, counted in the same statistics. A plugin that
   overrides the op changes the environment's implementation (and clears the cache), so it is
   honoured.
+
+A pointwise method (``a + b``, ``a * 2``, ``-a``, ...) serves root Tensors and Python numbers
+only, through its overload's ``serve_pair``/``serve_single``: the hit with the cache key built
+for exactly that shape of call (no generic argument loop). Which function that is in the
+current environment is remembered per environment table (``_Serving``), and ``requires_grad``
+is read from the Tensors themselves (``torch._C._any_requires_grad`` parses its arguments:
+~3x the cost). What is left per call is the checks above: each a C call into PyTorch, each
+slowed, run between two launches, to several times its own cost (docs/architecture.md).
 
 Everything else, every miss included, calls PyTorch's own method (and so reaches
 ``__torch_dispatch__``, which fills the cache that later calls hit).
@@ -49,35 +57,135 @@ from ._x64 import x64, x64_flag
 _aten = torch.ops.aten
 _NUMBERS = frozenset({int, float, bool, complex})
 
-
-def _roots(args) -> bool:
-    """Whether every torchlax Tensor among ``args`` is a root (not a view). A pointwise op's
-    hit is served only then: a view's result layout is its layout rule's to decide
-    (``_dispatch.memory_order_impl``), and checking here first keeps the calls the cache
-    would refuse from paying for the rest of the checks."""
-    for a in args:
-        if type(a) is Tensor and a._view is not None:
-            return False
-    return type(args[0]) is Tensor
-
-
-def _pointwise(overload, arity: int) -> Callable:
-    """``self op other`` (other a torchlax Tensor or a Python number: the op cache's key
-    refuses anything else, and the call falls through), or ``op(self)``."""
-    return lambda args: overload if len(args) == arity and _roots(args) else None
+# What would act between the call and the Python dispatch key.
+_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch = torch._C._are_functorch_transforms_active
+_autocast = torch._C._is_any_autocast_enabled
+_tracing_state = torch._C._get_tracing_state
+_profiling = torch._C._autograd._profiler_enabled  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _autograd)
+_grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
 
 
-def _binary(overload) -> Callable:
-    """A non-pointwise ``self op other``: the op cache's key takes views too (``hit_key``)."""
-    return lambda args: overload if len(args) == 2 else None
+class _Serving:
+    """The hit function (``serve_pair``, ``serve_single`` or ``serve_hit`` of
+    ``_dispatch.cached_impl``) of one overload in the current environment, remembered with the
+    environment's ``_resolved`` table it came from (looking an ``OpOverload`` up costs a
+    Python ``__hash__``). A plugin registered or removed replaces that table, and so the next
+    call looks again: an override is honoured. Nothing is remembered while the op is not
+    resolved yet (its first dispatch resolves it in the same table).
+
+    ``memo`` is one tuple, replaced whole: a thread reading it while another thread of another
+    environment refreshes it sees either pair, never one table's function with another's.
+    Between environments used in turn it is looked up again (correct, slower); the last
+    table stays referenced until then.
+    """
+
+    __slots__ = ("attribute", "memo", "overload")
+
+    def __init__(self, overload, attribute: str):
+        self.overload = overload
+        self.attribute = attribute
+        self.memo: tuple = (None, None)
+
+    def refresh(self, resolved: dict):
+        impl = resolved.get(self.overload)
+        serve = getattr(impl, self.attribute, None)
+        if impl is not None:
+            self.memo = (resolved, serve)
+        return serve
 
 
-def _pow(args):
-    if len(args) != 2 or not _roots(args):
-        return None
-    if type(args[1]) is Tensor:
-        return _aten.pow.Tensor_Tensor
-    return _aten.pow.Tensor_Scalar if type(args[1]) in _NUMBERS else None
+def _served_binary(tensor_overload, number_overload=None) -> Callable[[Callable], Callable]:
+    """``self op other`` of a pointwise op, ``other`` a root Tensor (``tensor_overload``) or a
+    Python number (``number_overload``, by default the same): served by the overload's
+    ``serve_pair``, which builds the cache key for exactly these two shapes of call."""
+    by_tensor = _Serving(tensor_overload, "serve_pair")
+    by_number = by_tensor if number_overload is None else _Serving(number_overload, "serve_pair")
+
+    def served(pytorch_method: Callable) -> Callable:
+        def method(*args, **kwargs):
+            # One frame for a hit, the checks inlined: every line run between two launches
+            # slows the next launch (docs/architecture.md). Cheapest refusals first.
+            if len(args) == 2 and not kwargs and not _tensor._overridden:
+                a, b = args
+                b_is_tensor = type(b) is Tensor
+                if (
+                    type(a) is Tensor
+                    and a._view is None  # a view's layout is its layout rule's to decide
+                    and (b._view is None if b_is_tensor else type(b) in _NUMBERS)
+                    and not (
+                        _function_mode()
+                        or _dispatch_modes()
+                        or _functorch()
+                        or _autocast()
+                        or forward_ad._current_level >= 0
+                        or _profiling()
+                        or _tracing_state() is not None
+                        or (  # autograd would record
+                            _grad_enabled()
+                            and (a.requires_grad or (b_is_tensor and b.requires_grad))
+                        )
+                    )
+                ):
+                    by_b = by_tensor if b_is_tensor else by_number
+                    resolved = current_env()._resolved
+                    memo = by_b.memo
+                    serve = memo[1] if memo[0] is resolved else by_b.refresh(resolved)
+                    if serve is not None:
+                        if x64_flag.value:
+                            out = serve(a, b)
+                        else:
+                            with x64():  # as run_op
+                                out = serve(a, b)
+                        if out is not None:
+                            return out
+            return pytorch_method(*args, **kwargs)
+
+        return method
+
+    return served
+
+
+def _served_unary(overload) -> Callable[[Callable], Callable]:
+    """``op(self)`` of a pointwise op on a root Tensor: served by its ``serve_single``."""
+    serving = _Serving(overload, "serve_single")
+
+    def served(pytorch_method: Callable) -> Callable:
+        def method(*args, **kwargs):
+            if len(args) == 1 and not kwargs and not _tensor._overridden:
+                a = args[0]
+                if (
+                    type(a) is Tensor
+                    and a._view is None
+                    and not (
+                        _function_mode()
+                        or _dispatch_modes()
+                        or _functorch()
+                        or _autocast()
+                        or forward_ad._current_level >= 0
+                        or _profiling()
+                        or _tracing_state() is not None
+                        or (_grad_enabled() and a.requires_grad)
+                    )
+                ):
+                    resolved = current_env()._resolved
+                    memo = serving.memo
+                    serve = memo[1] if memo[0] is resolved else serving.refresh(resolved)
+                    if serve is not None:
+                        if x64_flag.value:
+                            out = serve(a)
+                        else:
+                            with x64():
+                                out = serve(a)
+                        if out is not None:
+                            return out
+            return pytorch_method(*args, **kwargs)
+
+        return method
+
+    return served
 
 
 def _matmul(args):
@@ -92,87 +200,92 @@ def _matmul(args):
     return _aten.mm.default
 
 
+def _mm(args):
+    return _aten.mm.default if len(args) == 2 else None
+
+
 def _addmm(args):
     return _aten.addmm.default if len(args) == 3 else None
 
 
-# Tensor attribute -> rule(args) -> the ATen overload PyTorch's binding calls, or None. The
-# operators and methods the benchmarks and the models' eager forwards use most; in-place
-# variants are not served, nor the reflected operators (``2 * x``: a reflected method of a
-# subclass would be called before the left operand's own, ``cpu_tensor * x`` included).
-_SERVED: dict[str, Callable] = {
-    "__add__": _pointwise(_aten.add.Tensor, 2),
-    "add": _pointwise(_aten.add.Tensor, 2),
-    "__sub__": _pointwise(_aten.sub.Tensor, 2),
-    "sub": _pointwise(_aten.sub.Tensor, 2),
-    "__mul__": _pointwise(_aten.mul.Tensor, 2),
-    "mul": _pointwise(_aten.mul.Tensor, 2),
-    "__truediv__": _pointwise(_aten.div.Tensor, 2),
-    "div": _pointwise(_aten.div.Tensor, 2),
-    "__pow__": _pow,
-    "pow": _pow,
-    "__neg__": _pointwise(_aten.neg.default, 1),
-    "neg": _pointwise(_aten.neg.default, 1),
-    "relu": _pointwise(_aten.relu.default, 1),
-    "tanh": _pointwise(_aten.tanh.default, 1),
-    "__matmul__": _matmul,
-    "matmul": _matmul,
-    "mm": _binary(_aten.mm.default),
-    "addmm": _addmm,
+def _served_by_rule(rule: Callable) -> Callable[[Callable], Callable]:
+    """A method whose ``rule(args)`` names the ATen overload PyTorch's binding calls (or None:
+    not served), served by that overload's general ``serve_hit`` (its key takes views too)."""
+    servings = {}
+
+    def served(pytorch_method: Callable) -> Callable:
+        def method(*args, **kwargs):
+            if (
+                not kwargs
+                and not _tensor._overridden
+                and (overload := rule(args)) is not None
+                and not (
+                    _function_mode()
+                    or _dispatch_modes()
+                    or _functorch()
+                    or _autocast()
+                    or forward_ad._current_level >= 0
+                    or _profiling()
+                    or _tracing_state() is not None
+                    or (_grad_enabled() and _any_requires_grad(*args))  # autograd would record
+                )
+            ):
+                serving = servings.get(overload)
+                if serving is None:
+                    serving = servings.setdefault(overload, _Serving(overload, "serve_hit"))
+                resolved = current_env()._resolved
+                memo = serving.memo
+                serve = memo[1] if memo[0] is resolved else serving.refresh(resolved)
+                if serve is not None:
+                    if x64_flag.value:
+                        out = serve(args, {})
+                    else:
+                        with x64():
+                            out = serve(args, {})
+                    if out is not None:
+                        return out
+            return pytorch_method(*args, **kwargs)
+
+        return method
+
+    return served
+
+
+# Tensor attribute -> the method serving it, made from PyTorch's own method. The operators and
+# methods the benchmarks and the models' eager forwards use most; in-place variants are not
+# served, nor the reflected operators (``2 * x``: a reflected method of a subclass would be
+# called before the left operand's own, ``cpu_tensor * x`` included).
+_SERVED: dict[str, Callable[[Callable], Callable]] = {
+    "__add__": _served_binary(_aten.add.Tensor),
+    "add": _served_binary(_aten.add.Tensor),
+    "__sub__": _served_binary(_aten.sub.Tensor),
+    "sub": _served_binary(_aten.sub.Tensor),
+    "__mul__": _served_binary(_aten.mul.Tensor),
+    "mul": _served_binary(_aten.mul.Tensor),
+    "__truediv__": _served_binary(_aten.div.Tensor),
+    "div": _served_binary(_aten.div.Tensor),
+    "__pow__": _served_binary(_aten.pow.Tensor_Tensor, _aten.pow.Tensor_Scalar),
+    "pow": _served_binary(_aten.pow.Tensor_Tensor, _aten.pow.Tensor_Scalar),
+    "__neg__": _served_unary(_aten.neg.default),
+    "neg": _served_unary(_aten.neg.default),
+    "relu": _served_unary(_aten.relu.default),
+    "tanh": _served_unary(_aten.tanh.default),
+    "__matmul__": _served_by_rule(_matmul),
+    "matmul": _served_by_rule(_matmul),
+    "mm": _served_by_rule(_mm),
+    "addmm": _served_by_rule(_addmm),
 }
-
-# What would act between the call and the Python dispatch key.
-_function_mode = torch._C._is_torch_function_mode_enabled
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_functorch = torch._C._are_functorch_transforms_active
-_autocast = torch._C._is_any_autocast_enabled
-_tracing_state = torch._C._get_tracing_state
-_profiling = torch._C._autograd._profiler_enabled  # pyright: ignore[reportAttributeAccessIssue]  (torch._C's stubs omit _autograd)
-_grad_enabled = torch.is_grad_enabled
-_any_requires_grad = torch._C._any_requires_grad
-
-
-def _served(name: str, rule: Callable, pytorch_method: Callable) -> Callable:
-    def method(*args, **kwargs):
-        # One frame for a hit: every line run between two launches slows the next launch
-        # (docs/architecture.md), so the checks are inlined.
-        if (
-            not kwargs
-            and not _tensor._overridden
-            and (overload := rule(args)) is not None
-            and not (
-                _function_mode()
-                or _dispatch_modes()
-                or _functorch()
-                or _autocast()
-                or forward_ad._current_level >= 0
-                or _profiling()
-                or _tracing_state() is not None
-                or (_grad_enabled() and _any_requires_grad(*args))  # autograd would record
-            )
-        ):
-            # None where the op is not resolved yet or not served by the op cache.
-            serve_hit = getattr(current_env()._resolved.get(overload), "serve_hit", None)
-            if serve_hit is not None:
-                if x64_flag.value:
-                    out = serve_hit(args, {})
-                else:
-                    with x64():  # as run_op
-                        out = serve_hit(args, {})
-                if out is not None:
-                    return out
-        return pytorch_method(*args, **kwargs)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = pytorch_method.__doc__
-    _hide_from_dynamo(method)  # run eagerly at a graph break, as __torch_dispatch__
-    return method
 
 
 def install() -> None:
     """Make ``_SERVED``'s methods ``Tensor``'s (idempotent: each wraps PyTorch's own)."""
-    for name, rule in _SERVED.items():
-        setattr(Tensor, name, _served(name, rule, getattr(torch.Tensor, name)))
+    for name, served in _SERVED.items():
+        pytorch_method = getattr(torch.Tensor, name)
+        method = served(pytorch_method)
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = pytorch_method.__doc__
+        _hide_from_dynamo(method)  # run eagerly at a graph break, as __torch_dispatch__
+        setattr(Tensor, name, method)
 
 
 def uninstall() -> None:
