@@ -401,6 +401,34 @@ def test_repeated_forward_notices_changes_that_leave_parameter_values_alone(monk
     assert repeats == [True, False, True, False, True, False, True]
 
 
+def test_repeated_forward_after_a_compiled_training_step_of_its_model():
+    # The repeated no_grad forward launches before its layout checks, on the state arrays it
+    # recorded; a compiled training step over the same model replaces them (and may donate
+    # the old ones), so each forward after a step must run on the new ones, as eager does.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    forward = jit(model)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(m, opt, x):
+        opt.zero_grad()
+        m(x).square().sum().backward()
+        opt.step()
+
+    train = jit(lambda x: step(model, opt, x))
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        with torch.no_grad():
+            for _ in range(2):
+                torch.testing.assert_close(_cpu(forward(_jax(x))), reference(x))
+        for _ in range(2):  # the first call runs eagerly (creating momentum), the second donates
+            step(reference, ref_opt, x)
+            train(_jax(x))
+
+
 def test_double_backward_raises_instead_of_returning_constant_gradients():
     x = _jax(torch.tensor([1.0, 2.0])).requires_grad_()
     y = jit(lambda x: (x**3).sum())(x)
