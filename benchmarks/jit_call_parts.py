@@ -2,12 +2,19 @@
 
     uv run python benchmarks/jit_call_parts.py [--width 8 512] [--calls 3000]
 
-The MLP of ``run.py`` (256 -> width -> width -> 10, batch 64) under ``torch.no_grad()``:
-the whole call until it returns and until its result is ready, the same forward written in JAX
-(``jax.jit``), and each part of our call on its own (``_RepeatedForward.call``'s checks, the
-layout's guards, the launch through the compiled-program core and through the executable's C++
-launcher directly, the outputs' wrapping). Every variant is called once per round, in turn, so a
-busy stretch of the machine lands on all alike; min and median in microseconds.
+The MLP of ``run.py`` (256 -> width -> width -> 10, batch 64) under ``torch.no_grad()``, and
+the same forward written in JAX. Each variant is called once per round, in turn, after the
+previous call's result was ready (as ``run.py`` calls them), so a busy stretch of the machine
+lands on all alike. Per variant: the calling thread's CPU time until the call returns (what our
+Python and the launch cost; unlike wall time it does not count the waits of a loaded machine),
+and the wall time until the result is ready (what ``run.py``'s "forward: MLP" row measures).
+
+Variants beside the whole call take one part away, so their difference to it is that part's
+cost inside a real call: the layout's checks (``_Layout.holds_unchanged``), the launch (the
+executable's result memoised: our Python alone). Timing a part on its own in a loop misleads:
+a call follows an XLA computation and starts with cold caches, so reading an object costs
+several times what it costs in a warm loop (a C++ check of the same objects, Dynamo's guard
+manager, was 3x faster warm and no faster in a call).
 """
 
 # ruff: noqa: B023  (each closure is timed in the round that made it)
@@ -17,14 +24,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import torch
 import torchlax
 from torch import nn
-from torchlax_core.internal import peek_array, wrap_results_like
-from torchlax_interop import _jit  # the call's parts are timed on their own
+from torchlax_core.internal import peek_array
 
 
 def mlp(width: int) -> nn.Module:
@@ -65,111 +72,67 @@ def parts(width: int, calls: int) -> None:
             jitted(x)
         repeat = jitted._repeat
         assert repeat is not None, "the forward was not recorded as repeatable"
-        entry, core = repeat.entry, repeat.core
-        state_arrays = repeat.state_arrays
-        arrays = [x.jax()]
-        key = entry.key(core.env)
-        out_arrays, _, _ = core.run(entry, state_arrays, [], arrays)
-        launcher = getattr(entry.executable, "_call", None) or entry.executable
-
+        entry, layout = repeat.entry, repeat.layout
         executable, launch = entry.executable, entry._launch
+        memo = executable(repeat.state_arrays, [], [x.jax()], entry.key())
 
         def memoised(*args):
-            return out_memo
+            return memo
 
-        def python_alone():
-            # the whole call with the executable's result memoised: our Python alone
+        def without(set_up: Callable[[], None], tear_down: Callable[[], None]):
+            def call():
+                set_up()
+                try:
+                    return jitted(x)
+                finally:
+                    tear_down()
+
+            return call
+
+        def unchecked():
+            layout.holds_unchanged = lambda state, flags: True  # (an instance attribute)
+
+        def checked():
+            del layout.holds_unchanged
+
+        def memoise():
             entry._executable = entry._launch = memoised
-            try:
-                return jitted(x)
-            finally:
-                entry._executable, entry._launch = executable, launch
 
-        out_memo = executable(state_arrays, [], arrays, key)
-
-        def repeat_alone():
-            # _RepeatedForward.call with the executable's result memoised, without __call__
-            entry._executable = entry._launch = memoised
-            try:
-                return repeat.call(jitted, (x,))
-            finally:
-                entry._executable, entry._launch = executable, launch
-
-        def x64_and_lock():
-            with _jit._trace_lock, _jit.x64():
-                pass
-
-        def lock():
-            with _jit._trace_lock:
-                pass
-
-
-        import torchlax_core
-        from torch._C import is_grad_enabled
-        from torchlax_core.internal import signature
-
-        def prechecks():
-            return (
-                is_grad_enabled()
-                or jitted._layout is not repeat.layout
-                or tuple(map(type, (x,))) != repeat.types
-                or bool(torchlax_core.current_env().config.checked) is not repeat.checks
-                or any(map(_jit._VIEW, (x,)))
-            )
-
-        def arrays_and_signature():
-            arrays = [t.jax() for t in (x,)]
-            return signature(arrays) != repeat.input_signature
+        def unmemoise():
+            entry._executable, entry._launch = executable, launch
 
         variants = {
-            "pre-checks": prechecks,
-            "t.jax(), signature": arrays_and_signature,
-            "repeat.call alone, executable memoised": repeat_alone,
-            "lock and x64() (the general path's)": x64_and_lock,
-            "lock": lock,
-            "torchlax.jit call (returns)": lambda: jitted(x),
-            "jax.jit hand-written (returns)": lambda: fast(params, x_jax),
-            "torchlax.jit call, executable memoised": python_alone,
-            "guards: layout.holds_unchanged": lambda: repeat.layout.holds_unchanged(
-                repeat.state, repeat.flags
-            ),
-            "launch: core.run": lambda: core.run(entry, state_arrays, [], arrays),
-            "launch: executable's C++ launcher": lambda: launcher(state_arrays, [], arrays, key),
-            "wrap: _to_tensors + _returned (general)": lambda: _jit._returned(
-                repeat.info, _jit._to_tensors(out_arrays, True, arrays, repeat.info.out_orders)
-            ),
-            "wrap: from the recorded call's specs": lambda: wrap_results_like(
-                out_arrays, repeat.out_specs or []
-            ),
+            "torchlax.jit": lambda: jitted(x),
+            "  without the layout's checks": without(unchecked, checked),
+            "  launch memoised (our Python alone)": without(memoise, unmemoise),
+            "jax.jit, hand-written": lambda: fast(params, x_jax),
         }
-        readies = {
-            "torchlax.jit call (ready)": lambda: peek_array(jitted(x)).block_until_ready(),
-            "jax.jit hand-written (ready)": lambda: fast(params, x_jax).block_until_ready(),
-        }
-        samples: dict[str, list[float]] = {name: [] for name in (*variants, *readies)}
+        cpu: dict[str, list[float]] = {name: [] for name in variants}
+        ready: dict[str, list[float]] = {name: [] for name in variants}
+        thread_ns = time.thread_time_ns
         for _ in range(calls):
             for name, fn in variants.items():
-                t0 = time.perf_counter()
+                start = thread_ns()
                 out = fn()
-                samples[name].append(time.perf_counter() - t0)
-                if name.endswith("(returns)") or name.startswith("launch"):
-                    jax.block_until_ready(
-                        out if not isinstance(out, torchlax.Tensor) else peek_array(out)
-                    )
-            for name, fn in readies.items():
+                cpu[name].append((thread_ns() - start) * 1e-9)
+                _block(out)
                 t0 = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - t0)
-    print(f"\nwidth {width}: {calls} rounds, each variant once per round (min / median us)")
-    for name, times in samples.items():
-        print(f"  {name:<42} {min(times) * 1e6:8.1f} / {statistics.median(times) * 1e6:8.1f}")
-    for mine, theirs in (("returns", "returns"), ("ready", "ready")):
-        a = samples[f"torchlax.jit call ({mine})"]
-        b = samples[f"jax.jit hand-written ({theirs})"]
+                _block(fn())
+                ready[name].append(time.perf_counter() - t0)
+    hand = "jax.jit, hand-written"
+    print(f"\nwidth {width}: {calls} rounds (min / median us)")
+    print(f"  {'':<38} {'CPU until it returns':>22} {'until ready':>18} {'ready / JAX':>14}")
+    for name in variants:
+        c, r = cpu[name], ready[name]
+        ratio = statistics.median(r) / statistics.median(ready[hand])
         print(
-            f"  ratio until it {mine}: min {min(a) / min(b):.2f}x, "
-            f"median {statistics.median(a) / statistics.median(b):.2f}x"
+            f"  {name:<38} {min(c) * 1e6:9.1f} / {statistics.median(c) * 1e6:8.1f}"
+            f" {min(r) * 1e6:8.1f} / {statistics.median(r) * 1e6:7.1f} {ratio:13.3f}x"
         )
+
+
+def _block(out) -> None:
+    (peek_array(out) if isinstance(out, torchlax.Tensor) else out).block_until_ready()
 
 
 def main() -> None:
