@@ -333,6 +333,102 @@ def test_repeated_no_grad_forward_follows_what_its_shortcut_checks(monkeypatch):
     assert True in repeats[1:] and False in repeats[1:]
 
 
+class _ReadsItsGradAndFlags(torch.nn.Module):
+    """A forward whose result depends on a parameter's .grad and requires_grad (not only on
+    parameter values): what the repeated forward's guards alone can notice."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.lin.weight.grad is not None:
+            y = y + self.lin.weight.grad.sum()
+        if not self.lin.bias.requires_grad:
+            y = y * 2
+        return y
+
+
+_global_offset: torch.Tensor | None = None  # rebound by the test below
+
+
+def test_repeated_forward_notices_changes_that_leave_parameter_values_alone(monkeypatch):
+    # A .grad appearing, requires_grad turned off and a rebound global change what the
+    # function computes but no value the last call read: the repeated no_grad forward
+    # (interop _jit ``_RepeatedForward``, ``_Layout.holds_unchanged``) must leave its
+    # shortcut for each, and repeat again after it.
+    global _global_offset
+    from torchlax_interop import _jit
+
+    repeats = []
+    original = _jit._RepeatedForward.call
+
+    def counted(self, jitted, args):
+        out = original(self, jitted, args)
+        repeats.append(out is not _jit._MISSED)
+        return out
+
+    monkeypatch.setattr(_jit._RepeatedForward, "call", counted)
+    torch.manual_seed(0)
+    reference = _ReadsItsGradAndFlags()
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    _global_offset = _jax(torch.tensor(1.0))
+    jitted = jit(lambda x: model(x) + _global_offset)
+    x = torch.randn(4, 3)
+
+    def check_twice(offset: float):
+        with torch.no_grad():
+            want = reference(x) + offset
+            for _ in range(2):
+                torch.testing.assert_close(_cpu(jitted(_jax(x))), want)
+
+    check_twice(1.0)
+    grad = torch.randn(2, 3)
+    reference.lin.weight.grad = grad
+    model.lin.weight.grad = _jax(grad)
+    check_twice(1.0)
+    reference.lin.weight.grad = model.lin.weight.grad = None
+    check_twice(1.0)
+    for m in (model, reference):
+        m.lin.bias.requires_grad_(False)
+    check_twice(1.0)
+    _global_offset = _jax(torch.tensor(5.0))
+    check_twice(5.0)
+    # Each change left the shortcut at the first call after it, and the call after repeated,
+    # except while the .grad was there (a state with .grads is not reused: no shortcut).
+    assert repeats == [True, False, True, False, True, False, True]
+
+
+def test_repeated_forward_after_a_compiled_training_step_of_its_model():
+    # The repeated no_grad forward launches before its layout checks, on the state arrays it
+    # recorded; a compiled training step over the same model replaces them (and may donate
+    # the old ones), so each forward after a step must run on the new ones, as eager does.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    forward = jit(model)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(m, opt, x):
+        opt.zero_grad()
+        m(x).square().sum().backward()
+        opt.step()
+
+    train = jit(lambda x: step(model, opt, x))
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        with torch.no_grad():
+            for _ in range(2):
+                torch.testing.assert_close(_cpu(forward(_jax(x))), reference(x))
+        for _ in range(2):  # the first call runs eagerly (creating momentum), the second donates
+            step(reference, ref_opt, x)
+            train(_jax(x))
+
+
 def test_double_backward_raises_instead_of_returning_constant_gradients():
     x = _jax(torch.tensor([1.0, 2.0])).requires_grad_()
     y = jit(lambda x: (x**3).sum())(x)

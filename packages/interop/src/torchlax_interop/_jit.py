@@ -17,6 +17,7 @@ residuals (docs/interop.md, "Autograd across a jitted call").
 from __future__ import annotations
 
 import dataclasses
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from operator import is_
@@ -39,10 +40,12 @@ from torchlax_core.internal import (
     memory_order,
     memory_ordered_array,
     output_tensors,
+    result_specs,
     storage_of,
     stored_in_order,
     tracing,
     viewed_back,
+    wrap_results_like,
     x64,
 )
 from torchlax_core.internal import signature as _signature
@@ -640,18 +643,19 @@ class _Jitted:
 
     def __call__(self, *args, **kwargs):
         check_shared_writes()
-        with _trace_lock, x64():
+        with _trace_lock:
             repeat = self._repeat
             if repeat is not None:
                 if not kwargs:
-                    out = repeat.call(self, args)
+                    out = repeat.call(self, args)  # (outside x64(): see its docstring)
                     if out is not _MISSED:
                         return out
                 self._repeat = None  # the general path records this call if it is a repeat
-            try:
-                return self._call(args, kwargs)
-            except CpuStateError as error:
-                return self._call_on_cpu_state(args, kwargs, error.found)
+            with x64():
+                try:
+                    return self._call(args, kwargs)
+                except CpuStateError as error:
+                    return self._call_on_cpu_state(args, kwargs, error.found)
 
     def _call_on_cpu_state(self, args, kwargs, found: list):
         """A step over CPU parameters: their memory is lent to the program (DLPack), and the
@@ -845,6 +849,7 @@ class _Jitted:
                     program.forward_core,
                     entry,
                     info,
+                    None if info.out_orders else _plain_result_specs(outputs, out_arrays),
                 )
         else:
             # Check errors are raised before any output or state is written back.
@@ -990,6 +995,9 @@ def _owner(jitted) -> str:
 
 
 _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
+_ARRAY = operator.attrgetter("array")
+_IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
+_VIEW = operator.attrgetter("_view")  # None for a root (_View objects are always true)
 
 
 @dataclasses.dataclass(slots=True)
@@ -1003,14 +1011,23 @@ class _RepeatedForward:
     ``.grad`` appeared), every state array is the very one of the recorded call (after an
     in-place write the general path compares the new array's shape and dtype once, and
     records the call again), and the arguments have the same types, shapes and dtypes; grad
-    mode and checked mode are as recorded.
+    mode and checked mode are as recorded. Its outputs are wrapped from the recorded call's
+    (``wrap_results_like``: an executable's results have the same shapes, dtypes and
+    sharding on every call), unless they are laid out otherwise or rebuilt into objects.
 
-    Every check runs before the launch, only the outputs' wrapping after it (no launch is
-    wasted on a call that then misses). Launching before the layout's checks, so that they run
-    while XLA computes, measured the same: MLP forward, time until the result is ready, 3000
-    calls each interleaved one by one on the loaded 2-core machine, min/median 1.11x/1.05x
-    hand JAX launching early, 1.13x/1.05x launching last; the Python after the launch
-    competes with XLA's threads for the cores about as much as it overlaps them."""
+    The layout's checks (``_Layout.holds_unchanged``) run after the launch, while XLA
+    computes; a call they fail drops the results and takes the general path (the forward
+    program writes nothing, so a dropped launch changes nothing). Checked in front of it: the
+    arguments, and that each state array is still the one recorded (a training step may have
+    donated it since). A program that draws random keys, or runs in checked mode, is launched
+    after every check (no key is drawn, no error raised for a call that then misses). MLP
+    forward (256 -> 512 -> 512 -> 10, batch 64), 3000 calls interleaved one by one with the
+    hand-written JAX forward in one process, loaded 2-core machine, time until the result is
+    ready, median over hand JAX: 1.09-1.10x checking first, 1.06-1.07x launching first
+    (three runs; ``benchmarks/jit_call_parts.py`` times the call's parts). The reads of the
+    layout's objects cost what they cost mostly in cache misses (a call follows an XLA
+    computation, the thread wakes cold): a C++ check of the same objects (Dynamo's guard
+    manager) measured no faster in such calls, only in a warm loop."""
 
     layout: _Layout
     state: _StateSet
@@ -1020,34 +1037,67 @@ class _RepeatedForward:
     core: CompiledProgram
     entry: Entry
     info: _Info
+    # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
+    # order), or None: wrap each call's outputs the general way (_to_tensors)
+    out_specs: list | None
     state_arrays: list = dataclasses.field(init=False)
+    flags: tuple = dataclasses.field(init=False)  # the layout's forward_flags of the state
+    launch_early: bool = dataclasses.field(init=False)  # before the layout's checks
 
     def __post_init__(self):
-        self.state_arrays = [s.array for s in self.state.storages]
+        self.state_arrays = list(map(_ARRAY, self.state.storages))
+        self.flags = self.layout.forward_flags(self.state)
+        self.launch_early = not self.checks and not self.entry.random
 
     def call(self, jitted: _Jitted, args: tuple):
+        """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
+        switches it on for the general path only): nothing here dispatches a JAX op but the
+        launch of a compiled executable, which does not read the mode (its input types are
+        fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
+        call in checked mode (reading its errors) runs inside it whole."""
         if (
             torch.is_grad_enabled()
             or jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
             or tuple(map(type, args)) != self.types
             or bool(torchlax_core.current_env().config.checked) is not self.checks
-            # another layout (x.t()) is another program: its results take eager's strides
-            or not all(t.is_contiguous() for t in args)
         ):
             return _MISSED
-        state_arrays = [s.array for s in self.state.storages]
-        if not all(map(is_, state_arrays, self.state_arrays)):
+        if not any(map(_VIEW, args)):  # roots are row-major: no is_contiguous per argument
+            arrays = [t.jax() for t in args]
+        elif all(map(_IS_CONTIGUOUS, args)):
+            with x64():
+                arrays = [t.jax() for t in args]
+        else:  # another layout (x.t()) is another program: its results take eager's strides
             return _MISSED
-        arrays = [t.jax() for t in args]
-        if _signature(arrays) != self.input_signature:
-            return _MISSED
-        if not self._holds():
-            return _MISSED
-        out_arrays, _, _ = self.core.run(self.entry, state_arrays, [], arrays)
-        return _returned(self.info, _to_tensors(out_arrays, True, arrays, self.info.out_orders))
+        if _signature(arrays) != self.input_signature or not all(
+            map(is_, map(_ARRAY, self.state.storages), self.state_arrays)
+        ):
+            return _MISSED  # (an array a training step donated since is deleted: never launched)
+        if self.launch_early:
+            out_arrays, _, _ = self.core.run(self.entry, self.state_arrays, [], arrays)
+            if not self.layout.holds_unchanged(self.state, self.flags):
+                return _MISSED  # its results are dropped (the program writes nothing)
+        else:
+            if not self.layout.holds_unchanged(self.state, self.flags):
+                return _MISSED
+            with x64():  # checked mode reads its errors
+                out_arrays, _, _ = self.core.run(self.entry, self.state_arrays, [], arrays)
+        info = self.info
+        if self.out_specs is None:
+            return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
+        outputs = wrap_results_like(out_arrays, self.out_specs)
+        return outputs[0] if info.single_output else _returned(info, outputs)
 
-    def _holds(self) -> bool:
-        return self.layout.holds_reached() and self.layout.reused(self.state)
+
+def _plain_result_specs(outputs: list, out_arrays: list) -> list | None:
+    """``result_specs`` of a call's outputs when each is a root torchlax Tensor of its array
+    (what ``wrap_results_like`` makes), else None."""
+    if all(
+        type(t) is Tensor and t._view is None and t._storage.array is a  # pyright: ignore[reportPrivateUsage]  (the core's Tensor, read as the core's wrap does)
+        for t, a in zip(outputs, out_arrays, strict=True)
+    ):
+        return result_specs(outputs, out_arrays)
+    return None
 
 
 def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:

@@ -253,12 +253,15 @@ class _Layout:
     _dict_values: tuple = ()
     _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
     _flags: tuple = ()  # their requires_grad, training and _storage, in that order
+    _sections: tuple = ()  # the checks of the other parts of the snapshot that are not empty
 
     def _flatten_snapshot(self) -> None:
         """Lay out the module part of the snapshot as a few flat tuples, so that ``holds()``
         checks it with one C-level pass per kind (a Python loop per module and parameter was
         most of a forward call's own cost). The sizes keep the flat key and value sequences
-        aligned with their dicts: a key moving from one dict to the next changes a size."""
+        aligned with their dicts: a key moving from one dict to the next changes a size. The
+        other parts of the snapshot are kept as the list of their checks, empty ones left
+        out."""
         self._empty_dicts = tuple(d for d, keys, _ in self.module_dicts if not keys)
         filled = [s for s in self.module_dicts if s[1]]
         self._dicts = tuple(d for d, _, _ in filled)
@@ -273,6 +276,16 @@ class _Layout:
             *(flag for _, flag in self.trainings),
             *(storage for _, storage in self.tensor_storages),
         )
+        sections = (
+            (self._cells_hold, self.cells),
+            (self._globals_hold, self.globals),
+            (self._dicts_hold, self.dicts),
+            (self._schedulers_hold, self.scheduler_optimizers),
+            (self._optimizers_hold, self.optimizers),
+            (self._groups_hold, self.groups),
+            (self._entries_hold, self.entries),
+        )
+        self._sections = tuple(check for check, snapshot in sections if snapshot)
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
@@ -284,17 +297,36 @@ class _Layout:
     def holds_reached(self) -> bool:
         """``holds()`` less its check of the arguments (for a call whose arguments are
         tensors only, while the layout has no module or optimizer among its arguments)."""
-        for cell, contents in self.cells:
-            if _cell_contents(cell) is not contents:
-                return False
-        for namespace, name, value in self.globals:
-            if namespace.get(name, _ABSENT) is not value:
-                return False
-        if not all(_unchanged(*s) for s in self.dicts):
-            return False
-        # The modules: their dicts, then each parameter's requires_grad, each module's
-        # training flag and each state tensor's storage, all by identity (bools are
-        # singletons) in C-level passes: this runs on every call.
+        return self._modules_hold(self._module_flags(), self._flags) and self._sections_hold()
+
+    def forward_flags(self, state: _StateSet) -> tuple:
+        """What ``holds_unchanged`` compares ``state``'s objects with: the module flags of
+        the snapshot, no ``.grad`` on any parameter, and each storage's present array."""
+        return (*self._flags, *self._nones, *map(_ARRAY, state.storages))
+
+    def holds_unchanged(self, state: _StateSet, flags: tuple) -> bool:
+        """``holds_reached() and reused(state)``, and every storage of ``state`` still holds
+        the array it held when ``flags = forward_flags(state)`` was taken (a repeated
+        forward runs on exactly that state): the per-object reads in one C-level pass."""
+        return (
+            self._assembled is state
+            and self._modules_hold(
+                chain(self._module_flags(), map(_GRAD, self.grads), map(_ARRAY, state.storages)),
+                flags,
+            )
+            and self._sections_hold()
+        )
+
+    def _module_flags(self):
+        # each parameter's requires_grad, each module's training flag and each state tensor's
+        # storage, all compared by identity (bools are singletons)
+        grads, modules, tensors = self._flag_objects
+        return chain(map(_REQUIRES_GRAD, grads), map(_TRAINING, modules), map(_STORAGE, tensors))
+
+    def _modules_hold(self, now, then: tuple) -> bool:
+        """The modules' dicts, then ``now`` (objects read from the modules' parameters, the
+        modules and the state tensors) against ``then``, by identity, in C-level passes:
+        this runs on every call."""
         is_ = operator.is_
         dicts = self._dicts
         if (
@@ -304,16 +336,41 @@ class _Layout:
             or not all(map(is_, chain.from_iterable(map(dict.values, dicts)), self._dict_values))
         ):
             return False
-        grads, modules, tensors = self._flag_objects
-        flags = chain(map(_REQUIRES_GRAD, grads), map(_TRAINING, modules), map(_STORAGE, tensors))
         try:
-            if not all(map(is_, flags, self._flags)):
-                return False
+            return all(map(is_, now, then))
         except AttributeError:  # swapped for a tensor that is no torchlax Tensor
             return False
+
+    def _sections_hold(self) -> bool:
+        # Only the sections of the snapshot this layout has (a module's forward has none:
+        # no closure cells, globals, optimizers, ...), each one method (_flatten_snapshot)
+        for section in self._sections:
+            if not section():
+                return False
+        return True
+
+    def _cells_hold(self) -> bool:
+        for cell, contents in self.cells:
+            if _cell_contents(cell) is not contents:
+                return False
+        return True
+
+    def _globals_hold(self) -> bool:
+        for namespace, name, value in self.globals:
+            if namespace.get(name, _ABSENT) is not value:
+                return False
+        return True
+
+    def _dicts_hold(self) -> bool:
+        return all(_unchanged(*s) for s in self.dicts)
+
+    def _schedulers_hold(self) -> bool:
         for scheduler, opt in self.scheduler_optimizers:
             if scheduler.optimizer is not opt:
                 return False
+        return True
+
+    def _optimizers_hold(self) -> bool:
         for opt, groups, snapshot, state in self.optimizers:
             if (
                 opt.param_groups is not groups
@@ -322,6 +379,9 @@ class _Layout:
                 or not all(map(operator.is_, groups, snapshot))
             ):
                 return False
+        return True
+
+    def _groups_hold(self) -> bool:
         for group, hyper, lr_input, params, snapshot in self.groups:
             if len(group) != len(hyper) + ("lr" in group):
                 return False
@@ -332,6 +392,9 @@ class _Layout:
                 return False
             if len(params) != len(snapshot) or not all(map(operator.is_, params, snapshot)):
                 return False
+        return True
+
+    def _entries_hold(self) -> bool:
         for state, p, entries, kinds in self.entries:
             now = state.get(p, _ABSENT)
             if now is not entries:
@@ -400,6 +463,7 @@ class _Layout:
         )
 
 
+_ARRAY = operator.attrgetter("array")
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = operator.attrgetter("training")

@@ -1,0 +1,148 @@
+"""Where one repeated ``torchlax.jit`` forward call's time goes, against ``jax.jit``'s (issue 14).
+
+    uv run python benchmarks/jit_call_parts.py [--width 8 512] [--calls 3000]
+
+The MLP of ``run.py`` (256 -> width -> width -> 10, batch 64) under ``torch.no_grad()``, and
+the same forward written in JAX. Each variant is called once per round, in turn, after the
+previous call's result was ready (as ``run.py`` calls them), so a busy stretch of the machine
+lands on all alike. Per variant: the calling thread's CPU time until the call returns (what our
+Python and the launch cost; unlike wall time it does not count the waits of a loaded machine),
+and the wall time until the result is ready (what ``run.py``'s "forward: MLP" row measures).
+
+Variants beside the whole call take one part away, so their difference to it is that part's
+cost inside a real call: the layout's checks (``_Layout.holds_unchanged``), the launch (the
+executable's result memoised: our Python alone). Timing a part on its own in a loop misleads:
+a call follows an XLA computation and starts with cold caches, so reading an object costs
+several times what it costs in a warm loop (a C++ check of the same objects, Dynamo's guard
+manager, was 3x faster warm and no faster in a call).
+"""
+
+# ruff: noqa: B023  (each closure is timed in the round that made it)
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+import torchlax
+from torch import nn
+from torchlax_core.internal import peek_array
+
+
+def mlp(width: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(256, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 10)
+    )
+
+
+def hand_written(model: nn.Module):
+    params = [
+        (jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+        for m in model
+        if isinstance(m, nn.Linear)
+    ]
+
+    def forward(params, x):
+        for i, (w, bias) in enumerate(params):
+            x = x @ w.T + bias
+            if i < len(params) - 1:
+                x = jax.nn.gelu(x, approximate=False)
+        return x
+
+    return params, jax.jit(forward)
+
+
+def parts(width: int, calls: int) -> None:
+    torch.manual_seed(0)
+    model = mlp(width).eval()
+    x_cpu = torch.randn(64, 256)
+    params, fast = hand_written(model)
+    x_jax = jnp.asarray(x_cpu.numpy())
+    with torchlax.enable():
+        jmodel = model.to("jax")
+        x = x_cpu.to("jax")
+    jitted = torchlax.jit(jmodel)
+    with torch.no_grad():
+        for _ in range(3):
+            jitted(x)
+        repeat = jitted._repeat
+        assert repeat is not None, "the forward was not recorded as repeatable"
+        entry, layout = repeat.entry, repeat.layout
+        executable, launch = entry.executable, entry._launch
+        memo = executable(repeat.state_arrays, [], [x.jax()], entry.key())
+
+        def memoised(*args):
+            return memo
+
+        def without(set_up: Callable[[], None], tear_down: Callable[[], None]):
+            def call():
+                set_up()
+                try:
+                    return jitted(x)
+                finally:
+                    tear_down()
+
+            return call
+
+        def unchecked():
+            layout.holds_unchanged = lambda state, flags: True  # (an instance attribute)
+
+        def checked():
+            del layout.holds_unchanged
+
+        def memoise():
+            entry._executable = entry._launch = memoised
+
+        def unmemoise():
+            entry._executable, entry._launch = executable, launch
+
+        variants = {
+            "torchlax.jit": lambda: jitted(x),
+            "  without the layout's checks": without(unchecked, checked),
+            "  launch memoised (our Python alone)": without(memoise, unmemoise),
+            "jax.jit, hand-written": lambda: fast(params, x_jax),
+        }
+        cpu: dict[str, list[float]] = {name: [] for name in variants}
+        ready: dict[str, list[float]] = {name: [] for name in variants}
+        thread_ns = time.thread_time_ns
+        for _ in range(calls):
+            for name, fn in variants.items():
+                start = thread_ns()
+                out = fn()
+                cpu[name].append((thread_ns() - start) * 1e-9)
+                _block(out)
+                t0 = time.perf_counter()
+                _block(fn())
+                ready[name].append(time.perf_counter() - t0)
+    hand = "jax.jit, hand-written"
+    print(f"\nwidth {width}: {calls} rounds (min / median us)")
+    print(f"  {'':<38} {'CPU until it returns':>22} {'until ready':>18} {'ready / JAX':>14}")
+    for name in variants:
+        c, r = cpu[name], ready[name]
+        ratio = statistics.median(r) / statistics.median(ready[hand])
+        print(
+            f"  {name:<38} {min(c) * 1e6:9.1f} / {statistics.median(c) * 1e6:8.1f}"
+            f" {min(r) * 1e6:8.1f} / {statistics.median(r) * 1e6:7.1f} {ratio:13.3f}x"
+        )
+
+
+def _block(out) -> None:
+    (peek_array(out) if isinstance(out, torchlax.Tensor) else out).block_until_ready()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, nargs="+", default=[8, 512])
+    parser.add_argument("--calls", type=int, default=3000)
+    args = parser.parse_args()
+    for width in args.width:
+        parts(width, args.calls)
+
+
+if __name__ == "__main__":
+    main()
