@@ -20,16 +20,6 @@ from torchlax_core._x64 import x64_flag
 
 
 @pytest.fixture
-def env():
-    env = torchlax_core.default_env()
-    saved = (env.config.op_cache_size, env.config.op_cache_min_calls)
-    env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
-    with torchlax_core.enable(env):
-        yield env
-    env.config.op_cache_size, env.config.op_cache_min_calls = saved
-
-
-@pytest.fixture
 def dispatched(monkeypatch):
     """The ATen ops that reached ``Tensor.__torch_dispatch__`` (a list, appended to)."""
     seen: list = []

@@ -17,16 +17,6 @@ import torchlax_core
 from torchlax_core import _stats, hookimpl
 
 
-@pytest.fixture
-def env():
-    env = torchlax_core.default_env()
-    saved = (env.config.op_cache_size, env.config.op_cache_min_calls)
-    env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
-    with torchlax_core.enable(env):
-        yield env
-    env.config.op_cache_size, env.config.op_cache_min_calls = saved
-
-
 def stats(env):
     s = env.stats()
     return s["op_cache_hits"], s["op_cache_misses"], s["compilations"]
