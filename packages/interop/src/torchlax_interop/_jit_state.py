@@ -234,7 +234,9 @@ class _Layout:
     arg_objects: tuple = ()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
     globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
-    dicts: list = dataclasses.field(default_factory=list)  # _snapshot of an object's __dict__
+    # _snapshot of an object's __dict__, or of a dict the walk went through
+    dicts: list = dataclasses.field(default_factory=list)
+    lists: list = dataclasses.field(default_factory=list)  # (list, its items) the walk went through
     module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
     trainings: list = dataclasses.field(default_factory=list)  # (module, training)
     tensor_storages: list = dataclasses.field(default_factory=list)  # (tensor, storage)
@@ -280,6 +282,7 @@ class _Layout:
             (self._cells_hold, self.cells),
             (self._globals_hold, self.globals),
             (self._dicts_hold, self.dicts),
+            (self._lists_hold, self.lists),
             (self._schedulers_hold, self.scheduler_optimizers),
             (self._optimizers_hold, self.optimizers),
             (self._groups_hold, self.groups),
@@ -363,6 +366,12 @@ class _Layout:
 
     def _dicts_hold(self) -> bool:
         return all(_unchanged(*s) for s in self.dicts)
+
+    def _lists_hold(self) -> bool:
+        for items, snapshot in self.lists:
+            if len(items) != len(snapshot) or not all(map(operator.is_, items, snapshot)):
+                return False
+        return True
 
     def _schedulers_hold(self) -> bool:
         for scheduler, opt in self.scheduler_optimizers:
@@ -528,13 +537,26 @@ def _is_number(value) -> bool:
 # -- the walk ------------------------------------------------------------------------------------
 
 
+# How deep the walk goes from the function (a closure cell, a global, a bound method's object
+# and each container is one level), and the most items it reads from one list, tuple or dict:
+# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
+# traced (``unfound_optimizer_error``) instead of keeping its state inside the program.
+MAX_STATE_DEPTH = 4
+MAX_CONTAINER_ITEMS = 64
+
+
 def _referenced(fn, seen: set, found: list, layout: _Layout, depth: int = 0) -> None:
-    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name."""
-    if id(fn) in seen or depth > 4:
+    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name,
+    directly or through the lists, tuples and dicts that closures, globals and a bound
+    method's object hold (``opts[1]``, ``self.models["g"]``)."""
+    if id(fn) in seen or depth > MAX_STATE_DEPTH:
         return
     seen.add(id(fn))
     if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
         found.append(fn)
+        return
+    if type(fn) in _CONTAINERS or isinstance(fn, dict):
+        _referenced_items(fn, seen, found, layout, depth)
         return
     if isinstance(fn, types.MethodType):
         _referenced(fn.__func__, seen, found, layout, depth + 1)
@@ -569,8 +591,36 @@ def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int)
         return
     layout.dicts.append(_snapshot(attributes))
     for value in attributes.values():
-        if isinstance(value, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
+        if isinstance(value, _STATEFUL_OR_TENSOR) or _is_container(value):
             _referenced(value, seen, found, layout, depth)
+
+
+_CONTAINERS = (list, tuple)
+_STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
+
+
+def _is_container(value) -> bool:
+    return type(value) in _CONTAINERS or isinstance(value, dict)
+
+
+def _referenced_items(container, seen: set, found: list, layout: _Layout, depth: int) -> None:
+    """The walk through a list, tuple or dict (an OrderedDict too): its items are one level
+    deeper. The snapshot keeps the list's items or the dict's keys and values, so that an
+    item rebound or added between calls (``opts[1] = other``, ``opts.append(...)``) makes
+    the next call walk again; a tuple cannot change. A container larger than
+    ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no state)."""
+    if len(container) > MAX_CONTAINER_ITEMS:
+        return
+    if isinstance(container, dict):
+        layout.dicts.append(_snapshot(container))
+        values = container.values()
+    else:
+        if type(container) is list:
+            layout.lists.append((container, tuple(container)))
+        values = container
+    for value in values:
+        if isinstance(value, _STATEFUL_OR_TENSOR) or _is_container(value):
+            _referenced(value, seen, found, layout, depth + 1)
 
 
 @functools.cache
