@@ -533,3 +533,34 @@ def test_optimizer_too_deep_to_find_raises_naming_it():
     x, y = _data(1)[0]
     with pytest.raises(RuntimeError, match=r"calls Adam.step\(\) on an optimizer that is not"):
         step(torchlax.from_torch(x), torchlax.from_torch(y))
+
+
+class _Trainer:
+    def __init__(self, model, opt):
+        self.parts = {"net": model, "opts": [opt]}
+        self.losses: list = []  # a history the loop appends to: no state
+
+    def step(self, x, y):
+        opt = self.parts["opts"][0]
+        opt.zero_grad()
+        loss = F.cross_entropy(self.parts["net"](x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+
+def test_bound_method_finds_state_in_its_objects_containers_not_its_tensor_history():
+    # self.parts["net"] and self.parts["opts"][0] are state; the growing list of losses on
+    # the same object is neither an input nor a reason to walk again (one program).
+    make_opt = lambda p: torch.optim.Adam(p, lr=1e-2)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    reference, trainer = _Trainer(ref, ref_opt), _Trainer(model, opt)
+    compiled = torchlax.jit(trainer.step)
+    for x, y in _data(4):
+        want = reference.step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        trainer.losses.append(got.detach())
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, model)
+    assert compiled.compilations == 1
+    assert compiled._layout is not None and not compiled._layout.tensors

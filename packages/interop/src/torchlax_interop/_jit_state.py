@@ -545,10 +545,13 @@ MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
 
 
-def _referenced(fn, seen: set, found: list, layout: _Layout, depth: int = 0) -> None:
+def _referenced(
+    fn, seen: set, found: list, layout: _Layout, depth: int = 0, tensors: bool = True
+) -> None:
     """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name,
     directly or through the lists, tuples and dicts that closures, globals and a bound
-    method's object hold (``opts[1]``, ``self.models["g"]``)."""
+    method's object hold (``opts[1]``, ``self.models["g"]``). ``tensors``: whether the
+    tensors of the containers met are state (see ``_referenced_object``)."""
     if id(fn) in seen or depth > MAX_STATE_DEPTH:
         return
     seen.add(id(fn))
@@ -556,7 +559,7 @@ def _referenced(fn, seen: set, found: list, layout: _Layout, depth: int = 0) -> 
         found.append(fn)
         return
     if type(fn) in _CONTAINERS or isinstance(fn, dict):
-        _referenced_items(fn, seen, found, layout, depth)
+        _referenced_items(fn, seen, found, layout, depth, tensors)
         return
     if isinstance(fn, types.MethodType):
         _referenced(fn.__func__, seen, found, layout, depth + 1)
@@ -591,8 +594,14 @@ def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int)
         return
     layout.dicts.append(_snapshot(attributes))
     for value in attributes.values():
-        if isinstance(value, _STATEFUL_OR_TENSOR) or _is_container(value):
+        if isinstance(value, _STATEFUL_OR_TENSOR):
             _referenced(value, seen, found, layout, depth)
+        elif _is_container(value):
+            # Entered for modules and optimizers (``self.models["g"]``), not for tensors:
+            # the method may use none of its object's attributes, and a list of tensors
+            # there is more likely a history the loop appends to (as state, each call
+            # would walk again and compile a program for its new length).
+            _referenced(value, seen, found, layout, depth, tensors=False)
 
 
 _CONTAINERS = (list, tuple)
@@ -603,24 +612,34 @@ def _is_container(value) -> bool:
     return type(value) in _CONTAINERS or isinstance(value, dict)
 
 
-def _referenced_items(container, seen: set, found: list, layout: _Layout, depth: int) -> None:
+def _referenced_items(
+    container, seen: set, found: list, layout: _Layout, depth: int, tensors: bool
+) -> None:
     """The walk through a list, tuple or dict (an OrderedDict too): its items are one level
     deeper. The snapshot keeps the list's items or the dict's keys and values, so that an
     item rebound or added between calls (``opts[1] = other``, ``opts.append(...)``) makes
     the next call walk again; a tuple cannot change. A container larger than
-    ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no state)."""
+    ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no state).
+    Without ``tensors``, tensors are skipped, and only a container that is empty or holds a
+    module, optimizer, scheduler or container is kept in the snapshot (a list of losses the
+    loop appends to is not re-checked)."""
     if len(container) > MAX_CONTAINER_ITEMS:
+        return
+    values = container.values() if isinstance(container, dict) else container
+    if not tensors and container and not any(map(_holds_state, values)):
         return
     if isinstance(container, dict):
         layout.dicts.append(_snapshot(container))
-        values = container.values()
-    else:
-        if type(container) is list:
-            layout.lists.append((container, tuple(container)))
-        values = container
+    elif type(container) is list:
+        layout.lists.append((container, tuple(container)))
+    wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
     for value in values:
-        if isinstance(value, _STATEFUL_OR_TENSOR) or _is_container(value):
-            _referenced(value, seen, found, layout, depth + 1)
+        if isinstance(value, wanted) or _is_container(value):
+            _referenced(value, seen, found, layout, depth + 1, tensors)
+
+
+def _holds_state(value) -> bool:
+    return isinstance(value, _STATEFUL) or _is_container(value)
 
 
 @functools.cache
