@@ -518,14 +518,17 @@ def test_container_changed_between_calls_is_followed(change):
     _assert_same_parameters(ref2, model2)
 
 
-def test_optimizer_too_deep_to_find_raises_naming_it():
+@pytest.mark.parametrize("where", ["too-deep", "too-large"])
+def test_optimizer_the_walk_does_not_reach_raises_naming_it(where):
     with torchlax.enable():
         model = _model().to("jax")
-        nested = [[[[[torch.optim.Adam(model.parameters())]]]]]  # deeper than the walk goes
+        adam = torch.optim.Adam(model.parameters())
+    # deeper than the walk goes, or in a list longer than it reads
+    nested = [[[[[adam]]]]] if where == "too-deep" else [None] * 64 + [adam]
 
     @torchlax.jit
     def step(x, y):
-        opt = nested[0][0][0][0][0]
+        opt = nested[0][0][0][0][0] if where == "too-deep" else nested[-1]
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()

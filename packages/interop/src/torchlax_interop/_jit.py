@@ -59,6 +59,7 @@ from ._jit_objects import find as find_object_output
 from ._jit_state import (
     MAX_CONTAINER_ITEMS,
     MAX_STATE_DEPTH,
+    MAX_WALKED_ITEMS,
     CpuStateError,
     _Hashed,
     _Layout,
@@ -527,7 +528,8 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
                 "that is not part of the compiled step's state: torchlax.jit finds optimizers "
                 "and modules the function closes over, names as globals or receives as "
                 "arguments, and those in the lists, tuples and dicts these hold (up to "
-                f"{MAX_STATE_DEPTH} levels deep and {MAX_CONTAINER_ITEMS} items per container), "
+                f"{MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items per container and "
+                f"{MAX_WALKED_ITEMS} in all), "
                 "not inside other objects. Close over the optimizer directly, or pass it as an "
                 "argument of the jitted function."
             )

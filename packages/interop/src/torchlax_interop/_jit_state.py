@@ -237,6 +237,7 @@ class _Layout:
     # _snapshot of an object's __dict__, or of a dict the walk went through
     dicts: list = dataclasses.field(default_factory=list)
     lists: list = dataclasses.field(default_factory=list)  # (list, its items) the walk went through
+    walked_items: int = 0  # the items of every container the walk went through
     module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
     trainings: list = dataclasses.field(default_factory=list)  # (module, training)
     tensor_storages: list = dataclasses.field(default_factory=list)  # (tensor, storage)
@@ -543,6 +544,7 @@ def _is_number(value) -> bool:
 # traced (``unfound_optimizer_error``) instead of keeping its state inside the program.
 MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
+MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
 
 
 def _referenced(
@@ -623,8 +625,10 @@ def _referenced_items(
     Without ``tensors``, tensors are skipped, and only a container that is empty or holds a
     module, optimizer, scheduler or container is kept in the snapshot (a list of losses the
     loop appends to is not re-checked)."""
-    if len(container) > MAX_CONTAINER_ITEMS:
+    size = len(container)
+    if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
         return
+    layout.walked_items += size
     values = container.values() if isinstance(container, dict) else container
     if not tensors and container and not any(map(_holds_state, values)):
         return
