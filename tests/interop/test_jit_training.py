@@ -501,7 +501,7 @@ def test_container_changed_between_calls_is_followed(change):
     ref_opts: list[torch.optim.Optimizer] = [ref_opt]
     opts: list[torch.optim.Optimizer] = [opt]
     reference, compiled = step_fn(ref_models, ref_opts), torchlax.jit(step_fn(models, opts))
-    for i, (x, y) in enumerate(_data()):
+    for i, (x, y) in enumerate(_data(3)):
         if i == 2 and change == "rebind":
             ref_opts[0] = torch.optim.Adam(ref.parameters(), lr=1e-2)
             with torchlax.enable():
