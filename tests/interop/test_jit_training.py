@@ -385,3 +385,185 @@ def test_step_that_tests_its_grads_for_none_keeps_its_path_without_them():
         want = reference(x, y)
         got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+
+
+# -- state reached through lists, tuples and dicts -------------------------------------------
+
+
+def _holders(kind: str, model, opt, other_opt) -> dict:
+    """What the step reads its model and optimizer from: ``opts[1]`` of a closed-over list,
+    ``parts["opt"]`` of a dict, a tuple in a dict."""
+    if kind == "list":
+        return {"opts": [other_opt, opt], "model": model}
+    if kind == "dict":
+        return {"opts": {"sgd": other_opt, "main": opt}, "model": model}
+    return {"opts": {"pair": (other_opt, opt)}, "model": {"net": (model,)}}
+
+
+def _step_through(kind: str, holders: dict):
+    opts, model = holders["opts"], holders["model"]
+
+    def optimizer():
+        if kind == "list":
+            return opts[1]
+        return opts["main"] if kind == "dict" else opts["pair"][1]
+
+    def net(x):
+        return model(x) if kind != "tuple" else model["net"][0](x)
+
+    def step(x, y):
+        optimizer().zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer().step()
+        return loss
+
+    return step
+
+
+def _assert_same_parameters(ref, model):
+    for (key, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10, msg=key)
+
+
+@pytest.mark.parametrize("kind", ["list", "dict", "tuple"])
+def test_optimizer_and_module_reached_through_containers_are_state(kind):
+    # The optimizer (and, for "tuple", the module) is found inside the containers the
+    # function closes over: its state is the program's input and output, as if closed over.
+    make_opt = lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    ref_other = torch.optim.SGD(ref.parameters(), lr=0.1)
+    with torchlax.enable():
+        other = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference = _step_through(kind, _holders(kind, ref, ref_opt, ref_other))
+    compiled = torchlax.jit(_step_through(kind, _holders(kind, model, opt, other)))
+    for x, y in _data(4):
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, model)
+    assert compiled.compilations == 1  # the first call eager (state created), then one program
+
+
+_GLOBAL_PARTS: dict = {}
+
+
+def _global_step(x, y):
+    # Reads its module and optimizer from a module-level dict (a global of the function).
+    _GLOBAL_PARTS["opt"].zero_grad()
+    loss = F.cross_entropy(_GLOBAL_PARTS["net"](x), y)
+    loss.backward()
+    _GLOBAL_PARTS["opt"].step()
+    return loss
+
+
+def test_module_in_a_global_dict_is_state():
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    compiled = torchlax.jit(_global_step)
+    try:
+        for x, y in _data(4):
+            _GLOBAL_PARTS.update(net=ref, opt=ref_opt)
+            want = _global_step(x, y)
+            _GLOBAL_PARTS.update(net=model, opt=opt)
+            got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    finally:
+        _GLOBAL_PARTS.clear()
+    _assert_same_parameters(ref, model)
+    # Rebinding the dict's items for each call is followed: the state is found again (the
+    # same objects each time: one program).
+    assert compiled.compilations == 1
+
+
+@pytest.mark.parametrize("change", ["rebind", "append"])
+def test_container_changed_between_calls_is_followed(change):
+    # opts[0] replaced by another optimizer, or a second model appended to the list the step
+    # loops over: the next call walks again, and never runs the stale program.
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    (ref2, ref_opt2, _), (model2, opt2, _) = _pair(torch.optim.Adam)
+
+    def step_fn(models: list, opts: list):
+        def step(x, y):
+            for o in opts:
+                o.zero_grad()
+            loss = sum(F.cross_entropy(m(x), y) for m in models)
+            loss.backward()  # pyright: ignore[reportAttributeAccessIssue]  (a tensor sum)
+            for o in opts:
+                o.step()
+            return loss
+
+        return step
+
+    ref_models: list[nn.Module] = [ref]
+    models: list[nn.Module] = [model]
+    ref_opts: list[torch.optim.Optimizer] = [ref_opt]
+    opts: list[torch.optim.Optimizer] = [opt]
+    reference, compiled = step_fn(ref_models, ref_opts), torchlax.jit(step_fn(models, opts))
+    for i, (x, y) in enumerate(_data(3)):
+        if i == 2 and change == "rebind":
+            ref_opts[0] = torch.optim.Adam(ref.parameters(), lr=1e-2)
+            with torchlax.enable():
+                opts[0] = torch.optim.Adam(model.parameters(), lr=1e-2)
+        if i == 2 and change == "append":
+            ref_models.append(ref2)
+            ref_opts.append(ref_opt2)
+            models.append(model2)
+            opts.append(opt2)
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10, msg=f"step {i}")
+    _assert_same_parameters(ref, model)
+    _assert_same_parameters(ref2, model2)
+
+
+@pytest.mark.parametrize("where", ["too-deep", "too-large"])
+def test_optimizer_the_walk_does_not_reach_raises_naming_it(where):
+    with torchlax.enable():
+        model = _model().to("jax")
+        adam = torch.optim.Adam(model.parameters())
+    # deeper than the walk goes, or in a list longer than it reads
+    nested = [[[[[adam]]]]] if where == "too-deep" else [None] * 64 + [adam]
+
+    @torchlax.jit
+    def step(x, y):
+        opt = nested[0][0][0][0][0] if where == "too-deep" else nested[-1]
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    x, y = _data(1)[0]
+    with pytest.raises(RuntimeError, match=r"calls Adam.step\(\) on an optimizer that is not"):
+        step(torchlax.from_torch(x), torchlax.from_torch(y))
+
+
+class _Trainer:
+    def __init__(self, model, opt):
+        self.parts = {"net": model, "opts": [opt]}
+        self.losses: list = []  # a history the loop appends to: no state
+
+    def step(self, x, y):
+        opt = self.parts["opts"][0]
+        opt.zero_grad()
+        loss = F.cross_entropy(self.parts["net"](x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+
+def test_bound_method_finds_state_in_its_objects_containers_not_its_tensor_history():
+    # self.parts["net"] and self.parts["opts"][0] are state; the growing list of losses on
+    # the same object is neither an input nor a reason to walk again (one program).
+    make_opt = lambda p: torch.optim.Adam(p, lr=1e-2)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    reference, trainer = _Trainer(ref, ref_opt), _Trainer(model, opt)
+    compiled = torchlax.jit(trainer.step)
+    for x, y in _data(4):
+        want = reference.step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        trainer.losses.append(got.detach())
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, model)
+    assert compiled.compilations == 1
+    assert compiled._layout is not None and not compiled._layout.tensors

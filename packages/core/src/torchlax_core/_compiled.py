@@ -263,6 +263,19 @@ class CompiledProgram:
         with x64():
             trace = jitted.trace(*args, self.key_input())
         self.traces += 1
+        lifted = len(trace.jaxpr.in_avals) - len(jax.tree.leaves(args)) - 1
+        if lifted > 0:
+            # JAX takes a value of a finished trace that the function reads (a tracer kept in
+            # an object the caller did not pass in) as an extra input no call passes: the
+            # executable would refuse every call with "compiled for N inputs".
+            raise RuntimeError(
+                f"{self.name}: the traced function reads {lifted} value(s) computed inside an "
+                "earlier trace of a compiled function and kept outside it (a tensor created or "
+                "written during that trace and stored on an object that is not part of the "
+                "program's state, e.g. an optimizer or a module the function reaches only "
+                "through another object). Pass such modules and optimizers as arguments or "
+                "close over them directly, or return the values instead of storing them."
+            )
         info, random = learned
         return Entry(self, trace, jitted, info, random)
 

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 import torchlax_core
 from jax.extend import core as jax_core
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils import _pytree as pytree
+from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor, checked, raise_error
 from torchlax_core.internal import (
     CompiledProgram,
@@ -55,6 +57,9 @@ from ._dlpack import check_shared_writes, from_torch
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
 from ._jit_state import (
+    MAX_CONTAINER_ITEMS,
+    MAX_STATE_DEPTH,
+    MAX_WALKED_ITEMS,
     CpuStateError,
     _Hashed,
     _Layout,
@@ -257,10 +262,13 @@ class _Program:
                     for s in self.statics
                 ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
+                unfound = _refuse_unfound_optimizers(state, self.jitted)
                 try:
                     out = self.jitted._run(cpu_state, args, kwargs)
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(self.jitted) from exc
+                finally:
+                    unfound.remove()
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
@@ -501,6 +509,32 @@ def _defer_schedulers(schedulers) -> dict:
 def _undefer_schedulers(schedulers) -> None:
     for s in schedulers:
         del s.step
+
+
+def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
+    """While the step is traced: an optimizer stepped that is not among the state raises.
+
+    Its state tensors would be created or written inside the program without being its
+    inputs or outputs: JAX values of a finished trace kept in ``opt.state`` (the next trace
+    would read them as extra inputs the call does not pass). Checked once per trace, by a
+    global optimizer pre-hook that only this thread's steps trip."""
+    known = {id(opt) for opt in state.optimizers}
+    thread = threading.get_ident()
+
+    def refuse(opt, _args, _kwargs) -> None:
+        if id(opt) not in known and threading.get_ident() == thread:
+            raise RuntimeError(
+                f"{_owner(jitted)}: the step calls {type(opt).__name__}.step() on an optimizer "
+                "that is not part of the compiled step's state: torchlax.jit finds optimizers "
+                "and modules the function closes over, names as globals or receives as "
+                "arguments, and those in the lists, tuples and dicts these hold (up to "
+                f"{MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items per container and "
+                f"{MAX_WALKED_ITEMS} in all), "
+                "not inside other objects. Close over the optimizer directly, or pass it as an "
+                "argument of the jitted function."
+            )
+
+    return register_optimizer_step_pre_hook(refuse)
 
 
 def _leaked_tracer_error(jitted) -> RuntimeError:

@@ -234,7 +234,10 @@ class _Layout:
     arg_objects: tuple = ()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
     globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
-    dicts: list = dataclasses.field(default_factory=list)  # _snapshot of an object's __dict__
+    # _snapshot of an object's __dict__, or of a dict the walk went through
+    dicts: list = dataclasses.field(default_factory=list)
+    lists: list = dataclasses.field(default_factory=list)  # (list, its items) the walk went through
+    walked_items: int = 0  # the items of every container the walk went through
     module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
     trainings: list = dataclasses.field(default_factory=list)  # (module, training)
     tensor_storages: list = dataclasses.field(default_factory=list)  # (tensor, storage)
@@ -280,6 +283,7 @@ class _Layout:
             (self._cells_hold, self.cells),
             (self._globals_hold, self.globals),
             (self._dicts_hold, self.dicts),
+            (self._lists_hold, self.lists),
             (self._schedulers_hold, self.scheduler_optimizers),
             (self._optimizers_hold, self.optimizers),
             (self._groups_hold, self.groups),
@@ -363,6 +367,12 @@ class _Layout:
 
     def _dicts_hold(self) -> bool:
         return all(_unchanged(*s) for s in self.dicts)
+
+    def _lists_hold(self) -> bool:
+        for items, snapshot in self.lists:
+            if len(items) != len(snapshot) or not all(map(operator.is_, items, snapshot)):
+                return False
+        return True
 
     def _schedulers_hold(self) -> bool:
         for scheduler, opt in self.scheduler_optimizers:
@@ -528,13 +538,30 @@ def _is_number(value) -> bool:
 # -- the walk ------------------------------------------------------------------------------------
 
 
-def _referenced(fn, seen: set, found: list, layout: _Layout, depth: int = 0) -> None:
-    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name."""
-    if id(fn) in seen or depth > 4:
+# How deep the walk goes from the function (a closure cell, a global, a bound method's object
+# and each container is one level), and the most items it reads from one list, tuple or dict:
+# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
+# traced (``unfound_optimizer_error``) instead of keeping its state inside the program.
+MAX_STATE_DEPTH = 4
+MAX_CONTAINER_ITEMS = 64
+MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
+
+
+def _referenced(
+    fn, seen: set, found: list, layout: _Layout, depth: int = 0, tensors: bool = True
+) -> None:
+    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name,
+    directly or through the lists, tuples and dicts that closures, globals and a bound
+    method's object hold (``opts[1]``, ``self.models["g"]``). ``tensors``: whether the
+    tensors of the containers met are state (see ``_referenced_object``)."""
+    if id(fn) in seen or depth > MAX_STATE_DEPTH:
         return
     seen.add(id(fn))
     if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
         found.append(fn)
+        return
+    if type(fn) in _CONTAINERS or isinstance(fn, dict):
+        _referenced_items(fn, seen, found, layout, depth, tensors)
         return
     if isinstance(fn, types.MethodType):
         _referenced(fn.__func__, seen, found, layout, depth + 1)
@@ -569,8 +596,54 @@ def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int)
         return
     layout.dicts.append(_snapshot(attributes))
     for value in attributes.values():
-        if isinstance(value, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
+        if isinstance(value, _STATEFUL_OR_TENSOR):
             _referenced(value, seen, found, layout, depth)
+        elif _is_container(value):
+            # Entered for modules and optimizers (``self.models["g"]``), not for tensors:
+            # the method may use none of its object's attributes, and a list of tensors
+            # there is more likely a history the loop appends to (as state, each call
+            # would walk again and compile a program for its new length).
+            _referenced(value, seen, found, layout, depth, tensors=False)
+
+
+_CONTAINERS = (list, tuple)
+_STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
+
+
+def _is_container(value) -> bool:
+    return type(value) in _CONTAINERS or isinstance(value, dict)
+
+
+def _referenced_items(
+    container, seen: set, found: list, layout: _Layout, depth: int, tensors: bool
+) -> None:
+    """The walk through a list, tuple or dict (an OrderedDict too): its items are one level
+    deeper. The snapshot keeps the list's items or the dict's keys and values, so that an
+    item rebound or added between calls (``opts[1] = other``, ``opts.append(...)``) makes
+    the next call walk again; a tuple cannot change. A container larger than
+    ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no state).
+    Without ``tensors``, tensors are skipped, and only a container that is empty or holds a
+    module, optimizer, scheduler or container is kept in the snapshot (a list of losses the
+    loop appends to is not re-checked)."""
+    size = len(container)
+    if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
+        return
+    layout.walked_items += size
+    values = container.values() if isinstance(container, dict) else container
+    if not tensors and container and not any(map(_holds_state, values)):
+        return
+    if isinstance(container, dict):
+        layout.dicts.append(_snapshot(container))
+    elif type(container) is list:
+        layout.lists.append((container, tuple(container)))
+    wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
+    for value in values:
+        if isinstance(value, wanted) or _is_container(value):
+            _referenced(value, seen, found, layout, depth + 1, tensors)
+
+
+def _holds_state(value) -> bool:
+    return isinstance(value, _STATEFUL) or _is_container(value)
 
 
 @functools.cache
