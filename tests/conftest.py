@@ -25,3 +25,13 @@ def float64_default():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(before)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist load`` (pytest-xdist's default) with each model's tests in one worker (see
+    shared_compilation_scheduling.py); other ``--dist`` modes are left to pytest-xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from shared_compilation_scheduling import SharedCompilationScheduling
+
+    return SharedCompilationScheduling(config, log)
