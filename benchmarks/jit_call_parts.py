@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,9 @@ import torch
 import torchlax
 from torch import nn
 from torchlax_core.internal import peek_array
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as bench  # noqa: E402  (benchmarks/run.py: the MLP written in JAX)
 
 
 def mlp(width: int) -> nn.Module:
@@ -41,19 +46,7 @@ def mlp(width: int) -> nn.Module:
 
 
 def hand_written(model: nn.Module):
-    params = [
-        (jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
-        for m in model
-        if isinstance(m, nn.Linear)
-    ]
-
-    def forward(params, x):
-        for i, (w, bias) in enumerate(params):
-            x = x @ w.T + bias
-            if i < len(params) - 1:
-                x = jax.nn.gelu(x, approximate=False)
-        return x
-
+    params, forward = bench.hand_written_mlp(model)
     return params, jax.jit(forward)
 
 

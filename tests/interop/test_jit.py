@@ -269,20 +269,27 @@ def test_recomputed_backward_sees_the_forwards_dropout_mask():
     assert 0 < int((_cpu(out) == 0).sum()) < 64
 
 
-def test_repeated_no_grad_forward_follows_what_its_shortcut_checks(monkeypatch):
-    # A no_grad forward that repeats the last call skips the general path (interop _jit
-    # ``_RepeatedForward``); each change below must leave it for the general one.
+@pytest.fixture
+def repeats(monkeypatch) -> list[bool]:
+    """Per no_grad forward call that tried the repeated-call shortcut (interop _jit
+    ``_RepeatedForward``): whether it took it (True) or left it for the general path."""
     from torchlax_interop import _jit
 
-    repeats = []
+    taken: list[bool] = []
     original = _jit._RepeatedForward.call
 
     def counted(self, jitted, args):
         out = original(self, jitted, args)
-        repeats.append(out is not _jit._MISSED)
+        taken.append(out is not _jit._MISSED)
         return out
 
     monkeypatch.setattr(_jit._RepeatedForward, "call", counted)
+    return taken
+
+
+def test_repeated_no_grad_forward_follows_what_its_shortcut_checks(repeats):
+    # A no_grad forward that repeats the last call skips the general path (interop _jit
+    # ``_RepeatedForward``); each change below must leave it for the general one.
     torch.manual_seed(0)
     reference = torch.nn.Sequential(
         torch.nn.Linear(3, 4), torch.nn.Dropout(1.0), torch.nn.Linear(4, 2)
@@ -353,23 +360,12 @@ class _ReadsItsGradAndFlags(torch.nn.Module):
 _global_offset: torch.Tensor | None = None  # rebound by the test below
 
 
-def test_repeated_forward_notices_changes_that_leave_parameter_values_alone(monkeypatch):
+def test_repeated_forward_notices_changes_that_leave_parameter_values_alone(repeats):
     # A .grad appearing, requires_grad turned off and a rebound global change what the
     # function computes but no value the last call read: the repeated no_grad forward
     # (interop _jit ``_RepeatedForward``, ``_Layout.holds_unchanged``) must leave its
     # shortcut for each, and repeat again after it.
     global _global_offset
-    from torchlax_interop import _jit
-
-    repeats = []
-    original = _jit._RepeatedForward.call
-
-    def counted(self, jitted, args):
-        out = original(self, jitted, args)
-        repeats.append(out is not _jit._MISSED)
-        return out
-
-    monkeypatch.setattr(_jit._RepeatedForward, "call", counted)
     torch.manual_seed(0)
     reference = _ReadsItsGradAndFlags()
     with torchlax_core.enable():
