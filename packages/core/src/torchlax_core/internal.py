@@ -15,6 +15,7 @@ should use the public API (``torchlax_core``, ``torchlax_core.hookspecs``).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from . import _tensor
@@ -113,6 +114,24 @@ def storage_of(tensor: _tensor.Tensor) -> object:
     """The storage a torchlax Tensor shares with its views: compare by identity to find tensors
     that alias one another (its ``array`` attribute is the root's current ``jax.Array``)."""
     return tensor._storage  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+
+
+storage_getter = operator.attrgetter("_storage")
+"""``storage_of`` as a C-level getter, for ``map()`` over many tensors on a hot path."""
+
+view_getter = operator.attrgetter("_view")
+"""A torchlax Tensor's view record, ``None`` for a root (any record is true): a C-level getter,
+for ``map()`` over a call's arguments on a hot path (``view_kind`` reads it one at a time)."""
+
+
+def is_root_of(tensor: Any, array: Any) -> bool:
+    """Whether ``tensor`` is a root torchlax Tensor whose storage holds ``array`` itself (what
+    ``wrap_results`` makes of an array)."""
+    return (
+        type(tensor) is _tensor.Tensor
+        and tensor._view is None  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+        and tensor._storage.array is array  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
+    )
 
 
 def view_kind(tensor: _tensor.Tensor) -> int | None:

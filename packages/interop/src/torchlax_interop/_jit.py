@@ -38,6 +38,7 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     dense_strides_in_order,
+    is_root_of,
     laid_out,
     memory_order,
     memory_ordered_array,
@@ -46,6 +47,7 @@ from torchlax_core.internal import (
     storage_of,
     stored_in_order,
     tracing,
+    view_getter,
     viewed_back,
     wrap_results_like,
     x64,
@@ -1031,7 +1033,6 @@ def _owner(jitted) -> str:
 _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
-_VIEW = operator.attrgetter("_view")  # None for a root (_View objects are always true)
 
 
 @dataclasses.dataclass(slots=True)
@@ -1096,7 +1097,7 @@ class _RepeatedForward:
             or bool(torchlax_core.current_env().config.checked) is not self.checks
         ):
             return _MISSED
-        if not any(map(_VIEW, args)):  # roots are row-major: no is_contiguous per argument
+        if not any(map(view_getter, args)):  # roots are row-major: no is_contiguous per argument
             arrays = [t.jax() for t in args]
         elif all(map(_IS_CONTIGUOUS, args)):
             with x64():
@@ -1126,10 +1127,7 @@ class _RepeatedForward:
 def _plain_result_specs(outputs: list, out_arrays: list) -> list | None:
     """``result_specs`` of a call's outputs when each is a root torchlax Tensor of its array
     (what ``wrap_results_like`` makes), else None."""
-    if all(
-        type(t) is Tensor and t._view is None and t._storage.array is a  # pyright: ignore[reportPrivateUsage]  (the core's Tensor, read as the core's wrap does)
-        for t, a in zip(outputs, out_arrays, strict=True)
-    ):
+    if all(map(is_root_of, outputs, out_arrays)):
         return result_specs(outputs, out_arrays)
     return None
 

@@ -24,7 +24,7 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
-from torchlax_core.internal import array_of, storage_of, view_kind
+from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
@@ -325,7 +325,9 @@ class _Layout:
         # each parameter's requires_grad, each module's training flag and each state tensor's
         # storage, all compared by identity (bools are singletons)
         grads, modules, tensors = self._flag_objects
-        return chain(map(_REQUIRES_GRAD, grads), map(_TRAINING, modules), map(_STORAGE, tensors))
+        return chain(
+            map(_REQUIRES_GRAD, grads), map(_TRAINING, modules), map(storage_getter, tensors)
+        )
 
     def _modules_hold(self, now, then: tuple) -> bool:
         """The modules' dicts, then ``now`` (objects read from the modules' parameters, the
@@ -477,7 +479,6 @@ _ARRAY = operator.attrgetter("array")
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = operator.attrgetter("training")
-_STORAGE = operator.attrgetter("_storage")
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
