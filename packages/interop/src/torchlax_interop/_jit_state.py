@@ -542,7 +542,7 @@ def _is_number(value) -> bool:
 # How deep the walk goes from the function (a closure cell, a global, a bound method's object
 # and each container is one level), and the most items it reads from one list, tuple or dict:
 # what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``unfound_optimizer_error``) instead of keeping its state inside the program.
+# traced (``_jit._refuse_unfound_optimizers``) instead of keeping its state inside the program.
 MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
 MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
