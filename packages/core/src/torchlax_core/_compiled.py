@@ -35,6 +35,7 @@ import torch
 
 from ._checks import checked, raise_error
 from ._current import current_env
+from ._opcache import cpp_launcher
 from ._program import unused_key, unused_key_data
 from ._stats import record_compile
 from ._tensor import (
@@ -110,9 +111,7 @@ class Entry:
         ``_call`` is absent, or the executable was replaced by the ``jax.jit`` fallback, calls
         stay as they were. The launcher takes the same pytree of inputs and donates the same.
         """
-        executable = self._executable
-        if isinstance(executable, jax.stages.Compiled):
-            self._launch = getattr(executable, "_call", None)
+        self._launch = cpp_launcher(self._executable)
 
 
 class CompiledProgram:

@@ -448,7 +448,7 @@ class Entry:
         JAX creates the launcher on that first call and keeps it as ``_call`` (JAX's private
         name: where it is absent, the call stays as it was).
         """
-        launch = getattr(self.compiled, "_call", None)  # (None after relax: a jax.jit now)
+        launch = cpp_launcher(self.compiled)  # (None after relax: a jax.jit now)
         if launch is not None:
             self.call = self._finished(launch)
 
@@ -464,6 +464,16 @@ class Entry:
         self.compiled = None  # (launch_directly leaves the jit alone)
         self.meta = None  # results may land elsewhere now
         return self.call
+
+
+def cpp_launcher(executable) -> Any:
+    """The C++ launcher JAX made for a compiled executable on its first call and keeps as
+    ``_call`` (JAX's private name; ``jax.stages.Compiled.__call__`` is a Python frame around
+    it), or None: not a ``jax.stages.Compiled`` (a ``jax.jit`` fallback), not called yet, or a
+    JAX without it. The op cache's and the compiled programs' entries launch through it."""
+    if isinstance(executable, jax.stages.Compiled):
+        return getattr(executable, "_call", None)
+    return None
 
 
 def _raising(call):
