@@ -262,6 +262,38 @@ def test_keywords_and_views_fall_through(env, dispatched):
     torch.testing.assert_close(out.cpu(), expected)
 
 
+@pytest.mark.parametrize(
+    "case",
+    ["1-d @ 2-d", "3-d @ 3-d", "2-d @ 1-d", "view @ 2-d", "mm of views", "float32 @ float64"],
+)
+def test_matmul_of_other_ranks_views_and_dtypes_is_pytorchs(env, case):
+    # 2-d root Tensors take mm's serve_pair; every other call takes the general rule or
+    # PyTorch's own method, with PyTorch's result or PyTorch's exception.
+    a_cpu, b_cpu = {
+        "1-d @ 2-d": (_f32(4), _f32(4, 5)),
+        "3-d @ 3-d": (_f32(2, 3, 4), _f32(2, 4, 5)),
+        "2-d @ 1-d": (_f32(3, 4), _f32(4)),
+        "view @ 2-d": (_f32(4, 3).t(), _f32(4, 5)),
+        "mm of views": (_f32(4, 3).t(), _f32(5, 4).t()),
+        "float32 @ float64": (_f32(3, 4), torch.randn(4, 5, dtype=torch.float64)),
+    }[case]
+    # a transposed CPU tensor becomes the same transposed view of a torchlax Tensor
+    a, b = (_jax(t) if t.is_contiguous() else _jax(t.t().contiguous()).t() for t in (a_cpu, b_cpu))
+    call = (lambda x, y: x.mm(y)) if case == "mm of views" else (lambda x, y: x @ y)
+    if case == "float32 @ float64":
+        with pytest.raises(RuntimeError) as expected:
+            call(a_cpu, b_cpu)
+        for _ in range(3):
+            with pytest.raises(type(expected.value)):
+                call(a, b)
+        return
+    expected = call(a_cpu, b_cpu)
+    for _ in range(3):  # dispatched, compiled, then (where it can be) served
+        out = call(a, b)
+        assert out.dtype == expected.dtype and out.shape == expected.shape
+        torch.testing.assert_close(out.cpu(), expected)
+
+
 class _AddOverride:
     @hookimpl
     def torchlax_register_lowerings(self, registry):
