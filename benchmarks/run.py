@@ -83,16 +83,20 @@ class Bench:
         self.rows.append(row)
         self.timed[(group, variant)] = fn
 
-    def interleave(self, group: str) -> None:
-        """Time the group's measured variants again, round-robin: each round calls every
-        variant a few times in turn, so a slow stretch of a busy machine (XLA's thread pool,
-        another process) lands on all of them alike instead of on whichever ran then. The
-        rows' ``median_s`` becomes the median over all rounds' calls; ``min_s`` is kept too,
-        and the one-after-the-other median as ``sequential_median_s``."""
+    def interleave(self, group: str, variants: tuple[str, ...] | None = None) -> None:
+        """Time the group's measured variants (or only ``variants``) again, round-robin: each
+        round calls every variant a few times in turn, so a slow stretch of a busy machine
+        (XLA's thread pool, another process) lands on all of them alike instead of on
+        whichever ran then. The rows' ``median_s`` becomes the median over all rounds' calls;
+        ``min_s`` is kept too, and the one-after-the-other median as
+        ``sequential_median_s``."""
         rows = [
             r
             for r in self.rows
-            if r["group"] == group and "median_s" in r and (group, r["variant"]) in self.timed
+            if r["group"] == group
+            and "median_s" in r
+            and (group, r["variant"]) in self.timed
+            and (variants is None or r["variant"] in variants)
         ]
         if len(rows) < 2:
             return
@@ -399,6 +403,12 @@ def bench_models(b: Bench) -> None:
                         fn()
                 b.interleave(group)
                 bench_jit_call_breakdown(b, jitted, jinputs[0], lambda: fast(params, x))
+            elif name == "GPT-2 (2 layers)":
+                # The target row (backend / jit) compares the two compiled variants in the same
+                # stretches of time: one after the other, their ratio moved with the sitting
+                # (1.08x in two idle runs, 1.15x in a third). Eager variants are left out (each
+                # call costs several compiled ones; they have their own sequential rows).
+                b.interleave(group, ('torch.compile backend="torchlax"', "torchlax.jit"))
     bench_gpt2_forward(b)
 
 

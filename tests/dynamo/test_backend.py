@@ -146,6 +146,62 @@ def test_a_program_takes_the_last_signature_again_only_when_nothing_changed():
         assert program.traces == traces
 
 
+def test_cpu_parameters_changed_between_calls_are_seen():
+    """The backend keeps the array viewing each CPU input (``_dlpack.InputCache``): a
+    parameter written in place, given other memory (``.data =``) or replaced by another
+    Parameter between calls must be what the next call computes with, as eagerly."""
+    model = mlp()
+    compiled = torch.compile(model, backend="torchlax")
+    x = torch.randn(5, 8)
+    first, second = model[0], model[2]
+    changes = [
+        lambda: None,
+        lambda: first.weight.mul_(-2),  # in place: the cached view sees the new values
+        lambda: setattr(first.weight, "data", torch.randn(16, 8)),  # other memory, same object
+        lambda: setattr(second, "bias", torch.nn.Parameter(torch.randn(4))),  # another object
+        lambda: second.bias.add_(1),
+    ]
+    with torch.no_grad():
+        for change in changes:
+            change()
+            assert_same(compiled(x), model(x))
+    assert counters["xla_traces"] == 1
+
+
+def test_cpu_outputs_are_plain_independent_tensors():
+    """CPU outputs come back through DLPack (no copy) as tensors of their own, as PyTorch's
+    would be: no view of another output or of an earlier call's, nor of an input."""
+    f = torch.compile(lambda x, w: (x @ w, x + 1, w * 2), backend="torchlax")
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    first = f(x, w)
+    again = f(x, w)
+    for out, expected in zip(again, (x @ w, x + 1, w * 2), strict=True):
+        assert type(out) is torch.Tensor and out.device.type == "cpu" and out._base is None
+        assert_same(out, expected)
+    pointers = {t.data_ptr() for t in (*first, *again, x, w)}
+    assert len(pointers) == 8
+    again[1].zero_()  # writing an output changes nothing else
+    assert_same(first[1], x + 1)
+    assert_same(f(x, w)[1], x + 1)
+
+
+def test_input_cache_reuses_a_view_only_for_the_same_tensor_and_memory():
+    from torchlax_dynamo._dlpack import InputCache
+
+    cache = InputCache(1)
+    t = torch.arange(6.0)
+    array = cache.get(0, t)
+    assert cache.get(0, t) is array  # the same tensor, memory and shape: reused
+    assert cache.get_all([t])[0] is array
+    t.mul_(2)  # in place: the view shares the memory
+    assert cache.get(0, t) is array and array.tolist() == t.tolist()
+    t.data = torch.arange(6.0)  # the same object, other memory: converted again
+    assert cache.get(0, t) is not array and cache.get(0, t).tolist() == t.tolist()
+    other = torch.arange(6.0)
+    before = cache.get(0, t)
+    assert cache.get_all([other])[0] is not before  # another tensor in the slot
+
+
 def test_recompiles_on_new_batch_size():
     model = mlp()
     compiled = torch.compile(model, backend="torchlax", dynamic=False)

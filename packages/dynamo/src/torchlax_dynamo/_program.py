@@ -55,7 +55,7 @@ from torchlax_core.internal import (
     x64_flag,
 )
 
-from ._dlpack import InputCache, jax_to_torch, torch_to_jax
+from ._dlpack import InputCache, cpu_tensors, jax_to_torch, torch_to_jax
 
 #: Statistics of this process: ``graphs`` (ATen graphs compiled), ``xla_programs`` (XLA
 #: programs built from them), ``xla_traces`` (times a program was traced by ``jax.jit``),
@@ -101,6 +101,7 @@ class _CallPlan:
     __slots__ = (
         "kinds",
         "torchlax_only",
+        "torch_only",
         "mixed",
         "on_jax",
         "donated",
@@ -114,6 +115,8 @@ class _CallPlan:
         self.kinds = kinds
         # Only torchlax Tensors (a training step's state): their arrays are read in one pass.
         self.torchlax_only = all(k == _TORCHLAX for k in kinds)
+        # Only torch tensors (a CPU model's parameters and inputs): one pass over the cache.
+        self.torch_only = bool(kinds) and all(k == _TORCH for k in kinds)
         self.on_jax = _TORCHLAX in kinds
         self.mixed = self.on_jax and _TORCH in kinds
         self.donated = donated
@@ -154,6 +157,7 @@ class _Memo:
         "outputs",
         "in_order",
         "all_jax",
+        "all_cpu",
         "written",
         "written_results",
         "written_exclusive",
@@ -179,6 +183,8 @@ class _Memo:
         )
         # Where each output goes (see output_tensors): all to the jax device is the hot path.
         self.all_jax = all(d.type == "jax" if d is not None else plan.on_jax for d in devices)
+        # All to the CPU (a CPU model's outputs): one DLPack loop (cpu_tensors).
+        self.all_cpu = bool(devices) and all(d is not None and d.type == "cpu" for d in devices)
         written = [(p, i) for p, i in mutations if kinds[p] == _TORCHLAX]
         self.written = tuple(p for p, _ in written)
         self.written_results = tuple(i for _, i in written)
@@ -326,6 +332,9 @@ class XlaProgram:
         if plan.torchlax_only:
             arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
             statics = ()
+        elif plan.torch_only:
+            arrays = self._inputs.get_all(args)
+            statics = ()
         else:
             arrays, statics = plan.inputs(args, self._inputs)
         if plan.mixed:
@@ -389,7 +398,9 @@ class XlaProgram:
         if memo.in_order:  # every output an array result, in order, laid out row-major
             arrays = results[:count] if len(results) != count else results
             if not memo.all_jax:
-                outs = output_tensors(arrays, memo.on_jax, _to_torch, memo.devices)
+                outs = cpu_tensors(arrays) if memo.all_cpu else None
+                if outs is None:
+                    outs = output_tensors(arrays, memo.on_jax, _to_torch, memo.devices)
             elif memo.specs is not None:
                 outs = wrap_results_like(arrays, memo.specs)
             else:
