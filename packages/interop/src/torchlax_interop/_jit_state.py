@@ -666,8 +666,9 @@ def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int,
     to state (or are None: an optional scheduler set later), so rebinding one between calls
     (``trainer.cfg.model = other``, ``trainer.parts = new_parts``) makes the next call walk
     again, while the attributes a loop updates each call (a step count, a loss history) are
-    not read. An object that leads to no state leaves nothing in the snapshot (its holder
-    still checks which object it holds)."""
+    not read. An object that leads to no state leaves nothing in the snapshot, and its
+    holder does not check it either (an object the step keeps its last outputs in, rebound
+    each call, would otherwise make each call walk again)."""
     if isinstance(obj, _STATEFUL):
         _referenced(obj, seen, found, layout, depth)
         return
