@@ -697,6 +697,37 @@ def test_attribute_rebound_between_calls_is_followed(rebind):
         torch.testing.assert_close(p.grad.cpu(), ref_p.grad, rtol=1e-10, atol=1e-10)
 
 
+class _SelfTrainingNet(nn.Module):
+    """A module that holds its optimizer as a plain attribute and trains itself."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.optimizer = torch.optim.RMSprop(net.parameters(), lr=1e-2)
+        self.seen = 0  # a count the loop updates: not re-checked
+
+    def training_step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.net(x), y)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+def test_a_modules_own_method_finds_the_optimizer_it_holds():
+    ref = _SelfTrainingNet(_model())
+    with torchlax.enable():
+        trainer = _SelfTrainingNet(copy.deepcopy(_model()).to("jax"))
+    compiled = torchlax.jit(trainer.training_step)
+    for x, y in _data(4):
+        want = ref.training_step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        trainer.seen += 1
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, trainer)
+    assert compiled.compilations == 1
+
+
 def test_module_trained_where_the_walk_does_not_reach_raises_naming_its_path():
     # Deeper than the walk goes, and updated by hand (no optimizer to trip on): its
     # parameters would be constants of the program, and the step would not train them.

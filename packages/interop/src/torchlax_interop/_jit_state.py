@@ -668,13 +668,26 @@ def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int,
     again, while the attributes a loop updates each call (a step count, a loss history) are
     not read. An object that leads to no state leaves nothing in the snapshot, and its
     holder does not check it either (an object the step keeps its last outputs in, rebound
-    each call, would otherwise make each call walk again)."""
+    each call, would otherwise make each call walk again).
+
+    A module whose method is jitted is state, and its public attributes that are no
+    parameters, buffers or submodules are entered too (a Lightning-style
+    ``self.optimizer``); its plain tensor attributes stay constants, as in its forward, and
+    it leaves nothing in the snapshot where they lead to no state (a module's own method,
+    ``torchlax.jit(model.generate)``, checks nothing more per call)."""
+    module = own and isinstance(obj, torch.nn.Module)
     if isinstance(obj, _STATEFUL):
         _referenced(obj, seen, found, layout, depth)
-        return
+        if not module:
+            return
+        own = False
     attrs, slots = attributes(obj)
-    size = (len(attrs) if attrs is not None else 0) + len(slots)
+    items = [] if attrs is None else list(attrs.items())
+    items += zip(slots, slot_values(obj, slots), strict=True)
+    if module:
+        items = [(n, v) for n, v in items if not n.startswith("_") and n != "training"]
     if not own:
+        size = len(items)
         if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
             return
         layout.walked_items += size
@@ -682,8 +695,6 @@ def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int,
     marks = layout.snapshot_marks()
     before = len(found)
     names, values, slot_names, slot_snapshot = [], [], [], []
-    items = [] if attrs is None else list(attrs.items())
-    items += zip(slots, slot_values(obj, slots), strict=True)
     for name, value in items:
         if _leads_to_state(value, seen, found, layout, depth + 1, own):
             if attrs is not None and name in attrs:
