@@ -91,11 +91,13 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     seen: set = set()
     _referenced(target, seen, found, layout)
     layout.arg_objects = tuple(_arg_holders(arg_leaves))
-    layout._arg_holder_ids = frozenset(
-        id(leaf) for leaf in layout.arg_objects if not isinstance(leaf, _STATEFUL)
-    )
+    holders = []
     for leaf in layout.arg_objects:
+        before = len(found)
         _referenced(leaf, seen, found, layout)
+        if len(found) > before and not isinstance(leaf, _STATEFUL):
+            holders.append(id(leaf))
+    layout._arg_holder_ids = frozenset(holders)
     modules, optimizers, schedulers, tensors = [], [], [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
@@ -255,10 +257,11 @@ class _Layout:
     requires_grads: list = dataclasses.field(default_factory=list)  # per grads parameter
     # The snapshot: what the walk read, each checked by identity on later calls.
     arg_objects: tuple = ()
-    _arg_holder_ids: frozenset = frozenset()  # of the arg_objects that are no state themselves
+    # of the arg_objects that are no state themselves but lead to some (keyed_statics)
+    _arg_holder_ids: frozenset = frozenset()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
     globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
-    # _snapshot of an object's __dict__, or of a dict the walk went through
+    # _snapshot of a dict the walk went through
     dicts: list = dataclasses.field(default_factory=list)
     lists: list = dataclasses.field(default_factory=list)  # (list, its items) the walk went through
     # (attribute dict, its keys, the names and values of the attributes that lead to state,
@@ -321,9 +324,10 @@ class _Layout:
 
     def keyed_statics(self, statics: tuple) -> tuple:
         """The arguments' static values as the program's key holds them: an object among
-        the arguments that the walk entered (``step(state, x, y)``) by its identity, as a
-        module argument is (a dataclass or ``SimpleNamespace`` is not hashable; the program
-        traced it, not another equal one)."""
+        the arguments through which the walk found state (``step(state, x, y)``) by its
+        identity, as a module argument is (a dataclass or ``SimpleNamespace`` is not
+        hashable; the program traced it, not another equal one). Other objects keep their
+        own hash and equality (an equal frozen config shares the program)."""
         holders = self._arg_holder_ids
         if not holders:
             return statics
@@ -341,7 +345,12 @@ class _Layout:
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
-        args = _arg_holders(arg_leaves)
+        args = [  # _arg_holders(arg_leaves), inlined: this runs on every call
+            leaf
+            for leaf in arg_leaves
+            if not isinstance(leaf, torch.Tensor)
+            and (isinstance(leaf, _STATEFUL) or enterable(leaf))
+        ]
         if len(args) != len(self.arg_objects) or not all(map(operator.is_, args, self.arg_objects)):
             return False
         return self.holds_reached()
