@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import torch
 
-from ._jit_objects import _slot_names
+from ._jit_objects import slot_names
 
 # Python marks the types its class statement creates (and C types built the same way) as heap
 # types; a static C type's instance dict, where it has one, is the type's business.
@@ -31,8 +31,9 @@ _HEAP_TYPE = 1 << 9
 # - threads: a thread's target and arguments belong to another thread's work;
 # - JAX arrays: C++ objects (a heap type without attributes to read);
 # - what the walk handles itself, or that holds no state of its own: modules, optimizers,
-#   schedulers, tensors (state), classes, functions and methods (their closures are walked
-#   only where the function is the jitted one or a partial's), Python modules, enum members.
+#   schedulers, tensors (state), classes, Python modules, enum members, and functions and
+#   methods (the walk follows the jitted function's closures and globals and those of the
+#   functions they hold, not every callback an object keeps: its globals reach the program).
 _NOT_ENTERED = (
     torch.utils.data.DataLoader,
     torch.utils.data.Dataset,
@@ -71,7 +72,7 @@ def attributes(obj: Any) -> tuple[dict | None, tuple[str, ...]]:
         attrs = None
     if type(attrs) is not dict:
         attrs = None
-    return attrs, tuple(_slot_names(type(obj)))
+    return attrs, tuple(slot_names(type(obj)))
 
 
 def slot_values(obj: Any, names: tuple[str, ...]) -> tuple:
