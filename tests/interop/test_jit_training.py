@@ -5,6 +5,9 @@ float64, and compares losses and final parameters to 1e-10.
 """
 
 import copy
+import dataclasses
+import types
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -246,6 +249,10 @@ def _freeze_first_layer(model, opt, on_jax):
     model[0].weight.requires_grad_(False)
 
 
+def _replace_activation(model, opt, on_jax):
+    model[1] = nn.Tanh()  # no parameters: only the module's class tells the programs apart
+
+
 CHANGES = {
     "new-submodule": (_append_layer, True),
     "parameter-replaced": (_replace_parameter, True),
@@ -256,6 +263,7 @@ CHANGES = {
     "in-place-outside-the-step": (_scale_in_place, True),
     "load-state-dict": (_load_state_dict, True),
     "requires-grad-turned-off": (_freeze_first_layer, True),
+    "submodule-replaced-by-another-class": (_replace_activation, True),
 }
 
 
@@ -567,3 +575,172 @@ def test_bound_method_finds_state_in_its_objects_containers_not_its_tensor_histo
     _assert_same_parameters(ref, model)
     assert compiled.compilations == 1
     assert compiled._layout is not None and not compiled._layout.tensors
+
+
+# -- state reached through other objects' attributes ------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class _Config:
+    model: nn.Module
+    depth: int = 2
+
+
+class _Schedule(NamedTuple):
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    every: int
+
+
+class _ObjectTrainer:
+    """A trainer as people write one: its model in a (slotted) dataclass, its optimizer in a
+    SimpleNamespace, its scheduler in a namedtuple there, and a history it appends to."""
+
+    def __init__(self, model, opt, sched):
+        self.cfg = _Config(model)
+        self.parts = types.SimpleNamespace(opt=opt, schedule=_Schedule(sched, 1))
+        self.history: list = []
+        self.calls = 0
+
+    def step(self, x, y):
+        opt = self.parts.opt
+        opt.zero_grad()
+        loss = F.cross_entropy(self.cfg.model(x), y)
+        loss.backward()
+        opt.step()
+        self.parts.schedule.scheduler.step()
+        return loss
+
+
+def _object_trainers(make_opt=None):
+    make_opt = make_opt or (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    make_sched = lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5)  # noqa: E731
+    (ref, ref_opt, ref_sched), (model, opt, sched) = _pair(make_opt, make_sched)
+    return _ObjectTrainer(ref, ref_opt, ref_sched), _ObjectTrainer(model, opt, sched)
+
+
+def test_state_in_a_bound_methods_objects_attributes_trains():
+    # self.cfg.model, self.parts.opt and self.parts.schedule.scheduler are state (on main
+    # they were constants: the step raised for the optimizer it did not find); the history
+    # and the call count the loop updates are not re-checked (no walk, no new program).
+    reference, trainer = _object_trainers()
+    compiled = torchlax.jit(trainer.step)
+    layouts = []
+    for x, y in _data(4):
+        want = reference.step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+        trainer.history += [got.detach(), float(got.detach())]
+        trainer.calls += 1
+        layouts.append(compiled._layout)
+    _assert_same_parameters(reference.cfg.model, trainer.cfg.model)
+    assert compiled.compilations == 1
+    assert layouts[1] is layouts[2] is layouts[3]
+
+
+@dataclasses.dataclass
+class _State:  # not hashable (eq=True): the program is keyed by the object's identity
+    model: nn.Module
+    opt: torch.optim.Optimizer
+
+
+def _state_step(state, x, y):
+    state.opt.zero_grad()
+    loss = F.cross_entropy(state.model(x), y)
+    loss.backward()
+    state.opt.step()
+    return loss
+
+
+def test_state_in_an_argument_objects_attributes_trains():
+    make_opt = lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    reference, state = _State(ref, ref_opt), _State(model, opt)
+    compiled = torchlax.jit(_state_step)
+    for x, y in _data(4):
+        want = _state_step(reference, x, y)
+        got = compiled(state, torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, model)
+    assert compiled.compilations == 1
+
+
+def _rebind_model(trainer, make_model):
+    trainer.cfg.model = make_model()  # a fresh model the optimizer does not update
+
+
+def _rebind_parts(trainer, make_model):
+    opt = torch.optim.Adam(trainer.cfg.model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    trainer.parts = types.SimpleNamespace(opt=opt, schedule=_Schedule(sched, 1))
+
+
+def test_attributes_rebound_between_calls_are_followed():
+    # trainer.cfg.model rebound before the third call, trainer.parts before the fourth: each
+    # call runs on the objects the trainer holds then, never a stale program or weights.
+    reference, trainer = _object_trainers()
+    compiled = torchlax.jit(trainer.step)
+    rebinds = {2: _rebind_model, 3: _rebind_parts}
+    for i, (x, y) in enumerate(_data(5)):
+        if i in rebinds:
+            rebinds[i](reference, _model)
+            with torchlax.enable():
+                rebinds[i](trainer, lambda: _model().to("jax"))
+        want = reference.step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10, msg=f"step {i}")
+    _assert_same_parameters(reference.cfg.model, trainer.cfg.model)
+    for ref_p, p in zip(reference.cfg.model.parameters(), trainer.cfg.model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), ref_p.grad, rtol=1e-10, atol=1e-10)
+
+
+class _SelfTrainingNet(nn.Module):
+    """A module that holds its optimizer as a plain attribute and trains itself."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.optimizer = torch.optim.RMSprop(net.parameters(), lr=1e-2)
+        self.seen = 0  # a count the loop updates: not re-checked
+
+    def training_step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.net(x), y)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+def test_a_modules_own_method_finds_the_optimizer_it_holds():
+    ref = _SelfTrainingNet(_model())
+    with torchlax.enable():
+        trainer = _SelfTrainingNet(copy.deepcopy(_model()).to("jax"))
+    compiled = torchlax.jit(trainer.training_step)
+    for x, y in _data(4):
+        want = ref.training_step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        trainer.seen += 1
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, trainer)
+    assert compiled.compilations == 1
+
+
+def test_module_trained_where_the_walk_does_not_reach_raises_naming_its_path():
+    # Deeper than the walk goes, and updated by hand (no optimizer to trip on): its
+    # parameters would be constants of the program, and the step would not train them.
+    with torchlax.enable():
+        model = _model().to("jax")
+    holder = types.SimpleNamespace(nets=[[[types.SimpleNamespace(model=model)]]])
+
+    @torchlax.jit
+    def step(x, y):
+        net = holder.nets[0][0][0].model
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        with torch.no_grad():
+            for p in net.parameters():
+                p -= 0.1 * p.grad
+        return loss
+
+    x, y = _data(1)[0]
+    with pytest.raises(RuntimeError, match=r"Sequential at holder\.nets\[0\]\[0\]\[0\]\.model"):
+        step(torchlax.from_torch(x), torchlax.from_torch(y))

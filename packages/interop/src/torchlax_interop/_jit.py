@@ -56,6 +56,7 @@ from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
+from ._jit_constant_modules import ConstantModules
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
 from ._jit_state import (
@@ -265,12 +266,20 @@ class _Program:
                 ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
                 unfound = _refuse_unfound_optimizers(state, self.jitted)
+                constants = ConstantModules(
+                    {
+                        id(p)
+                        for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())
+                    }
+                )
                 try:
                     out = self.jitted._run(cpu_state, args, kwargs)
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(self.jitted) from exc
                 finally:
                     unfound.remove()
+                    constants.stop()
+                constants.refuse(_owner(self.jitted), self.jitted.target, args, kwargs)
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
@@ -529,11 +538,11 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
                 f"{_owner(jitted)}: the step calls {type(opt).__name__}.step() on an optimizer "
                 "that is not part of the compiled step's state: torchlax.jit finds optimizers "
                 "and modules the function closes over, names as globals or receives as "
-                "arguments, and those in the lists, tuples and dicts these hold (up to "
-                f"{MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items per container and "
-                f"{MAX_WALKED_ITEMS} in all), "
-                "not inside other objects. Close over the optimizer directly, or pass it as an "
-                "argument of the jitted function."
+                "arguments, and those in the lists, tuples, dicts and objects' attributes "
+                f"these hold (up to {MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items "
+                f"per container or object and {MAX_WALKED_ITEMS} in all; not inside data "
+                "loaders, datasets, loggers or threads). Close over the optimizer directly, or "
+                "pass it as an argument of the jitted function."
             )
 
     return register_optimizer_step_pre_hook(refuse)
@@ -765,17 +774,18 @@ class _Jitted:
         if tensors_only and not self.static_argnums:
             # Tensors only, positionally (the common call): no pytree walk.
             inputs, in_spec, spec_key = leaves, *self._tensor_args_spec(len(leaves))
-            statics = (_SLOT,) * len(leaves)
+            statics = key_statics = (_SLOT,) * len(leaves)
         else:
             flat, in_spec = pytree.tree_flatten((args, kwargs))
             inputs = [x for x in flat if isinstance(x, torch.Tensor)]
             statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
             spec_key = str(in_spec)
+            key_statics = layout.keyed_statics(statics)
         checks = bool(torchlax_core.current_env().config.checked)
         in_layouts = _input_layouts(inputs)
         program_key = (
             spec_key,
-            statics,
+            key_statics,
             static_values,
             state.structure(),
             torch.is_grad_enabled(),

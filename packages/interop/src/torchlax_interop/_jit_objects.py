@@ -182,7 +182,7 @@ class _Search:
             # (Python may traverse an instance's attribute values without their dict.)
             explained.update([id(attributes), *map(id, attributes.values())])
             children.extend(((_ATTR, k), v) for k, v in attributes.items())
-        for name in _slot_names(type(node)):
+        for name in slot_names(type(node)):
             try:
                 value = object.__getattribute__(node, name)
             except AttributeError:
@@ -298,7 +298,7 @@ def _get(node: Any, step: tuple) -> Any:
     return object.__getattribute__(node, key)
 
 
-def _slot_names(cls: type) -> list[str]:
+def slot_names(cls: type) -> list[str]:
     names = []
     for klass in cls.__mro__:
         slots = klass.__dict__.get("__slots__", ())

@@ -26,6 +26,8 @@ from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
 from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
 
+from ._jit_holders import attributes, enterable, same_values, slot_values
+
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
 _ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
@@ -88,9 +90,14 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     found: list = []
     seen: set = set()
     _referenced(target, seen, found, layout)
-    layout.arg_objects = tuple(leaf for leaf in arg_leaves if isinstance(leaf, _STATEFUL))
+    layout.arg_objects = tuple(_arg_holders(arg_leaves))
+    holders = []
     for leaf in layout.arg_objects:
+        before = len(found)
         _referenced(leaf, seen, found, layout)
+        if len(found) > before and not isinstance(leaf, _STATEFUL):
+            holders.append(id(leaf))
+    layout._arg_holder_ids = frozenset(holders)
     modules, optimizers, schedulers, tensors = [], [], [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
@@ -174,6 +181,9 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             len(layout.lr_groups),
             tuple(cpu_tensors),
             tuple(flag for _, flag in layout.trainings),
+            # Which module classes: a submodule replaced by one of another class that holds
+            # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
+            tuple(type(m) for m, _ in layout.trainings),
         )
     )
     layout._flatten_snapshot()
@@ -208,6 +218,21 @@ class _Hashed:
         return self is other or (isinstance(other, _Hashed) and self.value == other.value)
 
 
+class _ByIdentity:
+    """An object in a cache key, equal only to itself."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _ByIdentity) and other.obj is self.obj
+
+
 @dataclasses.dataclass
 class _Layout:
     """Where one function's state lives, and a snapshot of what finding it read."""
@@ -232,11 +257,16 @@ class _Layout:
     requires_grads: list = dataclasses.field(default_factory=list)  # per grads parameter
     # The snapshot: what the walk read, each checked by identity on later calls.
     arg_objects: tuple = ()
+    # of the arg_objects that are no state themselves but lead to some (keyed_statics)
+    _arg_holder_ids: frozenset = frozenset()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
     globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
-    # _snapshot of an object's __dict__, or of a dict the walk went through
+    # _snapshot of a dict the walk went through
     dicts: list = dataclasses.field(default_factory=list)
     lists: list = dataclasses.field(default_factory=list)  # (list, its items) the walk went through
+    # (attribute dict, its keys, the names and values of the attributes that lead to state,
+    # the object, its slots that do, their values) of each object the walk entered
+    objects: list = dataclasses.field(default_factory=list)
     walked_items: int = 0  # the items of every container the walk went through
     module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
     trainings: list = dataclasses.field(default_factory=list)  # (module, training)
@@ -284,6 +314,7 @@ class _Layout:
             (self._globals_hold, self.globals),
             (self._dicts_hold, self.dicts),
             (self._lists_hold, self.lists),
+            (self._objects_hold, self.objects),
             (self._schedulers_hold, self.scheduler_optimizers),
             (self._optimizers_hold, self.optimizers),
             (self._groups_hold, self.groups),
@@ -291,9 +322,35 @@ class _Layout:
         )
         self._sections = tuple(check for check, snapshot in sections if snapshot)
 
+    def keyed_statics(self, statics: tuple) -> tuple:
+        """The arguments' static values as the program's key holds them: an object among
+        the arguments through which the walk found state (``step(state, x, y)``) by its
+        identity, as a module argument is (a dataclass or ``SimpleNamespace`` is not
+        hashable; the program traced it, not another equal one). Other objects keep their
+        own hash and equality (an equal frozen config shares the program)."""
+        holders = self._arg_holder_ids
+        if not holders:
+            return statics
+        return tuple(_ByIdentity(s) if id(s) in holders else s for s in statics)
+
+    def snapshot_marks(self) -> tuple[int, int, int]:
+        """Where the walk's snapshot of containers and objects ends now."""
+        return len(self.dicts), len(self.lists), len(self.objects)
+
+    def drop_snapshot_since(self, marks: tuple[int, int, int]) -> None:
+        """Forget the containers and objects snapshotted since ``marks``: what the walk went
+        through there leads to no state, and re-checking it each call would follow a history
+        the loop appends to."""
+        del self.dicts[marks[0] :], self.lists[marks[1] :], self.objects[marks[2] :]
+
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
-        args = [leaf for leaf in arg_leaves if isinstance(leaf, _STATEFUL)]
+        args = [  # _arg_holders(arg_leaves), inlined: this runs on every call
+            leaf
+            for leaf in arg_leaves
+            if not isinstance(leaf, torch.Tensor)
+            and (isinstance(leaf, _STATEFUL) or enterable(leaf))
+        ]
         if len(args) != len(self.arg_objects) or not all(map(operator.is_, args, self.arg_objects)):
             return False
         return self.holds_reached()
@@ -373,6 +430,19 @@ class _Layout:
     def _lists_hold(self) -> bool:
         for items, snapshot in self.lists:
             if len(items) != len(snapshot) or not all(map(operator.is_, items, snapshot)):
+                return False
+        return True
+
+    def _objects_hold(self) -> bool:
+        is_ = operator.is_
+        for attrs, keys, names, values, obj, slots, slot_snapshot in self.objects:
+            if attrs is not None and (
+                len(attrs) != len(keys)
+                or not all(map(is_, attrs, keys))
+                or not all(map(is_, map(attrs.get, names), values))
+            ):
+                return False
+            if slots and not same_values(slot_values(obj, slots), slot_snapshot):
                 return False
         return True
 
@@ -552,21 +622,22 @@ def _referenced(
     fn, seen: set, found: list, layout: _Layout, depth: int = 0, tensors: bool = True
 ) -> None:
     """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name,
-    directly or through the lists, tuples and dicts that closures, globals and a bound
-    method's object hold (``opts[1]``, ``self.models["g"]``). ``tensors``: whether the
-    tensors of the containers met are state (see ``_referenced_object``)."""
+    directly or through the lists, tuples, dicts and objects that closures, globals,
+    arguments and a bound method's object hold (``opts[1]``, ``self.models["g"]``,
+    ``self.cfg.model``). ``tensors``: whether the tensors of the containers met are state
+    (see ``_referenced_object``)."""
     if id(fn) in seen or depth > MAX_STATE_DEPTH:
         return
     seen.add(id(fn))
     if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
         found.append(fn)
         return
-    if type(fn) in _CONTAINERS or isinstance(fn, dict):
+    if _is_container(fn):
         _referenced_items(fn, seen, found, layout, depth, tensors)
         return
     if isinstance(fn, types.MethodType):
         _referenced(fn.__func__, seen, found, layout, depth + 1)
-        _referenced_object(fn.__self__, seen, found, layout, depth + 1)
+        _referenced_object(fn.__self__, seen, found, layout, depth, own=True)
         return
     if isinstance(fn, functools.partial):
         _referenced(fn.func, seen, found, layout, depth + 1)
@@ -574,6 +645,8 @@ def _referenced(
             _referenced(value, seen, found, layout, depth + 1)
         return
     if not isinstance(fn, types.FunctionType):
+        if enterable(fn):
+            _referenced_object(fn, seen, found, layout, depth, own=False)
         return
     for cell in fn.__closure__ or ():
         value = _cell_contents(cell)
@@ -587,44 +660,121 @@ def _referenced(
             _referenced(value, seen, found, layout, depth + 1)
 
 
-def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int) -> None:
-    # A bound method's object (a trainer holding model and optimizer): one level of attributes.
+def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int, own: bool) -> None:
+    """The walk through an object's attributes (its ``__dict__`` and ``__slots__``), one
+    level deeper: a trainer's ``self.cfg.model``, a ``SimpleNamespace``, a dataclass.
+
+    Inside objects only modules, optimizers and schedulers are state, and what leads to them
+    (containers, other objects): a method may use none of its object's attributes, and a list
+    of tensors there is more likely a history the loop appends to (as state, each call would
+    walk again and compile a program for its new length). ``own``: ``obj`` is the jitted
+    bound method's object, whose own tensor attributes are state too (``self.scale``), as a
+    closure's tensors are; it is entered whatever its size.
+
+    The snapshot keeps the object's attribute names and, by identity, the values that lead
+    to state (or are None: an optional scheduler set later), so rebinding one between calls
+    (``trainer.cfg.model = other``, ``trainer.parts = new_parts``) makes the next call walk
+    again, while the attributes a loop updates each call (a step count, a loss history) are
+    not read. An object that leads to no state leaves nothing in the snapshot, and its
+    holder does not check it either (an object the step keeps its last outputs in, rebound
+    each call, would otherwise make each call walk again).
+
+    A module whose method is jitted is state, and its public attributes that are no
+    parameters, buffers or submodules are entered too (a Lightning-style
+    ``self.optimizer``); its plain tensor attributes stay constants, as in its forward, and
+    it leaves nothing in the snapshot where they lead to no state (a module's own method,
+    ``torchlax.jit(model.generate)``, checks nothing more per call)."""
+    module = own and isinstance(obj, torch.nn.Module)
     if isinstance(obj, _STATEFUL):
         _referenced(obj, seen, found, layout, depth)
+        if not module:
+            return
+        own = False
+    attrs, slots = attributes(obj)
+    items = [] if attrs is None else list(attrs.items())
+    items += zip(slots, slot_values(obj, slots), strict=True)
+    if module:
+        items = [(n, v) for n, v in items if not n.startswith("_") and n != "training"]
+    if not own:
+        size = len(items)
+        if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
+            return
+        layout.walked_items += size
+    seen.add(id(obj))
+    marks = layout.snapshot_marks()
+    before = len(found)
+    names, values, slot_names, slot_snapshot = [], [], [], []
+    for name, value in items:
+        if _leads_to_state(value, seen, found, layout, depth + 1, own):
+            if attrs is not None and name in attrs:
+                names.append(name)
+                values.append(value)
+            else:
+                slot_names.append(name)
+                slot_snapshot.append(value)
+    if not own and len(found) == before:
+        layout.drop_snapshot_since(marks)
         return
-    attributes = getattr(obj, "__dict__", None)
-    if attributes is None:
-        return
-    layout.dicts.append(_snapshot(attributes))
-    for value in attributes.values():
-        if isinstance(value, _STATEFUL_OR_TENSOR):
-            _referenced(value, seen, found, layout, depth)
-        elif _is_container(value):
-            # Entered for modules and optimizers (``self.models["g"]``), not for tensors:
-            # the method may use none of its object's attributes, and a list of tensors
-            # there is more likely a history the loop appends to (as state, each call
-            # would walk again and compile a program for its new length).
-            _referenced(value, seen, found, layout, depth, tensors=False)
+    layout.objects.append(
+        (
+            attrs,
+            () if attrs is None else tuple(attrs),
+            tuple(names),
+            tuple(values),
+            obj,
+            tuple(slot_names),
+            tuple(slot_snapshot),
+        )
+    )
 
 
-_CONTAINERS = (list, tuple)
+def _leads_to_state(value, seen: set, found: list, layout: _Layout, depth: int, own: bool) -> bool:
+    """Walk an object's attribute ``value`` if it may lead to state; whether the object's
+    snapshot must keep it (see ``_referenced_object``)."""
+    if value is None:
+        return True
+    if isinstance(value, _STATEFUL) or (own and isinstance(value, torch.Tensor)):
+        _referenced(value, seen, found, layout, depth)
+        return True
+    if not (_is_container(value) or enterable(value)):
+        return False
+    if id(value) in seen:  # met before: what it leads to is known elsewhere; kept, to be safe
+        return True
+    before = len(found)
+    _referenced(value, seen, found, layout, depth, tensors=False)
+    # an empty container may be filled with modules later (``self.models.append(m)``)
+    return len(found) > before or (_is_container(value) and not value)
+
+
+def _arg_holders(leaves) -> list:
+    """The arguments' leaves the walk enters: modules, optimizers, schedulers and objects
+    (``step(state, x, y)`` with ``state.model``); tensors come first, the common call."""
+    return [
+        leaf
+        for leaf in leaves
+        if not isinstance(leaf, torch.Tensor) and (isinstance(leaf, _STATEFUL) or enterable(leaf))
+    ]
+
+
 _STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
 
 
 def _is_container(value) -> bool:
-    return type(value) in _CONTAINERS or isinstance(value, dict)
+    # lists exactly (a subclass may compute its items); tuples with namedtuples; dicts with
+    # OrderedDict and defaultdict
+    return type(value) is list or isinstance(value, tuple | dict)
 
 
 def _referenced_items(
     container, seen: set, found: list, layout: _Layout, depth: int, tensors: bool
 ) -> None:
-    """The walk through a list, tuple or dict (an OrderedDict too): its items are one level
-    deeper. The snapshot keeps the list's items or the dict's keys and values, so that an
-    item rebound or added between calls (``opts[1] = other``, ``opts.append(...)``) makes
-    the next call walk again; a tuple cannot change. A container larger than
-    ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no state).
-    Without ``tensors``, tensors are skipped, and only a container that is empty or holds a
-    module, optimizer, scheduler or container is kept in the snapshot (a list of losses the
+    """The walk through a list, tuple or dict (an OrderedDict, a namedtuple too): its items
+    are one level deeper. The snapshot keeps the list's items or the dict's keys and values,
+    so that an item rebound or added between calls (``opts[1] = other``,
+    ``opts.append(...)``) makes the next call walk again; a tuple cannot change. A container
+    larger than ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no
+    state). Without ``tensors``, tensors are skipped, and only a container that is empty or
+    leads to a module, optimizer or scheduler is kept in the snapshot (a list of losses the
     loop appends to is not re-checked)."""
     size = len(container)
     if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
@@ -633,18 +783,22 @@ def _referenced_items(
     values = container.values() if isinstance(container, dict) else container
     if not tensors and container and not any(map(_holds_state, values)):
         return
+    marks = layout.snapshot_marks()
+    before = len(found)
     if isinstance(container, dict):
         layout.dicts.append(_snapshot(container))
     elif type(container) is list:
         layout.lists.append((container, tuple(container)))
     wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
     for value in values:
-        if isinstance(value, wanted) or _is_container(value):
+        if isinstance(value, wanted) or _is_container(value) or enterable(value):
             _referenced(value, seen, found, layout, depth + 1, tensors)
+    if not tensors and container and len(found) == before:
+        layout.drop_snapshot_since(marks)  # (a history of tuples or of small objects)
 
 
 def _holds_state(value) -> bool:
-    return isinstance(value, _STATEFUL) or _is_container(value)
+    return isinstance(value, _STATEFUL) or _is_container(value) or enterable(value)
 
 
 @functools.cache
