@@ -1,6 +1,6 @@
 """Where a ``torchlax.jit(step)`` training step's per-call time goes, per state array (issue 14).
 
-    uv run python benchmarks/jit_step_parts.py [--calls 400] [--depths 2 8 32] [--gpt2]
+    uv run python benchmarks/jit_step_parts.py [--calls 400] [--depths 2 8 32] [--mlp] [--gpt2]
 
 A whole training step (``zero_grad``, forward, ``backward``, ``opt.step()``) of tiny models, so
 that XLA computes next to nothing and what is left is the call's own Python: MLPs of ``depth``
@@ -175,12 +175,17 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="*", default=[2, 8, 32])
     parser.add_argument("--optimizers", nargs="*", default=["SGD", "AdamW"])
     parser.add_argument("--gpt2", action="store_true", help="the 2-layer GPT-2 with AdamW too")
+    parser.add_argument(
+        "--mlp", action="store_true", help="run.py's MLP (256 -> 512 -> 512 -> 10) with AdamW too"
+    )
     parser.add_argument("--parts", action="store_true", help="time the call's parts too")
     args = parser.parse_args()
     variants: dict[str, Callable[[], Any]] = {}
     for depth in args.depths:
         for optimizer in args.optimizers:
             variants.update(variants_of(f"MLP x{depth}", mlp_case(depth), optimizer))
+    if args.mlp:
+        variants.update(variants_of("MLP", bench._training_cases()["MLP"], "AdamW"))
     if args.gpt2:
         gpt2 = bench._training_cases()["GPT-2 (2 layers)"]
         variants.update(variants_of("GPT-2 (2 layers)", gpt2, "AdamW"))

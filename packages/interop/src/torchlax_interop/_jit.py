@@ -1191,10 +1191,10 @@ class _RepeatedStep:
         self.dead = tuple(state.grads[i] for i in state.dead_grads)
         self.lr_groups = [group for group, _ in state.lrs]
         self.lr_types = state.lr_types
-        self._remember(list(map(_GRAD, state.grads)))
+        self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
 
-    def _remember(self, grads: list) -> None:
-        self.written = list(map(_ARRAY, self.state.storages))
+    def _remember(self, written: list, grads: list) -> None:
+        self.written = written
         self.grads = grads
         self.values = _state_values(self.layout)
 
@@ -1241,7 +1241,7 @@ class _RepeatedStep:
             outputs = wrap_results_like(out_arrays, self.out_specs)
         grads = _write_state(state, info, new_storages, extra, self.plan)
         jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        self._remember(grads)
+        self._remember(new_storages, grads)  # (what _write_state put in the storages)
         if state.schedulers:
             for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
                 for _ in range(count):
@@ -1368,8 +1368,13 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list)
             if p.grad is not grad:  # the setter's checks cost more than this test
                 p.grad = grad
         grads.append(grad)
+    dicts, names, kept = plan[2]
+    if not all(map(is_, map(dict.get, dicts, names), map(owners.__getitem__, kept))):
+        for values, name, index in zip(dicts, names, kept, strict=True):
+            if values.get(name) is not owners[index]:
+                values[name] = owners[index]
     for values, name, kind, index in plan[1]:
-        value = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
+        value = None if kind == _NONE else Tensor(extra[index])
         if values.get(name) is not value:
             values[name] = value
     _write_cpu_buffers(state, info, extra)
@@ -1378,7 +1383,10 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list)
 
 def _write_plan(state: _StateSet, info: _Info) -> list:
     """Where ``_write_state`` puts each ``.grad`` and optimizer state value of ``info``'s
-    program: ``[(param, kind, index), ...]`` and ``[(state dict, name, kind, index), ...]``.
+    program: ``[(param, kind, index), ...]``, ``[(state dict, name, kind, index), ...]`` of
+    the entries that become ``None`` or new tensors, and ``(state dicts, names, indices)`` of
+    those that keep their tensors (the state's owner at each index; flat, so that a step
+    checks them all in one C-level pass: they are in place already after the first call).
     It holds while the state's layout does (which checks the optimizers' state dicts)."""
     grads = [
         (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
@@ -1390,7 +1398,14 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
             if row:
                 values = opt.state[p]
                 entries.extend((values, name, kind, index) for name, kind, index in row)
-    return [grads, entries]
+    kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
+    others = [entry for entry in entries if entry[2] != _KEPT]
+    flat_kept = (
+        tuple(values for values, _, _ in kept),
+        tuple(name for _, name, _ in kept),
+        tuple(index for _, _, index in kept),
+    )
+    return [grads, others, flat_kept]
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
