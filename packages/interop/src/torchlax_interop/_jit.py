@@ -1368,8 +1368,8 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list)
             if p.grad is not grad:  # the setter's checks cost more than this test
                 p.grad = grad
         grads.append(grad)
-    dicts, names, kept = plan[2]
-    if not all(map(is_, map(dict.get, dicts, names), map(owners.__getitem__, kept))):
+    dicts, names, kept, get = plan[2]
+    if not all(map(is_, map(get, dicts, names), map(owners.__getitem__, kept))):
         for values, name, index in zip(dicts, names, kept, strict=True):
             if values.get(name) is not owners[index]:
                 values[name] = owners[index]
@@ -1384,8 +1384,8 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list)
 def _write_plan(state: _StateSet, info: _Info) -> list:
     """Where ``_write_state`` puts each ``.grad`` and optimizer state value of ``info``'s
     program: ``[(param, kind, index), ...]``, ``[(state dict, name, kind, index), ...]`` of
-    the entries that become ``None`` or new tensors, and ``(state dicts, names, indices)`` of
-    those that keep their tensors (the state's owner at each index; flat, so that a step
+    the entries that become ``None`` or new tensors, and ``(state dicts, names, indices, their
+    get)`` of those that keep their tensors (the state's owner at each index; flat, so that a step
     checks them all in one C-level pass: they are in place already after the first call).
     It holds while the state's layout does (which checks the optimizers' state dicts)."""
     grads = [
@@ -1400,12 +1400,19 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
                 entries.extend((values, name, kind, index) for name, kind, index in row)
     kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
     others = [entry for entry in entries if entry[2] != _KEPT]
+    dicts = tuple(values for values, _, _ in kept)
     flat_kept = (
-        tuple(values for values, _, _ in kept),
+        dicts,
         tuple(name for _, name, _ in kept),
         tuple(index for _, _, index in kept),
+        # (an optimizer keeping its state in another mapping type: that type's get)
+        dict.get if all(isinstance(d, dict) for d in dicts) else _mapping_get,
     )
     return [grads, others, flat_kept]
+
+
+def _mapping_get(mapping, key):
+    return mapping.get(key)
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:

@@ -519,6 +519,8 @@ class _FlatEntries:
         "_tensors_at",
         "_others_at",
         "_others",
+        "_get",
+        "_values",
     )
 
     def __init__(self, entries: list):
@@ -534,21 +536,33 @@ class _FlatEntries:
         self._tensors_at = tuple(i for i, (_, kind) in enumerate(flat) if kind is _TENSOR)
         self._others_at = tuple(i for i, (_, kind) in enumerate(flat) if kind is not _TENSOR)
         self._others = tuple(kind for _, kind in flat if kind is not _TENSOR)
+        # dict's own methods are C-level; an optimizer keeping its state in another mapping
+        # type is read through that type's methods
+        self._get = dict.get if all(isinstance(s, dict) for s in self._states) else _get
+        self._values = dict.values if all(isinstance(d, dict) for d in self._dicts) else _values
 
     def hold(self) -> bool:
         is_ = operator.is_
-        if not all(map(is_, map(dict.get, self._states, self._params), self._dicts_now)):
+        if not all(map(is_, map(self._get, self._states, self._params), self._dicts_now)):
             return False
         dicts = self._dicts
         if tuple(map(len, dicts)) != self._sizes or not all(
             map(operator.eq, chain.from_iterable(dicts), self._names)
         ):
             return False
-        values = tuple(chain.from_iterable(map(dict.values, dicts)))
+        values = tuple(chain.from_iterable(map(self._values, dicts)))
         at = values.__getitem__
         return all(map(isinstance, map(at, self._tensors_at), repeat(Tensor))) and all(
             map(is_, map(at, self._others_at), self._others)
         )
+
+
+def _get(mapping, key):
+    return mapping.get(key)
+
+
+def _values(mapping):
+    return mapping.values()
 
 
 def _cell_contents(cell):
