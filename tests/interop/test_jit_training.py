@@ -342,6 +342,7 @@ def test_repeated_step_follows_what_its_shortcut_checks(zero_grad, changes, repe
             torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10, msg=f"step {i}")
     for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(p.cpu(), p_ref, rtol=1e-10, atol=1e-10)
+        assert p.grad is not None
         torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
         for name, value in ref_opt.state[p_ref].items():
             torch.testing.assert_close(opt.state[p][name].cpu(), value, rtol=1e-10, atol=1e-10)
