@@ -293,6 +293,73 @@ def test_state_found_again_when_its_objects_change(name):
             torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
 
 
+@pytest.fixture
+def repeated_steps(monkeypatch) -> list[bool]:
+    """Per call that tried the repeated-step shortcut (interop _jit ``_RepeatedStep``):
+    whether it took it (True) or left it for the general path."""
+    from torchlax_interop import _jit
+
+    taken: list[bool] = []
+    original = _jit._RepeatedStep.call
+
+    def counted(self, jitted, args):
+        out = original(self, jitted, args)
+        taken.append(out is not _jit._MISSED)
+        return out
+
+    monkeypatch.setattr(_jit._RepeatedStep, "call", counted)
+    return taken
+
+
+def _replace_exp_avg(model, opt):
+    # Another tensor object in the optimizer's state (the same kind of value: only its
+    # identity tells the shortcut that the state to read is another one).
+    state = opt.state[model[0].weight]
+    with torch.no_grad():
+        state["exp_avg"] = state["exp_avg"] * 0.5 + 0.25
+
+
+def _replace_grad(model, opt):
+    # A step without zero_grad reads the .grads it accumulates into: a .grad replaced by hand
+    # is the one the next step adds to.
+    weight = model[0].weight
+    with torch.no_grad():
+        weight.grad = weight.grad * 0.5 + 0.25
+
+
+@pytest.mark.parametrize(
+    "zero_grad, changes",
+    [(True, {3: _replace_exp_avg}), (False, {3: _replace_grad})],
+    ids=["optimizer-state-value-replaced", "accumulated-grad-replaced"],
+)
+def test_repeated_step_follows_what_its_shortcut_checks(zero_grad, changes, repeated_steps):
+    # A training step that repeats the last call's program over the same state objects skips
+    # assembling the state again (interop _jit ``_RepeatedStep``); a change between calls that
+    # only the objects' identity shows must leave the shortcut, and the results stay eager's.
+    make_opt = lambda p: torch.optim.AdamW(p, lr=0.1)  # noqa: E731
+    (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)
+    reference = _step_fn(ref, ref_opt, None, zero_grad=zero_grad)
+    compiled = torchlax.jit(_step_fn(model, opt, None, zero_grad=zero_grad))
+    for i, (x, y) in enumerate(_data(6)):
+        if i in changes:
+            changes[i](ref, ref_opt)
+            changes[i](model, opt)
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        for w, g in zip(want, got, strict=True):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10, msg=f"step {i}")
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.cpu(), p_ref, rtol=1e-10, atol=1e-10)
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
+        for name, value in ref_opt.state[p_ref].items():
+            torch.testing.assert_close(opt.state[p][name].cpu(), value, rtol=1e-10, atol=1e-10)
+    # Taken from the third call on (the first runs eagerly, the second records), left at
+    # each change, taken again on the call after it.
+    missed = [i for i, taken in enumerate(repeated_steps, start=2) if not taken]
+    assert missed == list(changes), repeated_steps
+
+
 @pytest.mark.parametrize("name", ["sgd-momentum-nesterov-wd", "adamw"])
 def test_step_over_cpu_parameters_writes_into_the_same_tensors(name):
     torch.manual_seed(0)

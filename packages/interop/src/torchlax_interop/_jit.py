@@ -20,6 +20,7 @@ import dataclasses
 import operator
 import threading
 from collections.abc import Callable, Sequence
+from itertools import chain
 from operator import is_
 from typing import Any
 
@@ -665,7 +666,7 @@ class _Jitted:
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         # The last call, if it was a forward that the next call may repeat cheaply
-        self._repeat: _RepeatedForward | None = None
+        self._repeat: _RepeatedForward | _RepeatedStep | None = None
         self._cpu_outputs = False  # set while a call over lent CPU state runs
         self.__wrapped__ = target
 
@@ -910,6 +911,29 @@ class _Jitted:
                 plan = self._plan = (layout, info, _write_plan(state, info), out_sig)
             _write_state(state, info, new_storages, extra, plan[2])
             self._last_state = (new_storages, plan[3])
+            if (
+                tensors_only
+                and not self.static_argnums
+                and not checks
+                and not cpu_tensors
+                and not self._cpu_outputs
+                and in_layouts is None  # (row-major inputs: a repeat checks they still are)
+                and all(isinstance(t, Tensor) for t in inputs)
+                and _next_state_is(layout, state)
+            ):
+                self._repeat = _RepeatedStep(
+                    layout,
+                    state,
+                    tuple(map(type, inputs)),
+                    signature[1],
+                    torch.is_grad_enabled(),
+                    program.core,
+                    entry,
+                    info,
+                    plan[2],
+                    plan[3],
+                    None if info.out_orders else _plain_result_specs(outputs, out_arrays),
+                )
         if state.schedulers:
             for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
                 for _ in range(count):
@@ -1042,6 +1066,7 @@ def _owner(jitted) -> str:
 
 _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
+_GRAD = operator.attrgetter("grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
@@ -1134,6 +1159,131 @@ class _RepeatedForward:
         return outputs[0] if info.single_output else _returned(info, outputs)
 
 
+@dataclasses.dataclass(slots=True)
+class _RepeatedStep:
+    """A training step call (the donating program; tensor arguments only) that the next call
+    may repeat: the same program entry over the same state objects.
+
+    The general path would assemble the state anew (``_Layout.assemble``: every optimizer
+    state value and ``.grad`` read, their storages gathered), drop the ``.grad``s the step
+    discards unread, build the program key and look the entry up: a cost per state array
+    (a 2-layer GPT-2 with AdamW has ~110). ``call`` instead checks that all of it would come
+    out the same: the layout's guards in full (``_Layout.holds``, as the general path runs
+    them), each ``.grad`` and each optimizer state value is the very object the last call left
+    there, each storage still holds the array the last call wrote (an in-place write, or a
+    ``.grad`` set by hand, takes the general path), and the arguments and grad mode are as
+    recorded. Then it launches the recorded entry and writes back through the recorded plan,
+    as the general path does. Checked mode is never repeated here (its errors are raised on
+    the general path)."""
+
+    layout: _Layout
+    state: _StateSet  # of the recorded call, less the .grads the step discards unread
+    types: tuple  # of the arguments
+    input_signature: tuple
+    grad_enabled: bool
+    core: CompiledProgram
+    entry: Entry
+    info: _Info
+    plan: list  # _write_plan of the state and info
+    out_sig: _Hashed  # the signature of the state arrays the program returns
+    out_specs: list | None  # as _RepeatedForward's
+    # What the last call left, re-checked by identity on the next: the arrays it wrote into
+    # the state's storages, each parameter's .grad, and the optimizers' state values.
+    written: list = dataclasses.field(init=False)
+    grads: list = dataclasses.field(init=False)
+    values: list = dataclasses.field(init=False)
+    dead: tuple = dataclasses.field(init=False)  # parameters whose .grad the step discards
+    lr_groups: list = dataclasses.field(init=False)
+    lr_types: list = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        state = self.state
+        self.dead = tuple(state.grads[i] for i in state.dead_grads)
+        self.lr_groups = [group for group, _ in state.lrs]
+        self.lr_types = state.lr_types
+        self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
+
+    def _remember(self, written: list, grads: list) -> None:
+        self.written = written
+        self.grads = grads
+        self.values = _state_values(self.layout)
+
+    def call(self, jitted: _Jitted, args: tuple):
+        """The call's result, or ``_MISSED`` (nothing was changed then). Its checks run outside
+        JAX's 64-bit mode, as ``_RepeatedForward.call``'s (see there), the launch inside."""
+        layout = self.layout
+        state = self.state
+        if (
+            torch.is_grad_enabled() is not self.grad_enabled
+            or jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+            or tuple(map(type, args)) != self.types
+            or bool(torchlax_core.current_env().config.checked)
+        ):
+            return _MISSED
+        if not any(map(view_getter, args)):  # roots are row-major
+            arrays = [t.jax() for t in args]
+        elif all(map(_IS_CONTIGUOUS, args)):
+            with x64():
+                arrays = [t.jax() for t in args]
+        else:
+            return _MISSED
+        if (
+            _signature(arrays) != self.input_signature
+            or not layout.holds(args)  # pyright: ignore[reportArgumentType]  (a tuple does)
+            or not all(map(is_, map(_GRAD, state.grads), self.grads))
+            or not _same_objects(_state_values(layout), self.values)
+            or not all(map(is_, map(_ARRAY, state.storages), self.written))
+        ):
+            return _MISSED
+        for p in self.dead:
+            p.grad = None  # dropped before the program runs, as the general path does
+        lr_arrays = [
+            to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
+        ]
+        info = self.info
+        with x64():  # the learning rates are numpy scalars: float64 ones stay float64
+            out_arrays, new_storages, extra = self.core.run(
+                self.entry, _distinct(self.written), lr_arrays, arrays
+            )
+        if self.out_specs is None:
+            outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
+        else:
+            outputs = wrap_results_like(out_arrays, self.out_specs)
+        grads = _write_state(state, info, new_storages, extra, self.plan)
+        jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        self._remember(new_storages, grads)  # (what _write_state put in the storages)
+        if state.schedulers:
+            for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
+                for _ in range(count):
+                    scheduler.step()
+        return _returned(info, outputs)
+
+
+def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
+    """Whether the next call, if nothing changes meanwhile, runs the program of this call over
+    the same storages: what the write-back left (new ``.grad``s, optimizer state) assembles
+    into the same structure, and the same storages once the same unread ``.grad``s are dropped.
+    Not so after a step that created a ``.grad`` or state tensor the next step reads (its
+    structure changes), or one that replaces a tensor it reads each time: those calls keep
+    the general path."""
+    after = layout.assemble()
+    if after.structure() != state.structure():
+        return False
+    if state.dead_grads:
+        after = after.without_grads(state.dead_grads)
+    return _same_objects(after.storages, state.storages)
+
+
+def _same_objects(now: list, then: list) -> bool:
+    return len(now) == len(then) and all(map(is_, now, then))
+
+
+def _state_values(layout: _Layout) -> list:
+    """Every optimizer state value, in the layout's order of their dicts (what ``assemble``
+    reads the storages of)."""
+    return list(chain.from_iterable(map(dict.values, layout.entry_dicts)))
+
+
 def _plain_result_specs(outputs: list, out_arrays: list) -> list | None:
     """``result_specs`` of a call's outputs when each is a root torchlax Tensor of its array
     (what ``wrap_results_like`` makes), else None."""
@@ -1211,25 +1361,42 @@ def _to_tensors(arrays, on_jax: bool, inputs, orders: tuple = ()) -> list[torch.
     return outputs
 
 
-def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list) -> None:
-    """Put one call's new state into the objects it belongs to (``plan``: ``_write_plan``)."""
+def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list) -> list:
+    """Put one call's new state into the objects it belongs to (``plan``: ``_write_plan``).
+    Returns the ``.grad`` it leaves on each parameter of ``state.grads`` (reading them back
+    costs a property read per parameter)."""
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
     owners = state.owners
+    grads = []
     for p, kind, index in plan[0]:
-        grad = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
-        if p.grad is not grad:  # the setter's checks cost more than this test
-            p.grad = grad
+        if kind == _NEW:
+            grad = Tensor(extra[index])
+            p.grad = grad  # (a new tensor: no need to read whether p holds it already)
+        else:
+            grad = None if kind == _NONE else owners[index]
+            if p.grad is not grad:  # the setter's checks cost more than this test
+                p.grad = grad
+        grads.append(grad)
+    dicts, names, kept, get = plan[2]
+    if not all(map(is_, map(get, dicts, names), map(owners.__getitem__, kept))):
+        for values, name, index in zip(dicts, names, kept, strict=True):
+            if values.get(name) is not owners[index]:
+                values[name] = owners[index]
     for values, name, kind, index in plan[1]:
-        value = None if kind == _NONE else owners[index] if kind == _KEPT else Tensor(extra[index])
+        value = None if kind == _NONE else Tensor(extra[index])
         if values.get(name) is not value:
             values[name] = value
     _write_cpu_buffers(state, info, extra)
+    return grads
 
 
 def _write_plan(state: _StateSet, info: _Info) -> list:
     """Where ``_write_state`` puts each ``.grad`` and optimizer state value of ``info``'s
-    program: ``[(param, kind, index), ...]`` and ``[(state dict, name, kind, index), ...]``.
+    program: ``[(param, kind, index), ...]``, ``[(state dict, name, kind, index), ...]`` of
+    the entries that become ``None`` or new tensors, and ``(state dicts, names, indices, their
+    get)`` of those that keep their tensors (the state's owner at each index; flat, so that a step
+    checks them all in one C-level pass: they are in place already after the first call).
     It holds while the state's layout does (which checks the optimizers' state dicts)."""
     grads = [
         (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
@@ -1241,7 +1408,21 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
             if row:
                 values = opt.state[p]
                 entries.extend((values, name, kind, index) for name, kind, index in row)
-    return [grads, entries]
+    kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
+    others = [entry for entry in entries if entry[2] != _KEPT]
+    dicts = tuple(values for values, _, _ in kept)
+    flat_kept = (
+        dicts,
+        tuple(name for _, name, _ in kept),
+        tuple(index for _, _, index in kept),
+        # (an optimizer keeping its state in another mapping type: that type's get)
+        dict.get if all(isinstance(d, dict) for d in dicts) else _mapping_get,
+    )
+    return [grads, others, flat_kept]
+
+
+def _mapping_get(mapping, key):
+    return mapping.get(key)
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import operator
 import types
-from itertools import chain
+from itertools import chain, repeat
 
 import jax.numpy as jnp
 import numpy as np
@@ -287,6 +287,7 @@ class _Layout:
     _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
     _flags: tuple = ()  # their requires_grad, training and _storage, in that order
     _sections: tuple = ()  # the checks of the other parts of the snapshot that are not empty
+    _flat_entries: _FlatEntries | None = None  # ``entries`` laid out flat, once checked
 
     def _flatten_snapshot(self) -> None:
         """Lay out the module part of the snapshot as a few flat tuples, so that ``holds()``
@@ -477,13 +478,13 @@ class _Layout:
         return True
 
     def _entries_hold(self) -> bool:
-        for state, p, entries, kinds in self.entries:
-            now = state.get(p, _ABSENT)
-            if now is not entries:
-                return False
-            if kinds is not None and not _same_kinds(entries, kinds):
-                return False
-        return True
+        # Each parameter's state dict, and the names and kinds of its values, checked in a
+        # few C-level passes over flat sequences prepared once: a Python loop per parameter
+        # and value was a cost per state array of every training step's call.
+        flat = self._flat_entries
+        if flat is None:
+            flat = self._flat_entries = _FlatEntries(self.entries)
+        return flat.hold()
 
     def assemble(self) -> _StateSet:
         """This call's state: the layout's objects, with what each step replaces read anew.
@@ -572,18 +573,66 @@ def _unchanged(d: dict, keys: tuple, values: tuple) -> bool:
     )
 
 
-def _same_kinds(entries: dict, kinds: tuple) -> bool:
-    if len(entries) != len(kinds):
-        return False
-    for (name, value), (kind_name, kind) in zip(entries.items(), kinds, strict=True):
-        if name != kind_name:
+class _FlatEntries:
+    """``_Layout.entries`` as flat sequences, so that ``hold()`` checks per entry (each
+    parameter's state dict is the one of the snapshot; each dict has the same names in the
+    same order; a value that was a torchlax Tensor still is one, any other is the very same
+    object) in one C-level pass per kind of check."""
+
+    __slots__ = (
+        "_states",
+        "_params",
+        "_dicts_now",
+        "_dicts",
+        "_sizes",
+        "_names",
+        "_tensors_at",
+        "_others_at",
+        "_others",
+        "_get",
+        "_values",
+    )
+
+    def __init__(self, entries: list):
+        self._states = tuple(state for state, _, _, _ in entries)
+        self._params = tuple(p for _, p, _, _ in entries)
+        # what dict.get answers: an absent entry is None (a state dict is never None)
+        self._dicts_now = tuple(None if e is _ABSENT else e for _, _, e, _ in entries)
+        checked = [(e, kinds) for _, _, e, kinds in entries if kinds is not None]
+        self._dicts = tuple(e for e, _ in checked)
+        self._sizes = tuple(len(kinds) for _, kinds in checked)
+        flat = [kind for _, kinds in checked for kind in kinds]
+        self._names = tuple(name for name, _ in flat)
+        self._tensors_at = tuple(i for i, (_, kind) in enumerate(flat) if kind is _TENSOR)
+        self._others_at = tuple(i for i, (_, kind) in enumerate(flat) if kind is not _TENSOR)
+        self._others = tuple(kind for _, kind in flat if kind is not _TENSOR)
+        # dict's own methods are C-level; an optimizer keeping its state in another mapping
+        # type is read through that type's methods
+        self._get = dict.get if all(isinstance(s, dict) for s in self._states) else _get
+        self._values = dict.values if all(isinstance(d, dict) for d in self._dicts) else _values
+
+    def hold(self) -> bool:
+        is_ = operator.is_
+        if not all(map(is_, map(self._get, self._states, self._params), self._dicts_now)):
             return False
-        if kind is _TENSOR:
-            if not isinstance(value, Tensor):
-                return False
-        elif value is not kind:
+        dicts = self._dicts
+        if tuple(map(len, dicts)) != self._sizes or not all(
+            map(operator.eq, chain.from_iterable(dicts), self._names)
+        ):
             return False
-    return True
+        values = tuple(chain.from_iterable(map(self._values, dicts)))
+        at = values.__getitem__
+        return all(map(isinstance, map(at, self._tensors_at), repeat(Tensor))) and all(
+            map(is_, map(at, self._others_at), self._others)
+        )
+
+
+def _get(mapping, key):
+    return mapping.get(key)
+
+
+def _values(mapping):
+    return mapping.values()
 
 
 def _cell_contents(cell):
