@@ -32,17 +32,19 @@ Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 2),
 from __future__ import annotations
 
 import os
+import random
 import sys
 import warnings
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 import pytest
 import torch
 import torchlax_core
 from torch.testing._internal.common_device_type import toleranceOverride
 from torch.testing._internal.common_methods_invocations import op_db
-from torch.testing._internal.common_utils import SEED, set_rng_seed
+from torch.testing._internal.common_utils import SEED
 from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -369,15 +371,26 @@ def tolerance(op, dtype):
     return atol, rtol
 
 
+def seed(value: int) -> None:
+    """``torch.manual_seed(value)`` for the generator these tests draw from: the CPU one (the
+    samples, PyTorch's reference run, and torchlax's PRNG keys, drawn from it: the "jax"
+    device's ``manual_seed_all`` has nothing more to seed). ``torch.manual_seed`` also queues
+    the seed for CUDA, XPU and MTIA, each recording the caller's stack while not initialised:
+    ~1.2 ms a call at pytest's depth (loaded), and a case seeds 7 times."""
+    torch.default_generator.manual_seed(value)
+
+
 def samples(op, dtype):
     # Not op.sample_inputs(): its iterator looks for the running unittest test by walking the
     # interpreter stack with inspect (about 0.4 s a call here, most of a case's time). Each
-    # sample is seeded as that iterator seeds it when no unittest test runs.
-    torch.manual_seed(0)
+    # sample is seeded as that iterator seeds it when no unittest test runs (set_rng_seed).
+    seed(0)
     generated = iter(op.sample_inputs_func(op, "cpu", dtype, False))
     found = []
     for _ in range(1 if dtype in HALF_DTYPES else MAX_SAMPLES):
-        set_rng_seed(SEED)
+        seed(SEED)
+        random.seed(SEED)
+        np.random.seed(SEED)
         sample = next(generated, None)
         if sample is None:
             break
@@ -595,9 +608,9 @@ def run_case(case: Case) -> None:
             tree = (sample.input, tuple(sample.args), dict(sample.kwargs))
             pristine = pytree.tree_map(clone, tree)  # the CPU run may mutate ``tree``
             storage = storage_of(sample.input) if op.name in STORAGE_READERS else None
-            torch.manual_seed(1)
+            seed(1)
             expected = call(op, tree)
-            torch.manual_seed(1)
+            seed(1)
             actual, jax_after = runner(op, to_jax(pristine, op, storage))
             what = f"sample {n}"
             values = not (random or uninitialised)
@@ -616,7 +629,7 @@ def run_case(case: Case) -> None:
                     jax_after, tree, atol=atol, rtol=rtol, what=f"{what} inputs", tensors_only=True
                 )
             if random:  # the same seed draws the same values
-                torch.manual_seed(1)
+                seed(1)
                 again, _ = runner(op, to_jax(pristine, op, storage))
                 compare(again, to_cpu(actual), atol=0, rtol=0, what=f"{what} reseeded")
 
