@@ -133,6 +133,21 @@ def test_random_ops_draw_fresh_values_every_call(env):
         assert torch.equal(d, e)
 
 
+@pytest.mark.parametrize("min_calls", [1, 2])
+def test_a_random_op_reseeded_draws_the_same_values_from_its_first_call(env, min_calls):
+    # With op_cache_min_calls=1 the first call runs the op plainly, then tries to compile it
+    # (refused: it draws keys); it must answer with that first run, not run the op again
+    # (a second draw: values other than the reseeded calls' after it).
+    env.config.op_cache_min_calls = min_calls
+    x = jax_tensor(torch.ones(10))
+    drawn = []
+    for _ in range(3):
+        torch.manual_seed(1)
+        drawn.append((torch.rand_like(x).cpu(), torch.randn(4, device="jax").cpu()))
+    for uniform, normal in drawn[1:]:
+        assert torch.equal(uniform, drawn[0][0]) and torch.equal(normal, drawn[0][1])
+
+
 def test_a_seeded_op_that_draws_nothing_is_cached_with_its_python_results(env):
     # PyTorch tags the jax device's attention op nondeterministic_seeded (for dropout); with
     # dropout_p=0 it draws nothing and is cached. It also returns Python ints (max_q, max_k),

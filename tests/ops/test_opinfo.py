@@ -20,8 +20,10 @@ any dtype, and a declared op's up-cast is ``_promotion``'s, checked once in test
 what the float32 case checks. ``test_float16_selection`` pins which ops keep float16 (about 150
 eager cases); under ``jax.jit`` float16 runs on a few representative ops (``JIT_HALF_OPS``). Under ``jax.jit`` the suite runs one
 dtype per op (float32 where supported, else the first supported one): dtype-specific behaviour is
-what eager mode checks (and eager mode already runs each op's compiled executable, see
-``op_cache_min_calls`` below), while jit mode checks that the op traces. That halves the suite's
+what eager mode checks (each sample's first call of its signature, which runs the lowering op
+by op; the op cache's executable of the same lowering is what jit mode's trace builds, and
+``TORCHLAX_OP_CACHE_MIN_CALLS=1`` runs the eager cases through it: all pass but one float32
+expected failure, closer to float64 when fused), while jit mode checks that the op traces. That halves the suite's
 largest part; ``opinfo_report.py`` and ``TORCHLAX_OPINFO_JIT_DTYPES=all`` run the full matrix.
 
 Environment: ``TORCHLAX_OPINFO_SAMPLES`` (samples per case, default 2),
