@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +32,6 @@ import jax.numpy as jnp
 import torch
 import torchlax
 from torch import nn
-from torchlax_core.internal import peek_array
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: the MLP written in JAX)
@@ -100,18 +98,7 @@ def parts(width: int, calls: int) -> None:
             "  launch memoised (our Python alone)": without(memoise, unmemoise),
             "jax.jit, hand-written": lambda: fast(params, x_jax),
         }
-        cpu: dict[str, list[float]] = {name: [] for name in variants}
-        ready: dict[str, list[float]] = {name: [] for name in variants}
-        thread_ns = time.thread_time_ns
-        for _ in range(calls):
-            for name, fn in variants.items():
-                start = thread_ns()
-                out = fn()
-                cpu[name].append((thread_ns() - start) * 1e-9)
-                _block(out)
-                t0 = time.perf_counter()
-                _block(fn())
-                ready[name].append(time.perf_counter() - t0)
+        cpu, ready = bench.cpu_and_ready_times(variants, calls)
     hand = "jax.jit, hand-written"
     print(f"\nwidth {width}: {calls} rounds (min / median us)")
     print(f"  {'':<38} {'CPU until it returns':>22} {'until ready':>18} {'ready / JAX':>14}")
@@ -122,10 +109,6 @@ def parts(width: int, calls: int) -> None:
             f"  {name:<38} {min(c) * 1e6:9.1f} / {statistics.median(c) * 1e6:8.1f}"
             f" {min(r) * 1e6:8.1f} / {statistics.median(r) * 1e6:7.1f} {ratio:13.3f}x"
         )
-
-
-def _block(out) -> None:
-    (peek_array(out) if isinstance(out, torchlax.Tensor) else out).block_until_ready()
 
 
 def main() -> None:

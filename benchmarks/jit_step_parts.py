@@ -74,18 +74,7 @@ def variants_of(name: str, make_case, optimizer: str) -> dict[str, Callable[[], 
 
 
 def interleaved(variants: dict[str, Callable[[], Any]], calls: int) -> None:
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
-    ready: dict[str, list[float]] = {name: [] for name in variants}
-    thread_ns = time.thread_time_ns
-    for _ in range(calls):
-        for name, fn in variants.items():
-            start = thread_ns()
-            out = fn()
-            cpu[name].append((thread_ns() - start) * 1e-9)
-            bench.ready(out)
-            t0 = time.perf_counter()
-            bench.ready(fn())
-            ready[name].append(time.perf_counter() - t0)
+    cpu, ready = bench.cpu_and_ready_times(variants, calls)
     print(f"\n{calls} rounds (min / median us)")
     print(f"  {'':<46} {'CPU until it returns':>22} {'until ready':>20}  ready / JAX")
     names = list(variants)

@@ -130,6 +130,27 @@ class Bench:
             row["interleaved_rounds"] = rounds
 
 
+def cpu_and_ready_times(
+    variants: dict[str, Callable[[], Any]], calls: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each variant called ``calls`` times, interleaved one call each: per variant, the calling
+    thread's CPU time until a call returns, and the wall time until a second call's result is
+    ready (seconds). For the scripts that time a call's parts (jit_call_parts.py, ...)."""
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    done: dict[str, list[float]] = {name: [] for name in variants}
+    thread_ns = time.thread_time_ns
+    for _ in range(calls):
+        for name, fn in variants.items():
+            start = thread_ns()
+            out = fn()
+            cpu[name].append((thread_ns() - start) * 1e-9)
+            ready(out)
+            t0 = time.perf_counter()
+            ready(fn())
+            done[name].append(time.perf_counter() - t0)
+    return cpu, done
+
+
 def ready(x):
     """Block until a result (torch, torchlax or JAX, or a tuple of them) is computed."""
     if isinstance(x, tuple | list):
