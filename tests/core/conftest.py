@@ -8,12 +8,13 @@ import torchlax_core
 
 @pytest.fixture
 def env():
-    """The default environment, current, with an op cache that compiles a signature on its
-    second call (the tests count hits and misses from there). Modules that need another
-    environment define their own ``env`` fixture, which takes precedence."""
-    env = torchlax_core.default_env()
-    saved = (env.config.op_cache_size, env.config.op_cache_min_calls)
+    """A fresh environment, current, with an op cache that compiles a signature on its second
+    call (the tests count hits and misses from there). Fresh, not the default one: what the
+    process ran before (another module's tests in the same worker) must not decide what these
+    tests see, e.g. an op marked never cacheable (``x_int ** 2`` marks ``pow.Tensor_Scalar``).
+    Modules that need another environment define their own ``env`` fixture, which takes
+    precedence."""
+    env = torchlax_core.Environment()
     env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
     with torchlax_core.enable(env):
         yield env
-    env.config.op_cache_size, env.config.op_cache_min_calls = saved

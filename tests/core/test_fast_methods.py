@@ -126,14 +126,14 @@ def test_python_numbers_of_equal_value_are_told_apart(env, dispatched):
 
 
 def test_served_outside_64_bit_mode_keeps_64_bit_dtypes(env):
-    # Outside ``enable`` JAX's 64-bit mode is off in this thread: the hit runs inside it, as
-    # run_op does, and the result stays float64/int64.
+    # With JAX's 64-bit mode off in this thread (as outside ``enable``), the hit runs inside
+    # it, as run_op does, and the result stays float64/int64.
     f_cpu, i_cpu = torch.randn(4, dtype=torch.float64), _i64(4)
     f, i = _jax(f_cpu), _jax(i_cpu)
     results = []
 
-    def outside():  # a fresh thread: the fixture's enable() is not there
-        with jax.enable_x64(False):  # (even if another test left it on process-wide)
+    def outside():  # a fresh thread, the fixture's environment current, 64-bit mode off
+        with torchlax_core.enable(env), jax.enable_x64(False):
             assert not x64_flag.value
             for _ in range(3):
                 results.append((f + f, i * 3, -f))
