@@ -833,14 +833,18 @@ def cov(self, *, correction=1, fweights=None, aweights=None):
         w_sum = torch.scalar_tensor(num_observations, dtype=torch.long, device=x.device)
     else:
         w_sum = w.sum()
-        if not _traced(w_sum) and bool(w_sum == 0):
+        # The comparison's result is what is read: under a trace an op on a concrete input can
+        # still be staged (JAX stages every op inside jit unless the op cache answers it).
+        zero_sum = w_sum == 0
+        if not _traced(zero_sum) and bool(zero_sum):
             raise RuntimeError("cov(): weights sum to zero, can't be normalized")
     avg = (x if w is None else x * w).sum(1) / w_sum
     if w is not None and correction != 0 and aweights is not None:
         norm_factor = w_sum - correction * (w * aweights).sum() / w_sum
     else:
         norm_factor = w_sum - correction
-    if not _traced(norm_factor) and bool(norm_factor <= 0):
+    no_freedom = norm_factor <= 0
+    if not _traced(no_freedom) and bool(no_freedom):
         import warnings
 
         warnings.warn(
