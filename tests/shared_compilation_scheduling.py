@@ -4,11 +4,10 @@ Eager tests spend most of their time compiling: each op signature (and, on an op
 each ``jax.numpy`` primitive it runs) is compiled once per process. Tests of one module use the
 same shapes, dtypes and ops, so run in one worker they compile them once: ``--dist load``
 sends consecutive tests to alternate workers, each compiling them again. Measured on the loaded
-2-core machine, ``-n 2``, one unit per module: test_views, test_parity, test_strides, test_nn
-and test_jit_training 5564 -> 4499 XLA compilations and 373 -> 326 CPU-seconds;
-test_indexing + test_reductions 2304 -> 1908 compilations; OpInfo's eager cases of the ops
-named s* and c*, one unit per dtype, 2175 -> 1932; a GPT-2 training step after that model's
-eager forward ~14 instead of ~24 seconds.
+2-core machine, ``-n 2``: tests/ops/test_indexing.py + test_reductions.py 2304 -> 1908 XLA
+compilations (361 -> 222 compile-seconds summed over the workers) as one unit per module; the
+OpInfo eager cases of the ops named s* and c* 2175 -> 1932 compilations as one unit per dtype;
+a GPT-2 training step after that model's eager forward ~14 instead of ~24 seconds.
 
 The units (``group_of``):
 
