@@ -1,29 +1,15 @@
-"""pytest-xdist scheduling that runs tests which compile the same programs in one worker.
+"""pytest-xdist scheduling that runs the tests of one model in one worker, one after another.
 
-Eager tests spend most of their time compiling: each op signature (and, on an op's first call,
-each ``jax.numpy`` primitive it runs) is compiled once per process. Tests of one module use the
-same shapes, dtypes and ops, so run in one worker they compile them once: ``--dist load``
-sends consecutive tests to alternate workers, each compiling them again. Measured on the loaded
-2-core machine, ``-n 2``: tests/ops/test_indexing.py + test_reductions.py 2304 -> 1908 XLA
-compilations (361 -> 222 compile-seconds summed over the workers) as one unit per module; the
-OpInfo eager cases of the ops named s* and c* 2175 -> 1932 compilations as one unit per dtype;
-a GPT-2 training step after that model's eager forward ~14 instead of ~24 seconds.
-
-The units (``group_of``):
-
-- each model's tests in the modules of ``GROUPED_BY_FIRST_PARAMETER`` (``[gpt2]``,
-  ``[mlp-adamw]``: the first part of the parameter id);
-- OpInfo's eager cases per dtype (``test_opinfo[eager-add-float32]`` -> ``[eager-float32]``:
-  the ops' samples share shapes, so they share the primitives' executables); its jit cases stay
-  single tests (each traces and compiles a program of its own);
-- every other module as a whole, except those of ``SINGLE_TESTS`` (their bodies run in fresh
-  processes: nothing to share), whose tests are units of their own.
+Eager tests spend most of their time compiling op signatures, once per process. The tests of
+one model (its eager forward, training step, generation, ...) compile many of the same ones:
+run in one worker they compile them once (a GPT-2 training step after that model's eager
+forward: ~14 instead of ~24 seconds, loaded). ``--dist load`` spreads them over the workers.
 
 pytest-xdist's ``--dist loadgroup`` would do this from ``xdist_group`` marks, but with pytest 9
 it never tags the node ids it schedules (it sets ``Item._nodeid``, which pytest 9 no longer
-reads), so the groups are named here, from the node ids the controller sees. Units go out
-largest first (xdist's ``--loadscope-reorder``, on by default), so that the big ones start
-early and the single tests even out the workers' ends.
+reads), so the groups are named here, from the node ids the controller sees. Every other test
+is its own unit, sent one at a time as ``--dist load`` does; the groups go first, largest
+first (xdist's ``--loadscope-reorder``, on by default), so that no long group starts last.
 """
 
 from __future__ import annotations
@@ -37,37 +23,13 @@ GROUPED_BY_FIRST_PARAMETER = frozenset(
 )
 
 
-OPINFO = "tests/ops/test_opinfo.py"
-_OPINFO_EAGER = "test_opinfo[eager-"
-
-# Directories and modules whose tests run their bodies in fresh Python processes (examples,
-# docs' code blocks, several simulated devices, imports and installs): grouping them shares no
-# compilation, and as single units these long tests help even out the workers' ends.
-SINGLE_TESTS = (
-    "tests/distributed/",
-    "tests/docs/",
-    "tests/examples/",
-    "tests/plugins/",
-    "tests/core/test_import.py",
-    "tests/core/test_install.py",
-    "tests/core/test_isolation.py",
-)
-
-
 def group_of(nodeid: str) -> str:
-    """The unit of work ``nodeid`` belongs to (see the module's docstring)."""
+    """The unit of work ``nodeid`` belongs to: ``path[model]`` or the node id itself."""
     path, _, rest = nodeid.partition("::")
     if path in GROUPED_BY_FIRST_PARAMETER and rest.endswith("]") and "[" in rest:
         first_parameter = rest[rest.index("[") + 1 : -1].split("-")[0]
         return f"{path}[{first_parameter}]"
-    if path == OPINFO:
-        if rest.startswith(_OPINFO_EAGER) and rest.endswith("]"):
-            dtype = rest[:-1].rsplit("-", 1)[-1]
-            return f"{path}[eager-{dtype}]"
-        return nodeid
-    if path.startswith(SINGLE_TESTS):
-        return nodeid
-    return path
+    return nodeid
 
 
 class SharedCompilationScheduling(LoadScopeScheduling):
