@@ -811,3 +811,189 @@ def test_module_trained_where_the_walk_does_not_reach_raises_naming_its_path():
     x, y = _data(1)[0]
     with pytest.raises(RuntimeError, match=r"Sequential at holder\.nets\[0\]\[0\]\[0\]\.model"):
         step(torchlax.from_torch(x), torchlax.from_torch(y))
+    # and the parameters' .grads are left as they were (no tracer of the refused trace)
+    assert all(p.grad is None for p in model.parameters())
+
+
+# -- tensors that are no state: constants of the program -------------------------------------
+# A tensor the state walk does not find is a constant of the program. Reading one is fine; a
+# step that changes one (an in-place write, ``.data -=``, ``copy_``, or a ``.grad`` its
+# ``backward()`` gives it) raises at its first compiled call, naming the tensor and where the
+# function reaches it, and leaves the tensor as it was (before, the tensor silently kept a
+# trace-time value, or held a tracer that failed later, far away).
+
+
+def _const_data():
+    return _data(1)[0]
+
+
+def _linear():
+    torch.manual_seed(0)
+    return nn.Linear(6, 3)
+
+
+def _hand_update(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.1 * p.grad
+            p.grad = None
+
+
+def _grad_through_object(model, w):
+    cfg = types.SimpleNamespace(w=w)  # a plain object's tensor: no state
+
+    def step(x, y):
+        loss = F.cross_entropy(F.linear(model(x), cfg.w), y)
+        loss.backward()
+        _hand_update(model)
+        return loss
+
+    return step, r"gives a \.grad to the float64 tensor of shape \(3, 3\) at cfg\.w"
+
+
+def _grad_through_default_argument(model, w):
+    def step(x, y, w=w):
+        loss = F.cross_entropy(F.linear(model(x), w), y)
+        loss.backward()
+        _hand_update(model)
+        return loss
+
+    return step, r"tensor of shape \(3, 3\) held as the function's default argument 'w'"
+
+
+def _grad_through_a_modules_object(model, w):
+    model.extra = types.SimpleNamespace(w=w)  # an object a module holds: not entered
+
+    def step(x, y):
+        loss = F.cross_entropy(F.linear(model(x), model.extra.w), y)
+        loss.backward()
+        _hand_update(model)
+        return loss
+
+    return step, r"gives a \.grad to the float64 tensor of shape \(3, 3\) at model\.extra\.w"
+
+
+def _written_in_place(model, buf):
+    cfg = types.SimpleNamespace(seen=buf)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        cfg.seen.add_(1)
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.seen"
+
+
+def _written_through_data(model, w):
+    cfg = types.SimpleNamespace(w=w)
+
+    def step(x, y):
+        loss = F.cross_entropy(F.linear(model(x), cfg.w), y)
+        loss.backward()
+        cfg.w.data -= 0.1 * cfg.w.grad  # (its .grad is given too: the write is named)
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.w"
+
+
+def _copied_into(model, ema):
+    cfg = types.SimpleNamespace(ema=ema)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        with torch.no_grad():
+            cfg.ema.copy_(0.9 * cfg.ema + 0.1 * model.weight[:, :3])
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.ema"
+
+
+CONSTANT_CHANGES = {
+    "grad-through-object": (_grad_through_object, True),
+    "grad-through-default-argument": (_grad_through_default_argument, True),
+    "grad-through-a-modules-object": (_grad_through_a_modules_object, True),
+    "add_": (_written_in_place, False),
+    "data-sub": (_written_through_data, True),
+    "copy_": (_copied_into, False),
+}
+
+
+@pytest.mark.parametrize("case", list(CONSTANT_CHANGES))
+def test_step_changing_a_tensor_that_is_no_state_raises_naming_it(case):
+    make, requires_grad = CONSTANT_CHANGES[case]
+    with torchlax.enable():
+        model = _linear().to("jax")
+        t = torch.randn(3, 3, device="jax", requires_grad=requires_grad)
+        grad = torch.ones(3, 3, device="jax") if requires_grad else None
+    t.grad = grad
+    before = t.detach().cpu().clone()
+    step, named = make(model, t)
+    x, y = _const_data()
+    with pytest.raises(RuntimeError, match=named) as error:
+        torchlax.jit(step)(torchlax.from_torch(x), torchlax.from_torch(y))
+    assert "Pass the tensor as an argument" in str(error.value)
+    # The tensor holds what it held before the call: its value and its .grad, readable.
+    torch.testing.assert_close(t.detach().cpu(), before, rtol=0, atol=0)
+    assert t.grad is grad
+    if grad is not None:
+        torch.testing.assert_close(t.grad.cpu(), torch.ones(3, 3), rtol=0, atol=0)
+    # and the model's parameters too: the error came before the program ran
+    torch.testing.assert_close(model.weight.cpu(), _linear().weight, rtol=0, atol=0)
+
+
+def test_tensor_given_to_the_optimizer_is_state_and_trains():
+    # cfg.w is reached through a plain object (no state there), but the optimizer the step
+    # closes over holds it: its parameters are state, so it trains as eagerly.
+    def make():
+        model = _linear()
+        torch.manual_seed(1)
+        cfg = types.SimpleNamespace(w=torch.randn(3, 3, requires_grad=True))
+        return model, cfg
+
+    def step_of(model, cfg, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(F.linear(model(x), cfg.w), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    ref_model, ref_cfg = make()
+    ref = step_of(ref_model, ref_cfg, torch.optim.SGD([*ref_model.parameters(), ref_cfg.w], 0.1))
+    model, cfg = make()
+    with torchlax.enable():
+        model.to("jax")
+        cfg.w = cfg.w.detach().to("jax").requires_grad_()
+        opt = torch.optim.SGD([*model.parameters(), cfg.w], lr=0.1, momentum=0.0)
+    compiled = torchlax.jit(step_of(model, cfg, opt))
+    x, y = _const_data()
+    for _ in range(3):
+        want = ref(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(cfg.w.detach().cpu(), ref_cfg.w.detach(), rtol=1e-10, atol=1e-10)
+
+
+def test_step_reading_a_tensor_that_is_no_state_and_making_its_own_runs():
+    # A constant read (a mask on a plain object), and tensors the step makes from host data
+    # and changes (a count, a returned accumulator): none is a constant the step changes.
+    with torchlax.enable():
+        model = _linear().to("jax")
+        cfg = types.SimpleNamespace(mask=torch.tensor([1.0, 0.0, 1.0], device="jax"))
+
+    def step(x):
+        acc = torch.tensor([0.0, 0.0, 0.0], device="jax")
+        acc += (model(x) * cfg.mask).sum(0)
+        local = torch.tensor(2.0, device="jax")
+        local.mul_(acc.sum())
+        return acc, local
+
+    x, _ = _const_data()
+    with torch.no_grad():
+        acc, local = torchlax.jit(step)(torchlax.from_torch(x))
+        expected = (model(torchlax.from_torch(x)) * cfg.mask).sum(0)
+    torch.testing.assert_close(acc.cpu(), expected.cpu())
+    torch.testing.assert_close(local.cpu(), 2 * expected.sum().cpu())
+    torch.testing.assert_close(cfg.mask.cpu(), torch.tensor([1.0, 0.0, 1.0]))

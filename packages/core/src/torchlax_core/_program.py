@@ -32,6 +32,7 @@ import torch
 from jax._src import core as _jax_core
 
 from . import _tensor
+from ._constant_watch import current_watch
 from ._current import enable
 from ._tensor import Tensor
 from ._x64 import x64
@@ -124,6 +125,16 @@ def tracing(env) -> Iterator[None]:
 
 
 def _torch_function_while_tracing(cls, func, types, args=(), kwargs=None):
+    watch = current_watch()
+    if watch is None:
+        return _traced_function(cls, func, types, args, kwargs)
+    watch.see(args, kwargs)
+    result = _traced_function(cls, func, types, args, kwargs)
+    watch.made(result)
+    return result
+
+
+def _traced_function(cls, func, types, args, kwargs):
     kwargs = kwargs or {}
     try:
         rewrite = _SCALAR_REWRITES.get(func)

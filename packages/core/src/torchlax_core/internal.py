@@ -34,6 +34,8 @@ from ._compiled import wrap_results as wrap_results
 from ._compiled import wrap_results_like as wrap_results_like
 from ._compiled import write_back as write_back
 from ._compiled import write_back_all as write_back_all
+from ._constant_watch import ChangedConstant as ChangedConstant
+from ._constant_watch import watch_constants as watch_constants
 from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._dispatch import memory_order as memory_order
 from ._dispatch import memory_ordered_array as memory_ordered_array
@@ -54,6 +56,7 @@ from ._x64 import x64 as x64
 from ._x64 import x64_flag as x64_flag
 
 __all__ = [
+    "ChangedConstant",
     "CompiledProgram",
     "Entry",
     "not_exclusive",
@@ -90,6 +93,7 @@ __all__ = [
     "unused_key",
     "view_kind",
     "viewed_back",
+    "watch_constants",
     "write",
     "x64",
     "x64_flag",

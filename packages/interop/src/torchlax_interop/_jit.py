@@ -50,6 +50,7 @@ from torchlax_core.internal import (
     tracing,
     view_getter,
     viewed_back,
+    watch_constants,
     wrap_results_like,
     x64,
 )
@@ -58,8 +59,10 @@ from torchlax_core.internal import signature as _signature
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
 from ._jit_constant_modules import ConstantModules
+from ._jit_constant_writes import changed_constant_error
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
+from ._jit_paths import reaches
 from ._jit_state import (
     MAX_CONTAINER_ITEMS,
     MAX_STATE_DEPTH,
@@ -266,21 +269,7 @@ class _Program:
                     for s in self.statics
                 ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
-                unfound = _refuse_unfound_optimizers(state, self.jitted)
-                constants = ConstantModules(
-                    {
-                        id(p)
-                        for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())
-                    }
-                )
-                try:
-                    out = self.jitted._run(cpu_state, args, kwargs)
-                except jax.errors.UnexpectedTracerError as exc:
-                    raise _leaked_tracer_error(self.jitted) from exc
-                finally:
-                    unfound.remove()
-                    constants.stop()
-                constants.refuse(_owner(self.jitted), self.jitted.target, args, kwargs)
+                out = self._run_watched(cpu_state, args, kwargs, state)
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
@@ -327,6 +316,36 @@ class _Program:
             out_orders if any(o is not None for o in out_orders) else (),
         )
         return (out_arrays, new_storages, extra), info
+
+    def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
+        """The step on tracers, refusing what cannot be one program: an optimizer stepped
+        that is no state, a module trained that is no state, a constant (a tensor that is no
+        state) changed. Constants the step changed are put back before it raises."""
+        jitted = self.jitted
+        unfound = _refuse_unfound_optimizers(state, jitted)
+        constants = ConstantModules(
+            {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
+        )
+        with watch_constants() as watch:
+            try:
+                try:
+                    out = jitted._run(cpu_state, args, kwargs)
+                except jax.errors.UnexpectedTracerError as exc:
+                    raise _leaked_tracer_error(jitted) from exc
+                finally:
+                    unfound.remove()
+                    constants.stop()
+            except BaseException:
+                watch.restore(watch.changed())
+                raise
+        untrained = constants.error(_owner(jitted), jitted.target, args, kwargs)
+        changed = [c for c in watch.changed() if not _made_for_the_program(c.tensor, out, state)]
+        watch.restore(changed)
+        if untrained is not None:
+            raise untrained
+        if changed:
+            raise changed_constant_error(_owner(jitted), changed, jitted.target, args, kwargs)
+        return out
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
@@ -396,6 +415,20 @@ def _grad_changed(kind, index, before, changed) -> bool:
     if kind == _NONE:
         return before != -1
     return kind == _NEW or index != before or changed[index]
+
+
+def _made_for_the_program(t: Tensor, out, state: _StateSet) -> bool:
+    """Whether ``t``, a tensor the step changed that held a concrete array when the trace
+    first saw it, is one the step made from host data and keeps where the program returns
+    it from (its output, an optimizer's new state entry, a parameter's new ``.grad``): no
+    constant of the user's then. Asked only of the few such tensors."""
+    if any(p.grad is t for p in state.grads):
+        return True
+    for opt in state.optimizers:
+        for entries in opt.state.values():
+            if any(v is t for v in entries.values()):
+                return True
+    return reaches(out, t)
 
 
 def _slot(value, saved: dict, extra: list) -> tuple:

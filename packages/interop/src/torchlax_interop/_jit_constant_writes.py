@@ -1,0 +1,60 @@
+"""A traced step that changes a tensor which is no state raises, naming the tensor.
+
+A torchlax Tensor the step reaches that the state walk did not find (``cfg.w`` where ``cfg``
+is a plain object, a tensor reached only through a default argument or a module's plain
+attribute) is a constant of the program: its value is baked in. A step that writes into such
+a tensor (``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives
+it a ``.grad`` would do so once, while it is traced, and never again: the tensor would not
+train or count, and would hold a value of the finished trace. The core's constant watch
+(``watch_constants``) finds exactly those tensors after the step was traced and puts back
+what they held; this module words the error.
+"""
+
+from __future__ import annotations
+
+from torchlax_core.internal import ChangedConstant
+
+from ._jit_paths import path_to
+from ._jit_state import MAX_STATE_DEPTH
+
+
+def changed_constant_error(
+    owner: str, changed: list[ChangedConstant], target, args: tuple, kwargs: dict
+) -> RuntimeError:
+    """The error for the constants a traced step changed (the first one named, the number
+    of others said)."""
+    first = changed[0]
+    t = first.tensor
+    path = path_to(t, target, args, kwargs)
+    if path is None:
+        where = "(reached where the walk for state does not look)"
+    elif path.startswith("default argument"):
+        where = f"held as the function's {path}"
+    else:
+        where = f"at {path}"
+    described = f"the {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    if first.grad_given and not first.written:
+        what = (
+            f"the step's backward() gives a .grad to {described} {where} (requires_grad="
+            f"{t.requires_grad}), which is not part of the compiled step's state: it is a "
+            "constant of the program, so it would not train, and its .grad would be a value "
+            "of the finished trace"
+        )
+    else:
+        what = (
+            f"the step writes into {described} {where} (in place, or through .data), which "
+            "is not part of the compiled step's state: it is a constant of the program, so "
+            "the write would happen once, while the step is traced, not on each call"
+        )
+    others = len(changed) - 1
+    more = f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
+    return RuntimeError(
+        f"{owner}: {what}{more}. torchlax.jit makes state of the tensors the function closes "
+        "over or receives as arguments, of the parameters and buffers of the modules and the "
+        "parameters of the optimizers it reaches (through closures, globals, arguments, a "
+        "bound method's object, and the lists, tuples, dicts and objects' attributes these "
+        f"hold, up to {MAX_STATE_DEPTH} levels deep; a plain object's own tensors are not "
+        "state, see docs/training.md). Pass the tensor as an argument, close over it directly, "
+        "register it in a module the step uses (nn.Parameter or register_buffer), or give it "
+        "to an optimizer the step steps. The tensor was left as it was before the call."
+    )
