@@ -997,3 +997,63 @@ def test_step_reading_a_tensor_that_is_no_state_and_making_its_own_runs():
     torch.testing.assert_close(acc.cpu(), expected.cpu())
     torch.testing.assert_close(local.cpu(), 2 * expected.sum().cpu())
     torch.testing.assert_close(cfg.mask.cpu(), torch.tensor([1.0, 0.0, 1.0]))
+
+
+@pytest.mark.parametrize("change", ["in-place", "through-data"])
+def test_constant_the_user_changes_between_calls_is_seen(change):
+    # A mask on a plain object is a constant of the program; the user changing it between
+    # calls (in place, or giving it other memory) makes the next call trace and compile the
+    # step again, so it computes what eager PyTorch computes.
+    def make():
+        model = _linear()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return model, opt, types.SimpleNamespace(mask=torch.ones(3))
+
+    def step_of(model, opt, cfg):
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x) * cfg.mask, y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    def change_mask(cfg, device):
+        if change == "in-place":
+            cfg.mask[1] = 0.0
+        else:
+            cfg.mask.data = torch.tensor([0.0, 1.0, 0.5], device=device)
+
+    ref_model, ref_opt, ref_cfg = make()
+    reference = step_of(ref_model, ref_opt, ref_cfg)
+    model, opt, cfg = make()
+    with torchlax.enable():
+        model.to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        cfg.mask = cfg.mask.to("jax")
+    compiled = torchlax.jit(step_of(model, opt, cfg))
+    x, y = _const_data()
+    for i in range(5):
+        if i == 3:
+            change_mask(ref_cfg, "cpu")
+            with torchlax.enable():
+                change_mask(cfg, "jax")
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10, msg=f"step {i}")
+    _assert_same_parameters(ref_model, model)
+    assert compiled.compilations == 2  # the first call eager, one program per mask
+
+
+def test_constant_changed_between_repeated_forwards_is_seen():
+    # The repeated-forward shortcut checks the constants too.
+    with torchlax.enable():
+        cfg = types.SimpleNamespace(scale=torch.full((3,), 2.0, device="jax"))
+    forward = torchlax.jit(lambda x: x * cfg.scale)
+    x = torchlax.from_torch(torch.arange(3.0))
+    with torch.no_grad():
+        assert forward(x).cpu().tolist() == [0.0, 2.0, 4.0]
+        assert forward(x).cpu().tolist() == [0.0, 2.0, 4.0]  # (the shortcut records it)
+        cfg.scale.fill_(3.0)
+        assert forward(x).cpu().tolist() == [0.0, 3.0, 6.0]

@@ -19,6 +19,7 @@ at trace time only (one look at each op's tensor arguments); a program's calls n
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 from collections.abc import Iterator
@@ -122,6 +123,23 @@ class ConstantWatch:
                     changed.append(ChangedConstant(t, written, grad_given, seen))
         return changed
 
+    def read(self) -> ReadConstants | None:
+        """The constants still alive that the traced code read and left as they were (None
+        if there are none), to check on each call that they still are (``ReadConstants``)."""
+        kept = []
+        with torch._C.DisableTorchFunctionSubclass():
+            for seen in self._seen.values():
+                if seen is None:
+                    continue
+                t = seen.ref()
+                if (
+                    t is not None
+                    and t._storage is seen.storage
+                    and seen.storage.array is seen.array
+                ):
+                    kept.append(seen)
+        return ReadConstants(kept) if kept else None
+
     @staticmethod
     def restore(changed: list[ChangedConstant]) -> None:
         """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
@@ -138,6 +156,40 @@ class ConstantWatch:
                     if seen.grad_storage is not None:
                         seen.grad_storage.array = seen.grad_array
                     t.grad = seen.grad
+
+
+class ReadConstants:
+    """The constants a program's trace read, each with the storage and array it had then:
+    their values are baked into the program. ``hold()`` tells whether each still has them (a
+    write between calls, in place or through ``.data``, replaces one); a constant no one
+    holds any more can no longer change. A C-level pass of identity checks: a program that
+    read no constant has no ``ReadConstants`` at all."""
+
+    __slots__ = ("_refs", "_storages", "_arrays")
+
+    def __init__(self, seen: list[_Seen]):
+        self._refs = tuple(s.ref for s in seen)
+        self._storages = tuple(s.storage for s in seen)
+        self._arrays = tuple(s.array for s in seen)
+
+    def hold(self) -> bool:
+        tensors = [ref() for ref in self._refs]
+        if None in tensors:  # dropped since (or made by the trace): forgotten, never changes
+            alive = [i for i, t in enumerate(tensors) if t is not None]
+            tensors = [tensors[i] for i in alive]
+            self._refs = tuple(self._refs[i] for i in alive)
+            self._storages = tuple(self._storages[i] for i in alive)
+            self._arrays = tuple(self._arrays[i] for i in alive)
+        return all(map(operator.is_, map(_STORAGE, tensors), self._storages)) and all(
+            map(operator.is_, map(_ARRAY, self._storages), self._arrays)
+        )
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+_STORAGE = operator.attrgetter("_storage")
+_ARRAY = operator.attrgetter("array")
 
 
 def _alias(seen: _Seen) -> torch.Tensor:

@@ -35,6 +35,7 @@ from ._compiled import wrap_results_like as wrap_results_like
 from ._compiled import write_back as write_back
 from ._compiled import write_back_all as write_back_all
 from ._constant_watch import ChangedConstant as ChangedConstant
+from ._constant_watch import ReadConstants as ReadConstants
 from ._constant_watch import watch_constants as watch_constants
 from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._dispatch import memory_order as memory_order
@@ -59,6 +60,7 @@ __all__ = [
     "ChangedConstant",
     "CompiledProgram",
     "Entry",
+    "ReadConstants",
     "not_exclusive",
     "output_tensors",
     "peek_arrays",

@@ -37,6 +37,7 @@ from torchlax_core import Tensor, checked, raise_error
 from torchlax_core.internal import (
     CompiledProgram,
     Entry,
+    ReadConstants,
     array_of,
     dense_strides_in_order,
     is_root_of,
@@ -164,6 +165,9 @@ class _Info:
     # per output array: the dimension order it is returned in (a result eager PyTorch lays out
     # transposed: see _dense_order), or None (row-major)
     out_orders: tuple = ()
+    # The tensors that are no state the step read: their values are baked in, so a call
+    # after one of them changed (the user wrote into it) traces the program again.
+    constants: ReadConstants | None = None
     # Precomputed for each call's write-back and output: whether any storage or CPU buffer
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
@@ -269,7 +273,7 @@ class _Program:
                     for s in self.statics
                 ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
-                out = self._run_watched(cpu_state, args, kwargs, state)
+                out, constants = self._run_watched(cpu_state, args, kwargs, state)
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
@@ -314,13 +318,15 @@ class _Program:
             cpu_changed,
             trains,
             out_orders if any(o is not None for o in out_orders) else (),
+            constants,
         )
         return (out_arrays, new_storages, extra), info
 
     def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
         """The step on tracers, refusing what cannot be one program: an optimizer stepped
         that is no state, a module trained that is no state, a constant (a tensor that is no
-        state) changed. Constants the step changed are put back before it raises."""
+        state) changed. Constants the step changed are put back before it raises. Returns
+        the step's output and the constants it read (``ReadConstants``, or None)."""
         jitted = self.jitted
         unfound = _refuse_unfound_optimizers(state, jitted)
         constants = ConstantModules(
@@ -345,7 +351,7 @@ class _Program:
             raise untrained
         if changed:
             raise changed_constant_error(_owner(jitted), changed, jitted.target, args, kwargs)
-        return out
+        return out, watch.read()
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
@@ -373,10 +379,25 @@ class _Program:
         of the forward program (``forward``: nothing donated) or of the donating one."""
         self._state = state  # read by the trace; the caller holds _trace_lock
         if forward:
-            return self.forward_core.entry(signature, args)
-        # The state is donated unless the step runs on lent CPU memory (read when tracing).
-        self.core.donate_argnums = (0,) if self.jitted.donate_state else ()
-        return self.core.entry(signature, args)
+            core = self.forward_core
+        else:
+            # The state is donated unless the step runs on lent CPU memory (read when tracing).
+            core = self.core
+            core.donate_argnums = (0,) if self.jitted.donate_state else ()
+        entry = core.entry(signature, args)
+        constants = entry.info.constants
+        if constants is not None and not constants.hold():
+            self.forget_traces()
+            entry = core.entry(signature, args)
+        return entry
+
+    def forget_traces(self) -> None:
+        """Drop every traced signature (a constant the traces read changed): the next call
+        of each traces and compiles again, reading the constants' new values."""
+        self.core.clear()
+        self.forward_core.clear()
+        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
+        self._recomputing_backwards.clear()
 
     @property
     def compiled(self) -> dict:
@@ -1176,6 +1197,9 @@ class _RepeatedForward:
             map(is_, map(_ARRAY, self.state.storages), self.state_arrays)
         ):
             return _MISSED  # (an array a training step donated since is deleted: never launched)
+        constants = self.info.constants
+        if constants is not None and not constants.hold():
+            return _MISSED  # (the general path traces the program again)
         if self.launch_early:
             out_arrays, _, _ = self.core.run(self.entry, self.state_arrays, [], arrays)
             if not self.layout.holds_unchanged(self.state, self.flags):
@@ -1266,6 +1290,7 @@ class _RepeatedStep:
             or not all(map(is_, map(_GRAD, state.grads), self.grads))
             or not _same_objects(_state_values(layout), self.values)
             or not all(map(is_, map(_ARRAY, state.storages), self.written))
+            or (self.info.constants is not None and not self.info.constants.hold())
         ):
             return _MISSED
         for p in self.dead:
