@@ -24,6 +24,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import repeat
 
 import jax.core
 import torch
@@ -174,7 +175,9 @@ class ReadConstants:
 
     def hold(self) -> bool:
         tensors = [ref() for ref in self._refs]
-        if None in tensors:  # dropped since (or made by the trace): forgotten, never changes
+        # (not ``None in tensors``: that compares each tensor with None, an op each)
+        if not all(map(operator.is_not, tensors, repeat(None))):
+            # dropped since (or made by the trace): forgotten, it never changes again
             alive = [i for i, t in enumerate(tensors) if t is not None]
             tensors = [tensors[i] for i in alive]
             self._refs = tuple(self._refs[i] for i in alive)
