@@ -29,7 +29,7 @@ With ``--mlp-step`` (``--gpt2``), it also counts the ops of one eager MLP traini
 own CPU time on the calling thread (nested ops, run by a decomposition, are subtracted from it;
 XLA's worker threads computing earlier launches meanwhile are not charged), saying how each is
 served: "cached" (an op-cache executable), "view", "decomposition" (Python on Tensors, its
-ops dispatched one by one), "never cached" (with the cache's reason) or "plain"; a hot Tensor
+ops dispatched one by one), "a signature never compiled" (with the cache's reason) or "plain"; a hot Tensor
 operator (``_fast_methods``: ``a + b``, ``a @ b``, ...) has rows of its own, its calls served
 before the dispatcher apart from those that fell through to it. ``--gpt2``
 does the same for the eager GPT-2 forward of ``benchmarks/run.py``; ``--factories`` times small
@@ -263,7 +263,7 @@ def _served_by(env, func) -> str:
         return "fast method's checks + PyTorch's dispatch (its op counted on its own row)"
     why = env._op_cache.uncacheable.get(func)
     if why is not None:
-        return f"never cached: {why}"
+        return f"a signature never compiled: {why}"
     impl = env._resolved.get(func)
     name = getattr(impl, "__qualname__", "")
     if name.startswith(("memory_order_impl", "meta_layout_impl")):  # a layout rule around it

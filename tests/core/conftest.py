@@ -11,7 +11,7 @@ def env():
     """A fresh environment, current, with an op cache that compiles a signature on its second
     call (the tests count hits and misses from there). Fresh, not the default one: what the
     process ran before (another module's tests in the same worker) must not decide what these
-    tests see, e.g. an op marked never cacheable (``x_int ** 2`` marks ``pow.Tensor_Scalar``).
+    tests see (signatures already compiled or refused, which change the counts).
     Modules that need another environment define their own ``env`` fixture, which takes
     precedence."""
     env = torchlax_core.Environment()

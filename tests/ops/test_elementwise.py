@@ -77,6 +77,41 @@ def test_integer_power_with_negative_exponents():
     same(jx(base) ** 0.5, base**0.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_integral_tensor_to_a_negative_python_int_raises_as_pytorch(dtype):
+    base = torch.tensor([2, 1, 0, 1], dtype=dtype)
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        base**-1
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        jx(base) ** -1
+    same(jx(base) ** 3, base**3)  # (uint8 and int32 wrap as C does; bool computes in int64)
+    same(jx(base) ** 0, base**0)
+
+
+def test_integer_power_of_a_python_int_is_compiled_and_leaves_float_power_compiled():
+    """``x_int ** 2`` used to read its exponent on the host (``jnp.power`` of a concrete
+    array), which marked ``pow.Tensor_Scalar`` never cacheable: every later ``x ** 2`` of the
+    process, float ones too, then ran op by op."""
+    env = torchlax_core.Environment()
+    env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
+    env.config.fallback_to_torch = False
+    ints, floats = torch.arange(-3, 4), torch.randn(5)
+    with torchlax_core.enable(env):
+        x_int, x = ints.to("jax"), floats.to("jax")
+        with pytest.raises(RuntimeError):
+            x_int**-1
+        for _ in range(3):  # plain, compile, hit
+            same(x_int**2, ints**2)
+            same(x_int ** torch.tensor(2).to("jax"), ints ** torch.tensor(2))
+        hits = env.stats()["op_cache_hits"]
+        for _ in range(3):
+            same(x**2, floats**2)
+        stats = env.stats()
+    assert "aten.pow.Tensor_Scalar" not in stats["op_cache_uncacheable"]
+    assert "aten.pow.Tensor_Tensor" not in stats["op_cache_uncacheable"]
+    assert stats["op_cache_hits"] - hits == 1
+
+
 @pytest.mark.parametrize("decimals", [0, 2, -1])
 def test_round_half_to_even_and_decimals(decimals):
     x = torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 1.2345, 15.0, 25.0, 123.456, math.nan])

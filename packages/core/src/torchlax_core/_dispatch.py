@@ -767,6 +767,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
     unwrap = _make_unwrapper(func, defer_views=True)
     materialize = _opcache.materialize
     entries = cache.entries
+    refused = cache.refused
     stats = cache.stats
     config = cache.config
     signature = _opcache.signature
@@ -779,7 +780,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
 
     def lookup(jargs, jkwargs) -> tuple:
         """(entry or None, key, leaves); key is None when this call is not cacheable."""
-        if op.why is not None or not config.op_cache_size:
+        if not config.op_cache_size:
             return None, None, None
         leaves: list = []
         try:
@@ -788,6 +789,8 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             return None, None, None
         entry = entries.get(key)
         if entry is None:
+            if key in refused:  # (it reads values on the host, draws keys, ...)
+                return None, None, None
             stats.misses += 1
         else:
             stats.hits += 1
@@ -799,7 +802,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
 
     def hit(args, kwargs) -> tuple:
         """(entry, leaves) of a call ``hit_key`` takes and the cache holds, else (None, None)."""
-        if op.why is not None or not config.op_cache_size:
+        if not config.op_cache_size:
             return None, None
         leaves: list = []
         key = hit_key(args, kwargs, leaves)
@@ -822,18 +825,18 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         if calls < min_calls or calls == 1:
             # The first call of a signature runs plainly, counting host reads.
             try:
-                out = _opcache.run_probed(cache, func, fn, materialize(jargs), jkwargs)
+                out = _opcache.run_probed(cache, key, func, fn, materialize(jargs), jkwargs)
             except BaseException:
                 # A call that raised (bad arguments) counts for nothing: compiled on a repeat,
                 # its trace would raise too and mark the whole op never cacheable.
                 cache.seen.pop(key, None)
                 raise
-            if calls < min_calls or op.why is not None:
+            if calls < min_calls or key in refused:
                 return None, out
             # op_cache_min_calls=1: compile now and answer with the executable (so that
             # tests run each op's compiled form once).
             probed = (out,)
-        entry = _opcache.compile_entry(cache, func, fn, jargs, jkwargs, leaves)
+        entry = _opcache.compile_entry(cache, key, func, fn, jargs, jkwargs, leaves)
         if entry is None:
             if probed is not None:  # not run a second time: a random op would draw again
                 return None, probed[0]
@@ -927,7 +930,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             (pointwise ones through ``serve_pair``/``serve_single``, the same hit with a key
             built for their calls), and otherwise let it dispatch (which counts the miss and
             fills the cache)."""
-            if op.why is None and config.op_cache_size:
+            if config.op_cache_size:
                 leaves: list = []
                 key = key_of(args, kwargs, leaves)
                 if key is not None:
@@ -969,7 +972,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
                 if entry is None:
                     return None
                 leaves = (array_a,)
-            if op.why is None and config.op_cache_size:
+            if config.op_cache_size:
                 return launch_hit(key, entry, leaves)
         return None
 
@@ -979,7 +982,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         if type(array_a) is _ArrayImpl:
             key = (op, array_a.aval, default_dtype())
             entry = entries.get(key)
-            if entry is not None and op.why is None and config.op_cache_size:
+            if entry is not None and config.op_cache_size:
                 return launch_hit(key, entry, (array_a,))
         return None
 

@@ -192,8 +192,8 @@ class Environment:
         """Counters of this environment: the eager op cache and XLA compilations.
 
         ``op_cache_hits``/``op_cache_misses`` (eager ops served by / looked up and not found in
-        the cache), ``op_cache_size`` (executables held), ``op_cache_uncacheable`` (ops never
-        cached, with why), ``compilations`` and ``compile_seconds`` (every XLA compilation
+        the cache), ``op_cache_size`` (executables held), ``op_cache_uncacheable`` (ops with a
+        signature that is never compiled, with why: the other signatures are), ``compilations`` and ``compile_seconds`` (every XLA compilation
         torchlax reported: eager ops and compiled programs) and ``slowest_compile``.
         """
         s, cache = self._stats, self._op_cache

@@ -9,16 +9,21 @@ launch. The rules (docs/architecture.md, "The eager op cache"):
 - Only functional ATen/prims lowerings are cached (``plain_impl``); in-place and ``out=`` ops
   through their functional overload. Views are not: their outputs alias their input's storage
   and keep the function that recomputes them.
-- An op whose lowering reads values on the host (``nonzero``, ``unique``) is never cached: the
-  first run of each new signature counts host reads, and a lowering that fails to trace with
-  abstract inputs, or returns no arrays (it runs for its side effects), is marked too. Reads
-  made by the value checks of ``_checks`` (an index out of range) are not such reads: the op
-  is compiled with its checks recorded (``_checks.checked``) and each call raises PyTorch's
-  error from the executable's check flags.
-- A lowering that draws a PRNG key (``env.next_prng_key``) is never cached: its trace runs
-  inside a key scope, and a drawn key marks the op (PyTorch's ``nondeterministic_seeded`` tag
-  is not relied on: attention with ``dropout_p=0`` carries it and draws nothing). A
-  ``torch.Generator`` argument bypasses.
+- A signature whose lowering reads values on the host (``nonzero``, ``x[mask]``) is never
+  compiled: the first run of each new signature counts host reads, and a signature that fails
+  to trace with abstract inputs, or returns no arrays (it runs for its side effects), is
+  refused too. Reads made by the value checks of ``_checks`` (an index out of range) are not
+  such reads: the op is compiled with its checks recorded (``_checks.checked``) and each call
+  raises PyTorch's error from the executable's check flags.
+- A signature whose lowering draws a PRNG key (``env.next_prng_key``) is never compiled: its
+  trace runs inside a key scope, and a drawn key refuses it (PyTorch's
+  ``nondeterministic_seeded`` tag is not relied on: attention with ``dropout_p=0`` carries it
+  and draws nothing). A ``torch.Generator`` argument bypasses.
+- Refusals are per signature, not per op: the same signature takes the same Python path
+  through its lowering on every call (its static arguments, avals and default dtype are the
+  key), but another signature of the op may not (``x[mask]`` reads, ``x[indices]`` does not;
+  attention with dropout draws, without it does not), and one such call must not leave every
+  other signature of the op uncompiled for the rest of the process.
 - Inside a JAX trace (an input is a tracer) the lowering just runs: the caller's program is
   the compilation unit.
 - The cache is an LRU of ``Config.op_cache_size`` entries (0 turns it off); hits, misses and
@@ -54,17 +59,12 @@ class NotCacheable(Exception):
 
 class Op:
     """An op as its signatures name it: hashed by identity. (An ``OpOverload``'s own
-    ``__hash__`` is Python code, and a hit hashes its key twice: the lookup, the LRU move.)
+    ``__hash__`` is Python code, and a hit hashes its key twice: the lookup, the LRU move.)"""
 
-    ``why`` is set when the op is marked never cacheable: the hot path reads it instead of
-    looking the op up in ``OpCache.uncacheable``.
-    """
-
-    __slots__ = ("func", "why")
+    __slots__ = ("func",)
 
     def __init__(self, func):
         self.func = func
-        self.why: str | None = None
 
 
 class OpCache:
@@ -76,7 +76,8 @@ class OpCache:
         self.stats: Stats = getattr(env, "_stats", None) or Stats()
         self.entries: OrderedDict[Any, Any] = OrderedDict()
         self.seen: OrderedDict[Any, int] = OrderedDict()  # signatures not compiled yet: calls
-        self.uncacheable: dict[Any, str] = {}  # op -> why it is never cached
+        self.refused: OrderedDict[Any, str] = OrderedDict()  # signature -> why it is never compiled
+        self.uncacheable: dict[Any, str] = {}  # op -> why some signature of it was refused
         self.checked: set[Any] = set()  # ops compiled with their value checks recorded
         self.ops: dict[Any, Op] = {}  # op overload -> its Op, the first item of its keys
 
@@ -85,16 +86,14 @@ class OpCache:
         op = self.ops.get(func)
         if op is None:
             op = self.ops[func] = Op(func)
-            op.why = self.uncacheable.get(func)
         return op
 
     def clear(self) -> None:
         self.entries.clear()
         self.seen.clear()
+        self.refused.clear()
         self.uncacheable.clear()
         self.checked.clear()
-        for op in self.ops.values():
-            op.why = None
 
     def capacity(self) -> int:
         return int(getattr(self.config, "op_cache_size", 0) or 0)
@@ -119,12 +118,15 @@ class OpCache:
         while len(entries) > capacity:
             entries.popitem(last=False)
 
-    def mark_uncacheable(self, func, why: str) -> None:
+    def refuse(self, key, func, why: str) -> None:
+        """Never compile the signature ``key`` of ``func`` (its calls then run plainly)."""
+        refused = self.refused
+        refused[key] = why
+        refused.move_to_end(key)
+        if len(refused) > 4 * max(self.capacity(), 64):  # bounded as ``seen``: one-off shapes
+            refused.popitem(last=False)
+        self.seen.pop(key, None)
         self.uncacheable[func] = why
-        op = self.op(func)
-        op.why = why
-        for key in [k for k in self.entries if k[0] is op or k[0] is func]:
-            del self.entries[key]
 
 
 def cacheable_op(func) -> bool:
@@ -395,9 +397,9 @@ def count_host_reads():
 _ORIGINAL_ATTR = {"_value": "value", "__array__": "array", "copy_to_host_async": "to_host"}
 
 
-def run_probed(cache: OpCache, func, fn, jargs, jkwargs):
-    """Run the lowering plainly; an op that read a value on the host is never cached, one
-    whose only reads were its value checks is compiled with the checks recorded."""
+def run_probed(cache: OpCache, key, func, fn, jargs, jkwargs):
+    """Run the lowering plainly; a signature that read a value on the host is never compiled,
+    an op whose only reads were its value checks is compiled with the checks recorded."""
     with count_host_reads() as reads:
         before, other_before = reads.count, reads.other
         try:
@@ -406,7 +408,7 @@ def run_probed(cache: OpCache, func, fn, jargs, jkwargs):
             # Also when it raised: a value check read the value and failed; compiled without
             # recording, the check would be traced away for the next call.
             if reads.other != other_before:
-                cache.mark_uncacheable(func, "its lowering reads values on the host")
+                cache.refuse(key, func, "its lowering reads values on the host")
             elif reads.count != before:
                 cache.checked.add(func)
 
@@ -488,8 +490,8 @@ def _raising(call):
     return checked_call
 
 
-def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
-    """Trace ``fn`` with abstract inputs and compile it; ``None`` marks ``func`` uncacheable."""
+def compile_entry(cache: OpCache, key, func, fn, jargs, jkwargs, leaves):
+    """Trace ``fn`` with abstract inputs and compile it; ``None`` refuses the signature ``key``."""
     args_template = _template(list(jargs))
     kwargs_template = {k: _template(v) for k, v in jkwargs.items()}
 
@@ -510,11 +512,12 @@ def compile_entry(cache: OpCache, func, fn, jargs, jkwargs, leaves):
         with env.prng_key_scope(_scope_key()) as scope:
             lowered = jax.jit(traced).lower(*leaves)
         if scope.drawn:  # a random op: a key baked into the executable would never change
-            cache.mark_uncacheable(func, "its lowering draws PRNG keys")
+            cache.refuse(key, func, "its lowering draws PRNG keys")
             return None
         compiled = lowered.compile()
     except Exception as exc:  # a host read, a data-dependent shape, a Python result, ...
-        cache.mark_uncacheable(
+        cache.refuse(
+            key,
             func,
             f"its lowering does not trace with abstract inputs "
             f"({type(exc).__name__}: {str(exc)[:200]})",

@@ -166,10 +166,16 @@ def fmod(self, other):
     return jnp.fmod(self, other)
 
 
+# jnp.power reads a concrete 0-d integer exponent on the host (to choose lax.integer_pow); under
+# jit it never does. The op cache's probe counts such a read as "reads values on the host" and
+# would never cache pow again, for any signature: an array exponent goes through jit instead.
+_array_power = jax.jit(jnp.power)
+
+
 def _power(base, exponent):
     if jnp.issubdtype(base.dtype, jnp.integer):
         # Integer powers with negative exponents: 1 and -1 stay, every other base gives 0.
-        safe = jnp.power(base, jnp.maximum(exponent, 0))
+        safe = _array_power(base, jnp.maximum(exponent, 0))
         odd = (exponent % 2) != 0
         negative = jnp.where(base == 1, 1, jnp.where(base == -1, jnp.where(odd, -1, 1), 0))
         return jnp.where(exponent < 0, negative.astype(base.dtype), safe)
@@ -178,14 +184,31 @@ def _power(base, exponent):
     return jnp.power(base, exponent)
 
 
-@lowering(
-    aten.pow.Tensor_Tensor,
-    aten.pow.Tensor_Scalar,
-    promote=Promotion.BOOL_TO_LONG,
-    args=("self", "exponent"),
-)
+@lowering(aten.pow.Tensor_Tensor, promote=Promotion.BOOL_TO_LONG, args=("self", "exponent"))
 def power(self, exponent):
     return _power(self, exponent)
+
+
+_promoted_power = declared(
+    aten.pow.Tensor_Scalar, _power, Promotion.BOOL_TO_LONG, ("self", "exponent"), False
+)
+
+
+@lowering(aten.pow.Tensor_Scalar)
+def power_scalar_exponent(self, exponent):
+    # An integral tensor to a Python int: the exponent is part of the op's signature, so it stays
+    # a static Python number (lax.integer_pow, no host read); PyTorch refuses negative ones.
+    if _is_int(self) and isinstance(exponent, int) and not isinstance(exponent, bool):
+        if exponent < 0:
+            raise RuntimeError(
+                f"aten.pow: Integers to negative integer powers are not allowed (a {self.dtype} "
+                f"tensor to the power {exponent}); use a floating-point tensor or exponent, "
+                f"e.g. x.double() ** {exponent}."
+            )
+        return lax.integer_pow(
+            self if self.dtype != jnp.bool_ else self.astype(jnp.int64), exponent
+        )
+    return _promoted_power(self, exponent)
 
 
 @lowering(aten.pow.Scalar, promote=Promotion.BOOL_TO_LONG, args=("self", "exponent"))
