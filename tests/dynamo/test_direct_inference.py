@@ -30,11 +30,15 @@ def direct(monkeypatch):
 
 
 def test_a_no_grad_forward_is_called_directly_and_matches_eager(direct):
+    """Values as eagerly on new inputs, and with CPU parameters written in place between
+    calls (the cached DLPack views share their memory)."""
     model = mlp()
     compiled = torch.compile(model, backend="torchlax")
     x = torch.randn(5, 8)
+    changes = [lambda: None, lambda: None, lambda: model[0].weight.mul_(-2)]
     with torch.no_grad():
-        for _ in range(3):  # the first call goes through AOT autograd's wrapper, the others not
+        for change in changes:  # the first call goes through AOT autograd's wrapper, no other
+            change()
             out = compiled(x)
             assert type(out) is torch.Tensor and out._base is None and not out.requires_grad
             assert_same(out, model(x))
@@ -45,7 +49,8 @@ def test_a_no_grad_forward_is_called_directly_and_matches_eager(direct):
 def test_grad_mode_on_after_no_grad_calls_recompiles_and_gradients_flow(direct):
     """Dynamo guards grad mode: the directly called inference graph is never used with grad
     mode on; the call recompiles a graph with a backward, and the gradients are eager's."""
-    model = mlp()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)  # small: this test compiles a backward too
     reference = copy.deepcopy(model)
     compiled = torch.compile(model, backend="torchlax")
     x = torch.randn(5, 8)
@@ -60,19 +65,6 @@ def test_grad_mode_on_after_no_grad_calls_recompiles_and_gradients_flow(direct):
         assert_same(p.grad, q.grad, rtol=1e-5, atol=1e-6)
     with torch.no_grad():  # back to the inference graph, still direct
         assert_same(compiled(x), reference(x))
-    assert direct == [True]
-
-
-def test_a_cpu_parameter_changed_in_place_is_seen_by_a_direct_call(direct):
-    model = mlp()
-    compiled = torch.compile(model, backend="torchlax")
-    x = torch.randn(5, 8)
-    with torch.no_grad():
-        compiled(x)
-        compiled(x)
-        model[0].weight.mul_(-2)
-        model[2].bias.add_(1)
-        assert_same(compiled(x), model(x))
     assert direct == [True]
 
 
