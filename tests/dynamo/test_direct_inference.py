@@ -5,8 +5,9 @@ import copy
 
 import pytest
 import torch
+import torchlax_core
 import torchlax_dynamo._backend as backend_module
-from dynamo_helpers import assert_same
+from dynamo_helpers import assert_same, to_jax
 
 
 def mlp():
@@ -43,6 +44,19 @@ def test_a_no_grad_forward_is_called_directly_and_matches_eager(direct):
             assert type(out) is torch.Tensor and out._base is None and not out.requires_grad
             assert_same(out, model(x))
             x = x + 1
+    assert direct == [True]
+
+
+def test_a_no_grad_forward_on_torchlax_tensors_is_called_directly(direct):
+    model = mlp()
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(to_jax(model), backend="torchlax")
+        for _ in range(2):
+            out = compiled(to_jax(x))
+            assert isinstance(out, torchlax_core.Tensor)
+            assert_same(out, expected)
     assert direct == [True]
 
 

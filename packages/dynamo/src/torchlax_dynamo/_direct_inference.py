@@ -68,7 +68,6 @@ def direct_inference(
     def compiled_inference(*args):
         return call[0](*args)
 
-    compiled_inference._torchlax_direct = True  # pyright: ignore[reportFunctionMemberAccess]  (read by the tests)
     return compiled_inference
 
 
