@@ -33,8 +33,8 @@ from pathlib import Path
 
 import jax
 import torch
-import torch._dynamo.backends.common as dynamo_backends
 import torchlax
+import torchlax_dynamo._backend as backend_module
 from torchlax_core.internal import CompiledProgram
 from torchlax_dynamo import XlaProgram
 
@@ -42,7 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: the model and ready())
 
 stamps: dict[str, float] = {}
+last_args: dict = {}  # XlaProgram -> the arguments of its last call
 _clock = time.perf_counter
+
+
+def _cpu() -> float:
+    return time.thread_time_ns() * 1e-9
 
 
 def _stamped(name: str, fn):
@@ -56,15 +61,8 @@ def _stamped(name: str, fn):
 
 
 def _install_stamps() -> list:
-    """Stamp AOT autograd's compiled callable, XlaProgram calls and launches; returns the
-    XlaPrograms made (to launch the backend's executable alone)."""
-    aot_autograd = dynamo_backends.aot_autograd
-
-    def stamping_aot_autograd(**kwargs):
-        compiler = aot_autograd(**kwargs)
-        return lambda gm, inputs: _stamped("aot", compiler(gm, inputs))
-
-    dynamo_backends.aot_autograd = stamping_aot_autograd
+    """Stamp XlaProgram calls and launches; returns the XlaPrograms made (to launch the
+    backend's executable alone)."""
     made: list = []
     init, call, launch = XlaProgram.__init__, XlaProgram.__call__, CompiledProgram.run
 
@@ -73,7 +71,7 @@ def _install_stamps() -> list:
         made.append(self)
 
     def stamped_call(self, *args):
-        stamps["program_args"] = args  # pyright: ignore[reportArgumentType]  (kept for the launch alone)
+        last_args[self] = args  # kept for the launch alone
         return _stamped("program", call)(self, *args)
 
     XlaProgram.__init__ = recording_init
@@ -82,25 +80,50 @@ def _install_stamps() -> list:
     return made
 
 
+def _compiled_through_aot_wrapper(model, tokens):
+    """``model`` compiled as the backend did before session 15: every call through AOT
+    autograd's runtime wrapper (the direct inference call refused), for an A/B in one process."""
+    # Isolated: transformers' models share one decorated forward (its wrapper is the frame
+    # Dynamo compiles), so without it this model would reuse the backend variant's graph.
+    compiled = torch.compile(model, backend="torchlax", isolate_recompiles=True)
+    direct = backend_module.direct_inference
+    backend_module.direct_inference = lambda *args: None
+    try:
+        with torch.no_grad():
+            bench.ready(compiled(tokens))  # Dynamo compiles on the first call
+    finally:
+        backend_module.direct_inference = direct
+    return compiled
+
+
 def parts(rounds: int, guard_filter: str | None = None) -> None:
     made = _install_stamps()
     torch.manual_seed(0)
     model = bench.small_gpt2().eval()
     tokens = torch.randint(0, 512, (4, 64))
     options = {"guard_filter_fn": getattr(torch.compiler, guard_filter)} if guard_filter else None
+    # First: an isolated compile would find and reuse a graph compiled before it.
+    through_aot = _compiled_through_aot_wrapper(copy.deepcopy(model), tokens)
     backend = torch.compile(copy.deepcopy(model), backend="torchlax", options=options)
+    with torch.no_grad():
+        bench.ready(backend(tokens))
+    program = made[-1]  # the backend variant's
     with torchlax.enable():
         jmodel = copy.deepcopy(model).to("jax")
         jtokens = tokens.to("jax")
     jitted = torchlax.jit(jmodel)
+    backend_on_jax = torch.compile(
+        copy.deepcopy(jmodel), backend="torchlax", isolate_recompiles=True
+    )
     with torch.no_grad():
         for _ in range(3):
             bench.ready(backend(tokens))
+            bench.ready(through_aot(tokens))
             bench.ready(jitted(jtokens))
-    (program,) = made
+            bench.ready(backend_on_jax(jtokens))
     (plan,) = program._plans.values()
     entry = plan.memo.entry
-    arrays = program._inputs.get_all(stamps["program_args"])
+    arrays = program._inputs.get_all(last_args[program])
     (jit_program,) = jitted.programs.values()
     (jit_entry,) = jit_program.forward_core._entries.values()
     jit_args: list = []
@@ -120,55 +143,91 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
     def add(name: str, seconds: float) -> None:
         samples.setdefault(name, []).append(seconds)
 
-    with torch.no_grad():
-        for _ in range(rounds):
+    def backend_parts(name: str, tag: str, compiled) -> None:
+        c0 = _cpu()
+        t0 = _clock()
+        out = compiled(tokens)
+        t1 = _clock()
+        add(f"{name}: calling thread's CPU time until the call returns", _cpu() - c0)
+        bench.ready(out)
+        add(f"{name}: whole call, until ready", _clock() - t0)
+        add(f"  {tag}: Dynamo (and AOT's wrapper) before the graph", stamps["program_enter"] - t0)
+        add(
+            f"  {tag}: inputs (DLPack views, cached) and signature",
+            stamps["launch_enter"] - stamps["program_enter"],
+        )
+        add(f"  {tag}: launch", stamps["launch_exit"] - stamps["launch_enter"])
+        add(
+            f"  {tag}: wait for XLA, outputs to torch (DLPack)",
+            stamps["program_exit"] - stamps["launch_exit"],
+        )
+        add(f"  {tag}: (AOT's wrapper and) Dynamo after the graph", t1 - stamps["program_exit"])
+
+    def guards_skipped() -> None:
+        with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
             t0 = _clock()
             out = backend(tokens)
-            t1 = _clock()
             bench.ready(out)
-            add("backend: whole call, until ready", _clock() - t0)
-            add("  Dynamo before the graph (frame, guards, prologue)", stamps["aot_enter"] - t0)
-            add("  AOT autograd's wrapper, before", stamps["program_enter"] - stamps["aot_enter"])
-            add(
-                "  inputs (DLPack views, cached) and signature",
-                stamps["launch_enter"] - stamps["program_enter"],
-            )
-            add("  launch", stamps["launch_exit"] - stamps["launch_enter"])
-            add(
-                "  wait for XLA, outputs to torch (DLPack)",
-                stamps["program_exit"] - stamps["launch_exit"],
-            )
-            add("  AOT autograd's wrapper, after", stamps["aot_exit"] - stamps["program_exit"])
-            add("  Dynamo after the graph (ModelOutput, DynamicCache)", t1 - stamps["aot_exit"])
-            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
-                t0 = _clock()
-                out = backend(tokens)
-                bench.ready(out)
-                add("backend, guards skipped (unsafe; measuring only)", _clock() - t0)
-                add("  Dynamo before the graph, guards skipped", stamps["aot_enter"] - t0)
-            t0 = _clock()
-            out = jitted(jtokens)
-            t1 = _clock()
-            bench.ready(out)
-            add("torchlax.jit: whole call, until ready", _clock() - t0)
-            add("  until the call returns", t1 - t0)
-            t0 = _clock()
-            jax.block_until_ready(entry._launch(arrays, entry._unused_key))
-            add("program alone: backend's", _clock() - t0)
-            t0 = _clock()
-            jax.block_until_ready(jit_entry._launch(*jit_args, jit_entry._unused_key))
-            add("program alone: torchlax.jit's", _clock() - t0)
+            add(GUARDS_SKIPPED, _clock() - t0)
+            add("  Dynamo before the graph, guards skipped", stamps["program_enter"] - t0)
+
+    def asynchronous(name: str, fn) -> None:
+        t0 = _clock()
+        out = fn(jtokens)
+        t1 = _clock()
+        bench.ready(out)
+        add(f"{name}: whole call, until ready", _clock() - t0)
+        add(f"  {name}: until the call returns", t1 - t0)
+
+    def programs_alone() -> None:
+        t0 = _clock()
+        jax.block_until_ready(entry._launch(arrays, entry._unused_key))
+        add("program alone: backend's", _clock() - t0)
+        t0 = _clock()
+        jax.block_until_ready(jit_entry._launch(*jit_args, jit_entry._unused_key))
+        add("program alone: torchlax.jit's", _clock() - t0)
+
+    # Each round calls every variant once, starting with another one each round: whichever
+    # runs first after the XLA programs of the round before finds colder caches.
+    variants = [
+        lambda: backend_parts(BACKEND, "direct", backend),
+        lambda: backend_parts(THROUGH_AOT, "through AOT", through_aot),
+        guards_skipped,
+        lambda: asynchronous(ON_JAX, backend_on_jax),
+        lambda: asynchronous(JIT, jitted),
+        programs_alone,
+    ]
+    with torch.no_grad():
+        for round_ in range(rounds):
+            first = round_ % len(variants)
+            for variant in variants[first:] + variants[:first]:
+                variant()
     print(f"GPT-2 (2 layers) forward, {rounds} rounds, us (min / median):")
-    for name, times in samples.items():
-        print(f"  {name:60s} {min(times) * 1e6:8.0f} {statistics.median(times) * 1e6:8.0f}")
-    whole, jit = (
-        samples["backend: whole call, until ready"],
-        samples["torchlax.jit: whole call, until ready"],
-    )
-    print(
-        f"backend / jit: {min(whole) / min(jit):.3f}x min, "
-        f"{statistics.median(whole) / statistics.median(jit):.3f}x median"
-    )
+    for name in sorted(samples, key=_row_order):
+        times = samples[name]
+        print(f"  {name:66s} {min(times) * 1e6:8.0f} {statistics.median(times) * 1e6:8.0f}")
+    jit = samples[f"{JIT}: whole call, until ready"]
+    for name in (BACKEND, THROUGH_AOT, GUARDS_SKIPPED, ON_JAX):
+        times = samples[name if name == GUARDS_SKIPPED else f"{name}: whole call, until ready"]
+        print(
+            f"{name} / jit: {min(times) / min(jit):.3f}x min, "
+            f"{statistics.median(times) / statistics.median(jit):.3f}x median"
+        )
+
+
+BACKEND = "backend"
+THROUGH_AOT = "backend through AOT autograd's runtime wrapper (before session 15)"
+GUARDS_SKIPPED = "backend, guards skipped (unsafe; measuring only)"
+ON_JAX = "backend on the model moved to jax"
+JIT = "torchlax.jit"
+
+
+def _row_order(name: str) -> int:
+    # Rows stay in the order they were first added, which the rotation changes per round.
+    return _ROWS.setdefault(name, len(_ROWS))
+
+
+_ROWS: dict[str, int] = {}
 
 
 if __name__ == "__main__":

@@ -200,6 +200,46 @@ def test_input_cache_reuses_a_view_only_for_the_same_tensor_and_memory():
     other = torch.arange(6.0)
     before = cache.get(0, t)
     assert cache.get_all([other])[0] is not before  # another tensor in the slot
+    assert cache.get(0, t) is before  # the one before it is kept
+    t.data = torch.arange(6.0)  # ... until it is given other memory
+    assert cache.get(0, t) is not before and cache.get(0, t).tolist() == t.tolist()
+    others = [torch.arange(6.0) for _ in range(4)]  # 4 newer tensors: t's entry is dropped
+    first = cache.get(0, t)
+    for o in others:
+        cache.get(0, o)
+    assert cache.get(0, others[1]) is cache.get(0, others[1])
+    assert cache.get(0, t) is not first
+
+
+def test_models_of_one_class_called_in_turn_keep_their_cached_views(monkeypatch):
+    """Two instances of one model class compiled and called in turn share Dynamo's graph (the
+    same frame passes the same guards), hence one program: each keeps its parameters' DLPack
+    views (no conversion once both ran), and each computes with its own, current values."""
+    from torchlax_dynamo import _dlpack
+
+    conversions = []
+    convert = _dlpack._shared_cpu_array
+
+    def counting(tensor):
+        conversions.append(tensor)
+        return convert(tensor)
+
+    monkeypatch.setattr(_dlpack, "_shared_cpu_array", counting)
+    models = [mlp(), mlp()]
+    for p in models[1].parameters():
+        p.data.normal_()
+    compiled = [torch.compile(m, backend="torchlax") for m in models]
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        for model, fn in zip(models, compiled, strict=True):
+            assert_same(fn(x), model(x))
+        conversions.clear()
+        for step in range(3):
+            for model, fn in zip(models, compiled, strict=True):
+                assert_same(fn(x), model(x))
+            models[step % 2][0].weight.mul_(-2)  # in place: seen through the kept views
+    assert conversions == []
+    assert counters["graphs"] == 1 and counters["xla_traces"] == 1
 
 
 def test_recompiles_on_new_batch_size():

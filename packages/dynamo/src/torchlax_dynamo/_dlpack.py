@@ -133,29 +133,39 @@ def cpu_tensors(arrays) -> list[torch.Tensor] | None:
 
 
 class InputCache:
-    """Per input slot: the jax.Array viewing the CPU tensor seen there last.
+    """Per input slot: the jax.Array viewing the CPU tensor seen there last, and those of the
+    few tensors seen there before it.
 
     An entry is reused only for the very same tensor object with the same data pointer and
     shape, so it views exactly the bytes the tensor holds now; in-place updates (an optimizer
     step, ``mul_`` under ``no_grad``) are seen through the shared memory, and a tensor given
-    other memory (``p.data = other``) or another tensor in the slot is converted again. (Its
-    strides need no check: Dynamo guards them, and only contiguous tensors are cached.) The
-    array is a view of the tensor's memory, so it keeps that memory alive until the slot sees
-    another tensor or the program dies: at most one tensor per input slot. Copies and CUDA
-    tensors are never cached: a copy would go stale, and a reused CUDA array would skip the
-    stream synchronisation DLPack performs.
+    other memory (``p.data = other``) or a tensor the slot has not seen is converted again.
+    (Its strides need no check: Dynamo guards them, and only contiguous tensors are cached.)
+    Copies and CUDA tensors are never cached: a copy would go stale, and a reused CUDA array
+    would skip the stream synchronisation DLPack performs.
 
-    An entry holds the tensor's ``id`` (a weak reference's callback clears the entry should
-    the tensor die, before its ``id`` can be reused) and its shape as a ``torch.Size``, so a
-    hit reads neither the weak reference nor the array's ``shape`` (a Python property in JAX):
-    9 us instead of 15 us for GPT-2's 29 inputs (a warm loop, loaded machine).
+    A slot keeps up to ``_KEPT`` earlier entries besides the last one: Dynamo gives one graph to
+    every model whose frame passes its guards, and transformers' models all run through one
+    decorated ``forward`` frame, so two compiled instances of a class (a model and its EMA copy,
+    an ensemble) called in turn share one program; with one entry per slot each call would
+    convert every parameter again (29 DLPack conversions, ~360 us a GPT-2 (2 layers) call,
+    loaded). Each entry's array views its tensor's memory and so keeps that memory alive until
+    the entry goes: when the slot has seen ``_KEPT`` + 1 newer tensors, when the tensor object
+    dies (a weak reference's callback clears the entry, before its ``id`` can be reused), or
+    with the program.
+
+    An entry holds the tensor's ``id`` and its shape as a ``torch.Size``, so a hit reads
+    neither the weak reference nor the array's ``shape`` (a Python property in JAX): 9 us
+    instead of 15 us for GPT-2's 29 inputs (a warm loop, loaded machine).
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_earlier")
 
     def __init__(self, size: int):
-        # Per slot: None or (id, data pointer, shape, array, weak reference).
+        # Per slot: None or (id, data pointer, shape, array, weak reference), the last seen.
         self._entries: list = [None] * size
+        # Per slot: the entries seen before it, most recent first (at most _KEPT).
+        self._earlier: list[list] = [[] for _ in range(size)]
 
     def get(self, slot: int, tensor: torch.Tensor) -> jax.Array:
         entry = self._entries[slot]
@@ -166,7 +176,7 @@ class InputCache:
             and tensor.shape == entry[2]
         ):
             return entry[3]
-        return self._convert(slot, tensor)
+        return self._miss(slot, tensor)
 
     def get_all(self, tensors) -> list[jax.Array]:
         """``get(slot, tensor)`` for every slot in order: a call whose inputs are all torch
@@ -182,20 +192,48 @@ class InputCache:
             ):
                 append(entry[3])
             else:
-                append(self._convert(slot, tensor))
+                append(self._miss(slot, tensor))
         return arrays
 
-    def _convert(self, slot: int, tensor: torch.Tensor) -> jax.Array:
+    def _miss(self, slot: int, tensor: torch.Tensor) -> jax.Array:
+        """The array for a tensor that is not the slot's last: an earlier entry's (made the
+        last again), or a new view."""
+        earlier = self._earlier[slot]
+        key = id(tensor)
+        for i, entry in enumerate(earlier):
+            if entry[0] == key:
+                del earlier[i]
+                if tensor.data_ptr() == entry[1] and tensor.shape == entry[2]:
+                    self._push(slot, entry)
+                    return entry[3]
+                break  # the same tensor with other memory or shape: its view is stale
         array = _shared_cpu_array(tensor) if tensor.device.type == "cpu" else None
         if array is None:
             return torch_to_jax(tensor)
-        entries = self._entries
+        entries, earlier_all = self._entries, self._earlier
 
         def forget(ref, slot=slot):
             current = entries[slot]
             if current is not None and current[4] is ref:
                 entries[slot] = None
+            kept = earlier_all[slot]
+            kept[:] = [e for e in kept if e[4] is not ref]
 
         ref = weakref.ref(tensor, forget)
-        entries[slot] = (id(tensor), tensor.data_ptr(), tensor.shape, array, ref)
+        self._push(slot, (key, tensor.data_ptr(), tensor.shape, array, ref))
         return array
+
+    def _push(self, slot: int, entry: tuple) -> None:
+        """Make ``entry`` the slot's last; the one it replaces becomes the most recent earlier
+        entry (unless it is for the same tensor, whose view is then stale)."""
+        last = self._entries[slot]
+        self._entries[slot] = entry
+        if last is not None and last[0] != entry[0]:
+            earlier = self._earlier[slot]
+            earlier.insert(0, last)
+            del earlier[_KEPT:]
+
+
+# Earlier entries kept per input slot besides the last (InputCache): models of one class
+# compiled and called in turn, each keeping its views.
+_KEPT = 3
