@@ -486,12 +486,19 @@ def bench_jit_call_breakdown(b: Bench, jitted, x, hand: Callable[[], Any]) -> No
         return memo[0]
 
     def jit_memoised():
-        # (the core calls the executable's C++ launcher once it has one, else the executable)
+        # (the core calls the executable's C++ launcher once it has one, else the executable;
+        # a repeated forward calls the launcher it recorded, ``Entry.plain_launch``)
+        repeat = jitted._repeat
+        plain = getattr(repeat, "plain", None)
         entry._executable = entry._launch = memoised
+        if plain is not None:
+            repeat.plain = (memoised, plain[1])
         try:
             return jitted(x)
         finally:
             entry._executable, entry._launch = executable, launch
+            if plain is not None:
+                repeat.plain = plain
 
     calls = {
         "torchlax.jit": lambda: jitted(x),

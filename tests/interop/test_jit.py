@@ -425,6 +425,38 @@ def test_repeated_forward_after_a_compiled_training_step_of_its_model():
             train(_jax(x))
 
 
+def test_repeated_forward_checks_what_its_launch_does_not(repeats):
+    # The repeated no_grad forward launches the executable's C++ launcher directly, before
+    # most of its checks (interop _jit ``_RepeatedForward``). The executable itself refuses
+    # arrays of another shape or dtype, and tracers, but not another weak type: the shortcut
+    # compares each argument's aval (weak type included) and leaves a launch that raises to
+    # the general path.
+    import jax
+    import jax.numpy as jnp
+    from torchlax_interop import call_torch
+
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(3, 2)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(lambda s: model(s * torch.ones(4, 3, device=s.device)))
+    strong = jnp.array(2.0, jnp.float32)
+    weak = jnp.asarray(2.0)  # a Python scalar's array: weakly typed
+    assert weak.weak_type and not strong.weak_type
+    with torch.no_grad():
+        want = reference(torch.full((4, 3), 2.0))
+        for array in (strong, strong, weak, weak):
+            out = jitted(torchlax_core.wrap(array))
+            assert out.dtype == torch.float32
+            torch.testing.assert_close(_cpu(out), want)
+        assert repeats == [True, False, True]
+        # Inside an outer JAX trace the arguments hold tracers: the launcher raises, the
+        # general path inlines the program into the trace.
+        traced = jax.jit(lambda a: call_torch(jitted, a))(weak)
+        torch.testing.assert_close(torch.from_numpy(jax.device_get(traced).copy()), want)
+        assert repeats == [True, False, True, False]
+
+
 def test_double_backward_raises_instead_of_returning_constant_gradients():
     x = _jax(torch.tensor([1.0, 2.0])).requires_grad_()
     y = jit(lambda x: (x**3).sum())(x)

@@ -23,6 +23,7 @@ the same for all three and lives here (docs/architecture.md, "Compiled programs"
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -112,6 +113,23 @@ class Entry:
         stay as they were. The launcher takes the same pytree of inputs and donates the same.
         """
         self._launch = cpp_launcher(self._executable)
+
+    def plain_launch(self) -> tuple[Callable, Any] | None:
+        """``(launch, key)``: ``launch(*args, key)`` is what ``CompiledProgram.run(entry,
+        *args)`` does for this entry when nothing goes wrong, with nothing around it (JAX's
+        C++ launcher of the executable and the constant key input), for a caller that repeats
+        one call and checks its inputs itself. ``torchlax.jit``'s repeated forward calls it:
+        ``run``'s frame, its key and launcher lookups and its ``try`` are a part of a call that
+        costs what JAX's whole call costs.
+
+        None where ``run`` does more: a program that draws keys (a fresh key each call) or
+        reads its checks, an entry not launched yet, or one launched through the ``jax.jit``
+        fallback. A launch that raises (inputs on other devices, tracers of an outer trace, a
+        deleted array) has done nothing: the caller then goes through ``run``, which handles
+        or raises it."""
+        if self.random or self._program.checks or self._launch is None:
+            return None
+        return self._launch, self._unused_key
 
 
 class CompiledProgram:
@@ -407,6 +425,21 @@ def peek_array(tensor: Tensor) -> jax.Array:
     if is_exclusive(tensor):
         return tensor._peek()
     return tensor._value()
+
+
+def root_values(tensors: Sequence[Tensor]) -> list[jax.Array]:
+    """``[t.jax() for t in tensors]`` for root torchlax Tensors (the caller checked that none
+    is a view): each storage's array, marked handed out as ``jax()`` marks it, without
+    ``jax()``'s three Python frames per tensor (a repeated ``torchlax.jit`` call's
+    arguments, on every call)."""
+    storages = list(map(_STORAGE, tensors))
+    for storage in storages:
+        storage.exclusive = False
+    return list(map(_STORAGE_ARRAY, storages))
+
+
+_STORAGE = operator.attrgetter("_storage")
+_STORAGE_ARRAY = operator.attrgetter("array")
 
 
 def peek_arrays(tensors: Sequence[Tensor]) -> list[jax.Array]:

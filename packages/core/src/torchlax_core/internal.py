@@ -28,6 +28,7 @@ from ._compiled import output_tensors as output_tensors
 from ._compiled import peek_array as peek_array
 from ._compiled import peek_arrays as peek_arrays
 from ._compiled import result_specs as result_specs
+from ._compiled import root_values as root_values
 from ._compiled import set_exclusive as set_exclusive
 from ._compiled import signature as signature
 from ._compiled import wrap_results as wrap_results
@@ -65,6 +66,7 @@ __all__ = [
     "output_tensors",
     "peek_arrays",
     "result_specs",
+    "root_values",
     "signature",
     "wrap_results",
     "wrap_results_like",

@@ -46,6 +46,7 @@ from torchlax_core.internal import (
     memory_ordered_array,
     output_tensors,
     result_specs,
+    root_values,
     storage_of,
     stored_in_order,
     tracing,
@@ -946,6 +947,7 @@ class _Jitted:
                     state,
                     tuple(map(type, inputs)),
                     signature[1],
+                    tuple(getattr(a, "aval", None) for a in arrays),
                     checks,
                     program.forward_core,
                     entry,
@@ -1120,6 +1122,7 @@ def _owner(jitted) -> str:
 
 _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
+_AVAL = operator.attrgetter("aval")
 _GRAD = operator.attrgetter("grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
@@ -1134,29 +1137,37 @@ class _RepeatedForward:
     the layout still holds (by its snapshot), its state is still the reused one (no
     ``.grad`` appeared), every state array is the very one of the recorded call (after an
     in-place write the general path compares the new array's shape and dtype once, and
-    records the call again), and the arguments have the same types, shapes and dtypes; grad
+    records the call again), and the arguments have the same types, shapes and dtypes (their
+    avals by identity first: an executable's results, and arrays made alike, share one); grad
     mode and checked mode are as recorded. Its outputs are wrapped from the recorded call's
     (``wrap_results_like``: an executable's results have the same shapes, dtypes and
     sharding on every call), unless they are laid out otherwise or rebuilt into objects.
 
-    The layout's checks (``_Layout.holds_unchanged``) run after the launch, while XLA
+    Before the launch it checks only what launching needs: the arguments, and that each
+    state array is still the one recorded (a training step may have donated it since). The
+    launch calls the executable's C++ launcher directly (``Entry.plain_launch``). The rest
+    (the layout, ``_Layout.holds_unchanged``; checked mode) is checked after it, while XLA
     computes; a call they fail drops the results and takes the general path (the forward
-    program writes nothing, so a dropped launch changes nothing). Checked in front of it: the
-    arguments, and that each state array is still the one recorded (a training step may have
-    donated it since). A program that draws random keys, or runs in checked mode, is launched
-    after every check (no key is drawn, no error raised for a call that then misses). MLP
-    forward (256 -> 512 -> 512 -> 10, batch 64), 3000 calls interleaved one by one with the
-    hand-written JAX forward in one process, loaded 2-core machine, time until the result is
-    ready, median over hand JAX: 1.09-1.10x checking first, 1.06-1.07x launching first
-    (three runs; ``benchmarks/jit_call_parts.py`` times the call's parts). The reads of the
-    layout's objects cost what they cost mostly in cache misses (a call follows an XLA
-    computation, the thread wakes cold): a C++ check of the same objects (Dynamo's guard
-    manager) measured no faster in such calls, only in a warm loop."""
+    program writes nothing, so a dropped launch changes nothing), as does a launch that
+    raises. A program that draws random keys, or runs in checked mode, is launched through
+    ``CompiledProgram.run`` after every check (no key is drawn, no error raised for a call
+    that then misses).
+
+    What it costs: on 2 cores our Python competes with XLA's two compute threads, so each
+    microsecond of it, before or after the launch, delays the result about as much (a 40 us
+    busy loop after the launch: +37 us until ready). MLP forward (256 -> 512 -> 512 -> 10,
+    batch 64), interleaved call by call with the hand-written JAX forward in one process,
+    loaded 2-core machine (``benchmarks/jit_call_parts.py`` times the call's parts): thread
+    CPU until the call returns SESSION15_NUMBERS. The reads of the layout's objects cost
+    what they cost mostly in cache misses (a call follows an XLA computation, the thread
+    wakes cold): a C++ check of the same objects (Dynamo's guard manager) measured no faster
+    in such calls, only in a warm loop."""
 
     layout: _Layout
     state: _StateSet
     types: tuple  # of the arguments
     input_signature: tuple
+    avals: tuple  # of the recorded call's argument arrays (None where one has none)
     checks: bool
     core: CompiledProgram
     entry: Entry
@@ -1164,14 +1175,18 @@ class _RepeatedForward:
     # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
     # order), or None: wrap each call's outputs the general way (_to_tensors)
     out_specs: list | None
+    storages: tuple = dataclasses.field(init=False)
     state_arrays: list = dataclasses.field(init=False)
-    flags: tuple = dataclasses.field(init=False)  # the layout's forward_flags of the state
-    launch_early: bool = dataclasses.field(init=False)  # before the layout's checks
+    flags: tuple = dataclasses.field(init=False)  # the layout's forward_flags
+    # Entry.plain_launch: (JAX's C++ launcher, the key input), or None: launch through
+    # core.run after every check
+    plain: tuple | None = dataclasses.field(init=False)
 
     def __post_init__(self):
-        self.state_arrays = list(map(_ARRAY, self.state.storages))
-        self.flags = self.layout.forward_flags(self.state)
-        self.launch_early = not self.checks and not self.entry.random
+        self.storages = tuple(self.state.storages)
+        self.state_arrays = list(map(_ARRAY, self.storages))
+        self.flags = self.layout.forward_flags()
+        self.plain = None if self.checks else self.entry.plain_launch()
 
     def call(self, jitted: _Jitted, args: tuple):
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
@@ -1179,36 +1194,46 @@ class _RepeatedForward:
         launch of a compiled executable, which does not read the mode (its input types are
         fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
         call in checked mode (reading its errors) runs inside it whole."""
-        if (
-            torch.is_grad_enabled()
-            or jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-            or tuple(map(type, args)) != self.types
-            or bool(torchlax_core.current_env().config.checked) is not self.checks
-        ):
+        if torch.is_grad_enabled() or tuple(map(type, args)) != self.types:
             return _MISSED
         if not any(map(view_getter, args)):  # roots are row-major: no is_contiguous per argument
-            arrays = [t.jax() for t in args]
+            arrays = root_values(args)
         elif all(map(_IS_CONTIGUOUS, args)):
             with x64():
                 arrays = [t.jax() for t in args]
         else:  # another layout (x.t()) is another program: its results take eager's strides
             return _MISSED
-        if _signature(arrays) != self.input_signature or not all(
-            map(is_, map(_ARRAY, self.state.storages), self.state_arrays)
-        ):
+        if (
+            not all(map(is_, map(_AVAL, arrays), self.avals))
+            and _signature(arrays) != self.input_signature
+        ) or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays)):
             return _MISSED  # (an array a training step donated since is deleted: never launched)
         constants = self.info.constants
         if constants is not None and not constants.hold():
             return _MISSED  # (the general path traces the program again)
-        if self.launch_early:
-            out_arrays, _, _ = self.core.run(self.entry, self.state_arrays, [], arrays)
-            if not self.layout.holds_unchanged(self.state, self.flags):
+        layout = self.layout
+        plain = self.plain
+        if plain is not None:
+            launch, key = plain
+            try:
+                out_arrays = launch(self.state_arrays, [], arrays, key)[0]
+            except Exception:  # nothing ran: the general path handles it or raises it
+                return _MISSED
+            if (
+                jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+                or torchlax_core.current_env().config.checked
+                or not layout.holds_unchanged(self.state, self.flags)
+            ):
                 return _MISSED  # its results are dropped (the program writes nothing)
         else:
-            if not self.layout.holds_unchanged(self.state, self.flags):
+            if (
+                jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+                or bool(torchlax_core.current_env().config.checked) is not self.checks
+                or not layout.holds_unchanged(self.state, self.flags)
+            ):
                 return _MISSED
             with x64():  # checked mode reads its errors
-                out_arrays, _, _ = self.core.run(self.entry, self.state_arrays, [], arrays)
+                out_arrays = self.core.run(self.entry, self.state_arrays, [], arrays)[0]
         info = self.info
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))

@@ -282,6 +282,8 @@ class _Layout:
     _empty_dicts: tuple = ()  # the submodules' empty _parameters, _buffers and _modules
     _dicts: tuple = ()  # and the others
     _dict_sizes: tuple = ()
+    _all_dicts: tuple = ()  # the empty ones, then the others (holds_unchanged: one len pass)
+    _all_dict_sizes: tuple = ()
     _dict_keys: tuple = ()  # all of their keys, dict after dict
     _dict_values: tuple = ()
     _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
@@ -300,6 +302,8 @@ class _Layout:
         filled = [s for s in self.module_dicts if s[1]]
         self._dicts = tuple(d for d, _, _ in filled)
         self._dict_sizes = tuple(len(keys) for _, keys, _ in filled)
+        self._all_dicts = self._empty_dicts + self._dicts
+        self._all_dict_sizes = (0,) * len(self._empty_dicts) + self._dict_sizes
         self._dict_keys = tuple(k for _, keys, _ in filled for k in keys)
         self._dict_values = tuple(v for _, _, values in filled for v in values)
         modules = tuple(m for m, _ in self.trainings)
@@ -361,23 +365,46 @@ class _Layout:
         tensors only, while the layout has no module or optimizer among its arguments)."""
         return self._modules_hold(self._module_flags(), self._flags) and self._sections_hold()
 
-    def forward_flags(self, state: _StateSet) -> tuple:
-        """What ``holds_unchanged`` compares ``state``'s objects with: the module flags of
-        the snapshot, no ``.grad`` on any parameter, and each storage's present array."""
-        return (*self._flags, *self._nones, *map(_ARRAY, state.storages))
+    def forward_flags(self) -> tuple:
+        """What ``holds_unchanged`` compares the layout's objects with: the module flags of
+        the snapshot, and no ``.grad`` on any parameter."""
+        return (*self._flags, *self._nones)
 
     def holds_unchanged(self, state: _StateSet, flags: tuple) -> bool:
-        """``holds_reached() and reused(state)``, and every storage of ``state`` still holds
-        the array it held when ``flags = forward_flags(state)`` was taken (a repeated
-        forward runs on exactly that state): the per-object reads in one C-level pass."""
-        return (
-            self._assembled is state
-            and self._modules_hold(
-                chain(self._module_flags(), map(_GRAD, self.grads), map(_ARRAY, state.storages)),
-                flags,
-            )
-            and self._sections_hold()
-        )
+        """``holds_reached() and reused(state)``, with ``flags = forward_flags()``: the
+        per-object reads in one C-level pass. (Whether each storage of ``state`` still holds
+        the array a repeated forward recorded is its caller's check, made before the launch.)"""
+        # _modules_hold and _module_flags inlined (each frame costs a repeated forward what a
+        # few reads cost), every module dict's size in one pass with the empty ones
+        if self._assembled is not state:
+            return False
+        is_ = operator.is_
+        dicts = self._dicts
+        params, modules, tensors = self._flag_objects
+        try:
+            if (
+                tuple(map(len, self._all_dicts)) != self._all_dict_sizes
+                or not all(map(is_, chain.from_iterable(dicts), self._dict_keys))
+                or not all(
+                    map(is_, chain.from_iterable(map(dict.values, dicts)), self._dict_values)
+                )
+                or not all(
+                    map(
+                        is_,
+                        chain(
+                            map(_REQUIRES_GRAD, params),
+                            map(_TRAINING, modules),
+                            map(storage_getter, tensors),
+                            map(_GRAD, params),
+                        ),
+                        flags,
+                    )
+                )
+            ):
+                return False
+        except AttributeError:  # swapped for a tensor that is no torchlax Tensor
+            return False
+        return not self._sections or self._sections_hold()
 
     def _module_flags(self):
         # each parameter's requires_grad, each module's training flag and each state tensor's
@@ -546,7 +573,6 @@ class _Layout:
         )
 
 
-_ARRAY = operator.attrgetter("array")
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = operator.attrgetter("training")
