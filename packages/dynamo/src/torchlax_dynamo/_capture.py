@@ -24,7 +24,7 @@ Scope:
 - Threads: Dynamo's configuration values are per thread in torch 2.14 (a user override is a
   ``ContextVar``), so the option set here is seen by captures on this thread only; another
   thread compiling with inductor at the same moment sees its own value (a test checks it).
-- A user who set the option keeps it (nothing is changed or restored then).
+- A user who set the option keeps it: it is on during the call and their setting after it.
 
 ``torch.compile`` hands Dynamo a wrapper of the backend (``_TorchCompileWrapper``) that does
 not carry ``backend_ctx_ctor`` over, although ``torch._dynamo.optimize(backend)`` honours it.
@@ -41,25 +41,27 @@ from typing import Any
 import torch._dynamo.config as dynamo_config
 from torch._dynamo import eval_frame
 
+# Dynamo's own low-overhead patcher (what it uses on every call for ``dynamic_shapes``): sets
+# this thread's override and returns a function restoring the override it replaced.
+_trace_autograd_ops_on = dynamo_config._make_closure_patcher(trace_autograd_ops=True)
+
 
 class TracedBackward:
     """Turns ``torch._dynamo.config.trace_autograd_ops`` on for one call of a compiled function.
 
     One instance per call (Dynamo calls ``backend_ctx_ctor()`` each time), so nested calls
-    restore in order. Cost: one config read, plus a write on entry and one on exit when the
-    option was off (about 8 us together, measured; ``config.patch`` costs 23 us).
+    restore in order; on exit the option's override is what it was (unset, or a user's own
+    setting). Cost: 2.5 us a call warm (reading and writing the option through the config
+    module's attributes cost 5.6 us; ``config.patch`` 23 us).
     """
 
-    __slots__ = ("_was_on",)
+    __slots__ = ("_restore",)
 
     def __enter__(self) -> None:
-        self._was_on = dynamo_config.trace_autograd_ops
-        if not self._was_on:
-            dynamo_config.trace_autograd_ops = True
+        self._restore = _trace_autograd_ops_on()
 
     def __exit__(self, *exc_info: object) -> None:
-        if not self._was_on:
-            dynamo_config.trace_autograd_ops = False
+        self._restore()
 
 
 def _innermost_backend(compiler_fn: Any) -> Any:
