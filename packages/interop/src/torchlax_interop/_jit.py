@@ -1157,8 +1157,13 @@ class _RepeatedForward:
     microsecond of it, before or after the launch, delays the result about as much (a 40 us
     busy loop after the launch: +37 us until ready). MLP forward (256 -> 512 -> 512 -> 10,
     batch 64), interleaved call by call with the hand-written JAX forward in one process,
-    loaded 2-core machine (``benchmarks/jit_call_parts.py`` times the call's parts): thread
-    CPU until the call returns SESSION15_NUMBERS. The reads of the layout's objects cost
+    loaded 2-core machine (load ~8-10), session 14's call against this one in the same
+    process, three runs of 3000 rounds: thread CPU until the call returns min 97-99 -> 78-88
+    us, median 149-162 -> 130-136 us (JAX's whole call 34 / 63-69); time until the result is
+    ready, median over hand JAX, 1.042-1.062x -> 1.023-1.037x (benchmarks/README.md, "Session
+    15"; ``benchmarks/jit_call_parts.py`` times the call's parts). The layout's reads after
+    the launch (~20 us in a call) and the output's wrapper (~10 us, PyTorch's
+    ``_make_wrapper_subclass``) are most of what is left. The reads of the layout's objects cost
     what they cost mostly in cache misses (a call follows an XLA computation, the thread
     wakes cold): a C++ check of the same objects (Dynamo's guard manager) measured no faster
     in such calls, only in a warm loop."""
