@@ -1057,3 +1057,15 @@ def test_constant_changed_between_repeated_forwards_is_seen():
         assert forward(x).cpu().tolist() == [0.0, 2.0, 4.0]  # (the shortcut records it)
         cfg.scale.fill_(3.0)
         assert forward(x).cpu().tolist() == [0.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize("device", ["cpu", "jax"])
+def test_tensor_learning_rate_changed_by_a_scheduler_is_an_input(device):
+    # SGD(lr=torch.tensor(...)): StepLR changes the tensor in place (fill_) after each call.
+    # Baked in, a CPU rate kept its first value silently, a jax one compiled once per step.
+    def make_opt(params):
+        params = list(params)
+        lr = torch.tensor(0.1, device=params[0].device if device == "jax" else "cpu")
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+    _compare(make_opt, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5))
