@@ -896,6 +896,17 @@ def _written_through_data(model, w):
     return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.w"
 
 
+def _rebound_through_data(model, w):
+    cfg = types.SimpleNamespace(w=w)
+
+    def step(x, y):
+        loss = F.cross_entropy(F.linear(model(x), cfg.w), y)
+        cfg.w.data = cfg.w.data * 0.5  # (other memory: its storage is put back)
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.w"
+
+
 def _copied_into(model, ema):
     cfg = types.SimpleNamespace(ema=ema)
 
@@ -914,6 +925,7 @@ CONSTANT_CHANGES = {
     "grad-through-a-modules-object": (_grad_through_a_modules_object, True),
     "add_": (_written_in_place, False),
     "data-sub": (_written_through_data, True),
+    "data-rebind": (_rebound_through_data, False),
     "copy_": (_copied_into, False),
 }
 
