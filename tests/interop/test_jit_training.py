@@ -907,6 +907,20 @@ def _rebound_through_data(model, w):
     return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.w"
 
 
+def _written_by_a_helper(model, buf):
+    def count():  # a callback an object keeps (the walk does not follow those), closing
+        buf.add_(1)  # over the tensor
+
+    cfg = types.SimpleNamespace(count=count)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        cfg.count()
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.count -> buf"
+
+
 def _copied_into(model, ema):
     cfg = types.SimpleNamespace(ema=ema)
 
@@ -927,6 +941,7 @@ CONSTANT_CHANGES = {
     "data-sub": (_written_through_data, True),
     "data-rebind": (_rebound_through_data, False),
     "copy_": (_copied_into, False),
+    "helper": (_written_by_a_helper, False),
 }
 
 
@@ -1009,6 +1024,24 @@ def test_step_reading_a_tensor_that_is_no_state_and_making_its_own_runs():
     torch.testing.assert_close(acc.cpu(), expected.cpu())
     torch.testing.assert_close(local.cpu(), 2 * expected.sum().cpu())
     torch.testing.assert_close(cfg.mask.cpu(), torch.tensor([1.0, 0.0, 1.0]))
+
+
+def test_tensor_the_step_makes_changes_and_saves_for_backward_is_its_own():
+    # m is made from host data and changed in place, then saved by the autograd graph of the
+    # output (so alive after the trace): the step's own tensor, no constant it changes.
+    # (float32: a float64 output's backward across a jitted call gets a float32 cotangent)
+    with torchlax.enable():
+        w = torch.randn(3, device="jax", dtype=torch.float32, requires_grad=True)
+
+    def f(x):
+        m = torch.tensor([1.0, 2.0, 3.0], device="jax", dtype=torch.float32)
+        m += x
+        return (m * w).sum()
+
+    out = torchlax.jit(f)(torchlax.from_torch(torch.ones(3, dtype=torch.float32)))
+    out.backward()
+    assert w.grad is not None
+    torch.testing.assert_close(w.grad.cpu(), torch.tensor([2.0, 3.0, 4.0], dtype=torch.float32))
 
 
 @pytest.mark.parametrize("change", ["in-place", "through-data"])

@@ -63,7 +63,7 @@ from ._jit_constant_modules import ConstantModules
 from ._jit_constant_writes import changed_constant_error
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
-from ._jit_paths import reaches
+from ._jit_paths import path_to, reaches
 from ._jit_state import (
     MAX_CONTAINER_ITEMS,
     MAX_STATE_DEPTH,
@@ -349,8 +349,13 @@ class _Program:
         watch.restore(changed)
         if untrained is not None:
             raise untrained
-        if changed:
-            raise changed_constant_error(_owner(jitted), changed, jitted.target, args, kwargs)
+        # Only a constant the function reaches is the user's: a tensor the step made from
+        # host data (torch.tensor(...)) and changed is its own, even if something the trace
+        # made still holds it (the autograd graph of an output saves it).
+        named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in changed]
+        named = [(c, path) for c, path in named if path is not None]
+        if named:
+            raise changed_constant_error(_owner(jitted), named)
         return out, watch.read()
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
