@@ -884,6 +884,15 @@ def _written_in_place(model, buf):
     return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.seen"
 
 
+def _written_and_returned(model, buf):
+    cfg = types.SimpleNamespace(seen=buf)
+
+    def step(x, y):
+        return F.cross_entropy(model(x), y), cfg.seen.add_(1)
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.seen"
+
+
 def _written_through_data(model, w):
     cfg = types.SimpleNamespace(w=w)
 
@@ -938,6 +947,7 @@ CONSTANT_CHANGES = {
     "grad-through-default-argument": (_grad_through_default_argument, True),
     "grad-through-a-modules-object": (_grad_through_a_modules_object, True),
     "add_": (_written_in_place, False),
+    "add_-returned": (_written_and_returned, False),
     "data-sub": (_written_through_data, True),
     "data-rebind": (_rebound_through_data, False),
     "copy_": (_copied_into, False),

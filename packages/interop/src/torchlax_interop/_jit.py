@@ -345,15 +345,19 @@ class _Program:
                 watch.restore(watch.changed())
                 raise
         untrained = constants.error(_owner(jitted), jitted.target, args, kwargs)
-        changed = [c for c in watch.changed() if not _made_for_the_program(c.tensor, out, state)]
-        watch.restore(changed)
-        if untrained is not None:
-            raise untrained
-        # Only a constant the function reaches is the user's: a tensor the step made from
-        # host data (torch.tensor(...)) and changed is its own, even if something the trace
-        # made still holds it (the autograd graph of an output saves it).
+        # A changed tensor the function reaches is a constant of the user's: put back, and
+        # named. Any other is one the step made from host data (torch.tensor(...)): its
+        # own, left alone where the program returns it from (a new optimizer state entry or
+        # .grad, the output), else put back (an output's autograd graph may save it).
+        changed = [c for c in watch.changed() if not _kept_as_state(c.tensor, state)]
         named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in changed]
         named = [(c, path) for c, path in named if path is not None]
+        if named or untrained is not None:
+            watch.restore(changed)
+        else:
+            watch.restore([c for c in changed if not reaches(out, c.tensor)])
+        if untrained is not None:
+            raise untrained
         if named:
             raise changed_constant_error(_owner(jitted), named)
         return out, watch.read()
@@ -443,18 +447,18 @@ def _grad_changed(kind, index, before, changed) -> bool:
     return kind == _NEW or index != before or changed[index]
 
 
-def _made_for_the_program(t: Tensor, out, state: _StateSet) -> bool:
-    """Whether ``t``, a tensor the step changed that held a concrete array when the trace
-    first saw it, is one the step made from host data and keeps where the program returns
-    it from (its output, an optimizer's new state entry, a parameter's new ``.grad``): no
-    constant of the user's then. Asked only of the few such tensors."""
+def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
+    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
+    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
+    the step made (a new optimizer's step count), which the program returns."""
     if any(p.grad is t for p in state.grads):
         return True
-    for opt in state.optimizers:
-        for entries in opt.state.values():
-            if any(v is t for v in entries.values()):
-                return True
-    return reaches(out, t)
+    return any(
+        v is t
+        for opt in state.optimizers
+        for entries in opt.state.values()
+        for v in entries.values()
+    )
 
 
 def _slot(value, saved: dict, extra: list) -> tuple:
