@@ -973,7 +973,7 @@ def test_step_changing_a_tensor_that_is_no_state_raises_naming_it(case):
     torch.testing.assert_close(t.detach().cpu(), before, rtol=0, atol=0)
     assert t.grad is grad
     if grad is not None:
-        torch.testing.assert_close(t.grad.cpu(), torch.ones(3, 3), rtol=0, atol=0)
+        torch.testing.assert_close(grad.cpu(), torch.ones(3, 3), rtol=0, atol=0)
     # and the model's parameters too: the error came before the program ran
     torch.testing.assert_close(model.weight.cpu(), _linear().weight, rtol=0, atol=0)
 
@@ -1098,7 +1098,7 @@ def test_constant_the_user_changes_between_calls_is_seen(change):
         got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10, msg=f"step {i}")
     _assert_same_parameters(ref_model, model)
-    assert compiled.compilations == 2  # the first call eager, one program per mask
+    assert compiled.compilations == 2  # pyright: ignore[reportFunctionMemberAccess]  (the first call eager, one program per mask)
 
 
 def test_constant_changed_between_repeated_forwards_is_seen():
