@@ -884,6 +884,15 @@ def _written_in_place(model, buf):
     return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.seen"
 
 
+def _written_and_returned(model, buf):
+    cfg = types.SimpleNamespace(seen=buf)
+
+    def step(x, y):
+        return F.cross_entropy(model(x), y), cfg.seen.add_(1)
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.seen"
+
+
 def _written_through_data(model, w):
     cfg = types.SimpleNamespace(w=w)
 
@@ -894,6 +903,31 @@ def _written_through_data(model, w):
         return loss
 
     return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.w"
+
+
+def _rebound_through_data(model, w):
+    cfg = types.SimpleNamespace(w=w)
+
+    def step(x, y):
+        loss = F.cross_entropy(F.linear(model(x), cfg.w), y)
+        cfg.w.data = cfg.w.data * 0.5  # (other memory: its storage is put back)
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.w"
+
+
+def _written_by_a_helper(model, buf):
+    def count():  # a callback an object keeps (the walk does not follow those), closing
+        buf.add_(1)  # over the tensor
+
+    cfg = types.SimpleNamespace(count=count)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        cfg.count()
+        return loss
+
+    return step, r"writes into the float64 tensor of shape \(3, 3\) at cfg\.count -> buf"
 
 
 def _copied_into(model, ema):
@@ -913,8 +947,11 @@ CONSTANT_CHANGES = {
     "grad-through-default-argument": (_grad_through_default_argument, True),
     "grad-through-a-modules-object": (_grad_through_a_modules_object, True),
     "add_": (_written_in_place, False),
+    "add_-returned": (_written_and_returned, False),
     "data-sub": (_written_through_data, True),
+    "data-rebind": (_rebound_through_data, False),
     "copy_": (_copied_into, False),
+    "helper": (_written_by_a_helper, False),
 }
 
 
@@ -936,7 +973,7 @@ def test_step_changing_a_tensor_that_is_no_state_raises_naming_it(case):
     torch.testing.assert_close(t.detach().cpu(), before, rtol=0, atol=0)
     assert t.grad is grad
     if grad is not None:
-        torch.testing.assert_close(t.grad.cpu(), torch.ones(3, 3), rtol=0, atol=0)
+        torch.testing.assert_close(grad.cpu(), torch.ones(3, 3), rtol=0, atol=0)
     # and the model's parameters too: the error came before the program ran
     torch.testing.assert_close(model.weight.cpu(), _linear().weight, rtol=0, atol=0)
 
@@ -999,6 +1036,24 @@ def test_step_reading_a_tensor_that_is_no_state_and_making_its_own_runs():
     torch.testing.assert_close(cfg.mask.cpu(), torch.tensor([1.0, 0.0, 1.0]))
 
 
+def test_tensor_the_step_makes_changes_and_saves_for_backward_is_its_own():
+    # m is made from host data and changed in place, then saved by the autograd graph of the
+    # output (so alive after the trace): the step's own tensor, no constant it changes.
+    # (float32: a float64 output's backward across a jitted call gets a float32 cotangent)
+    with torchlax.enable():
+        w = torch.randn(3, device="jax", dtype=torch.float32, requires_grad=True)
+
+    def f(x):
+        m = torch.tensor([1.0, 2.0, 3.0], device="jax", dtype=torch.float32)
+        m += x
+        return (m * w).sum()
+
+    out = torchlax.jit(f)(torchlax.from_torch(torch.ones(3, dtype=torch.float32)))
+    out.backward()
+    assert w.grad is not None
+    torch.testing.assert_close(w.grad.cpu(), torch.tensor([2.0, 3.0, 4.0], dtype=torch.float32))
+
+
 @pytest.mark.parametrize("change", ["in-place", "through-data"])
 def test_constant_the_user_changes_between_calls_is_seen(change):
     # A mask on a plain object is a constant of the program; the user changing it between
@@ -1043,7 +1098,7 @@ def test_constant_the_user_changes_between_calls_is_seen(change):
         got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10, msg=f"step {i}")
     _assert_same_parameters(ref_model, model)
-    assert compiled.compilations == 2  # the first call eager, one program per mask
+    assert compiled.compilations == 2  # pyright: ignore[reportFunctionMemberAccess]  (the first call eager, one program per mask)
 
 
 def test_constant_changed_between_repeated_forwards_is_seen():
@@ -1057,3 +1112,15 @@ def test_constant_changed_between_repeated_forwards_is_seen():
         assert forward(x).cpu().tolist() == [0.0, 2.0, 4.0]  # (the shortcut records it)
         cfg.scale.fill_(3.0)
         assert forward(x).cpu().tolist() == [0.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize("device", ["cpu", "jax"])
+def test_tensor_learning_rate_changed_by_a_scheduler_is_an_input(device):
+    # SGD(lr=torch.tensor(...)): StepLR changes the tensor in place (fill_) after each call.
+    # Baked in, a CPU rate kept its first value silently, a jax one compiled once per step.
+    def make_opt(params):
+        params = list(params)
+        lr = torch.tensor(0.1, device=params[0].device if device == "jax" else "cpu")
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+    _compare(make_opt, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5))

@@ -64,7 +64,7 @@ from ._jit_constant_modules import ConstantModules
 from ._jit_constant_writes import changed_constant_error
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
-from ._jit_paths import reaches
+from ._jit_paths import path_to, reaches
 from ._jit_state import (
     MAX_CONTAINER_ITEMS,
     MAX_STATE_DEPTH,
@@ -346,12 +346,21 @@ class _Program:
                 watch.restore(watch.changed())
                 raise
         untrained = constants.error(_owner(jitted), jitted.target, args, kwargs)
-        changed = [c for c in watch.changed() if not _made_for_the_program(c.tensor, out, state)]
-        watch.restore(changed)
+        # A changed tensor the function reaches is a constant of the user's: put back, and
+        # named. Any other is one the step made from host data (torch.tensor(...)): its
+        # own, left alone where the program returns it from (a new optimizer state entry or
+        # .grad, the output), else put back (an output's autograd graph may save it).
+        changed = [c for c in watch.changed() if not _kept_as_state(c.tensor, state)]
+        named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in changed]
+        named = [(c, path) for c, path in named if path is not None]
+        if named or untrained is not None:
+            watch.restore(changed)
+        else:
+            watch.restore([c for c in changed if not reaches(out, c.tensor)])
         if untrained is not None:
             raise untrained
-        if changed:
-            raise changed_constant_error(_owner(jitted), changed, jitted.target, args, kwargs)
+        if named:
+            raise changed_constant_error(_owner(jitted), named)
         return out, watch.read()
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
@@ -439,18 +448,18 @@ def _grad_changed(kind, index, before, changed) -> bool:
     return kind == _NEW or index != before or changed[index]
 
 
-def _made_for_the_program(t: Tensor, out, state: _StateSet) -> bool:
-    """Whether ``t``, a tensor the step changed that held a concrete array when the trace
-    first saw it, is one the step made from host data and keeps where the program returns
-    it from (its output, an optimizer's new state entry, a parameter's new ``.grad``): no
-    constant of the user's then. Asked only of the few such tensors."""
+def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
+    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
+    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
+    the step made (a new optimizer's step count), which the program returns."""
     if any(p.grad is t for p in state.grads):
         return True
-    for opt in state.optimizers:
-        for entries in opt.state.values():
-            if any(v is t for v in entries.values()):
-                return True
-    return reaches(out, t)
+    return any(
+        v is t
+        for opt in state.optimizers
+        for entries in opt.state.values()
+        for v in entries.values()
+    )
 
 
 def _slot(value, saved: dict, extra: list) -> tuple:

@@ -14,21 +14,15 @@ from __future__ import annotations
 
 from torchlax_core.internal import ChangedConstant
 
-from ._jit_paths import path_to
 from ._jit_state import MAX_STATE_DEPTH
 
 
-def changed_constant_error(
-    owner: str, changed: list[ChangedConstant], target, args: tuple, kwargs: dict
-) -> RuntimeError:
-    """The error for the constants a traced step changed (the first one named, the number
-    of others said)."""
-    first = changed[0]
+def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> RuntimeError:
+    """The error for the constants a traced step changed, each with the path the function
+    reaches it by (the first one named, the number of others said)."""
+    first, path = changed[0]
     t = first.tensor
-    path = path_to(t, target, args, kwargs)
-    if path is None:
-        where = "(reached where the walk for state does not look)"
-    elif path.startswith("default argument"):
+    if path.startswith("default argument"):
         where = f"held as the function's {path}"
     else:
         where = f"at {path}"

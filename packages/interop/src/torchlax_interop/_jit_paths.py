@@ -4,8 +4,9 @@
 A bounded breadth-first search from what the function can name: a ``functools.partial``'s
 arguments, a bound method's object, closure cells, the globals its code reads, its default
 arguments, and the call's arguments; through lists, tuples, dicts, the attributes of the
-objects the state walk would enter (``_jit_holders``), and a module's submodules, parameters,
-buffers and public attributes. It runs only when such an error is raised.
+objects the state walk would enter (``_jit_holders``), a module's submodules, parameters,
+buffers and public attributes, and the same roots of the functions met (a helper the step
+calls: ``helper -> buf``). It runs only when something may have to be named.
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ def reaches(root, target_obj) -> bool:
 
 
 def _roots(fn, args: tuple, kwargs: dict) -> list:
+    roots = _function_roots(fn)
+    roots += [(f"argument {i}", a) for i, a in enumerate(args)]
+    roots += [(f"argument {k!r}", a) for k, a in kwargs.items()]
+    return roots
+
+
+def _function_roots(fn, prefix: str = "") -> list:
+    """What ``fn`` names: a partial's arguments, a bound method's object, a module's
+    ``self``, its closure cells, the globals its code reads and its default arguments
+    (``prefix``: the path of ``fn`` itself, for a function met inside the search)."""
     roots: list = []
     if isinstance(fn, functools.partial):
         roots += [(f"partial argument {i}", a) for i, a in enumerate(fn.args)]
@@ -73,8 +84,8 @@ def _roots(fn, args: tuple, kwargs: dict) -> list:
         named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
         roots += [(f"default argument {n!r}", v) for n, v in zip(named, defaults, strict=True)]
         roots += [(f"default argument {n!r}", v) for n, v in (fn.__kwdefaults__ or {}).items()]
-    roots += [(f"argument {i}", a) for i, a in enumerate(args)]
-    roots += [(f"argument {k!r}", a) for k, a in kwargs.items()]
+    if prefix:
+        return [(f"{prefix} -> {path}", value) for path, value in roots]
     return roots
 
 
@@ -89,6 +100,9 @@ def _children(path: str, value) -> list:
         return [(f"{path}.{n}", v) for n, v in named if v is not None]
     if isinstance(value, torch.Tensor):
         return []
+    if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
+        # a helper the step calls, and what it closes over (``buf`` in ``helper``'s closure)
+        return _function_roots(value, path)
     if type(value) is list or isinstance(value, tuple):
         return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
     if isinstance(value, dict):

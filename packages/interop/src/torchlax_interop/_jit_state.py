@@ -142,7 +142,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
         _move_cpu_state_to_jax(opt)
         layout.optimizers.append((opt, opt.param_groups, tuple(opt.param_groups), opt.state))
         for group in opt.param_groups:
-            lr_input = _is_number(group.get("lr"))
+            lr_input = _is_rate(group.get("lr"))
             if lr_input:
                 layout.lr_groups.append(group)
                 layout.lr_types.append(_lr_type(group["params"]))
@@ -498,7 +498,7 @@ class _Layout:
             for name, value in hyper:
                 if group.get(name, _ABSENT) is not value:
                     return False
-            if _is_number(group.get("lr")) is not lr_input:
+            if _is_rate(group.get("lr")) is not lr_input:
                 return False
             if len(params) != len(snapshot) or not all(map(operator.is_, params, snapshot)):
                 return False
@@ -675,6 +675,16 @@ def _lr_type(params) -> type:
     bias_correction``) in the dtype PyTorch computes it in, and float64 models exact."""
     wide = (torch.float64, torch.complex128)
     return np.float64 if any(p.dtype in wide for p in params) else np.float32
+
+
+def _is_rate(value) -> bool:
+    """Whether a group's learning rate is an input of the program: a Python number, or a 0-d
+    floating tensor (``SGD(params, lr=torch.tensor(0.1))``, which a scheduler changes in place
+    with ``fill_``: baked in, a CPU one would silently keep its first value, a jax one compile
+    the step again on each change). Either is passed as its value, in the group's precision."""
+    if _is_number(value):
+        return True
+    return isinstance(value, torch.Tensor) and value.ndim == 0 and value.is_floating_point()
 
 
 def _is_number(value) -> bool:
