@@ -6,8 +6,8 @@ a ``_Layout``: the objects holding state, in the order their storages become pro
 and a snapshot of every container the walk looked into. A later call checks the snapshot by
 identity (``_Layout.holds``) and only re-reads what each step replaces (``.grad``s, optimizer
 state values, learning rates: ``_Layout.assemble``). Any difference (a parameter replaced,
-``opt.add_param_group``, a new submodule, another closed-over object) makes the next call
-walk again; a false alarm only costs that walk.
+``opt.add_param_group``, a new submodule, a module hook registered or removed, another
+closed-over object) makes the next call walk again; a false alarm only costs that walk.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torchlax_core
+from torch.nn.modules import module as _torch_module
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
 from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
@@ -29,6 +30,18 @@ from torchlax_core.internal import array_of, storage_getter, storage_of, view_ki
 from ._jit_holders import attributes, enterable, same_values, slot_values
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
+# The hook dicts ``Module.__call__`` consults (``_call_impl``, torch 2.14), per module and
+# global. Each ``_with_kwargs`` or ``_always_called`` dict holds keys of its forward hook dict
+# (registration fills both, ``handle.remove()`` empties both), and a module's or the global
+# ``_is_full_backward_hook`` changes only with a registration in its backward hook dict: these
+# four, and the four global ones, tell every change of the hooks a call runs.
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, never rebound
+    _torch_module._global_forward_pre_hooks,
+    _torch_module._global_forward_hooks,
+    _torch_module._global_backward_pre_hooks,
+    _torch_module._global_backward_hooks,
+)
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
 _ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
 _TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
@@ -121,10 +134,15 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
         if all(p is not g for g in grads):
             grads.append(p)
 
+    hooks = []  # (module position, hook kind, the hook dict's keys) of each hook dict in use
     for m in modules:
         for sub in m.modules():
+            hook_dicts = [getattr(sub, name) for name in _HOOK_DICTS]
             layout.module_dicts.extend(
-                _snapshot(d) for d in (sub._parameters, sub._buffers, sub._modules)
+                _snapshot(d) for d in (sub._parameters, sub._buffers, sub._modules, *hook_dicts)
+            )
+            hooks.extend(
+                (len(layout.trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d
             )
             layout.trainings.append((sub, sub.training))
         for name, p in m.named_parameters(remove_duplicate=True):
@@ -138,6 +156,10 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
                 add(b)
             elif m is module:
                 cpu_tensors[name] = b
+    # PyTorch's global module hooks run in every module's call: in the same snapshot (one
+    # more length each in holds()' pass over the module dicts), and in the program's key.
+    layout.module_dicts.extend(map(_snapshot, _GLOBAL_HOOK_DICTS))
+    global_hooks = tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS)
     for opt in optimizers:
         _move_cpu_state_to_jax(opt)
         layout.optimizers.append((opt, opt.param_groups, tuple(opt.param_groups), opt.state))
@@ -184,6 +206,12 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             # Which module classes: a submodule replaced by one of another class that holds
             # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
             tuple(type(m) for m, _ in layout.trainings),
+            # Which hooks: a hook runs while the step is traced, so its effect is part of the
+            # program. Each by its dict key (its RemovableHandle's id, never reused in the
+            # process): a hook registered anew is another program, one removed gives the
+            # program back, and the key keeps no reference to the hook's function.
+            tuple(hooks),
+            global_hooks,
         )
     )
     layout._flatten_snapshot()
