@@ -610,3 +610,17 @@ def test_global_forward_hook_registered_after_the_first_call_is_applied(grad):
         handle.remove()
     check(grad)
     check(grad)
+
+
+def test_hook_registered_elsewhere_keeps_the_repeated_forward(repeats):
+    # Empty hook dicts are re-checked only after some registration in the process (a handle
+    # id was taken); one on an unrelated module finds them still empty: the shortcut stays.
+    reference, model, check = _hooked_models()
+    check(False)
+    check(False)
+    unrelated = torch.nn.Linear(2, 2)
+    unrelated.register_forward_hook(_scaled_output)
+    del repeats[:]
+    check(False)
+    check(False)
+    assert repeats == [True, True]
