@@ -253,6 +253,15 @@ def _replace_activation(model, opt, on_jax):
     model[1] = nn.Tanh()  # no parameters: only the module's class tells the programs apart
 
 
+def _scale_first_layer_output(model, opt, on_jax):
+    model[0].register_forward_hook(lambda module, args, output: output * 2)
+
+
+def _halve_grad_into_last_layer(model, opt, on_jax):
+    # A backward hook: PyTorch wraps the module's call in autograd functions for it
+    model[2].register_full_backward_hook(lambda module, grad_in, grad_out: (grad_in[0] * 0.5,))
+
+
 CHANGES = {
     "new-submodule": (_append_layer, True),
     "parameter-replaced": (_replace_parameter, True),
@@ -264,6 +273,9 @@ CHANGES = {
     "load-state-dict": (_load_state_dict, True),
     "requires-grad-turned-off": (_freeze_first_layer, True),
     "submodule-replaced-by-another-class": (_replace_activation, True),
+    # A hook runs while the step is traced: one registered between steps is another program.
+    "forward-hook-registered": (_scale_first_layer_output, True),
+    "full-backward-hook-registered": (_halve_grad_into_last_layer, True),
 }
 
 

@@ -6,8 +6,8 @@ a ``_Layout``: the objects holding state, in the order their storages become pro
 and a snapshot of every container the walk looked into. A later call checks the snapshot by
 identity (``_Layout.holds``) and only re-reads what each step replaces (``.grad``s, optimizer
 state values, learning rates: ``_Layout.assemble``). Any difference (a parameter replaced,
-``opt.add_param_group``, a new submodule, another closed-over object) makes the next call
-walk again; a false alarm only costs that walk.
+``opt.add_param_group``, a new submodule, a module hook registered or removed, another
+closed-over object) makes the next call walk again; a false alarm only costs that walk.
 """
 
 from __future__ import annotations
@@ -22,13 +22,27 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import torchlax_core
+from torch.nn.modules import module as _torch_module
 from torch.utils import _pytree as pytree
+from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
 from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
 
 from ._jit_holders import attributes, enterable, same_values, slot_values
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
+# The hook dicts ``Module.__call__`` consults (``_call_impl``, torch 2.14), per module and
+# global. Each ``_with_kwargs`` or ``_always_called`` dict holds keys of its forward hook dict
+# (registration fills both, ``handle.remove()`` empties both), and a module's or the global
+# ``_is_full_backward_hook`` changes only with a registration in its backward hook dict: these
+# four, and the four global ones, tell every change of the hooks a call runs.
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, never rebound
+    _torch_module._global_forward_pre_hooks,
+    _torch_module._global_forward_hooks,
+    _torch_module._global_backward_pre_hooks,
+    _torch_module._global_backward_hooks,
+)
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
 _ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
 _TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
@@ -87,6 +101,8 @@ class _StateSet:
 def find_state(target, module, arg_leaves: list) -> _Layout:
     """Walk everything ``target`` and its arguments reach (the slow path, once per change)."""
     layout = _Layout()
+    # Read before the hook dicts: a hook registered during the walk is then seen next call.
+    layout._hook_id = RemovableHandle.next_id
     found: list = []
     seen: set = set()
     _referenced(target, seen, found, layout)
@@ -121,10 +137,16 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
         if all(p is not g for g in grads):
             grads.append(p)
 
+    hooks = []  # (module position, hook kind, the hook dict's keys) of each hook dict in use
     for m in modules:
         for sub in m.modules():
+            hook_dicts = [getattr(sub, name) for name in _HOOK_DICTS]
             layout.module_dicts.extend(
                 _snapshot(d) for d in (sub._parameters, sub._buffers, sub._modules)
+            )
+            _snapshot_hooks(layout, hook_dicts)
+            hooks.extend(
+                (len(layout.trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d
             )
             layout.trainings.append((sub, sub.training))
         for name, p in m.named_parameters(remove_duplicate=True):
@@ -138,6 +160,10 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
                 add(b)
             elif m is module:
                 cpu_tensors[name] = b
+    # PyTorch's global module hooks run in every module's call: in the same snapshot, and in
+    # the program's key.
+    _snapshot_hooks(layout, _GLOBAL_HOOK_DICTS)
+    global_hooks = tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS)
     for opt in optimizers:
         _move_cpu_state_to_jax(opt)
         layout.optimizers.append((opt, opt.param_groups, tuple(opt.param_groups), opt.state))
@@ -184,6 +210,12 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             # Which module classes: a submodule replaced by one of another class that holds
             # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
             tuple(type(m) for m, _ in layout.trainings),
+            # Which hooks: a hook runs while the step is traced, so its effect is part of the
+            # program. Each by its dict key (its RemovableHandle's id, never reused in the
+            # process): a hook registered anew is another program, one removed gives the
+            # program back, and the key keeps no reference to the hook's function.
+            tuple(hooks),
+            global_hooks,
         )
     )
     layout._flatten_snapshot()
@@ -270,6 +302,10 @@ class _Layout:
     walked_items: int = 0  # the items of every container the walk went through
     module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
     trainings: list = dataclasses.field(default_factory=list)  # (module, training)
+    # The empty hook dicts of the modules and PyTorch's global ones (_snapshot_hooks), and
+    # RemovableHandle.next_id when they were last seen empty
+    unused_hook_dicts: list = dataclasses.field(default_factory=list)
+    _hook_id: int = -1
     tensor_storages: list = dataclasses.field(default_factory=list)  # (tensor, storage)
     optimizers: list = dataclasses.field(default_factory=list)  # (opt, groups, tuple, state)
     groups: list = dataclasses.field(default_factory=list)  # (group, hyper, lr?, params, tuple)
@@ -404,7 +440,21 @@ class _Layout:
                 return False
         except AttributeError:  # swapped for a tensor that is no torchlax Tensor
             return False
+        if RemovableHandle.next_id != self._hook_id and not self._no_new_hooks():
+            return False
         return not self._sections or self._sections_hold()
+
+    def _no_new_hooks(self) -> bool:
+        """After a hook was registered somewhere (``RemovableHandle``'s counter moved): whether
+        the layout's empty hook dicts are all still empty. Registration is the only way into a
+        hook dict, and each takes a new handle id, so while the counter stands none can have
+        changed: one read per call instead of one per module and hook kind. A registration
+        elsewhere (a tensor hook, a trace's own hooks) costs one pass over them."""
+        seen = RemovableHandle.next_id  # read first: a registration during the pass moves it
+        if any(self.unused_hook_dicts):
+            return False
+        self._hook_id = seen
+        return True
 
     def _module_flags(self):
         # each parameter's requires_grad, each module's training flag and each state tensor's
@@ -422,6 +472,7 @@ class _Layout:
         dicts = self._dicts
         if (
             any(self._empty_dicts)
+            or (RemovableHandle.next_id != self._hook_id and not self._no_new_hooks())
             or tuple(map(len, dicts)) != self._dict_sizes
             or not all(map(is_, chain.from_iterable(dicts), self._dict_keys))
             or not all(map(is_, chain.from_iterable(map(dict.values, dicts)), self._dict_values))
@@ -583,6 +634,17 @@ def arg_leaves(args, kwargs) -> tuple[list, bool]:
     if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
         return list(args), True
     return pytree.tree_leaves((args, kwargs)), False
+
+
+def _snapshot_hooks(layout: _Layout, hook_dicts) -> None:
+    """A hook dict in use joins the module dicts (checked key by key on each call, so that a
+    removal is seen); an empty one is checked only after a registration anywhere in the
+    process (``_Layout._no_new_hooks``): it can change in no other way."""
+    for d in hook_dicts:
+        if d:
+            layout.module_dicts.append(_snapshot(d))
+        else:
+            layout.unused_hook_dicts.append(d)
 
 
 def _snapshot(d: dict) -> tuple:
