@@ -2,9 +2,10 @@
 
     uv run python examples/sharding.py
 
-Runs on any JAX backend. Where JAX sees a single device (a laptop's CPU), the script restarts
-itself with 8 simulated CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``)
-and says so, so that each printed shard shape differs from the full shape.
+Runs on any JAX backend. JAX's CPU platform shows 8 simulated devices here
+(``jax_num_cpu_devices``, set before JAX starts), so that on a laptop each printed shard shape
+differs from the full shape; on a machine with a single accelerator the script restarts itself
+on those CPU devices and says so.
 
 torchlax adds no distributed engine: weights and batches are ``jax.Array``s laid out with
 ``NamedSharding``, and JAX's compiler (GSPMD) partitions each program and inserts the
@@ -23,13 +24,18 @@ import os
 import sys
 
 import jax
-import torch
-import torchlax
-import torchlax.distributed as dist
-from jax.sharding import PartitionSpec as P
-from torch import nn
 
 SIMULATED_DEVICES = 8
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    # Read when JAX starts its backends, which importing torchlax does: set first. It changes
+    # only the CPU platform, so a machine with GPUs or TPUs still meshes those.
+    jax.config.update("jax_num_cpu_devices", SIMULATED_DEVICES)
+
+import torch  # noqa: E402
+import torchlax  # noqa: E402
+import torchlax.distributed as dist  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 class Block(nn.Module):
@@ -81,31 +87,22 @@ def describe(model: nn.Module, names: list[str]) -> None:
         )
 
 
-def restart_with_simulated_devices() -> None:
-    """With one device every shard is the whole tensor: rerun this script on 8 CPU devices.
-
-    XLA reads the flag when JAX starts its backends, which has happened by now, so the only
-    way to get more devices is a fresh process.
-    """
-    flag = f"--xla_force_host_platform_device_count={SIMULATED_DEVICES}"
+def restart_on_simulated_cpu_devices() -> None:
+    """With one accelerator every shard is the whole tensor: rerun this script on the CPU's
+    simulated devices (torchlax tensors go to JAX's default platform, which is chosen when JAX
+    starts, so the only way to change it is a fresh process)."""
     print(
-        f"JAX sees {len(jax.devices())} device; restarting with {SIMULATED_DEVICES} simulated "
-        f"CPU devices ({flag}).",
+        f"JAX sees one {jax.devices()[0].platform} device; restarting on "
+        f"{SIMULATED_DEVICES} simulated CPU devices (JAX_PLATFORMS=cpu).",
         flush=True,
     )
-    env = {
-        **os.environ,
-        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip(),
-        "JAX_PLATFORMS": "cpu",
-    }
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
 
 
 def main() -> None:
-    if len(jax.devices()) <= 1 and "xla_force_host_platform_device_count" not in os.environ.get(
-        "XLA_FLAGS", ""
-    ):
-        restart_with_simulated_devices()
+    if len(jax.devices()) <= 1 and os.environ.get("JAX_PLATFORMS") != "cpu":
+        restart_on_simulated_cpu_devices()
     n = len(jax.devices())
     data = 2 if n % 2 == 0 else 1
     mesh = dist.make_mesh((data, n // data), ("data", "model"))
@@ -159,7 +156,8 @@ def main() -> None:
         big = dist.init_on_meta(lambda: LM(vocab=4096, dim=256))
         dist.materialize(big, mesh, dist.megatron_rules("model", data_axis="data"))
         describe(big, ["embed_tokens.weight", "layers.0.up_proj.weight", "norm.weight"])
-        print(f"    logits {tuple(big(tk).shape)}")
+        # A model this size runs as one program (eagerly, each op would compile on its own).
+        print(f"    logits {tuple(torchlax.jit(big)(tk).shape)}")
 
 
 if __name__ == "__main__":

@@ -1136,3 +1136,33 @@ def test_tensor_learning_rate_changed_by_a_scheduler_is_an_input(device):
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
 
     _compare(make_opt, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5))
+
+
+def test_the_eager_first_call_compiles_no_op_executables():
+    """The first call runs once, eagerly (the optimizer creates its state): an op signature it
+    repeats (the same layer twice) is not compiled into an executable used once. Eager code
+    after it compiles as usual, and the step still matches PyTorch."""
+    env = torchlax.Environment()
+    env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 3))
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    with torchlax.enable(env):
+        model = copy.deepcopy(ref).to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        compiled = torchlax.jit(_step_fn(model, opt, None))
+        (x, y), *rest = _data(3)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        assert env.stats()["op_cache_size"] == 0
+        for xs, ys in rest:
+            got = compiled(torchlax.from_torch(xs), torchlax.from_torch(ys))
+        h = torchlax.from_torch(torch.randn(4, 6))
+        for _ in range(2):  # plain, then compiled: the suspension ended with the first call
+            torch.tanh(h)
+        assert env.stats()["op_cache_size"] == 1
+    reference = _step_fn(ref, ref_opt, None)
+    for xs, ys in _data(3):
+        want = reference(xs, ys)
+    for w, g in zip(want, got, strict=True):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10)
+    assert compiled.compilations == 1

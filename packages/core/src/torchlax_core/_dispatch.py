@@ -771,6 +771,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
     stats = cache.stats
     config = cache.config
     signature = _opcache.signature
+    compiling_suspended = _opcache.compiling_suspended
     not_cacheable = _opcache.NotCacheable
     new_tensor = _tensor._make_wrapper_subclass
     storage = _tensor._Storage
@@ -822,7 +823,8 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         calls = cache.note_seen(key)
         min_calls = cache.min_calls()
         probed = None
-        if calls < min_calls or calls == 1:
+        once = compiling_suspended()
+        if calls < min_calls or calls == 1 or once:
             # The first call of a signature runs plainly, counting host reads.
             try:
                 out = _opcache.run_probed(cache, key, func, fn, materialize(jargs), jkwargs)
@@ -831,7 +833,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
                 # its trace would raise too and mark the whole op never cacheable.
                 cache.seen.pop(key, None)
                 raise
-            if calls < min_calls or key in refused:
+            if calls < min_calls or key in refused or once:
                 return None, out
             # op_cache_min_calls=1: compile now and answer with the executable (so that
             # tests run each op's compiled form once).

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -323,6 +324,32 @@ class _Statics:
             return treedef.unflatten([next(it) if v is _ARRAY else v for v in values])
 
         return rebuilt
+
+
+# -- code that runs once -------------------------------------------------------------------------
+
+_once = threading.local()
+
+
+@contextlib.contextmanager
+def compiling_nothing():
+    """Within the block (this thread) the cache serves what it holds and compiles nothing new.
+
+    For code that runs once: ``torchlax.jit``'s eager first call of a training step (it creates
+    the optimizers' state; every later call is one program). There, a signature seen twice
+    (the same op in two layers) would compile an executable used once or never again: a
+    third of a GPT-2 step's first call. Its calls still count towards ``op_cache_min_calls``.
+    """
+    before = getattr(_once, "active", False)
+    _once.active = True
+    try:
+        yield
+    finally:
+        _once.active = before
+
+
+def compiling_suspended() -> bool:
+    return getattr(_once, "active", False)
 
 
 # -- host reads ---------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
 from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
 from ._logging import get_logger as get_logger
+from ._opcache import compiling_nothing as op_cache_compiling_nothing
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
@@ -81,6 +82,7 @@ __all__ = [
     "dense_strides_in_order",
     "from_torch_data",
     "get_logger",
+    "op_cache_compiling_nothing",
     "is_exclusive",
     "laid_out",
     "memory_order",

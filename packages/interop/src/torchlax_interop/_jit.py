@@ -44,6 +44,7 @@ from torchlax_core.internal import (
     laid_out,
     memory_order,
     memory_ordered_array,
+    op_cache_compiling_nothing,
     output_tensors,
     result_specs,
     root_values,
@@ -1040,7 +1041,9 @@ class _Jitted:
         for g, _ in groups:
             g["capturable"] = True  # step counts on the jax device, as the program keeps them
         try:
-            with torchlax_core.enable(torchlax_core.current_env()):
+            # Run once: the op cache compiles nothing for it (an executable per op signature
+            # that repeats inside the step, the same op in each layer, would be used once).
+            with torchlax_core.enable(torchlax_core.current_env()), op_cache_compiling_nothing():
                 return self.target(*args, **kwargs)
         finally:
             for g, capturable in groups:
