@@ -21,13 +21,11 @@ import time
 from typing import Any
 
 import torch
-from torch._guards import TracingContext
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchlax_core import current_env
 from torchlax_core.internal import get_logger
 
 from ._decompositions import decompositions_for
-from ._direct_inference import direct_inference
 from ._partition import compile_graph
 from ._spent_outputs import freed_graph_outputs, with_freed_graph_grad_fns
 
@@ -110,19 +108,11 @@ def torchlax_backend(
         len(example_inputs),
     )
 
-    # The inference graphs compiled for this Dynamo graph, with AOT autograd's metadata of each
-    # (what its runtime wrapper will do: see _direct_inference).
-    inference_graphs: list[tuple[Any, torch.fx.GraphModule, Any]] = []
-
     def compiler(kind):
         def compile_aten_graph(aten_gm: torch.fx.GraphModule, aten_inputs):
             name = f"{kind}{next(counter)}"
             start = time.perf_counter()
             compiled = compile_graph(aten_gm, env, name)
-            if kind == "inference":
-                context = TracingContext.try_get()
-                meta = context.fw_metadata if context is not None else None
-                inference_graphs.append((compiled, aten_gm, meta))
             _log.debug(
                 "%s: ATen graph of %d nodes prepared in %.1f ms",
                 name,
@@ -148,9 +138,7 @@ def torchlax_backend(
         # No backward can follow: the fused CPU attention op stays whole and is lowered as one
         # (fewer transposes and copies than its math decomposition).
         compiled = backend(gm, example_inputs)
-        if freed:
-            return with_freed_graph_grad_fns(compiled, freed)
-        return direct_inference(gm, example_inputs, compiled, inference_graphs) or compiled
+        return with_freed_graph_grad_fns(compiled, freed) if freed else compiled
     # On the CPU, scaled dot-product attention as plain ATen ops (matmuls, softmax) whose
     # backward autograd derives, instead of the CPU flash kernel pair: its forward decomposes,
     # but its backward (a fused kernel) would then be handed the decomposition's outputs, which
