@@ -109,12 +109,7 @@ class ConstantWatch:
         where the program returns it from: the caller tells those apart."""
         changed = []
         with torch._C.DisableTorchFunctionSubclass():
-            for seen in self._seen.values():
-                if seen is None:
-                    continue
-                t = seen.ref()
-                if t is None:
-                    continue
+            for seen, t in self._alive():
                 written = t._storage is not seen.storage or seen.storage.array is not seen.array
                 grad = t.grad if t.is_leaf else None
                 grad_given = grad is not seen.grad or (
@@ -127,19 +122,21 @@ class ConstantWatch:
     def read(self) -> ReadConstants | None:
         """The constants still alive that the traced code read and left as they were (None
         if there are none), to check on each call that they still are (``ReadConstants``)."""
-        kept = []
         with torch._C.DisableTorchFunctionSubclass():
-            for seen in self._seen.values():
-                if seen is None:
-                    continue
-                t = seen.ref()
-                if (
-                    t is not None
-                    and t._storage is seen.storage
-                    and seen.storage.array is seen.array
-                ):
-                    kept.append(seen)
+            kept = [
+                seen
+                for seen, t in self._alive()
+                if t._storage is seen.storage and seen.storage.array is seen.array
+            ]
         return ReadConstants(kept) if kept else None
+
+    def _alive(self) -> Iterator[tuple[_Seen, Tensor]]:
+        """Each constant seen (first seen first) whose tensor is still alive, with it."""
+        for seen in self._seen.values():
+            if seen is not None:
+                t = seen.ref()
+                if t is not None:
+                    yield seen, t
 
     @staticmethod
     def restore(changed: list[ChangedConstant]) -> None:
