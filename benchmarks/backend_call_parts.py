@@ -34,7 +34,6 @@ from pathlib import Path
 import jax
 import torch
 import torchlax
-import torchlax_dynamo._backend as backend_module
 from torchlax_core.internal import CompiledProgram
 from torchlax_dynamo import XlaProgram
 
@@ -80,30 +79,12 @@ def _install_stamps() -> list:
     return made
 
 
-def _compiled_through_aot_wrapper(model, tokens):
-    """``model`` compiled as the backend did before session 15: every call through AOT
-    autograd's runtime wrapper (the direct inference call refused), for an A/B in one process."""
-    # Isolated: transformers' models share one decorated forward (its wrapper is the frame
-    # Dynamo compiles), so without it this model would reuse the backend variant's graph.
-    compiled = torch.compile(model, backend="torchlax", isolate_recompiles=True)
-    direct = backend_module.direct_inference
-    backend_module.direct_inference = lambda *args: None
-    try:
-        with torch.no_grad():
-            bench.ready(compiled(tokens))  # Dynamo compiles on the first call
-    finally:
-        backend_module.direct_inference = direct
-    return compiled
-
-
 def parts(rounds: int, guard_filter: str | None = None) -> None:
     made = _install_stamps()
     torch.manual_seed(0)
     model = bench.small_gpt2().eval()
     tokens = torch.randint(0, 512, (4, 64))
     options = {"guard_filter_fn": getattr(torch.compiler, guard_filter)} if guard_filter else None
-    # First: an isolated compile would find and reuse a graph compiled before it.
-    through_aot = _compiled_through_aot_wrapper(copy.deepcopy(model), tokens)
     backend = torch.compile(copy.deepcopy(model), backend="torchlax", options=options)
     with torch.no_grad():
         bench.ready(backend(tokens))
@@ -118,7 +99,6 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
     with torch.no_grad():
         for _ in range(3):
             bench.ready(backend(tokens))
-            bench.ready(through_aot(tokens))
             bench.ready(jitted(jtokens))
             bench.ready(backend_on_jax(jtokens))
     (plan,) = program._plans.values()
@@ -134,6 +114,7 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
         return jit_run(entry, *args, key=key)
 
     jit_program.forward_core.run = capture
+    jitted._repeat = None  # the general path, which launches through forward_core.run
     with torch.no_grad():
         bench.ready(jitted(jtokens))
     del jit_program.forward_core.run
@@ -190,8 +171,7 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
     # Each round calls every variant once, starting with another one each round: whichever
     # runs first after the XLA programs of the round before finds colder caches.
     variants = [
-        lambda: backend_parts(BACKEND, "direct", backend),
-        lambda: backend_parts(THROUGH_AOT, "through AOT", through_aot),
+        lambda: backend_parts(BACKEND, "backend", backend),
         guards_skipped,
         lambda: asynchronous(ON_JAX, backend_on_jax),
         lambda: asynchronous(JIT, jitted),
@@ -207,7 +187,7 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
         times = samples[name]
         print(f"  {name:66s} {min(times) * 1e6:8.0f} {statistics.median(times) * 1e6:8.0f}")
     jit = samples[f"{JIT}: whole call, until ready"]
-    for name in (BACKEND, THROUGH_AOT, GUARDS_SKIPPED, ON_JAX):
+    for name in (BACKEND, GUARDS_SKIPPED, ON_JAX):
         times = samples[name if name == GUARDS_SKIPPED else f"{name}: whole call, until ready"]
         print(
             f"{name} / jit: {min(times) / min(jit):.3f}x min, "
@@ -216,7 +196,6 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
 
 
 BACKEND = "backend"
-THROUGH_AOT = "backend through AOT autograd's runtime wrapper (before session 15)"
 GUARDS_SKIPPED = "backend, guards skipped (unsafe; measuring only)"
 ON_JAX = "backend on the model moved to jax"
 JIT = "torchlax.jit"
