@@ -7,6 +7,8 @@ dimension raises; low-precision floats accumulate in float32 and round once at t
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.core
 import jax.numpy as jnp
@@ -463,7 +465,13 @@ def _cumulative_extreme(x, dim, largest: bool):
     """cummax/cummin: ties take the later index; the first NaN wins from there on."""
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
-    axis = _scan_axis(x, dim)
+    return _cumulative_extreme_scan(x, _scan_axis(x, dim), largest)
+
+
+# One XLA program per shape and dtype, eagerly too: run op by op, the associative scan's
+# log-depth slices, pads and combines compiled ~50 programs on a call's first run.
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _cumulative_extreme_scan(x, axis: int, largest: bool):
     index = lax.broadcasted_iota(jnp.int64, x.shape, axis)
     is_float = jnp.issubdtype(x.dtype, jnp.inexact)
 
