@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import xla_compilation_cache
 
 # Keep XLA to one host device here; tests that need many devices start a subprocess with
 # XLA_FLAGS=--xla_force_host_platform_device_count=8 (see tests/distributed).
@@ -13,6 +14,15 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # behaviour, so the plugin is blocked here, exactly as a user would block it. Its own tests
 # (tests/plugins) run it in subprocesses with the block lifted.
 os.environ.setdefault("TORCHLAX_BLOCK_PLUGINS", "example")
+
+# One persistent XLA compilation cache for the run's processes (xla_compilation_cache.py): set
+# here, before JAX is imported and before pytest-xdist starts its workers, which inherit it.
+_XLA_CACHE_CREATED_HERE = xla_compilation_cache.share_for_this_run()
+
+
+def pytest_unconfigure(config):
+    if _XLA_CACHE_CREATED_HERE is not None:
+        xla_compilation_cache.remove(_XLA_CACHE_CREATED_HERE)
 
 
 @pytest.fixture
