@@ -25,11 +25,14 @@ import tempfile
 
 _DIRECTORY = "JAX_COMPILATION_CACHE_DIR"
 
-# JAX writes only compilations slower than 1 s by default, and the suite's programs take tens
-# of milliseconds: every one is worth keeping, at any size.
-_WRITE_EVERY_ENTRY = {
+_SETTINGS = {
+    # JAX writes only compilations slower than 1 s by default, and the suite's programs take
+    # tens of milliseconds: every one is worth keeping, at any size.
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    # Whole executables only: XLA's own GPU caches kept there too (autotuning results by
+    # default) would let one process's choice of kernels decide another's.
+    "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none",
 }
 
 
@@ -41,7 +44,7 @@ def share_for_this_run() -> str | None:
         return None
     directory = tempfile.mkdtemp(prefix="torchlax-tests-xla-cache-")
     os.environ[_DIRECTORY] = directory
-    for name, value in _WRITE_EVERY_ENTRY.items():
+    for name, value in _SETTINGS.items():
         os.environ.setdefault(name, value)
     return directory
 
