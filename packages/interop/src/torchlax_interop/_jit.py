@@ -38,6 +38,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     ReadConstants,
+    ResultWrappers,
     array_of,
     dense_strides_in_order,
     is_root_of,
@@ -1194,16 +1195,22 @@ class _RepeatedForward:
     out_specs: list | None
     storages: tuple = dataclasses.field(init=False)
     state_arrays: list = dataclasses.field(init=False)
-    flags: tuple = dataclasses.field(init=False)  # the layout's forward_flags
+    holds: Callable[[], bool] = dataclasses.field(init=False)  # the layout's forward_guard
     # Entry.plain_launch: (JAX's C++ launcher, the key input), or None: launch through
     # core.run after every check
     plain: tuple | None = dataclasses.field(init=False)
+    # the result's tensors of a function returning one tensor, made ahead, else None
+    single: ResultWrappers | None = dataclasses.field(init=False)
 
     def __post_init__(self):
         self.storages = tuple(self.state.storages)
         self.state_arrays = list(map(_ARRAY, self.storages))
-        self.flags = self.layout.forward_flags()
+        self.holds = self.layout.forward_guard(self.state)
         self.plain = None if self.checks else self.entry.plain_launch()
+        specs = self.out_specs
+        self.single = (
+            ResultWrappers(specs[0]) if specs is not None and self.info.single_output else None
+        )
 
     def call(self, jitted: _Jitted, args: tuple):
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
@@ -1239,23 +1246,25 @@ class _RepeatedForward:
             if (
                 jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
                 or torchlax_core.current_env().config.checked
-                or not layout.holds_unchanged(self.state, self.flags)
+                or not self.holds()
             ):
                 return _MISSED  # its results are dropped (the program writes nothing)
         else:
             if (
                 jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
                 or bool(torchlax_core.current_env().config.checked) is not self.checks
-                or not layout.holds_unchanged(self.state, self.flags)
+                or not self.holds()
             ):
                 return _MISSED
             with x64():  # checked mode reads its errors
                 out_arrays = self.core.run(self.entry, self.state_arrays, [], arrays)[0]
+        single = self.single
+        if single is not None:
+            return single.wrap(out_arrays[0])
         info = self.info
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
-        outputs = wrap_results_like(out_arrays, self.out_specs)
-        return outputs[0] if info.single_output else _returned(info, outputs)
+        return _returned(info, wrap_results_like(out_arrays, self.out_specs))
 
 
 @dataclasses.dataclass(slots=True)
