@@ -1201,10 +1201,16 @@ class _RepeatedForward:
     plain: tuple | None = dataclasses.field(init=False)
     # the result's tensors of a function returning one tensor, made ahead, else None
     single: ResultWrappers | None = dataclasses.field(init=False)
+    # what call() reads before the launch, in one pass: the arguments' types, their _view
+    # (None: no view), each state storage's array
+    expected: tuple = dataclasses.field(init=False)
+    constants: ReadConstants | None = dataclasses.field(init=False)  # info.constants
 
     def __post_init__(self):
         self.storages = tuple(self.state.storages)
         self.state_arrays = list(map(_ARRAY, self.storages))
+        self.expected = (*self.types, *(None,) * len(self.types), *self.state_arrays)
+        self.constants = self.info.constants
         self.holds = self.layout.forward_guard(self.state)
         self.plain = None if self.checks else self.entry.plain_launch()
         specs = self.out_specs
@@ -1218,21 +1224,26 @@ class _RepeatedForward:
         launch of a compiled executable, which does not read the mode (its input types are
         fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
         call in checked mode (reading its errors) runs inside it whole."""
-        if torch.is_grad_enabled() or tuple(map(type, args)) != self.types:
+        if torch.is_grad_enabled() or len(args) != len(self.types):
             return _MISSED
-        if not any(map(view_getter, args)):  # roots are row-major: no is_contiguous per argument
+        if all(
+            map(
+                is_,
+                chain(map(type, args), map(view_getter, args), map(_ARRAY, self.storages)),
+                self.expected,
+            )
+        ):  # the recorded types, no view (roots are row-major), the recorded state arrays
             arrays = root_values(args)
-        elif all(map(_IS_CONTIGUOUS, args)):
-            with x64():
-                arrays = [t.jax() for t in args]
-        else:  # another layout (x.t()) is another program: its results take eager's strides
-            return _MISSED
+        else:
+            arrays = self._view_arrays(args)
+            if arrays is None:
+                return _MISSED
         if (
             not all(map(is_, map(_AVAL, arrays), self.avals))
             and _signature(arrays) != self.input_signature
-        ) or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays)):
-            return _MISSED  # (an array a training step donated since is deleted: never launched)
-        constants = self.info.constants
+        ):
+            return _MISSED
+        constants = self.constants
         if constants is not None and not constants.hold():
             return _MISSED  # (the general path traces the program again)
         layout = self.layout
@@ -1265,6 +1276,20 @@ class _RepeatedForward:
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
         return _returned(info, wrap_results_like(out_arrays, self.out_specs))
+
+    def _view_arrays(self, args: tuple) -> list | None:
+        """The arguments' arrays where the recorded call's types and state arrays hold but
+        some argument is a view: a contiguous view's value (a JAX op: inside ``x64()``), or
+        None (a miss: another type, another state array, or another layout, ``x.t()``, which
+        is another program, whose results take eager's strides)."""
+        if (
+            tuple(map(type, args)) != self.types
+            or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays))
+            or not all(map(_IS_CONTIGUOUS, args))
+        ):
+            return None  # (an array a training step donated since is deleted: never launched)
+        with x64():
+            return [t.jax() for t in args]
 
 
 @dataclasses.dataclass(slots=True)
