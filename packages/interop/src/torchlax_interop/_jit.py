@@ -1156,30 +1156,34 @@ class _RepeatedForward:
     (``wrap_results_like``: an executable's results have the same shapes, dtypes and
     sharding on every call), unless they are laid out otherwise or rebuilt into objects.
 
-    Before the launch it checks only what launching needs: the arguments, and that each
-    state array is still the one recorded (a training step may have donated it since). The
-    launch calls the executable's C++ launcher directly (``Entry.plain_launch``). The rest
-    (the layout, ``_Layout.holds_unchanged``; checked mode) is checked after it, while XLA
-    computes; a call they fail drops the results and takes the general path (the forward
-    program writes nothing, so a dropped launch changes nothing), as does a launch that
-    raises. A program that draws random keys, or runs in checked mode, is launched through
+    Before the launch it checks only what launching needs, in one pass: the arguments'
+    types, that none is a view, and that each state array is still the one recorded (a
+    training step may have donated it since); then their avals. The launch calls the
+    executable's C++ launcher directly (``Entry.plain_launch``). The rest (the layout, through
+    ``_Layout.forward_guard``; checked mode) is checked after it, while XLA computes; a call
+    they fail drops the results and takes the general path (the forward program writes
+    nothing, so a dropped launch changes nothing), as does a launch that raises. A program
+    that draws random keys, or runs in checked mode, is launched through
     ``CompiledProgram.run`` after every check (no key is drawn, no error raised for a call
-    that then misses).
+    that then misses). A single output's tensor comes from ``ResultWrappers`` (made ahead, in
+    batches).
 
     What it costs: on 2 cores our Python competes with XLA's two compute threads, so each
     microsecond of it, before or after the launch, delays the result about as much (a 40 us
-    busy loop after the launch: +37 us until ready). MLP forward (256 -> 512 -> 512 -> 10,
-    batch 64), interleaved call by call with the hand-written JAX forward in one process,
-    loaded 2-core machine (load ~8-10), session 14's call against this one in the same
-    process, three runs of 3000 rounds: thread CPU until the call returns min 97-99 -> 78-88
-    us, median 149-162 -> 130-136 us (JAX's whole call 34 / 63-69); time until the result is
-    ready, median over hand JAX, 1.042-1.062x -> 1.023-1.037x (benchmarks/README.md, "Session
-    15"; ``benchmarks/jit_call_parts.py`` times the call's parts). The layout's reads after
-    the launch (~20 us in a call) and the output's wrapper (~10 us, PyTorch's
-    ``_make_wrapper_subclass``) are most of what is left. The reads of the layout's objects cost
-    what they cost mostly in cache misses (a call follows an XLA computation, the thread
-    wakes cold): a C++ check of the same objects (Dynamo's guard manager) measured no faster
-    in such calls, only in a warm loop."""
+    busy loop after the launch: +37 us until ready). A call follows an XLA computation, which
+    left the caches cold: each frame, attribute lookup and PyTorch call costs several times
+    its warm cost (the whole call with its launch memoised: ~14 us warm in a loop, ~40 us
+    inside calls), so what counts is how much code and data a call touches. MLP forward
+    (256 -> 512 -> 512 -> 10, batch 64), interleaved call by call with the hand-written JAX
+    forward in one process, loaded 2-core machine (load 7-13), session 15's call against
+    this one in the same process, two sittings of three runs of 1500 rounds: thread CPU until
+    the call returns min 82-93 -> 62-74 us, median 127-164 -> 108-132 us (JAX's whole call
+    30-36 / 58-68); inside calls, min: the launch ~27-29 us (JAX's whole call ~30-34), the
+    guard and checked mode after it ~12-15, the checks before it ~7-8, the wrapper ~2
+    (benchmarks/README.md, "Session 16";
+    ``benchmarks/jit_call_parts.py`` times the call's parts). A C++ check of the layout's
+    objects (Dynamo's guard manager) measured no faster in such calls, only in a warm loop
+    (session 13)."""
 
     layout: _Layout
     state: _StateSet
