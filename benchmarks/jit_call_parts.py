@@ -10,7 +10,7 @@ Python and the launch cost; unlike wall time it does not count the waits of a lo
 and the wall time until the result is ready (what ``run.py``'s "forward: MLP" row measures).
 
 Variants beside the whole call take one part away, so their difference to it is that part's
-cost inside a real call: the layout's checks (``_Layout.holds_unchanged``), the launch (the
+cost inside a real call: the layout's checks (``_Layout.forward_guard``), the launch (the
 executable's result memoised: our Python alone). Timing a part on its own in a loop misleads:
 a call follows an XLA computation and starts with cold caches, so reading an object costs
 several times what it costs in a warm loop (a C++ check of the same objects, Dynamo's guard
@@ -63,7 +63,7 @@ def parts(width: int, calls: int) -> None:
             jitted(x)
         repeat = jitted._repeat
         assert repeat is not None, "the forward was not recorded as repeatable"
-        entry, layout = repeat.entry, repeat.layout
+        entry = repeat.entry
         executable, launch = entry.executable, entry._launch
         memo = executable(repeat.state_arrays, [], [x.jax()], entry.key())
 
@@ -80,11 +80,13 @@ def parts(width: int, calls: int) -> None:
 
             return call
 
+        guard = repeat.holds
+
         def unchecked():
-            layout.holds_unchanged = lambda state, flags: True  # (an instance attribute)
+            repeat.holds = lambda: True
 
         def checked():
-            del layout.holds_unchanged
+            repeat.holds = guard
 
         plain = getattr(repeat, "plain", None)  # (the launcher a repeated forward calls, its key)
 

@@ -624,3 +624,64 @@ def test_hook_registered_elsewhere_keeps_the_repeated_forward(repeats):
     check(False)
     check(False)
     assert repeats == [True, True]
+
+
+def test_repeated_forward_results_are_new_tensors_as_eager_makes_them(repeats):
+    # The repeated forward's result tensors are made ahead, in batches (core
+    # ``ResultWrappers``): each call still returns a tensor of its own, with its own storage,
+    # laid out as eager's result, and one made under inference mode is an inference tensor
+    # (PyTorch marks a tensor as such when it is made).
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    x = torch.randn(5, 3)
+    want = reference(x).detach()
+    with torch.no_grad():
+        outs = [jitted(_jax(x)) for _ in range(6)]
+    assert repeats == [True] * 5
+    assert len({id(o) for o in outs}) == len({id(o._storage) for o in outs}) == 6
+    for out in outs:
+        assert (out.shape, out.stride(), out.dtype, out.device.type) == (
+            want.shape,
+            want.stride(),
+            want.dtype,
+            "jax",
+        )
+        assert not out.requires_grad and out._base is None and not out.is_inference()
+        torch.testing.assert_close(_cpu(out), want)
+    with torch.no_grad():
+        outs[0].add_(1)  # in place: no other result shares its storage
+    torch.testing.assert_close(_cpu(outs[0]), want + 1)
+    torch.testing.assert_close(_cpu(outs[1]), want)
+    with torch.inference_mode():
+        inference = jitted(_jax(x))
+        with torch.inference_mode():
+            eager = model(_jax(x))
+    assert repeats[-1] is True
+    assert inference.is_inference() and eager.is_inference()
+    torch.testing.assert_close(_cpu(inference), want)
+    with torch.no_grad():
+        assert not jitted(_jax(x)).is_inference()
+
+
+def test_repeated_forward_follows_a_reordered_sequential(repeats):
+    # nn.Sequential runs its submodules in the order of its ``_modules`` dict: the same names
+    # and modules in another order are another function, and the repeated forward's check
+    # of the module dicts (names in order, then values) must see it.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 3))
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(_cpu(jitted(_jax(x))), reference(x))
+        for m in (model, reference):
+            tanh = m._modules.pop("1")
+            m._modules["1"] = tanh  # Linear, Linear, Tanh
+        for _ in range(2):
+            torch.testing.assert_close(_cpu(jitted(_jax(x))), reference(x))
+    assert repeats == [True, False, True]

@@ -377,9 +377,7 @@ def wrap_results_like(arrays: Sequence[jax.Array], specs: Sequence[tuple]) -> li
         if type(array) is not _ArrayImpl or array.sharding is not sharding:
             out.append(_wrap_result(array))
             continue
-        tensor = _make_wrapper_subclass(
-            Tensor, shape, dtype=dtype, device=device, requires_grad=False
-        )
+        tensor = _make_wrapper_subclass(Tensor, shape, dtype=dtype, device=device)
         tensor._storage = _Storage(array)
         tensor._view = None
         out.append(tensor)

@@ -38,6 +38,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     ReadConstants,
+    ResultWrappers,
     array_of,
     dense_strides_in_order,
     is_root_of,
@@ -1155,30 +1156,34 @@ class _RepeatedForward:
     (``wrap_results_like``: an executable's results have the same shapes, dtypes and
     sharding on every call), unless they are laid out otherwise or rebuilt into objects.
 
-    Before the launch it checks only what launching needs: the arguments, and that each
-    state array is still the one recorded (a training step may have donated it since). The
-    launch calls the executable's C++ launcher directly (``Entry.plain_launch``). The rest
-    (the layout, ``_Layout.holds_unchanged``; checked mode) is checked after it, while XLA
-    computes; a call they fail drops the results and takes the general path (the forward
-    program writes nothing, so a dropped launch changes nothing), as does a launch that
-    raises. A program that draws random keys, or runs in checked mode, is launched through
+    Before the launch it checks only what launching needs, in one pass: the arguments'
+    types, that none is a view, and that each state array is still the one recorded (a
+    training step may have donated it since); then their avals. The launch calls the
+    executable's C++ launcher directly (``Entry.plain_launch``). The rest (the layout, through
+    ``_Layout.forward_guard``; checked mode) is checked after it, while XLA computes; a call
+    they fail drops the results and takes the general path (the forward program writes
+    nothing, so a dropped launch changes nothing), as does a launch that raises. A program
+    that draws random keys, or runs in checked mode, is launched through
     ``CompiledProgram.run`` after every check (no key is drawn, no error raised for a call
-    that then misses).
+    that then misses). A single output's tensor comes from ``ResultWrappers`` (made ahead, in
+    batches).
 
     What it costs: on 2 cores our Python competes with XLA's two compute threads, so each
     microsecond of it, before or after the launch, delays the result about as much (a 40 us
-    busy loop after the launch: +37 us until ready). MLP forward (256 -> 512 -> 512 -> 10,
-    batch 64), interleaved call by call with the hand-written JAX forward in one process,
-    loaded 2-core machine (load ~8-10), session 14's call against this one in the same
-    process, three runs of 3000 rounds: thread CPU until the call returns min 97-99 -> 78-88
-    us, median 149-162 -> 130-136 us (JAX's whole call 34 / 63-69); time until the result is
-    ready, median over hand JAX, 1.042-1.062x -> 1.023-1.037x (benchmarks/README.md, "Session
-    15"; ``benchmarks/jit_call_parts.py`` times the call's parts). The layout's reads after
-    the launch (~20 us in a call) and the output's wrapper (~10 us, PyTorch's
-    ``_make_wrapper_subclass``) are most of what is left. The reads of the layout's objects cost
-    what they cost mostly in cache misses (a call follows an XLA computation, the thread
-    wakes cold): a C++ check of the same objects (Dynamo's guard manager) measured no faster
-    in such calls, only in a warm loop."""
+    busy loop after the launch: +37 us until ready). A call follows an XLA computation, which
+    left the caches cold: each frame, attribute lookup and PyTorch call costs several times
+    its warm cost (the whole call with its launch memoised: ~14 us warm in a loop, ~40 us
+    inside calls), so what counts is how much code and data a call touches. MLP forward
+    (256 -> 512 -> 512 -> 10, batch 64), interleaved call by call with the hand-written JAX
+    forward in one process, loaded 2-core machine (load 7-13), session 15's call against
+    this one in the same process, two sittings of three runs of 1500 rounds: thread CPU until
+    the call returns min 82-93 -> 62-74 us, median 127-164 -> 108-132 us (JAX's whole call
+    30-36 / 58-68); inside calls, min: the launch ~27-29 us (JAX's whole call ~30-34), the
+    guard and checked mode after it ~12-15, the checks before it ~7-8, the wrapper ~2
+    (benchmarks/README.md, "Session 16";
+    ``benchmarks/jit_call_parts.py`` times the call's parts). A C++ check of the layout's
+    objects (Dynamo's guard manager) measured no faster in such calls, only in a warm loop
+    (session 13)."""
 
     layout: _Layout
     state: _StateSet
@@ -1194,16 +1199,28 @@ class _RepeatedForward:
     out_specs: list | None
     storages: tuple = dataclasses.field(init=False)
     state_arrays: list = dataclasses.field(init=False)
-    flags: tuple = dataclasses.field(init=False)  # the layout's forward_flags
+    holds: Callable[[], bool] = dataclasses.field(init=False)  # the layout's forward_guard
     # Entry.plain_launch: (JAX's C++ launcher, the key input), or None: launch through
     # core.run after every check
     plain: tuple | None = dataclasses.field(init=False)
+    # the result's tensors of a function returning one tensor, made ahead, else None
+    single: ResultWrappers | None = dataclasses.field(init=False)
+    # what call() reads before the launch, in one pass: the arguments' types, their _view
+    # (None: no view), each state storage's array
+    expected: tuple = dataclasses.field(init=False)
+    constants: ReadConstants | None = dataclasses.field(init=False)  # info.constants
 
     def __post_init__(self):
         self.storages = tuple(self.state.storages)
         self.state_arrays = list(map(_ARRAY, self.storages))
-        self.flags = self.layout.forward_flags()
+        self.expected = (*self.types, *(None,) * len(self.types), *self.state_arrays)
+        self.constants = self.info.constants
+        self.holds = self.layout.forward_guard(self.state)
         self.plain = None if self.checks else self.entry.plain_launch()
+        specs = self.out_specs
+        self.single = (
+            ResultWrappers(specs[0]) if specs is not None and self.info.single_output else None
+        )
 
     def call(self, jitted: _Jitted, args: tuple):
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
@@ -1211,21 +1228,26 @@ class _RepeatedForward:
         launch of a compiled executable, which does not read the mode (its input types are
         fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
         call in checked mode (reading its errors) runs inside it whole."""
-        if torch.is_grad_enabled() or tuple(map(type, args)) != self.types:
+        if torch.is_grad_enabled() or len(args) != len(self.types):
             return _MISSED
-        if not any(map(view_getter, args)):  # roots are row-major: no is_contiguous per argument
+        if all(
+            map(
+                is_,
+                chain(map(type, args), map(view_getter, args), map(_ARRAY, self.storages)),
+                self.expected,
+            )
+        ):  # the recorded types, no view (roots are row-major), the recorded state arrays
             arrays = root_values(args)
-        elif all(map(_IS_CONTIGUOUS, args)):
-            with x64():
-                arrays = [t.jax() for t in args]
-        else:  # another layout (x.t()) is another program: its results take eager's strides
-            return _MISSED
+        else:
+            arrays = self._view_arrays(args)
+            if arrays is None:
+                return _MISSED
         if (
             not all(map(is_, map(_AVAL, arrays), self.avals))
             and _signature(arrays) != self.input_signature
-        ) or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays)):
-            return _MISSED  # (an array a training step donated since is deleted: never launched)
-        constants = self.info.constants
+        ):
+            return _MISSED
+        constants = self.constants
         if constants is not None and not constants.hold():
             return _MISSED  # (the general path traces the program again)
         layout = self.layout
@@ -1239,23 +1261,39 @@ class _RepeatedForward:
             if (
                 jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
                 or torchlax_core.current_env().config.checked
-                or not layout.holds_unchanged(self.state, self.flags)
+                or not self.holds()
             ):
                 return _MISSED  # its results are dropped (the program writes nothing)
         else:
             if (
                 jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
                 or bool(torchlax_core.current_env().config.checked) is not self.checks
-                or not layout.holds_unchanged(self.state, self.flags)
+                or not self.holds()
             ):
                 return _MISSED
             with x64():  # checked mode reads its errors
                 out_arrays = self.core.run(self.entry, self.state_arrays, [], arrays)[0]
+        single = self.single
+        if single is not None:
+            return single.wrap(out_arrays[0])
         info = self.info
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
-        outputs = wrap_results_like(out_arrays, self.out_specs)
-        return outputs[0] if info.single_output else _returned(info, outputs)
+        return _returned(info, wrap_results_like(out_arrays, self.out_specs))
+
+    def _view_arrays(self, args: tuple) -> list | None:
+        """The arguments' arrays where the recorded call's types and state arrays hold but
+        some argument is a view: a contiguous view's value (a JAX op: inside ``x64()``), or
+        None (a miss: another type, another state array, or another layout, ``x.t()``, which
+        is another program, whose results take eager's strides)."""
+        if (
+            tuple(map(type, args)) != self.types
+            or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays))
+            or not all(map(_IS_CONTIGUOUS, args))
+        ):
+            return None  # (an array a training step donated since is deleted: never launched)
+        with x64():
+            return [t.jax() for t in args]
 
 
 @dataclasses.dataclass(slots=True)

@@ -16,7 +16,9 @@ import dataclasses
 import functools
 import operator
 import types
+from collections.abc import Callable
 from itertools import chain, repeat
+from operator import getitem, is_
 
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +45,8 @@ _GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, ne
     _torch_module._global_backward_pre_hooks,
     _torch_module._global_backward_hooks,
 )
+# PyTorch's check for a __torch_function__ override skipped (see _Layout._modules_hold)
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
 _ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
 _TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
@@ -315,37 +319,45 @@ class _Layout:
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
     # The module part of the snapshot flattened (``_flatten_snapshot``), for holds()
-    _empty_dicts: tuple = ()  # the submodules' empty _parameters, _buffers and _modules
-    _dicts: tuple = ()  # and the others
-    _dict_sizes: tuple = ()
-    _all_dicts: tuple = ()  # the empty ones, then the others (holds_unchanged: one len pass)
-    _all_dict_sizes: tuple = ()
-    _dict_keys: tuple = ()  # all of their keys, dict after dict
-    _dict_values: tuple = ()
+    _dicts: tuple = ()  # every module dict (_parameters, _buffers, _modules, hooks in use)
+    _dict_keys: tuple = ()  # per dict, the tuple of its keys in order
+    # each key of those dicts, the dict holding it, and its value: one flat sequence each
+    _value_dicts: tuple = ()
+    _value_keys: tuple = ()
     _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
-    _flags: tuple = ()  # their requires_grad, training and _storage, in that order
+    # the dicts' values, then the flag objects' requires_grad, training and _storage, in that
+    # order: what _modules_hold() reads now
+    _flags: tuple = ()
+    # map(*_training_reads): each module's training flag (see _flatten_snapshot)
+    _training_reads: tuple = (getattr, (), ())
     _sections: tuple = ()  # the checks of the other parts of the snapshot that are not empty
     _flat_entries: _FlatEntries | None = None  # ``entries`` laid out flat, once checked
 
     def _flatten_snapshot(self) -> None:
         """Lay out the module part of the snapshot as a few flat tuples, so that ``holds()``
-        checks it with one C-level pass per kind (a Python loop per module and parameter was
-        most of a forward call's own cost). The sizes keep the flat key and value sequences
-        aligned with their dicts: a key moving from one dict to the next changes a size. The
-        other parts of the snapshot are kept as the list of their checks, empty ones left
-        out."""
-        self._empty_dicts = tuple(d for d, keys, _ in self.module_dicts if not keys)
-        filled = [s for s in self.module_dicts if s[1]]
-        self._dicts = tuple(d for d, _, _ in filled)
-        self._dict_sizes = tuple(len(keys) for _, keys, _ in filled)
-        self._all_dicts = self._empty_dicts + self._dicts
-        self._all_dict_sizes = (0,) * len(self._empty_dicts) + self._dict_sizes
-        self._dict_keys = tuple(k for _, keys, _ in filled for k in keys)
-        self._dict_values = tuple(v for _, _, values in filled for v in values)
+        checks it in a few C-level passes (a Python loop per module and parameter was most of
+        a forward call's own cost): each dict's keys in order, as one tuple per dict compared
+        with ``==`` (sizes, order and names at once); then each value, looked up by its key
+        in its dict, by identity. The other parts of the snapshot are kept as the list of
+        their checks, empty ones left out."""
+        self._dicts = tuple(d for d, _, _ in self.module_dicts)
+        self._dict_keys = tuple(keys for _, keys, _ in self.module_dicts)
+        self._value_dicts = tuple(d for d, keys, _ in self.module_dicts for _ in keys)
+        self._value_keys = tuple(k for _, keys, _ in self.module_dicts for k in keys)
         modules = tuple(m for m, _ in self.trainings)
         tensors = tuple(t for t, _ in self.tensor_storages)
         self._flag_objects = (tuple(self.grads), modules, tensors)
+        # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` puts it
+        # there, ``train()``/``eval()`` too): read there, not through ``nn.Module``'s
+        # attribute lookup (its ``__getattr__`` makes every read a slot call). A class that
+        # defines ``training`` itself is read as an attribute.
+        names = ("training",) * len(modules)
+        if all("training" in vars(m) and not hasattr(type(m), "training") for m in modules):
+            self._training_reads = (getitem, tuple(map(vars, modules)), names)
+        else:
+            self._training_reads = (getattr, modules, names)
         self._flags = (
+            *(v for _, _, values in self.module_dicts for v in values),
             *self.requires_grads,
             *(flag for _, flag in self.trainings),
             *(storage for _, storage in self.tensor_storages),
@@ -399,50 +411,53 @@ class _Layout:
     def holds_reached(self) -> bool:
         """``holds()`` less its check of the arguments (for a call whose arguments are
         tensors only, while the layout has no module or optimizer among its arguments)."""
-        return self._modules_hold(self._module_flags(), self._flags) and self._sections_hold()
+        return self._modules_hold(self._flags) and self._sections_hold()
 
-    def forward_flags(self) -> tuple:
-        """What ``holds_unchanged`` compares the layout's objects with: the module flags of
-        the snapshot, and no ``.grad`` on any parameter."""
-        return (*self._flags, *self._nones)
+    def forward_guard(self, state: _StateSet) -> Callable[[], bool]:
+        """``holds_reached() and reused(state)`` as one function made for this layout and
+        ``state``, for a caller that asks it on every call (``torchlax.jit``'s repeated
+        forward): ``_modules_hold``'s reads, and no ``.grad`` on any parameter, in one frame
+        over local names. (Whether each storage of ``state`` still holds the array a repeated
+        forward recorded is its caller's check, made before the launch.)
 
-    def holds_unchanged(self, state: _StateSet, flags: tuple) -> bool:
-        """``holds_reached() and reused(state)``, with ``flags = forward_flags()``: the
-        per-object reads in one C-level pass. (Whether each storage of ``state`` still holds
-        the array a repeated forward recorded is its caller's check, made before the launch.)"""
-        # _modules_hold and _module_flags inlined (each frame costs a repeated forward what a
-        # few reads cost), every module dict's size in one pass with the empty ones
-        if self._assembled is not state:
-            return False
-        is_ = operator.is_
-        dicts = self._dicts
-        params, modules, tensors = self._flag_objects
-        try:
-            if (
-                tuple(map(len, self._all_dicts)) != self._all_dict_sizes
-                or not all(map(is_, chain.from_iterable(dicts), self._dict_keys))
-                or not all(
-                    map(is_, chain.from_iterable(map(dict.values, dicts)), self._dict_values)
-                )
-                or not all(
-                    map(
-                        is_,
-                        chain(
-                            map(_REQUIRES_GRAD, params),
-                            map(_TRAINING, modules),
-                            map(storage_getter, tensors),
-                            map(_GRAD, params),
-                        ),
-                        flags,
-                    )
-                )
-            ):
+        Inside such a call every object is read with cold caches (XLA ran since the last
+        one), and each frame and attribute lookup costs several times its warm cost: the
+        same reads through ``_modules_hold``'s frame and the layout's attributes cost ~5 us
+        more per call (MLP forward, loaded)."""
+        layout = self
+        dicts, keys = self._dicts, self._dict_keys
+        value_dicts, value_keys = self._value_dicts, self._value_keys
+        params, _, tensors = self._flag_objects
+        read_training, training_of, training_names = self._training_reads
+        expected = (*self._flags, *self._nones)
+        sections = bool(self._sections)
+
+        def holds() -> bool:
+            if layout._assembled is not state:
                 return False
-        except AttributeError:  # swapped for a tensor that is no torchlax Tensor
-            return False
-        if RemovableHandle.next_id != self._hook_id and not self._no_new_hooks():
-            return False
-        return not self._sections or self._sections_hold()
+            if RemovableHandle.next_id != layout._hook_id and not layout._no_new_hooks():
+                return False
+            try:
+                with _NO_TORCH_FUNCTION():
+                    if tuple(map(tuple, dicts)) != keys or not all(
+                        map(
+                            is_,
+                            chain(
+                                map(getitem, value_dicts, value_keys),
+                                map(_REQUIRES_GRAD, params),
+                                map(read_training, training_of, training_names),
+                                map(storage_getter, tensors),
+                                map(_GRAD, params),
+                            ),
+                            expected,
+                        )
+                    ):
+                        return False
+            except AttributeError:  # swapped for a tensor that is no torchlax Tensor
+                return False
+            return not sections or layout._sections_hold()
+
+        return holds
 
     def _no_new_hooks(self) -> bool:
         """After a hook was registered somewhere (``RemovableHandle``'s counter moved): whether
@@ -456,30 +471,32 @@ class _Layout:
         self._hook_id = seen
         return True
 
-    def _module_flags(self):
-        # each parameter's requires_grad, each module's training flag and each state tensor's
-        # storage, all compared by identity (bools are singletons)
-        grads, modules, tensors = self._flag_objects
-        return chain(
-            map(_REQUIRES_GRAD, grads), map(_TRAINING, modules), map(storage_getter, tensors)
-        )
+    def _modules_hold(self, then: tuple) -> bool:
+        """The module part of the snapshot against ``then`` (``_flags``): the modules' dicts, their values, each parameter's
+        ``requires_grad``, each module's ``training`` and each state tensor's storage, by
+        identity (bools and None are singletons), in C-level passes: this runs on every call.
 
-    def _modules_hold(self, now, then: tuple) -> bool:
-        """The modules' dicts, then ``now`` (objects read from the modules' parameters, the
-        modules and the state tensors) against ``then``, by identity, in C-level passes:
-        this runs on every call."""
-        is_ = operator.is_
-        dicts = self._dicts
-        if (
-            any(self._empty_dicts)
-            or (RemovableHandle.next_id != self._hook_id and not self._no_new_hooks())
-            or tuple(map(len, dicts)) != self._dict_sizes
-            or not all(map(is_, chain.from_iterable(dicts), self._dict_keys))
-            or not all(map(is_, chain.from_iterable(map(dict.values, dicts)), self._dict_values))
-        ):
+        The tensors' flags are read with ``__torch_function__`` off: each such read of a
+        Tensor subclass otherwise first looks up that attribute on the tensor (PyTorch's
+        check for an override; a torchlax Tensor has none while no environment installs
+        one), which was a third of a repeated forward's checks."""
+        if RemovableHandle.next_id != self._hook_id and not self._no_new_hooks():
             return False
+        params, _, tensors = self._flag_objects
         try:
-            return all(map(is_, now, then))
+            with _NO_TORCH_FUNCTION():
+                return tuple(map(tuple, self._dicts)) == self._dict_keys and all(
+                    map(
+                        is_,
+                        chain(
+                            map(getitem, self._value_dicts, self._value_keys),
+                            map(_REQUIRES_GRAD, params),
+                            map(*self._training_reads),
+                            map(storage_getter, tensors),
+                        ),
+                        then,
+                    )
+                )
         except AttributeError:  # swapped for a tensor that is no torchlax Tensor
             return False
 
@@ -626,7 +643,6 @@ class _Layout:
 
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
-_TRAINING = operator.attrgetter("training")
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
