@@ -40,10 +40,8 @@ from torch.overrides import TorchFunctionMode
 from torchlax_core import Tensor
 
 _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
-_TENSOR_HOOKS = {
-    torch.Tensor.register_hook,
-    torch.Tensor.register_post_accumulate_grad_hook,
-}
+_REGISTER_HOOK = torch.Tensor.register_hook
+_REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
 
 
 class _Seen:
@@ -127,7 +125,7 @@ class HostEffects(TorchFunctionMode):
             self._see(args)
             if kwargs:
                 self._see(tuple(kwargs.values()))
-            if func in _TENSOR_HOOKS:
+            if func is _REGISTER_HOOK or func is _REGISTER_POST_ACCUMULATE:  # (no hashing)
                 hook = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
                 self.backward_hooks.append(
                     f"the hook {_name(hook)} registered on a tensor of the step ({func.__name__})"
