@@ -66,13 +66,13 @@ class ChangedCpuTensor:
     """A CPU tensor the traced step changed: ``tensor``, and whether its data (``written``) or
     its ``.grad`` (``grad_given``) changed."""
 
-    __slots__ = ("tensor", "written", "grad_given", "_seen")
+    __slots__ = ("tensor", "written", "grad_given", "first_seen")
 
     def __init__(self, tensor: torch.Tensor, written: bool, grad_given: bool, seen: _Seen):
         self.tensor = tensor
         self.written = written
         self.grad_given = grad_given
-        self._seen = seen
+        self.first_seen = seen  # what it held when first seen
 
 
 class HostEffects(TorchFunctionMode):
@@ -178,7 +178,7 @@ class HostEffects(TorchFunctionMode):
         """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
         with torch.no_grad():
             for c in changed:
-                seen = c._seen
+                seen = c.first_seen
                 t = seen.ref() if seen.origin is not None else c.tensor  # (the alias written)
                 if t is None:
                     continue
