@@ -41,6 +41,7 @@ from torchlax_core.internal import (
     ResultWrappers,
     array_of,
     dense_strides_in_order,
+    get_logger,
     is_root_of,
     laid_out,
     memory_order,
@@ -63,7 +64,8 @@ from torchlax_core.internal import signature as _signature
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
 from ._jit_constant_modules import ConstantModules
-from ._jit_constant_writes import changed_constant_error
+from ._jit_constant_writes import changed_constant_error, changed_cpu_tensor_error
+from ._jit_host_effects import HostEffects
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
 from ._jit_paths import path_to, reaches
@@ -91,6 +93,7 @@ _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in t
 # their first calls at once). Calls hold it while they read and write state; the program
 # itself is dispatched asynchronously, so the hold is short.
 _trace_lock = threading.RLock()
+_log = get_logger("jit")
 
 
 def jit(
@@ -171,6 +174,10 @@ class _Info:
     # The tensors that are no state the step read: their values are baked in, so a call
     # after one of them changed (the user wrote into it) traces the program again.
     constants: ReadConstants | None = None
+    # The backward hooks the step met (in words): PyTorch runs them in autograd's backward of
+    # the traced code, so a call whose backward runs after it (a differentiable forward) is
+    # run eagerly instead (``_Jitted._forward_with_backward_hooks``).
+    backward_hooks: tuple[str, ...] = ()
     # Precomputed for each call's write-back and output: whether any storage or CPU buffer
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
@@ -238,6 +245,7 @@ class _Program:
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self._recomputing_backwards: dict = {}
+        self.logged_eager = False  # _Jitted._forward_with_backward_hooks logs once
 
     # -- tracing --------------------------------------------------------------------------
 
@@ -276,7 +284,7 @@ class _Program:
                     for s in self.statics
                 ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
-                out, constants = self._run_watched(cpu_state, args, kwargs, state)
+                out, constants, backward_hooks = self._run_watched(cpu_state, args, kwargs, state)
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
@@ -322,6 +330,7 @@ class _Program:
             trains,
             out_orders if any(o is not None for o in out_orders) else (),
             constants,
+            backward_hooks,
         )
         return (out_arrays, new_storages, extra), info
 
@@ -329,16 +338,19 @@ class _Program:
         """The step on tracers, refusing what cannot be one program: an optimizer stepped
         that is no state, a module trained that is no state, a constant (a tensor that is no
         state) changed. Constants the step changed are put back before it raises. Returns
-        the step's output and the constants it read (``ReadConstants``, or None)."""
+        the step's output, the constants it read (``ReadConstants``, or None) and the
+        backward hooks it met (``HostEffects.backward_hooks``)."""
         jitted = self.jitted
         unfound = _refuse_unfound_optimizers(state, jitted)
         constants = ConstantModules(
             {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
         )
+        host = HostEffects()
         with watch_constants() as watch:
             try:
                 try:
-                    out = jitted._run(cpu_state, args, kwargs)
+                    with host:
+                        out = jitted._run(cpu_state, args, kwargs)
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(jitted) from exc
                 finally:
@@ -346,7 +358,14 @@ class _Program:
                     constants.stop()
             except BaseException:
                 watch.restore(watch.changed())
+                host.restore(host.changed())
                 raise
+        cpu_changed = host.changed()
+        if cpu_changed:  # a plain CPU tensor the step changed: put back, and named
+            host.restore(cpu_changed)
+            watch.restore(watch.changed())
+            named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
+            raise changed_cpu_tensor_error(_owner(jitted), named)
         untrained = constants.error(_owner(jitted), jitted.target, args, kwargs)
         # A changed tensor the function reaches is a constant of the user's: put back, and
         # named. Any other is one the step made from host data (torch.tensor(...)): its
@@ -363,7 +382,7 @@ class _Program:
             raise untrained
         if named:
             raise changed_constant_error(_owner(jitted), named)
-        return out, watch.read()
+        return out, watch.read(), tuple(host.backward_hooks)
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
@@ -917,6 +936,8 @@ class _Jitted:
             all_tensors = list(state.owners) + cpu_tensors + inputs
             mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
         if any(mask):
+            if info.backward_hooks:
+                return self._forward_with_backward_hooks(program, info, *call_args)
             diff = [t for t, m in zip(all_tensors, mask, strict=True) if m]
             call = _Call(
                 program,
@@ -1010,6 +1031,33 @@ class _Jitted:
             # are put in place as such (the caller converts only the pytree's leaves).
             outputs = [o.cpu() if isinstance(o, Tensor) else o for o in outputs]
         return _returned(info, outputs)
+
+    def _forward_with_backward_hooks(self, program: _Program, info: _Info, args, kwargs):
+        """A differentiable call of a forward that met backward hooks, run eagerly.
+
+        Its ``backward()`` would be ``jax.vjp`` of the program, where no PyTorch hook runs
+        (a full backward hook scaling ``grad_input`` would silently not scale it); run
+        eagerly, the hooks run where PyTorch runs them and the gradients are eager PyTorch's.
+        Calls without grad, and steps that call ``backward()`` themselves (the backward is
+        then traced, hooks included), stay compiled."""
+        if self._cpu_outputs:
+            raise RuntimeError(
+                f"{_owner(self)}: the forward meets {info.backward_hooks[0]}, which PyTorch runs "
+                "in the backward; a backward after a compiled call of a step over CPU state "
+                "would not run it. Move the model to the 'jax' device (model.to('jax') inside "
+                "torchlax.enable()), or call backward() inside the jitted function."
+            )
+        if not program.logged_eager:
+            program.logged_eager = True
+            _log.info(
+                "%s: runs eagerly while autograd records: the forward meets %s, which runs in "
+                "PyTorch's backward (calls without grad, or with backward() inside the jitted "
+                "function, are compiled)",
+                _owner(self),
+                info.backward_hooks[0],
+            )
+        with torchlax_core.enable(torchlax_core.current_env()):
+            return self.target(*args, **kwargs)
 
     def _state_signature(self, arrays: list) -> _Hashed:
         # The state's arrays are those of the last call unless a step or the user replaced
@@ -1648,11 +1696,14 @@ class _JitFunction(torch.autograd.Function):
                 "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
             )
         orders = call.info.out_orders or (None,) * len(grads)
-        cotangents = [
-            _cotangent(out, g, order)
-            for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
-        ]
+        # Inside JAX's 64-bit mode, as the forward ran: backward() runs after the call, outside
+        # its x64() (on the CPU, on the caller's thread), where a float64 cotangent (its
+        # astype, or the zeros of an output with no gradient) would narrow to float32.
         with x64():
+            cotangents = [
+                _cotangent(out, g, order)
+                for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
+            ]
             if call.vjp is not None:
                 (grad_arrays,) = call.program.backward(call.vjp, cotangents)
             else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from torchlax_core.internal import ChangedConstant
 
+from ._jit_host_effects import ChangedCpuTensor
 from ._jit_state import MAX_STATE_DEPTH
 
 
@@ -51,4 +52,35 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
         "state, see docs/training.md). Pass the tensor as an argument, close over it directly, "
         "register it in a module the step uses (nn.Parameter or register_buffer), or give it "
         "to an optimizer the step steps. The tensor was left as it was before the call."
+    )
+
+
+def changed_cpu_tensor_error(
+    owner: str, changed: list[tuple[ChangedCpuTensor, str | None]]
+) -> RuntimeError:
+    """The error for the plain CPU tensors a traced step changed (``_jit_host_effects``), each
+    with the path the function reaches it by, or None where the search does not find it."""
+    first, path = changed[0]
+    t = first.tensor
+    if path is None:
+        where = "(the function does not reach it within the search)"
+    elif path.startswith("default argument"):
+        where = f"held as the function's {path}"
+    else:
+        where = f"at {path}"
+    described = f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    if first.grad_given and not first.written:
+        what = f"the step gives a .grad to {described} {where}"
+    else:
+        what = f"the step writes into {described} {where} (in place, or through .data)"
+    others = len(changed) - 1
+    more = f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
+    return RuntimeError(
+        f"{owner}: {what}{more}. A plain CPU tensor is no part of the compiled program: the "
+        "change would happen once, on the host, while the step is traced, and never on the "
+        "program's calls (a counter would stop counting). Move the tensor to the 'jax' device "
+        "(tensor.to('jax') inside torchlax.enable()) and keep it where the step's state is "
+        "found (close over it, pass it as an argument, or register it as a module's buffer), "
+        "or change it outside the jitted function. The tensor was left as it was before the "
+        "call."
     )

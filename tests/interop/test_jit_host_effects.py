@@ -1,0 +1,269 @@
+"""torchlax.jit and what a step does on the host, outside the traced program: backward hooks
+that run in autograd's backward after a jitted forward, plain CPU tensors the step writes
+into, and float64 cotangents of a backward that runs after the call.
+
+Every case is compared with the same code run eagerly by PyTorch on the CPU (float64, 1e-10).
+"""
+
+import copy
+import types
+import warnings
+
+import pytest
+import torch
+import torchlax
+from torch import nn
+
+pytestmark = pytest.mark.usefixtures("float64_default")
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3))
+
+
+def _scale_grad_input(module, grad_input, grad_output):
+    return tuple(None if g is None else g * 0.5 for g in grad_input)
+
+
+def _full_backward_hook(model):
+    return [model[2].register_full_backward_hook(_scale_grad_input)]
+
+
+def _full_backward_pre_hook(model):
+    return [model[2].register_full_backward_pre_hook(lambda m, grad_out: (grad_out[0] * 3,))]
+
+
+def _non_full_backward_hook(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # (deprecated, still PyTorch's API)
+        return [model[2].register_backward_hook(_scale_grad_input)]
+
+
+def _global_full_backward_hook(model):
+    return [nn.modules.module.register_module_full_backward_hook(_scale_grad_input)]
+
+
+class _TensorHook(nn.Module):
+    """A forward that registers a hook on an intermediate tensor."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        h = self.inner[0](x)
+        h.register_hook(lambda g: g * 10)
+        return self.inner[2](self.inner[1](h))
+
+
+HOOKS = {
+    "full-backward-hook": _full_backward_hook,
+    "full-backward-pre-hook": _full_backward_pre_hook,
+    "non-full-backward-hook": _non_full_backward_hook,
+    "global-full-backward-hook": _global_full_backward_hook,
+    "tensor-hook-in-forward": None,
+}
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("name", list(HOOKS))
+def test_backward_hooks_run_when_backward_follows_a_jitted_forward(name):
+    # The backward after a jitted forward is jax.vjp of the program, where no PyTorch hook
+    # runs: such a call runs eagerly, and the gradients are eager PyTorch's.
+    reference = _model()
+    with torchlax.enable():
+        model = copy.deepcopy(reference).to("jax")
+    if HOOKS[name] is None:
+        reference, model = _TensorHook(reference), _TensorHook(model)
+        handles = []
+    else:
+        handles = HOOKS[name](reference) + HOOKS[name](model)
+    try:
+        jitted = torchlax.jit(model)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):  # the second call would save jax.vjp's residuals
+            x = torch.randn(2, 4, generator=g)
+            reference.zero_grad()
+            model.zero_grad()
+            (reference(x) ** 2).sum().backward()
+            (jitted(torchlax.from_torch(x)) ** 2).sum().backward()
+            for (key, r), p in zip(reference.named_parameters(), model.parameters(), strict=True):
+                torch.testing.assert_close(p.grad.cpu(), r.grad, rtol=1e-10, atol=1e-10, msg=key)
+        if HOOKS[name] is not None:
+            # Without grad the forward is compiled (no hook runs eagerly either).
+            before = jitted.compilations
+            with torch.no_grad():
+                out = jitted(torchlax.from_torch(x))
+                torch.testing.assert_close(out.cpu(), reference(x), rtol=1e-10, atol=1e-10)
+            assert jitted.compilations == before + 1
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_post_accumulate_grad_hook_runs_when_backward_follows_a_jitted_forward():
+    # A parameter's post-accumulate hook runs in the backward outside the program, on the
+    # parameter's own accumulation: it needs no eager call.
+    reference = _model()
+    with torchlax.enable():
+        model = copy.deepcopy(reference).to("jax")
+    calls = []
+
+    def doubled(p):
+        calls.append(p.shape)
+        p.grad.mul_(2)
+
+    for m in (reference, model):
+        m[0].weight.register_post_accumulate_grad_hook(doubled)
+    jitted = torchlax.jit(model)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        reference.zero_grad()
+        model.zero_grad()
+        reference(x).sum().backward()
+        jitted(torchlax.from_torch(x)).sum().backward()
+        torch.testing.assert_close(
+            model[0].weight.grad.cpu(), reference[0].weight.grad, rtol=1e-10, atol=1e-10
+        )
+    assert len(calls) == 4
+    assert jitted.compilations >= 1
+
+
+def test_float64_backward_after_a_jitted_forward_on_cpu_tensors():
+    # backward() runs after the call, outside its JAX 64-bit mode: the float64 cotangents
+    # (of the output used, and the zeros of the one that is not) stay float64.
+    class TwoOutputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.sum(), y.tanh()
+
+    torch.manual_seed(0)
+    reference = TwoOutputs()
+    model = copy.deepcopy(reference)
+    jitted = torchlax.jit(model)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        reference.zero_grad()
+        model.zero_grad()
+        want, _ = reference(x)
+        got, _ = jitted(x)
+        assert got.dtype == torch.float64
+        want.backward()
+        got.backward()
+        for (key, r), p in zip(reference.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, r.grad, rtol=1e-10, atol=1e-10, msg=key)
+
+
+# -- plain CPU tensors the step changes -----------------------------------------------------
+
+
+def _add_(t, loss):
+    t.add_(1)
+
+
+def _iadd(t, loss):
+    t += 1
+
+
+def _setitem(t, loss):
+    t[...] = 7
+
+
+def _through_data(t, loss):
+    t.data.add_(1)
+
+
+def _data_replaced(t, loss):
+    t.data = torch.full_like(t, 5)
+
+
+def _copy_from_cpu(t, loss):
+    t.copy_(torch.ones_like(t))
+
+
+WRITES = {
+    "add_": _add_,
+    "iadd": _iadd,
+    "setitem": _setitem,
+    "through-data": _through_data,
+    "data-replaced": _data_replaced,
+    "copy_": _copy_from_cpu,
+}
+
+
+@pytest.mark.parametrize("trains", [True, False], ids=["step", "forward"])
+@pytest.mark.parametrize("name", list(WRITES))
+def test_a_cpu_tensor_the_step_changes_raises_and_is_left_as_it_was(name, trains):
+    # On the host, once, while traced: it would not change on the program's calls.
+    write = WRITES[name]
+    with torchlax.enable():
+        model = _model().to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1) if trains else None
+    cfg = types.SimpleNamespace(count=torch.zeros(()))
+
+    def step(x):
+        if opt is not None:
+            opt.zero_grad()
+        loss = model(x).sum()
+        write(cfg.count, loss)
+        if opt is not None:
+            loss.backward()
+            opt.step()
+        return loss
+
+    jitted = torchlax.jit(step)
+    x = torchlax.from_torch(torch.randn(2, 4))
+    if trains:
+        jitted(x)  # the first call runs eagerly (the optimizer creates its state)
+    before = cfg.count
+    value, storage = before.clone(), before.data_ptr()
+    with pytest.raises(
+        RuntimeError, match=r"writes into the CPU float64 tensor of shape \(\) at cfg\.count"
+    ):
+        jitted(x)
+    assert cfg.count is before and cfg.count.data_ptr() == storage
+    torch.testing.assert_close(cfg.count, value, rtol=0, atol=0)
+
+
+def test_a_cpu_tensor_given_a_grad_by_hand_raises():
+    with torchlax.enable():
+        model = _model().to("jax")
+    w = torch.zeros(3)
+
+    def fn(x):
+        w.grad = torch.ones(3)
+        return model(x)
+
+    with pytest.raises(
+        RuntimeError, match=r"gives a \.grad to the CPU float64 tensor of shape \(3,\) at w"
+    ):
+        torchlax.jit(fn)(torchlax.from_torch(torch.randn(2, 4)))
+    assert w.grad is None
+
+
+def test_cpu_tensors_the_step_makes_or_only_reads_are_fine():
+    # A CPU tensor the step makes is its own (a value of the trace, as eagerly); one it only
+    # reads is a constant of the program.
+    with torchlax.enable():
+        model = _model().to("jax")
+    scale = torch.tensor(2.0)
+
+    def fn(x):
+        offset = torch.zeros(())
+        offset.add_(3)
+        return model(x) * scale + offset
+
+    x = torch.randn(2, 4)
+    reference = copy.deepcopy(model).cpu()
+    torch.testing.assert_close(
+        torchlax.jit(fn)(torchlax.from_torch(x)).cpu(),
+        (reference(x) * scale + 3).detach(),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    assert scale.item() == 2.0
