@@ -287,6 +287,7 @@ def test_gradients_after_steady_state_inference_calls():
         torch.testing.assert_close(p.grad, q.grad)
     with torch.no_grad():
         for p in (*model.parameters(), *reference.parameters()):
+            assert p.grad is not None
             p.sub_(p.grad)  # an optimizer step, in place
         assert_same(compiled(x), reference(x))
 
