@@ -10,10 +10,12 @@ result is ready, so a busy stretch of the machine lands on all alike.
 
 The backend's call is cut into parts by timestamps taken inside real calls (a part timed alone
 in a warm loop costs several times less than inside a call, which starts with caches cold
-after XLA ran): wrappers around the callable AOT autograd returns to Dynamo, around
-``XlaProgram.__call__`` and around ``CompiledProgram.run`` (the launch). Dynamo's guards are
-the difference between the call and the same call under
-``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` (unsafe: for measuring only).
+after XLA ran): wrappers around ``XlaProgram.__call__`` and around the launch a repeated call
+takes (``Entry.plain_launch``: JAX's launcher itself). Dynamo's guards are the difference
+between the call and the same call under
+``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` (unsafe: for measuring only), and
+are also timed alone right after each call (the target row's cache entry checked on the
+call's arguments, through Dynamo's private debugging helpers).
 "Program alone" launches the two executables directly on the same arrays and waits.
 ``--guard-filter NAME`` compiles with ``options={"guard_filter_fn": torch.compiler.NAME}``
 (e.g. ``skip_guard_on_all_nn_modules_unsafe``): what a user's own trade of guards for speed
