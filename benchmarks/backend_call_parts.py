@@ -10,10 +10,12 @@ result is ready, so a busy stretch of the machine lands on all alike.
 
 The backend's call is cut into parts by timestamps taken inside real calls (a part timed alone
 in a warm loop costs several times less than inside a call, which starts with caches cold
-after XLA ran): wrappers around the callable AOT autograd returns to Dynamo, around
-``XlaProgram.__call__`` and around ``CompiledProgram.run`` (the launch). Dynamo's guards are
-the difference between the call and the same call under
-``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` (unsafe: for measuring only).
+after XLA ran): wrappers around ``XlaProgram.__call__`` and around the launch a repeated call
+takes (``Entry.plain_launch``: JAX's launcher itself). Dynamo's guards are the difference
+between the call and the same call under
+``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` (unsafe: for measuring only), and
+are also timed alone right after each call (the target row's cache entry checked on the
+call's arguments, through Dynamo's private debugging helpers).
 "Program alone" launches the two executables directly on the same arrays and waits.
 ``--guard-filter NAME`` compiles with ``options={"guard_filter_fn": torch.compiler.NAME}``
 (e.g. ``skip_guard_on_all_nn_modules_unsafe``): what a user's own trade of guards for speed
@@ -103,6 +105,10 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
             bench.ready(backend_on_jax(jtokens))
     (plan,) = program._plans.values()
     entry = plan.memo.entry
+    # A repeated call launches through JAX's launcher itself (Entry.plain_launch), not run().
+    launch, key = plan.memo.plain
+    plan.memo.plain = (_stamped("launch", launch), key)
+    check_guards = _guard_check(backend, tokens)
     arrays = program._inputs.get_all(last_args[program])
     (jit_program,) = jitted.programs.values()
     (jit_entry,) = jit_program.forward_core._entries.values()
@@ -143,6 +149,9 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
             stamps["program_exit"] - stamps["launch_exit"],
         )
         add(f"  {tag}: (AOT's wrapper and) Dynamo after the graph", t1 - stamps["program_exit"])
+        t0 = _clock()
+        check_guards()
+        add(f"  {tag}: Dynamo's guard check alone, right after the call", _clock() - t0)
 
     def guards_skipped() -> None:
         with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
@@ -193,6 +202,32 @@ def parts(rounds: int, guard_filter: str | None = None) -> None:
             f"{name} / jit: {min(times) / min(jit):.3f}x min, "
             f"{statistics.median(times) / statistics.median(jit):.3f}x median"
         )
+
+
+def _guard_check(compiled, tokens):
+    """Dynamo's guard check of ``compiled``'s one cache entry, on the arguments of a call with
+    ``tokens`` (Dynamo's private debugging helpers; measuring only)."""
+    import gc
+
+    from torch._dynamo.convert_frame import input_codes
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    codes = [ref() for ref in list(input_codes.seen)]
+    (code,) = [c for c in codes if c is not None and _debug_get_cache_entry_list(c)]
+    # transformers' models run through a decorated forward: the frame is its wrapper
+    function = next(
+        f for f in gc.get_objects() if type(f).__name__ == "function" and f.__code__ is code
+    )
+    frame_locals = {"self": compiled._orig_mod, "args": (tokens,), "kwargs": {}}
+    for name, cell in zip(code.co_freevars, function.__closure__ or (), strict=True):
+        frame_locals[name] = cell.cell_contents
+    with torch.no_grad():  # the entry whose guards pass: the target row's
+        (manager,) = [
+            e.guard_manager
+            for e in _debug_get_cache_entry_list(code)
+            if e.guard_manager.check(frame_locals)
+        ]
+    return lambda: manager.check(frame_locals)
 
 
 BACKEND = "backend"

@@ -211,6 +211,87 @@ def test_input_cache_reuses_a_view_only_for_the_same_tensor_and_memory():
     assert cache.get(0, t) is not first
 
 
+def test_input_cache_returns_the_last_arrays_only_for_an_unchanged_call():
+    """``InputCache.get_all``'s repeat (three C-level passes over the call instead of one
+    check per slot) returns the last call's very list and leaves ``generation`` alone only
+    for the same tensors with the same memory and shapes."""
+    from torchlax_dynamo._dlpack import InputCache
+
+    cache = InputCache(2)
+    x, w = torch.arange(6.0), torch.ones(6)
+    first = cache.get_all([x, w])
+    generation = cache.generation
+    assert cache.get_all([x, w]) is first and cache.generation == generation
+    x.mul_(2)  # in place: the same memory, seen through the views
+    assert cache.get_all([x, w]) is first and first[0].tolist() == x.tolist()
+    x.data = x.data[:3]  # the same data pointer, another shape
+    shorter = cache.get_all([x, w])
+    assert cache.generation != generation and shorter[0].tolist() == x.tolist()
+    generation = cache.generation
+    assert cache.get_all([x, w]) is shorter and cache.generation == generation
+    other = torch.ones(6)  # another tensor with w's shape
+    assert cache.get_all([x, other]) is not shorter and cache.generation != generation
+    generation = cache.generation
+    x.data = torch.arange(3.0)  # the same object, other memory
+    assert cache.get_all([x, other])[0].tolist() == [0.0, 1.0, 2.0]
+    assert cache.generation != generation
+    noncontiguous = torch.arange(12.0).reshape(3, 4).t()  # a copy, never cached: no repeat
+    copied = cache.get_all([x, noncontiguous])
+    assert cache.get_all([x, noncontiguous]) is not copied
+
+
+def test_a_cpu_programs_repeated_call_sees_every_change_of_its_inputs():
+    """A call of CPU tensors alone that InputCache finds unchanged launches the last
+    signature's executable without checking the signature again (and through JAX's launcher
+    alone, ``Entry.plain_launch``): values written in place are seen, and a tensor given a
+    shorter view of the same memory, other memory, or replaced reaches the right signature."""
+    graph = torch.fx.Graph()
+    x_node, w_node = graph.placeholder("x"), graph.placeholder("w")
+    graph.output((graph.call_function(torch.ops.aten.mul.Tensor, (x_node, w_node)),))
+    program = torchlax_dynamo.XlaProgram(
+        torch.fx.GraphModule(torch.nn.Module(), graph), torchlax_core.current_env()
+    )
+    x, w = torch.arange(6.0), torch.tensor([2.0])
+    changes = [
+        (lambda: None, 1),
+        (lambda: None, 1),  # a repeat
+        (lambda: x.mul_(3), 1),  # in place
+        (lambda: setattr(x, "data", x.data[:3]), 2),  # the same data pointer, shape (3,)
+        (lambda: setattr(x, "data", torch.arange(6.0) + 1), 2),  # other memory, shape (6,)
+        (lambda: w.fill_(-1), 2),
+    ]
+    for change, traces in changes:
+        change()
+        for _ in range(2):
+            (out,) = program(x, w)
+            assert_same(out, x * w)
+            assert program.traces == traces
+    (out,) = program(x, torch.tensor([5.0]))  # another tensor in w's slot
+    assert_same(out, x * 5)
+    assert program.traces == 2
+
+
+def test_gradients_after_steady_state_inference_calls():
+    """A model compiled and called under ``no_grad`` (the inference program, launched through
+    its steady-state path) and then with grad enabled gets the gradients eager PyTorch does."""
+    model = mlp()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="torchlax")
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_same(compiled(x), reference(x))
+    compiled(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    with torch.no_grad():
+        for p in (*model.parameters(), *reference.parameters()):
+            assert p.grad is not None
+            p.sub_(p.grad)  # an optimizer step, in place
+        assert_same(compiled(x), reference(x))
+
+
 def test_models_of_one_class_called_in_turn_keep_their_cached_views(monkeypatch):
     """Two instances of one model class compiled and called in turn share Dynamo's graph (the
     same frame passes the same guards), hence one program: each keeps its parameters' DLPack

@@ -163,6 +163,9 @@ class _Memo:
         "written_exclusive",
         "copied_into",
         "specs",
+        "generation",
+        "plain",
+        "runs",
     )
 
     def __init__(self, avals: list, statics: tuple, entry: Entry, plan: _CallPlan):
@@ -192,6 +195,13 @@ class _Memo:
         self.copied_into = tuple((p, i) for p, i in mutations if kinds[p] != _TORCHLAX)
         # The outputs' shapes, dtypes and devices (result_specs), once all_jax ones were made.
         self.specs: list | None = None
+        # InputCache.generation when this memo last served a call of torch tensors alone
+        # (-1 otherwise): while it is unchanged the call's arrays are that call's.
+        self.generation = -1
+        # (launch, key) of Entry.plain_launch, once the entry was launched through run();
+        # None while it is not, or for a signature run() must serve (keys drawn, checks).
+        self.plain: tuple | None = None
+        self.runs = 0
 
 
 class XlaProgram:
@@ -329,12 +339,14 @@ class XlaProgram:
         plan = self._plans.get(types)
         if plan is None:
             plan = self._plan(types)
+        repeat = -1
         if plan.torchlax_only:
             arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
             statics = ()
         elif plan.torch_only:
             arrays = self._inputs.get_all(args)
             statics = ()
+            repeat = self._inputs.generation
         else:
             arrays, statics = plan.inputs(args, self._inputs)
         if plan.mixed:
@@ -345,15 +357,30 @@ class XlaProgram:
             call_args = ([arrays[i] for i in donated], [arrays[i] for i in plan.kept])
         else:
             call_args = (arrays,)
-        # The signature of the last call is recognised by its arrays' avals (JAX hands every
-        # result of an executable the same aval object, and a training step's inputs are the
-        # last step's results) and its static values; any other call keys on the signature.
-        avals = list(map(_aval, arrays))
         memo = plan.memo
-        if memo is None or memo.statics != statics or not all(map(is_, avals, memo.avals)):
-            with x64():
-                entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
-            memo = plan.memo = _Memo(avals, statics, entry, plan)
+        if memo is None or repeat < 0 or memo.generation != repeat:
+            # The signature of the last call is recognised by its arrays' avals (JAX hands
+            # every result of an executable the same aval object, and a training step's inputs
+            # are the last step's results) and its static values; any other call keys on the
+            # signature. A CPU model's call whose inputs InputCache found unchanged since the
+            # memo's call (the same generation: the very arrays) needs neither.
+            avals = list(map(_aval, arrays))
+            if memo is None or memo.statics != statics or not all(map(is_, avals, memo.avals)):
+                with x64():
+                    entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
+                memo = plan.memo = _Memo(avals, statics, entry, plan)
+            memo.generation = repeat
+        plain = memo.plain
+        if plain is not None:
+            # The executable's C++ launcher with the constant key (Entry.plain_launch): what
+            # run() does for a signature that draws no key and checks nothing. One that
+            # raises has done nothing; run() then handles or raises it.
+            try:
+                results = plain[0](*call_args, plain[1])
+            except Exception:
+                memo.plain = None
+            else:
+                return self._outputs(memo, args, results)
         # A fresh key per call from torch's generator where the signature draws keys:
         # reproducible under torch.manual_seed.
         if x64_flag.value:
@@ -361,6 +388,9 @@ class XlaProgram:
         else:
             with x64():
                 results = plan.program.run(memo.entry, *call_args)
+        if memo.plain is None and memo.runs < 2:
+            memo.runs += 1
+            memo.plain = memo.entry.plain_launch()
         return self._outputs(memo, args, results)
 
     def _plan(self, types: tuple) -> _CallPlan:
