@@ -258,6 +258,28 @@ def test_inside_a_jax_trace_the_lowering_just_runs(env):
     assert stats(env)[:2] == (hits, misses)  # tracers never reach the cache
 
 
+def test_a_full_cache_evicts_the_entry_not_hit_since_the_others(env):
+    # Least recently used by second chance: a hit marks its entry, a full cache passes over
+    # marked entries (unmarking them) and evicts the first unmarked one, not simply the oldest.
+    env.config.op_cache_size = 2
+    older, newer, third = (jax_tensor(torch.ones(n)) for n in (3, 4, 5))
+    for t in (older, newer):
+        for _ in range(2):  # plain, then compiled
+            torch.neg(t)
+    hits = stats(env)[0]
+    torch.testing.assert_close(torch.neg(older).cpu(), -torch.ones(3))  # a hit marks it
+    assert stats(env)[0] == hits + 1
+    for _ in range(2):
+        torch.testing.assert_close(torch.neg(third).cpu(), -torch.ones(5))
+    cached = sorted(
+        k[1].shape for k in env._op_cache.entries if k[0].func is torch.ops.aten.neg.default
+    )
+    assert cached == [(3,), (5,)]  # `newer`, compiled after `older` but not hit since, went
+    hits = stats(env)[0]
+    torch.neg(older)
+    assert stats(env)[0] == hits + 1
+
+
 def test_the_cache_is_bounded_and_can_be_turned_off(env):
     env.config.op_cache_size = 2
     for n in (3, 4, 5, 6):

@@ -40,6 +40,7 @@ from ._opcache import cpp_launcher
 from ._program import unused_key, unused_key_data
 from ._stats import record_compile
 from ._tensor import (
+    _STRIDED,
     Tensor,
     _ArrayImpl,
     _device_of,
@@ -377,7 +378,7 @@ def wrap_results_like(arrays: Sequence[jax.Array], specs: Sequence[tuple]) -> li
         if type(array) is not _ArrayImpl or array.sharding is not sharding:
             out.append(_wrap_result(array))
             continue
-        tensor = _make_wrapper_subclass(Tensor, shape, dtype=dtype, device=device)
+        tensor = _make_wrapper_subclass(Tensor, shape, None, None, None, dtype, _STRIDED, device)
         tensor._storage = _Storage(array)
         tensor._view = None
         out.append(tensor)

@@ -775,6 +775,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
     not_cacheable = _opcache.NotCacheable
     new_tensor = _tensor._make_wrapper_subclass
     storage = _tensor._Storage
+    strided = torch.strided
     op = cache.op(func)
     hit_key = _make_hit_key(func, op)
     roots_hit_key = _make_hit_key(func, op, roots_only=True) if keeps_layout else hit_key
@@ -795,10 +796,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             stats.misses += 1
         else:
             stats.hits += 1
-            try:
-                entries.move_to_end(key)
-            except KeyError:  # evicted by another thread just now
-                pass
+            entry.used = True  # (the LRU's second chance: OpCache.insert)
         return entry, key, leaves
 
     def hit(args, kwargs) -> tuple:
@@ -813,10 +811,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         if entry is None:
             return None, None  # (the general path counts the miss)
         stats.hits += 1
-        try:
-            entries.move_to_end(key)
-        except KeyError:  # evicted by another thread just now
-            pass
+        entry.used = True
         return entry, leaves
 
     def miss(key, jargs, jkwargs, leaves):
@@ -895,18 +890,17 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             meta = None
         if meta is None:
             return _wrap(out)
-        r = new_tensor(Tensor, meta[0], dtype=meta[1], device=meta[2])
+        # Positional (size, strides, storage_offset, memory_format, dtype, layout, device):
+        # PyTorch's argument parser matches keywords by name, ~0.4-0.7 us a result more.
+        r = new_tensor(Tensor, meta[0], None, None, None, meta[1], strided, meta[2])
         r._storage = storage(out)
         r._view = None
         return r
 
-    def launch_hit(key, entry, leaves):
+    def launch_hit(entry, leaves):
         """Count the hit, launch ``entry`` and wrap its result (``serve_hit``'s second half)."""
         stats.hits += 1
-        try:
-            entries.move_to_end(key)
-        except KeyError:  # evicted by another thread just now
-            pass
+        entry.used = True  # (the LRU's second chance: OpCache.insert)
         meta = entry.meta
         if meta is None:
             return wrap_hit(entry, leaves)
@@ -914,7 +908,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             out = entry.call(*leaves)
         except (ValueError, TypeError):
             return _wrap(entry.relax()(*leaves))
-        r = new_tensor(Tensor, meta[0], dtype=meta[1], device=meta[2])
+        r = new_tensor(Tensor, meta[0], None, None, None, meta[1], strided, meta[2])
         r._storage = storage(out)
         r._view = None
         return r
@@ -938,7 +932,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
                 if key is not None:
                     entry = entries.get(key)
                     if entry is not None:
-                        return launch_hit(key, entry, leaves)
+                        return launch_hit(entry, leaves)
             return None
 
         impl.raw = raw  # pyright: ignore[reportFunctionMemberAccess]  (an attribute of our own on the function)
@@ -956,37 +950,61 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
     def serve_pair(a, b):
         """``func(a, b)``'s hit where ``a`` is a root Tensor and ``b`` a root Tensor or a Python
         number (the caller's checks), else None: ``serve_hit`` with the key built for that shape
-        of call, the same tuple ``hit_key`` builds, without its generic loop."""
+        of call, the same tuple ``hit_key`` builds, without its generic loop. ``launch_hit``'s
+        lines are repeated here and in ``serve_single`` rather than called: with the method's
+        own frame, two frames fewer per served ``a + b`` measured ~1 us less of its ~23 us
+        (loaded machine, interleaved with ``jnp.add``)."""
         array_a = a._storage.array
-        if type(array_a) is _ArrayImpl:
-            if type(b) is Tensor:
-                array_b = b._storage.array
-                if type(array_b) is not _ArrayImpl or not second_is_tensor:
-                    return None
-                key = (op, array_a.aval, array_b.aval, default_dtype())
-                entry = entries.get(key)
-                if entry is None:
-                    return None
-                leaves = (array_a, array_b)
-            else:
-                key = (op, array_a.aval, piece(b, []), default_dtype())
-                entry = entries.get(key)
-                if entry is None:
-                    return None
-                leaves = (array_a,)
-            if config.op_cache_size:
-                return launch_hit(key, entry, leaves)
-        return None
+        if type(array_a) is not _ArrayImpl or not config.op_cache_size:
+            return None
+        if type(b) is Tensor:
+            array_b = b._storage.array
+            if type(array_b) is not _ArrayImpl or not second_is_tensor:
+                return None
+            entry = entries.get((op, array_a.aval, array_b.aval, default_dtype()))
+            if entry is None:
+                return None
+            leaves = (array_a, array_b)
+        else:
+            entry = entries.get((op, array_a.aval, piece(b, []), default_dtype()))
+            if entry is None:
+                return None
+            leaves = (array_a,)
+        stats.hits += 1
+        entry.used = True
+        meta = entry.meta
+        if meta is None:
+            return wrap_hit(entry, leaves)
+        try:
+            out = entry.call(*leaves)
+        except (ValueError, TypeError):
+            return _wrap(entry.relax()(*leaves))
+        r = new_tensor(Tensor, meta[0], None, None, None, meta[1], strided, meta[2])
+        r._storage = storage(out)
+        r._view = None
+        return r
 
     def serve_single(a):
         """``func(a)``'s hit where ``a`` is a root Tensor, else None (as ``serve_pair``)."""
         array_a = a._storage.array
-        if type(array_a) is _ArrayImpl:
-            key = (op, array_a.aval, default_dtype())
-            entry = entries.get(key)
-            if entry is not None and config.op_cache_size:
-                return launch_hit(key, entry, (array_a,))
-        return None
+        if type(array_a) is not _ArrayImpl or not config.op_cache_size:
+            return None
+        entry = entries.get((op, array_a.aval, default_dtype()))
+        if entry is None:
+            return None
+        stats.hits += 1
+        entry.used = True
+        meta = entry.meta
+        if meta is None:
+            return wrap_hit(entry, (array_a,))
+        try:
+            out = entry.call(array_a)
+        except (ValueError, TypeError):
+            return _wrap(entry.relax()(array_a))
+        r = new_tensor(Tensor, meta[0], None, None, None, meta[1], strided, meta[2])
+        r._storage = storage(out)
+        r._view = None
+        return r
 
     raw.defers_views = True  # pyright: ignore[reportFunctionMemberAccess]  (takes _opcache.Pending arguments)
     impl = serving(general, hit_key)

@@ -5,7 +5,11 @@ wrapper made there) costs more than the JAX launch it leads to: a cached eager `
 1000 floats is ~2x a bare ``jnp.add`` for any ``__torch_dispatch__`` subclass, against
 ~1.0-1.2x when the subclass's own ``__add__`` launches the same executable and wraps the result
 (``benchmarks/eager_overhead.py``'s ``floor:`` rows; torchlax's, with the checks below and the
-cache key, ~1.9-2.0x against ~3.2x through the dispatcher, loaded 2-core machine). So the
+cache key, ~1.6x loaded and ~1.8x in a quiet moment against ~3.2x through the dispatcher,
+2-core machine, session 16: the hit itself, ``serve_pair``, now costs ~1 us above that
+floor; above it are this module's checks, ~2.2-2.6 us of wall time inside the call, grad
+mode and the two ``requires_grad`` reads ~1 us, finding the environment's ``serve_pair``
+~0.5 us). So the
 Tensor's hottest operators and methods (``a + b``, ``a * 2``, ``a @ b``, ``x.tanh()``, ...: ``_SERVED``) are Python methods
 of ``Tensor`` that serve a call themselves when that is exactly what the dispatcher would do:
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import torch
 
-from ._tensor import Tensor, _ArrayImpl, _make, _make_wrapper_subclass, _Storage
+from ._tensor import _STRIDED, Tensor, _ArrayImpl, _make, _make_wrapper_subclass, _Storage
 
 BATCH = 16  # a batch's first tensor costs what ~3 warm ones do; 16 make it ~1/5 of a tensor each
 
@@ -45,7 +45,9 @@ class ResultWrappers:
         if type(array) is not _ArrayImpl or array.sharding is not sharding:
             return _make(array)  # placed otherwise (a fallback path), or a tracer
         if _inference_mode():
-            tensor = _make_wrapper_subclass(Tensor, shape, dtype=dtype, device=device)
+            tensor = _make_wrapper_subclass(
+                Tensor, shape, None, None, None, dtype, _STRIDED, device
+            )
             tensor._storage = _Storage(array)
             tensor._view = None
             return tensor
@@ -59,7 +61,9 @@ class ResultWrappers:
     def _make_batch(self) -> None:
         shape, dtype, device, _ = self.spec
         for _ in range(self._batch):
-            tensor = _make_wrapper_subclass(Tensor, shape, dtype=dtype, device=device)
+            tensor = _make_wrapper_subclass(
+                Tensor, shape, None, None, None, dtype, _STRIDED, device
+            )
             tensor._storage = _Storage(None)
             tensor._view = None
             self._made.append(tensor)

@@ -34,7 +34,11 @@ from ._x64 import x64
 # -- what a tensor is made of -----------------------------------------------------------------
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+# On hot paths it is called with positional arguments, (cls, size, strides, storage_offset,
+# memory_format, dtype, layout, device, pin_memory, requires_grad): PyTorch's argument parser
+# matches keywords by name, ~0.4-0.7 us more per new Tensor (benchmarks/README.md, session 16).
 _ArrayImpl = type(jnp.zeros(()))
+_STRIDED = torch.strided
 _DEVICES: dict = {}  # sharding -> torch.device("jax", index): one hash per new tensor
 
 
@@ -302,7 +306,7 @@ def _make(
         device = _device_of(array)
     if layout is None:
         r = _make_wrapper_subclass(
-            Tensor, array.shape, dtype=dtype, device=device, requires_grad=requires_grad
+            Tensor, array.shape, None, None, None, dtype, _STRIDED, device, False, requires_grad
         )
     else:
         r = _make_wrapper_subclass(
