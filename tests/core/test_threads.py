@@ -69,10 +69,14 @@ def test_eager_random_ops_while_another_thread_traces_dropout():
 
     traced, eager, rounds = [], [], []
     tracing = threading.Event()
+    drawing = threading.Event()
     done = threading.Event()
 
     def thread_a():
         tracing.set()
+        # Trace only once B draws: a trace can be quicker than B's start (its programs come
+        # from the test run's compilation cache: tests/xla_compilation_cache.py).
+        drawing.wait(JOIN_TIMEOUT)
         try:
             traced.extend(traces(n_traces))
         finally:
@@ -88,6 +92,7 @@ def test_eager_random_ops_while_another_thread_traces_dropout():
                 assert not isinstance(value.jax(), jax.core.Tracer)  # never A's traced key
                 eager.append(value.cpu())
                 rounds.append(done.is_set())
+                drawing.set()
                 if len(eager) >= 5000:
                     break
 

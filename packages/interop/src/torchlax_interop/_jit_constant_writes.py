@@ -23,10 +23,7 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
     reaches it by (the first one named, the number of others said)."""
     first, path = changed[0]
     t = first.tensor
-    if path.startswith("default argument"):
-        where = f"held as the function's {path}"
-    else:
-        where = f"at {path}"
+    where = _where(path)
     described = f"the {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
     if first.grad_given and not first.written:
         what = (
@@ -41,10 +38,8 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
             "is not part of the compiled step's state: it is a constant of the program, so "
             "the write would happen once, while the step is traced, not on each call"
         )
-    others = len(changed) - 1
-    more = f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
     return RuntimeError(
-        f"{owner}: {what}{more}. torchlax.jit makes state of the tensors the function closes "
+        f"{owner}: {what}{_others(changed)}. torchlax.jit makes state of the tensors the function closes "
         "over or receives as arguments, of the parameters and buffers of the modules and the "
         "parameters of the optimizers it reaches (through closures, globals, arguments, a "
         "bound method's object, and the lists, tuples, dicts and objects' attributes these "
@@ -62,21 +57,14 @@ def changed_cpu_tensor_error(
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
     t = first.tensor
-    if path is None:
-        where = "(the function does not reach it within the search)"
-    elif path.startswith("default argument"):
-        where = f"held as the function's {path}"
-    else:
-        where = f"at {path}"
+    where = "(the function does not reach it within the search)" if path is None else _where(path)
     described = f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
     if first.grad_given and not first.written:
         what = f"the step gives a .grad to {described} {where}"
     else:
         what = f"the step writes into {described} {where} (in place, or through .data)"
-    others = len(changed) - 1
-    more = f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
     return RuntimeError(
-        f"{owner}: {what}{more}. A plain CPU tensor is no part of the compiled program: the "
+        f"{owner}: {what}{_others(changed)}. A plain CPU tensor is no part of the compiled program: the "
         "change would happen once, on the host, while the step is traced, and never on the "
         "program's calls (a counter would stop counting). Move the tensor to the 'jax' device "
         "(tensor.to('jax') inside torchlax.enable()) and keep it where the step's state is "
@@ -84,3 +72,16 @@ def changed_cpu_tensor_error(
         "or change it outside the jitted function. The tensor was left as it was before the "
         "call."
     )
+
+
+def _where(path: str) -> str:
+    """Where the function holds a tensor, from its path (``_jit_paths.path_to``)."""
+    if path.startswith("default argument"):
+        return f"held as the function's {path}"
+    return f"at {path}"
+
+
+def _others(changed: list) -> str:
+    """The note on how many tensors besides the first one named also changed."""
+    others = len(changed) - 1
+    return f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
