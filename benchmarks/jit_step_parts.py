@@ -120,9 +120,13 @@ def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
 
     wrap(_jit._Jitted, "__call__", "whole call")
     wrap(_jit_state._Layout, "holds", "guards (_Layout.holds)")
-    wrap(_jit_state._Layout, "_modules_hold", "  of which modules, flags, storages")
-    wrap(_jit_state._Layout, "_groups_hold", "  of which optimizer groups")
-    wrap(_jit_state._Layout, "_entries_hold", "  of which optimizer state entries")
+    wrap(
+        _jit_state._Layout,
+        "holds_reached",
+        "  of which the snapshot (modules, flags, storages, groups, entries)",
+    )
+    wrap(_jit_state._Layout, "_groups_hold", "    of which optimizer groups")
+    wrap(_jit_state._Layout, "_entries_hold", "    of which optimizer state entries")
     if hasattr(_jit, "_RepeatedStep"):  # (after issue 14's repeated step)
         wrap(_jit._RepeatedStep, "call", "repeated step (its own checks and all)")
     wrap(_jit_state._Layout, "assemble", "state (_Layout.assemble)")

@@ -45,7 +45,7 @@ _GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, ne
     _torch_module._global_backward_pre_hooks,
     _torch_module._global_backward_hooks,
 )
-# PyTorch's check for a __torch_function__ override skipped (see _Layout._modules_hold)
+# PyTorch's check for a __torch_function__ override skipped (see _Layout._guard)
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
 _ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
@@ -326,10 +326,12 @@ class _Layout:
     _value_keys: tuple = ()
     _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
     # the dicts' values, then the flag objects' requires_grad, training and _storage, in that
-    # order: what _modules_hold() reads now
+    # order: what _hold_modules() reads now
     _flags: tuple = ()
     # map(*_training_reads): each module's training flag (see _flatten_snapshot)
     _training_reads: tuple = (getattr, (), ())
+    # the module part of the snapshot checked (``_guard(None)``, made by _flatten_snapshot)
+    _hold_modules: Callable[[], bool] = dataclasses.field(init=False, repr=False)
     _sections: tuple = ()  # the checks of the other parts of the snapshot that are not empty
     _flat_entries: _FlatEntries | None = None  # ``entries`` laid out flat, once checked
 
@@ -374,6 +376,7 @@ class _Layout:
             (self._entries_hold, self.entries),
         )
         self._sections = tuple(check for check, snapshot in sections if snapshot)
+        self._hold_modules = self._guard(None)
 
     def keyed_statics(self, statics: tuple) -> tuple:
         """The arguments' static values as the program's key holds them: an object among
@@ -411,29 +414,44 @@ class _Layout:
     def holds_reached(self) -> bool:
         """``holds()`` less its check of the arguments (for a call whose arguments are
         tensors only, while the layout has no module or optimizer among its arguments)."""
-        return self._modules_hold(self._flags) and self._sections_hold()
+        return self._hold_modules() and self._sections_hold()
 
     def forward_guard(self, state: _StateSet) -> Callable[[], bool]:
         """``holds_reached() and reused(state)`` as one function made for this layout and
         ``state``, for a caller that asks it on every call (``torchlax.jit``'s repeated
-        forward): ``_modules_hold``'s reads, and no ``.grad`` on any parameter, in one frame
-        over local names. (Whether each storage of ``state`` still holds the array a repeated
-        forward recorded is its caller's check, made before the launch.)
+        forward): the module reads, and no ``.grad`` on any parameter, in one frame over local
+        names (``_guard``). (Whether each storage of ``state`` still holds the array a
+        repeated forward recorded is its caller's check, made before the launch.)"""
+        return self._guard(state)
 
-        Inside such a call every object is read with cold caches (XLA ran since the last
-        one), and each frame and attribute lookup costs several times its warm cost: the
-        same reads through ``_modules_hold``'s frame and the layout's attributes cost ~5 us
-        more per call (MLP forward, loaded)."""
+    def _guard(self, state: _StateSet | None) -> Callable[[], bool]:
+        """The module part of the snapshot as one function over local names: the modules'
+        dicts (their keys in order, then their values), each parameter's ``requires_grad``,
+        each module's ``training`` and each state tensor's storage, by identity (bools and
+        None are singletons), in C-level passes. With ``state`` (``forward_guard``) also: the
+        layout still assembles ``state``, no parameter has a ``.grad``, and the other
+        sections of the snapshot; without (``_hold_modules``, made once per layout) the
+        module part alone.
+
+        Each call runs it with cold caches (XLA ran since the last one), where every frame
+        and attribute lookup costs several times its warm cost: the same reads through a
+        method's frame and the layout's attributes cost ~5 us more per call (MLP forward,
+        loaded). The tensors' flags are read with ``__torch_function__`` off: each such read
+        of a Tensor subclass otherwise first looks up that attribute on the tensor (PyTorch's
+        check for an override; a torchlax Tensor has none while no environment installs
+        one), which was a third of a repeated forward's checks."""
         layout = self
         dicts, keys = self._dicts, self._dict_keys
         value_dicts, value_keys = self._value_dicts, self._value_keys
         params, _, tensors = self._flag_objects
         read_training, training_of, training_names = self._training_reads
-        expected = (*self._flags, *self._nones)
-        sections = bool(self._sections)
+        forward = state is not None
+        without_grads = params if forward else ()
+        expected = (*self._flags, *self._nones) if forward else self._flags
+        sections = forward and bool(self._sections)
 
         def holds() -> bool:
-            if layout._assembled is not state:
+            if forward and layout._assembled is not state:
                 return False
             if RemovableHandle.next_id != layout._hook_id and not layout._no_new_hooks():
                 return False
@@ -447,7 +465,7 @@ class _Layout:
                                 map(_REQUIRES_GRAD, params),
                                 map(read_training, training_of, training_names),
                                 map(storage_getter, tensors),
-                                map(_GRAD, params),
+                                map(_GRAD, without_grads),
                             ),
                             expected,
                         )
@@ -470,35 +488,6 @@ class _Layout:
             return False
         self._hook_id = seen
         return True
-
-    def _modules_hold(self, then: tuple) -> bool:
-        """The module part of the snapshot against ``then`` (``_flags``): the modules' dicts, their values, each parameter's
-        ``requires_grad``, each module's ``training`` and each state tensor's storage, by
-        identity (bools and None are singletons), in C-level passes: this runs on every call.
-
-        The tensors' flags are read with ``__torch_function__`` off: each such read of a
-        Tensor subclass otherwise first looks up that attribute on the tensor (PyTorch's
-        check for an override; a torchlax Tensor has none while no environment installs
-        one), which was a third of a repeated forward's checks."""
-        if RemovableHandle.next_id != self._hook_id and not self._no_new_hooks():
-            return False
-        params, _, tensors = self._flag_objects
-        try:
-            with _NO_TORCH_FUNCTION():
-                return tuple(map(tuple, self._dicts)) == self._dict_keys and all(
-                    map(
-                        is_,
-                        chain(
-                            map(getitem, self._value_dicts, self._value_keys),
-                            map(_REQUIRES_GRAD, params),
-                            map(*self._training_reads),
-                            map(storage_getter, tensors),
-                        ),
-                        then,
-                    )
-                )
-        except AttributeError:  # swapped for a tensor that is no torchlax Tensor
-            return False
 
     def _sections_hold(self) -> bool:
         # Only the sections of the snapshot this layout has (a module's forward has none:
