@@ -7,7 +7,8 @@ Prints a table, and writes ``benchmarks/results/results.json`` and
 ``benchmarks/results/results.png`` (the chart the README embeds). Timings are medians of
 repeated steady-state calls after a first (compiling) call, whose time is reported apart.
 The training steps of one model and optimizer are then timed again round-robin
-(``Bench.interleave``), so that their ratios compare calls made in the same stretches of time.
+(``Bench.interleave``), so that their ratios compare calls made in the same stretches of time,
+and the two forward targets' variants once more call by call (``Bench.pair``).
 """
 
 # ruff: noqa: B023  (each closure is timed at once, inside the loop iteration that made it)
@@ -129,6 +130,46 @@ class Bench:
             row["min_s"] = min(times)
             row["runs"] += len(times)
             row["interleaved_rounds"] = rounds
+
+    def pair(self, group: str, first: str, second: str) -> None:
+        """Time two measured variants of a group call by call in turn, each call until its
+        result is ready, for a target that compares exactly these two. Round-robin blocks of
+        calls (``interleave``) still let one variant's block land on a slower stretch than the
+        other's, and the run's other variants leave their own state behind (PyTorch's OpenMP
+        threads spinning, caches full of another program's data): alternating the two call by
+        call makes each call's neighbour the other variant. Both rows' ``median_s`` becomes the
+        median over these calls (the block-interleaved median is kept as
+        ``interleaved_median_s``) and ``paired_calls`` says how many each made."""
+        rows = {
+            r["variant"]: r
+            for r in self.rows
+            if r["group"] == group and r["variant"] in (first, second) and "median_s" in r
+        }
+        if len(rows) != 2:
+            return
+        self.progress(f"{group} · {first} and {second}, call by call")
+        budget = 0.5 if self.quick else 4.0  # seconds for both together
+        per_pair = rows[first]["median_s"] + rows[second]["median_s"]
+        pairs = max(20, round(budget / per_pair))
+        fns = ((self.timed[(group, first)], []), (self.timed[(group, second)], []))
+        clock = time.perf_counter
+        try:
+            for _ in range(pairs):
+                for fn, times in fns:
+                    t0 = clock()
+                    fn()
+                    times.append(clock() - t0)
+        except Exception as exc:  # reported on both rows, the interleaved figures kept
+            for row in rows.values():
+                row["paired_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            return
+        for variant, (_, times) in zip((first, second), fns, strict=True):
+            row = rows[variant]
+            row["interleaved_median_s"] = row["median_s"]
+            row["median_s"] = statistics.median(times)
+            row["paired_min_s"] = min(times)
+            row["paired_calls"] = len(times)
+            row["runs"] += len(times)
 
 
 def cpu_and_ready_times(
@@ -433,6 +474,8 @@ def bench_models(b: Bench) -> None:
                     if key[0] == group:
                         fn()
                 b.interleave(group)
+                # The target row (issue 14): the two compared variants alternated call by call.
+                b.pair(group, "torchlax.jit", "hand-written JAX")
                 bench_jit_call_breakdown(b, jitted, jinputs[0], lambda: fast(params, x))
             elif name == "GPT-2 (2 layers)":
                 bench_backend_variants(b, group, backend, inputs, jmodel, jinputs)
@@ -449,6 +492,7 @@ def bench_models(b: Bench) -> None:
                         BACKEND_GUARDS_SKIPPED,
                     ),
                 )
+                b.pair(group, 'torch.compile backend="torchlax"', "torchlax.jit")
     bench_gpt2_forward(b)
 
 
