@@ -173,16 +173,28 @@ class Bench:
 
 
 def cpu_and_ready_times(
-    variants: dict[str, Callable[[], Any]], calls: int
+    variants: dict[str, Callable[[], Any]],
+    calls: int,
+    after: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Each variant called ``calls`` times, interleaved one call each: per variant, the calling
-    thread's CPU time until a call returns, and the wall time until a second call's result is
-    ready (seconds). For the scripts that time a call's parts (jit_call_parts.py, ...)."""
+    """Each variant called ``calls`` times, interleaved one round at a time: per variant, the
+    calling thread's CPU time until a call returns, and the wall time until a second call's
+    result is ready (seconds). For the scripts that time a call's parts (jit_call_parts.py,
+    ...).
+
+    Each timed call follows an untimed call (waited for) of ``after[name]`` (default: the
+    variant itself), as each call in ``run.py`` follows the one before it: what the previous
+    call touched decides how much of this call's memory is still cached. Timed right after
+    another variant instead, a repeated ``torchlax.jit`` MLP forward took ~10 us more CPU after
+    the JAX variant than after a call of the same jitted function (loaded, session 17), so
+    the first variant of each round paid that and the others did not."""
+    after = after or {}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     done: dict[str, list[float]] = {name: [] for name in variants}
     thread_ns = time.thread_time_ns
     for _ in range(calls):
         for name, fn in variants.items():
+            ready(after.get(name, fn)())
             start = thread_ns()
             out = fn()
             cpu[name].append((thread_ns() - start) * 1e-9)

@@ -1229,9 +1229,14 @@ class _RepeatedForward:
     30-36 / 58-68); inside calls, min: the launch ~27-29 us (JAX's whole call ~30-34), the
     guard and checked mode after it ~12-15, the checks before it ~7-8, the wrapper ~2
     (benchmarks/README.md, "Session 16";
-    ``benchmarks/jit_call_parts.py`` times the call's parts). A C++ check of the layout's
-    objects (Dynamo's guard manager) measured no faster in such calls, only in a warm loop
-    (session 13)."""
+    ``benchmarks/jit_call_parts.py`` times the call's parts). Each kind of read the guard
+    makes costs about what the memory it reads again costs (each parameter's autograd state
+    for ``requires_grad`` and ``.grad``: ~5 us for the MLP's six; the module dicts ~10 us
+    median, loaded), so the same reads in another shape gain nothing: folded into the pass
+    before the launch, dicts iterated instead of keyed, this call as a closure over locals,
+    measured in one process beside this form: no faster (session 17). A C++ check of the
+    layout's objects (Dynamo's guard manager) measured no faster in such calls, only in a
+    warm loop (session 13)."""
 
     layout: _Layout
     state: _StateSet
