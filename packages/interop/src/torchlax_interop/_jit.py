@@ -63,9 +63,8 @@ from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
-from ._jit_constant_modules import ConstantModules
 from ._jit_constant_writes import changed_constant_error, changed_cpu_tensor_error
-from ._jit_host_effects import HostEffects
+from ._jit_cpu_tensors import ChangedCpuTensor
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
 from ._jit_paths import path_to, reaches
@@ -82,6 +81,7 @@ from ._jit_state import (
     cpu_state_tensors,
     find_state,
 )
+from ._jit_trace_watch import TraceWatch
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
@@ -337,36 +337,37 @@ class _Program:
     def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
         """The step on tracers, refusing what cannot be one program: an optimizer stepped
         that is no state, a module trained that is no state, a constant (a tensor that is no
-        state) changed. Constants the step changed are put back before it raises. Returns
-        the step's output, the constants it read (``ReadConstants``, or None) and the
-        backward hooks it met (``HostEffects.backward_hooks``)."""
+        state) or a plain CPU tensor changed. What the step changed is put back before it
+        raises. Returns the step's output, the constants it read (``ReadConstants``, or None)
+        and the backward hooks it met (``TraceWatch.backward_hooks``)."""
         jitted = self.jitted
+        owner = _owner(jitted)
         unfound = _refuse_unfound_optimizers(state, jitted)
-        constants = ConstantModules(
+        trace = TraceWatch(
             {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
         )
-        host = HostEffects()
         with watch_constants() as watch:
             try:
                 try:
-                    with host:
+                    with trace:
                         out = jitted._run(cpu_state, args, kwargs)
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(jitted) from exc
                 finally:
                     unfound.remove()
-                    constants.stop()
             except BaseException:
                 watch.restore(watch.changed())
-                host.restore(host.changed())
+                trace.restore(trace.changed_cpu_tensors())
+                if trace.refused_leaves:  # a backward() that would give CPU leaves .grads
+                    raise _refused_backward_error(trace, jitted, args, kwargs) from None
                 raise
-        cpu_changed = host.changed()
+        cpu_changed = trace.changed_cpu_tensors()
         if cpu_changed:  # a plain CPU tensor the step changed: put back, and named
-            host.restore(cpu_changed)
+            trace.restore(cpu_changed)
             watch.restore(watch.changed())
             named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
-            raise changed_cpu_tensor_error(_owner(jitted), named)
-        untrained = constants.error(_owner(jitted), jitted.target, args, kwargs)
+            raise changed_cpu_tensor_error(owner, named)
+        untrained = trace.modules.error(owner, jitted.target, args, kwargs)
         # A changed tensor the function reaches is a constant of the user's: put back, and
         # named. Any other is one the step made from host data (torch.tensor(...)): its
         # own, left alone where the program returns it from (a new optimizer state entry or
@@ -381,8 +382,8 @@ class _Program:
         if untrained is not None:
             raise untrained
         if named:
-            raise changed_constant_error(_owner(jitted), named)
-        return out, watch.read(), tuple(host.backward_hooks)
+            raise changed_constant_error(owner, named)
+        return out, watch.read(), tuple(trace.backward_hooks)
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
@@ -632,6 +633,25 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
             )
 
     return register_optimizer_step_pre_hook(refuse)
+
+
+def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeError:
+    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s
+    (refused before it ran): naming the module, where a leaf is the parameter of a module the
+    trace called that is no state, else the first leaf, by the path the function reaches it."""
+    owner = _owner(jitted)
+    refused = {id(t) for t in trace.refused_leaves}
+    untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
+    if untrained is not None:
+        return untrained
+    named = [
+        (
+            ChangedCpuTensor(t, False, True, None, by_backward=True),
+            path_to(t, jitted.target, args, kwargs),
+        )
+        for t in trace.refused_leaves
+    ]
+    return changed_cpu_tensor_error(owner, named)
 
 
 def _leaked_tracer_error(jitted) -> RuntimeError:
