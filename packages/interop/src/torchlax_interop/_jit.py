@@ -343,13 +343,13 @@ class _Program:
         jitted = self.jitted
         owner = _owner(jitted)
         unfound = _refuse_unfound_optimizers(state, jitted)
-        trace = TraceWatch(
+        trace_watch = TraceWatch(
             {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
         )
         with watch_constants() as watch:
             try:
                 try:
-                    with trace:
+                    with trace_watch:
                         out = jitted._run(cpu_state, args, kwargs)
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(jitted) from exc
@@ -357,17 +357,21 @@ class _Program:
                     unfound.remove()
             except BaseException:
                 watch.restore(watch.changed())
-                trace.restore(trace.changed_cpu_tensors())
-                if trace.refused_leaves:  # a backward() that would give CPU leaves .grads
-                    raise _refused_backward_error(trace, jitted, args, kwargs) from None
+                trace_watch.restore(trace_watch.changed_cpu_tensors())
+                if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
+                    raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
                 raise
-        cpu_changed = trace.changed_cpu_tensors()
+        if trace_watch.refused_leaves:  # (the step caught the refusal and went on)
+            watch.restore(watch.changed())
+            trace_watch.restore(trace_watch.changed_cpu_tensors())
+            raise _refused_backward_error(trace_watch, jitted, args, kwargs)
+        cpu_changed = trace_watch.changed_cpu_tensors()
         if cpu_changed:  # a plain CPU tensor the step changed: put back, and named
-            trace.restore(cpu_changed)
+            trace_watch.restore(cpu_changed)
             watch.restore(watch.changed())
             named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
             raise changed_cpu_tensor_error(owner, named)
-        untrained = trace.modules.error(owner, jitted.target, args, kwargs)
+        untrained = trace_watch.modules.error(owner, jitted.target, args, kwargs)
         # A changed tensor the function reaches is a constant of the user's: put back, and
         # named. Any other is one the step made from host data (torch.tensor(...)): its
         # own, left alone where the program returns it from (a new optimizer state entry or
@@ -383,7 +387,7 @@ class _Program:
             raise untrained
         if named:
             raise changed_constant_error(owner, named)
-        return out, watch.read(), tuple(trace.backward_hooks)
+        return out, watch.read(), tuple(trace_watch.backward_hooks)
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
