@@ -364,3 +364,30 @@ def test_a_cpu_module_trained_where_the_walk_does_not_reach_raises_naming_the_mo
     with pytest.raises(RuntimeError, match=r"Linear at holder\.nets\[0\]\[0\]\[0\]\.head"):
         jitted(x)
     assert all(p.grad is g for p, g in zip(head.parameters(), grads, strict=True))
+
+
+def test_a_tensor_argument_that_requires_grad_to_a_step_that_trains_raises():
+    # Eagerly the step's backward() gives the argument a .grad; traced, an argument is a value
+    # of the program that does not require grad (before: its .grad silently stayed as it was).
+    with torchlax.enable():
+        model = _model().to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        w = torch.ones(3, device="jax", requires_grad=True)
+
+    def step(x, w):
+        opt.zero_grad()
+        loss = (model(x) * w).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    jitted = torchlax.jit(step)
+    x = torchlax.from_torch(torch.randn(2, 4))
+    jitted(x, w)  # the first call runs eagerly: w gets its .grad, as eagerly
+    grad = w.grad
+    with pytest.raises(
+        RuntimeError,
+        match=r"tensor argument 1 \(the float64 tensor of shape \(3,\)\) requires grad",
+    ):
+        jitted(x, w)
+    assert w.grad is grad

@@ -658,6 +658,21 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeE
     return changed_cpu_tensor_error(owner, named)
 
 
+def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
+    """The error for a step that trains called with a tensor argument that requires grad."""
+    k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
+    described = f"the {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    return RuntimeError(
+        f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
+        "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
+        "into the graph it was computed by), but an argument is an input of the compiled "
+        "program, traced as a value that does not require grad, and no gradient is given back "
+        "to it. Close over the tensor or register it in a module as a parameter (then it is "
+        "part of the step's state and its .grad is written back), or pass it detached "
+        "(tensor.detach())."
+    )
+
+
 def _leaked_tracer_error(jitted) -> RuntimeError:
     name = getattr(jitted.target, "__qualname__", repr(jitted.target))
     return RuntimeError(
@@ -941,6 +956,8 @@ class _Jitted:
                 state_arrays = _distinct(state_arrays)
             entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
         program.trains = info.trains
+        if info.trains and any(t.requires_grad for t in inputs):
+            raise _argument_requiring_grad_error(self, inputs)
         if info.trains and entry.jaxpr is not None:  # no jaxpr kept in checked mode
             if dead_grads is None:
                 # The first trace of this step: which .grads does it discard unread? Later
