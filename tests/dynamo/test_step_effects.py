@@ -1,13 +1,15 @@
 """torch.compile(step, backend="torchlax") over a step with effects beyond its parameters: a
 tensor it writes that is no parameter (``counter.add_(1)``), a leaf that is no parameter of a
-module given a ``.grad`` by ``loss.backward()``, a module's backward hook, and a graph break
-between the forward and ``loss.backward()``.
+module given a ``.grad`` by ``loss.backward()`` (on the model's device, or a CPU leaf moved to
+``jax`` in the loss), a module's backward hook, and a graph break between the forward and
+``loss.backward()``.
 
 Dynamo replays writes into tensors it does not own and traces ``.grad`` accumulation into the
 leaves it knows; the backward hook and the graph break both put the loss's autograd graph
 partly in an earlier graph, which the traced backward (``trace_autograd_ops``, on inside this
 backend's calls) cannot follow: before ``torchlax_dynamo._earlier_graphs`` such a step gave no
-parameter a ``.grad`` and silently did not train. Each case: 3 calls, on CPU tensors and on
+parameter a ``.grad`` and silently did not train; the CPU leaf's gradient crosses devices, and
+Dynamo's fake run of that traced backward aborted the process. Each case: 3 calls, on CPU tensors and on
 torchlax Tensors, against the same step run eagerly on the CPU (float64, 1e-10).
 """
 
@@ -31,6 +33,8 @@ def _setup(effect: str, device: str):
         model = model.to(device)
         counter = torch.zeros((), device=device)
         w = torch.ones(3, device=device, requires_grad=True)  # no module's parameter
+        if effect == "cpu-leaf-moved":
+            w = torch.ones(3, requires_grad=True)  # on the CPU, whatever the model's device
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     if effect == "backward-hook":
         model[2].register_full_backward_hook(_halve_grad_input)
@@ -43,6 +47,8 @@ def _setup(effect: str, device: str):
         if effect == "graph-break":
             torch._dynamo.graph_break()
         loss = F.cross_entropy(out, y)
+        if effect == "cpu-leaf-moved":
+            loss = loss + (w * 2).sum().to(out.device)
         loss.backward()
         opt.step()
         if effect == "counter":
@@ -63,6 +69,7 @@ def _setup(effect: str, device: str):
         ("backward-hook", "jax"),
         ("graph-break", "cpu"),
         ("graph-break", "jax"),
+        ("cpu-leaf-moved", "jax"),  # (before: the process aborted while Dynamo traced it)
     ],
 )
 def test_a_steps_effects_are_eager_pytorchs_after_three_calls(effect, device):
@@ -81,7 +88,7 @@ def test_a_steps_effects_are_eager_pytorchs_after_three_calls(effect, device):
         torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-10, atol=1e-10, msg=name)
         torch.testing.assert_close(p.grad.cpu(), r.grad, rtol=1e-10, atol=1e-10, msg=name)
     torch.testing.assert_close(counter.cpu(), ref_counter, rtol=0, atol=0)
-    if effect == "leaf-grad":
+    if effect in ("leaf-grad", "cpu-leaf-moved"):
         torch.testing.assert_close(w.grad.cpu(), ref_w.grad, rtol=1e-10, atol=1e-10)
     else:
         assert w.grad is None

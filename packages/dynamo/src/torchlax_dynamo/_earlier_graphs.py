@@ -1,4 +1,5 @@
-"""A traced ``loss.backward()`` whose loss was computed in an earlier graph: a graph break.
+"""A traced ``loss.backward()`` whose loss was computed in an earlier graph, or whose gradient
+crosses devices: a graph break.
 
 With ``trace_autograd_ops`` (``_capture``) Dynamo traces ``loss.backward()`` as
 ``torch.autograd.grad`` of the leaves it knows in the frame it is capturing, plus their
@@ -17,8 +18,12 @@ otherwise returns to Dynamo's method at once), ``Tensor.backward`` first walks t
 autograd graph; if it reaches a ``grad_fn`` of one of the frame's inputs, it breaks the graph
 there, as Dynamo does at ``backward()`` with the option off: the autograd engine runs that
 backward through the earlier graphs' compiled backwards, and the step trains as eagerly (one
-program more than a step without the break). If torch no longer has the method, ``install``
-raises: a step would otherwise silently not train.
+program more than a step without the break). The same for a loss whose graph reaches a leaf on
+another device (``loss + (w_cpu * 2).sum().to("jax")``): Dynamo runs the traced
+``autograd.grad`` on fake tensors, and the autograd engine's worker thread for the other device
+then failed an assertion of fake-tensor mode that it could not raise: the process aborted
+("terminate called without an active exception"). If torch no longer has the method,
+``install`` raises: a step would otherwise silently not train.
 """
 
 from __future__ import annotations
@@ -39,9 +44,13 @@ def _fake(var: Any) -> Any:
     return var.as_proxy().node.meta.get("example_value")
 
 
-def earlier_graph_input(loss: Any, tx: Any) -> str | None:
-    """The name of a frame input whose ``grad_fn`` the autograd graph of ``loss`` (a
-    ``TensorVariable``) reaches, or None if it reaches none."""
+def untraceable_backward(loss: Any, tx: Any) -> str | None:
+    """Why the backward of ``loss`` (a ``TensorVariable``) cannot be traced, or None: its
+    autograd graph reaches the ``grad_fn`` of one of the frame's inputs (an earlier graph's),
+    or a leaf on another device than the loss (a CPU leaf moved to ``jax``)."""
+    fake = _fake(loss)
+    if not isinstance(fake, torch.Tensor) or fake.grad_fn is None:
+        return None
     ends: dict[Any, str] = {}
     for var in tx.output.input_source_to_var.values():
         t = _fake(var) if isinstance(var, TensorVariable) else None
@@ -51,17 +60,20 @@ def earlier_graph_input(loss: Any, tx: Any) -> str | None:
         for node in (t.grad_fn, t._base.grad_fn if t._base is not None else None):
             if node is not None:
                 ends[node] = name
-    fake = _fake(loss)
-    if not ends or not isinstance(fake, torch.Tensor) or fake.grad_fn is None:
-        return None
     stack, visited = [fake.grad_fn], set()
     while stack:
         node = stack.pop()
         if node in ends:
-            return ends[node]
+            return f"the loss's autograd graph reaches the grad_fn of {ends[node]}"
         if node in visited:
             continue
         visited.add(node)
+        leaf = getattr(node, "variable", None)  # (an AccumulateGrad node: a leaf's)
+        if isinstance(leaf, torch.Tensor) and leaf.device.type != fake.device.type:
+            return (
+                f"the loss is on {fake.device.type} and a leaf of its autograd graph on "
+                f"{leaf.device.type}"
+            )
         stack.extend(n for n, _ in node.next_functions if n is not None)
     return None
 
@@ -86,15 +98,15 @@ def install(is_this_backend: Callable[[Any], bool]) -> None:
 
     def method_backward(self: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
         if is_this_backend(tx.output.compiler_fn):
-            source = earlier_graph_input(self, tx)
-            if source is not None:
+            reason = untraceable_backward(self, tx)
+            if reason is not None:
                 unimplemented(
-                    gb_type="Tensor.backward() through an earlier graph (torchlax)",
-                    context=f"the loss's autograd graph reaches the grad_fn of {source}",
+                    gb_type="Tensor.backward() that a traced autograd.grad cannot follow (torchlax)",
+                    context=reason,
                     explanation=(
-                        "The loss was computed (in part) in an earlier graph: the traced "
-                        "backward cannot follow its autograd graph there, so the autograd "
-                        "engine runs this backward."
+                        "The loss was computed (in part) in an earlier graph, or its gradient "
+                        "crosses devices: the traced backward cannot follow its autograd graph "
+                        "there, so the autograd engine runs this backward."
                     ),
                     hints=["Remove the graph break between the forward and loss.backward()."],
                 )
