@@ -391,3 +391,11 @@ def test_a_tensor_argument_that_requires_grad_to_a_step_that_trains_raises():
     ):
         jitted(x, w)
     assert w.grad is grad
+    # A step its shortcut repeats (the same call again) refuses such an argument too.
+    v = w.detach().clone()
+    for _ in range(3):
+        jitted(x, v)
+    v.requires_grad_(True)
+    with pytest.raises(RuntimeError, match=r"tensor argument 1 .* requires grad"):
+        jitted(x, v)
+    assert v.grad is None

@@ -1226,6 +1226,7 @@ _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the ge
 _ARRAY = operator.attrgetter("array")
 _AVAL = operator.attrgetter("aval")
 _GRAD = operator.attrgetter("grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
@@ -1455,6 +1456,7 @@ class _RepeatedStep:
             return _MISSED
         if (
             _signature(arrays) != self.input_signature
+            or any(map(_REQUIRES_GRAD, args))  # (the general path refuses such an argument)
             or not layout.holds(args)  # pyright: ignore[reportArgumentType]  (a tuple does)
             or not all(map(is_, map(_GRAD, state.grads), self.grads))
             or not _same_objects(_state_values(layout), self.values)
