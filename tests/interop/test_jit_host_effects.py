@@ -267,3 +267,135 @@ def test_cpu_tensors_the_step_makes_or_only_reads_are_fine():
         atol=1e-10,
     )
     assert scale.item() == 2.0
+
+
+# -- .grads a backward() of the step gives to plain CPU tensors -------------------------------
+
+
+def _host_loss(out, w):
+    return out.sum() + (w * 2).sum().to(out.device)  # the loss a torchlax Tensor
+
+
+def _host_only_loss(out, w):
+    return (w * 2).sum()  # the whole loss on the host
+
+
+@pytest.mark.parametrize(
+    ("loss_of", "caught"),
+    [(_host_loss, False), (_host_only_loss, False), (_host_loss, True)],
+    ids=["jax-loss", "cpu-loss", "refusal-caught-by-the-step"],
+)
+def test_a_cpu_leaf_given_a_grad_by_backward_raises_and_is_left_as_it_was(loss_of, caught):
+    # A backward() inside the step would give the CPU leaf its .grad once, on the host, while
+    # traced (jax-loss: the gradient cannot even reach the host from the traced program;
+    # cpu-loss: before, it silently accumulated into the existing .grad on each trace).
+    with torchlax.enable():
+        model = _model().to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cfg = types.SimpleNamespace(w=torch.ones(3, requires_grad=True))
+
+    def step(x):
+        opt.zero_grad()
+        loss = loss_of(model(x), cfg.w)
+        try:
+            loss.backward()
+        except RuntimeError:
+            if not caught:
+                raise
+        opt.step()
+        return loss
+
+    jitted = torchlax.jit(step)
+    x = torchlax.from_torch(torch.randn(2, 4))
+    jitted(x)  # the first call runs eagerly: w gets its .grad, as eagerly
+    grad = cfg.w.grad
+    assert grad is not None
+    grad_value = grad.clone()
+    with pytest.raises(
+        RuntimeError,
+        match=r"backward\(\) gives a \.grad to the CPU float64 tensor of shape \(3,\) at cfg\.w",
+    ):
+        jitted(x)
+    assert cfg.w.grad is grad
+    torch.testing.assert_close(grad, grad_value, rtol=0, atol=0)
+    torch.testing.assert_close(cfg.w.detach(), torch.ones(3), rtol=0, atol=0)
+
+
+def test_a_cpu_tensors_grad_written_in_place_raises_and_is_put_back():
+    with torchlax.enable():
+        model = _model().to("jax")
+    w = torch.zeros(3)
+    w.grad = torch.ones(3)
+    grad = w.grad
+
+    def fn(x):
+        w.grad.mul_(2)
+        return model(x)
+
+    with pytest.raises(
+        RuntimeError, match=r"gives a \.grad to the CPU float64 tensor of shape \(3,\) at w"
+    ):
+        torchlax.jit(fn)(torchlax.from_torch(torch.randn(2, 4)))
+    assert w.grad is grad
+    torch.testing.assert_close(grad, torch.ones(3), rtol=0, atol=0)
+
+
+def test_a_cpu_module_trained_where_the_walk_does_not_reach_raises_naming_the_module():
+    # Its parameters are CPU leaves of a backward() of the step: refused before it runs, and
+    # named as the module they belong to.
+    with torchlax.enable():
+        model = _model().to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    holder = types.SimpleNamespace(nets=[[[types.SimpleNamespace(head=nn.Linear(3, 1))]]])
+
+    def step(x):
+        opt.zero_grad()
+        head = holder.nets[0][0][0].head
+        loss = model(x).sum() + head(torch.ones(2, 3)).sum().to("jax")
+        loss.backward()
+        opt.step()
+        return loss
+
+    jitted = torchlax.jit(step)
+    x = torchlax.from_torch(torch.randn(2, 4))
+    jitted(x)
+    head = holder.nets[0][0][0].head
+    grads = [p.grad for p in head.parameters()]
+    with pytest.raises(RuntimeError, match=r"Linear at holder\.nets\[0\]\[0\]\[0\]\.head"):
+        jitted(x)
+    assert all(p.grad is g for p, g in zip(head.parameters(), grads, strict=True))
+
+
+def test_a_tensor_argument_that_requires_grad_to_a_step_that_trains_raises():
+    # Eagerly the step's backward() gives the argument a .grad; traced, an argument is a value
+    # of the program that does not require grad (before: its .grad silently stayed as it was).
+    with torchlax.enable():
+        model = _model().to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        w = torch.ones(3, device="jax", requires_grad=True)
+
+    def step(x, w):
+        opt.zero_grad()
+        loss = (model(x) * w).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    jitted = torchlax.jit(step)
+    x = torchlax.from_torch(torch.randn(2, 4))
+    jitted(x, w)  # the first call runs eagerly: w gets its .grad, as eagerly
+    grad = w.grad
+    with pytest.raises(
+        RuntimeError,
+        match=r"tensor argument 1 \(the float64 tensor of shape \(3,\)\) requires grad",
+    ):
+        jitted(x, w)
+    assert w.grad is grad
+    # A step its shortcut repeats (the same call again) refuses such an argument too.
+    v = w.detach().clone()
+    for _ in range(3):
+        jitted(x, v)
+    v.requires_grad_(True)
+    with pytest.raises(RuntimeError, match=r"tensor argument 1 .* requires grad"):
+        jitted(x, v)
+    assert v.grad is None

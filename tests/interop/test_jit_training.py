@@ -1166,3 +1166,36 @@ def test_the_eager_first_call_compiles_no_op_executables():
     for w, g in zip(want, got, strict=True):
         torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10)
     assert compiled.compilations == 1
+
+
+def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly():
+    # A torchlax Tensor the step closes over is state; one that requires grad is a leaf whose
+    # .grad the step's backward() accumulates (no optimizer zeroes it): its .grad is state too.
+    # (Before, the trace left a tracer in its .grad and the next trace failed with "reads 1
+    # value(s) computed inside an earlier trace".)
+    def make(device):
+        torch.manual_seed(0)
+        with torchlax.enable():
+            model = _model().to(device)
+            w = torch.ones(3, device=device, requires_grad=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x) * w, y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step, model, w
+
+    ref_step, ref, ref_w = make("cpu")
+    step, model, w = make("jax")
+    compiled = torchlax.jit(step)
+    for x, y in _data(3):
+        want = ref_step(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(w.grad.cpu(), ref_w.grad, rtol=1e-10, atol=1e-10)
+    _assert_same_parameters(ref, model)
+    assert compiled.compilations == 1

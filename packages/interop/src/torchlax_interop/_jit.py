@@ -63,9 +63,8 @@ from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
-from ._jit_constant_modules import ConstantModules
 from ._jit_constant_writes import changed_constant_error, changed_cpu_tensor_error
-from ._jit_host_effects import HostEffects
+from ._jit_cpu_tensors import ChangedCpuTensor
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
 from ._jit_paths import path_to, reaches
@@ -82,6 +81,7 @@ from ._jit_state import (
     cpu_state_tensors,
     find_state,
 )
+from ._jit_trace_watch import TraceWatch
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
@@ -337,36 +337,41 @@ class _Program:
     def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
         """The step on tracers, refusing what cannot be one program: an optimizer stepped
         that is no state, a module trained that is no state, a constant (a tensor that is no
-        state) changed. Constants the step changed are put back before it raises. Returns
-        the step's output, the constants it read (``ReadConstants``, or None) and the
-        backward hooks it met (``HostEffects.backward_hooks``)."""
+        state) or a plain CPU tensor changed. What the step changed is put back before it
+        raises. Returns the step's output, the constants it read (``ReadConstants``, or None)
+        and the backward hooks it met (``TraceWatch.backward_hooks``)."""
         jitted = self.jitted
+        owner = _owner(jitted)
         unfound = _refuse_unfound_optimizers(state, jitted)
-        constants = ConstantModules(
+        trace_watch = TraceWatch(
             {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
         )
-        host = HostEffects()
         with watch_constants() as watch:
             try:
                 try:
-                    with host:
+                    with trace_watch:
                         out = jitted._run(cpu_state, args, kwargs)
                 except jax.errors.UnexpectedTracerError as exc:
                     raise _leaked_tracer_error(jitted) from exc
                 finally:
                     unfound.remove()
-                    constants.stop()
             except BaseException:
                 watch.restore(watch.changed())
-                host.restore(host.changed())
+                trace_watch.restore(trace_watch.changed_cpu_tensors())
+                if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
+                    raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
                 raise
-        cpu_changed = host.changed()
+        if trace_watch.refused_leaves:  # (the step caught the refusal and went on)
+            watch.restore(watch.changed())
+            trace_watch.restore(trace_watch.changed_cpu_tensors())
+            raise _refused_backward_error(trace_watch, jitted, args, kwargs)
+        cpu_changed = trace_watch.changed_cpu_tensors()
         if cpu_changed:  # a plain CPU tensor the step changed: put back, and named
-            host.restore(cpu_changed)
+            trace_watch.restore(cpu_changed)
             watch.restore(watch.changed())
             named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
-            raise changed_cpu_tensor_error(_owner(jitted), named)
-        untrained = constants.error(_owner(jitted), jitted.target, args, kwargs)
+            raise changed_cpu_tensor_error(owner, named)
+        untrained = trace_watch.modules.error(owner, jitted.target, args, kwargs)
         # A changed tensor the function reaches is a constant of the user's: put back, and
         # named. Any other is one the step made from host data (torch.tensor(...)): its
         # own, left alone where the program returns it from (a new optimizer state entry or
@@ -381,8 +386,8 @@ class _Program:
         if untrained is not None:
             raise untrained
         if named:
-            raise changed_constant_error(_owner(jitted), named)
-        return out, watch.read(), tuple(host.backward_hooks)
+            raise changed_constant_error(owner, named)
+        return out, watch.read(), tuple(trace_watch.backward_hooks)
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
@@ -632,6 +637,40 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
             )
 
     return register_optimizer_step_pre_hook(refuse)
+
+
+def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeError:
+    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s
+    (refused before it ran): naming the module, where a leaf is the parameter of a module the
+    trace called that is no state, else the first leaf, by the path the function reaches it."""
+    owner = _owner(jitted)
+    refused = {id(t) for t in trace.refused_leaves}
+    untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
+    if untrained is not None:
+        return untrained
+    named = [
+        (
+            ChangedCpuTensor(t, False, True, None, by_backward=True),
+            path_to(t, jitted.target, args, kwargs),
+        )
+        for t in trace.refused_leaves
+    ]
+    return changed_cpu_tensor_error(owner, named)
+
+
+def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
+    """The error for a step that trains called with a tensor argument that requires grad."""
+    k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
+    described = f"the {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    return RuntimeError(
+        f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
+        "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
+        "into the graph it was computed by), but an argument is an input of the compiled "
+        "program, traced as a value that does not require grad, and no gradient is given back "
+        "to it. Close over the tensor or register it in a module as a parameter (then it is "
+        "part of the step's state and its .grad is written back), or pass it detached "
+        "(tensor.detach())."
+    )
 
 
 def _leaked_tracer_error(jitted) -> RuntimeError:
@@ -917,6 +956,8 @@ class _Jitted:
                 state_arrays = _distinct(state_arrays)
             entry = program.entry(signature, state, (state_arrays, lr_arrays, arrays), forward)
         program.trains = info.trains
+        if info.trains and any(t.requires_grad for t in inputs):
+            raise _argument_requiring_grad_error(self, inputs)
         if info.trains and entry.jaxpr is not None:  # no jaxpr kept in checked mode
             if dead_grads is None:
                 # The first trace of this step: which .grads does it discard unread? Later
@@ -1185,6 +1226,7 @@ _MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the ge
 _ARRAY = operator.attrgetter("array")
 _AVAL = operator.attrgetter("aval")
 _GRAD = operator.attrgetter("grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
@@ -1419,6 +1461,7 @@ class _RepeatedStep:
             return _MISSED
         if (
             _signature(arrays) != self.input_signature
+            or any(map(_REQUIRES_GRAD, args))  # (the general path refuses such an argument)
             or not layout.holds(args)  # pyright: ignore[reportArgumentType]  (a tuple does)
             or not all(map(is_, map(_GRAD, state.grads), self.grads))
             or not _same_objects(_state_values(layout), self.values)

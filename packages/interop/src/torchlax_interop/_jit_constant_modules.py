@@ -3,48 +3,45 @@
 Such a module's parameters are constants of the program: ``loss.backward()`` inside the trace
 gives them ``.grad``s that no call returns, and an update of them (by hand, or an optimizer
 the walk found through another module) would be baked into the program instead of written
-back. While a step is traced, a global module forward pre-hook (this thread only) records the
-modules called whose parameters require grad and are no state; after the step ran, one whose
-parameter's ``.grad`` changed is refused with the path the function reaches it by.
+back. While a step is traced, the trace watch (``_jit_trace_watch``) hands each module called
+to ``ConstantModules.called``, which notes the parameters that require grad and are no state;
+after the step ran, a module whose parameter's ``.grad`` changed (or whose parameter a refused
+``backward()`` would have given one) is refused with the path the function reaches it by.
 """
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Collection
 
-from torch.nn.modules.module import register_module_forward_pre_hook
+import torch
 
 from ._jit_paths import path_to
 from ._jit_state import MAX_STATE_DEPTH
 
 
 class ConstantModules:
-    """The watch over one trace: ``stop()`` after the step ran, then ``error(...)``."""
+    """The modules a trace called whose parameters are no state: ``called(module)`` for each
+    module's first call, then ``error(...)`` after the step ran."""
 
-    def __init__(self, state_parameters: set):
+    def __init__(self, state_parameters: set[int]):
         self._known = state_parameters  # ids of the state's parameters
-        self._thread = threading.get_ident()
-        self._seen: set = set()
+        self._noted: set[int] = set()  # ids of the parameters noted (shared ones once)
         self._watched: list = []  # (module, parameter, its .grad before the step)
-        self._handle = register_module_forward_pre_hook(self._called)
 
-    def _called(self, module, _args) -> None:
-        if threading.get_ident() != self._thread or id(module) in self._seen:
-            return
-        self._seen.add(id(module))
+    def called(self, module: torch.nn.Module) -> None:
         for p in module.parameters():
-            if p.requires_grad and id(p) not in self._known and id(p) not in self._seen:
-                self._seen.add(id(p))
+            if p.requires_grad and id(p) not in self._known and id(p) not in self._noted:
+                self._noted.add(id(p))
                 self._watched.append((module, p, p.grad))
 
-    def stop(self) -> None:
-        self._handle.remove()
-
-    def error(self, owner: str, target, args: tuple, kwargs: dict) -> RuntimeError | None:
+    def error(
+        self, owner: str, target, args: tuple, kwargs: dict, refused: Collection[int] = ()
+    ) -> RuntimeError | None:
         """The error to raise if the step gave a watched parameter a new ``.grad`` (read
-        before the constants' watch puts the old ``.grad``s back), else None."""
+        before the constants' watch puts the old ``.grad``s back), or a refused ``backward()``
+        would have (``refused``: the ids of the leaves it would have given one), else None."""
         for module, p, grad in self._watched:
-            if p.grad is not grad:
+            if p.grad is not grad or id(p) in refused:
                 path = path_to(module, target, args, kwargs)
                 where = (
                     "called inside the step (the function does not reach it within the search)"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torchlax_core.internal import ChangedConstant
 
-from ._jit_host_effects import ChangedCpuTensor
+from ._jit_cpu_tensors import ChangedCpuTensor
 from ._jit_state import MAX_STATE_DEPTH
 
 
@@ -53,13 +53,15 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
 def changed_cpu_tensor_error(
     owner: str, changed: list[tuple[ChangedCpuTensor, str | None]]
 ) -> RuntimeError:
-    """The error for the plain CPU tensors a traced step changed (``_jit_host_effects``), each
+    """The error for the plain CPU tensors a traced step changed (``_jit_cpu_tensors``), each
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
     t = first.tensor
     where = "(the function does not reach it within the search)" if path is None else _where(path)
     described = f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
-    if first.grad_given and not first.written:
+    if first.by_backward:
+        what = f"the step's backward() gives a .grad to {described} {where}"
+    elif first.grad_given and not first.written:
         what = f"the step gives a .grad to {described} {where}"
     else:
         what = f"the step writes into {described} {where} (in place, or through .data)"

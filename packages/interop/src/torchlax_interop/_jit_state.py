@@ -199,6 +199,8 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
                     recipe.append(entries)
     for t in tensors:
         layout.tensor_storages.append((t, storage_of(t)))
+        if t.requires_grad and t.is_leaf:  # (its .grad is state too: backward() gives it one)
+            add_grad(t)
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     # A parameter's requires_grad decides what the traced step computes (its grad or none).

@@ -1,0 +1,196 @@
+"""One watch over a step while ``torchlax.jit`` traces it: what the step does that the compiled
+program would not do on its calls.
+
+A step runs once, while it is traced; its calls run the program. What no torchlax op carries
+into the program happens only in that one run, so it is watched then, through one
+registration per trace: a torch function mode (``TraceWatch``, entered around the step: it
+sees every torch call of the step) and one global module forward pre-hook (it sees every
+module call), both acting for the tracing thread only. What they see goes to three findings:
+
+- **Modules trained that are no state** (``ConstantModules``, ``_jit_constant_modules``):
+  a module called whose parameters require grad and are not among the state's.
+- **Plain CPU tensors changed** (``_jit_cpu_tensors``): each plain CPU tensor a call of the
+  step receives that the trace did not make (a result of an earlier call of the trace is its
+  own: ``tmp = torch.zeros(3); tmp.add_(1)`` is fine) is noted at first sight; after the step,
+  those whose data or ``.grad`` changed are put back and named. A ``backward()`` of the step
+  that would give such a tensor a ``.grad`` is refused before it runs (``refused_leaves``).
+- **Backward hooks** (``backward_hooks``): a module's backward or backward pre-hook (full or
+  not, its own or PyTorch's global ones) and a hook registered on a tensor of the step
+  (``h.register_hook``) run inside autograd's backward of the traced code. When the step calls
+  ``backward()`` itself that backward is traced and the hooks are part of the program; when
+  the backward runs after the call (a jitted forward), it is ``jax.vjp`` of the program and
+  PyTorch's hooks are not in it, so such calls run where the hooks run.
+
+Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
+so its handler skips torchlax Tensors first (the 2-layer GPT-2 + AdamW step's trace: +1-3%
+CPU, min of 5 interleaved runs on a loaded machine; +5% before that skip). Until session 17
+the module findings had a pre-hook of their own (two global hooks and two thread checks per
+module call): one registration made no measurable difference to that trace (within the ~3%
+by which two runs of the same code differ, loaded); what it buys is one place that decides
+"this thread only" and one set of bookkeeping.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch.nn.modules import module as _torch_module
+from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
+from torchlax_core import Tensor
+
+from ._jit_constant_modules import ConstantModules
+from ._jit_cpu_tensors import (
+    ChangedCpuTensor,
+    SeenCpuTensor,
+    changed,
+    leaves_given_grads,
+    restore,
+)
+
+_DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
+_REGISTER_HOOK = torch.Tensor.register_hook
+_REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
+_BACKWARD = torch.Tensor.backward
+_AUTOGRAD_BACKWARD = torch.autograd.backward
+
+
+class RefusedBackward(RuntimeError):
+    """A ``backward()`` of the traced step would give plain CPU leaves a ``.grad``: raised in
+    the step, before that backward runs; the jit replaces it with an error naming them
+    (``TraceWatch.refused_leaves``)."""
+
+
+class TraceWatch(TorchFunctionMode):
+    """The watch over one trace (see the module docstring): enter it around the step, then
+    read its findings. ``state_parameters``: the ids of the state's parameters."""
+
+    def __init__(self, state_parameters: set[int]):
+        super().__init__()
+        self._thread = threading.get_ident()
+        self.modules = ConstantModules(state_parameters)
+        # id -> SeenCpuTensor of a CPU tensor the trace did not make; None for one it made
+        self._seen: dict[int, SeenCpuTensor | None] = {}
+        # Whether a noted CPU tensor requires grad: only then can a backward() reach a CPU leaf
+        self._grad_on_host = False
+        # The CPU leaves a refused backward() would have given a .grad
+        self.refused_leaves: list[torch.Tensor] = []
+        # What runs in autograd's backward of the traced code, in words ("the full backward
+        # hook 'halve' of the Linear"), first met first
+        self.backward_hooks: list[str] = []
+        self._called_modules: set[int] = set()
+        self._module_handle = None
+
+    def __enter__(self):
+        self._module_handle = register_module_forward_pre_hook(self._module_called)
+        for kind, hooks in (
+            ("global full backward", _torch_module._global_backward_hooks),
+            ("global backward pre-", _torch_module._global_backward_pre_hooks),
+        ):
+            self.backward_hooks.extend(f"the {kind}hook {_name(h)}" for h in hooks.values())
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        assert self._module_handle is not None
+        self._module_handle.remove()
+        return super().__exit__(*exc)
+
+    # -- findings --------------------------------------------------------------------------
+
+    def changed_cpu_tensors(self) -> list[ChangedCpuTensor]:
+        """The CPU tensors still alive whose data or ``.grad`` the traced step changed."""
+        return changed(self._seen.values())
+
+    @staticmethod
+    def restore(changed: list[ChangedCpuTensor]) -> None:
+        """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
+        restore(changed)
+
+    # -- what the watch sees ---------------------------------------------------------------
+
+    def _module_called(self, module: torch.nn.Module, _args) -> None:
+        if threading.get_ident() != self._thread or id(module) in self._called_modules:
+            return
+        self._called_modules.add(id(module))
+        self.modules.called(module)
+        if module._backward_hooks or module._backward_pre_hooks:
+            full = "full " if module._is_full_backward_hook else ""
+            owner = f"of the {type(module).__name__}"
+            self.backward_hooks.extend(
+                f"the {full}backward hook {_name(h)} {owner}"
+                for h in module._backward_hooks.values()
+            )
+            self.backward_hooks.extend(
+                f"the backward pre-hook {_name(h)} {owner}"
+                for h in module._backward_pre_hooks.values()
+            )
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if threading.get_ident() == self._thread:
+            self._see(args)
+            if kwargs:
+                self._see(tuple(kwargs.values()))
+            if func is _REGISTER_HOOK or func is _REGISTER_POST_ACCUMULATE:  # (no hashing)
+                hook = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
+                self.backward_hooks.append(
+                    f"the hook {_name(hook)} registered on a tensor of the step ({func.__name__})"
+                )
+            elif self._grad_on_host and (func is _BACKWARD or func is _AUTOGRAD_BACKWARD):
+                self._refuse_backward_to_host(args[0], kwargs.get("inputs"))
+        result = func(*args, **kwargs)
+        if type(result) is torch.Tensor:  # (rare in a trace: most results are torchlax's)
+            if getattr(func, "__self__", None) is _DATA:
+                # ``t.data``: an alias of t's storage with a version counter of its own, so a
+                # write through it (``t.data.add_(1)``) is t's, and seen as such.
+                origin = self._seen.get(id(args[0]))
+                if origin is not None:
+                    self._seen[id(result)] = SeenCpuTensor(result, origin.ref)
+                return result
+            self._seen.setdefault(id(result), None)  # the trace's own tensor
+        elif type(result) is tuple or type(result) is list:
+            for r in result:
+                if type(r) is torch.Tensor:
+                    self._seen.setdefault(id(r), None)
+        return result
+
+    def _see(self, values: tuple) -> None:
+        seen = self._seen
+        for a in values:
+            cls = type(a)
+            if cls is Tensor:  # (most arguments of a trace: a torchlax Tensor, skipped first)
+                continue
+            if cls is list or cls is tuple:
+                for t in a:
+                    if isinstance(t, torch.Tensor) and not isinstance(t, Tensor):
+                        if id(t) not in seen and t.device.type == "cpu":
+                            self._note(t)
+            elif isinstance(a, torch.Tensor) and not isinstance(a, Tensor):
+                if id(a) not in seen and a.device.type == "cpu":
+                    self._note(a)
+
+    def _note(self, t: torch.Tensor) -> None:
+        self._seen[id(t)] = SeenCpuTensor(t)
+        if t.requires_grad:
+            self._grad_on_host = True
+
+    def _refuse_backward_to_host(self, roots, inputs) -> None:
+        """Raise ``RefusedBackward`` if this backward would give a CPU leaf the trace did not
+        make a ``.grad``: it would be given once, on the host, while the step is traced (and
+        where the loss is a torchlax Tensor, the gradient cannot reach the host at all)."""
+
+        def made(t: torch.Tensor) -> bool:
+            return id(t) in self._seen and self._seen[id(t)] is None
+
+        leaves = leaves_given_grads(roots, inputs, made)
+        if leaves:
+            self.refused_leaves = leaves
+            raise RefusedBackward(
+                "torchlax.jit: a backward() of the traced step would give a .grad to a plain "
+                "CPU tensor; it is refused (the jit names the tensor)."
+            )
+
+
+def _name(hook) -> str:
+    return repr(getattr(hook, "__qualname__", type(hook).__name__))
