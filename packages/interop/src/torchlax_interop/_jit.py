@@ -640,18 +640,30 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
 
 
 def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeError:
-    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s
-    (refused before it ran): naming the module, where a leaf is the parameter of a module the
-    trace called that is no state, else the first leaf, by the path the function reaches it."""
+    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s,
+    or a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from the
+    traced program to a plain CPU tensor (refused before it ran): naming the module, where a
+    leaf given a ``.grad`` is the parameter of a module the trace called that is no state,
+    else the first tensor, by the path the function reaches it (or as the step's own)."""
     owner = _owner(jitted)
-    refused = {id(t) for t in trace.refused_leaves}
-    untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
-    if untrained is not None:
-        return untrained
+    if not trace.refused_crossing:
+        refused = {id(t) for t in trace.refused_leaves}
+        untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
+        if untrained is not None:
+            return untrained
     named = [
         (
-            ChangedCpuTensor(t, False, True, None, by_backward=True),
-            path_to(t, jitted.target, args, kwargs),
+            ChangedCpuTensor(
+                t,
+                False,
+                True,
+                None,
+                by_backward=True,
+                call=trace.refused_call,
+                crossing=trace.refused_crossing,
+                made=trace.made(t),
+            ),
+            None if trace.made(t) else path_to(t, jitted.target, args, kwargs),
         )
         for t in trace.refused_leaves
     ]

@@ -57,10 +57,30 @@ def changed_cpu_tensor_error(
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
     t = first.tensor
-    where = "(the function does not reach it within the search)" if path is None else _where(path)
+    if first.made:
+        where = "that the step makes itself"
+    elif path is None:
+        where = "(the function does not reach it within the search)"
+    else:
+        where = _where(path)
     described = f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    if first.crossing:
+        return RuntimeError(
+            f"{owner}: the step's {first.call} would carry the gradient of a traced torchlax "
+            f"Tensor to {described} {where}{_others(changed)}. That gradient would have to "
+            "leave the compiled program for the host while the step is traced, which it "
+            "cannot (eagerly PyTorch computes it on the CPU). Move the tensor to the 'jax' "
+            "device (tensor.to('jax') inside torchlax.enable(); "
+            + (
+                "make it there, torch.ones(..., device='jax')"
+                if first.made
+                else "close over it or register it in a module, so it is part of the step's state"
+            )
+            + "): then the gradient is a value of the program. Or compute this gradient "
+            "outside the jitted function. Nothing was changed."
+        )
     if first.by_backward:
-        what = f"the step's backward() gives a .grad to {described} {where}"
+        what = f"the step's {first.call} gives a .grad to {described} {where}"
     elif first.grad_given and not first.written:
         what = f"the step gives a .grad to {described} {where}"
     else:

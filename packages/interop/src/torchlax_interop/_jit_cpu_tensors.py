@@ -21,8 +21,10 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable
 
+import jax.core
 import torch
 from torchlax_core import Tensor
+from torchlax_core.internal import array_of
 
 
 class SeenCpuTensor:
@@ -53,10 +55,21 @@ class SeenCpuTensor:
 class ChangedCpuTensor:
     """A CPU tensor the traced step changed: ``tensor``, and whether its data (``written``) or
     its ``.grad`` (``grad_given``: given, replaced or written in place) changed;
-    ``by_backward``: a ``backward()`` of the step would give it its ``.grad`` (refused before it
-    ran, so nothing changed)."""
+    ``by_backward``: a ``backward()`` or ``torch.autograd.grad()`` of the step (``call``) was
+    refused before it ran, so nothing changed: it would give the tensor a ``.grad``, or
+    (``crossing``) carry a gradient from the traced program to it; ``made``: the trace made
+    the tensor itself (no path of the function's reaches it)."""
 
-    __slots__ = ("tensor", "written", "grad_given", "by_backward", "first_seen")
+    __slots__ = (
+        "tensor",
+        "written",
+        "grad_given",
+        "by_backward",
+        "call",
+        "crossing",
+        "made",
+        "first_seen",
+    )
 
     def __init__(
         self,
@@ -65,11 +78,17 @@ class ChangedCpuTensor:
         grad_given: bool,
         seen: SeenCpuTensor | None,
         by_backward: bool = False,
+        call: str = "backward()",
+        crossing: bool = False,
+        made: bool = False,
     ):
         self.tensor = tensor
         self.written = written
         self.grad_given = grad_given
         self.by_backward = by_backward
+        self.call = call
+        self.crossing = crossing
+        self.made = made
         self.first_seen = seen  # what it held when first seen (None: nothing to put back)
 
 
@@ -115,12 +134,39 @@ def leaves_given_grads(roots, inputs, made: Callable[[torch.Tensor], bool]) -> l
     """The plain CPU leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would
     give a ``.grad``, but those ``made`` by the trace itself; found by walking the roots'
     autograd graph before it runs."""
-    roots = [roots] if isinstance(roots, torch.Tensor) else list(roots)
+    leaves, _ = _reached(roots)
+    if inputs is not None:
+        wanted = {id(t) for t in _tensors(inputs)}
+        leaves = {k: t for k, t in leaves.items() if k in wanted}
+    return [t for t in leaves.values() if is_plain_cpu(t) and not made(t)]
+
+
+def host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
+    """The plain CPU tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of
+    ``roots`` would carry a gradient from a traced torchlax Tensor among them: ``inputs``
+    where given (leaves or not), else every leaf reached. Such a gradient would have to leave
+    the traced program for the host while the step is traced, which it cannot (the backward
+    of the device copy fails with an unnamed "Unable to cast")."""
+    traced = [r for r in _tensors(roots) if isinstance(r, Tensor) and _is_traced(r)]
+    if not traced:
+        return []
+    leaves, nodes = _reached(traced)
+    if inputs is None:
+        targets = list(leaves.values())
+    else:
+        targets = [
+            t
+            for t in _tensors(inputs)
+            if id(t) in leaves or (t.grad_fn is not None and t.grad_fn in nodes)
+        ]
+    return [t for t in targets if is_plain_cpu(t)]
+
+
+def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
+    """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches."""
     reached: dict[int, torch.Tensor] = {}
     stack = []
-    for r in roots:
-        if not isinstance(r, torch.Tensor):  # (a GradientEdge: not followed)
-            continue
+    for r in _tensors(roots):
         if r.grad_fn is not None:
             stack.append(r.grad_fn)
         elif r.requires_grad:  # ``w.backward(...)`` of a leaf itself
@@ -135,11 +181,21 @@ def leaves_given_grads(roots, inputs, made: Callable[[torch.Tensor], bool]) -> l
         if isinstance(leaf, torch.Tensor):
             reached[id(leaf)] = leaf
         stack.extend(n for n, _ in node.next_functions if n is not None)
-    if inputs is not None:
-        inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
-        wanted = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
-        reached = {k: t for k, t in reached.items() if k in wanted}
-    return [t for t in reached.values() if is_plain_cpu(t) and not made(t)]
+    return reached, visited
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    """The tensors of a backward's roots or inputs: a tensor, a sequence, or (for
+    ``torch.autograd.grad``'s inputs) a dict of them; a GradientEdge is not followed."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, dict):
+        values = values.values()
+    return [t for t in values if isinstance(t, torch.Tensor)]
+
+
+def _is_traced(t: Tensor) -> bool:
+    return isinstance(array_of(t), jax.core.Tracer)
 
 
 def is_plain_cpu(t) -> bool:

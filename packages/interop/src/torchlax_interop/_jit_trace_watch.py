@@ -32,6 +32,7 @@ by which two runs of the same code differ, loaded); what it buys is one place th
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import torch
@@ -45,6 +46,7 @@ from ._jit_cpu_tensors import (
     ChangedCpuTensor,
     SeenCpuTensor,
     changed,
+    host_targets_of_traced_roots,
     leaves_given_grads,
     restore,
 )
@@ -54,12 +56,24 @@ _REGISTER_HOOK = torch.Tensor.register_hook
 _REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
 _BACKWARD = torch.Tensor.backward
 _AUTOGRAD_BACKWARD = torch.autograd.backward
+_AUTOGRAD_GRAD = torch.autograd.grad
+_CALL_NAMES = {
+    _AUTOGRAD_GRAD: "torch.autograd.grad()",
+    _AUTOGRAD_BACKWARD: "torch.autograd.backward()",
+}
+# Where each refused call keeps its roots and its inputs (by name: their signatures' own)
+_ROOTS_AND_INPUTS = {
+    _BACKWARD: ("self", "inputs"),
+    _AUTOGRAD_BACKWARD: ("tensors", "inputs"),
+    _AUTOGRAD_GRAD: ("outputs", "inputs"),
+}
 
 
 class RefusedBackward(RuntimeError):
-    """A ``backward()`` of the traced step would give plain CPU leaves a ``.grad``: raised in
-    the step, before that backward runs; the jit replaces it with an error naming them
-    (``TraceWatch.refused_leaves``)."""
+    """A ``backward()`` of the traced step would give plain CPU leaves a ``.grad``, or it or a
+    ``torch.autograd.grad()`` would carry a gradient from the traced program to a plain CPU
+    tensor: raised in the step, before that call runs; the jit replaces it with an error
+    naming them (``TraceWatch.refused_leaves``)."""
 
 
 class TraceWatch(TorchFunctionMode):
@@ -72,10 +86,15 @@ class TraceWatch(TorchFunctionMode):
         self.modules = ConstantModules(state_parameters)
         # id -> SeenCpuTensor of a CPU tensor the trace did not make; None for one it made
         self._seen: dict[int, SeenCpuTensor | None] = {}
-        # Whether a noted CPU tensor requires grad: only then can a backward() reach a CPU leaf
+        # Whether a CPU tensor of the trace requires grad (one noted, or one the trace made):
+        # only then can a backward() or autograd.grad() reach a CPU tensor
         self._grad_on_host = False
-        # The CPU leaves a refused backward() would have given a .grad
+        # The CPU tensors a refused backward() would have given a .grad, or toward which it or
+        # a refused autograd.grad() would have carried a gradient from the traced program;
+        # the call refused, in words; whether it was refused for the latter (``crossing``)
         self.refused_leaves: list[torch.Tensor] = []
+        self.refused_call = "backward()"
+        self.refused_crossing = False
         # What runs in autograd's backward of the traced code, in words ("the full backward
         # hook 'halve' of the Linear"), first met first
         self.backward_hooks: list[str] = []
@@ -137,10 +156,12 @@ class TraceWatch(TorchFunctionMode):
                 self.backward_hooks.append(
                     f"the hook {_name(hook)} registered on a tensor of the step ({func.__name__})"
                 )
-            elif self._grad_on_host and (func is _BACKWARD or func is _AUTOGRAD_BACKWARD):
-                self._refuse_backward_to_host(args[0], kwargs.get("inputs"))
+            elif self._grad_on_host and func in _ROOTS_AND_INPUTS:
+                self._refuse_backward_to_host(func, args, kwargs)
         result = func(*args, **kwargs)
         if type(result) is torch.Tensor:  # (rare in a trace: most results are torchlax's)
+            if result.requires_grad:  # (``torch.ones(3, requires_grad=True)``, ``w * 2``)
+                self._grad_on_host = True
             if getattr(func, "__self__", None) is _DATA:
                 # ``t.data``: an alias of t's storage with a version counter of its own, so a
                 # write through it (``t.data.add_(1)``) is t's, and seen as such.
@@ -153,6 +174,8 @@ class TraceWatch(TorchFunctionMode):
             for r in result:
                 if type(r) is torch.Tensor:
                     self._seen.setdefault(id(r), None)
+                    if r.requires_grad:
+                        self._grad_on_host = True
         return result
 
     def _see(self, values: tuple) -> None:
@@ -175,21 +198,34 @@ class TraceWatch(TorchFunctionMode):
         if t.requires_grad:
             self._grad_on_host = True
 
-    def _refuse_backward_to_host(self, roots, inputs) -> None:
-        """Raise ``RefusedBackward`` if this backward would give a CPU leaf the trace did not
-        make a ``.grad``: it would be given once, on the host, while the step is traced (and
-        where the loss is a torchlax Tensor, the gradient cannot reach the host at all)."""
-
-        def made(t: torch.Tensor) -> bool:
-            return id(t) in self._seen and self._seen[id(t)] is None
-
-        leaves = leaves_given_grads(roots, inputs, made)
+    def _refuse_backward_to_host(self, func, args: tuple, kwargs: dict) -> None:
+        """Raise ``RefusedBackward`` if this ``backward()`` would give a CPU leaf the trace did
+        not make a ``.grad`` (it would be given once, on the host, while the step is traced),
+        or if it or this ``torch.autograd.grad()`` would carry a gradient from a traced
+        torchlax Tensor to a plain CPU tensor, made by the trace or not (it cannot leave the
+        traced program). A ``torch.autograd.grad()`` on the host alone (a CPU loss) is fine:
+        its result is a value of the trace, as eagerly."""
+        roots_name, inputs_name = _ROOTS_AND_INPUTS[func]
+        bound = inspect.signature(func).bind(*args, **kwargs).arguments
+        roots, inputs = bound.get(roots_name, ()), bound.get(inputs_name)
+        call = _CALL_NAMES.get(func, "backward()")
+        leaves = [] if func is _AUTOGRAD_GRAD else leaves_given_grads(roots, inputs, self.made)
+        crossing = not leaves
+        if crossing:
+            leaves = host_targets_of_traced_roots(roots, inputs)
         if leaves:
             self.refused_leaves = leaves
+            self.refused_call = call
+            self.refused_crossing = crossing
             raise RefusedBackward(
-                "torchlax.jit: a backward() of the traced step would give a .grad to a plain "
-                "CPU tensor; it is refused (the jit names the tensor)."
+                f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
+                "gradient from the traced program to, a plain CPU tensor; it is refused (the "
+                "jit names the tensor)."
             )
+
+    def made(self, t: torch.Tensor) -> bool:
+        """Whether the trace made ``t`` (a result of one of its calls)."""
+        return id(t) in self._seen and self._seen[id(t)] is None
 
 
 def _name(hook) -> str:
