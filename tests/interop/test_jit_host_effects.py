@@ -571,3 +571,46 @@ def test_autograd_grad_toward_a_closed_over_jax_leaf_matches_eager():
         return step
 
     _run_against_eager(step_of)
+
+
+class _ScaledBy(nn.Module):
+    """A forward that reads a plain CPU tensor requiring grad, held as a plain attribute (a
+    constant of the program, not state)."""
+
+    def __init__(self, scale: torch.Tensor):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 3)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.lin(x) * self.scale.to(x.device)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["trained-linear", "frozen-linear"])
+def test_a_cpu_tensor_requiring_grad_in_a_jitted_forward_gets_eager_gradients(frozen):
+    # jax.vjp of the program gives a constant no gradient (before: its .grad silently stayed
+    # None, and with the Linear frozen the output did not even require grad): such calls run
+    # eagerly, calls without grad stay compiled.
+    x = torch.randn(2, 4)
+    reference = _ScaledBy(torch.tensor([1.0, -2.0, 3.0], requires_grad=True))
+    model = _ScaledBy(torch.tensor([1.0, -2.0, 3.0], requires_grad=True))
+    for m in (reference, model):
+        m.lin.requires_grad_(not frozen)
+    with torchlax.enable():
+        model.lin.to("jax")
+    jitted = torchlax.jit(model)
+    xj = torchlax.from_torch(x)
+    for _ in range(3):
+        out = jitted(xj)
+        want = reference(x)
+        assert out.requires_grad == want.requires_grad
+        (out**2).sum().backward()
+        (want**2).sum().backward()
+    torch.testing.assert_close(model.scale.grad, reference.scale.grad, rtol=1e-10, atol=1e-10)
+    if not frozen:
+        torch.testing.assert_close(
+            model.lin.weight.grad.cpu(), reference.lin.weight.grad, rtol=1e-10, atol=1e-10
+        )
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(xj).cpu(), reference(x), rtol=1e-10, atol=1e-10)

@@ -174,10 +174,15 @@ class _Info:
     # The tensors that are no state the step read: their values are baked in, so a call
     # after one of them changed (the user wrote into it) traces the program again.
     constants: ReadConstants | None = None
-    # The backward hooks the step met (in words): PyTorch runs them in autograd's backward of
-    # the traced code, so a call whose backward runs after it (a differentiable forward) is
-    # run eagerly instead (``_Jitted._forward_with_backward_hooks``).
-    backward_hooks: tuple[str, ...] = ()
+    # What autograd's backward of the traced code does that jax.vjp of the program would not,
+    # in words: the backward hooks the step met (PyTorch runs them in its backward), the plain
+    # CPU tensors requiring grad it read (constants of the program: eagerly the backward
+    # gives them gradients). A call whose backward runs after it (a differentiable forward)
+    # is run eagerly instead (``_Jitted._forward_with_backward_hooks``).
+    eager_backward: tuple[str, ...] = ()
+    # Whether such a CPU tensor is among them: the call's output requires grad eagerly even
+    # where no state or input does
+    reads_host_grad: bool = False
     # Precomputed for each call's write-back and output: whether any storage or CPU buffer
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
@@ -284,7 +289,9 @@ class _Program:
                     for s in self.statics
                 ]
                 args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
-                out, constants, backward_hooks = self._run_watched(cpu_state, args, kwargs, state)
+                out, constants, eager_backward, reads_host_grad = self._run_watched(
+                    cpu_state, args, kwargs, state
+                )
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
@@ -330,7 +337,8 @@ class _Program:
             trains,
             out_orders if any(o is not None for o in out_orders) else (),
             constants,
-            backward_hooks,
+            eager_backward,
+            reads_host_grad,
         )
         return (out_arrays, new_storages, extra), info
 
@@ -338,8 +346,10 @@ class _Program:
         """The step on tracers, refusing what cannot be one program: an optimizer stepped
         that is no state, a module trained that is no state, a constant (a tensor that is no
         state) or a plain CPU tensor changed. What the step changed is put back before it
-        raises. Returns the step's output, the constants it read (``ReadConstants``, or None)
-        and the backward hooks it met (``TraceWatch.backward_hooks``)."""
+        raises. Returns the step's output, the constants it read (``ReadConstants``, or None),
+        what its backward after the call would do only eagerly (``_Info.eager_backward``:
+        the backward hooks it met, the plain CPU tensors requiring grad it read) and whether
+        it read such a tensor."""
         jitted = self.jitted
         owner = _owner(jitted)
         unfound = _refuse_unfound_optimizers(state, jitted)
@@ -387,7 +397,16 @@ class _Program:
             raise untrained
         if named:
             raise changed_constant_error(owner, named)
-        return out, watch.read(), tuple(trace_watch.backward_hooks)
+        host_grad = [
+            f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)} "
+            f"{_where_held(path_to(t, jitted.target, args, kwargs))}, which requires grad: a "
+            "constant of the program, given its gradient by PyTorch's backward only"
+            for t in trace_watch.host_tensors_requiring_grad
+        ]
+        eager_backward = tuple(
+            f"{hook}, which PyTorch runs in its backward" for hook in trace_watch.backward_hooks
+        ) + tuple(host_grad)
+        return out, watch.read(), eager_backward, bool(host_grad)
 
     def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
         assert self._state is not None  # info() sets it before tracing
@@ -683,6 +702,15 @@ def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
         "part of the step's state and its .grad is written back), or pass it detached "
         "(tensor.detach())."
     )
+
+
+def _where_held(path: str | None) -> str:
+    """Where the function holds a tensor, in words, from its path (``_jit_paths.path_to``)."""
+    if path is None:
+        return "(the function does not reach it within the search)"
+    if path.startswith("default argument"):
+        return f"held as the function's {path}"
+    return f"at {path}"
 
 
 def _leaked_tracer_error(jitted) -> RuntimeError:
@@ -988,8 +1016,8 @@ class _Jitted:
         if not info.trains and torch.is_grad_enabled():
             all_tensors = list(state.owners) + cpu_tensors + inputs
             mask = tuple(t.requires_grad and _inexact(t) for t in all_tensors)
-        if any(mask):
-            if info.backward_hooks:
+        if any(mask) or (info.reads_host_grad and torch.is_grad_enabled() and not info.trains):
+            if info.eager_backward:
                 return self._forward_with_backward_hooks(program, info, *call_args)
             diff = [t for t, m in zip(all_tensors, mask, strict=True) if m]
             call = _Call(
@@ -1086,28 +1114,28 @@ class _Jitted:
         return _returned(info, outputs)
 
     def _forward_with_backward_hooks(self, program: _Program, info: _Info, args, kwargs):
-        """A differentiable call of a forward that met backward hooks, run eagerly.
+        """A differentiable call of a forward that met backward hooks or read a plain CPU tensor
+        requiring grad, run eagerly.
 
         Its ``backward()`` would be ``jax.vjp`` of the program, where no PyTorch hook runs
-        (a full backward hook scaling ``grad_input`` would silently not scale it); run
-        eagerly, the hooks run where PyTorch runs them and the gradients are eager PyTorch's.
+        (a full backward hook scaling ``grad_input`` would silently not scale it) and a CPU
+        tensor is a constant (it would silently get no ``.grad``); run eagerly, the hooks run
+        where PyTorch runs them and the gradients are eager PyTorch's.
         Calls without grad, and steps that call ``backward()`` themselves (the backward is
         then traced, hooks included), stay compiled."""
         if self._cpu_outputs:
             raise RuntimeError(
-                f"{_owner(self)}: the forward meets {info.backward_hooks[0]}, which PyTorch runs "
-                "in the backward; a backward after a compiled call of a step over CPU state "
-                "would not run it. Move the model to the 'jax' device (model.to('jax') inside "
+                f"{_owner(self)}: the forward meets {info.eager_backward[0]}; a backward after "
+                "a compiled call of a step over CPU state would not do that. Move the model to the 'jax' device (model.to('jax') inside "
                 "torchlax.enable()), or call backward() inside the jitted function."
             )
         if not program.logged_eager:
             program.logged_eager = True
             _log.info(
-                "%s: runs eagerly while autograd records: the forward meets %s, which runs in "
-                "PyTorch's backward (calls without grad, or with backward() inside the jitted "
-                "function, are compiled)",
+                "%s: runs eagerly while autograd records: the forward meets %s (calls without "
+                "grad, or with backward() inside the jitted function, are compiled)",
                 _owner(self),
-                info.backward_hooks[0],
+                info.eager_backward[0],
             )
         with torchlax_core.enable(torchlax_core.current_env()):
             return self.target(*args, **kwargs)

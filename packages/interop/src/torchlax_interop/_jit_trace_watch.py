@@ -98,6 +98,9 @@ class TraceWatch(TorchFunctionMode):
         # What runs in autograd's backward of the traced code, in words ("the full backward
         # hook 'halve' of the Linear"), first met first
         self.backward_hooks: list[str] = []
+        # The plain CPU tensors requiring grad the step read, first met first: constants of the
+        # program, which a backward after the call (jax.vjp of it) would give no gradient
+        self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
         self._module_handle = None
 
@@ -197,6 +200,8 @@ class TraceWatch(TorchFunctionMode):
         self._seen[id(t)] = SeenCpuTensor(t)
         if t.requires_grad:
             self._grad_on_host = True
+            if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
+                self.host_tensors_requiring_grad.append(t)
 
     def _refuse_backward_to_host(self, func, args: tuple, kwargs: dict) -> None:
         """Raise ``RefusedBackward`` if this ``backward()`` would give a CPU leaf the trace did
