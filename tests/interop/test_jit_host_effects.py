@@ -587,18 +587,22 @@ class _ScaledBy(nn.Module):
         return self.lin(x) * self.scale.to(x.device)
 
 
+@pytest.mark.parametrize("on", ["cpu", "jax"])
 @pytest.mark.parametrize("frozen", [False, True], ids=["trained-linear", "frozen-linear"])
-def test_a_cpu_tensor_requiring_grad_in_a_jitted_forward_gets_eager_gradients(frozen):
-    # jax.vjp of the program gives a constant no gradient (before: its .grad silently stayed
-    # None, and with the Linear frozen the output did not even require grad): such calls run
-    # eagerly, calls without grad stay compiled.
+def test_a_constant_requiring_grad_in_a_jitted_forward_gets_eager_gradients(frozen, on):
+    # A tensor requiring grad held as a module's plain attribute is a constant of the program
+    # (a plain CPU tensor, or a torchlax Tensor the state walk does not find), and jax.vjp of
+    # the program gives a constant no gradient (before: its .grad silently stayed None, and
+    # with the Linear frozen the output did not even require grad): such calls run eagerly,
+    # calls without grad stay compiled.
     x = torch.randn(2, 4)
     reference = _ScaledBy(torch.tensor([1.0, -2.0, 3.0], requires_grad=True))
-    model = _ScaledBy(torch.tensor([1.0, -2.0, 3.0], requires_grad=True))
+    with torchlax.enable():
+        scale = torch.tensor([1.0, -2.0, 3.0], device=on, requires_grad=True)
+        model = _ScaledBy(scale)
+        model.lin.to("jax")
     for m in (reference, model):
         m.lin.requires_grad_(not frozen)
-    with torchlax.enable():
-        model.lin.to("jax")
     jitted = torchlax.jit(model)
     xj = torchlax.from_torch(x)
     for _ in range(3):
@@ -607,7 +611,7 @@ def test_a_cpu_tensor_requiring_grad_in_a_jitted_forward_gets_eager_gradients(fr
         assert out.requires_grad == want.requires_grad
         (out**2).sum().backward()
         (want**2).sum().backward()
-    torch.testing.assert_close(model.scale.grad, reference.scale.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(model.scale.grad.cpu(), reference.scale.grad, rtol=1e-10, atol=1e-10)
     if not frozen:
         torch.testing.assert_close(
             model.lin.weight.grad.cpu(), reference.lin.weight.grad, rtol=1e-10, atol=1e-10

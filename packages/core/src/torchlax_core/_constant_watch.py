@@ -102,6 +102,13 @@ class ConstantWatch:
         with torch._C.DisableTorchFunctionSubclass():
             return _Seen(t)
 
+    def requiring_grad(self) -> list[Tensor]:
+        """The constants still alive that the traced code read and that require grad (first
+        seen first): a backward of the program (its vjp) gives a constant no gradient, where
+        eager PyTorch's backward would give it one."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return [t for _, t in self._alive() if t.requires_grad]
+
     def changed(self) -> list[ChangedConstant]:
         """The constants still alive whose data or ``.grad`` the traced code changed (first
         seen first). Among them may be tensors the traced code made from host data (an

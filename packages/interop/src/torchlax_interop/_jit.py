@@ -398,10 +398,11 @@ class _Program:
         if named:
             raise changed_constant_error(owner, named)
         host_grad = [
-            f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)} "
+            f"the {'CPU ' if t.device.type == 'cpu' else ''}"
+            f"{str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)} "
             f"{_where_held(path_to(t, jitted.target, args, kwargs))}, which requires grad: a "
             "constant of the program, given its gradient by PyTorch's backward only"
-            for t in trace_watch.host_tensors_requiring_grad
+            for t in (*trace_watch.host_tensors_requiring_grad, *watch.requiring_grad())
         ]
         eager_backward = tuple(
             f"{hook}, which PyTorch runs in its backward" for hook in trace_watch.backward_hooks

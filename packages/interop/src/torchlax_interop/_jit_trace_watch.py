@@ -13,7 +13,11 @@ module call), both acting for the tracing thread only. What they see goes to thr
   step receives that the trace did not make (a result of an earlier call of the trace is its
   own: ``tmp = torch.zeros(3); tmp.add_(1)`` is fine) is noted at first sight; after the step,
   those whose data or ``.grad`` changed are put back and named. A ``backward()`` of the step
-  that would give such a tensor a ``.grad`` is refused before it runs (``refused_leaves``).
+  that would give such a tensor a ``.grad`` is refused before it runs (``refused_leaves``), and
+  so is a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from a traced
+  torchlax Tensor to any plain CPU tensor, the trace's own too (it cannot leave the program).
+  Those requiring grad that the step reads with grad on are kept
+  (``host_tensors_requiring_grad``): a backward after the call would give them no gradient.
 - **Backward hooks** (``backward_hooks``): a module's backward or backward pre-hook (full or
   not, its own or PyTorch's global ones) and a hook registered on a tensor of the step
   (``h.register_hook``) run inside autograd's backward of the traced code. When the step calls
