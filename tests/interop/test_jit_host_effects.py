@@ -497,6 +497,40 @@ def test_a_gradient_from_the_traced_program_to_a_cpu_tensor_raises_naming_it(nam
     torch.testing.assert_close(cfg.w.detach(), torch.ones(3), rtol=0, atol=0)
 
 
+def test_a_cpu_leafs_grad_read_after_a_refused_backward_raises_and_is_left_as_it_was():
+    # The step catches the refusal and reads the leaf's .grad (the eager first call's): what
+    # it reads is what was there, and the call still raises naming the leaf.
+    with torchlax.enable():
+        model = _model().to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cfg = types.SimpleNamespace(w=torch.ones(3, requires_grad=True))
+    read = []
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).sum() + (cfg.w * 2).sum().to("jax")
+        try:
+            torch.autograd.backward(loss, inputs=[cfg.w, *model.parameters()])
+        except RuntimeError:
+            read.append(cfg.w.grad.clone())
+        opt.step()
+        return loss.detach()
+
+    jitted = torchlax.jit(step)
+    x = torchlax.from_torch(torch.randn(2, 4))
+    jitted(x)  # the first call runs eagerly: w.grad is 2
+    grad = cfg.w.grad
+    with pytest.raises(
+        RuntimeError,
+        match=r"torch\.autograd\.backward\(\) gives a \.grad to the CPU float64 tensor of "
+        r"shape \(3,\) at cfg\.w",
+    ):
+        jitted(x)
+    torch.testing.assert_close(read[-1], torch.full((3,), 2.0), rtol=0, atol=0)
+    assert cfg.w.grad is grad
+    torch.testing.assert_close(grad, torch.full((3,), 2.0), rtol=0, atol=0)
+
+
 def _run_against_eager(step_of, calls=3):
     """``step_of(model, opt)`` run eagerly on the CPU and under torchlax.jit on jax, ``calls``
     times each: the losses, extra results and final parameters are compared."""
