@@ -53,6 +53,9 @@ INTERNAL_SIGNALS = {
     "_ShapeUnknown",
     "_ForeignTensor",
     "CpuStateError",  # torchlax.jit: switch to the CPU-state path, caught in _Jitted.__call__
+    # torchlax.jit: a traced step's backward() toward a plain CPU tensor, stopped before it
+    # runs; the trace replaces it with an error naming the tensor (_refused_backward_error)
+    "RefusedBackward",
 }
 
 
