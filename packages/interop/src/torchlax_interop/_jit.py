@@ -63,7 +63,12 @@ from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
-from ._jit_constant_writes import changed_constant_error, changed_cpu_tensor_error
+from ._jit_constant_writes import (
+    changed_constant_error,
+    changed_cpu_tensor_error,
+    described_tensor,
+    where_held,
+)
 from ._jit_cpu_tensors import ChangedCpuTensor
 from ._jit_objects import ObjectOutput
 from ._jit_objects import find as find_object_output
@@ -398,9 +403,8 @@ class _Program:
         if named:
             raise changed_constant_error(owner, named)
         host_grad = [
-            f"the {'CPU ' if t.device.type == 'cpu' else ''}"
-            f"{str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)} "
-            f"{_where_held(path_to(t, jitted.target, args, kwargs))}, which requires grad: a "
+            f"{described_tensor(t, cpu=t.device.type == 'cpu')} "
+            f"{where_held(path_to(t, jitted.target, args, kwargs))}, which requires grad: a "
             "constant of the program, given its gradient by PyTorch's backward only"
             for t in (*trace_watch.host_tensors_requiring_grad, *watch.requiring_grad())
         ]
@@ -675,9 +679,9 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeE
         (
             ChangedCpuTensor(
                 t,
-                False,
-                True,
-                None,
+                written=False,
+                grad_given=True,
+                seen=None,
                 by_backward=True,
                 call=trace.refused_call,
                 crossing=trace.refused_crossing,
@@ -693,7 +697,7 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeE
 def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
     """The error for a step that trains called with a tensor argument that requires grad."""
     k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
-    described = f"the {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    described = described_tensor(t)
     return RuntimeError(
         f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
         "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
@@ -703,15 +707,6 @@ def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
         "part of the step's state and its .grad is written back), or pass it detached "
         "(tensor.detach())."
     )
-
-
-def _where_held(path: str | None) -> str:
-    """Where the function holds a tensor, in words, from its path (``_jit_paths.path_to``)."""
-    if path is None:
-        return "(the function does not reach it within the search)"
-    if path.startswith("default argument"):
-        return f"held as the function's {path}"
-    return f"at {path}"
 
 
 def _leaked_tracer_error(jitted) -> RuntimeError:

@@ -23,8 +23,8 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
     reaches it by (the first one named, the number of others said)."""
     first, path = changed[0]
     t = first.tensor
-    where = _where(path)
-    described = f"the {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+    where = where_held(path)
+    described = described_tensor(t)
     if first.grad_given and not first.written:
         what = (
             f"the step's backward() gives a .grad to {described} {where} (requires_grad="
@@ -59,11 +59,9 @@ def changed_cpu_tensor_error(
     t = first.tensor
     if first.made:
         where = "that the step makes itself"
-    elif path is None:
-        where = "(the function does not reach it within the search)"
     else:
-        where = _where(path)
-    described = f"the CPU {str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+        where = where_held(path)
+    described = described_tensor(t, cpu=True)
     if first.crossing:
         return RuntimeError(
             f"{owner}: the step's {first.call} would carry the gradient of a traced torchlax "
@@ -96,8 +94,11 @@ def changed_cpu_tensor_error(
     )
 
 
-def _where(path: str) -> str:
-    """Where the function holds a tensor, from its path (``_jit_paths.path_to``)."""
+def where_held(path: str | None) -> str:
+    """Where the function holds a tensor, in words, from its path (``_jit_paths.path_to``;
+    None: the search does not find it)."""
+    if path is None:
+        return "(the function does not reach it within the search)"
     if path.startswith("default argument"):
         return f"held as the function's {path}"
     return f"at {path}"
@@ -107,3 +108,9 @@ def _others(changed: list) -> str:
     """The note on how many tensors besides the first one named also changed."""
     others = len(changed) - 1
     return f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
+
+
+def described_tensor(t, *, cpu: bool = False) -> str:
+    """A tensor in the errors' words: "the [CPU ]float32 tensor of shape (3,)"."""
+    device = "CPU " if cpu else ""
+    return f"the {device}{str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
