@@ -22,7 +22,7 @@ import pathlib
 import torchlax_ops
 
 ALLOWED = {
-    "_lowerings/linalg.py:_trilinear": (
+    "_lowerings/matmul.py:_trilinear": (
         "rounds i1*i2 to the half-precision result dtype before the product with i3, as PyTorch"
     ),
     "_lowerings/pooling.py:_adaptive_avg_pool3d_kernel": (

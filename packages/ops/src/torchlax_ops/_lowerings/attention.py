@@ -22,7 +22,7 @@ from .._promotion import declared
 from .._table import decomposition, lowering
 from ._common import HIGHEST
 from .activations import _gelu, safe_softmax
-from .linalg import matmul
+from .matmul import matmul
 from .normalization import native_layer_norm
 
 aten = torch.ops.aten

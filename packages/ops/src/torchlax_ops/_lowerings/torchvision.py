@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._table import named_lowering
+from ._common import HIGHEST
 from .indexing import DataDependentShapeError
-from .linalg import HIGHEST
 
 
 def _traced(*arrays) -> bool:
