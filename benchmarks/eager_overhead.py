@@ -71,7 +71,7 @@ def best_time(fn, n: int, repeats: int, clock=time.process_time) -> float:
 def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, float]:
     """Microseconds per step of one cached eager ``a + b`` (see the module docstring)."""
     from jax._src.config import enable_x64
-    from torchlax_core import _current, _dispatch, _fast_methods, _opcache, _tensor
+    from torchlax_core import _cached_op, _current, _fast_methods, _opcache, _tensor
 
     class Bare(torch.Tensor):  # PyTorch's dispatch into Python and back, nothing else
         @classmethod
@@ -90,7 +90,7 @@ def breakdown(n: int = 2000, repeats: int = 7, size: int = 1000) -> dict[str, fl
             a + b  # fills the op cache
         arr_a, arr_b = a.jax(), b.jax()
         op = env._op_cache.op(func)
-        hit_key = _dispatch._make_hit_key(func, op)
+        hit_key = _cached_op._make_hit_key(func, op)
         key = _opcache.signature(op, [arr_a, arr_b], {}, [])
         entry = env._op_cache.entries.get(key)
         if entry is None:

@@ -496,10 +496,10 @@ def test_a_cached_op_leaves_exclusivity_while_plain_runs_and_hand_outs_clear_it(
 
 
 def test_the_hot_path_keys_a_call_as_the_general_path_does(env):
-    # A hit builds its signature from the Tensors directly (_dispatch._make_hit_key); a miss
+    # A hit builds its signature from the Tensors directly (_cached_op._make_hit_key); a miss
     # unwraps first (_opcache.signature). Keys that differed would compile every signature
     # again under a second key, and the hot path would never hit.
-    from torchlax_core import _dispatch, _opcache
+    from torchlax_core import _cached_op, _opcache, _unwrap
 
     aten = torch.ops.aten
     a, b = jax_tensor(torch.randn(4, 3)), jax_tensor(torch.randn(4, 3))
@@ -523,20 +523,22 @@ def test_the_hot_path_keys_a_call_as_the_general_path_does(env):
     cache = env._op_cache
     for func, args, kwargs in calls:
         op = cache.op(func)
-        jargs, jkwargs = _dispatch._make_unwrapper(func, defer_views=True)(args, kwargs)
+        jargs, jkwargs = _unwrap._make_unwrapper(func, defer_views=True)(args, kwargs)
         general: list = []
         expected = _opcache.signature(op, jargs, jkwargs, general)
         hot: list = []
-        assert _dispatch._make_hit_key(func, op)(args, kwargs, hot) == expected, func
+        assert _cached_op._make_hit_key(func, op)(args, kwargs, hot) == expected, func
         assert [id(leaf) for leaf in hot] == [id(leaf) for leaf in general], func
     # What the hot path leaves to the general one: a list of tensors, a CPU scalar tensor.
     cat = torch.ops.aten.cat.default
-    assert _dispatch._make_hit_key(cat, cache.op(cat))(([a, b], 0), {}, []) is None
+    assert _cached_op._make_hit_key(cat, cache.op(cat))(([a, b], 0), {}, []) is None
     add = aten.add.Tensor
-    assert _dispatch._make_hit_key(add, cache.op(add))((a, torch.tensor(2.0)), {}, []) is None
+    assert _cached_op._make_hit_key(add, cache.op(add))((a, torch.tensor(2.0)), {}, []) is None
     # A pointwise op's layout rule sees views and kwargs first: its root-only hot path refuses.
-    roots_only = _dispatch._make_hit_key(add, cache.op(add), roots_only=True)
-    assert roots_only((a, b), {}, []) == _dispatch._make_hit_key(add, cache.op(add))((a, b), {}, [])
+    roots_only = _cached_op._make_hit_key(add, cache.op(add), roots_only=True)
+    assert roots_only((a, b), {}, []) == _cached_op._make_hit_key(add, cache.op(add))(
+        (a, b), {}, []
+    )
     assert roots_only((read, b[1:]), {}, []) is None
     assert roots_only((a, b), {"alpha": 2}, []) is None
 
@@ -560,7 +562,7 @@ def test_an_argument_of_another_layout_is_transposed_inside_the_cached_op(env, m
     """``x.t() + y`` (y row-major) lays its result out as ``x.t()``: ``y`` goes to the cached
     executable as a deferred transpose, applied inside it, not as an eagerly transposed copy
     (one XLA dispatch and a copy of y per call)."""
-    from torchlax_core import _dispatch
+    from torchlax_core import _layouts
 
     x_cpu, y_cpu = torch.randn(5, 3), torch.randn(3, 5)
     x, y = jax_tensor(x_cpu), jax_tensor(y_cpu)
@@ -569,7 +571,7 @@ def test_an_argument_of_another_layout_is_transposed_inside_the_cached_op(env, m
     transposes = []
     real = jax.lax.transpose
     monkeypatch.setattr(
-        _dispatch.jax.lax, "transpose", lambda *a, **k: transposes.append(a) or real(*a, **k)
+        _layouts.jax.lax, "transpose", lambda *a, **k: transposes.append(a) or real(*a, **k)
     )
     before = stats(env)
     out = x.t() + y

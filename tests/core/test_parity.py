@@ -298,9 +298,9 @@ OUT_DTYPE_CASES = {
 @pytest.mark.parametrize("name", sorted(OUT_DTYPE_CASES))
 def test_out_dtype_verdict_is_learned_without_real_shaped_cpu_data(name, monkeypatch):
     # The CPU stand-ins are empty or broadcast zeros, whatever the arguments' shapes.
-    from torchlax_core import _dispatch
+    from torchlax_core import _mutation
 
-    monkeypatch.setattr(_dispatch, "_OUT_DTYPE_ERRORS", {})
+    monkeypatch.setattr(_mutation, "_OUT_DTYPE_ERRORS", {})
     sizes = []
     zeros = torch.zeros
 

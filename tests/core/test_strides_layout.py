@@ -285,8 +285,8 @@ def test_the_layout_rule_matches_the_cpu_for_every_pointwise_op():
     """The rule alone (no jax), against the strides of PyTorch's CPU result: each pointwise
     overload with tensor arguments in mixed, broadcast and strided layouts."""
     from torch._prims_common import make_contiguous_strides_for
-    from torchlax_core._dispatch import _operand_positions, keeps_layout
     from torchlax_core._iterator_layout import iterator_strides
+    from torchlax_core._layouts import _operand_positions, keeps_layout
 
     layouts = {
         "t": lambda: (_m(4, 6) + 5.5).t(),

@@ -20,18 +20,11 @@ from torch.utils import _pytree as pytree
 
 from ._checks import check_sizes
 from ._current import current_env
-from ._dispatch import (
-    memory_order,
-    memory_ordered_array,
-    resize_,
-    resize_as_,
-    set_storage_,
-    set_tensor_,
-    stored_in_order,
-)
 from ._dtypes import jax_dtype
 from ._host_put import put
+from ._layouts import memory_order, memory_ordered_array, stored_in_order
 from ._logging import get_logger
+from ._mutation import resize_, resize_as_, set_storage_, set_tensor_
 from ._registry import op_name
 from ._tensor import Tensor, _from_cpu, _to_cpu
 from .hookspecs import hookimpl

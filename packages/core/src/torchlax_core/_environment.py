@@ -29,16 +29,12 @@ from ._current import disable_globally as disable_globally
 from ._current import enable as enable
 from ._current import enable_globally as enable_globally
 from ._current import is_enabled as is_enabled
-from ._dispatch import (
-    derived_mutation_impl,
-    functional_counterpart,
-    inplace_view_counterpart,
-    inplace_view_impl,
-    lowering_impl,
-)
+from ._dispatch import lowering_impl
 from ._errors import OpNotLoweredError
+from ._mutation import derived_mutation_impl, functional_counterpart
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
 from ._run import run_op
+from ._views import inplace_view_counterpart, inplace_view_impl
 from ._x64 import x64
 
 

@@ -22,7 +22,7 @@ of ``Tensor`` that serve a call themselves when that is exactly what the dispatc
   no TorchScript tracer, and autograd would record nothing (grad mode off, or no argument
   requires grad);
 - the environment's implementation of that overload is the eager op cache's
-  (``_dispatch.cached_impl``) and this call is a hit: the same key, the same executable and
+  (``_cached_op.cached_impl``) and this call is a hit: the same key, the same executable and
   the same wrap as the dispatch path's hit, counted in the same statistics. A plugin that
   overrides the op changes the environment's implementation (and clears the cache), so it is
   honoured.
@@ -93,7 +93,7 @@ def _pytorch_would_intervene() -> bool:
 
 class _Serving:
     """The hit function (``serve_pair``, ``serve_single`` or ``serve_hit`` of
-    ``_dispatch.cached_impl``) of one overload in the current environment, remembered with the
+    ``_cached_op.cached_impl``) of one overload in the current environment, remembered with the
     environment's ``_resolved`` table it came from (looking an ``OpOverload`` up costs a
     Python ``__hash__``). A plugin registered or removed replaces that table, and so the next
     call looks again: an override is honoured. Nothing is remembered while the op is not

@@ -206,7 +206,7 @@ class Pending:
 
     The op's executable gets the root array and applies the view itself, so XLA folds the
     transpose into the op (a matmul's dimension numbers) instead of copying it first. Made by
-    ``_dispatch``'s unwrapper for views ``view_impl`` created deferred (``compute.recipe``).
+    ``_unwrap``'s unwrapper for views ``view_impl`` created deferred (``compute.recipe``).
     """
 
     __slots__ = ("tensor", "root", "compute", "recipe")
@@ -230,7 +230,7 @@ def materialize(jargs):
 def signature(op, jargs, jkwargs, leaves: list):
     """The cache key of one call, filling ``leaves`` with its input arrays in order.
 
-    ``op`` names the op (its ``OpCache.op``); ``_dispatch.cached_impl`` builds the same key
+    ``op`` names the op (its ``OpCache.op``); ``_cached_op.cached_impl`` builds the same key
     straight from the call's Tensors on its hot path (``hit_key``): the two must agree.
     """
     key = [op]

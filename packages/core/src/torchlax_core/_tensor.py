@@ -81,7 +81,7 @@ class _Storage:
     wrote it sets it (``internal.set_exclusive``); whatever hands the array out clears it, so
     that it is never donated to XLA while someone can still read it: ``_value`` (``t.jax()``,
     DLPack, ``.numpy()``), a write of another array (``_write``) and an op whose lowering runs
-    plainly (its result may be its input unchanged: ``_dispatch.release``). An op served by a
+    plainly (its result may be its input unchanged: ``_unwrap.release``). An op served by a
     compiled executable (the eager op cache) only reads its inputs: its results are new
     buffers, so the hot path leaves the flag alone.
     """
@@ -295,7 +295,7 @@ def _make(
     """A new torchlax Tensor for ``array`` (the hot path: no ``__new__``/``__init__`` calls).
 
     ``layout`` is a view's ``(strides, storage_offset, storage_nbytes)`` as PyTorch computes
-    them (see ``_dispatch._view_layouts``); without it the tensor is row-major from offset 0.
+    them (see ``_views._view_layouts``); without it the tensor is row-major from offset 0.
     ``device``, when the caller knows it (a view: its base's), saves reading the array's.
     """
     try:

@@ -38,15 +38,15 @@ from ._compiled import write_back_all as write_back_all
 from ._constant_watch import ChangedConstant as ChangedConstant
 from ._constant_watch import ReadConstants as ReadConstants
 from ._constant_watch import watch_constants as watch_constants
-from ._dispatch import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
-from ._dispatch import memory_order as memory_order
-from ._dispatch import memory_ordered_array as memory_ordered_array
-from ._dispatch import stored_in_order as stored_in_order
-from ._dispatch import viewed_back as viewed_back
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
 from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
+from ._layouts import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
+from ._layouts import memory_order as memory_order
+from ._layouts import memory_ordered_array as memory_ordered_array
+from ._layouts import stored_in_order as stored_in_order
+from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
 from ._program import tracing as tracing
