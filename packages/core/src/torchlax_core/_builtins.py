@@ -108,6 +108,12 @@ def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     # empty_like and .to() of a transposed tensor ask for its strides (preserve_format)
+    if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=False)):
+        # PyTorch's storage size computation overflows on a negative stride of a real dim.
+        raise RuntimeError(
+            f"Storage size calculation overflowed with sizes={list(size)} and "
+            f"strides={list(stride)}"
+        )
     order = memory_order(tuple(size), tuple(stride))
     if order is None:
         return _empty(size, dtype=dtype)

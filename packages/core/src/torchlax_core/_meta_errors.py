@@ -12,11 +12,18 @@ them, its CPU kernel on stand-ins of the same shapes and dtypes (broadcast zeros
 written arguments get real zeros), because the CPU kernel's message is the one users know
 (the meta kernels of pointwise ops word a broadcast error differently). Only the failure path
 pays for this.
+
+The question never re-enters torchlax: every device argument is moved to ``meta`` or ``cpu``
+with the tensors (``torch.eye(-2, device="jax")`` asked again with ``device="jax"`` would fail
+in torchlax and ask again, without end), and a question asked while one is being answered on
+this thread gets no answer (the original error stands).
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from contextlib import contextmanager
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
@@ -43,6 +50,42 @@ _MAX_CPU_PROBE = 1 << 20
 def _elements(args, kwargs) -> int:
     leaves = tree_leaves((args, kwargs))
     return sum(x.numel() for x in leaves if isinstance(x, torch.Tensor))
+
+
+# Set while this thread asks PyTorch: a torchlax op failing inside the question is not asked
+# about in turn.
+_asking = threading.local()
+
+
+@contextmanager
+def _question():
+    _asking.active = True
+    try:
+        yield
+    finally:
+        _asking.active = False
+
+
+def _moved(value, kind: str, *, device_arg: bool = False):
+    """``value`` with a device (a ``torch.device``, or a string in a device argument) on ``kind``."""
+    if isinstance(value, torch.device) or (device_arg and isinstance(value, str | int)):
+        return torch.device(kind)
+    return value
+
+
+def _devices_on(func, args: tuple, kwargs: dict, kind: str) -> tuple[tuple, dict]:
+    """``args``/``kwargs`` with every device argument of ``func`` on ``kind`` (meta or cpu)."""
+    schema = func._schema.arguments
+    device_args = {a.name for a in schema if "Device" in str(a.type)}
+    positional = [a.name in device_args for a in schema if not a.kwarg_only]
+    positional += [False] * (len(args) - len(positional))
+
+    def moved(value, device_arg: bool):
+        return tree_map(lambda x: _moved(x, kind, device_arg=device_arg), value)
+
+    new_args = tuple(moved(a, d) for a, d in zip(args, positional, strict=False))
+    new_kwargs = {k: moved(v, k in device_args) for k, v in kwargs.items()}
+    return new_args, new_kwargs
 
 
 def _as_meta(x):
@@ -107,13 +150,16 @@ def _cpu_stand_ins(func, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None
 
 def _asked(func, args: tuple, kwargs: dict) -> BaseException | None:
     """PyTorch's refusal of the arguments: the meta kernel's, then the CPU kernel's words."""
-    error = _refused(func, tree_map(_as_meta, args), tree_map(_as_meta, kwargs))
+    error = _refused(
+        func, *_devices_on(func, tree_map(_as_meta, args), tree_map(_as_meta, kwargs), "meta")
+    )
     if error is None and _elements(args, kwargs) > _MAX_CPU_PROBE:
         return None  # the CPU kernel would compute in earnest: not worth it for a message
     stand_ins = _cpu_stand_ins(func, args, kwargs)
     if stand_ins is not None:
         # Where the meta kernel accepted, only a CPU kernel missing for the dtype is news.
-        error = _refused(func, *stand_ins, dtype_only=error is None) or error
+        cpu_args, cpu_kwargs = _devices_on(func, *stand_ins, "cpu")
+        error = _refused(func, cpu_args, cpu_kwargs, dtype_only=error is None) or error
     return error
 
 
@@ -125,10 +171,11 @@ def pytorch_error(func, args: tuple, kwargs: dict, exc: BaseException) -> BaseEx
     """
     if not isinstance(exc, TypeError | ValueError) or isinstance(exc, TorchlaxError):
         return None
-    if not isinstance(func, torch._ops.OpOverload):
+    if not isinstance(func, torch._ops.OpOverload) or getattr(_asking, "active", False):
         return None
     try:
-        error = _asked(func, args, kwargs)
+        with _question():
+            error = _asked(func, args, kwargs)
     except Exception:  # noqa: BLE001  arguments the question cannot be asked about: exc stands
         return None
     if error is None:

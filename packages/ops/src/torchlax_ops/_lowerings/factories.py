@@ -105,6 +105,8 @@ def _arange_length(start, end, step, integral: bool) -> int:
         numerator = end - start + step - sign
         length = abs(numerator) // abs(step) * (1 if (numerator >= 0) == (step > 0) else -1)
     else:
+        if not (math.isfinite(float(start)) and math.isfinite(float(end))):
+            raise RuntimeError(f"unsupported range: {start} -> {end}")
         length = math.ceil((float(end) - float(start)) / float(step))
     if length < 0:
         raise RuntimeError(
@@ -318,6 +320,11 @@ def logspace(
 
 
 def _triangle_indices(row, col, offset, dtype, lower: bool):
+    # NumPy answers a negative size with no indices; PyTorch refuses it (its words, sic).
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
     # Shapes depend only on Python ints, so numpy builds them at trace time.
     rows, cols = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
     return jnp.asarray(np.stack([rows, cols]), dtype=jax_dtype(dtype) if dtype else jnp.int64)

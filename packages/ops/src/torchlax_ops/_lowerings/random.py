@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import torch
-from torchlax_core import check, current_env, jax_dtype
+from torchlax_core import check, check_sizes, current_env, jax_dtype
 
 from .._promotion import opmath_dtype
 from .._table import lowering
@@ -65,11 +65,13 @@ def _require_float(op: str, dtype) -> None:
 
 @lowering(aten.rand.default, aten.rand.generator)
 def rand(size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    check_sizes(size, _float_dtype(dtype).itemsize)  # XLA's own refusal is an MLIRError
     return _uniform(_key(generator), size, _float_dtype(dtype))
 
 
 @lowering(aten.randn.default, aten.randn.generator)
 def randn(size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    check_sizes(size, _float_dtype(dtype).itemsize)
     return _normal(_key(generator), size, _float_dtype(dtype))
 
 
@@ -103,6 +105,7 @@ def randn_like(
 
 def _integers(key, shape, low, high, dtype):
     dtype = jnp.dtype(dtype)
+    check_sizes(shape, dtype.itemsize)
     if high <= low:
         raise RuntimeError(
             f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
@@ -181,6 +184,7 @@ def randint_like_tensor(
 
 @lowering(aten.randperm.default, aten.randperm.generator)
 def randperm(n, *, generator=None, dtype=torch.long, layout=None, device=None, pin_memory=None):
+    check_sizes((n,), jax_dtype(dtype or torch.long).itemsize)  # JAX accepts a negative n
     return jax.random.permutation(_key(generator), n).astype(jax_dtype(dtype or torch.long))
 
 
@@ -189,6 +193,7 @@ def normal_float_float(
     mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None
 ):
     out_dtype = _float_dtype(dtype)
+    check_sizes(size, out_dtype.itemsize)
     return (mean + std * _normal(_key(generator), size, out_dtype)).astype(out_dtype)
 
 
