@@ -24,8 +24,16 @@ with torchlax.enable():
     jitted_model = torchlax.jit(jax_model)  # the whole forward as one XLA program
     jitted = jitted_model(jx)
 
-print(f"input on {jx.device}; output {type(eager).__name__} {tuple(eager.shape)} {eager.dtype}")
+# Float32 agrees to rounding (1e-5) on a CPU or GPU. A TPU's float32 transcendentals (exp, log,
+# tanh, erf: here GELU and LogSoftmax) are accurate to about 1e-4 relative, so on a TPU the
+# comparison is at 2e-4 (docs/tpu.md).
+platform = next(iter(jx.jax().devices())).platform
+tolerance = 2e-4 if platform == "tpu" else 1e-5
+
+print(
+    f"input on {jx.device} ({platform}); output {type(eager).__name__} {tuple(eager.shape)} {eager.dtype}"
+)
 for name, result in (("eager", eager), ("jit", jitted)):
-    torch.testing.assert_close(result.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(result.cpu(), expected.detach(), rtol=tolerance, atol=tolerance)
     diff = (result.cpu() - expected).abs().max().item()
     print(f"torchlax {name:<5} matches eager PyTorch (max abs difference {diff:.2e})")

@@ -37,6 +37,7 @@ def float64_default():
     torch.set_default_dtype(before)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown where it is not installed
 def pytest_xdist_make_scheduler(config, log):
     """``--dist load`` (pytest-xdist's default) with each model's tests in one worker (see
     shared_compilation_scheduling.py); other ``--dist`` modes are left to pytest-xdist."""

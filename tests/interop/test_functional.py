@@ -236,3 +236,47 @@ def test_dropout_under_jax_jit_without_a_key_raises_instead_of_freezing_the_mask
     _, _, fn = functional(torch.nn.Dropout(0.5).train())
     with pytest.raises(RuntimeError, match="key"):
         jax.jit(fn)({}, jnp.ones((8, 8)))
+
+
+_ACCELERATOR_STANDIN = """
+import jax, torch, torchlax_core
+from torchlax_core import hookimpl
+from torchlax_interop import functional
+
+host, standin = jax.devices()  # standin plays a TPU: the 'jax' device, not where torch's memory is
+
+
+class Placement:
+    @hookimpl
+    def torchlax_device_placement(self, device, env):
+        return standin if device is not None and device.type == "jax" else None
+
+
+torchlax_core.current_env().register_plugin(Placement(), "standin")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+model.register_buffer("scale", torch.ones(2))
+params, buffers, fn = functional(model)
+state = {**params, **buffers}
+assert {d for a in state.values() for d in a.devices()} == {standin}, state
+x = jax.device_put(jax.numpy.ones((3, 4)), standin)
+grads = jax.jit(jax.grad(lambda p: fn(p, x).sum()))(params)
+assert {d for g in grads.values() for d in g.devices()} == {standin}
+expected = model(torch.ones(3, 4)).detach().numpy()
+assert abs(jax.device_get(fn(params, x)) - expected).max() < 1e-6
+print("ok")
+"""
+
+
+def test_a_cpu_module_goes_to_the_jax_device_when_that_is_not_the_host():
+    """On a TPU VM, ``functional(cpu_module)`` shared its tensors as arrays on JAX's CPU, so a
+    ``jax.jit`` of a step over them compiled and ran on the host (whose RAM the step's
+    activations then filled). The arrays go to the ``jax`` device instead: played here by a
+    second host device, to which a placement plugin maps ``jax``."""
+    import os
+
+    import fresh_python
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = fresh_python.run(["-c", _ACCELERATOR_STANDIN], env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

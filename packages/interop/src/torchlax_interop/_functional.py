@@ -15,7 +15,13 @@ from ._views import jax_view, numpy_to_jax, torch_view
 
 
 def module_state(module: torch.nn.Module) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-    """``(params, buffers)``: ``module``'s state by name, as JAX arrays (shared, not copied).
+    """``(params, buffers)``: ``module``'s state by name, as JAX arrays on the ``jax`` device.
+
+    Tensors already there (torchlax Tensors) and CPU tensors where the ``jax`` device is JAX's
+    CPU are shared, not copied; a CPU module's tensors where the ``jax`` device is an
+    accelerator (a TPU, a GPU) are put on it, one copy each: shared, they would be arrays on
+    JAX's CPU device, and a ``jax.jit`` of a function of them would compile and run the whole
+    computation on the host (a GPT-2 training step on a TPU VM filled its RAM).
 
     ``params`` holds the trainable parameters (``requires_grad``); ``buffers`` the rest of the
     state: every buffer and every frozen parameter. A tensor reachable under several names (tied
@@ -33,7 +39,8 @@ def module_state(module: torch.nn.Module) -> tuple[dict[str, jax.Array], dict[st
 def _array(tensor: torch.Tensor) -> jax.Array:
     if isinstance(tensor, torchlax_core.Tensor):
         return tensor.jax()
-    return from_torch(tensor.detach()).jax()
+    shared = from_torch(tensor.detach()).jax()
+    return torchlax_core.current_env().place(shared, "jax")  # the same array where it is there
 
 
 def functional(
@@ -43,8 +50,10 @@ def functional(
     **kwargs)``.
 
     ``params`` maps each trainable parameter's name to a ``jax.Array`` holding its current value
-    and ``buffers`` the rest of the state (buffers, frozen parameters), both shared with the
-    module, not copied; tied weights appear once. ``jax.grad`` of a loss of ``params`` therefore
+    and ``buffers`` the rest of the state (buffers, frozen parameters), on the ``jax`` device:
+    shared with the module, not copied, where its tensors are already there (or on the CPU,
+    with JAX's CPU as the ``jax`` device); a CPU module on an accelerator is copied there once
+    (``module_state``). Tied weights appear once. ``jax.grad`` of a loss of ``params`` therefore
     differentiates floating-point weights only (BERT's int64 ``position_ids`` are a buffer).
 
     ``fn`` runs the module's forward with the weights taken from its first argument (through

@@ -1,0 +1,680 @@
+"""Training steps on a TPU: torchlax against torchax and hand-written JAX, one row per variant.
+
+    python3 benchmarks/tpu.py                      # on a TPU machine (docs/tpu.md)
+    python3 benchmarks/tpu.py --models gpt2 --variants torchax,jax,jit
+    uv run python benchmarks/tpu.py --smoke        # CI-sized shapes on the CPU, in one process
+
+Models (bf16 weights, random, from configs; dropout 0 so that every variant computes the same
+function): GPT-2 small (transformers' GPT2LMHeadModel, AdamW lr 1e-4, batch 8 x 1024), a
+Llama-style decoder of ~400 M parameters (LlamaForCausalLM, AdamW, sequence 2048, the largest
+batch of ``--llama-batch``, halved until it fits), ResNet-50 (torchvision, SGD lr 0.1 momentum
+0.9, batch 128 x 224 x 224). Variants:
+
+- ``jit``: ``torchlax.jit(step)``, the step being zero_grad, forward, ``loss.backward()``,
+  ``opt.step()`` with torch.optim on torchlax Tensors;
+- ``compile``: ``torch.compile(step, backend="torchlax")`` on the same step over jax tensors;
+- ``functional``: ``torchlax.functional(model)`` + ``jax.value_and_grad`` + optax in one
+  ``jax.jit`` (parameters and optimizer state donated);
+- ``functional_cpu``: the same, handed a module still on the CPU (what the issue's run did);
+- ``jax``: GPT-2 written by hand in JAX (this file) + optax, same weights;
+- ``torchax``: ``torchax.extract_jax`` + ``jax.value_and_grad`` + optax (when torchax imports).
+
+Each row: median steady step, tokens (images)/s, MFU against the chip's bf16 peak
+(``--peak-tflops``, 197 for a TPU v5e), first-call time (everything up to the first result:
+tracing, compiling, running), XLA compilations during the steady steps (0 expected), peak
+memory of the step's executable (``memory_analysis``: arguments + outputs - donated aliases +
+temporaries) and of the device (``memory_stats()['peak_bytes_in_use']`` after setup, after the
+first call and at the end), and the process's host RSS (growth while stepping; a watchdog stops
+a variant whose RSS grows by more than ``--rss-limit-gib``).
+
+FLOPs of a step: transformers ``6·N·tokens + 12·L·d·T·tokens`` (N parameters, tied embeddings
+once; L layers, d width, T sequence length: forward + backward of every weight product and of
+the two attention products, no recomputation); ResNet-50 ``3 x 8.18 GFLOP`` per 224² image
+(its forward is 4.09 G multiply-adds; backward twice the forward).
+
+On a TPU each (model, variant) runs in a process of its own (the device's peak counts from the
+process's start, and a variant that exhausts memory takes only itself down); results are
+written to ``--out`` (JSON) after every variant. ``--smoke`` runs every row in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+MODELS = ("gpt2", "llama", "resnet50")
+VARIANTS = ("torchax", "jax", "functional", "jit", "compile", "functional_cpu")
+GIB = 1 << 30
+
+#: Shapes of the full run and of ``--smoke`` (CI-sized, on the CPU).
+FULL = {
+    "gpt2": {"layers": 12, "width": 768, "heads": 12, "vocab": 50257, "batch": 8, "seq": 1024},
+    "llama": {
+        "layers": 22,
+        "width": 1024,
+        "heads": 16,
+        "kv_heads": 8,
+        "ffn": 4096,
+        "vocab": 32000,
+        "batch": 4,
+        "seq": 2048,
+    },
+    "resnet50": {"blocks": (3, 4, 6, 3), "batch": 128, "size": 224},
+}
+SMOKE = {
+    "gpt2": {"layers": 2, "width": 64, "heads": 4, "vocab": 256, "batch": 2, "seq": 32},
+    "llama": {
+        "layers": 2,
+        "width": 64,
+        "heads": 4,
+        "kv_heads": 2,
+        "ffn": 128,
+        "vocab": 256,
+        "batch": 2,
+        "seq": 32,
+    },
+    "resnet50": {"blocks": (1, 1, 1, 1), "batch": 2, "size": 32},
+}
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+class Watch:
+    """Host memory (anonymous RSS: what the process allocated, not the libraries it maps, which
+    on the TPU machine count ~17 GiB as torch's files are paged in), sampled every 0.2 s: the
+    largest growth over ``base``; past ``limit`` bytes the process records why and exits (a TPU
+    machine that runs out of RAM returns nothing)."""
+
+    def __init__(self, limit: int, on_limit: Callable[[str], None]):
+        self.base = self.rss()
+        self.peak = self.base
+        self.limit = limit
+        self.on_limit = on_limit
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @staticmethod
+    def rss() -> int:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def rebase(self) -> None:
+        self.base = self.peak = self.rss()
+
+    def _run(self) -> None:
+        while True:
+            rss = self.rss()
+            self.peak = max(self.peak, rss)
+            if rss - self.base > self.limit:
+                self.on_limit(
+                    f"host memory (anonymous RSS) grew by {(rss - self.base) / GIB:.1f} GiB: stopped"
+                )
+                os._exit(3)
+            time.sleep(0.2)
+
+
+class Compilations:
+    """XLA compilations seen by JAX's monitoring (every backend compile, jitted or eager op)."""
+
+    def __init__(self):
+        import jax
+
+        self.count = 0
+
+        def listener(event: str, *_: Any, **__: Any) -> None:
+            if event == "/jax/core/compile/backend_compile_duration":
+                self.count += 1
+
+        jax.monitoring.register_event_duration_secs_listener(listener)
+
+
+def device_memory() -> dict[str, int]:
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return {k: stats[k] for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit") if k in stats}
+
+
+def executable_peak(compiled: Any) -> dict[str, int]:
+    """Arguments + outputs - donated aliases + temporaries of one executable (and XLA's own
+    ``peak_memory_in_bytes`` where the backend reports it)."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return {}
+    out = {
+        "exe_peak_bytes": stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        - stats.alias_size_in_bytes
+        + stats.temp_size_in_bytes,
+        "exe_temp_bytes": stats.temp_size_in_bytes,
+        "exe_argument_bytes": stats.argument_size_in_bytes,
+    }
+    xla_peak = getattr(stats, "peak_memory_in_bytes", 0)
+    if xla_peak:
+        out["exe_xla_peak_bytes"] = xla_peak
+    return out
+
+
+def ready(x: Any) -> Any:
+    import jax
+    import torchlax
+
+    for leaf in jax.tree.leaves(x, is_leaf=lambda t: isinstance(t, torchlax.Tensor)):
+        if isinstance(leaf, torchlax.Tensor):
+            leaf.jax().block_until_ready()
+        elif isinstance(leaf, jax.Array):
+            leaf.block_until_ready()
+    return x
+
+
+# -- models --------------------------------------------------------------------------------------
+
+
+def build(model: str, shape: dict) -> Any:
+    """The model (float32, CPU, seeded), its batch (CPU tensors) and its FLOPs per step."""
+    import torch
+
+    torch.manual_seed(0)
+    if model == "resnet50":
+        from torchvision.models.resnet import Bottleneck, ResNet
+
+        net = ResNet(Bottleneck, list(shape["blocks"]))
+        x = torch.randn(shape["batch"], 3, shape["size"], shape["size"])
+        y = torch.randint(0, 1000, (shape["batch"],))
+        flops = 3 * 8.18e9 * shape["batch"] * (shape["size"] / 224) ** 2
+        return net, (x, y), flops, shape["batch"]
+    if model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(
+            n_layer=shape["layers"],
+            n_embd=shape["width"],
+            n_head=shape["heads"],
+            vocab_size=shape["vocab"],
+            n_positions=max(1024, shape["seq"]),
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+        net = GPT2LMHeadModel(config)
+    else:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            hidden_size=shape["width"],
+            intermediate_size=shape["ffn"],
+            num_hidden_layers=shape["layers"],
+            num_attention_heads=shape["heads"],
+            num_key_value_heads=shape["kv_heads"],
+            vocab_size=shape["vocab"],
+            max_position_embeddings=shape["seq"],
+        )
+        net = LlamaForCausalLM(config)
+    net.config.use_cache = False
+    ids = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq"]))
+    params = sum(p.numel() for p in net.parameters())  # tied weights once
+    tokens = shape["batch"] * shape["seq"]
+    flops = 6 * params * tokens + 12 * shape["layers"] * shape["width"] * shape["seq"] * tokens
+    return net, (ids,), flops, tokens
+
+
+class Logits:
+    """A causal LM as ``ids -> logits`` (a plain tensor out, for every variant alike)."""
+
+    @staticmethod
+    def wrap(net: Any) -> Any:
+        import torch
+
+        class LM(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, ids):
+                return self.inner(input_ids=ids, use_cache=False).logits
+
+        return LM(net)
+
+
+def torch_loss(model: str) -> Callable:
+    import torch.nn.functional as F
+
+    if model == "resnet50":
+        return lambda m, x, y: F.cross_entropy(m(x), y)
+
+    def lm_loss(m, ids):
+        logits = m(ids)[:, :-1]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+    return lm_loss
+
+
+def jax_loss(model: str, forward: Callable) -> Callable:
+    """``loss(params, batch)`` in JAX over ``forward(params, *inputs) -> logits``."""
+    import jax
+    import jax.numpy as jnp
+
+    def cross_entropy(logits, labels):
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], 1)).astype(logits.dtype)
+
+    if model == "resnet50":
+        return lambda p, batch: cross_entropy(forward(p, batch[0]), batch[1])
+
+    def lm_loss(p, batch):
+        ids = batch[0]
+        logits = forward(p, ids)[:, :-1]
+        return cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+    return lm_loss
+
+
+def optimizers(model: str) -> tuple[Callable, Any]:
+    import optax
+    import torch
+
+    if model == "resnet50":
+        return (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)), optax.sgd(0.1, momentum=0.9)
+    return (lambda ps: torch.optim.AdamW(ps, lr=1e-4)), optax.adamw(1e-4, weight_decay=0.01)
+
+
+def to_jax(t: Any) -> Any:
+    """A CPU tensor as a JAX array on the default device (bf16 through float32: NumPy has none)."""
+    import jax.numpy as jnp
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return jnp.asarray(t.detach().float().numpy()).astype(jnp.bfloat16)
+    return jnp.asarray(t.detach().numpy())
+
+
+def hand_written_gpt2(net: Any, shape: dict) -> tuple[dict, Callable]:
+    """GPT-2 written in JAX over ``net``'s weights (bf16 arrays on the default device)."""
+    import jax
+    import jax.numpy as jnp
+
+    state = net.inner.state_dict()
+    params = {
+        k: to_jax(v) for k, v in state.items() if not k.endswith(("attn.bias", "masked_bias"))
+    }
+    params.pop("lm_head.weight", None)  # tied to transformer.wte.weight
+    heads = shape["heads"]
+
+    def norm(x, p, name):
+        mean = x.mean(-1, keepdims=True)
+        var = jnp.square(x - mean).mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * p[name + ".weight"] + p[name + ".bias"]
+
+    def dense(x, p, name):
+        return x @ p[name + ".weight"] + p[name + ".bias"]  # GPT-2's Conv1D: (in, out)
+
+    def forward(p, ids):
+        b, t = ids.shape
+        h = p["transformer.wte.weight"][ids] + p["transformer.wpe.weight"][:t]
+        for i in range(shape["layers"]):
+            pre = f"transformer.h.{i}."
+            q, k, v = jnp.split(dense(norm(h, p, pre + "ln_1"), p, pre + "attn.c_attn"), 3, -1)
+            q, k, v = (a.reshape(b, t, heads, -1) for a in (q, k, v))
+            att = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, -1)
+            h = h + dense(att, p, pre + "attn.c_proj")
+            mlp = jax.nn.gelu(
+                dense(norm(h, p, pre + "ln_2"), p, pre + "mlp.c_fc"), approximate=True
+            )
+            h = h + dense(mlp, p, pre + "mlp.c_proj")
+        return norm(h, p, "transformer.ln_f") @ p["transformer.wte.weight"].T
+
+    return params, forward
+
+
+# -- variants ------------------------------------------------------------------------------------
+
+
+def torch_step(net: Any, opt: Any, loss_fn: Callable, batch: tuple) -> Callable:
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(net, *batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def run_torchlax(variant: str, model: str, net: Any, batch: tuple, row: dict) -> tuple:
+    """``(first, step, exe_stats)`` of ``torchlax.jit(step)`` or the torchlax Dynamo backend."""
+    import torch
+    import torchlax
+
+    make_opt, _ = optimizers(model)
+    with torchlax.enable():
+        jnet = net.to("jax")
+        jbatch = tuple(t.to("jax") for t in batch)
+    opt = make_opt(jnet.parameters())
+    step = torch_step(jnet, opt, torch_loss(model), jbatch)
+    state = lambda: [*jnet.parameters(), *(v for s in opt.state.values() for v in s.values())]  # noqa: E731
+    if variant == "jit":
+        fast = torchlax.jit(step)
+        run = lambda: ready((fast(), state()))  # noqa: E731
+    else:
+        fast = torch.compile(step, backend="torchlax")
+        run = lambda: ready((fast(), state()))  # noqa: E731
+    t0 = time.perf_counter()
+    run()
+    row["first_call_s"] = time.perf_counter() - t0
+    if variant == "compile":  # Dynamo compiles again once the optimizer's state exists
+        t0 = time.perf_counter()
+        run()
+        row["second_call_s"] = time.perf_counter() - t0
+
+    def exe_stats() -> dict:
+        if variant != "jit":
+            return {}
+        stats = [executable_peak(c) for p in fast.programs.values() for c in p.compiled.values()]
+        return max(stats, key=lambda s: s.get("exe_peak_bytes", 0), default={})
+
+    return run, exe_stats
+
+
+def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dict, row: dict):
+    """``(step, exe_stats)`` of a JAX + optax step (``torchax``, ``functional``, ``jax``)."""
+    import jax
+    import optax
+
+    _, tx = optimizers(model)
+    if variant == "jax":
+        params, forward = hand_written_gpt2(net, shape)
+        buffers: dict = {}
+    elif variant == "torchax":
+        import torchax
+
+        weights, jfunc = torchax.extract_jax(net)
+        trainable = {n for n, p in net.named_parameters() if p.requires_grad}
+        params = {k: v for k, v in weights.items() if k in trainable}
+        buffers = {k: v for k, v in weights.items() if k not in trainable}
+        forward = lambda p, *xs: jfunc(p, xs)  # noqa: E731
+    else:
+        import torchlax
+
+        if variant == "functional":
+            with torchlax.enable():
+                net = net.to("jax")
+        params, buffers, fn = torchlax.functional(net)
+        forward = fn
+    if variant != "jax":
+        merged = forward
+        forward = lambda p, *xs: merged({**buffers, **p}, *xs)  # noqa: E731
+    loss_of = jax_loss(model, forward)
+
+    def step(p, opt_state, b):
+        loss, grads = jax.value_and_grad(loss_of)(p, b)
+        updates, opt_state = tx.update(grads, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, loss
+
+    jbatch = tuple(to_jax(t) for t in batch)
+    if variant != "functional_cpu":
+        jbatch = jax.device_put(jbatch, jax.devices()[0])
+    state = {"p": params, "o": tx.init(params)}
+    t0 = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(state["p"], state["o"], jbatch).compile()
+
+    def run():
+        state["p"], state["o"], loss = compiled(state["p"], state["o"], jbatch)
+        return ready((loss, state["p"]))
+
+    run()
+    row["first_call_s"] = time.perf_counter() - t0
+    row["devices_of_params"] = sorted(
+        {str(d) for a in jax.tree.leaves(state["p"]) for d in a.devices()}
+    )
+    return run, lambda: executable_peak(compiled)
+
+
+def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row: dict) -> None:
+    """Fill ``row`` with one variant's measurements (written to disk by the caller)."""
+    import torch
+
+    watch = Watch(
+        int(args.rss_limit_gib * GIB), lambda why: row.update(error=why) or args.save(row)
+    )
+    compiles = Compilations()
+    net, batch, flops, units = build(model, shape)
+    if model != "resnet50":
+        net = Logits.wrap(net)
+    net = net.to(torch.bfloat16).train()
+    if model == "resnet50":
+        batch = (batch[0].to(torch.bfloat16), batch[1])
+    row.update(
+        flops_per_step=flops,
+        units_per_step=units,
+        unit="images" if model == "resnet50" else "tokens",
+    )
+    row["params"] = sum(p.numel() for p in net.parameters())
+    row["device_after_setup"] = device_memory()
+    watch.rebase()
+    if variant in ("jit", "compile"):
+        run, exe_stats = run_torchlax(variant, model, net, batch, row)
+    else:
+        run, exe_stats = run_jax_variant(variant, model, net, batch, shape, row)
+    row["first_call_compiles"] = compiles.count
+    row["device_after_first"] = device_memory()
+    row["host_rss_growth_first_gib"] = (watch.peak - watch.base) / GIB
+    args.save(row)
+    for _ in range(args.warmup):
+        run()
+    before = compiles.count
+    watch.rebase()
+    times = []
+    t_end = time.perf_counter() + args.seconds
+    while len(times) < args.min_steps or (
+        time.perf_counter() < t_end and len(times) < args.max_steps
+    ):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    row["steady_compiles"] = compiles.count - before
+    row["host_rss_growth_steady_gib"] = (watch.peak - watch.base) / GIB
+    row["host_anon_rss_gib"] = watch.rss() / GIB
+    median = statistics.median(times)
+    row.update(median_s=median, min_s=min(times), steps=len(times))
+    row["per_s"] = units / median
+    row["tflops"] = flops / median / 1e12
+    row["mfu"] = row["tflops"] / args.peak_tflops
+    row["device_end"] = device_memory()
+    row.update(exe_stats())
+
+
+# -- driver --------------------------------------------------------------------------------------
+
+
+def import_torchax() -> str:
+    """Import torchax; say how. torchax 0.0.13's AMP table names ``aten.prod.dim_Dimname``,
+    an overload torch 2.14 no longer has, and the import fails on it: then it is imported again
+    with missing overloads looked up as placeholder keys (never called), and that is said."""
+    import torch
+
+    try:
+        import torchax
+    except AttributeError as exc:
+        from torch._ops import OpOverloadPacket
+
+        for name in [m for m in sys.modules if m == "torchax" or m.startswith("torchax.")]:
+            del sys.modules[name]
+        original = OpOverloadPacket.__getattr__
+
+        def lenient(self: Any, key: str) -> Any:
+            try:
+                return original(self, key)
+            except AttributeError:
+                if key.startswith("__"):
+                    raise
+                return f"missing overload {self._qualified_op_name}.{key}"
+
+        OpOverloadPacket.__getattr__ = lenient  # pyright: ignore[reportAttributeAccessIssue]
+        try:
+            import torchax
+        finally:
+            OpOverloadPacket.__getattr__ = original  # pyright: ignore[reportAttributeAccessIssue]
+        return f"torchax {torchax.__version__ if hasattr(torchax, '__version__') else ''} imported with placeholders for overloads torch {torch.__version__} lacks ({exc})"
+    return "torchax imported as it is"
+
+
+def one(model: str, variant: str, args: argparse.Namespace) -> dict:
+    """Measure one row in this process; return it (also saved through ``args.save``)."""
+    shape = dict((SMOKE if args.smoke else FULL)[model])
+    if model == "llama" and args.llama_batch:
+        shape["batch"] = args.llama_batch
+    row: dict[str, Any] = {"model": model, "variant": variant, "shape": shape}
+    if variant == "jax" and model != "gpt2":
+        return {**row, "skipped": "written by hand for GPT-2 only"}
+    if variant == "torchax":
+        try:
+            row["torchax"] = import_torchax()
+        except ImportError as exc:
+            return {**row, "skipped": f"torchax does not import: {exc}"}
+    try:
+        measure(model, variant, shape, args, row)
+    except Exception as exc:  # a failing variant is a result, not the end of the run
+        row["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+    return row
+
+
+def child(args: argparse.Namespace) -> None:
+    path = Path(args.row_out)
+
+    def save(row: dict) -> None:
+        path.write_text(json.dumps(row, default=str))
+
+    args.save = save
+    save(one(args.models, args.variants, args))
+
+
+def out_of_memory(row: dict) -> bool:
+    error = row.get("error", "")
+    return "RESOURCE_EXHAUSTED" in error or "out of memory" in error.lower()
+
+
+def isolated(model: str, variant: str, args: argparse.Namespace, deadline: float) -> dict:
+    """One row in a fresh process; the Llama batch halves while it does not fit."""
+    batch = args.llama_batch or FULL["llama"]["batch"]
+    while True:
+        row_out = RESULTS / f".tpu_row_{os.getpid()}.json"
+        row_out.unlink(missing_ok=True)
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--models",
+            model,
+            "--variants",
+            variant,
+            "--row-out",
+            str(row_out),
+            "--llama-batch",
+            str(batch),
+        ]
+        cmd += [
+            f"--{k.replace('_', '-')}={getattr(args, k)}"
+            for k in ("peak_tflops", "seconds", "min_steps", "max_steps", "warmup", "rss_limit_gib")
+        ]
+        left = deadline - time.time()
+        if left < 30:
+            return {"model": model, "variant": variant, "skipped": "no time left in --budget-s"}
+        try:
+            rc = subprocess.run(cmd, timeout=left).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        row = (
+            json.loads(row_out.read_text())
+            if row_out.exists()
+            else {"model": model, "variant": variant}
+        )
+        row_out.unlink(missing_ok=True)
+        if rc != 0 and "error" not in row:
+            row["error"] = f"the process ended with {rc} before finishing"
+        if model == "llama" and out_of_memory(row) and batch > 1:
+            batch //= 2
+            print(f"[tpu] llama {variant}: out of memory, batch {batch}", flush=True)
+            continue
+        return row
+
+
+def describe(row: dict) -> str:
+    if "median_s" not in row:
+        return f"{row['model']:<9} {row['variant']:<15} {row.get('skipped') or row.get('error')}"
+    exe = row.get("exe_peak_bytes")
+    peak = row.get("device_end", {}).get("peak_bytes_in_use")
+    return (
+        f"{row['model']:<9} {row['variant']:<15} step {row['median_s'] * 1e3:8.1f} ms  "
+        f"{row['per_s']:10.0f} {row['unit']}/s  MFU {row['mfu'] * 100:5.1f}%  "
+        f"first {row['first_call_s']:6.1f} s  steady compiles {row['steady_compiles']}  "
+        f"exe peak {exe / GIB if exe else float('nan'):.2f} GiB  "
+        f"device peak {peak / GIB if peak else float('nan'):.2f} GiB  "
+        f"host +{row['host_rss_growth_steady_gib']:.2f} GiB"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--smoke", action="store_true", help="CI-sized shapes on the CPU, one process")
+    p.add_argument("--out", default=str(RESULTS / "tpu.json"))
+    p.add_argument("--budget-s", type=float, default=3600)
+    p.add_argument("--peak-tflops", type=float, default=197.0)
+    p.add_argument("--seconds", type=float, default=4.0, help="steady stepping per variant")
+    p.add_argument("--min-steps", type=int, default=5)
+    p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rss-limit-gib", type=float, default=8.0)
+    p.add_argument("--llama-batch", type=int, default=0)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--row-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.smoke:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        args.seconds, args.min_steps, args.max_steps, args.warmup = 0.0, 2, 2, 1
+    if args.child:
+        child(args)
+        return 0
+    deadline = time.time() + args.budget_s
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "machine": platform.node(),
+        "smoke": args.smoke,
+        "rows": [],
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "peak_tflops": args.peak_tflops,
+    }
+    args.save = lambda row: None
+    failed = False
+    for model in args.models.split(","):
+        for variant in args.variants.split(","):
+            if args.smoke:
+                row = one(model, variant, args)
+            else:
+                row = isolated(model, variant, args, deadline)
+            result["rows"].append(row)
+            out.write_text(json.dumps(result, indent=1, default=str))
+            print("[tpu]", describe(row), flush=True)
+            failed |= "error" in row
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
