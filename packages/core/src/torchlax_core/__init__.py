@@ -6,7 +6,7 @@ What torchlax's own packages use beyond this API is in ``torchlax_core.internal`
 promise to third parties).
 """
 
-from . import _fast_methods, _logging, _privateuse1
+from . import _capturable_adam, _fast_methods, _logging, _privateuse1
 from . import hookspecs as hookspecs
 from ._checks import check as check
 from ._checks import check_index as check_index
@@ -44,3 +44,4 @@ __version__ = "0.1.0"
 _privateuse1.set_up()
 _fast_methods.install()  # the Tensor's hot operators, served before PyTorch's dispatcher
 _logging.configure_from_env()
+_capturable_adam.install()  # the jax device's capturable Adam without 0/0 (lr 0)
