@@ -34,6 +34,7 @@ import jax
 import jax.core
 import torch
 
+from . import _compile_log
 from ._checks import checked, raise_error
 from ._current import current_env
 from ._opcache import cpp_launcher
@@ -167,6 +168,7 @@ class CompiledProgram:
         self.keep_jaxpr = keep_jaxpr
         self.traces = 0
         self.compilations = 0
+        self._last_avals: tuple | None = None  # the latest trace's inputs (recompile reasons)
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self._lock = threading.RLock()
 
@@ -278,9 +280,15 @@ class CompiledProgram:
     def _trace(self, args: Sequence, static) -> Entry:
         learned: list = []
         jitted = self.jitted(static, learned=learned)
+        start = time.perf_counter()
         with x64():
             trace = jitted.trace(*args, self.key_input())
         self.traces += 1
+        avals = _compile_log.avals_of(args)
+        _compile_log.traced(
+            self.name, time.perf_counter() - start, avals, self._last_avals, self.traces
+        )
+        self._last_avals = avals
         lifted = len(trace.jaxpr.in_avals) - len(jax.tree.leaves(args)) - 1
         if lifted > 0:
             # JAX takes a value of a finished trace that the function reads (a tracer kept in
@@ -300,12 +308,11 @@ class CompiledProgram:
     def _compile(self, entry: Entry):
         with self._lock:
             if entry._executable is None:
-                start = time.perf_counter()
-                with x64():
+                with _compile_log.compiling(self.name) as compilation, x64():
                     entry._executable = entry._traced.lower().compile()
                 entry._traced = None
                 self.compilations += 1
-                record_compile(self.name, time.perf_counter() - start, self.env)
+                record_compile(self.name, compilation.seconds, self.env, logged=True)
         return entry._executable
 
 

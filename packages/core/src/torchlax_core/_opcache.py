@@ -50,6 +50,7 @@ import torch
 from jax._src.array import ArrayImpl as _ArrayImplClass
 
 from . import _checks
+from ._compile_log import compiling
 from ._registry import op_name
 from ._stats import Stats, record_compile
 from ._tensor import _DTYPES, _device_of
@@ -557,7 +558,8 @@ def compile_entry(cache: OpCache, key, func, fn, jargs, jkwargs, leaves):
         if scope.drawn:  # a random op: a key baked into the executable would never change
             cache.refuse(key, func, "its lowering draws PRNG keys")
             return None
-        compiled = lowered.compile()
+        with compiling(op_name(func), level=None):  # record_compile logs it
+            compiled = lowered.compile()
     except Exception as exc:  # a host read, a data-dependent shape, a Python result, ...
         cache.refuse(
             key,

@@ -27,11 +27,15 @@ class Stats:
         self.slowest: tuple[str, float] | None = None
         self._logged: set[str] = set()
 
-    def record_compile(self, name: str, seconds: float, threshold: float | None) -> None:
+    def record_compile(
+        self, name: str, seconds: float, threshold: float | None, logged: bool = False
+    ) -> None:
         self.compilations += 1
         self.compile_seconds += seconds
         if self.slowest is None or seconds > self.slowest[1]:
             self.slowest = (name, seconds)
+        if logged:  # the caller logged it (_compile_log.compiling)
+            return
         if threshold is not None and seconds >= threshold and name not in self._logged:
             self._logged.add(name)
             logger.info(
@@ -47,16 +51,19 @@ class Stats:
         self.__init__()
 
 
-def record_compile(name: str, seconds: float, env: Any = None) -> None:
+def record_compile(name: str, seconds: float, env: Any = None, *, logged: bool = False) -> None:
     """Count one XLA compilation of ``name`` (an op or a program) that took ``seconds``.
 
     It goes into ``env``'s stats (default: the current environment). A compilation slower than
     that environment's ``Config.slow_compile_seconds`` is logged once per name through the
-    ``torchlax`` logger (shown with ``TORCHLAX_LOG=info``).
+    ``torchlax`` logger (shown with ``TORCHLAX_LOG=info``), unless ``logged``: the caller
+    logged it itself.
     """
     if env is None:
         env = current_env()
     stats = getattr(env, "_stats", None)
     if stats is None:  # an environment object from before this module (or a stand-in)
         return
-    stats.record_compile(name, seconds, getattr(env.config, "slow_compile_seconds", None))
+    stats.record_compile(
+        name, seconds, getattr(env.config, "slow_compile_seconds", None), logged=logged
+    )

@@ -20,6 +20,7 @@ from typing import Any
 
 from . import _tensor
 from ._builtins import cuda_device as cuda_device
+from ._compile_log import graph_break as graph_break
 from ._compiled import CompiledProgram as CompiledProgram
 from ._compiled import Entry as Entry
 from ._compiled import is_exclusive as is_exclusive
@@ -84,6 +85,7 @@ __all__ = [
     "dense_strides_in_order",
     "from_torch_data",
     "get_logger",
+    "graph_break",
     "op_cache_compiling_nothing",
     "is_exclusive",
     "laid_out",

@@ -20,7 +20,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils import _pytree as pytree
 from torchlax_core import Tensor
-from torchlax_core.internal import array_of, get_logger
+from torchlax_core.internal import array_of, get_logger, graph_break
 
 from ._dlpack import jax_to_torch, torch_to_jax
 from ._program import _SIZE_QUERIES, XlaProgram, boxed, counters
@@ -142,12 +142,10 @@ def compile_graph(gm: torch.fx.GraphModule, env, name: str):
         gm, _Lowerable(env), allows_single_node_partition=True
     ).partition_and_fuse()
     result = SplitGraph(split, env, name)
-    _log.info(
-        "%s: split into %d XLA programs and %d eager nodes (%s)",
+    graph_break(
         name,
-        len(result.programs),
-        len(eager),
-        ", ".join(sorted({f"{n.target} ({r})" for n, r in eager}, key=str)),
+        f"split into {len(result.programs)} XLA programs around {len(eager)} eager nodes "
+        f"({', '.join(sorted({f'{n.target} ({r})' for n, r in eager}, key=str))})",
     )
     return result
 
