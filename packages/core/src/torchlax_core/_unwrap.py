@@ -2,9 +2,9 @@
 a lowering's arrays back to Tensors.
 
 An unwrapper (``_make_unwrapper``) is specialised to its op's schema: it unwraps only the
-argument positions the schema types as tensors (an "unwrap plan"), lets a 0-d CPU tensor act as
-a scalar and a CPU index list stay on the CPU, as PyTorch does, and refuses a tensor of another
-device, or tensors on two jax devices, with ``DeviceMismatchError``.
+argument positions the schema types as tensors (an "unwrap plan"), accepts what PyTorch lets
+stay on the CPU (a 0-d tensor as a scalar, the tensors of an index list), and refuses a tensor
+of another device, or tensors on two jax devices, with ``DeviceMismatchError``.
 """
 
 from __future__ import annotations

@@ -365,7 +365,21 @@ def _field_error(where: Path, field: str, problem: str) -> ArtifactFormatError:
 
 def _check_fields(manifest: dict, where: Path) -> None:
     """Every field ``load`` and calls read, checked for type and range before any is used."""
-    dims = manifest["dims"]
+    _check_dims(manifest["dims"], where)
+    for section in ("weights", "inputs", "outputs"):
+        specs = manifest[section]
+        if not isinstance(specs, list):
+            raise _field_error(where, f"'{section}'", "is not a list")
+        for i, spec in enumerate(specs):
+            _check_spec(spec, section, f"{section}[{i}]", where)
+    names = [w["name"] for w in manifest["weights"]]
+    n_outputs = len(manifest["outputs"])
+    _check_tree(manifest["output_tree"], n_outputs, where, "output_tree", 0)
+    _check_mutations(manifest["mutations"], names, n_outputs, where)
+
+
+def _check_dims(dims, where: Path) -> None:
+    """The symbolic dims' bounds: ``{name: {'min': int, 'max': int|null}}``, min <= max."""
     if not isinstance(dims, dict):
         raise _field_error(where, "'dims'", "is not an object")
     for name, bounds in dims.items():
@@ -376,41 +390,39 @@ def _check_fields(manifest: dict, where: Path) -> None:
         low, high = bounds.get("min"), bounds.get("max")
         if low is not None and high is not None and low > high:
             raise _field_error(where, f"dims['{name}']", f"has min {low} above max {high}")
-    for section in ("weights", "inputs", "outputs"):
-        specs = manifest[section]
-        if not isinstance(specs, list):
-            raise _field_error(where, f"'{section}'", "is not a list")
-        for i, spec in enumerate(specs):
-            field = f"{section}[{i}]"
-            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-                raise _field_error(where, field, "has no string 'name'")
-            shape = spec.get("shape")
-            if not isinstance(shape, list) or not all(
-                (_is_int(d) and d >= 0) or isinstance(d, str) for d in shape
-            ):
-                raise _field_error(
-                    where,
-                    f"{field}.shape",
-                    f"is {shape!r}, not a list of sizes "
-                    "(non-negative ints, or names of symbolic dims)",
-                )
-            if section == "weights" and not all(_is_int(d) for d in shape):
-                raise _field_error(
-                    where, f"{field}.shape", "has a symbolic dim (weights have static shapes)"
-                )
-            dtype = spec.get("dtype")
-            try:
-                if not isinstance(dtype, str):
-                    raise TypeError
-                jnp.dtype(dtype)
-            except (TypeError, ValueError):
-                raise _field_error(
-                    where, f"{field}.dtype", f"is {dtype!r}, not a dtype name such as 'float32'"
-                ) from None
-    names = [w["name"] for w in manifest["weights"]]
-    n_outputs = len(manifest["outputs"])
-    _check_tree(manifest["output_tree"], n_outputs, where, "output_tree", 0)
-    mutations = manifest["mutations"]
+
+
+def _check_spec(spec, section: str, field: str, where: Path) -> None:
+    """One weight's, input's or output's spec: a name, a shape of sizes or dim names (a weight's
+    all static), a dtype name."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise _field_error(where, field, "has no string 'name'")
+    shape = spec.get("shape")
+    if not isinstance(shape, list) or not all(
+        (_is_int(d) and d >= 0) or isinstance(d, str) for d in shape
+    ):
+        raise _field_error(
+            where,
+            f"{field}.shape",
+            f"is {shape!r}, not a list of sizes (non-negative ints, or names of symbolic dims)",
+        )
+    if section == "weights" and not all(_is_int(d) for d in shape):
+        raise _field_error(
+            where, f"{field}.shape", "has a symbolic dim (weights have static shapes)"
+        )
+    dtype = spec.get("dtype")
+    try:
+        if not isinstance(dtype, str):
+            raise TypeError
+        jnp.dtype(dtype)
+    except (TypeError, ValueError):
+        raise _field_error(
+            where, f"{field}.dtype", f"is {dtype!r}, not a dtype name such as 'float32'"
+        ) from None
+
+
+def _check_mutations(mutations, names: list, n_outputs: int, where: Path) -> None:
+    """Each mutation names a weight, and its output (if given) is where the program returns it."""
     if not isinstance(mutations, list):
         raise _field_error(where, "'mutations'", "is not a list")
     for j, m in enumerate(mutations):

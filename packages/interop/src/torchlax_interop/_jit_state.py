@@ -102,7 +102,7 @@ class _StateSet:
         )
 
 
-def find_state(target, module, arg_leaves: list) -> _Layout:
+def find_state(target, module, arg_leaves: list) -> _Layout:  # noqa: C901  (the jit restructuring rewrites it)
     """Walk everything ``target`` and its arguments reach (the slow path, once per change)."""
     layout = _Layout()
     # Read before the hook dicts: a hook registered during the walk is then seen next call.

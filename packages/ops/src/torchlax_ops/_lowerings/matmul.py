@@ -234,9 +234,9 @@ def _group_of(positions, offs):
     return jnp.searchsorted(offs, positions, side="right")
 
 
-@lowering(aten._grouped_mm.default)
-def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
-    op = "aten._grouped_mm"
+def _check_grouped_mm(op, self, mat2, offs, bias, out_dtype) -> None:
+    """PyTorch's checks of ``_grouped_mm``'s arguments: dtypes, ranks, ``offs`` given exactly
+    when a matrix is 2-d, the contraction sizes."""
     for name, x in (("self", self), ("mat2", mat2)):
         if x.dtype not in _GROUPED_DTYPES:
             raise RuntimeError(
@@ -273,6 +273,13 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
             f"{op}: contraction sizes differ: self has {self.shape[-1]} columns, "
             f"mat2 has {mat2.shape[-2]} rows."
         )
+
+
+@lowering(aten._grouped_mm.default)
+def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    op = "aten._grouped_mm"
+    _check_grouped_mm(op, self, mat2, offs, bias, out_dtype)
+    both_3d = self.ndim == 3 and mat2.ndim == 3
     acc = accumulator(self.dtype)
 
     def dot(spec, *operands):
