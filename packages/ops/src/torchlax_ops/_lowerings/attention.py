@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
+from .. import _attention_kernels as kernels
 from .._precision import product_precision
 from .._promotion import accumulator, declared
 from .._table import decomposition, lowering
@@ -451,6 +452,12 @@ def _scaled_dot_product_fused_attention_overrideable(
             f"{op}: expected 4-d query, key and value (batch, heads, length, head_dim), got a "
             f"{query.ndim}-d query; call scaled_dot_product_attention, which takes any shape."
         )
+    length, source = query.shape[-2], key.shape[-2]
+    offset = jnp.zeros((), jnp.int64)
+    if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # a TPU (see there)
+        out, logsumexp = kernels.forward(query, key, value, attn_bias, is_causal, scale)
+        seed = jnp.zeros((), jnp.int64)
+        return out, logsumexp, None, None, length, source, seed, offset, None
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
     # Stable softmax normalised last (on the (L, Dv) output, not the (L, S) weights); a row
     # masked out entirely gives zeros, as PyTorch's _safe_softmax.
@@ -465,8 +472,6 @@ def _scaled_dot_product_fused_attention_overrideable(
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
     out = _dot(weights.astype(v.dtype), v) / jnp.where(masked, 1, total)
     logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
-    length, source = query.shape[-2], key.shape[-2]
-    offset = jnp.zeros((), jnp.int64)
     # (half inputs: the logsumexp stays float32, the kernel's accumulation dtype)
     out = out.astype(query.dtype)
     return out, logsumexp, None, None, length, source, seed, offset, None
@@ -515,6 +520,14 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
     # enter the products as they are (P and dS rounded to them first, as PyTorch's CPU flash
     # kernel does), accumulating in float32; the elementwise parts compute in float32.
     grad_out = grad_out.astype(query.dtype)
+    if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # as its forward chose
+        grads = kernels.backward(
+            grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale
+        )
+        grad_bias = None
+        if attn_bias is not None and grad_input_mask[3] and grads[3] is not None:
+            grad_bias = _sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
+        return (*grads[:3], grad_bias)
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
     weights = jnp.exp(scores - logsumexp[..., None].astype(scores.dtype))
     kept = weights
