@@ -62,7 +62,6 @@ def _make_hit_key(func, op, roots_only: bool = False) -> Callable:
     piece = _opcache._piece
     pending = _opcache.Pending
     not_cacheable = _opcache.NotCacheable
-    default_dtype = torch.get_default_dtype
 
     def hit_key(args, kwargs, leaves):
         key: list = [op]
@@ -98,7 +97,7 @@ def _make_hit_key(func, op, roots_only: bool = False) -> Callable:
                     append(piece(value, leaves))
         except not_cacheable:
             return None
-        append(default_dtype())
+        append(op.context())
         return tuple(key)
 
     return hit_key
@@ -110,7 +109,6 @@ def _make_roots_hit_key(func, op) -> Callable:
     tensor_positions = frozenset(_unwrap_plan(func)[0])
     piece = _opcache._piece
     not_cacheable = _opcache.NotCacheable
-    default_dtype = torch.get_default_dtype
 
     def hit_key(args, kwargs, leaves):
         if kwargs:
@@ -135,7 +133,7 @@ def _make_roots_hit_key(func, op) -> Callable:
                     append(piece(a, leaves))
         except not_cacheable:
             return None
-        append(default_dtype())
+        append(op.context())
         return tuple(key)
 
     return hit_key
@@ -263,7 +261,7 @@ def _miss(site: _CachedOp, key, jargs, jkwargs, leaves) -> tuple:
         if probed is not None:  # not run a second time: a random op would draw again
             return None, probed[0]
         return None, fn(*_opcache.materialize(jargs), **jkwargs)
-    cache.insert(key, entry)
+    cache.insert(_opcache.keyed(cache, site.func, key), entry)
     out = entry.call(*leaves)
     entry.launch_directly()
     return entry, out
@@ -378,7 +376,6 @@ def _pair_server(site: _CachedOp, second_is_tensor: bool) -> Callable:
     stats = cache.stats
     config = cache.config
     op = site.op
-    default_dtype = torch.get_default_dtype
     piece = _opcache._piece
     new_tensor = _new_tensor
     storage = _Storage
@@ -397,12 +394,12 @@ def _pair_server(site: _CachedOp, second_is_tensor: bool) -> Callable:
             array_b = b._storage.array
             if type(array_b) is not _ArrayImpl or not second_is_tensor:
                 return None
-            entry = entries.get((op, array_a.aval, array_b.aval, default_dtype()))
+            entry = entries.get((op, array_a.aval, array_b.aval, op.context()))
             if entry is None:
                 return None
             leaves = (array_a, array_b)
         else:
-            entry = entries.get((op, array_a.aval, piece(b, []), default_dtype()))
+            entry = entries.get((op, array_a.aval, piece(b, []), op.context()))
             if entry is None:
                 return None
             leaves = (array_a,)
@@ -431,7 +428,6 @@ def _single_server(site: _CachedOp) -> Callable:
     stats = cache.stats
     config = cache.config
     op = site.op
-    default_dtype = torch.get_default_dtype
     new_tensor = _new_tensor
     storage = _Storage
     strided = torch.strided
@@ -440,7 +436,7 @@ def _single_server(site: _CachedOp) -> Callable:
         array_a = a._storage.array
         if type(array_a) is not _ArrayImpl or not config.op_cache_size:
             return None
-        entry = entries.get((op, array_a.aval, default_dtype()))
+        entry = entries.get((op, array_a.aval, op.context()))
         if entry is None:
             return None
         stats.hits += 1

@@ -11,15 +11,15 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-import torch
 from jax import lax
 from torchlax_core import check_index
 
+from .. import _aten
 from .._table import lowering
 from .indexing import _require_concrete
 from .shape import _dim
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 # -- outputs whose size is data ---------------------------------------------------------------

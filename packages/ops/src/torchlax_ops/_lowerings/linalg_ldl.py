@@ -9,12 +9,12 @@ import functools
 import jax
 import jax.core
 import jax.numpy as jnp
-import torch
 
+from .. import _aten
 from .._table import lowering
 from .linalg import _linalg_check_errors, _mH, _mT
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 # -- LDL^T with Bunch-Kaufman pivoting (LAPACK's sytrf/hetrf, lower) -----------------------------

@@ -1,9 +1,9 @@
 """Matrix products: ``mm``/``bmm``/``mv``/``dot``, the ``addmm`` family, grouped products
 (mixture of experts), ``linalg_cross`` and ``_trilinear``.
 
-Products run at ``Precision.HIGHEST`` so float32 results match PyTorch's CPU kernels (TPUs and
-GPUs would otherwise use bf16/tf32 passes); half-precision inputs accumulate in float32 as
-PyTorch's do. ``matmul`` is the one product the other families use.
+Products run at the precision ``torch.get_float32_matmul_precision()`` says (``_precision``:
+``HIGHEST`` under the default "highest", so float32 results match PyTorch's CPU kernels);
+half-precision inputs accumulate in float32 as PyTorch's do. ``matmul`` is the one product the other families use.
 """
 
 from __future__ import annotations
@@ -11,21 +11,22 @@ from __future__ import annotations
 import jax
 import jax.core
 import jax.numpy as jnp
-import torch
 from torchlax_core import jax_dtype
 
+from .. import _aten
+from .._precision import product_precision
 from .._promotion import accumulator, up
 from .._table import lowering, named_decomposition
 from ._common import HIGHEST, _scalar_name
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 def matmul(a, b, out_dtype=None):
     """``a @ b`` (with NumPy broadcasting) at full precision, in ``out_dtype`` (default a's)."""
     out_dtype = out_dtype or a.dtype
     acc = accumulator(a.dtype) if a.dtype == b.dtype else None
-    result = jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=acc)
+    result = jnp.matmul(a, b, precision=product_precision(a.dtype), preferred_element_type=acc)
     return result.astype(out_dtype)
 
 
@@ -96,7 +97,8 @@ def bmm(self, mat2):
 def mm_dtype(self, mat2, out_dtype):
     acc = accumulator(self.dtype)
     acc = None if acc is None else jnp.promote_types(jax_dtype(out_dtype), acc)
-    result = jnp.matmul(self, mat2, precision=HIGHEST, preferred_element_type=acc)
+    precision = product_precision(self.dtype)
+    result = jnp.matmul(self, mat2, precision=precision, preferred_element_type=acc)
     return result.astype(jax_dtype(out_dtype))
 
 
@@ -206,8 +208,9 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         batch1,
     )
     acc = accumulator(batch1.dtype)
+    precision = product_precision(batch1.dtype)
     product = jnp.einsum(
-        "bij,bjk->ik", batch1, batch2, precision=HIGHEST, preferred_element_type=acc
+        "bij,bjk->ik", batch1, batch2, precision=precision, preferred_element_type=acc
     )
     return _scaled_sum(product, self, beta, alpha, batch1.dtype)
 
@@ -219,7 +222,8 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
 
 def _raw_matmul(a, b):
     # Kept in the accumulator dtype so alpha/beta scaling rounds once, as PyTorch does.
-    return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=accumulator(a.dtype))
+    precision = product_precision(a.dtype)
+    return jnp.matmul(a, b, precision=precision, preferred_element_type=accumulator(a.dtype))
 
 
 # Grouped products (mixture-of-experts layers): ``offs`` holds each group's cumulative end along
@@ -281,9 +285,10 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     _check_grouped_mm(op, self, mat2, offs, bias, out_dtype)
     both_3d = self.ndim == 3 and mat2.ndim == 3
     acc = accumulator(self.dtype)
+    precision = product_precision(self.dtype)
 
     def dot(spec, *operands):
-        return jnp.einsum(spec, *operands, precision=HIGHEST, preferred_element_type=acc)
+        return jnp.einsum(spec, *operands, precision=precision, preferred_element_type=acc)
 
     if both_3d:  # (G, M, K) @ (G, K, N): a batched product
         if self.shape[0] != mat2.shape[0]:
@@ -294,7 +299,7 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
         if offs.shape[0] != mat2.shape[0]:
             raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, mat2 {mat2.shape[0]}.")
         sizes = jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
-        out = jax.lax.ragged_dot(self, mat2, sizes, precision=HIGHEST, preferred_element_type=acc)
+        out = jax.lax.ragged_dot(self, mat2, sizes, precision=precision, preferred_element_type=acc)
         rows = jnp.arange(self.shape[0])
         out = jnp.where((rows < offs[-1])[:, None], out, 0)
     elif self.ndim == 2:  # the contraction grouped: one (M, N) product per slice of K

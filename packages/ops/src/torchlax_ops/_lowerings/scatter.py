@@ -9,13 +9,13 @@ from __future__ import annotations
 import jax
 import jax.core
 import jax.numpy as jnp
-import torch
 
+from .. import _aten
 from .._table import lowering
 from .indexing import _add, _along, _check_along, _check_flat, _check_in_self, _multiply
 from .shape import _dim
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 # -- gather / scatter ----------------------------------------------------------------------------

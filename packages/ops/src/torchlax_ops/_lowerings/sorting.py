@@ -11,11 +11,12 @@ import torch
 from jax import lax
 from torchlax_core import jax_dtype, torch_dtype
 
+from .. import _aten
 from .._table import lowering
 from ._common import _scalar_name
 from .shape import _dim
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 # -- sorting and searching ---------------------------------------------------------------------
