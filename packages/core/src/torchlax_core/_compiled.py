@@ -37,6 +37,7 @@ import torch
 from ._checks import checked, raise_error
 from ._current import current_env
 from ._opcache import cpp_launcher
+from ._precision import current_precision, recording
 from ._program import unused_key, unused_key_data
 from ._stats import record_compile
 from ._tensor import (
@@ -70,10 +71,21 @@ class Entry:
         "_launch",
         "_unused_key",
         "_program",
+        "precision",
     )
 
-    def __init__(self, program: CompiledProgram, traced, jitted, info, random: bool):
+    def __init__(
+        self,
+        program: CompiledProgram,
+        traced,
+        jitted,
+        info,
+        random: bool,
+        precision: str | None = None,
+    ):
         self._program = program
+        # The float32 matmul precision its trace read (None: it read none), see ``stale``
+        self.precision = precision
         # The traced program as a closed jaxpr (only with ``keep_jaxpr``): a pure function of
         # the flat inputs and key, which callers can transform (differentiate) without
         # running the traced Python again.
@@ -87,6 +99,13 @@ class Entry:
         self.random = random
         # The key input of every call if the program draws none (``run`` reads it directly)
         self._unused_key = None if random else self.key()
+
+    def stale(self) -> bool:
+        """Whether the float32 matmul precision its trace read has changed since: a caller
+        that repeats this entry without ``CompiledProgram.entry`` (which keys on the mode)
+        must look it up again."""
+        precision = self.precision
+        return precision is not None and precision != current_precision()
 
     def key(self, env=None) -> Any:
         """This call's key input: fresh from the generator if the program draws any."""
@@ -171,7 +190,9 @@ class CompiledProgram:
         self._lock = threading.RLock()
 
     def entry(self, sig: Hashable, args: Sequence, static: Any = None) -> Entry:
-        """The entry of signature ``sig`` (traced now with ``args`` if new)."""
+        """The entry of signature ``sig`` (traced now with ``args`` if new) under the float32
+        matmul precision now: the lowerings read it while tracing (``_precision``)."""
+        sig = (sig, current_precision())
         entry = self._entries.get(sig)
         if entry is not None:
             try:
@@ -235,7 +256,8 @@ class CompiledProgram:
         return results
 
     def executables(self) -> dict:
-        """Signature -> compiled executable, for the entries compiled so far."""
+        """(signature, matmul precision) -> compiled executable, for the entries compiled so
+        far."""
         return {sig: e._executable for sig, e in list(self._entries.items()) if e._executable}
 
     def clear(self) -> None:
@@ -278,7 +300,7 @@ class CompiledProgram:
     def _trace(self, args: Sequence, static) -> Entry:
         learned: list = []
         jitted = self.jitted(static, learned=learned)
-        with x64():
+        with x64(), recording() as reads:
             trace = jitted.trace(*args, self.key_input())
         self.traces += 1
         lifted = len(trace.jaxpr.in_avals) - len(jax.tree.leaves(args)) - 1
@@ -295,7 +317,7 @@ class CompiledProgram:
                 "close over them directly, or return the values instead of storing them."
             )
         info, random = learned
-        return Entry(self, trace, jitted, info, random)
+        return Entry(self, trace, jitted, info, random, reads.precision)
 
     def _compile(self, entry: Entry):
         with self._lock:

@@ -838,7 +838,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             if probed is not None:  # not run a second time: a random op would draw again
                 return None, probed[0]
             return None, fn(*materialize(jargs), **jkwargs)
-        cache.insert(key, entry)
+        cache.insert(_opcache.keyed(cache, func, key), entry)
         out = entry.call(*leaves)
         entry.launch_directly()
         return entry, out
@@ -944,7 +944,6 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
     keyed = getattr(func, "_schema", None) is not None and not (tensor_kwargs or _several_devices())
     first_is_tensor = 0 in positions
     second_is_tensor = 1 in positions
-    default_dtype = torch.get_default_dtype
     piece = _opcache._piece
 
     def serve_pair(a, b):
@@ -961,12 +960,12 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
             array_b = b._storage.array
             if type(array_b) is not _ArrayImpl or not second_is_tensor:
                 return None
-            entry = entries.get((op, array_a.aval, array_b.aval, default_dtype()))
+            entry = entries.get((op, array_a.aval, array_b.aval, op.context()))
             if entry is None:
                 return None
             leaves = (array_a, array_b)
         else:
-            entry = entries.get((op, array_a.aval, piece(b, []), default_dtype()))
+            entry = entries.get((op, array_a.aval, piece(b, []), op.context()))
             if entry is None:
                 return None
             leaves = (array_a,)
@@ -989,7 +988,7 @@ def cached_impl(func, fn, cache: _opcache.OpCache, keeps_layout: bool = False) -
         array_a = a._storage.array
         if type(array_a) is not _ArrayImpl or not config.op_cache_size:
             return None
-        entry = entries.get((op, array_a.aval, default_dtype()))
+        entry = entries.get((op, array_a.aval, op.context()))
         if entry is None:
             return None
         stats.hits += 1
@@ -1035,7 +1034,6 @@ def _make_hit_key(func, op, roots_only: bool = False) -> Callable:
     piece = _opcache._piece
     pending = _opcache.Pending
     not_cacheable = _opcache.NotCacheable
-    default_dtype = torch.get_default_dtype
 
     def hit_key(args, kwargs, leaves):
         key: list = [op]
@@ -1075,7 +1073,7 @@ def _make_hit_key(func, op, roots_only: bool = False) -> Callable:
                     append(piece(value, leaves))
         except not_cacheable:
             return None
-        append(default_dtype())
+        append(op.context())
         return tuple(key)
 
     return hit_key

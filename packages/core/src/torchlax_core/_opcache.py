@@ -50,6 +50,7 @@ import torch
 from jax._src.array import ArrayImpl as _ArrayImplClass
 
 from . import _checks
+from ._precision import dtype_and_precision, recording
 from ._registry import op_name
 from ._stats import Stats, record_compile
 from ._tensor import _DTYPES, _device_of
@@ -64,12 +65,17 @@ class NotCacheable(Exception):
 
 class Op:
     """An op as its signatures name it: hashed by identity. (An ``OpOverload``'s own
-    ``__hash__`` is Python code, and a hit hashes its key twice: the lookup, the LRU move.)"""
+    ``__hash__`` is Python code, and a hit hashes its key twice: the lookup, the LRU move.)
 
-    __slots__ = ("func",)
+    ``context()`` is the last part of each of its keys: the default dtype (it takes part in
+    promotion), and also PyTorch's float32 matmul precision once a trace of the op read it
+    (``_precision``: products and convolutions; ``compile_entry`` switches it)."""
+
+    __slots__ = ("func", "context")
 
     def __init__(self, func):
         self.func = func
+        self.context = torch.get_default_dtype
 
 
 class OpCache:
@@ -241,8 +247,9 @@ def signature(op, jargs, jkwargs, leaves: list):
             key.append(name)
             key.append(_piece(value, leaves))
     # The default dtype takes part in promotion (int tensor * 1.5): torch.set_default_dtype
-    # must not be answered by an executable compiled under the previous default.
-    key.append(torch.get_default_dtype())
+    # must not be answered by an executable compiled under the previous default (nor a new
+    # matmul precision by one compiled under the previous mode: see Op).
+    key.append(op.context())
     return tuple(key)
 
 
@@ -534,7 +541,10 @@ def _raising(call):
 
 
 def compile_entry(cache: OpCache, key, func, fn, jargs, jkwargs, leaves):
-    """Trace ``fn`` with abstract inputs and compile it; ``None`` refuses the signature ``key``."""
+    """Trace ``fn`` with abstract inputs and compile it; ``None`` refuses the signature ``key``.
+
+    The entry goes into the cache under ``keyed(cache, func, key)``: its trace may have
+    switched the op's keys to include the matmul precision."""
     args_template = _template(list(jargs))
     kwargs_template = {k: _template(v) for k, v in jkwargs.items()}
 
@@ -552,8 +562,10 @@ def compile_entry(cache: OpCache, key, func, fn, jargs, jkwargs, leaves):
     env = cache.env
     start = time.perf_counter()
     try:
-        with env.prng_key_scope(_scope_key()) as scope:
+        with env.prng_key_scope(_scope_key()) as scope, recording() as reads:
             lowered = jax.jit(traced).lower(*leaves)
+        if reads.precision is not None:  # this op's keys tell the matmul precisions apart
+            cache.op(func).context = dtype_and_precision
         if scope.drawn:  # a random op: a key baked into the executable would never change
             cache.refuse(key, func, "its lowering draws PRNG keys")
             return None
@@ -568,3 +580,8 @@ def compile_entry(cache: OpCache, key, func, fn, jargs, jkwargs, leaves):
         return None
     record_compile(op_name(func), time.perf_counter() - start, env)
     return Entry(compiled, traced, checked, statics)
+
+
+def keyed(cache: OpCache, func, key: tuple) -> tuple:
+    """``key`` (built before ``func`` was traced) with its op's context as it is now."""
+    return (*key[:-1], cache.op(func).context())

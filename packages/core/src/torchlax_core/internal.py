@@ -49,6 +49,7 @@ from ._dtypes import scalar_type_name as scalar_type_name
 from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
+from ._precision import float32_matmul_precision as float32_matmul_precision
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
@@ -65,6 +66,7 @@ __all__ = [
     "Entry",
     "ReadConstants",
     "ResultWrappers",
+    "float32_matmul_precision",
     "not_exclusive",
     "output_tensors",
     "peek_arrays",

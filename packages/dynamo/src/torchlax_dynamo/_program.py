@@ -358,6 +358,8 @@ class XlaProgram:
         else:
             call_args = (arrays,)
         memo = plan.memo
+        if memo is not None and memo.entry.stale():  # traced under another matmul precision
+            memo = plan.memo = None
         if memo is None or repeat < 0 or memo.generation != repeat:
             # The signature of the last call is recognised by its arrays' avals (JAX hands
             # every result of an executable the same aval object, and a training step's inputs

@@ -252,7 +252,7 @@ class _Program:
         # has run, later calls save jax.vjp's residuals in the forward instead (a training
         # loop then computes the forward once).
         self.saves_residuals = checks  # checked mode: checkify's errors come from the forward
-        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
+        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self._recomputing_backwards: dict = {}
         self.logged_eager = False  # _Jitted._forward_with_backward_hooks logs once
@@ -413,7 +413,18 @@ class _Program:
         ) + tuple(host_grad)
         return out, watch.read(), eager_backward, bool(host_grad)
 
-    def _traced_vjp(self, mask: tuple[bool, ...], diff: list, other: list, lr_arrays, arrays, key):
+    def _traced_vjp(
+        self,
+        mask: tuple[bool, ...],
+        precision: str,
+        diff: list,
+        other: list,
+        lr_arrays,
+        arrays,
+        key,
+    ):
+        # ``precision`` (the float32 matmul precision, which the lowerings read while tracing)
+        # is unused here: a static argument, it keys jax.jit's cache on the mode.
         assert self._state is not None  # info() sets it before tracing
         n_state = len(self._state.storages)
 
@@ -456,7 +467,7 @@ class _Program:
         of each traces and compiles again, reading the constants' new values."""
         self.core.clear()
         self.forward_core.clear()
-        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=0)
+        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
         self._recomputing_backwards.clear()
 
     @property
@@ -1359,8 +1370,8 @@ class _RepeatedForward:
         launch of a compiled executable, which does not read the mode (its input types are
         fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
         call in checked mode (reading its errors) runs inside it whole."""
-        if torch.is_grad_enabled() or len(args) != len(self.types):
-            return _MISSED
+        if torch.is_grad_enabled() or len(args) != len(self.types) or self.entry.stale():
+            return _MISSED  # (stale: traced under another float32 matmul precision)
         if all(
             map(
                 is_,
@@ -1486,6 +1497,7 @@ class _RepeatedStep:
             or jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
             or tuple(map(type, args)) != self.types
             or bool(torchlax_core.current_env().config.checked)
+            or self.entry.stale()  # traced under another float32 matmul precision
         ):
             return _MISSED
         if not any(map(view_getter, args)):  # roots are row-major
@@ -1745,7 +1757,13 @@ class _JitFunction(torch.autograd.Function):
             with _trace_lock:
                 program._state = call.state
                 outs, new_storages, extra, error, vjp = program.forward_vjp(
-                    call.mask, diff, other, call.lr_arrays, call.arrays[n_state:], call.key
+                    call.mask,
+                    torch.get_float32_matmul_precision(),
+                    diff,
+                    other,
+                    call.lr_arrays,
+                    call.arrays[n_state:],
+                    call.key,
                 )
             if error is not None:
                 raise_error(error)  # before any output or state is written back

@@ -10,12 +10,12 @@ or a plugin, wins over these.
 
 from __future__ import annotations
 
-import torch
 from torch._decomp import decomposition_table
 
+from . import _aten
 from ._table import decomposition
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 _OPS = [
     # normalization
@@ -63,4 +63,7 @@ _OPS = [
 ]
 
 for _op in _OPS:
-    decomposition(_op)(decomposition_table[_op])
+    # (an op this torch lacks, or one it has no decomposition of: skipped alone)
+    _decomposed = decomposition_table.get(_op)
+    if _decomposed is not None:
+        decomposition(_op)(_decomposed)

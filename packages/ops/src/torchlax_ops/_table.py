@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ._aten import MISSING, Missing
 from ._promotion import Promotion, declared
 
 LOWERINGS: list[tuple[Any, Callable]] = []
@@ -114,21 +115,31 @@ def lowering(
     """
 
     def record(fn: Callable) -> Callable:
+        present = _present(ops)
         if promote is None and not opmath and results is None:
-            LOWERINGS.extend((op, fn) for op in ops)
+            LOWERINGS.extend((op, fn) for op in present)
             return fn
-        wrapped = [declared(op, fn, promote, args, opmath, results) for op in ops]
-        LOWERINGS.extend(zip(ops, wrapped, strict=True))
-        return wrapped[0]
+        wrapped = [declared(op, fn, promote, args, opmath, results) for op in present]
+        LOWERINGS.extend(zip(present, wrapped, strict=True))
+        # (every op missing from this torch: the plain function, which no table holds)
+        return wrapped[0] if wrapped else fn
 
     return record
+
+
+def _present(ops: Sequence[Any]) -> list[Any]:
+    """``ops`` less those the installed torch lacks (``_aten.Missing``), noted in ``MISSING``."""
+    for op in ops:
+        if isinstance(op, Missing) and op.name not in MISSING:
+            MISSING.append(op.name)
+    return [op for op in ops if not isinstance(op, Missing)]
 
 
 def decomposition(*ops: Any) -> Callable[[Callable], Callable]:
     """Record a torch-level implementation of ``ops`` (torchlax Tensors in and out)."""
 
     def record(fn: Callable) -> Callable:
-        for op in ops:
+        for op in _present(ops):
             DECOMPOSITIONS.append((op, fn))
         return fn
 

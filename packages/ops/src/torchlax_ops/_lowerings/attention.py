@@ -5,7 +5,7 @@ In ``eval()`` under ``no_grad``, ``nn.MultiheadAttention`` calls
 ``aten._transformer_encoder_layer_fwd`` instead of their module code; both mask with
 ``aten._masked_softmax``. These lowerings compute what PyTorch's CPU kernels compute, in the
 same order (bias, then scaling of q by ``1/sqrt(head_dim)``, then ``q k^T``), with matrix
-products at full precision. A mask is boolean with True meaning "masked out" (a float mask is
+products at the precision of PyTorch's float32 matmul mode (``_precision``). A mask is boolean with True meaning "masked out" (a float mask is
 read as ``mask != 0``, as the kernels do), and a row masked out entirely gives NaN, as on CPU.
 """
 
@@ -18,14 +18,16 @@ import jax.numpy as jnp
 import torch
 from torchlax_core import current_env
 
-from .._promotion import declared
+from .. import _aten
+from .. import _attention_kernels as kernels
+from .._precision import product_precision
+from .._promotion import accumulator, declared
 from .._table import decomposition, lowering
-from ._common import HIGHEST
 from .activations import _gelu, safe_softmax
 from .linalg import matmul
 from .normalization import native_layer_norm
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 def _mask_for(scores, mask, dim, mask_type, op):
@@ -256,20 +258,28 @@ def _fused_sdp_choice(
     return 0
 
 
+def _dot(a, b):
+    """``a @ b`` at the product precision: half operands stay half, accumulated in float32 (a
+    float32 result, as PyTorch's flash kernels' products)."""
+    acc = accumulator(a.dtype)
+    return jnp.matmul(a, b, precision=product_precision(a.dtype), preferred_element_type=acc)
+
+
 def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv, scale_first=True):
-    """(q k^T * scale + mask, v) in the dtype of q, k and v (their callers' opmath): masked-out
-    positions are -inf. The math path scales q before the product (``scale_first``), the flash
-    kernel after it.
+    """(q k^T * scale + mask, v): masked-out positions are -inf; the scores in float32 for half
+    q and k (their product's accumulator, as PyTorch's CPU flash kernel), else in their dtype.
+    The math path scales q before the product (``scale_first``, not for half: the scale would
+    round in half), the flash kernel after it.
     """
     q, k, v = query, key, value
     if repeat_kv and k.shape[-3] != q.shape[-3]:  # grouped-query attention
         repeats = q.shape[-3] // k.shape[-3]
         k, v = jnp.repeat(k, repeats, axis=-3), jnp.repeat(v, repeats, axis=-3)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # a weak Python float
-    if scale_first:
-        scores = jnp.matmul(q * scale, jnp.swapaxes(k, -1, -2), precision=HIGHEST)
+    if scale_first and accumulator(q.dtype) is None:
+        scores = _dot(q * scale, jnp.swapaxes(k, -1, -2))
     else:
-        scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2), precision=HIGHEST) * scale
+        scores = _dot(q, jnp.swapaxes(k, -1, -2)) * scale
     length, source = q.shape[-2], k.shape[-2]
     if is_causal:
         attn_mask = jnp.tril(jnp.ones((length, source), jnp.bool_))
@@ -281,7 +291,7 @@ def _attention_scores(query, key, value, attn_mask, is_causal, scale, repeat_kv,
     return scores, v
 
 
-@lowering(aten.scaled_dot_product_attention.default, opmath=True, args=("query", "key", "value"))
+@lowering(aten.scaled_dot_product_attention.default)
 def scaled_dot_product_attention(
     query,
     key,
@@ -303,7 +313,7 @@ def scaled_dot_product_attention(
             current_env().next_prng_key(None), 1.0 - dropout_p, weights.shape
         )
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
-    return jnp.matmul(weights, v, precision=HIGHEST)
+    return _dot(weights.astype(v.dtype), v).astype(query.dtype)
 
 
 @lowering(aten._scaled_dot_product_flash_attention_for_cpu.default)
@@ -330,21 +340,11 @@ def _flash_attention(query, key, value, dropout_p, is_causal, *, attn_mask, scal
     masked = top == -jnp.inf
     weights = jnp.exp(scores - jnp.where(masked, 0, top))
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    out = jnp.matmul(weights, v, precision=HIGHEST) / jnp.where(masked, 1, total)
+    out = _dot(weights.astype(v.dtype), v) / jnp.where(masked, 1, total)
     logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
-    return out, logsumexp
-
-
-# Half precision computes in float32; the logsumexp stays float32 (the kernel's accumulation
-# dtype) while the output rounds back. Declared on the registered op's schema.
-_flash_attention = declared(
-    aten._scaled_dot_product_flash_attention_for_cpu.default,
-    _flash_attention,
-    None,
-    ("query", "key", "value"),
-    True,
-    results=(None, jnp.float32),
-)
+    # Half inputs: the logsumexp stays float32 (the kernel's accumulation dtype), the output
+    # rounds back.
+    return out.astype(query.dtype), logsumexp
 
 
 # -- the overrideable fused op: the `jax` device's scaled_dot_product_attention -------------------
@@ -430,12 +430,7 @@ def _fused_scores(query, key, value, attn_bias, is_causal, scale):
     return _attention_scores(query, key, value, attn_bias, is_causal, scale, True, False)
 
 
-@lowering(
-    aten._scaled_dot_product_fused_attention_overrideable.default,
-    opmath=True,
-    args=("query", "key", "value", "attn_bias"),
-    results=(None, jnp.float32, None, None, None, None, None, None, None),
-)
+@lowering(aten._scaled_dot_product_fused_attention_overrideable.default)
 def _scaled_dot_product_fused_attention_overrideable(
     query,
     key,
@@ -458,6 +453,12 @@ def _scaled_dot_product_fused_attention_overrideable(
             f"{op}: expected 4-d query, key and value (batch, heads, length, head_dim), got a "
             f"{query.ndim}-d query; call scaled_dot_product_attention, which takes any shape."
         )
+    length, source = query.shape[-2], key.shape[-2]
+    offset = jnp.zeros((), jnp.int64)
+    if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # a TPU (see there)
+        out, logsumexp = kernels.forward(query, key, value, attn_bias, is_causal, scale)
+        seed = jnp.zeros((), jnp.int64)
+        return out, logsumexp, None, None, length, source, seed, offset, None
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
     # Stable softmax normalised last (on the (L, Dv) output, not the (L, S) weights); a row
     # masked out entirely gives zeros, as PyTorch's _safe_softmax.
@@ -470,10 +471,10 @@ def _scaled_dot_product_fused_attention_overrideable(
         seed = _pack_key(current_env().next_prng_key(None))
         keep = _dropout_keep(seed, dropout_p, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
-    out = jnp.matmul(weights, v, precision=HIGHEST) / jnp.where(masked, 1, total)
+    out = _dot(weights.astype(v.dtype), v) / jnp.where(masked, 1, total)
     logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
-    length, source = query.shape[-2], key.shape[-2]
-    offset = jnp.zeros((), jnp.int64)
+    # (half inputs: the logsumexp stays float32, the kernel's accumulation dtype)
+    out = out.astype(query.dtype)
     return out, logsumexp, None, None, length, source, seed, offset, None
 
 
@@ -494,12 +495,7 @@ def _ungroup(grad, heads):
     return jnp.sum(grad.reshape(*batch, heads, -1, length, dim), axis=-3)
 
 
-@lowering(
-    aten._scaled_dot_product_fused_attention_overrideable_backward.default,
-    opmath=True,
-    args=("grad_out", "query", "key", "value", "attn_bias", "out"),
-    results=("query", "key", "value", "attn_bias"),
-)
+@lowering(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
 def _scaled_dot_product_fused_attention_overrideable_backward(
     grad_out,
     query,
@@ -521,24 +517,42 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
     scale=None,
 ):
     # Flash attention's backward: the weights recomputed from the saved logsumexp (one pass
-    # over the scores, no softmax re-run), then dS = P * (dP - rowsum(dO * O)).
+    # over the scores, no softmax re-run), then dS = P * (dP - rowsum(dO * O)). Half operands
+    # enter the products as they are (P and dS rounded to them first, as PyTorch's CPU flash
+    # kernel does), accumulating in float32; the elementwise parts compute in float32.
+    grad_out = grad_out.astype(query.dtype)
+    if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # as its forward chose
+        grads = kernels.backward(
+            grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale
+        )
+        grad_bias = None
+        if attn_bias is not None and grad_input_mask[3] and grads[3] is not None:
+            grad_bias = _sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
+        return (*grads[:3], grad_bias)
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
-    weights = jnp.exp(scores - logsumexp[..., None])
+    weights = jnp.exp(scores - logsumexp[..., None].astype(scores.dtype))
     kept = weights
-    grad_kept = jnp.matmul(grad_out, jnp.swapaxes(v, -1, -2), precision=HIGHEST)
+    grad_kept = _dot(grad_out, jnp.swapaxes(v, -1, -2))
     if dropout_p > 0.0:
         keep = _dropout_keep(philox_seed, dropout_p, weights.shape)
         kept = jnp.where(keep, weights / (1.0 - dropout_p), 0)
         grad_kept = jnp.where(keep, grad_kept / (1.0 - dropout_p), 0)
-    row = jnp.sum(grad_out * out, axis=-1, keepdims=True)
+    acc = scores.dtype
+    row = jnp.sum(grad_out.astype(acc) * out.astype(acc), axis=-1, keepdims=True)
     grad_scores = weights * (grad_kept - row)
     k = jnp.repeat(key, query.shape[-3] // key.shape[-3], axis=-3)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    grad_query = jnp.matmul(grad_scores, k, precision=HIGHEST) * scale
-    grad_key = jnp.matmul(jnp.swapaxes(grad_scores, -1, -2), query, precision=HIGHEST) * scale
-    grad_value = jnp.matmul(jnp.swapaxes(kept, -1, -2), grad_out, precision=HIGHEST)
+    dtype = query.dtype
+    grad_query = (_dot(grad_scores.astype(dtype), k) * scale).astype(dtype)
+    grad_key = _dot(jnp.swapaxes(grad_scores, -1, -2).astype(dtype), query) * scale
+    grad_value = _dot(jnp.swapaxes(kept, -1, -2).astype(dtype), grad_out)
     grad_bias = None
     if attn_bias is not None and grad_input_mask[3]:
         grad_bias = _sum_to(grad_scores, attn_bias.shape).astype(attn_bias.dtype)
-    heads = key.shape[-3]
-    return grad_query, _ungroup(grad_key, heads), _ungroup(grad_value, value.shape[-3]), grad_bias
+    grad_key = _ungroup(grad_key, key.shape[-3]).astype(key.dtype)
+    return (
+        grad_query,
+        grad_key,
+        _ungroup(grad_value, value.shape[-3]).astype(value.dtype),
+        grad_bias,
+    )

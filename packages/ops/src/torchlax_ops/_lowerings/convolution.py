@@ -12,26 +12,32 @@ import math
 import jax
 import jax.core
 import jax.numpy as jnp
-import torch
 
+from .. import _aten
+from .._precision import product_precision
 from .._promotion import accumulator
 from .._table import lowering
-from ._common import HIGHEST, _ntuple
+from ._common import _ntuple
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 # -- convolution --------------------------------------------------------------------------------
 
 
-def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
-    """The convolution in its accumulation dtype (float32 for half inputs), not yet rounded."""
+def _conv(
+    input, weight, stride, padding, dilation, transposed, output_padding, groups, rounded=False
+):
+    """The convolution in its accumulation dtype (float32 for half inputs), not yet rounded;
+    ``rounded``: in the input's dtype (XLA accumulates a half convolution in float32 and rounds
+    once), so that its gradients' convolutions take half operands too."""
     spatial = weight.ndim - 2
     unbatched = input.ndim == weight.ndim - 1
     if unbatched:
         input = input[None]
     stride, padding, dilation = (_ntuple(v, spatial) for v in (stride, padding, dilation))
-    acc = accumulator(input.dtype)
+    half = accumulator(input.dtype) is not None
+    acc = None if rounded else accumulator(input.dtype)
     if not 1 <= spatial <= 3:
         raise NotImplementedError(
             f"torchlax lowers convolutions of 1 to 3 spatial dimensions; aten.convolution got a "
@@ -40,7 +46,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     letters = "DHW"[-spatial:]
     numbers = ("NC" + letters, "OI" + letters, "NC" + letters)
     # Half precision stays on XLA's convolution: the matmul's gradient would sum in half.
-    matmul = acc is None and not transposed and groups == 1
+    matmul = not half and not transposed and groups == 1
     if matmul and _as_matmul(input, weight, stride, padding, dilation):
         out = _conv_as_matmul(input, weight, stride, padding, dilation)
     elif not transposed:
@@ -52,7 +58,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
             rhs_dilation=dilation,
             dimension_numbers=numbers,
             feature_group_count=groups,
-            precision=HIGHEST,
+            precision=product_precision(input.dtype),
             preferred_element_type=acc,
         )
     else:
@@ -78,7 +84,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
             rhs_dilation=dilation,
             dimension_numbers=numbers,
             feature_group_count=groups,
-            precision=HIGHEST,
+            precision=product_precision(input.dtype),
             preferred_element_type=acc,
         )
     return out[0] if unbatched else out
@@ -120,7 +126,8 @@ def _conv_as_matmul(input, weight, stride, padding, dilation):
     # (N, C, K, *out) against (O, C, K): the gradients are dots and pads, no convolution.
     stacked = jnp.stack(patches, axis=2)
     kernel = weight.reshape(*weight.shape[:2], -1)
-    return jnp.einsum("nck...,ock->no...", stacked, kernel, precision=HIGHEST)
+    precision = product_precision(input.dtype)
+    return jnp.einsum("nck...,ock->no...", stacked, kernel, precision=precision)
 
 
 @lowering(aten.convolution.default)
@@ -171,9 +178,9 @@ def convolution_backward(
     output_mask,
 ):
     def forward(x, w):
-        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups).astype(
-            x.dtype
-        )
+        # Rounded to x's dtype inside: a float32 accumulator here would make the gradient's
+        # convolutions convert half operands to float32 (twice the memory traffic).
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, True)
 
     _, pull = jax.vjp(forward, input, weight)
     grad_input, grad_weight = pull(grad_output.astype(input.dtype))

@@ -13,9 +13,10 @@ import functools
 
 import torch
 
+from .. import _aten
 from .._table import decomposition, named, op_name
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 # Per-tensor op for each foreach base name whose ATen name differs or needs argument surgery.
 _SCALAR_FORM = {"maximum": "clamp_min", "minimum": "clamp_max"}

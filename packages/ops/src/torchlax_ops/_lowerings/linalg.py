@@ -1,9 +1,10 @@
 """Matrix products and ``torch.linalg``.
 
-Products run at ``Precision.HIGHEST`` so float32 results match PyTorch's CPU kernels (TPUs and
-GPUs would otherwise use bf16/tf32 passes); half-precision inputs accumulate in float32 as
-PyTorch's do. Factorizations return PyTorch's auxiliary outputs too (LU and 1-based int32
-pivots, ``info``), since PyTorch's derivative formulas and error checks consume them.
+Products run at the precision ``torch.get_float32_matmul_precision()`` says (``_precision``:
+``HIGHEST`` under the default "highest", so float32 results match PyTorch's CPU kernels);
+half-precision inputs accumulate in float32 as PyTorch's do. Factorizations return PyTorch's
+auxiliary outputs too (LU and 1-based int32 pivots, ``info``), since PyTorch's derivative
+formulas and error checks consume them.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import numpy as np
 import torch
 from torchlax_core import jax_dtype
 
+from .. import _aten
+from .._precision import product_precision
 from .._promotion import accumulator, up
 from .._table import lowering, named_decomposition
 from ._common import _scalar_name
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -29,7 +32,7 @@ def matmul(a, b, out_dtype=None):
     """``a @ b`` (with NumPy broadcasting) at full precision, in ``out_dtype`` (default a's)."""
     out_dtype = out_dtype or a.dtype
     acc = accumulator(a.dtype) if a.dtype == b.dtype else None
-    result = jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=acc)
+    result = jnp.matmul(a, b, precision=product_precision(a.dtype), preferred_element_type=acc)
     return result.astype(out_dtype)
 
 
@@ -108,7 +111,8 @@ def bmm(self, mat2):
 def mm_dtype(self, mat2, out_dtype):
     acc = accumulator(self.dtype)
     acc = None if acc is None else jnp.promote_types(jax_dtype(out_dtype), acc)
-    result = jnp.matmul(self, mat2, precision=HIGHEST, preferred_element_type=acc)
+    precision = product_precision(self.dtype)
+    result = jnp.matmul(self, mat2, precision=precision, preferred_element_type=acc)
     return result.astype(jax_dtype(out_dtype))
 
 
@@ -218,8 +222,9 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         batch1,
     )
     acc = accumulator(batch1.dtype)
+    precision = product_precision(batch1.dtype)
     product = jnp.einsum(
-        "bij,bjk->ik", batch1, batch2, precision=HIGHEST, preferred_element_type=acc
+        "bij,bjk->ik", batch1, batch2, precision=precision, preferred_element_type=acc
     )
     return _scaled_sum(product, self, beta, alpha, batch1.dtype)
 
@@ -231,7 +236,8 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
 
 def _raw_matmul(a, b):
     # Kept in the accumulator dtype so alpha/beta scaling rounds once, as PyTorch does.
-    return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=accumulator(a.dtype))
+    precision = product_precision(a.dtype)
+    return jnp.matmul(a, b, precision=precision, preferred_element_type=accumulator(a.dtype))
 
 
 # Grouped products (mixture-of-experts layers): ``offs`` holds each group's cumulative end along
@@ -286,9 +292,10 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
             f"mat2 has {mat2.shape[-2]} rows."
         )
     acc = accumulator(self.dtype)
+    precision = product_precision(self.dtype)
 
     def dot(spec, *operands):
-        return jnp.einsum(spec, *operands, precision=HIGHEST, preferred_element_type=acc)
+        return jnp.einsum(spec, *operands, precision=precision, preferred_element_type=acc)
 
     if both_3d:  # (G, M, K) @ (G, K, N): a batched product
         if self.shape[0] != mat2.shape[0]:
@@ -299,7 +306,7 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
         if offs.shape[0] != mat2.shape[0]:
             raise RuntimeError(f"{op}: offs has {offs.shape[0]} groups, mat2 {mat2.shape[0]}.")
         sizes = jnp.diff(offs, prepend=jnp.zeros((1,), offs.dtype))
-        out = jax.lax.ragged_dot(self, mat2, sizes, precision=HIGHEST, preferred_element_type=acc)
+        out = jax.lax.ragged_dot(self, mat2, sizes, precision=precision, preferred_element_type=acc)
         rows = jnp.arange(self.shape[0])
         out = jnp.where((rows < offs[-1])[:, None], out, 0)
     elif self.ndim == 2:  # the contraction grouped: one (M, N) product per slice of K

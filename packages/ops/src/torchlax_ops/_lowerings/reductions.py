@@ -16,10 +16,11 @@ import numpy as np
 import torch
 from jax import lax
 
+from .. import _aten
 from .._promotion import opmath_dtype, to_jax_dtype
 from .._table import decomposition, lowering
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 def _dims(x, dim) -> tuple[int, ...]:

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 from torchlax_core import jax_dtype, torch_dtype
 
+from .. import _aten
 from .._promotion import Promotion
 from .._table import lowering
 
-aten = torch.ops.aten
+aten = _aten.aten  # (an op this torch lacks: a Missing, skipped)
 
 
 def _dim(dim: int, ndim: int) -> int:

@@ -1,0 +1,172 @@
+"""Which attention runs: JAX's Pallas TPU flash-attention kernel or the plain lowering.
+
+The rule (``torchlax_ops._attention_kernels.kernel_refusal``) is tested on the CPU with the
+platform given; the log line says the choice. The kernel's values, forward and backward through
+PyTorch's autograd, are compared with the plain lowering's on the CPU in Pallas's TPU interpret
+mode (slow: tens of seconds a call), with the platform made to read "tpu".
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+import torchlax_core
+from torchlax_ops import _attention_kernels as kernels
+
+
+def spec(*shape, dtype=jnp.bfloat16):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+Q = spec(2, 8, 256, 64)
+KV = spec(2, 8, 256, 64)
+
+
+@pytest.mark.parametrize(
+    ("query", "key", "mask", "dropout", "on", "refusal"),
+    [
+        (Q, KV, None, 0.0, "tpu", None),
+        (
+            spec(2, 8, 256, 64, dtype=jnp.float32),
+            spec(2, 8, 256, 64, dtype=jnp.float32),
+            None,
+            0.0,
+            "tpu",
+            None,
+        ),
+        (Q, spec(2, 2, 256, 64), None, 0.0, "tpu", None),  # grouped-query attention
+        (Q, KV, spec(256, 256, dtype=jnp.bool_), 0.0, "tpu", None),  # a mask
+        (spec(2, 8, 256, 128), spec(2, 8, 384, 128), None, 0.0, "tpu", None),
+        (spec(2, 8, 256, 256), spec(2, 8, 256, 256), None, 0.0, "tpu", None),
+        (spec(2, 8, 256, 192), spec(2, 8, 256, 192), None, 0.0, "tpu", "head_dim 192"),
+        (Q, KV, None, 0.0, "cpu", "not a TPU"),
+        (Q, KV, None, 0.0, "gpu", "not a TPU"),
+        (Q, KV, None, 0.1, "tpu", "dropout"),
+        (spec(2, 8, 200, 64), spec(2, 8, 200, 64), None, 0.0, "tpu", "multiples of 128"),
+        (
+            spec(2, 8, 256, 64, dtype=jnp.float16),
+            spec(2, 8, 256, 64, dtype=jnp.float16),
+            None,
+            0.0,
+            "tpu",
+            "float16",
+        ),
+        (Q, spec(2, 3, 256, 64), None, 0.0, "tpu", "multiple of the key/value heads"),
+        (spec(8, 256, 64), spec(8, 256, 64), None, 0.0, "tpu", "not 4-d"),
+    ],
+)
+def test_the_rule(query, key, mask, dropout, on, refusal):
+    why = kernels.kernel_refusal(query, key, key, mask, dropout, on, "high")
+    if refusal is None:
+        assert why is None
+    else:
+        assert why is not None and refusal in why
+
+
+@pytest.mark.parametrize(("mode", "kernel"), [("highest", False), ("high", True), ("medium", True)])
+def test_float32_takes_the_kernel_below_the_highest_precision(mode, kernel):
+    q = spec(2, 8, 256, 64, dtype=jnp.float32)
+    why = kernels.kernel_refusal(q, q, q, None, 0.0, "tpu", mode)
+    assert (why is None) == kernel
+    assert kernel or "highest" in why
+    assert kernels.kernel_refusal(Q, KV, KV, None, 0.0, "tpu", mode) is None  # bfloat16
+
+
+def test_a_value_head_dim_unlike_the_query_s_is_refused():
+    value = spec(2, 8, 256, 32)
+    why = kernels.kernel_refusal(Q, KV, value, None, 0.0, "tpu")
+    assert why is not None and "head_dim" in why
+
+
+def test_the_choice_is_logged_once(caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "_logged", set())
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+        assert kernels.use_kernel(Q, KV, KV, None, 0.0)
+        assert kernels.use_kernel(Q, KV, KV, None, 0.0)
+        assert not kernels.use_kernel(Q, KV, KV, None, 0.5)
+    messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
+    assert len(messages) == 2, messages
+    assert "Pallas TPU flash-attention kernel" in messages[0]
+    assert "plain lowering" in messages[1] and "dropout" in messages[1]
+
+
+def test_off_a_tpu_the_plain_lowering_runs_and_says_so(caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "_logged", set())
+    q = torch.randn(1, 2, 128, 64)
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        with torchlax_core.enable():
+            out = F.scaled_dot_product_attention(q.to("jax"), q.to("jax"), q.to("jax"))
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, q, q))
+    if jax.default_backend() != "tpu":
+        assert any("not a TPU" in r.getMessage() for r in caplog.records)
+
+
+def _run(platform, monkeypatch, q, k, v, **kwargs):
+    """Output and gradients of attention on the jax device with ``platform`` as the platform,
+    no op cache (an executable of the other path must not answer)."""
+    monkeypatch.setattr(kernels, "platform", lambda: platform)
+    env = torchlax_core.Environment()
+    env.config.op_cache_size = 0
+    with torchlax_core.enable(env):
+        xs = [x.to("jax").requires_grad_() for x in (q, k, v)]
+        mask = kwargs.pop("attn_mask", None)
+        if mask is not None:
+            mask = mask.to("jax")
+            if mask.is_floating_point():
+                mask.requires_grad_()
+        out = F.scaled_dot_product_attention(*xs, attn_mask=mask, **kwargs)
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("jax")
+        inputs = [*xs] + ([mask] if mask is not None and mask.requires_grad else [])
+        grads = torch.autograd.grad(out, inputs, grad.to(out.dtype))
+        return [out.cpu()] + [g.cpu() for g in grads]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    ["causal_gqa", "bool_mask_with_an_empty_row", "float_mask"],
+)
+def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypatch):
+    from jax.experimental.pallas import tpu as pltpu
+
+    gen = torch.Generator().manual_seed(0)
+    heads, kv_heads = (2, 1) if case == "causal_gqa" else (1, 1)
+    q = torch.randn(1, heads, 128, 64, generator=gen)
+    k = torch.randn(1, kv_heads, 128, 64, generator=gen)
+    v = torch.randn(1, kv_heads, 128, 64, generator=gen)
+    if case == "causal_gqa":
+        kwargs = {"is_causal": True, "enable_gqa": True}
+    elif case == "bool_mask_with_an_empty_row":
+        mask = torch.rand(128, 128, generator=gen) > 0.3
+        mask[5] = False  # a row masked out entirely: zeros, as PyTorch
+        kwargs = {"attn_mask": mask}
+    else:
+        mask = torch.randn(1, 1, 128, 128, generator=gen)
+        mask[0, 0, :, 7] = float("-inf")
+        kwargs = {"attn_mask": mask}
+    calls = []
+    for name in ("forward", "backward"):
+        original = getattr(kernels, name)
+        monkeypatch.setattr(
+            kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a)
+        )
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # (float32 takes the kernel below "highest")
+    try:
+        plain = _run("cpu", monkeypatch, q, k, v, **dict(kwargs))
+        assert calls == []
+        with pltpu.force_tpu_interpret_mode():
+            kernel = _run("tpu", monkeypatch, q, k, v, **dict(kwargs))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert calls == ["forward", "backward"]
+    for a, b in zip(kernel, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    if case == "bool_mask_with_an_empty_row":
+        assert kernel[0][0, 0, 5].abs().max() == 0

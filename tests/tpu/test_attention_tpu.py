@@ -1,0 +1,123 @@
+"""F.scaled_dot_product_attention on a TPU runs JAX's Pallas flash-attention kernel (forward and
+backward), and computes what PyTorch computes; calls the kernel cannot take run the plain
+lowering. Skipped where JAX sees no TPU (the CPU tests of the rule: tests/ops/test_attention_kernel.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+import torchlax
+import torchlax_core
+from torchlax_ops import _attention_kernels as kernels
+
+
+def _tpu_visible() -> bool:
+    try:
+        return any(d.platform == "tpu" for d in jax.devices())
+    except RuntimeError:
+        return False
+
+
+pytestmark = [
+    pytest.mark.tpu,
+    pytest.mark.skipif(not _tpu_visible(), reason="needs a TPU visible to JAX"),
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    monkeypatch.setattr(kernels, "_logged", set())
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+def _attention(dtype, q, k, v, **kwargs):
+    """Output and q, k, v gradients on the jax device (in ``dtype``) and on the CPU (float64
+    from the same ``dtype`` values: the reference), as float64."""
+    cotangent = torch.randn(q.shape[:-1] + v.shape[-1:], generator=torch.Generator().manual_seed(1))
+    results = []
+    for device in ("jax", "cpu"):
+        wanted = dtype if device == "jax" else torch.float64
+        xs = [x.to(dtype).to(wanted).to(device).requires_grad_() for x in (q, k, v)]
+        mask = kwargs.get("attn_mask")
+        extra = dict(kwargs)
+        if mask is not None:
+            extra["attn_mask"] = (
+                mask.to(device) if mask.dtype == torch.bool else mask.to(wanted).to(device)
+            )
+        with torchlax_core.enable():
+            out = F.scaled_dot_product_attention(*xs, **extra)
+            grads = torch.autograd.grad(out, xs, cotangent.to(wanted).to(device))
+        results.append([t.cpu().double() for t in (out, *grads)])
+    return results
+
+
+def _kernel_chosen(caplog) -> bool:
+    return any("flash-attention kernel" in r.getMessage() for r in caplog.records)
+
+
+CASES = {
+    "causal": (2, 4, 4, 256, 64, {"is_causal": True}),
+    "gqa": (2, 8, 2, 256, 64, {"is_causal": True, "enable_gqa": True}),
+    "bool_mask": (1, 4, 4, 256, 128, {"attn_mask": torch.rand(256, 256) > 0.2}),
+    "plain": (2, 4, 4, 128, 64, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_kernel_matches_pytorch(case, dtype, caplog):
+    batch, heads, kv_heads, length, dim, kwargs = CASES[case]
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(batch, heads, length, dim, generator=gen)
+    k = torch.randn(batch, kv_heads, length, dim, generator=gen)
+    v = torch.randn(batch, kv_heads, length, dim, generator=gen)
+    if dtype == torch.float32:
+        torch.set_float32_matmul_precision("high")  # (under "highest" float32 stays plain)
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        got, want = _attention(dtype, q, k, v, **kwargs)
+    assert _kernel_chosen(caplog), [r.getMessage() for r in caplog.records]
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-2  # "high": bfloat16x3 products
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+def test_float32_under_highest_and_dropout_run_the_plain_lowering(caplog):
+    q = torch.randn(2, 4, 256, 64)
+    torch.set_float32_matmul_precision("highest")
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        with torchlax_core.enable():
+            x = q.to("jax")
+            out = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+            torch.testing.assert_close(
+                out.cpu(),
+                F.scaled_dot_product_attention(q, q, q, is_causal=True),
+                atol=1e-4,
+                rtol=1e-4,
+            )
+            y = x.to(torch.bfloat16)
+            dropped = F.scaled_dot_product_attention(y, y, y, dropout_p=0.5)
+            assert dropped.dtype == torch.bfloat16
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("plain lowering" in m and "highest" in m for m in messages), messages
+    assert any("plain lowering" in m and "dropout" in m for m in messages), messages
+    assert not _kernel_chosen(caplog)
+
+
+def test_the_program_calls_the_pallas_kernel():
+    q = jnp.ones((2, 4, 256, 64), jnp.bfloat16)
+
+    def attention(q, k, v):
+        return torchlax.call_torch(
+            lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), q, k, v
+        )
+
+    text = jax.jit(attention).lower(q, q, q).as_text()
+    assert "tpu_custom_call" in text
