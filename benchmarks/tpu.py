@@ -310,7 +310,9 @@ def hand_written_gpt2(net: Any, shape: dict) -> tuple[dict, Callable]:
 
     state = net.inner.state_dict()
     params = {
-        k: to_jax(v) for k, v in state.items() if not k.endswith(("attn.bias", "masked_bias"))
+        k: to_jax(v)
+        for k, v in state.items()
+        if not k.endswith((".attn.bias", ".attn.masked_bias"))
     }
     params.pop("lm_head.weight", None)  # tied to transformer.wte.weight
     heads = shape["heads"]
@@ -390,12 +392,9 @@ def run_torchlax(variant: str, model: str, net: Any, batch: tuple, row: dict) ->
     return run, exe_stats
 
 
-def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dict, row: dict):
-    """``(step, exe_stats)`` of a JAX + optax step (``torchax``, ``functional``, ``jax``)."""
-    import jax
-    import optax
-
-    _, tx = optimizers(model)
+def jax_loss_of(variant: str, model: str, net: Any, shape: dict) -> tuple[dict, Callable]:
+    """``(params, loss(params, batch))`` of a JAX variant (``torchax``, ``functional``,
+    ``functional_cpu``, ``jax``) over ``net``'s weights."""
     if variant == "jax":
         params, forward = hand_written_gpt2(net, shape)
         buffers: dict = {}
@@ -418,7 +417,35 @@ def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dic
     if variant != "jax":
         merged = forward
         forward = lambda p, *xs: merged({**buffers, **p}, *xs)  # noqa: E731
-    loss_of = jax_loss(model, forward)
+    return params, jax_loss(model, forward)
+
+
+def residuals(loss_of: Callable, params: dict, batch: tuple) -> dict:
+    """What the backward pass keeps from the forward, as traced (before XLA fuses or
+    rematerializes anything): total bytes and the largest groups by dtype and shape."""
+    import collections
+
+    import jax
+    from jax._src.ad_checkpoint import saved_residuals
+
+    specs = tuple(jax.ShapeDtypeStruct(t.shape, to_jax(t[:1]).dtype) for t in batch)
+    groups: collections.Counter = collections.Counter()
+    for aval, why in saved_residuals(loss_of, params, specs):
+        if "from the argument" not in why:  # the weights and inputs are alive anyway
+            groups[f"{aval.dtype}{list(aval.shape)}"] += aval.size * aval.dtype.itemsize
+    return {"residual_bytes": sum(groups.values()), "largest": dict(groups.most_common(6))}
+
+
+def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dict, row: dict):
+    """``(step, exe_stats)`` of a JAX + optax step (``torchax``, ``functional``, ``jax``)."""
+    import jax
+    import optax
+
+    _, tx = optimizers(model)
+    params, loss_of = jax_loss_of(variant, model, net, shape)
+    if row.get("residuals"):
+        row.update(residuals(loss_of, params, batch))
+        return None, None
 
     def step(p, opt_state, b):
         loss, grads = jax.value_and_grad(loss_of)(p, b)
@@ -469,7 +496,10 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
     if variant in ("jit", "compile"):
         run, exe_stats = run_torchlax(variant, model, net, batch, row)
     else:
+        row["residuals"] = args.residuals
         run, exe_stats = run_jax_variant(variant, model, net, batch, shape, row)
+        if run is None:  # --residuals: traced, not run
+            return
     row["first_call_compiles"] = compiles.count
     row["device_after_first"] = device_memory()
     row["host_rss_growth_first_gib"] = (watch.peak - watch.base) / GIB
@@ -501,36 +531,63 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
 # -- driver --------------------------------------------------------------------------------------
 
 
+class _Missing:
+    """A stand-in for an ATen op or overload that the installed torch lacks: any attribute of
+    it is another stand-in, and it is never called (it only keys torchax's tables)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return _Missing(f"{self.name}.{key}")
+
+    def __repr__(self) -> str:
+        return f"<missing {self.name}>"
+
+
 def import_torchax() -> str:
-    """Import torchax; say how. torchax 0.0.13's AMP table names ``aten.prod.dim_Dimname``,
-    an overload torch 2.14 no longer has, and the import fails on it: then it is imported again
-    with missing overloads looked up as placeholder keys (never called), and that is said."""
+    """Import torchax; say how. torchax 0.0.13's tables name ATen ops and overloads that torch
+    2.14 no longer has (``aten.prod.dim_Dimname``, ``aten.cholesky``), and its import fails on
+    the first: then it is imported again with such names looked up as stand-ins (``_Missing``),
+    and that is said in the row."""
     import torch
 
     try:
         import torchax
     except AttributeError as exc:
-        from torch._ops import OpOverloadPacket
+        from torch._ops import OpOverloadPacket, _OpNamespace
 
         for name in [m for m in sys.modules if m == "torchax" or m.startswith("torchax.")]:
             del sys.modules[name]
-        original = OpOverloadPacket.__getattr__
+        originals = {cls: cls.__getattr__ for cls in (OpOverloadPacket, _OpNamespace)}
 
-        def lenient(self: Any, key: str) -> Any:
-            try:
-                return original(self, key)
-            except AttributeError:
-                if key.startswith("__"):
-                    raise
-                return f"missing overload {self._qualified_op_name}.{key}"
+        def lenient(original: Callable) -> Callable:
+            def lookup(self: Any, key: str) -> Any:
+                try:
+                    return original(self, key)
+                except AttributeError:
+                    if key.startswith("__"):
+                        raise
+                    return _Missing(key)
 
-        OpOverloadPacket.__getattr__ = lenient  # pyright: ignore[reportAttributeAccessIssue]
+            return lookup
+
+        for cls, original in originals.items():
+            cls.__getattr__ = lenient(original)  # pyright: ignore[reportAttributeAccessIssue]
         try:
             import torchax
+
+            torchax.default_env()  # imports its op tables (aten.cholesky is another lost name)
         finally:
-            OpOverloadPacket.__getattr__ = original  # pyright: ignore[reportAttributeAccessIssue]
-        return f"torchax {torchax.__version__ if hasattr(torchax, '__version__') else ''} imported with placeholders for overloads torch {torch.__version__} lacks ({exc})"
-    return "torchax imported as it is"
+            for cls, original in originals.items():
+                cls.__getattr__ = original  # pyright: ignore[reportAttributeAccessIssue]
+        return (
+            f"imported with stand-ins for the ATen names torch {torch.__version__} lacks "
+            f"(first: {exc})"
+        )
+    return "imported as it is"
 
 
 def one(model: str, variant: str, args: argparse.Namespace) -> dict:
@@ -539,12 +596,14 @@ def one(model: str, variant: str, args: argparse.Namespace) -> dict:
     if model == "llama" and args.llama_batch:
         shape["batch"] = args.llama_batch
     row: dict[str, Any] = {"model": model, "variant": variant, "shape": shape}
+    if args.residuals and variant in ("jit", "compile"):
+        return {**row, "skipped": "--residuals traces the JAX variants only"}
     if variant == "jax" and model != "gpt2":
         return {**row, "skipped": "written by hand for GPT-2 only"}
     if variant == "torchax":
         try:
             row["torchax"] = import_torchax()
-        except ImportError as exc:
+        except Exception as exc:  # not installed, or torchlax holds the 'jax' device name
             return {**row, "skipped": f"torchax does not import: {exc}"}
     try:
         measure(model, variant, shape, args, row)
@@ -614,6 +673,12 @@ def isolated(model: str, variant: str, args: argparse.Namespace, deadline: float
 
 
 def describe(row: dict) -> str:
+    if "residual_bytes" in row:
+        largest = ", ".join(f"{k} {v / GIB:.2f}" for k, v in row["largest"].items())
+        return (
+            f"{row['model']:<9} {row['variant']:<15} backward keeps "
+            f"{row['residual_bytes'] / GIB:.2f} GiB (GiB: {largest})"
+        )
     if "median_s" not in row:
         return f"{row['model']:<9} {row['variant']:<15} {row.get('skipped') or row.get('error')}"
     exe = row.get("exe_peak_bytes")
@@ -642,6 +707,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rss-limit-gib", type=float, default=8.0)
     p.add_argument("--llama-batch", type=int, default=0)
+    p.add_argument(
+        "--residuals",
+        action="store_true",
+        help="JAX variants: trace only, and report what the backward keeps (on any device)",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--row-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -665,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for model in args.models.split(","):
         for variant in args.variants.split(","):
-            if args.smoke:
+            if args.smoke or args.residuals:
                 row = one(model, variant, args)
             else:
                 row = isolated(model, variant, args, deadline)
