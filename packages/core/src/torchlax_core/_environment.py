@@ -37,6 +37,7 @@ from ._dispatch import (
     lowering_impl,
 )
 from ._errors import OpNotLoweredError
+from ._overlap import overlap_checked
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
 from ._run import run_op
 from ._x64 import x64
@@ -230,6 +231,7 @@ class Environment:
         impl = self._implementation_for(func)
         if impl is None:
             raise self._not_lowered(func)
+        impl = overlap_checked(func, impl)  # a write into an expand()ed view, as PyTorch
         self._resolved[func] = impl
         return impl
 
