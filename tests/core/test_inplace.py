@@ -196,3 +196,47 @@ def test_cpu_tensor_next_to_jax_tensor_raises_naming_op_argument_and_devices():
     assert "cpu" in message and "jax" in message
     with pytest.raises(torchlax_core.DeviceMismatchError, match="argument 'self'"):
         torch.ones(3).mul(jx)
+
+
+# -- writes into memory that overlaps itself (issue 37, item 6) ---------------------------------
+
+
+def _expanded(device):
+    return torch.zeros(1, 3, device=device).expand(4, 3)
+
+
+OVERLAPPING_WRITES = [
+    ("add_", lambda x: x.add_(1)),
+    ("mul_of_a_slice", lambda x: x[1:].mul_(2)),
+    ("copy_", lambda x: x.copy_(torch.ones(4, 3, device=x.device))),
+    ("out", lambda x: torch.add(torch.ones(4, 3, device=x.device), 1, out=x)),
+    ("uniform_", lambda x: x.uniform_()),
+    # PyTorch lets these through (they write one value everywhere, or warn only).
+    ("fill_", lambda x: x.fill_(2.0)),
+    ("zero_", lambda x: x.zero_()),
+    (
+        "masked_fill_",
+        lambda x: x.masked_fill_(torch.ones(4, 3, dtype=torch.bool, device=x.device), 3.0),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "write", [w for _, w in OVERLAPPING_WRITES], ids=[n for n, _ in OVERLAPPING_WRITES]
+)
+def test_a_write_into_an_expanded_view_is_refused_as_on_cpu(write):
+    try:
+        write(_expanded("cpu"))
+        refused = None
+    except RuntimeError as error:
+        refused = error
+    with torchlax_core.enable():
+        base = torch.zeros(1, 3, device="jax")
+        x = base.expand(4, 3)
+        if refused is None:
+            expected = write(_expanded("cpu"))
+            assert torch.equal(write(x).cpu(), expected)
+            return
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            write(x)
+        assert torch.equal(base.cpu(), torch.zeros(1, 3))  # the user's tensor is untouched

@@ -32,6 +32,7 @@ from ._current import is_enabled as is_enabled
 from ._dispatch import lowering_impl
 from ._errors import OpNotLoweredError
 from ._mutation import derived_mutation_impl, functional_counterpart
+from ._overlap import overlap_checked
 from ._registry import Lowering, PluginHost, PluginRecord, Tables, op_name
 from ._run import run_op
 from ._views import inplace_view_counterpart, inplace_view_impl
@@ -226,6 +227,7 @@ class Environment:
         impl = self._implementation_for(func)
         if impl is None:
             raise self._not_lowered(func)
+        impl = overlap_checked(func, impl)  # a write into an expand()ed view, as PyTorch
         self._resolved[func] = impl
         return impl
 

@@ -8,6 +8,7 @@
 - ``jit``: compile a PyTorch function or module with ``jax.jit``.
 """
 
+from ._arguments import InteropArgumentError as InteropArgumentError
 from ._call_jax import call_jax as call_jax
 from ._call_torch import call_torch as call_torch
 from ._dlpack import SharedMemoryWriteError as SharedMemoryWriteError

@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 from torchlax_core import jax_dtype, torch_dtype
 from torchlax_core.internal import x64
 
+from ._arguments import check_call_jax_result
 from ._dlpack import check_shared_writes
 
 # Marks a tensor's place among the arguments: a plain string, so that Dynamo can hand the
@@ -150,7 +151,9 @@ def _flat_fn(key: str) -> Callable:
     entry = _ENTRIES[key]
 
     def flat_fn(*arrays):
-        leaves, treedef = jax.tree_util.tree_flatten(_call(entry, arrays))
+        result = _call(entry, arrays)
+        check_call_jax_result(entry.fn, result)
+        leaves, treedef = jax.tree_util.tree_flatten(result)
         placeholder = jax.tree_util.tree_unflatten(treedef, [0] * len(leaves))
         entry.out_spec = pytree.tree_flatten(placeholder)[1]
         return [jnp.asarray(leaf) for leaf in leaves]

@@ -35,6 +35,8 @@ import torch
 from torchlax_core import Tensor, TorchlaxError, jax_dtype, wrap
 from torchlax_core.internal import x64
 
+from ._arguments import check_from_torch_tensor, check_to_torch_array
+
 _ALIGNMENT = 16  # XLA's CPU client aliases only buffers aligned to 16 bytes; it copies others.
 
 
@@ -113,6 +115,7 @@ def from_torch(tensor: torch.Tensor, *, copy: bool = False) -> Tensor:
             f"torchlax.from_torch expects a torch.Tensor, got {type(tensor).__name__}. For a "
             "jax.Array use torchlax.wrap(array)."
         )
+    check_from_torch_tensor(tensor)
     if tensor.requires_grad and torch.is_grad_enabled():
         return _FromTorch.apply(tensor, copy)
     return wrap(_to_jax_array(tensor, copy))
@@ -285,6 +288,7 @@ def to_torch(x: torch.Tensor | jax.Array, *, copy: bool = False) -> torch.Tensor
 
 
 def _to_torch_tensor(array: jax.Array, copy: bool, watch: bool = False) -> torch.Tensor:
+    check_to_torch_array(array)
     if isinstance(array, jax.core.Tracer):
         raise TypeError(
             "torchlax.to_torch got a value traced by JAX (inside jax.jit, jax.grad or "

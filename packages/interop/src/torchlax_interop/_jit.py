@@ -61,6 +61,7 @@ from torchlax_core.internal import (
 )
 from torchlax_core.internal import signature as _signature
 
+from ._arguments import check_jit_arguments, check_static_argnums
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
 from ._jit_constant_writes import (
@@ -151,8 +152,7 @@ def jit(
     forward that is never differentiated costs what a ``torch.no_grad()`` call costs.
     JAX runs with 64-bit types enabled, so int64 stays int64.
     """
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
+    static_argnums = check_static_argnums(static_argnums)
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
     return _Jitted(fn_or_module, tuple(static_argnums), tuple(static_argnames), donate_state)
@@ -868,6 +868,7 @@ class _Jitted:
                     if out is not _MISSED:
                         return out
                 self._repeat = None  # the general path records this call if it is a repeat
+            check_jit_arguments(args, kwargs)  # a sparse or quantized tensor, named
             with x64():
                 try:
                     return self._call(args, kwargs)
