@@ -28,6 +28,8 @@ from ._errors import DtypeNotImplementedError as DtypeNotImplementedError
 from ._errors import OpNotLoweredError as OpNotLoweredError
 from ._errors import PluginConflictError as PluginConflictError
 from ._errors import PluginError as PluginError
+from ._errors import ProgramFailedError as ProgramFailedError
+from ._errors import ProgramOutOfMemoryError as ProgramOutOfMemoryError
 from ._errors import TorchlaxError as TorchlaxError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._logging import logger as logger

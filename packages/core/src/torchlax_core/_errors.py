@@ -7,6 +7,7 @@ torchlax-export's loading errors share it without importing torch.
 
 from __future__ import annotations
 
+import torch
 from _torchlax_errors import TorchlaxError as TorchlaxError
 
 
@@ -59,3 +60,25 @@ class PluginConflictError(PluginError):
     def __init__(self, message: str, plugins: tuple[str, ...] = ()):
         super().__init__(message)
         self.plugins = tuple(plugins)
+
+
+class ProgramFailedError(TorchlaxError, RuntimeError):
+    """A compiled XLA program failed while it ran (XLA reports such failures when a result is
+    waited for, after the launch returned). ``program`` names it; its results were not
+    written into any tensor."""
+
+    def __init__(self, message: str, program: str = ""):
+        super().__init__(message)
+        self.program = program
+
+
+class ProgramOutOfMemoryError(ProgramFailedError, torch.OutOfMemoryError):
+    """A compiled XLA program needs more memory than its device has, or ran out of it.
+
+    A ``torch.OutOfMemoryError``, as PyTorch raises when CUDA runs out of memory.
+    ``requested``: the bytes XLA reported it could not allocate, or the program's estimate
+    when it was refused before it ran (None where XLA named no size)."""
+
+    def __init__(self, message: str, program: str = "", requested: int | None = None):
+        super().__init__(message, program)
+        self.requested = requested

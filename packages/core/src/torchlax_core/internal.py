@@ -43,6 +43,9 @@ from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
 from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
+from ._launch_check import failure_of as failure_of
+from ._launch_check import launch_error as launch_error
+from ._launch_check import refuse_if_too_large as refuse_if_too_large
 from ._layouts import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._layouts import memory_order as memory_order
 from ._layouts import memory_ordered_array as memory_ordered_array

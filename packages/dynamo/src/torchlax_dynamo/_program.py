@@ -37,12 +37,15 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     dense_strides_in_order,
+    failure_of,
     laid_out,
+    launch_error,
     memory_order,
     not_exclusive,
     output_tensors,
     peek_array,
     peek_arrays,
+    refuse_if_too_large,
     result_specs,
     signature,
     view_kind,
@@ -166,6 +169,7 @@ class _Memo:
         "generation",
         "plain",
         "runs",
+        "fits",
     )
 
     def __init__(self, avals: list, statics: tuple, entry: Entry, plan: _CallPlan):
@@ -202,6 +206,9 @@ class _Memo:
         # None while it is not, or for a signature run() must serve (keys drawn, checks).
         self.plain: tuple | None = None
         self.runs = 0
+        # Whether XLA's memory estimate of the executable was checked against the device
+        # (refuse_if_too_large, before the first launch).
+        self.fits = False
 
 
 class XlaProgram:
@@ -372,6 +379,9 @@ class XlaProgram:
                     entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
                 memo = plan.memo = _Memo(avals, statics, entry, plan)
             memo.generation = repeat
+        if not memo.fits:  # a program that cannot fit is refused before it donates anything
+            _refuse_if_too_large(plan, memo, call_args)
+            memo.fits = True
         plain = memo.plain
         if plain is not None:
             # The executable's C++ launcher with the constant key (Entry.plain_launch): what
@@ -379,21 +389,26 @@ class XlaProgram:
             # raises has done nothing; run() then handles or raises it.
             try:
                 results = plain[0](*call_args, plain[1])
+            except jax.errors.JaxRuntimeError as exc:  # XLA refused the run: no fallback
+                raise launch_error(exc, plan.program.name, len(plan.donated)) from exc
             except Exception:
                 memo.plain = None
             else:
-                return self._outputs(memo, args, results)
+                return self._committed(plan, memo, args, results)
         # A fresh key per call from torch's generator where the signature draws keys:
         # reproducible under torch.manual_seed.
-        if x64_flag.value:
-            results = plan.program.run(memo.entry, *call_args)
-        else:
-            with x64():
+        try:
+            if x64_flag.value:
                 results = plan.program.run(memo.entry, *call_args)
+            else:
+                with x64():
+                    results = plan.program.run(memo.entry, *call_args)
+        except jax.errors.JaxRuntimeError as exc:
+            raise launch_error(exc, plan.program.name, len(plan.donated)) from exc
         if memo.plain is None and memo.runs < 2:
             memo.runs += 1
             memo.plain = memo.entry.plain_launch()
-        return self._outputs(memo, args, results)
+        return self._committed(plan, memo, args, results)
 
     def _plan(self, types: tuple) -> _CallPlan:
         if len(self._plans) >= 8:  # argument types change rarely: never let the table grow
@@ -421,6 +436,29 @@ class XlaProgram:
         plan = _CallPlan(kinds, donated, donated_args, kept, program)
         self._plans[types] = plan
         return plan
+
+    def _committed(self, plan: _CallPlan, memo: _Memo, args: tuple, results) -> Any:
+        """``_outputs`` once the run is known to have succeeded: XLA reports a failed run
+        (out of memory allocating its temporaries) only when a result is waited for, and
+        arrays that raise on every read must not become parameters, ``.grad``s or optimizer
+        state."""
+        try:
+            failure = failure_of(results, plan.program.name, len(plan.donated))
+        except BaseException:
+            # Interrupted while waiting: the run was launched (its donated inputs are gone),
+            # so its results are written back before the interrupt goes on.
+            self._outputs(memo, args, results)
+            raise
+        if failure is not None:
+            raise failure
+        try:
+            return self._outputs(memo, args, results)
+        except BaseException:
+            # Interrupted (Ctrl-C lands between any two bytecodes) while the outputs were
+            # made or the state written: the donated arrays are gone, so the run's state is
+            # written whole (again: idempotent) before the interrupt goes on.
+            self._write_back(memo, args, results)
+            raise
 
     def _outputs(self, memo: _Memo, args: tuple, results) -> Any:
         """The graph's outputs from a call's ``results``, after writing back what it mutated."""
@@ -456,6 +494,12 @@ class XlaProgram:
                     outs[i] = tensor
                 for i, order in memo.restrided:
                     outs[i] = viewed_back(outs[i], order)
+        self._write_back(memo, args, results)
+        return outs[0] if self._single_output else tuple(outs)
+
+    @staticmethod
+    def _write_back(memo: _Memo, args: tuple, results) -> None:
+        """The inputs the graph mutated take the run's new values."""
         if memo.written:
             write_back_all(
                 [args[p] for p in memo.written],
@@ -466,11 +510,16 @@ class XlaProgram:
             dst = args[position]
             on_cpu = dst.device.type == "cpu"
             write_back(dst, results[index], functools.partial(jax_to_torch, on_cpu=on_cpu))
-        return outs[0] if self._single_output else tuple(outs)
 
     @property
     def traces(self) -> int:
         return self._program.traces + sum(p.traces for p in self._donating.values())
+
+
+def _refuse_if_too_large(plan: _CallPlan, memo: _Memo, call_args: tuple) -> None:
+    arrays = jax.tree.leaves(call_args)
+    device = next(iter(arrays[0].devices())) if arrays else jax.devices()[0]
+    refuse_if_too_large(memo.entry.executable, plan.program.name, device)
 
 
 def _traced_layout(val) -> tuple[int, ...] | None:

@@ -14,6 +14,8 @@ from torchlax_core import Environment as Environment
 from torchlax_core import OpNotLoweredError as OpNotLoweredError
 from torchlax_core import PluginConflictError as PluginConflictError
 from torchlax_core import PluginError as PluginError
+from torchlax_core import ProgramFailedError as ProgramFailedError
+from torchlax_core import ProgramOutOfMemoryError as ProgramOutOfMemoryError
 from torchlax_core import Tensor as Tensor
 from torchlax_core import TorchlaxError as TorchlaxError
 from torchlax_core import UnsupportedDtypeError as UnsupportedDtypeError
