@@ -119,3 +119,12 @@ def test_moving_a_cpu_tensor_to_jax_leaves_it_resizable():
         cpu.to("jax")
         torch.ones(3, dtype=dtype, out=cpu)
         assert cpu.shape == (3,) and cpu.untyped_storage().resizable()
+
+
+def test_is_pinned_is_false_as_for_a_cuda_tensor():
+    # Pinned memory is page-locked host memory; torch.distributed.checkpoint asks every tensor
+    # it saves (before: OpNotLoweredError for aten.is_pinned)
+    torchlax_core.default_env()
+    t = torch.ones(3, device="jax")
+    assert t.is_pinned() is False
+    assert t.is_pinned(torch.device("cpu")) is False

@@ -2,7 +2,7 @@
 
 - ``torchlax.device``: maps ``jax``, ``jax:N``, ``cpu``, ``cuda`` and ``None`` to JAX devices.
 - ``torchlax.transfer``: the ops at the device boundary (``copy_``, ``_to_copy``, ``empty``,
-  ``_local_scalar_dense``) that ``.to()``, ``.cpu()``, ``.item()`` and factories need.
+  ``_local_scalar_dense``, ``is_pinned``) that ``.to()``, ``.cpu()``, ``.item()`` and factories need.
 - ``torchlax.fallback``: runs unlowered ops with PyTorch on the CPU when
   ``Config.fallback_to_torch`` is on (``jax.pure_callback`` under tracing).
 """
@@ -124,10 +124,30 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
 def _copy_(self, src, non_blocking=False):
     if not isinstance(self, Tensor):  # cpu_tensor.copy_(torchlax_tensor)
         return self.copy_(_to_cpu(src._value()), non_blocking)
-    value = src._value() if isinstance(src, Tensor) else _from_cpu(src)
+    before = self._storage.array
+    placement = _committed_placement(before)
+    if isinstance(src, Tensor):
+        value = src._value()
+    else:  # straight onto the destination's devices (each device gets only its shard)
+        whole = self._view is None and tuple(src.shape) == tuple(self.shape)
+        value = _from_cpu(src, placement if whole else None)
     value = jnp.broadcast_to(value.astype(jax_dtype(self.dtype)), tuple(self.shape))
     self._write(value)
+    after = self._storage.array
+    if placement is not None and getattr(after, "sharding", placement) != placement:
+        # PyTorch's copy_ keeps the destination's device; here: its committed layout, so that
+        # load_state_dict (param.copy_(loaded)) leaves a sharded model sharded.
+        self._storage.array = jax.device_put(after, placement)
+        if self._view is not None:
+            self._view.seen = None  # read again from the re-placed root
     return self
+
+
+def _committed_placement(array):
+    """The sharding a write into ``array`` must keep (None: uncommitted, or traced)."""
+    if isinstance(array, jax.core.Tracer) or not getattr(array, "committed", False):
+        return None
+    return array.sharding
 
 
 def _to_copy(
@@ -181,6 +201,12 @@ def _identity(self):
     return self
 
 
+def _is_pinned(self, device=None):
+    # Pinned memory is page-locked host memory; a JAX array is not in it (as a CUDA tensor's
+    # is_pinned() is False). torch.distributed.checkpoint asks it of every tensor it saves.
+    return False
+
+
 def _lift_fresh(self):
     return self
 
@@ -195,6 +221,7 @@ class Transfer:
         registry.register_decomposition(aten._to_copy.default, _to_copy)
         registry.register_decomposition(aten._local_scalar_dense.default, _local_scalar_dense)
         registry.register_decomposition(aten.lift_fresh.default, _lift_fresh)
+        registry.register_decomposition(aten.is_pinned.default, _is_pinned)
         # Change the tensor's own sizes (as the in-place view ops do), so they live in the core.
         registry.register_decomposition(aten.resize_.default, resize_)
         registry.register_decomposition(aten.resize_as_.default, resize_as_)

@@ -8,7 +8,7 @@ JAX's runtime. ``torch.tensor(data, device="jax")``, ``torch.empty(0, device="ja
 result as ``jax.device_put``: a new array of the host array's dtype (int64/float64 kept, as in
 JAX's 64-bit mode), uncommitted on the default device unless another device is named. Where
 the runtime call is missing or refuses its arguments (another JAX version), ``jax.device_put``
-does it.
+does it, as it does a put onto a sharding over several devices (each gets only its shard).
 
 At the bottom of the core: it imports no other core module but ``_x64``.
 """
@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from jax._src import core as _jax_core
 from jax._src.interpreters.pxla import get_default_device
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import Sharding, SingleDeviceSharding
 
 from ._x64 import x64, x64_flag
 
@@ -34,8 +34,8 @@ _shardings: dict = {}  # device -> SingleDeviceSharding (building one costs ~5 u
 
 
 def put(host: np.ndarray, device=None) -> jax.Array:
-    """A new array on ``device`` (a ``jax.Device``; ``None``: the default device) holding
-    ``host``'s elements, as ``jax.device_put(host, device)`` in 64-bit mode.
+    """A new array on ``device`` (a ``jax.Device`` or a ``Sharding``; ``None``: the default
+    device) holding ``host``'s elements, as ``jax.device_put(host, device)`` in 64-bit mode.
 
     On the default device the array is uncommitted, as JAX's own default placement: it then
     combines with arrays sharded over a mesh (JAX moves it), as a tensor on PyTorch's default
@@ -52,6 +52,10 @@ def put(host: np.ndarray, device=None) -> jax.Array:
 
 
 def _put(host: np.ndarray, device) -> jax.Array:
+    if isinstance(device, Sharding):
+        if len(device.device_set) > 1:  # each device receives only its shard of ``host``
+            return jax.device_put(host, device)
+        (device,) = device.device_set
     default = get_default_device()
     committed = device is not None and device != default
     if not committed:

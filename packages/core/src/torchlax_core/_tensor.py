@@ -570,7 +570,7 @@ def _to_cpu(array) -> torch.Tensor:
 
 def _from_cpu(tensor: torch.Tensor, device=None) -> jax.Array:
     """Copy a CPU (or other) torch.Tensor into a new jax.Array of the same dtype (on ``device``,
-    a ``jax.Device``; ``None``: JAX's default device, uncommitted)."""
+    a ``jax.Device`` or a ``Sharding``; ``None``: JAX's default device, uncommitted)."""
     target = jax_dtype(tensor.dtype)
     if tensor.numel() == 0:  # nothing to copy (transformers' DynamicCache makes 4 per forward)
         return put(np.zeros(tuple(tensor.shape), target), device)

@@ -11,11 +11,16 @@
   group or set with ``collectives_axis``.
 - ``init_on_meta`` / ``materialize``: build a model on ``meta``, then create each weight
   directly as a sharded array.
+- ``Checkpointer``: sharded checkpoints of a model and optimizer through orbax-checkpoint
+  (each process writes its own shards, asynchronously), named as torch.distributed.checkpoint
+  names them.
 
 Multi-process (multi-host) runs use ``jax.distributed.initialize`` and a global mesh; see
 docs/distributed.md.
 """
 
+from ._checkpoint import Checkpointer as Checkpointer
+from ._checkpoint import CheckpointError as CheckpointError
 from ._collectives import collectives_axis as collectives_axis
 from ._collectives import group_size as group_size
 from ._collectives import process_groups_for as process_groups_for
