@@ -28,6 +28,9 @@ import jax
 import jax.numpy as jnp
 import torch
 
+# The first calls are compilation times: no persistent compilation cache (torchlax turns
+# JAX's on by default when imported, unless it is off as here).
+jax.config.update("jax_enable_compilation_cache", False)
 
 def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
     torch.manual_seed(0)

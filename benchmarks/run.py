@@ -36,6 +36,10 @@ import torchlax
 from torch import nn
 from torchlax_core.internal import peek_array
 
+# First calls are reported as compilation times: JAX's persistent compilation cache (on by
+# default with torchlax) would make them loads from an earlier run's entries.
+jax.config.update("jax_enable_compilation_cache", False)
+
 RESULTS = Path(__file__).resolve().parent / "results"
 _ArrayImpl = type(jnp.zeros(()))  # what jax.numpy returns
 

@@ -6,13 +6,21 @@ What torchlax's own packages use beyond this API is in ``torchlax_core.internal`
 promise to third parties).
 """
 
-from . import _capturable_adam, _fast_methods, _logging, _privateuse1
+from . import (
+    _compilation_cache,  # noqa: F401  (first: it turns the cache on when imported)
+    _capturable_adam,
+    _fast_methods,
+    _logging,
+    _privateuse1,
+)
 from . import hookspecs as hookspecs
 from ._checks import check as check
 from ._checks import check_index as check_index
 from ._checks import check_sizes as check_sizes
 from ._checks import checked as checked
 from ._checks import raise_error as raise_error
+from ._compilation_cache import clear_compilation_cache as clear_compilation_cache
+from ._compilation_cache import compilation_cache_dir as compilation_cache_dir
 from ._dtypes import jax_dtype as jax_dtype
 from ._dtypes import torch_dtype as torch_dtype
 from ._environment import Config as Config

@@ -20,6 +20,8 @@ from typing import Any
 
 from . import _tensor
 from ._builtins import cuda_device as cuda_device
+from ._compilation_cache import directory as compilation_cache_directory
+from ._compilation_cache import entries as compilation_cache_entries
 from ._compile_log import graph_break as graph_break
 from ._compiled import CompiledProgram as CompiledProgram
 from ._compiled import Entry as Entry
@@ -91,6 +93,8 @@ __all__ = [
     "from_torch_data",
     "get_logger",
     "graph_break",
+    "compilation_cache_directory",
+    "compilation_cache_entries",
     "op_cache_compiling_nothing",
     "is_exclusive",
     "laid_out",

@@ -10,8 +10,9 @@ import jax
 import torch
 import torchlax_core
 
+from . import _object_nodes
 from ._dlpack import from_torch
-from ._views import jax_view, numpy_to_jax, torch_view
+from ._views import jax_view, numpy_to_jax, register_containers, torch_view
 
 
 def module_state(module: torch.nn.Module) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
@@ -60,7 +61,10 @@ def functional(
     ``torch.func.functional_call`` over torchlax Tensors wrapping the arrays), takes arrays and
     returns arrays (in the containers the module returns: tuples, dicts, Hugging Face's
     ``ModelOutput``, dataclasses), and is a JAX function: ``jax.grad``, ``jax.jit``, ``jax.vmap``
-    and optax apply to it. The first argument may hold any names of ``params`` and
+    and optax apply to it. Objects it returns that hold tensors (the ``DynamicCache`` a Hugging
+    Face causal LM returns with ``use_cache`` at its default) become JAX pytrees whose leaves are
+    those tensors' arrays, and the same object may be passed back in (``past_key_values=``): it
+    arrives as the object with torchlax Tensors in it (``_object_nodes.py``). The first argument may hold any names of ``params`` and
     ``buffers``; names it omits keep the values they had when ``functional`` was called, so
     ``fn(params, x)`` uses the module's buffers and ``fn({**params, **buffers}, x)`` new ones.
 
@@ -75,6 +79,7 @@ def functional(
     """
     params, buffers = module_state(module)
     defaults = {**params, **buffers}
+    _object_nodes.register_known()  # transformers' caches, so one can be passed in first
 
     def fn(params: dict[str, Any], *args: Any, key: jax.Array | None = None, **kwargs: Any) -> Any:
         env = torchlax_core.current_env()
@@ -85,6 +90,15 @@ def functional(
             out = torch.func.functional_call(
                 module, weights, tensor_args, tensor_kwargs, tie_weights=True, strict=False
             )
+            _register_objects(out)
             return jax_view(out)
 
     return params, buffers, fn
+
+
+def _register_objects(out: Any) -> None:
+    """Make the objects in ``out`` that hold tensors (a ``DynamicCache``) JAX pytree nodes."""
+    register_containers(out)  # first: the containers torch's pytrees know (ModelOutput)
+    for leaf in jax.tree_util.tree_leaves(out, is_leaf=lambda x: isinstance(x, torch.Tensor)):
+        if _object_nodes.holds_arrays(leaf):
+            _object_nodes.register_class(type(leaf))

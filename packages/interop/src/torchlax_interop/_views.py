@@ -44,7 +44,7 @@ def jax_view(tree: Any) -> Any:
     sight, so the result is a valid JAX pytree (``jax.jit`` may return it). Autograd history
     is not carried: the result is plain JAX data.
     """
-    _register_with_jax(tree)
+    register_containers(tree)
     return jax.tree_util.tree_map(_to_array, tree, is_leaf=_is_tensor)
 
 
@@ -65,7 +65,7 @@ def is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
-def _register_with_jax(obj: Any) -> None:
+def register_containers(obj: Any) -> None:
     """Register the container types in ``obj`` that torch's pytrees know and JAX's do not.
 
     Models return containers PyTorch code understands (``ModelOutput`` is registered with
@@ -88,7 +88,7 @@ def _register_with_jax(obj: Any) -> None:
     else:
         return
     for child in children:
-        _register_with_jax(child)
+        register_containers(child)
 
 
 def _register_torch_node(kind: type, node: Any) -> None:

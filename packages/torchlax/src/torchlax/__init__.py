@@ -19,6 +19,8 @@ from torchlax_core import ProgramOutOfMemoryError as ProgramOutOfMemoryError
 from torchlax_core import Tensor as Tensor
 from torchlax_core import TorchlaxError as TorchlaxError
 from torchlax_core import UnsupportedDtypeError as UnsupportedDtypeError
+from torchlax_core import clear_compilation_cache as clear_compilation_cache
+from torchlax_core import compilation_cache_dir as compilation_cache_dir
 from torchlax_core import current_env as current_env
 from torchlax_core import default_env as default_env
 from torchlax_core import disable_globally as disable_globally

@@ -1,4 +1,4 @@
-"""``python -m torchlax doctor``."""
+"""``python -m torchlax doctor``, ``python -m torchlax cache [clear]``."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``python -m torchlax doctor``: what a plugin author (or a bug report) needs to know."""
+"""``python -m torchlax doctor``: what a plugin author (or a bug report) needs to know; and
+``python -m torchlax cache [clear]``: torchlax's compilation cache."""
 
 from __future__ import annotations
 
@@ -82,10 +83,39 @@ def report() -> str:
     return "\n".join(lines)
 
 
+_USAGE = "usage: python -m torchlax doctor | cache [clear]"
+
+
+def cache(argv: list[str]) -> int:
+    """``python -m torchlax cache``: where the compilation cache is and what it holds;
+    ``cache clear`` empties torchlax's directory."""
+    import torchlax_core
+    from torchlax_core.internal import compilation_cache_directory, compilation_cache_entries
+
+    if argv not in ([], ["clear"]):
+        print(_USAGE, file=sys.stderr)
+        return 2
+    directory = compilation_cache_directory()
+    if argv == ["clear"]:
+        files, size = torchlax_core.clear_compilation_cache()
+        print(
+            f"removed {files} compilation cache entries ({size / 2**20:.1f} MiB) from {directory}"
+        )
+        return 0
+    entries = compilation_cache_entries()
+    size = sum(p.stat().st_size for p in entries)
+    print(f"torchlax's compilation cache: {directory or 'off (TORCHLAX_COMPILATION_CACHE)'}")
+    print(f"  {len(entries)} entries, {size / 2**20:.1f} MiB")
+    print(f"in use by JAX in this process: {torchlax_core.compilation_cache_dir() or 'none'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["cache"]:
+        return cache(argv[1:])
     if argv[:1] != ["doctor"]:
-        print("usage: python -m torchlax doctor", file=sys.stderr)
+        print(_USAGE, file=sys.stderr)
         return 2
     print(report())
     return 0
