@@ -7,8 +7,8 @@ promise to third parties).
 """
 
 from . import (
-    _compilation_cache,  # noqa: F401  (first: it turns the cache on when imported)
     _capturable_adam,
+    _compilation_cache,  # noqa: F401  (first: it turns the cache on when imported)
     _fast_methods,
     _logging,
     _privateuse1,

@@ -346,39 +346,14 @@ class XlaProgram:
         plan = self._plans.get(types)
         if plan is None:
             plan = self._plan(types)
-        repeat = -1
-        if plan.torchlax_only:
-            arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
-            statics = ()
-        elif plan.torch_only:
-            arrays = self._inputs.get_all(args)
-            statics = ()
-            repeat = self._inputs.generation
-        else:
-            arrays, statics = plan.inputs(args, self._inputs)
-        if plan.mixed:
-            _copy_borrowed_cpu_inputs(args, arrays)
+        arrays, statics, repeat = self._arrays_of(plan, args)
         donated = plan.donated
         if donated:
             _copy_shared(plan, args, arrays)
             call_args = ([arrays[i] for i in donated], [arrays[i] for i in plan.kept])
         else:
             call_args = (arrays,)
-        memo = plan.memo
-        if memo is not None and memo.entry.stale():  # traced under another matmul precision
-            memo = plan.memo = None
-        if memo is None or repeat < 0 or memo.generation != repeat:
-            # The signature of the last call is recognised by its arrays' avals (JAX hands
-            # every result of an executable the same aval object, and a training step's inputs
-            # are the last step's results) and its static values; any other call keys on the
-            # signature. A CPU model's call whose inputs InputCache found unchanged since the
-            # memo's call (the same generation: the very arrays) needs neither.
-            avals = list(map(_aval, arrays))
-            if memo is None or memo.statics != statics or not all(map(is_, avals, memo.avals)):
-                with x64():
-                    entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
-                memo = plan.memo = _Memo(avals, statics, entry, plan)
-            memo.generation = repeat
+        memo = self._memo_for(plan, arrays, statics, repeat, call_args)
         if not memo.fits:  # a program that cannot fit is refused before it donates anything
             _refuse_if_too_large(plan, memo, call_args)
             memo.fits = True
@@ -409,6 +384,43 @@ class XlaProgram:
             memo.runs += 1
             memo.plain = memo.entry.plain_launch()
         return self._committed(plan, memo, args, results)
+
+    def _arrays_of(self, plan: _CallPlan, args) -> tuple:
+        """(arrays, statics, repeat): the call's input arrays, its static values, and the
+        InputCache generation of a CPU model's inputs (-1 where that does not apply)."""
+        repeat = -1
+        if plan.torchlax_only:
+            arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
+            statics = ()
+        elif plan.torch_only:
+            arrays = self._inputs.get_all(args)
+            statics = ()
+            repeat = self._inputs.generation
+        else:
+            arrays, statics = plan.inputs(args, self._inputs)
+        if plan.mixed:
+            _copy_borrowed_cpu_inputs(args, arrays)
+        return arrays, statics, repeat
+
+    def _memo_for(self, plan: _CallPlan, arrays, statics, repeat: int, call_args) -> _Memo:
+        """The plan's memo of the last call's entry, renewed where this call's signature
+        differs."""
+        memo = plan.memo
+        if memo is not None and memo.entry.stale():  # traced under another matmul precision
+            memo = plan.memo = None
+        if memo is None or repeat < 0 or memo.generation != repeat:
+            # The signature of the last call is recognised by its arrays' avals (JAX hands
+            # every result of an executable the same aval object, and a training step's inputs
+            # are the last step's results) and its static values; any other call keys on the
+            # signature. A CPU model's call whose inputs InputCache found unchanged since the
+            # memo's call (the same generation: the very arrays) needs neither.
+            avals = list(map(_aval, arrays))
+            if memo is None or memo.statics != statics or not all(map(is_, avals, memo.avals)):
+                with x64():
+                    entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
+                memo = plan.memo = _Memo(avals, statics, entry, plan)
+            memo.generation = repeat
+        return memo
 
     def _plan(self, types: tuple) -> _CallPlan:
         if len(self._plans) >= 8:  # argument types change rarely: never let the table grow
