@@ -51,8 +51,9 @@ TEST_BUDGET=$(( $(left) - ${TPU_BENCH_S:-150} ))  # the rest is the benchmark's
 say "pytest tests/tpu (budget ${TEST_BUDGET}s)"
 # pyproject's addopts ask for pytest-xdist (-n auto): replaced, since one process holds the chip
 timeout "$TEST_BUDGET" "$PY" -m pytest -o addopts="" -p no:cacheprovider --strict-markers -v \
-    -o junit_family=legacy -rfEs --timeout=300 --junitxml="$DIR/tpu_tests.xml" tests/tpu/test_platform_tpu.py \
-    tests/tpu/test_models_tpu.py tests/tpu/test_without_tpu.py 2>&1 | tee "$DIR/tpu_tests.log"
+    -o junit_family=legacy -rfEs --timeout=300 --junitxml="$DIR/tpu_tests.xml" \
+    tests/tpu/test_platform_tpu.py $(ls tests/tpu/test_*.py | grep -v test_platform_tpu.py) \
+    2>&1 | tee "$DIR/tpu_tests.log"
 TESTS=${PIPESTATUS[0]}
 say "pytest exit status $TESTS"
 
