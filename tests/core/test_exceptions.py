@@ -38,6 +38,7 @@ BUILTIN_BASES = {
     "PluginError": (RuntimeError,),
     "PluginConflictError": (RuntimeError,),
     "SharedMemoryWriteError": (RuntimeError,),
+    "CheckpointError": (RuntimeError,),
     "DataDependentShapeError": (RuntimeError,),
     "ExportError": (RuntimeError,),
     "UnsupportedOpError": (RuntimeError, NotImplementedError),
