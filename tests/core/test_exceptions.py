@@ -39,6 +39,7 @@ BUILTIN_BASES = {
     "PluginConflictError": (RuntimeError,),
     "SharedMemoryWriteError": (RuntimeError,),
     "InteropArgumentError": (TypeError,),
+    "CheckpointError": (RuntimeError,),
     "DataDependentShapeError": (RuntimeError,),
     "ExportError": (RuntimeError,),
     "UnsupportedOpError": (RuntimeError, NotImplementedError),

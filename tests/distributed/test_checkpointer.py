@@ -79,3 +79,22 @@ def test_restore_into_other_names_lists_them(tmp_path):
         other = torch.nn.Sequential(torch.nn.Linear(4, 3))
         with pytest.raises(CheckpointError, match=r"not in the model or optimizer \['1.bias'"):
             checkpointer.restore(other)
+
+
+def test_the_arrays_carry_the_state_names(tmp_path):
+    # The names torch.distributed.checkpoint gives (parameter FQNs; optimizer state by the
+    # parameter's FQN), so orbax's own tools read a checkpoint by them
+    import orbax.checkpoint as ocp
+
+    model, opt = _model_and_optimizer("cpu")
+    _train(model, opt, "cpu")
+    with Checkpointer(tmp_path, async_save=False) as checkpointer:
+        checkpointer.save(3, model, opt)
+    manager = ocp.CheckpointManager(str(tmp_path))
+    args = ocp.args.Composite(arrays=ocp.args.StandardRestore())
+    arrays = manager.restore(3, args=args)["arrays"]
+    manager.close()
+    assert sorted(arrays["model"]) == sorted(model.state_dict())
+    assert sorted(arrays["optim"]["state"]) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    assert set(arrays["optim"]["state"]["0.weight"]) == {"momentum_buffer"}
+    assert (arrays["model"]["0.weight"] == model[0].weight.detach().numpy()).all()

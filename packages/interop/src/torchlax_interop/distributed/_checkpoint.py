@@ -67,18 +67,29 @@ def _leaf(tensor: torch.Tensor, where: str):
     return _host_array(tensor)
 
 
-def _split(value: Any, where: str, arrays: dict) -> Any:
-    """``value`` as JSON with each tensor replaced by a reference into ``arrays``."""
+_ARRAY = {"__array__": True}  # where the JSON part of a checkpoint has a tensor
+
+
+def _split(value: Any, where: str) -> tuple[Any, Any]:
+    """``value`` as (JSON with each tensor marked, the tensors' arrays as a nested dict).
+
+    The arrays keep the state's own names as their paths (``model`` / FQN, ``optim`` /
+    ``state`` / FQN / ``exp_avg``), so the checkpoint names them as DCP does.
+    """
     if isinstance(value, torch.Tensor):
-        key = str(len(arrays))
-        arrays[key] = _leaf(value, where)
-        return {"__array__": key}
-    if isinstance(value, Mapping):
-        return {str(k): _split(v, f"{where}[{k!r}]", arrays) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_split(v, f"{where}[{i}]", arrays) for i, v in enumerate(value)]
+        return _ARRAY, _leaf(value, where)
+    if isinstance(value, Mapping | list | tuple):
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        layout, arrays = {}, {}
+        for key, item in items:
+            layout[str(key)], array = _split(item, f"{where}[{key!r}]")
+            if array is not None:
+                arrays[str(key)] = array
+        if not isinstance(value, Mapping):
+            layout = list(layout.values())
+        return layout, (arrays or None)
     if value is None or isinstance(value, bool | int | float | str):
-        return value
+        return value, None
     raise CheckpointError(
         f"Checkpointer.save: {where} is a {type(value).__name__}, which a checkpoint cannot "
         "hold; only tensors, numbers, strings, None and lists/dicts of them are saved."
@@ -128,8 +139,7 @@ class Checkpointer:
         The arrays saved are the ones the tensors hold now: training may go on at once (JAX
         arrays are immutable; a step replaces them). Returns whether a checkpoint was started.
         """
-        arrays: dict = {}
-        layout = _split(_state(model, optimizer), "the state", arrays)
+        layout, arrays = _split(_state(model, optimizer), "the state")
         ocp = self._ocp
         args = ocp.args.Composite(
             arrays=ocp.args.StandardSave(arrays), layout=ocp.args.JsonSave(layout)
@@ -159,15 +169,14 @@ class Checkpointer:
                     "first, or check the directory."
                 )
         ocp = self._ocp
-        live_arrays: dict = {}
         live = _state(model, optimizer)
         _lay_out_like_parameters(live)
-        live_layout = _split(live, "the state", live_arrays)
+        live_layout, live_arrays = _split(live, "the state")
         saved_layout = self._manager.restore(
             step, args=ocp.args.Composite(layout=ocp.args.JsonRestore())
         )["layout"]
         _check_same_layout(saved_layout, live_layout, "the state")
-        targets = {k: _abstract(a) for k, a in live_arrays.items()}
+        targets = jax.tree.map(_abstract, live_arrays)
         with x64():
             restored = self._manager.restore(
                 step, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(targets))
@@ -246,8 +255,8 @@ def _abstract(array):
 
 def _check_same_layout(saved: Any, live: Any, where: str) -> None:
     """Both states hold tensors under the same names (values of other leaves may differ)."""
-    if isinstance(live, dict) and "__array__" in live:
-        if not (isinstance(saved, dict) and "__array__" in saved):
+    if live == _ARRAY:
+        if saved != _ARRAY:
             raise CheckpointError(
                 f"Checkpointer.restore: {where} is a tensor in the model/optimizer but not in "
                 "the checkpoint; restore into the same kind of model and optimizer it was "
@@ -276,18 +285,20 @@ def _check_same_layout(saved: Any, live: Any, where: str) -> None:
         )
 
 
-def _merge(live: Any, saved: Any, restored: Mapping, where: str) -> Any:
+def _merge(live: Any, saved: Any, restored: Any, where: str) -> Any:
     """``live`` with the checkpoint's values: tensors written in place, other leaves replaced."""
     if isinstance(live, torch.Tensor):
-        _write_tensor(live, restored[saved["__array__"]], where)
+        _write_tensor(live, restored, where)
         return live
     if isinstance(live, dict):
         for key in live:
-            live[key] = _merge(live[key], saved[str(key)], restored, f"{where}[{key!r}]")
+            below = restored.get(str(key)) if restored is not None else None
+            live[key] = _merge(live[key], saved[str(key)], below, f"{where}[{key!r}]")
         return live
     if isinstance(live, list | tuple):
         return type(live)(
-            _merge(v, s, restored, f"{where}[{i}]") for i, (v, s) in enumerate(zip(live, saved))
+            _merge(v, s, None if restored is None else restored.get(str(i)), f"{where}[{i}]")
+            for i, (v, s) in enumerate(zip(live, saved))
         )
     return saved
 
