@@ -43,6 +43,7 @@ from ._dispatch import memory_order as memory_order
 from ._dispatch import memory_ordered_array as memory_ordered_array
 from ._dispatch import stored_in_order as stored_in_order
 from ._dispatch import viewed_back as viewed_back
+from ._donation import window as donation_window
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
@@ -85,6 +86,10 @@ __all__ = [
     "array_of",
     "cuda_device",
     "dense_strides_in_order",
+    "donation_window",
+    "failure_of",
+    "launch_error",
+    "refuse_if_too_large",
     "from_torch_data",
     "get_logger",
     "op_cache_compiling_nothing",

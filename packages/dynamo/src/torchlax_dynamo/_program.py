@@ -37,6 +37,7 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     dense_strides_in_order,
+    donation_window,
     failure_of,
     laid_out,
     launch_error,
@@ -377,6 +378,14 @@ class XlaProgram:
                     entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
                 memo = plan.memo = _Memo(avals, statics, entry, plan)
             memo.generation = repeat
+        if plan.donated:
+            # From the launch (which deletes the donated arrays) to the write-back: an eager
+            # op on another thread that took one of them waits for this and runs again.
+            with donation_window:
+                return self._run(plan, memo, args, call_args)
+        return self._run(plan, memo, args, call_args)
+
+    def _run(self, plan: _CallPlan, memo: _Memo, args: tuple, call_args: tuple) -> Any:
         if not memo.fits:  # a program that cannot fit is refused before it donates anything
             _refuse_if_too_large(plan, memo, call_args)
             memo.fits = True
