@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import torch
 import torchlax
 import torchlax_core
 import torchlax_export
@@ -37,6 +38,9 @@ BUILTIN_BASES = {
     "DeviceMismatchError": (RuntimeError,),
     "PluginError": (RuntimeError,),
     "PluginConflictError": (RuntimeError,),
+    # A compiled program that failed while it ran; out of memory as CUDA's OOM in PyTorch.
+    "ProgramFailedError": (RuntimeError,),
+    "ProgramOutOfMemoryError": (RuntimeError, torch.OutOfMemoryError),
     "SharedMemoryWriteError": (RuntimeError,),
     "InteropArgumentError": (TypeError,),
     "CheckpointError": (RuntimeError,),

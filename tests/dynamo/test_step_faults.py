@@ -5,8 +5,11 @@ at any stage of a warm call of the compiled step (gathering the inputs, copying 
 donate, after the launch, while the outputs are made, while the state is written back, in
 either program) leaves each parameter, ``.grad`` and optimizer state tensor with its value
 from before the call or from after it (a ``.grad`` may be None: ``zero_grad()`` ran), readable,
-and the next call works.
+and the next call works. A thread reading the model while another trains it sees values,
+never an error.
 """
+
+import threading
 
 import pytest
 import torch
@@ -119,3 +122,37 @@ def test_a_fault_at_each_stage_leaves_the_state_before_or_after(monkeypatch, fau
                 assert ok, (at, i, v, b, a)
             step(x)  # the next call works
             assert all(v is None or torch.isfinite(v).all() for v in _values(model, opt))
+
+
+def test_a_thread_reading_the_model_while_another_trains_it_sees_values():
+    # Before: a reader that took a parameter's array just before the optimizer program was
+    # launched (which donates it) failed with "Array has been deleted" (core _donation).
+    with torchlax.enable():
+        model, opt, step = _setup()
+        x = torch.linspace(-1, 1, 12).reshape(3, 4).to("jax")
+        step(x)
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def read():
+            try:
+                while not done.is_set():
+                    for p in model.parameters():
+                        assert torch.isfinite(p.detach().cpu()).all()
+                        p.detach().sum().cpu()
+            except BaseException as exc:  # reported by the test below
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for r in readers:
+            r.start()
+        try:
+            for _ in range(300):
+                step(x)
+                if errors:
+                    break
+        finally:
+            done.set()
+            for r in readers:
+                r.join()
+        assert not errors, errors[0]

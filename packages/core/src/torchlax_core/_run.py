@@ -11,7 +11,9 @@ Every entry point goes through it: ``Tensor.__torch_dispatch__`` (every op on a 
   implementation needs to switch it on again;
 - an op that fails while PyTorch's autograd engine runs it (see ``BackwardFailure``);
 - an op that JAX refuses with its own argument error where PyTorch would have refused it
-  first: PyTorch's error is raised instead (``_meta_errors``).
+  first: PyTorch's error is raised instead (``_meta_errors``);
+- an op that read an array another thread's compiled step donated: run again once that
+  step's write-back is done (``_donation``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from torch._C import _current_graph_task_id
 
+from ._donation import read_a_donated_array, wait_for_write_backs
 from ._meta_errors import pytorch_error
 from ._x64 import x64, x64_flag
 
@@ -31,6 +34,7 @@ def run_op(env: Any, func: Any, args: tuple, kwargs: dict, *, from_dispatcher: b
     op failing inside the autograd engine then returns a ``BackwardFailure`` instead of
     raising. Python callers (``Environment.dispatch``) pass ``False`` and get the exception.
     """
+    impl = None
     try:
         impl = env._resolved.get(func)
         if impl is None:
@@ -40,6 +44,15 @@ def run_op(env: Any, func: Any, args: tuple, kwargs: dict, *, from_dispatcher: b
         with x64():
             return impl(args, kwargs)
     except Exception as exc:
+        if impl is not None and read_a_donated_array(exc):
+            # Another thread's compiled step donated an array this op had taken: once its
+            # write-back is done the tensors hold the new state (see _donation).
+            wait_for_write_backs()
+            try:
+                with x64():
+                    return impl(args, kwargs)
+            except Exception as again:
+                exc = again
         error = pytorch_error(func, args, kwargs, exc)
         if not from_dispatcher or _current_graph_task_id() == -1:
             if error is None:

@@ -37,6 +37,7 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     dense_strides_in_order,
+    donation_window,
     failure_of,
     laid_out,
     launch_error,
@@ -142,6 +143,10 @@ class _CallPlan:
         return arrays, tuple(statics)
 
 
+# A signature's first runs are waited for before their results are written back (_committed).
+_CHECKED_RUNS = 3
+
+
 class _Memo:
     """One signature of a ``_CallPlan`` (its arrays' avals and its static values), its entry,
     and what turning the entry's results into the graph's outputs and write-backs needs,
@@ -170,6 +175,7 @@ class _Memo:
         "plain",
         "runs",
         "fits",
+        "checked",
     )
 
     def __init__(self, avals: list, statics: tuple, entry: Entry, plan: _CallPlan):
@@ -209,6 +215,7 @@ class _Memo:
         # Whether XLA's memory estimate of the executable was checked against the device
         # (refuse_if_too_large, before the first launch).
         self.fits = False
+        self.checked = 0  # runs seen to succeed (XlaProgram._committed)
 
 
 class XlaProgram:
@@ -354,6 +361,14 @@ class XlaProgram:
         else:
             call_args = (arrays,)
         memo = self._memo_for(plan, arrays, statics, repeat, call_args)
+        if plan.donated:
+            # From the launch (which deletes the donated arrays) to the write-back: an eager
+            # op on another thread that took one of them waits for this and runs again.
+            with donation_window:
+                return self._run(plan, memo, args, call_args)
+        return self._run(plan, memo, args, call_args)
+
+    def _run(self, plan: _CallPlan, memo: _Memo, args: tuple, call_args: tuple) -> Any:
         if not memo.fits:  # a program that cannot fit is refused before it donates anything
             _refuse_if_too_large(plan, memo, call_args)
             memo.fits = True
@@ -453,7 +468,12 @@ class XlaProgram:
         """``_outputs`` once the run is known to have succeeded: XLA reports a failed run
         (out of memory allocating its temporaries) only when a result is waited for, and
         arrays that raise on every read must not become parameters, ``.grad``s or optimizer
-        state."""
+        state. The wait is for a signature's first ``_CHECKED_RUNS`` runs: it ends the overlap
+        of Python's next call with XLA's run (nearly twice the step time of a small model),
+        and an executable that ran with the same shapes that often needs the same memory
+        again (docs/semantics.md)."""
+        if memo.checked >= _CHECKED_RUNS:
+            return self._outputs(memo, args, results)
         try:
             failure = failure_of(results, plan.program.name, len(plan.donated))
         except BaseException:
@@ -461,6 +481,8 @@ class XlaProgram:
             # so its results are written back before the interrupt goes on.
             self._outputs(memo, args, results)
             raise
+        if failure is None:
+            memo.checked += 1
         if failure is not None:
             raise failure
         try:
