@@ -464,3 +464,26 @@ def test_an_override_keeps_pytorchs_dtype_contract():
         assert env.lowering_for(aten._softmax.default).plugin == "mine"
     finally:
         env.unregister_plugin("mine")
+
+
+@torch.library.custom_op("torchlax_test_errs::no_fake", mutates_args=())
+def _no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x * 2  # no fake kernel: the plugin check has no shapes to compare with
+
+
+@pytest.mark.parametrize(
+    "lowering, says",
+    [
+        (lambda x: np.asarray(x) * 2, "returned a NumPy array float32[3] (lowerings must return"),
+        (lambda x: "done", "returned a str"),
+    ],
+    ids=["numpy", "string"],
+)
+def test_lowering_of_an_op_without_meta_kernel_returning_no_array(env, plugins, lowering, says):
+    # issue 37: the NumPy array reached the user as the tensor's data
+    plugins(lowering_plugin(torch.ops.torchlax_test_errs.no_fake.default, lowering), "np_out")
+    with torchlax_core.enable(env):
+        x = torchlax_core.wrap(jnp.ones(3, jnp.float32))
+        with pytest.raises(PluginError, match="Plugin 'np_out'") as info:
+            torch.ops.torchlax_test_errs.no_fake(x)
+    assert says in str(info.value)

@@ -293,3 +293,54 @@ def test_a_genuine_lapack_call_loads_and_runs(tmp_path):
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     (got,) = load(art)(a)
     np.testing.assert_allclose(np.asarray(got), np.asarray(fn(a)[0]), rtol=1e-6)
+
+
+# -- issue 37, item 7 ---------------------------------------------------------------------------
+
+
+def test_a_byte_flipped_re_signed_program_fails_at_load_not_at_its_first_call(linear, tmp_path):
+    data = (linear / PROGRAM).read_bytes()
+    x = np.ones((4, 3), np.float32)
+    refused = 0
+    for n, position in enumerate(range(0, len(data), 29)):
+        flipped = bytearray(data)
+        flipped[position] ^= 0xFF
+        artifact = _copy(linear, tmp_path / f"flip{n}")
+        (artifact / PROGRAM).write_bytes(bytes(flipped))
+        _tamper(artifact, lambda manifest: None)
+        try:
+            loaded = load(artifact)
+        except ArtifactError:
+            refused += 1
+            continue
+        loaded(x)  # a flip that leaves a valid program (a name, a location): it runs
+    assert refused > 0
+
+
+def test_a_file_of_the_wrong_size_is_refused_unread(linear, tmp_path, monkeypatch):
+    artifact = _copy(linear, tmp_path / "big")
+    with open(artifact / WEIGHTS, "r+b") as f:
+        f.truncate(3 << 30)  # a sparse 3 GiB file: no disk used
+    reads = []
+    real_open = open
+
+    def watched_open(file, *args, **kwargs):
+        reads.append(Path(file).name)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", watched_open)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self.name) or b"")
+    with pytest.raises(ArtifactError, match="3221225472 bytes, but the manifest recorded"):
+        load(artifact)
+    assert WEIGHTS not in reads
+
+
+def test_an_over_long_file_name_is_an_artifact_error(linear, tmp_path):
+    artifact = _copy(linear, tmp_path / "long")
+    manifest = json.loads((artifact / MANIFEST).read_text())
+    manifest["files"]["a" * 300] = {"bytes": 1, "sha256": "0" * 64}
+    (artifact / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="could not be read"):
+        load(artifact)
+    with pytest.raises(ArtifactError, match="could not be read"):
+        load(tmp_path / ("b" * 300))

@@ -115,7 +115,13 @@ def _check(func, entry: Lowering, args, kwargs, out, arrays: bool) -> None:
     if expected is None:
         if out is None:
             _fail(func, entry, "returned None", "output 0", "a tensor")
-        return  # nothing to compare with
+        if arrays:  # no shapes to compare with, but a lowering's results are jax.Arrays
+            for g in _leaves(out):
+                if isinstance(g, np.ndarray) or not (
+                    g is None or _is_array(g) or isinstance(g, bool | int | float | complex)
+                ):
+                    _fail_kind(func, entry, g)
+        return
     want = pytree.tree_leaves(expected)
     got = list(_leaves(out))
     if len(got) != len(want):
@@ -132,12 +138,7 @@ def _check(func, entry: Lowering, args, kwargs, out, arrays: bool) -> None:
         where = f"output {i}" if len(want) > 1 else "its output"
         if arrays:
             if isinstance(g, np.ndarray) or not _is_array(g):
-                hint = (
-                    " (lowerings must return jax.Array: use jnp.asarray, not np)"
-                    if isinstance(g, np.ndarray)
-                    else ""
-                )
-                _fail(func, entry, f"returned {_describe(g)}{hint}", where, _describe(w))
+                _fail(func, entry, f"returned {_describe(g)}{_hint(g)}", where, _describe(w))
             try:
                 same_dtype = np.dtype(g.dtype) == np.dtype(jax_dtype(w.dtype))
             except Exception:
@@ -148,6 +149,20 @@ def _check(func, entry: Lowering, args, kwargs, out, arrays: bool) -> None:
             same_dtype = g.dtype == w.dtype
         if tuple(g.shape) != tuple(w.shape) or not same_dtype:
             _fail(func, entry, f"returned {_describe(g)}", where, _describe(w))
+
+
+def _hint(g) -> str:
+    if isinstance(g, np.ndarray):
+        return " (lowerings must return jax.Array: use jnp.asarray, not np)"
+    return ""
+
+
+def _fail_kind(func, entry: Lowering, g) -> None:
+    raise PluginError(
+        f"Plugin {entry.plugin!r}'s {entry.kind} of {op_name(func)} returned {_describe(g)}"
+        f"{_hint(g)}, where a lowering returns jax.Arrays (which become tensors). Fix the "
+        f"{entry.kind}, or run without the plugin (TORCHLAX_BLOCK_PLUGINS={entry.plugin})."
+    )
 
 
 def _leaves(out):

@@ -239,6 +239,16 @@ def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
     manifest or program is malformed or not allowed.
     """
     path = Path(path)
+    try:
+        return _load(path, trust)
+    except OSError as exc:  # a name too long for the file system, a directory unreadable, ...
+        raise ArtifactFormatError(
+            f"The artifact {str(path)[:200]!r} could not be read ({exc.strerror or exc}). Pass "
+            "the directory that Artifact.save wrote, with its files readable."
+        ) from exc
+
+
+def _load(path: Path, trust: bool) -> Artifact:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise ArtifactFormatError(
@@ -246,6 +256,11 @@ def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
             "that Artifact.save (or `python -m torchlax_export ... -o DIR`) wrote."
         )
     _check_inside(path, MANIFEST)
+    if manifest_path.stat().st_size > _MAX_MANIFEST_BYTES:
+        raise ArtifactFormatError(
+            f"{manifest_path} has {manifest_path.stat().st_size} bytes, more than a "
+            f"torchlax-export manifest ever needs ({_MAX_MANIFEST_BYTES}): refused unread."
+        )
     try:
         manifest = json.loads(manifest_path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -261,14 +276,7 @@ def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
     _check_manifest(manifest, manifest_path)
     for name, record in manifest["files"].items():
         _verify_file(_check_inside(path, name), record)
-    try:
-        exported = jax.export.deserialize(bytearray((path / PROGRAM).read_bytes()))
-    except Exception as exc:
-        raise ArtifactFormatError(
-            f"{path / PROGRAM} could not be deserialized by jax {jax.__version__} ({exc}). It "
-            f"was written with jax {manifest.get('jax_version')}: load it with a jax at least "
-            "that recent, or export it again."
-        ) from exc
+    exported = _deserialized(path / PROGRAM, manifest)
     n_expected = len(manifest["weights"]) + len(manifest["inputs"])
     if len(exported.in_avals) != n_expected:
         raise ArtifactFormatError(
@@ -309,6 +317,26 @@ def load(path: str | os.PathLike, *, trust: bool = False) -> Artifact:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+# A manifest lists a few hundred arrays; anything this big is not one (and is not read).
+_MAX_MANIFEST_BYTES = 64 << 20
+
+
+def _deserialized(program: Path, manifest: dict):
+    """The program, deserialized and its StableHLO parsed now: a corrupt one (even re-signed)
+    fails here with ``ArtifactFormatError``, not at its first call with XLA's error."""
+    try:
+        exported = jax.export.deserialize(bytearray(program.read_bytes()))
+        exported.mlir_module()  # parses (and verifies) the serialized module
+    except Exception as exc:
+        raise ArtifactFormatError(
+            f"{program} could not be deserialized by jax {jax.__version__} "
+            f"({str(exc).strip()[:300]}). It was written with jax {manifest.get('jax_version')}: "
+            "load it with a jax at least that recent, or export it again; an artifact altered "
+            "after export is corrupt."
+        ) from exc
+    return exported
+
 
 _MISSING = object()
 _REQUIRED = (
@@ -675,13 +703,17 @@ def _file_record(path: Path) -> dict:
 def _verify_file(path: Path, record: dict) -> None:
     if not path.is_file():
         raise ArtifactFormatError(f"The artifact file {path} is missing.")
-    data = path.read_bytes()
-    if len(data) != record.get("bytes"):
+    size = path.stat().st_size  # before reading: a file of the wrong size is not read at all
+    if size != record.get("bytes"):
         raise ArtifactFormatError(
-            f"The artifact file {path} has {len(data)} bytes, but the manifest recorded "
+            f"The artifact file {path} has {size} bytes, but the manifest recorded "
             f"{record.get('bytes')}: it is truncated or was overwritten. Export it again."
         )
-    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):  # bounded memory, whatever the size
+            digest.update(chunk)
+    if digest.hexdigest() != record.get("sha256"):
         raise ArtifactFormatError(
             f"The artifact file {path} does not match the checksum in the manifest: it is "
             "corrupt. Export it again."
