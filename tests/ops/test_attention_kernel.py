@@ -161,9 +161,12 @@ def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypa
     try:
         plain = _run("cpu", monkeypatch, q, k, v, **dict(kwargs))
         assert calls == []
-        with pltpu.force_tpu_interpret_mode():
-            kernel = _run("tpu", monkeypatch, q, k, v, **dict(kwargs))
+        # (set for every thread, not force_tpu_interpret_mode(): PyTorch runs a jax-device
+        # backward on a thread of its own)
+        pltpu.set_tpu_interpret_mode()
+        kernel = _run("tpu", monkeypatch, q, k, v, **dict(kwargs))
     finally:
+        pltpu.set_tpu_interpret_mode(None)  # (its default: no interpret mode)
         torch.set_float32_matmul_precision(before)
     assert calls == ["forward", "backward"]
     for a, b in zip(kernel, plain, strict=True):

@@ -41,6 +41,9 @@ ALLOWED = {
     "_lowerings/resampling.py:affine_grid_generator": (
         "the base grid rounds to the half dtype at each step before the float32 product"
     ),
+    "_attention_kernels.py:_bias": (
+        "not an up-cast of data: the additive bias JAX's Pallas kernel adds to its float32 scores"
+    ),
     "_lowerings/random.py:multinomial": (
         "log-probabilities in float32 for every dtype but float64, half or not"
     ),

@@ -248,3 +248,25 @@ def test_torch_compile_backend_compiles_again_for_a_new_mode():
         torch.testing.assert_close(compiled(a, b), torch.relu(a @ b))
     assert torchlax_dynamo.counters["xla_traces"] == traces + 1
     torch._dynamo.reset()
+
+
+def test_torchlax_jit_saved_residual_forward_traces_again_for_a_new_mode():
+    # A grad-enabled jitted forward whose backward has run saves jax.vjp's residuals in later
+    # forwards (one jax.jit of its own): that one keys on the mode too.
+    with torchlax_core.enable():
+        model = torch.nn.Linear(6, 3).to("jax")
+        jitted = torchlax.jit(model)
+        x = torch.randn(4, 6).to("jax")
+        torch.set_float32_matmul_precision("highest")
+        for _ in range(3):
+            jitted(x).sum().backward()
+        assert any(p.saves_residuals for p in jitted.programs.values())
+
+        def traced():
+            return sum(p.forward_vjp._cache_size() for p in jitted.programs.values())
+
+        before = traced()
+        assert before >= 1
+        torch.set_float32_matmul_precision("medium")
+        jitted(x).sum().backward()
+        assert traced() == before + 1

@@ -38,6 +38,13 @@ def x64() -> contextlib.AbstractContextManager[Any]:
     return _flag(True)
 
 
+def no_x64() -> contextlib.AbstractContextManager[Any]:
+    """Turn JAX's 64-bit mode off in this thread for a ``with`` block: for JAX code written for
+    32-bit mode that breaks in 64-bit mode (Pallas kernels' index arithmetic), called from
+    inside an op (which runs in 64-bit mode). Restored on exit, as ``x64()``."""
+    return _flag(False)
+
+
 def set_x64_globally(on: bool) -> bool:
     """Set JAX's process-wide 64-bit default (threads inside ``x64()`` keep theirs); return the
     previous default, for restoring it."""

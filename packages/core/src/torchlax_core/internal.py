@@ -64,6 +64,7 @@ from ._registry import op_name as op_name
 from ._result_wrappers import ResultWrappers as ResultWrappers
 from ._stats import record_compile as record_compile
 from ._tensor import IDENTITY as IDENTITY
+from ._x64 import no_x64 as no_x64
 from ._x64 import x64 as x64
 from ._x64 import x64_flag as x64_flag
 
@@ -119,6 +120,7 @@ __all__ = [
     "viewed_back",
     "watch_constants",
     "write",
+    "no_x64",
     "x64",
     "x64_flag",
 ]

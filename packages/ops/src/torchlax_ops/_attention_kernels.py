@@ -30,7 +30,9 @@ import math
 
 import jax
 import jax.numpy as jnp
-from torchlax_core.internal import float32_matmul_precision, get_logger
+from torchlax_core.internal import float32_matmul_precision, get_logger, no_x64
+
+from ._promotion import accumulator
 
 __all__ = ["backward", "forward", "kernel_refusal", "use_kernel"]
 
@@ -134,7 +136,7 @@ def _bias(attn_bias, query, key, scale):
     shape = (*query.shape[:3], key.shape[-2])
     if attn_bias.dtype == jnp.bool_:
         keep = jnp.broadcast_to(attn_bias, shape)
-        bias = jnp.where(keep, 0.0, _MASKED)
+        bias = jnp.where(keep, jnp.float32(0.0), jnp.float32(_MASKED))  # (not float64: x64)
     else:
         bias = jnp.broadcast_to(attn_bias.astype(jnp.float32), shape)
         keep = bias > -jnp.inf
@@ -160,9 +162,10 @@ def _forward(query, key, value, attn_bias, is_causal, scale):
     heads = query.shape[1]
     k, v = _repeat(key, heads), _repeat(value, heads)
     bias, empty = _bias(attn_bias, query, key, scale)
-    out, total, top = flash._flash_attention(
-        query, k, v, bias, None, True, is_causal, scale, _blocks(flash, query, key), False
-    )
+    with no_x64():  # (the kernel's index maps mix int32 with Python ints)
+        out, total, top = flash._flash_attention(
+            query, k, v, bias, None, True, is_causal, scale, _blocks(flash, query, key), False
+        )
     logsumexp = top + jnp.log(total)
     if empty is not None:
         out = jnp.where(empty[..., None], 0, out).astype(query.dtype)
@@ -171,10 +174,13 @@ def _forward(query, key, value, attn_bias, is_causal, scale):
 
 
 def _ungroup(grad, heads):
+    """A gradient of k or v repeated over the query heads, summed back over each group (a half
+    one in its float32 accumulator)."""
     if grad.shape[1] == heads:
         return grad
     batch, _, length, dim = grad.shape
-    return jnp.sum(grad.reshape(batch, heads, -1, length, dim), axis=2)
+    grouped = grad.reshape(batch, heads, -1, length, dim)
+    return jnp.sum(grouped, axis=2, dtype=accumulator(grad.dtype) or grad.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
@@ -216,14 +222,14 @@ def backward(grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, 
     heads = query.shape[1]
     k, v = _repeat(key, heads), _repeat(value, heads)
     bias, _ = _bias(attn_bias, query, key, scale)
-    top = logsumexp.astype(jnp.float32)
-    residuals = (query, k, v, bias, None, out, jnp.ones_like(top), top)
+    residuals = (query, k, v, bias, None, out, jnp.ones_like(logsumexp), logsumexp)
     blocks = _blocks(flash, query, key)
-    grad_q, grad_k, grad_v, grad_bias, _ = flash._flash_attention_bwd(
-        False, is_causal, scale, blocks, False, residuals, grad_out.astype(query.dtype)
-    )
-    grad_k = _ungroup(grad_k.astype(jnp.float32), key.shape[1]).astype(key.dtype)
-    grad_v = _ungroup(grad_v.astype(jnp.float32), value.shape[1]).astype(value.dtype)
+    with no_x64():
+        grad_q, grad_k, grad_v, grad_bias, _ = flash._flash_attention_bwd(
+            False, is_causal, scale, blocks, False, residuals, grad_out.astype(query.dtype)
+        )
+    grad_k = _ungroup(grad_k, key.shape[1]).astype(key.dtype)
+    grad_v = _ungroup(grad_v, value.shape[1]).astype(value.dtype)
     if grad_bias is not None:
         grad_bias = grad_bias / scale  # the kernel's is the gradient of bias / scale
     return grad_q.astype(query.dtype), grad_k, grad_v, grad_bias
