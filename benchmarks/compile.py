@@ -32,6 +32,7 @@ import torch
 # JAX's on by default when imported, unless it is off as here).
 jax.config.update("jax_enable_compilation_cache", False)
 
+
 def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
     torch.manual_seed(0)
     layers = []

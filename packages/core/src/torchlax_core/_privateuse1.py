@@ -178,7 +178,8 @@ def _check_not_forked(op) -> None:
         f"{op} was asked to create a tensor on the jax device in a process forked after JAX "
         "had started (for example a DataLoader worker): JAX's runtime does not survive fork, so "
         "this would crash. Create CPU tensors in the Dataset and move each batch to 'jax' in "
-        "the main process, or use DataLoader(..., multiprocessing_context='spawn')."
+        "the main process, or use DataLoader(..., multiprocessing_context='spawn', "
+        "persistent_workers=True)."
     )
 
 
