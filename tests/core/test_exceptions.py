@@ -43,6 +43,7 @@ BUILTIN_BASES = {
     "ProgramOutOfMemoryError": (RuntimeError, torch.OutOfMemoryError),
     "SharedMemoryWriteError": (RuntimeError,),
     "InteropArgumentError": (TypeError,),
+    "ObjectPytreeError": (TypeError,),
     "CheckpointError": (RuntimeError,),
     "DataDependentShapeError": (RuntimeError,),
     "ExportError": (RuntimeError,),

@@ -8,7 +8,7 @@ promise to third parties).
 
 from . import (
     _capturable_adam,
-    _compilation_cache,  # noqa: F401  (first: it turns the cache on when imported)
+    _compilation_cache,  # noqa: F401  (it turns the cache on when imported, before any compile)
     _fast_methods,
     _logging,
     _privateuse1,
