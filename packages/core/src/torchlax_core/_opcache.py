@@ -42,6 +42,7 @@ import functools
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -76,7 +77,7 @@ class Op:
 
     def __init__(self, func):
         self.func = func
-        self.context = torch.get_default_dtype
+        self.context: Callable[[], object] = torch.get_default_dtype
 
 
 class OpCache:

@@ -163,7 +163,7 @@ def _forward(query, key, value, attn_bias, is_causal, scale):
     k, v = _repeat(key, heads), _repeat(value, heads)
     bias, empty = _bias(attn_bias, query, key, scale)
     with no_x64():  # (the kernel's index maps mix int32 with Python ints)
-        out, total, top = flash._flash_attention(
+        out, total, top = flash._flash_attention(  # pyright: ignore[reportGeneralTypeIssues]  (JAX's private function returns a tuple here: save_residuals=True)
             query, k, v, bias, None, True, is_causal, scale, _blocks(flash, query, key), False
         )
     logsumexp = top + jnp.log(total)

@@ -456,7 +456,7 @@ def _scaled_dot_product_fused_attention_overrideable(
     length, source = query.shape[-2], key.shape[-2]
     offset = jnp.zeros((), jnp.int64)
     if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # a TPU (see there)
-        out, logsumexp = kernels.forward(query, key, value, attn_bias, is_causal, scale)
+        out, logsumexp = kernels.forward(query, key, value, attn_bias, is_causal, scale)  # pyright: ignore[reportGeneralTypeIssues]  (a pair: see kernels.forward)
         seed = jnp.zeros((), jnp.int64)
         return out, logsumexp, None, None, length, source, seed, offset, None
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
