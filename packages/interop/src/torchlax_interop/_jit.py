@@ -50,6 +50,7 @@ from torchlax_core.internal import (
     output_tensors,
     result_specs,
     root_values,
+    state_lock,
     storage_of,
     stored_in_order,
     tracing,
@@ -63,6 +64,7 @@ from torchlax_core.internal import signature as _signature
 
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
+from ._jit_commit import launch_and_write
 from ._jit_constant_writes import (
     changed_constant_error,
     changed_cpu_tensor_error,
@@ -97,7 +99,7 @@ _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in t
 # state, would read those tracers (an UnexpectedTracerError, seen with four threads making
 # their first calls at once). Calls hold it while they read and write state; the program
 # itself is dispatched asynchronously, so the hold is short.
-_trace_lock = threading.RLock()
+_trace_lock = state_lock  # (readers of the state in other threads wait on it: see there)
 _log = get_logger("jit")
 
 
@@ -1004,8 +1006,6 @@ class _Jitted:
                 if dead:
                     del self.programs[program_key]  # never compiled: the next one replaces it
                     return self._call(*call_args)
-            for i in state.dead_grads:
-                state.grads[i].grad = None  # dropped before the program runs: not alive in it
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -1034,15 +1034,22 @@ class _Jitted:
             )
             outputs = _JitFunction.apply(call, *diff)
         elif forward:
-            out_arrays, new_storages, extra = program.forward_core.run(
-                entry, state_arrays, lr_arrays, arrays
-            )
+
+            def write_changed(results) -> None:
+                if info.writes:
+                    self._last_state = None
+                    _write_changed(state, info, results[1], results[2])
+
+            out_arrays = launch_and_write(
+                lambda out: out.append(
+                    program.forward_core.run(entry, state_arrays, lr_arrays, arrays)
+                ),
+                write_changed,
+            )[0]
             outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
-            if info.writes:
-                self._last_state = None
-                _write_changed(state, info, new_storages, extra)
-            elif (
-                tensors_only
+            if (
+                not info.writes
+                and tensors_only
                 and not self.static_argnums
                 and not cpu_tensors
                 and not state.lrs
@@ -1064,18 +1071,35 @@ class _Jitted:
                     None if info.out_orders else _plain_result_specs(outputs, out_arrays),
                 )
         else:
-            # Check errors are raised before any output or state is written back.
-            results = program.core.run(entry, state_arrays, lr_arrays, arrays)
-            out_arrays, new_storages, extra = results
-            outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
-            plan = self._plan
-            if plan is None or plan[0] is not layout or plan[1] is not info:
+            last_plan = self._plan
+            plan: tuple = (
+                last_plan
+                if last_plan is not None and last_plan[0] is layout and last_plan[1] is info
+                else (layout, info, _write_plan(state, info), None)
+            )
+            dead = [state.grads[i] for i in state.dead_grads]
+            dead_grads = list(map(_GRAD, dead))
+            stepped = [0] * len(state.schedulers)
+
+            def launch(out: list) -> None:
+                for p in dead:
+                    p.grad = None  # dropped before the program runs: not alive in it
+                # Check errors are raised before any output or state is written back.
+                out.append(program.core.run(entry, state_arrays, lr_arrays, arrays))
+
+            def write(results) -> None:
+                new_storages = results[1]
+                _write_state(state, info, new_storages, results[2], plan[2])
                 # The executable's outputs have the same signature every call: the next
                 # call's state (these arrays, unless something replaces one) is not re-read.
-                out_sig = _Hashed(_signature(new_storages))
-                plan = self._plan = (layout, info, _write_plan(state, info), out_sig)
-            _write_state(state, info, new_storages, extra, plan[2])
-            self._last_state = (new_storages, plan[3])
+                out_sig = plan[3] or _Hashed(_signature(new_storages))
+                self._plan = (*plan[:3], out_sig)
+                self._last_state = (new_storages, out_sig)
+                _step_schedulers(state, info, stepped)
+
+            out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
+            outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
+            written_plan: tuple = self._plan  # pyright: ignore[reportAssignmentType]  (write() set it)
             if (
                 tensors_only
                 and not self.static_argnums
@@ -1095,14 +1119,12 @@ class _Jitted:
                     program.core,
                     entry,
                     info,
-                    plan[2],
-                    plan[3],
+                    written_plan[2],
+                    written_plan[3],
                     None if info.out_orders else _plain_result_specs(outputs, out_arrays),
                 )
-        if state.schedulers:
-            for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
-                for _ in range(count):
-                    scheduler.step()
+        if state.schedulers and not info.trains:  # (a step's are made by its write-back)
+            _step_schedulers(state, info, [0] * len(state.schedulers))
         if self._cpu_outputs and info.rebuilds:
             # A step over lent CPU state returns CPU tensors; those inside returned objects
             # are put in place as such (the caller converts only the pytree's leaves).
@@ -1505,28 +1527,50 @@ class _RepeatedStep:
             or (self.info.constants is not None and not self.info.constants.hold())
         ):
             return _MISSED
-        for p in self.dead:
-            p.grad = None  # dropped before the program runs, as the general path does
         lr_arrays = [
             to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
         ]
         info = self.info
-        with x64():  # the learning rates are numpy scalars: float64 ones stay float64
-            out_arrays, new_storages, extra = self.core.run(
-                self.entry, _distinct(self.written), lr_arrays, arrays
-            )
+        dead = self.dead
+        dead_grads = list(map(_GRAD, dead))
+        stepped = [0] * len(state.schedulers)
+
+        def launch(out: list) -> None:
+            for p in dead:
+                p.grad = None  # dropped before the program runs, as the general path does
+            with x64():  # the learning rates are numpy scalars: float64 ones stay float64
+                out.append(self.core.run(self.entry, _distinct(self.written), lr_arrays, arrays))
+
+        def write(results) -> None:
+            _, new_storages, extra = results
+            grads = _write_state(state, info, new_storages, extra, self.plan)
+            jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
+            self._remember(new_storages, grads)  # (what _write_state put in the storages)
+            _step_schedulers(state, info, stepped)
+
+        out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
         if self.out_specs is None:
             outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
         else:
             outputs = wrap_results_like(out_arrays, self.out_specs)
-        grads = _write_state(state, info, new_storages, extra, self.plan)
-        jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        self._remember(new_storages, grads)  # (what _write_state put in the storages)
-        if state.schedulers:
-            for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
-                for _ in range(count):
-                    scheduler.step()
         return _returned(info, outputs)
+
+
+def _put_grads(params, grads) -> None:
+    for p, grad in zip(params, grads, strict=True):
+        if p.grad is not grad:
+            p.grad = grad
+
+
+def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:
+    """The schedulers' ``step()``s the program deferred; ``stepped`` counts those made (a
+    write-back run again after an interruption makes only the rest)."""
+    for i, (scheduler, count) in enumerate(
+        zip(state.schedulers, info.scheduler_steps, strict=True)
+    ):
+        while stepped[i] < count:
+            # One statement: an interruption lands before the step or after its count.
+            stepped[i] += 1 if scheduler.step() is None else 1
 
 
 def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
