@@ -37,6 +37,8 @@ BUILTIN_BASES = {
     "DeviceMismatchError": (RuntimeError,),
     "PluginError": (RuntimeError,),
     "PluginConflictError": (RuntimeError,),
+    "JitError": (RuntimeError,),
+    "JitArgumentError": (RuntimeError, TypeError),
     "SharedMemoryWriteError": (RuntimeError,),
     "DataDependentShapeError": (RuntimeError,),
     "ExportError": (RuntimeError,),

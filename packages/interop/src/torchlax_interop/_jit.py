@@ -33,7 +33,7 @@ from jax.extend import core as jax_core
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
-from torchlax_core import Tensor, checked, raise_error
+from torchlax_core import JitArgumentError, JitError, Tensor, checked, raise_error
 from torchlax_core.internal import (
     CompiledProgram,
     Entry,
@@ -535,7 +535,7 @@ def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
                 if isinstance(value, torch.Tensor):
                     row.append((name, *_slot(value, saved, extra)))
                 elif name not in before or before[name] != value:
-                    raise RuntimeError(
+                    raise JitError(
                         f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
                         f"state value {name!r} that the compiled step changes; it would be a "
                         "constant of the program. Keep optimizer state in tensors."
@@ -547,7 +547,7 @@ def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
 def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
     for (group, _), tracer_lr in zip(state.lrs, saved["lr_tensors"], strict=True):
         if group["lr"] is not tracer_lr:
-            raise RuntimeError(
+            raise JitError(
                 "torchlax.jit: the compiled step assigns param_group['lr'] itself; the new "
                 "value would be a constant of the program. Change learning rates with a "
                 "torch.optim.lr_scheduler scheduler, or outside the compiled function."
@@ -624,7 +624,7 @@ def _defer_schedulers(schedulers) -> dict:
 
         def step(*args, _s=s, **kwargs):
             if args or kwargs:
-                raise RuntimeError(
+                raise JitError(
                     "torchlax.jit: scheduler.step() with arguments (an epoch or a metric) "
                     "inside a compiled step is not supported; call it outside the step."
                 )
@@ -651,7 +651,7 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
 
     def refuse(opt, _args, _kwargs) -> None:
         if id(opt) not in known and threading.get_ident() == thread:
-            raise RuntimeError(
+            raise JitError(
                 f"{_owner(jitted)}: the step calls {type(opt).__name__}.step() on an optimizer "
                 "that is not part of the compiled step's state: torchlax.jit finds optimizers "
                 "and modules the function closes over, names as globals or receives as "
@@ -665,7 +665,7 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
     return register_optimizer_step_pre_hook(refuse)
 
 
-def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeError:
+def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError:
     """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s,
     or a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from the
     traced program to a plain CPU tensor (refused before it ran): naming the module, where a
@@ -696,11 +696,11 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeE
     return changed_cpu_tensor_error(owner, named)
 
 
-def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
+def _argument_requiring_grad_error(jitted, inputs: list) -> JitError:
     """The error for a step that trains called with a tensor argument that requires grad."""
     k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
     described = described_tensor(t)
-    return RuntimeError(
+    return JitError(
         f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
         "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
         "into the graph it was computed by), but an argument is an input of the compiled "
@@ -711,9 +711,9 @@ def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
     )
 
 
-def _leaked_tracer_error(jitted) -> RuntimeError:
+def _leaked_tracer_error(jitted) -> JitError:
     name = getattr(jitted.target, "__qualname__", repr(jitted.target))
-    return RuntimeError(
+    return JitError(
         f"torchlax.jit({name}): a tensor from another (finished) trace reached this program. "
         "A value computed inside a compiled function was kept outside it (stored on an object "
         "torchlax does not track as state, or a global list). Return such values from the "
@@ -885,7 +885,7 @@ class _Jitted:
                     torch.utils.swap_tensors(t, promoted)
                 except RuntimeError as exc:
                     t.grad = grad
-                    raise RuntimeError(
+                    raise JitError(
                         f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
                         f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
                         "Move the model to the 'jax' device before creating the optimizer "
@@ -963,7 +963,7 @@ class _Jitted:
                 program_key = (*program_key, dead_grads)
             program = self.programs.get(program_key)
         except TypeError:
-            raise TypeError(
+            raise JitArgumentError(
                 "torchlax.jit treats non-tensor arguments as static values, which must be "
                 "hashable; got an unhashable one. Pass arrays as tensors and other values as "
                 "hashable Python objects (tuples, not lists)."
@@ -1142,7 +1142,7 @@ class _Jitted:
         Calls without grad, and steps that call ``backward()`` themselves (the backward is
         then traced, hooks included), stay compiled."""
         if self._cpu_outputs:
-            raise RuntimeError(
+            raise JitError(
                 f"{_owner(self)}: the forward meets {info.eager_backward[0]}; a backward after "
                 "a compiled call of a step over CPU state would not do that. Move the model to the 'jax' device (model.to('jax') inside "
                 "torchlax.enable()), or call backward() inside the jitted function."
@@ -1817,7 +1817,7 @@ class _JitFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         call: _Call = ctx.call
         if torch.is_grad_enabled():  # create_graph=True: the gradients would be constants
-            raise RuntimeError(
+            raise JitError(
                 "torchlax.jit: double backward (create_graph=True, or torch.autograd.grad of a "
                 "gradient) through a jitted call is not supported: its backward is a JAX "
                 "program that autograd cannot differentiate. Call the function without "
