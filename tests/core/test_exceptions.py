@@ -41,6 +41,8 @@ BUILTIN_BASES = {
     # A compiled program that failed while it ran; out of memory as CUDA's OOM in PyTorch.
     "ProgramFailedError": (RuntimeError,),
     "ProgramOutOfMemoryError": (RuntimeError, torch.OutOfMemoryError),
+    "JitError": (RuntimeError,),
+    "JitArgumentError": (RuntimeError, TypeError),
     "SharedMemoryWriteError": (RuntimeError,),
     "InteropArgumentError": (TypeError,),
     "ObjectPytreeError": (TypeError,),

@@ -33,6 +33,8 @@ from ._environment import enable_globally as enable_globally
 from ._environment import is_enabled as is_enabled
 from ._errors import DeviceMismatchError as DeviceMismatchError
 from ._errors import DtypeNotImplementedError as DtypeNotImplementedError
+from ._errors import JitArgumentError as JitArgumentError
+from ._errors import JitError as JitError
 from ._errors import OpNotLoweredError as OpNotLoweredError
 from ._errors import PluginConflictError as PluginConflictError
 from ._errors import PluginError as PluginError

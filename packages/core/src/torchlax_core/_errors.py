@@ -82,3 +82,15 @@ class ProgramOutOfMemoryError(ProgramFailedError, torch.OutOfMemoryError):
     def __init__(self, message: str, program: str = "", requested: int | None = None):
         super().__init__(message, program)
         self.requested = requested
+
+
+class JitError(TorchlaxError, RuntimeError):
+    """``torchlax.jit`` (or the ``torch.compile`` backend) refuses a call it cannot run as one
+    program with eager PyTorch's results: a constant or plain CPU tensor the step changes, an
+    optimizer or module it trains that is no state, a backward() toward a CPU tensor, a tracer
+    leaked out of the trace, ... The message names the tensor or object and what to do."""
+
+
+class JitArgumentError(JitError, TypeError):
+    """An argument ``torchlax.jit`` cannot take as it is given (a static argument that is not
+    hashable, ...): a ``TypeError``, as PyTorch raises for an argument of the wrong kind."""

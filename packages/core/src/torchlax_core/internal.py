@@ -62,6 +62,7 @@ from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
 from ._registry import op_name as op_name
 from ._result_wrappers import ResultWrappers as ResultWrappers
+from ._state_lock import state_lock as state_lock
 from ._stats import record_compile as record_compile
 from ._tensor import IDENTITY as IDENTITY
 from ._x64 import no_x64 as no_x64

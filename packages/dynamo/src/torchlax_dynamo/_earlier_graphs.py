@@ -36,6 +36,7 @@ import torch
 from torch._dynamo.exc import unimplemented
 from torch._dynamo.variables.base import Method
 from torch._dynamo.variables.tensor import TensorVariable
+from torchlax_core import JitError
 
 _original_backward: list[Callable[..., Any]] = []
 
@@ -89,7 +90,7 @@ def install(is_this_backend: Callable[[Any], bool]) -> None:
     entry = table.get("backward") if isinstance(table, dict) else None
     original = getattr(entry, "handler", None)
     if table is None or original is None:
-        raise RuntimeError(
+        raise JitError(
             "torchlax_dynamo: this torch's Dynamo has no TensorVariable.tp_methods['backward'], which "
             "torchlax hooks so that a traced loss.backward() whose loss an earlier graph "
             "computed breaks the graph instead of giving no gradients (docs/dynamo.md, "

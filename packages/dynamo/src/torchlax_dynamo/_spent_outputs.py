@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 from torch._dynamo import output_graph
+from torchlax_core import JitError
 
 # The node meta key the backend reads: this graph output is a loss whose backward already ran.
 FREED_GRAPH = "torchlax_freed_graph"
@@ -78,7 +79,7 @@ class FreedGraph(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         del ctx, grad_outputs
-        raise RuntimeError(SECOND_BACKWARD_MESSAGE)
+        raise JitError(SECOND_BACKWARD_MESSAGE)
 
 
 _anchor = torch.zeros((), device="cpu", dtype=torch.float32, requires_grad=True)
@@ -87,7 +88,7 @@ _anchor = torch.zeros((), device="cpu", dtype=torch.float32, requires_grad=True)
 def _give_freed_graph_grad_fn(outputs: list[Any], index: int) -> None:
     value = outputs[index]
     if value.requires_grad:
-        raise RuntimeError(
+        raise JitError(
             f"torchlax_dynamo: graph output {index}, detached inside the graph because its "
             "traced backward consumed it, came back requiring grad; Dynamo's or AOT autograd's "
             "output handling changed (see torchlax_dynamo._spent_outputs)."
@@ -160,7 +161,7 @@ def install(is_this_backend: Callable[[Any], bool]) -> None:
         return
     original = getattr(output_graph.OutputGraph, "_validate_outputs_safe_for_autograd_nodes", None)
     if original is None or not hasattr(output_graph, "collect_reachable_grad_fns"):
-        raise RuntimeError(
+        raise JitError(
             "torchlax_dynamo: this torch's Dynamo has no "
             "OutputGraph._validate_outputs_safe_for_autograd_nodes or "
             "collect_reachable_grad_fns, which torchlax hooks to hand out a loss returned after "

@@ -33,7 +33,7 @@ from jax.extend import core as jax_core
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
-from torchlax_core import Tensor, checked, raise_error
+from torchlax_core import JitArgumentError, JitError, Tensor, checked, raise_error
 from torchlax_core.internal import (
     CompiledProgram,
     Entry,
@@ -50,6 +50,7 @@ from torchlax_core.internal import (
     output_tensors,
     result_specs,
     root_values,
+    state_lock,
     storage_of,
     stored_in_order,
     tracing,
@@ -64,6 +65,7 @@ from torchlax_core.internal import signature as _signature
 from ._arguments import check_jit_arguments, check_static_argnums
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
+from ._jit_commit import launch_and_write
 from ._jit_constant_writes import (
     changed_constant_error,
     changed_cpu_tensor_error,
@@ -98,7 +100,7 @@ _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in t
 # state, would read those tracers (an UnexpectedTracerError, seen with four threads making
 # their first calls at once). Calls hold it while they read and write state; the program
 # itself is dispatched asynchronously, so the hold is short.
-_trace_lock = threading.RLock()
+_trace_lock = state_lock  # (readers of the state in other threads wait on it: see there)
 _log = get_logger("jit")
 
 
@@ -544,7 +546,7 @@ def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
                 if isinstance(value, torch.Tensor):
                     row.append((name, *_slot(value, saved, extra)))
                 elif name not in before or before[name] != value:
-                    raise RuntimeError(
+                    raise JitError(
                         f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
                         f"state value {name!r} that the compiled step changes; it would be a "
                         "constant of the program. Keep optimizer state in tensors."
@@ -556,7 +558,7 @@ def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
 def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
     for (group, _), tracer_lr in zip(state.lrs, saved["lr_tensors"], strict=True):
         if group["lr"] is not tracer_lr:
-            raise RuntimeError(
+            raise JitError(
                 "torchlax.jit: the compiled step assigns param_group['lr'] itself; the new "
                 "value would be a constant of the program. Change learning rates with a "
                 "torch.optim.lr_scheduler scheduler, or outside the compiled function."
@@ -633,7 +635,7 @@ def _defer_schedulers(schedulers) -> dict:
 
         def step(*args, _s=s, **kwargs):
             if args or kwargs:
-                raise RuntimeError(
+                raise JitError(
                     "torchlax.jit: scheduler.step() with arguments (an epoch or a metric) "
                     "inside a compiled step is not supported; call it outside the step."
                 )
@@ -660,7 +662,7 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
 
     def refuse(opt, _args, _kwargs) -> None:
         if id(opt) not in known and threading.get_ident() == thread:
-            raise RuntimeError(
+            raise JitError(
                 f"{_owner(jitted)}: the step calls {type(opt).__name__}.step() on an optimizer "
                 "that is not part of the compiled step's state: torchlax.jit finds optimizers "
                 "and modules the function closes over, names as globals or receives as "
@@ -674,7 +676,7 @@ def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
     return register_optimizer_step_pre_hook(refuse)
 
 
-def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeError:
+def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError:
     """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s,
     or a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from the
     traced program to a plain CPU tensor (refused before it ran): naming the module, where a
@@ -705,11 +707,11 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> RuntimeE
     return changed_cpu_tensor_error(owner, named)
 
 
-def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
+def _argument_requiring_grad_error(jitted, inputs: list) -> JitError:
     """The error for a step that trains called with a tensor argument that requires grad."""
     k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
     described = described_tensor(t)
-    return RuntimeError(
+    return JitError(
         f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
         "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
         "into the graph it was computed by), but an argument is an input of the compiled "
@@ -720,9 +722,9 @@ def _argument_requiring_grad_error(jitted, inputs: list) -> RuntimeError:
     )
 
 
-def _leaked_tracer_error(jitted) -> RuntimeError:
+def _leaked_tracer_error(jitted) -> JitError:
     name = getattr(jitted.target, "__qualname__", repr(jitted.target))
-    return RuntimeError(
+    return JitError(
         f"torchlax.jit({name}): a tensor from another (finished) trace reached this program. "
         "A value computed inside a compiled function was kept outside it (stored on an object "
         "torchlax does not track as state, or a global list). Return such values from the "
@@ -895,7 +897,7 @@ class _Jitted:
                     torch.utils.swap_tensors(t, promoted)
                 except RuntimeError as exc:
                     t.grad = grad
-                    raise RuntimeError(
+                    raise JitError(
                         f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
                         f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
                         "Move the model to the 'jax' device before creating the optimizer "
@@ -973,7 +975,7 @@ class _Jitted:
                 program_key = (*program_key, dead_grads)
             program = self.programs.get(program_key)
         except TypeError:
-            raise TypeError(
+            raise JitArgumentError(
                 "torchlax.jit treats non-tensor arguments as static values, which must be "
                 "hashable; got an unhashable one. Pass arrays as tensors and other values as "
                 "hashable Python objects (tuples, not lists)."
@@ -1016,8 +1018,6 @@ class _Jitted:
                 if dead:
                     del self.programs[program_key]  # never compiled: the next one replaces it
                     return self._call(*call_args)
-            for i in state.dead_grads:
-                state.grads[i].grad = None  # dropped before the program runs: not alive in it
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -1046,15 +1046,22 @@ class _Jitted:
             )
             outputs = _JitFunction.apply(call, *diff)
         elif forward:
-            out_arrays, new_storages, extra = program.forward_core.run(
-                entry, state_arrays, lr_arrays, arrays
-            )
+
+            def write_changed(results) -> None:
+                if info.writes:
+                    self._last_state = None
+                    _write_changed(state, info, results[1], results[2])
+
+            out_arrays = launch_and_write(
+                lambda out: out.append(
+                    program.forward_core.run(entry, state_arrays, lr_arrays, arrays)
+                ),
+                write_changed,
+            )[0]
             outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
-            if info.writes:
-                self._last_state = None
-                _write_changed(state, info, new_storages, extra)
-            elif (
-                tensors_only
+            if (
+                not info.writes
+                and tensors_only
                 and not self.static_argnums
                 and not cpu_tensors
                 and not state.lrs
@@ -1076,18 +1083,35 @@ class _Jitted:
                     None if info.out_orders else _plain_result_specs(outputs, out_arrays),
                 )
         else:
-            # Check errors are raised before any output or state is written back.
-            results = program.core.run(entry, state_arrays, lr_arrays, arrays)
-            out_arrays, new_storages, extra = results
-            outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
-            plan = self._plan
-            if plan is None or plan[0] is not layout or plan[1] is not info:
+            last_plan = self._plan
+            plan: tuple = (
+                last_plan
+                if last_plan is not None and last_plan[0] is layout and last_plan[1] is info
+                else (layout, info, _write_plan(state, info), None)
+            )
+            dead = [state.grads[i] for i in state.dead_grads]
+            dead_grads = list(map(_GRAD, dead))
+            stepped = [0] * len(state.schedulers)
+
+            def launch(out: list) -> None:
+                for p in dead:
+                    p.grad = None  # dropped before the program runs: not alive in it
+                # Check errors are raised before any output or state is written back.
+                out.append(program.core.run(entry, state_arrays, lr_arrays, arrays))
+
+            def write(results) -> None:
+                new_storages = results[1]
+                _write_state(state, info, new_storages, results[2], plan[2])
                 # The executable's outputs have the same signature every call: the next
                 # call's state (these arrays, unless something replaces one) is not re-read.
-                out_sig = _Hashed(_signature(new_storages))
-                plan = self._plan = (layout, info, _write_plan(state, info), out_sig)
-            _write_state(state, info, new_storages, extra, plan[2])
-            self._last_state = (new_storages, plan[3])
+                out_sig = plan[3] or _Hashed(_signature(new_storages))
+                self._plan = (*plan[:3], out_sig)
+                self._last_state = (new_storages, out_sig)
+                _step_schedulers(state, info, stepped)
+
+            out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
+            outputs = _to_tensors(out_arrays, on_jax, arrays, info.out_orders)
+            written_plan: tuple = self._plan  # pyright: ignore[reportAssignmentType]  (write() set it)
             if (
                 tensors_only
                 and not self.static_argnums
@@ -1107,14 +1131,12 @@ class _Jitted:
                     program.core,
                     entry,
                     info,
-                    plan[2],
-                    plan[3],
+                    written_plan[2],
+                    written_plan[3],
                     None if info.out_orders else _plain_result_specs(outputs, out_arrays),
                 )
-        if state.schedulers:
-            for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
-                for _ in range(count):
-                    scheduler.step()
+        if state.schedulers and not info.trains:  # (a step's are made by its write-back)
+            _step_schedulers(state, info, [0] * len(state.schedulers))
         if self._cpu_outputs and info.rebuilds:
             # A step over lent CPU state returns CPU tensors; those inside returned objects
             # are put in place as such (the caller converts only the pytree's leaves).
@@ -1132,7 +1154,7 @@ class _Jitted:
         Calls without grad, and steps that call ``backward()`` themselves (the backward is
         then traced, hooks included), stay compiled."""
         if self._cpu_outputs:
-            raise RuntimeError(
+            raise JitError(
                 f"{_owner(self)}: the forward meets {info.eager_backward[0]}; a backward after "
                 "a compiled call of a step over CPU state would not do that. Move the model to the 'jax' device (model.to('jax') inside "
                 "torchlax.enable()), or call backward() inside the jitted function."
@@ -1518,28 +1540,50 @@ class _RepeatedStep:
             or (self.info.constants is not None and not self.info.constants.hold())
         ):
             return _MISSED
-        for p in self.dead:
-            p.grad = None  # dropped before the program runs, as the general path does
         lr_arrays = [
             to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
         ]
         info = self.info
-        with x64():  # the learning rates are numpy scalars: float64 ones stay float64
-            out_arrays, new_storages, extra = self.core.run(
-                self.entry, _distinct(self.written), lr_arrays, arrays
-            )
+        dead = self.dead
+        dead_grads = list(map(_GRAD, dead))
+        stepped = [0] * len(state.schedulers)
+
+        def launch(out: list) -> None:
+            for p in dead:
+                p.grad = None  # dropped before the program runs, as the general path does
+            with x64():  # the learning rates are numpy scalars: float64 ones stay float64
+                out.append(self.core.run(self.entry, _distinct(self.written), lr_arrays, arrays))
+
+        def write(results) -> None:
+            _, new_storages, extra = results
+            grads = _write_state(state, info, new_storages, extra, self.plan)
+            jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
+            self._remember(new_storages, grads)  # (what _write_state put in the storages)
+            _step_schedulers(state, info, stepped)
+
+        out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
         if self.out_specs is None:
             outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
         else:
             outputs = wrap_results_like(out_arrays, self.out_specs)
-        grads = _write_state(state, info, new_storages, extra, self.plan)
-        jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        self._remember(new_storages, grads)  # (what _write_state put in the storages)
-        if state.schedulers:
-            for scheduler, count in zip(state.schedulers, info.scheduler_steps, strict=True):
-                for _ in range(count):
-                    scheduler.step()
         return _returned(info, outputs)
+
+
+def _put_grads(params, grads) -> None:
+    for p, grad in zip(params, grads, strict=True):
+        if p.grad is not grad:
+            p.grad = grad
+
+
+def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:
+    """The schedulers' ``step()``s the program deferred; ``stepped`` counts those made (a
+    write-back run again after an interruption makes only the rest)."""
+    for i, (scheduler, count) in enumerate(
+        zip(state.schedulers, info.scheduler_steps, strict=True)
+    ):
+        while stepped[i] < count:
+            # One statement: an interruption lands before the step or after its count.
+            stepped[i] += 1 if scheduler.step() is None else 1
 
 
 def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
@@ -1792,7 +1836,7 @@ class _JitFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         call: _Call = ctx.call
         if torch.is_grad_enabled():  # create_graph=True: the gradients would be constants
-            raise RuntimeError(
+            raise JitError(
                 "torchlax.jit: double backward (create_graph=True, or torch.autograd.grad of a "
                 "gradient) through a jitted call is not supported: its backward is a JAX "
                 "program that autograd cannot differentiate. Call the function without "

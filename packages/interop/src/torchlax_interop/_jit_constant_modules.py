@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import torch
+from torchlax_core import JitError
 
 from ._jit_paths import path_to
 from ._jit_state import MAX_STATE_DEPTH
@@ -36,7 +37,7 @@ class ConstantModules:
 
     def error(
         self, owner: str, target, args: tuple, kwargs: dict, refused: Collection[int] = ()
-    ) -> RuntimeError | None:
+    ) -> JitError | None:
         """The error to raise if the step gave a watched parameter a new ``.grad`` (read
         before the constants' watch puts the old ``.grad``s back), or a refused ``backward()``
         would have (``refused``: the ids of the leaves it would have given one), else None."""
@@ -48,7 +49,7 @@ class ConstantModules:
                     if path is None
                     else f"at {path}"
                 )
-                return RuntimeError(
+                return JitError(
                     f"{owner}: the step computes gradients for the parameters of the "
                     f"{type(module).__name__} {where}, which is not part of the compiled "
                     "step's state: its parameters would be constants of the program, and it "

@@ -12,13 +12,14 @@ what they held; this module words the error.
 
 from __future__ import annotations
 
+from torchlax_core import JitError
 from torchlax_core.internal import ChangedConstant
 
 from ._jit_cpu_tensors import ChangedCpuTensor
 from ._jit_state import MAX_STATE_DEPTH
 
 
-def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> RuntimeError:
+def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> JitError:
     """The error for the constants a traced step changed, each with the path the function
     reaches it by (the first one named, the number of others said)."""
     first, path = changed[0]
@@ -38,7 +39,7 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
             "is not part of the compiled step's state: it is a constant of the program, so "
             "the write would happen once, while the step is traced, not on each call"
         )
-    return RuntimeError(
+    return JitError(
         f"{owner}: {what}{_others(changed)}. torchlax.jit makes state of the tensors the function closes "
         "over or receives as arguments, of the parameters and buffers of the modules and the "
         "parameters of the optimizers it reaches (through closures, globals, arguments, a "
@@ -52,7 +53,7 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
 
 def changed_cpu_tensor_error(
     owner: str, changed: list[tuple[ChangedCpuTensor, str | None]]
-) -> RuntimeError:
+) -> JitError:
     """The error for the plain CPU tensors a traced step changed (``_jit_cpu_tensors``), each
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
@@ -63,7 +64,7 @@ def changed_cpu_tensor_error(
         where = where_held(path)
     described = described_tensor(t, cpu=True)
     if first.crossing:
-        return RuntimeError(
+        return JitError(
             f"{owner}: the step's {first.call} would carry the gradient of a traced torchlax "
             f"Tensor to {described} {where}{_others(changed)}. That gradient would have to "
             "leave the compiled program for the host while the step is traced, which it "
@@ -83,7 +84,7 @@ def changed_cpu_tensor_error(
         what = f"the step gives a .grad to {described} {where}"
     else:
         what = f"the step writes into {described} {where} (in place, or through .data)"
-    return RuntimeError(
+    return JitError(
         f"{owner}: {what}{_others(changed)}. A plain CPU tensor is no part of the compiled program: the "
         "change would happen once, on the host, while the step is traced, and never on the "
         "program's calls (a counter would stop counting). Move the tensor to the 'jax' device "

@@ -24,7 +24,7 @@ import jax
 import jax.core
 import numpy as np
 import torch
-from torchlax_core import Tensor
+from torchlax_core import JitError, Tensor
 from torchlax_core.internal import storage_of
 
 from ._views import is_namedtuple
@@ -228,15 +228,15 @@ class _Search:
             id(storage) not in self.stateful
         )
 
-    def _shared(self, path: tuple) -> RuntimeError:
+    def _shared(self, path: tuple) -> JitError:
         return self.error(
             path,
             "reaches the same object holding computed tensors twice (shared or cyclic): a "
             "copy cannot keep that sharing",
         )
 
-    def error(self, path: tuple, what: str) -> RuntimeError:
-        return RuntimeError(
+    def error(self, path: tuple, what: str) -> JitError:
+        return JitError(
             f"{self.owner}: the returned {type(self.root).__qualname__} at {self.name()}"
             f"{_path_text(path)} {what}. The program can only return tensors it can find and "
             "put back. Return tensors or a pytree of them instead, register the type with "

@@ -11,6 +11,8 @@ from torchlax_core import Config as Config
 from torchlax_core import DeviceMismatchError as DeviceMismatchError
 from torchlax_core import DtypeNotImplementedError as DtypeNotImplementedError
 from torchlax_core import Environment as Environment
+from torchlax_core import JitArgumentError as JitArgumentError
+from torchlax_core import JitError as JitError
 from torchlax_core import OpNotLoweredError as OpNotLoweredError
 from torchlax_core import PluginConflictError as PluginConflictError
 from torchlax_core import PluginError as PluginError
