@@ -126,7 +126,7 @@ def test_a_fault_at_each_stage_leaves_the_state_before_or_after(monkeypatch, fau
 
 def test_a_thread_reading_the_model_while_another_trains_it_sees_values():
     # Before: a reader that took a parameter's array just before the optimizer program was
-    # launched (which donates it) failed with "Array has been deleted" (core _donation).
+    # launched (which donates it) failed with "Array has been deleted" (core _state_lock).
     with torchlax.enable():
         model, opt, step = _setup()
         x = torch.linspace(-1, 1, 12).reshape(3, 4).to("jax")

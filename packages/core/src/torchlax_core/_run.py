@@ -12,8 +12,8 @@ Every entry point goes through it: ``Tensor.__torch_dispatch__`` (every op on a 
 - an op that fails while PyTorch's autograd engine runs it (see ``BackwardFailure``);
 - an op that JAX refuses with its own argument error where PyTorch would have refused it
   first: PyTorch's error is raised instead (``_meta_errors``);
-- an op that read an array another thread's compiled step donated: run again once that
-  step's write-back is done (``_donation``).
+- an op that read state another thread's compiled call holds in flux (a tracer of its trace,
+  an array donated to its run): run again once that call is done (``_state_lock``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 from torch._C import _current_graph_task_id
 
-from ._donation import read_a_donated_array, wait_for_write_backs
 from ._meta_errors import pytorch_error
+from ._state_lock import NOT_RETRIED as _NOT_RETRIED
+from ._state_lock import retry_after_state_settles
 from ._x64 import x64, x64_flag
 
 
@@ -44,15 +45,11 @@ def run_op(env: Any, func: Any, args: tuple, kwargs: dict, *, from_dispatcher: b
         with x64():
             return impl(args, kwargs)
     except Exception as exc:
-        if impl is not None and read_a_donated_array(exc):
-            # Another thread's compiled step donated an array this op had taken: once its
-            # write-back is done the tensors hold the new state (see _donation).
-            wait_for_write_backs()
-            try:
-                with x64():
-                    return impl(args, kwargs)
-            except Exception as again:
-                exc = again
+        if impl is not None:
+            # Another thread's compiled call held the state this op read (see _state_lock).
+            again = retry_after_state_settles(exc, impl, args, kwargs)
+            if again is not _NOT_RETRIED:
+                return again
         error = pytorch_error(func, args, kwargs, exc)
         if not from_dispatcher or _current_graph_task_id() == -1:
             if error is None:

@@ -2,12 +2,14 @@
 retry of an eager op that read such state from another thread meanwhile.
 
 While ``torchlax.jit`` traces a step, the model's parameters hold JAX tracers; between a
-training step's launch and its write-back they hold the arrays donated to it (deleted). An
-op another thread runs on them then (an evaluation or checkpointing thread reading the model)
-fails before it computes anything; ``retry_after_state_settles`` waits until the call is done
-and runs the op again on the state after it, so a reader sees the state before or after a
-step, never an error (#37, item 5). The thread holding the lock (the step itself) gets its
-errors as they are.
+compiled training step's launch and its write-back (``torchlax.jit``'s and the
+``torch.compile`` backend's) they hold the arrays donated to it, which JAX deleted at the
+launch. An op another thread runs on them then (an evaluation or checkpointing thread reading
+the model) fails before it computes anything; ``run_op`` hands that error to
+``retry_after_state_settles``, which waits until the call is done and runs the op again on
+the state after it, so a reader sees the state before or after a step, never an error. The
+thread holding the lock (the step itself) gets its errors as they are. The lock is taken only
+by compiled calls, and waited for only on such an error.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+
+from ._x64 import x64
 
 # Held by torchlax.jit's calls (and traces); re-entrant: a step's code may call another
 # jitted function.
@@ -36,13 +40,18 @@ def _read_in_flux(exc: BaseException) -> bool:
     return False
 
 
-def retry_after_state_settles(exc: Exception, op: Callable[[], Any]) -> Any:
-    """``op()`` again once no compiled call holds the state, where ``exc`` (what its first run
-    raised) says it read state in flux; else ``exc`` is raised."""
+#: What ``retry_after_state_settles`` returns where it did not run the op again, or where the
+#: second run failed too (the first error then stands).
+NOT_RETRIED = object()
+
+
+def retry_after_state_settles(exc: Exception, impl: Callable, args: tuple, kwargs: dict) -> Any:
+    """``impl(args, kwargs)`` again once no compiled call holds the state, where ``exc`` (what
+    its first run raised) says it read state in flux; else ``NOT_RETRIED``."""
     if not _read_in_flux(exc) or state_lock._is_owned():  # pyright: ignore[reportAttributeAccessIssue]  (CPython's RLock has it)
-        raise exc
-    with state_lock:  # (no call runs while the op runs again: it reads settled state)
+        return NOT_RETRIED
+    with state_lock, x64():  # (no call runs while the op runs again: it reads settled state)
         try:
-            return op()
+            return impl(args, kwargs)
         except Exception:
-            raise exc from None
+            return NOT_RETRIED

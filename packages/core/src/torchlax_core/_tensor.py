@@ -29,7 +29,6 @@ from ._dtypes import _JAX_TO_TORCH as _DTYPES  # jax dtype -> torch dtype, for _
 from ._dtypes import jax_dtype, torch_dtype
 from ._host_put import put
 from ._run import run_op
-from ._state_lock import retry_after_state_settles
 from ._x64 import x64
 
 # -- what a tensor is made of -----------------------------------------------------------------
@@ -492,12 +491,7 @@ class Tensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        try:
-            return run_op(current_env(), func, args, kwargs or {})
-        except Exception as exc:  # (another thread's compiled call holding the state read?)
-            return retry_after_state_settles(
-                exc, lambda: run_op(current_env(), func, args, kwargs or {})
-            )
+        return run_op(current_env(), func, args, kwargs or {})
 
     # While no environment overrides a torch-level function, PyTorch skips
     # __torch_function__ altogether for this class (see set_function_overrides).

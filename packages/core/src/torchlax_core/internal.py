@@ -41,7 +41,6 @@ from ._compiled import write_back_all as write_back_all
 from ._constant_watch import ChangedConstant as ChangedConstant
 from ._constant_watch import ReadConstants as ReadConstants
 from ._constant_watch import watch_constants as watch_constants
-from ._donation import window as donation_window
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
@@ -93,7 +92,6 @@ __all__ = [
     "array_of",
     "cuda_device",
     "dense_strides_in_order",
-    "donation_window",
     "failure_of",
     "launch_error",
     "refuse_if_too_large",

@@ -37,7 +37,6 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     dense_strides_in_order,
-    donation_window,
     failure_of,
     laid_out,
     launch_error,
@@ -49,6 +48,7 @@ from torchlax_core.internal import (
     refuse_if_too_large,
     result_specs,
     signature,
+    state_lock,
     view_kind,
     viewed_back,
     wrap_results,
@@ -364,7 +364,7 @@ class XlaProgram:
         if plan.donated:
             # From the launch (which deletes the donated arrays) to the write-back: an eager
             # op on another thread that took one of them waits for this and runs again.
-            with donation_window:
+            with state_lock:
                 return self._run(plan, memo, args, call_args)
         return self._run(plan, memo, args, call_args)
 
