@@ -40,8 +40,6 @@ COMPUTES = [
 # (id, call of a device): each raises on eager CPU.
 REFUSES = [
     ("clamp_bool_bool_bounds", lambda d: torch.clamp(_bools(d), _bools(d), _bools(d))),
-    ("histc_int", lambda d: torch.histc(_ints([1, 2, 3], d), bins=3)),
-    ("histc_int32", lambda d: torch.histc(_ints([1, 2, 3], d, torch.int32), bins=3)),
     ("histc_bool", lambda d: torch.histc(_bools(d), bins=3)),
     ("round_bool", lambda d: torch.round(_bools(d))),
     ("round_bool_decimals", lambda d: torch.round(_bools(d), decimals=1)),
@@ -66,3 +64,16 @@ def test_refuses_as_on_cpu(call):
         call("cpu")
     with pytest.raises(type(on_cpu.value)):
         call("jax")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_integer_histc_computes_as_on_cuda(dtype):
+    # The CPU kernel refuses integer histc, CUDA's computes it (in the input's dtype), and
+    # transformers' MoE routing calls it on any device but CPU and MPS (_dtype_support.AS_ON_CUDA).
+    values = [0, 1, 1, 3, 2, 3, 3]
+    with pytest.raises(NotImplementedError):
+        torch.histc(_ints(values, "cpu", dtype), bins=4, min=0, max=3)
+    got = torch.histc(_ints(values, "jax", dtype), bins=4, min=0, max=3)
+    expected = torch.histc(torch.tensor(values, dtype=torch.float32), bins=4, min=0, max=3)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), expected.to(dtype))

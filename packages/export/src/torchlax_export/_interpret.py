@@ -118,6 +118,16 @@ def graph_modules(root: fx.GraphModule) -> Iterable[fx.GraphModule]:
     return (m for m in root.modules() if isinstance(m, fx.GraphModule))
 
 
+def _lowerable(env, op: torch._ops.OpOverload) -> bool:
+    """Whether the registry runs ``op`` in a traced program: a lowering or decomposition, or
+    an implementation a plugin gives by the op's name (other libraries' ops: torchvision's,
+    transformers' ``grouped_mm_fallback``), as the eager path and ``torchlax.jit`` run it."""
+    entry = env.lowering_for(op)
+    if entry is not None and entry.kind in ("lowering", "decomposition"):
+        return True
+    return env.plugin_fallback_for(op) is not None
+
+
 def check_lowerable(root: fx.GraphModule, env) -> None:
     """Raise ``UnsupportedOpError`` naming every op of the program the registry cannot run."""
     missing: dict[str, Any] = {}
@@ -129,8 +139,7 @@ def check_lowerable(root: fx.GraphModule, env) -> None:
             if isinstance(target, torch._ops.OpOverload):
                 if target in NO_OPS or target in SIZE_OPS or target in PROGRAM_OPS:
                     continue
-                entry = env.lowering_for(target)
-                if entry is None or entry.kind not in ("lowering", "decomposition"):
+                if not _lowerable(env, target):
                     missing[str(target)] = target
             elif isinstance(target, torch._ops.HigherOrderOperator):
                 if target.name() not in _HIGHER_ORDER:
