@@ -40,6 +40,9 @@ def _read_in_flux(exc: BaseException) -> bool:
     return False
 
 
+# How long a reader waits for a compiled call (a first trace of a large model takes minutes).
+_WAIT_SECONDS = 600.0
+
 #: What ``retry_after_state_settles`` returns where it did not run the op again, or where the
 #: second run failed too (the first error then stands).
 NOT_RETRIED = object()
@@ -50,8 +53,15 @@ def retry_after_state_settles(exc: Exception, impl: Callable, args: tuple, kwarg
     its first run raised) says it read state in flux; else ``NOT_RETRIED``."""
     if not _read_in_flux(exc) or state_lock._is_owned():  # pyright: ignore[reportAttributeAccessIssue]  (CPython's RLock has it)
         return NOT_RETRIED
-    with state_lock, x64():  # (no call runs while the op runs again: it reads settled state)
-        try:
+    # Bounded: a call that never released the lock (an interrupt landing exactly at a ``with``
+    # statement's exit skips its ``__exit__``) must not hang every reader: the first error
+    # then stands.
+    if not state_lock.acquire(timeout=_WAIT_SECONDS):
+        return NOT_RETRIED
+    try:
+        with x64():  # (no call runs while the op runs again: it reads settled state)
             return impl(args, kwargs)
-        except Exception:
-            return NOT_RETRIED
+    except Exception:
+        return NOT_RETRIED
+    finally:
+        state_lock.release()
