@@ -552,6 +552,8 @@ class XlaProgram:
 
 def _refuse_if_too_large(plan: _CallPlan, memo: _Memo, call_args: tuple) -> None:
     arrays = jax.tree.leaves(call_args)
+    if arrays and isinstance(arrays[0], jax.core.Tracer):
+        return  # inlined into a JAX trace (call_torch under jax.jit): the outer program runs
     device = next(iter(arrays[0].devices())) if arrays else jax.devices()[0]
     refuse_if_too_large(memo.entry.executable, plan.program.name, device)
 
