@@ -102,6 +102,8 @@ def failure_of(results, name: str, donated: int = 0) -> ProgramFailedError | Non
 
     ``donated``: how many of the caller's tensors the run was given to update in place."""
     for array in results:
+        if isinstance(array, jax.core.Tracer):
+            return None  # inlined into a JAX trace: the outer program runs, and fails, later
         if isinstance(array, jax.Array):
             try:
                 array.block_until_ready()
