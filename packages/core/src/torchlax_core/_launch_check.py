@@ -25,6 +25,7 @@ import os
 import re
 
 import jax
+import jax.core
 
 from ._errors import ProgramFailedError, ProgramOutOfMemoryError
 

@@ -28,6 +28,7 @@ from operator import is_
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import torch
 from torch.fx.node import map_arg
