@@ -92,9 +92,8 @@ def test_grouped_mm_errors_as_cpu(args, match):
             _grouped(*jax_args)
 
 
-@pytest.mark.slow
-def test_tiny_mixtral_eager_and_jit():
-    transformers = pytest.importorskip("transformers")
+def _tiny_mixtral(transformers):
+    """A one-layer Mixtral of 4 experts (random weights, seed 0), in eval mode."""
     torch.manual_seed(0)
     config = transformers.MixtralConfig(
         hidden_size=32,
@@ -108,6 +107,13 @@ def test_tiny_mixtral_eager_and_jit():
         max_position_embeddings=64,
     )
     model = transformers.MixtralForCausalLM(config).eval()
+    return model
+
+
+@pytest.mark.slow
+def test_tiny_mixtral_eager_and_jit():
+    transformers = pytest.importorskip("transformers")
+    model = _tiny_mixtral(transformers)
     ids = torch.randint(0, 64, (2, 6))
     with torch.no_grad():
         expected = model(ids).logits
@@ -151,19 +157,7 @@ def test_tiny_mixtral_exports_and_the_artifact_matches_cpu():
     transformers = pytest.importorskip("transformers")
     import numpy as np
 
-    torch.manual_seed(0)
-    config = transformers.MixtralConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=64,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-    )
-    model = transformers.MixtralForCausalLM(config).eval()
+    model = _tiny_mixtral(transformers)
     ids = torch.randint(0, 64, (2, 6))
 
     class Logits(torch.nn.Module):
