@@ -13,14 +13,17 @@ import hashlib
 import json
 import os
 import re
+import struct
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 from torchlax_export import ArtifactError, ArtifactFormatError, load
-from torchlax_export._artifact import FORMAT, FORMAT_VERSION, MANIFEST, PROGRAM, WEIGHTS, Artifact
+from torchlax_export._artifact import FORMAT, FORMAT_VERSION, MANIFEST, PROGRAM, Artifact
+from torchlax_export._weights import LEGACY_WEIGHTS, WEIGHTS
 
 
 def _manifest(inputs, outputs, weights=()) -> dict:
@@ -91,7 +94,7 @@ def test_the_untampered_artifact_loads_and_runs(linear):
         "sub/../../outside_secret.txt",
         "ABSOLUTE",
         "",
-        "weights.npz\x00../outside_secret.txt",
+        "weights.safetensors\x00../outside_secret.txt",
     ],
 )
 def test_file_names_leaving_the_directory_are_refused(linear, tmp_path, name):
@@ -107,7 +110,7 @@ def test_file_names_leaving_the_directory_are_refused(linear, tmp_path, name):
 
 
 def test_a_symlink_pointing_out_is_refused(linear, tmp_path):
-    outside = tmp_path / "elsewhere.npz"
+    outside = tmp_path / "elsewhere.safetensors"
     outside.write_bytes((linear / WEIGHTS).read_bytes())  # same bytes, so the checksum matches
     art = _copy(linear, tmp_path / "art")
     (art / WEIGHTS).unlink()
@@ -184,28 +187,94 @@ def test_malformed_manifest_fields_name_the_field(linear, tmp_path, change, fiel
 
 def test_weights_stored_with_another_dtype_are_refused(linear, tmp_path):
     art = _copy(linear, tmp_path / "art")
-    with open(art / WEIGHTS, "wb") as f:  # same bytes, reinterpreted as int32
-        np.savez(f, w0=np.arange(6, dtype=np.float32).reshape(3, 2).view(np.int32))
+    # same bytes, reinterpreted as int32
+    save_file({"w": np.arange(6, dtype=np.float32).reshape(3, 2).view(np.int32)}, art / WEIGHTS)
     _tamper(art, lambda m: None)
-    with pytest.raises(ArtifactFormatError, match="'w' is stored as int32 .* says float32"):
+    with pytest.raises(ArtifactFormatError, match=r"'w' is stored as int32\[3, 2\].* says float32"):
+        load(art)
+
+
+def _crafted_weights(header: dict, data: bytes, length: int | None = None) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if length is None else length) + raw + data
+
+
+_W = {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 24]}
+
+
+@pytest.mark.parametrize(
+    "weights, problem",
+    [
+        (_crafted_weights({"w": {**_W, "data_offsets": [0, 48]}}, bytes(24)), "lies at bytes"),
+        (_crafted_weights({"w": {**_W, "data_offsets": [8, 24]}}, bytes(24)), "spans 16 bytes"),
+        (_crafted_weights({"w": {**_W, "shape": [2, 3]}}, bytes(24)), r"stored as float32\[2, 3\]"),
+        (_crafted_weights({"w": {**_W, "dtype": "XX"}}, bytes(24)), "entry of weight 'w'"),
+        (_crafted_weights({"w": {**_W, "data_offsets": [-1, 23]}}, bytes(24)), "entry of weight"),
+        (_crafted_weights({"w": _W, "v": _W}, bytes(24)), "holds the weights"),
+        (_crafted_weights({}, bytes(24)), "holds the weights"),
+        (_crafted_weights({"w": _W}, bytes(24), length=1 << 40), "header"),
+        (b"\x10\0\0\0\0\0\0\0not json at all!" + bytes(24), "safetensors header"),
+        (b"\x02", "too short"),
+    ],
+    ids=[
+        "beyond-the-file",
+        "span-short-of-the-shape",
+        "shape-unlike-the-manifest",
+        "unknown-dtype",
+        "negative-offset",
+        "an-extra-weight",
+        "a-missing-weight",
+        "huge-header-length",
+        "not-json",
+        "too-short",
+    ],
+)
+def test_crafted_safetensors_headers_are_refused_before_mapping(linear, tmp_path, weights, problem):
+    art = _copy(linear, tmp_path / "art")
+    (art / WEIGHTS).write_bytes(weights)
+    _tamper(art, lambda m: None)
+    with pytest.raises(ArtifactFormatError, match=problem):
+        load(art)
+
+
+def test_overlapping_weights_are_refused(tmp_path):
+    exported = jax.export.export(jax.jit(lambda a, b, x: (x + a + b,)))(
+        *[jax.ShapeDtypeStruct((2,), jnp.float32)] * 3
+    )
+    manifest = _manifest(
+        [_spec("x", (2,))], [_spec("output_0", (2,))], [_spec("a", (2,)), _spec("b", (2,))]
+    )
+    two = np.ones(2, np.float32)
+    art = Artifact(exported, {"a": two, "b": two}, manifest).save(tmp_path / "art")
+    entry = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    (art / WEIGHTS).write_bytes(_crafted_weights({"a": entry, "b": entry}, bytes(8)))
+    _tamper(art, lambda m: None)
+    with pytest.raises(ArtifactFormatError, match="'a' and 'b' share bytes"):
         load(art)
 
 
 def test_no_pickle_on_the_load_path(linear, tmp_path):
+    """Version-1 artifacts (weights.npz) are still read: never with pickle."""
     marker = tmp_path / "pickle_ran"
 
     art = _copy(linear, tmp_path / "art")
     payload = np.empty((3, 2), dtype=object)
     payload[0, 0] = _Payload(str(marker))
-    with open(art / WEIGHTS, "wb") as f:
+    with open(art / LEGACY_WEIGHTS, "wb") as f:
         np.savez(f, w0=payload)  # an object array: stored as a pickle
-    _tamper(art, lambda m: None)
+
+    def as_version_1(manifest):
+        manifest["format_version"] = 1
+        manifest["files"] = {PROGRAM: {}, LEGACY_WEIGHTS: {}}
+
+    _tamper(art, as_version_1)
     with pytest.raises(ArtifactFormatError, match="could not be read .*allow_pickle=False"):
         load(art)
     assert not marker.exists()  # the payload never ran
     sources = Path(__import__("torchlax_export").__file__).parent
-    loader = (sources / "_artifact.py").read_text()
-    assert "import pickle" not in loader and "allow_pickle=True" not in loader
+    for module in ("_artifact.py", "_weights.py"):
+        loader = (sources / module).read_text()
+        assert "import pickle" not in loader and "allow_pickle=True" not in loader
 
 
 class _Payload:

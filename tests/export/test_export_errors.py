@@ -57,7 +57,7 @@ def test_roundtrip_in_process(saved):
     np.testing.assert_allclose(np.asarray(y), want_y.detach().numpy(), rtol=1e-6)
     assert doubled.dtype == jnp.int64 and int(doubled) == 6
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format_version"] == 1
+    assert manifest["format_version"] == 2
     assert manifest["inputs"] == [
         {"name": "x", "shape": [2, 3], "dtype": "float32"},
         {"name": "step", "shape": [], "dtype": "int64"},
@@ -76,7 +76,7 @@ def test_truncated_program(copy_of):
 
 
 def test_corrupt_weights(copy_of):
-    weights = copy_of / "weights.npz"
+    weights = copy_of / "weights.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0xFF
     weights.write_bytes(bytes(data))
@@ -85,7 +85,7 @@ def test_corrupt_weights(copy_of):
 
 
 def test_missing_file(copy_of):
-    (copy_of / "weights.npz").unlink()
+    (copy_of / "weights.safetensors").unlink()
     with pytest.raises(ArtifactFormatError, match="missing"):
         torchlax_export.load(copy_of)
 
@@ -97,7 +97,7 @@ def test_truncated_manifest(copy_of):
         torchlax_export.load(copy_of)
 
 
-@pytest.mark.parametrize("version, advice", [(2, "Upgrade"), (0, "Export the model again")])
+@pytest.mark.parametrize("version, advice", [(3, "Upgrade"), (0, "Export the model again")])
 def test_wrong_format_version(copy_of, version, advice):
     manifest = json.loads((copy_of / "manifest.json").read_text())
     manifest["format_version"] = version

@@ -8,10 +8,11 @@ Layout of a saved artifact (``Artifact.save(path)``)::
     path/
       manifest.json     what the program takes and returns (below)
       program.jaxexport the serialized StableHLO program: ``jax.export.Exported.serialize()``
-      weights.npz       parameters, buffers and constants; arrays ``w0``, ``w1``, ... in the
-                        order of ``manifest["weights"]`` (bfloat16/float8 stored as raw bytes)
+      weights.safetensors
+                        parameters, buffers and constants, keyed by their names (``_weights.py``
+                        says how; format version 1 had ``weights.npz`` instead, still read)
 
-``manifest.json`` holds ``format`` (``"torchlax-export"``), ``format_version`` (1), the versions
+``manifest.json`` holds ``format`` (``"torchlax-export"``), ``format_version`` (2), the versions
 of torchlax, torch and jax that wrote it, ``files`` (name, size and sha256 of each file, checked
 on load), ``dims`` (each symbolic dimension with its ``min``/``max``), ``weights``, ``inputs`` and
 ``outputs`` (each a ``name``, a ``shape`` whose symbolic dims are strings such as ``"batch"``, and
@@ -37,15 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import ArtifactError, ArtifactFormatError, InputMismatchError
+from ._weights import LEGACY_WEIGHTS, WEIGHTS, load_legacy_weights, load_weights, save_weights
 
 FORMAT = "torchlax-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: weights in weights.npz
 MANIFEST = "manifest.json"
 PROGRAM = "program.jaxexport"
-WEIGHTS = "weights.npz"
-
-# numpy cannot name these dtypes natively: they are stored as raw unsigned bytes.
-_RAW_STORAGE = {1: np.uint8, 2: np.uint16}
 
 
 class Artifact:
@@ -205,16 +204,10 @@ class Artifact:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         program = bytes(self.exported.serialize())
-        stored = {}
-        for i, spec in enumerate(self.manifest["weights"]):
-            array = np.asarray(self.weights[spec["name"]])
-            if array.dtype.type.__module__ != "numpy":  # an ml_dtypes type (bfloat16, float8)
-                array = array.view(_RAW_STORAGE[array.dtype.itemsize])
-            stored[f"w{i}"] = array
         (path / PROGRAM).write_bytes(program)
-        with open(path / WEIGHTS, "wb") as f:
-            np.savez(f, **stored)
+        save_weights(path / WEIGHTS, self.manifest["weights"], self.weights)
         manifest = dict(self.manifest)
+        manifest["format_version"] = FORMAT_VERSION  # also when a version-1 artifact is re-saved
         manifest["files"] = {name: _file_record(path / name) for name in (PROGRAM, WEIGHTS)}
         manifest["weights"] = [
             {**spec, "shape": list(np.shape(self.weights[spec["name"]]))}
@@ -286,32 +279,15 @@ def _load(path: Path, trust: bool) -> Artifact:
     _check_against_program(manifest, exported, path / PROGRAM)
     if not trust:
         _check_custom_calls(exported, path / PROGRAM)
+    weights_file = path / _weights_file(manifest)
+    read = load_weights if manifest["format_version"] == FORMAT_VERSION else load_legacy_weights
     try:
-        with np.load(path / WEIGHTS, allow_pickle=False) as stored:
-            weights = {}
-            for i, spec in enumerate(manifest["weights"]):
-                array = stored[f"w{i}"]
-                dtype = jnp.dtype(spec["dtype"])
-                if array.dtype != dtype:
-                    raw = _RAW_STORAGE.get(dtype.itemsize)
-                    if dtype.type.__module__ == "numpy" or array.dtype != raw:
-                        raise ArtifactFormatError(
-                            f"Weight '{spec['name']}' is stored as {array.dtype.name} in "
-                            f"{WEIGHTS}, but {MANIFEST} says {dtype.name}: the artifact is "
-                            "inconsistent (torchlax-export never reinterprets one as the other)."
-                        )
-                    array = array.view(dtype)  # bfloat16/float8, stored as raw bytes
-                if list(array.shape) != list(spec["shape"]):
-                    raise ArtifactFormatError(
-                        f"Weight '{spec['name']}' in {WEIGHTS} has shape {list(array.shape)}, "
-                        f"but {MANIFEST} says {spec['shape']}: the artifact is inconsistent."
-                    )
-                weights[spec["name"]] = array
+        weights = read(weights_file, manifest["weights"])
     except ArtifactFormatError:
         raise
     except Exception as exc:
         raise ArtifactFormatError(
-            f"{path / WEIGHTS} could not be read ({exc}); the artifact is corrupt: export it again."
+            f"{weights_file} could not be read ({exc}); the artifact is corrupt: export it again."
         ) from exc
     return Artifact(exported, weights, manifest)
 
@@ -358,11 +334,11 @@ def _check_manifest(manifest: Any, where: Path) -> None:
             f"{where} is not a torchlax-export manifest (its 'format' is not '{FORMAT}')."
         )
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if not _is_int(version) or version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and version > FORMAT_VERSION
         raise ArtifactFormatError(
-            f"{where} has format version {version!r}; this torchlax-export reads version "
-            f"{FORMAT_VERSION}. "
+            f"{where} has format version {version!r}; this torchlax-export reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. "
             + ("Upgrade torchlax-export to load it." if newer else "Export the model again.")
         )
     absent = [key for key in _REQUIRED if key not in manifest]
@@ -375,10 +351,14 @@ def _check_manifest(manifest: Any, where: Path) -> None:
         raise ArtifactFormatError(
             f"{where}: 'files' must map file names to their size and checksum."
         )
-    for name in (PROGRAM, WEIGHTS):
+    for name in (PROGRAM, _weights_file(manifest)):
         if name not in files:
             raise ArtifactFormatError(f"{where} does not list the file {name}.")
     _check_fields(manifest, where)
+
+
+def _weights_file(manifest: dict) -> str:
+    return WEIGHTS if manifest["format_version"] == FORMAT_VERSION else LEGACY_WEIGHTS
 
 
 _MAX_TREE_DEPTH = 64  # far deeper than any PyTorch program's outputs nest
@@ -401,6 +381,8 @@ def _check_fields(manifest: dict, where: Path) -> None:
         for i, spec in enumerate(specs):
             _check_spec(spec, section, f"{section}[{i}]", where)
     names = [w["name"] for w in manifest["weights"]]
+    if len(set(names)) != len(names):
+        raise _field_error(where, "'weights'", "names a weight twice")
     n_outputs = len(manifest["outputs"])
     _check_tree(manifest["output_tree"], n_outputs, where, "output_tree", 0)
     _check_mutations(manifest["mutations"], names, n_outputs, where)
@@ -696,8 +678,15 @@ def _check_custom_calls(exported, where: Path) -> None:
 
 
 def _file_record(path: Path) -> dict:
-    data = path.read_bytes()
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):  # bounded memory, whatever the size
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _verify_file(path: Path, record: dict) -> None:
@@ -709,11 +698,7 @@ def _verify_file(path: Path, record: dict) -> None:
             f"The artifact file {path} has {size} bytes, but the manifest recorded "
             f"{record.get('bytes')}: it is truncated or was overwritten. Export it again."
         )
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):  # bounded memory, whatever the size
-            digest.update(chunk)
-    if digest.hexdigest() != record.get("sha256"):
+    if _sha256(path) != record.get("sha256"):
         raise ArtifactFormatError(
             f"The artifact file {path} does not match the checksum in the manifest: it is "
             "corrupt. Export it again."
