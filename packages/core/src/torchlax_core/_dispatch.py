@@ -8,7 +8,8 @@ then ``Tensor.__torch_dispatch__`` -> ``impl``. The modules it assembles, bottom
 - ``_layouts``: results whose strides PyTorch does not make row-major;
 - ``_views``: view ops, whose results share their base's storage;
 - ``_mutation``: in-place and ``out=`` overloads written back, ``resize_``, ``set_``;
-- ``_cached_op``: functional ops the eager op cache serves (its hits and misses).
+- ``_cached_op``: functional ops the eager op cache serves (its hits and misses);
+- ``_like_placement``: ``zeros_like(x)`` and kin land where a committed ``x`` is.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from . import _opcache
 from ._cached_op import cached_impl
 from ._layouts import RESULT_LAYOUT_FROM_META, keeps_layout, memory_order_impl, meta_layout_impl
+from ._like_placement import LIKE_OPS, placed_lowering, source_is_committed
 from ._mutation import derived_mutation_impl
 from ._tensor import _make
 from ._unwrap import _ArrayImpl, _make_unwrapper, _wrap, release
@@ -29,6 +31,18 @@ from ._views import as_strided_impl, view_impl
 
 
 def lowering_impl(func, fn, cache: _opcache.OpCache | None = None) -> Callable:
+    if func in LIKE_OPS:  # zeros_like(x) and kin: where x is, when x is committed
+        usual = _lowering_impl(func, fn, cache)
+        placed = _lowering_impl(func, placed_lowering(func, fn), None)
+
+        def like_impl(args, kwargs):
+            return (placed if source_is_committed(args) else usual)(args, kwargs)
+
+        return like_impl
+    return _lowering_impl(func, fn, cache)
+
+
+def _lowering_impl(func, fn, cache: _opcache.OpCache | None) -> Callable:
     schema = getattr(func, "_schema", None)
     if schema is not None and schema.is_mutable:
         return derived_mutation_impl(func, None, plain_impl(func, fn))

@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -181,6 +182,21 @@ def _check_out_dtype(func, args, kwargs) -> None:
         raise RuntimeError(_OUT_DTYPE_ERRORS[key])
 
 
+def _kept_in_place(dst: Tensor, new):
+    """``new`` where ``dst``'s data is, when that is committed and ``new`` is not.
+
+    An in-place op never moves a tensor in PyTorch; a result built from the shape alone
+    (``zero_``, ``fill_``) comes out of its program uncommitted on the default device, so a
+    sharded tensor would otherwise end up whole on device 0.
+    """
+    if getattr(new, "committed", True) or new.shape != dst._storage.array.shape:
+        return new  # (a view's write combines with its committed root: placed by JAX)
+    old = dst._storage.array
+    if isinstance(old, jax.core.Tracer) or not getattr(old, "committed", False):
+        return new
+    return jax.device_put(new, old.sharding)
+
+
 def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
     """Run ``inner`` functionally, then write its results into the arguments ``func`` mutates.
 
@@ -231,7 +247,7 @@ def derived_mutation_impl(func, functional, inner: Callable) -> Callable:
                         shapes = [getattr(r, "shape", ()) for r in results]
                         strides = result_strides(functional, args, call_kwargs, shapes)[i]
                         torch.ops.aten.as_strided_.default(dst, new.shape, strides)
-            dst._write(cast_for_write(func, dst, new))
+            dst._write(_kept_in_place(dst, cast_for_write(func, dst, new)))
             outputs.append(dst)
         if not func._schema.returns:
             return None

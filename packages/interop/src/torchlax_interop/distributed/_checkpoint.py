@@ -169,8 +169,7 @@ class Checkpointer:
                     "first, or check the directory."
                 )
         ocp = self._ocp
-        live = _state(model, optimizer)
-        _lay_out_like_parameters(live)
+        live = _state(model, optimizer)  # (a fresh optimizer's state is laid out like its params)
         live_layout, live_arrays = _split(live, "the state")
         saved_layout = self._manager.restore(
             step, args=ocp.args.Composite(layout=ocp.args.JsonRestore())
@@ -217,28 +216,6 @@ class Checkpointer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _lay_out_like_parameters(state: dict) -> None:
-    """Give optimizer state not laid out yet its parameter's sharding.
-
-    A fresh optimizer's state (``zeros_like(param)``) sits uncommitted on the default device
-    until a step combines it with the sharded gradients; restored there, each device would
-    read the whole array. Shaped like its parameter, it is read straight into the parameter's
-    sharding instead, the layout a step gives it.
-    """
-    params = state["model"]
-    for name, entries in state.get("optim", {}).get("state", {}).items():
-        param = params.get(name)
-        if not isinstance(param, Tensor) or not isinstance(entries, Mapping):
-            continue
-        for value in entries.values():
-            if (
-                isinstance(value, Tensor)
-                and value.shape == param.shape
-                and not getattr(array_of(value), "committed", True)
-            ):
-                write(value, jax.device_put(array_of(value), array_of(param).sharding))
 
 
 def _abstract(array):
