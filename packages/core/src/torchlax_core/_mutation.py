@@ -12,7 +12,6 @@ import warnings
 from collections.abc import Callable
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -28,7 +27,7 @@ from ._dtypes import jax_dtype, scalar_type_name, torch_dtype
 from ._layouts import RESULT_LAYOUT_FROM_META, memory_order, result_strides
 from ._registry import op_name
 from ._tensor import GATHER, REINTERPRET, RESHAPE, Tensor, _first_index, _make, _View
-from ._unwrap import _JAX_DTYPES, _wrap
+from ._unwrap import _JAX_DTYPES, _ArrayImpl, _wrap
 
 # -- in-place and out= ---------------------------------------------------------------------------
 
@@ -189,11 +188,12 @@ def _kept_in_place(dst: Tensor, new):
     (``zero_``, ``fill_``) comes out of its program uncommitted on the default device, so a
     sharded tensor would otherwise end up whole on device 0.
     """
-    if getattr(new, "committed", True) or new.shape != dst._storage.array.shape:
-        return new  # (a view's write combines with its committed root: placed by JAX)
-    old = dst._storage.array
-    if isinstance(old, jax.core.Tracer) or not getattr(old, "committed", False):
+    # (a tracer's ``committed`` raises: only concrete arrays are looked at)
+    if type(new) is not _ArrayImpl or new.committed:
         return new
+    old = dst._storage.array
+    if type(old) is not _ArrayImpl or not old.committed or old.shape != new.shape:
+        return new  # (a view's write combines with its committed root: placed by JAX)
     return jax.device_put(new, old.sharding)
 
 
