@@ -173,6 +173,39 @@ def _note_fork() -> None:
 os.register_at_fork(after_in_child=_note_fork)
 
 
+# JAX warns at every fork after it started ("os.fork() was called ... JAX is multithreaded"), and
+# Python shows it again whenever anything touches the warning filters in between: a DataLoader
+# would log it per worker and epoch. torchlax lets it through at the first such fork and hides
+# it at the later ones, with a filter that is there during the fork only. (Hooks registered
+# after JAX's run before it, so the filter is in place when JAX warns.)
+_FORK_WARNING: dict = {"shown": False, "hiding": None}
+
+
+def _before_fork() -> None:
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        return
+    if not _FORK_WARNING["shown"]:
+        _FORK_WARNING["shown"] = True
+        return
+    import warnings
+
+    hiding = warnings.catch_warnings()  # restores the filters as they were after the fork
+    hiding.__enter__()
+    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+    _FORK_WARNING["hiding"] = hiding
+
+
+def _after_fork_in_parent() -> None:
+    hiding, _FORK_WARNING["hiding"] = _FORK_WARNING["hiding"], None
+    if hiding is not None:
+        hiding.__exit__(None, None, None)
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
 def _check_not_forked(op) -> None:
     raise RuntimeError(
         f"{op} was asked to create a tensor on the jax device in a process forked after JAX "
