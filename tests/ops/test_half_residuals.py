@@ -36,7 +36,16 @@ def _math_attention(x, w, b):
     return torch.ops.aten.scaled_dot_product_attention(q, q, q, is_causal=True)[:, 0]
 
 
+def _new_gelu(x, _w, _b):
+    # GPT-2's activation in transformers (NewGELUActivation): elementwise ops, each computing
+    # half precision in float32 (the promotion path rather than opmath).
+    import torch
+
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 OPS = {
+    "new_gelu": _new_gelu,
     "gelu": lambda x, w, b: F.gelu(x),
     "gelu_tanh": lambda x, w, b: F.gelu(x, approximate="tanh"),
     "layer_norm": _layer_norm,

@@ -242,8 +242,19 @@ def _promoting(
                 compute, result = result_dtypes(values, kind)
         except UnsupportedDtypeError as exc:
             raise _not_implemented(op, exc) from None
+        if compute == _FLOAT32 and any(
+            isinstance(v, jax.Array) and v.dtype in HALF for v in values
+        ):
+            # Half precision computed in float32: JAX's autodiff keeps the half arguments and
+            # recomputes the float32 part (_recompute), as PyTorch keeps half tensors.
+            return recomputed(run, compute, result, *call_args, **call_kwargs)
+        return run(compute, result, *call_args, **call_kwargs)
+
+    def run(compute, result, *call_args, **call_kwargs):
+        n_args = len(call_args)
         call_args = list(call_args)
-        for (p, n), v in zip(pairs, values, strict=True):
+        for p, n in pairs:
+            v = call_args[p] if p < n_args else call_kwargs.get(n)
             # (not getattr(v, "dtype", None) == compute: numpy reads None as float64)
             if isinstance(v, jax.Array) and v.dtype == compute:
                 continue
@@ -275,6 +286,7 @@ def _not_implemented(op: str, exc: UnsupportedDtypeError) -> DtypeNotImplemented
 
 
 HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+_FLOAT32 = np.dtype(jnp.float32)
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import jax.core
+from jax._src.interpreters.partial_eval import DynamicJaxprTracer
 
 __all__ = ["recomputed"]
 
@@ -25,13 +26,15 @@ def recomputed(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
     Only the arguments that are themselves JAX arrays (not nested in lists) are the
     checkpoint's inputs; everything else (dims, flags, Python scalars) is a constant of it.
-    Outside a trace (concrete arrays: nothing differentiates them) it is ``fn`` as it is. ``fn``
-    must return arrays (or tuples/lists of them, or None).
+    Where no argument is a tracer of a transformation (concrete arrays, or a plain ``jax.jit``
+    trace such as ``torchlax.jit``'s, whose program computes its backward with PyTorch's own
+    backward ops) it is ``fn`` as it is: a checkpoint would double the tracing time there and
+    save nothing. ``fn`` must return arrays (or tuples/lists of them, or None).
     """
     where = [i for i, a in enumerate(args) if isinstance(a, jax.Array)]
     names = [n for n, a in kwargs.items() if isinstance(a, jax.Array)]
     arrays = [args[i] for i in where] + [kwargs[n] for n in names]
-    if not any(isinstance(a, jax.core.Tracer) for a in arrays):
+    if not any(_differentiable(a) for a in arrays):
         return fn(*args, **kwargs)
 
     def run(*values: Any) -> Any:
@@ -42,3 +45,11 @@ def recomputed(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*call_args, **call_kwargs)
 
     return jax.checkpoint(run)(*arrays)
+
+
+def _differentiable(x: jax.Array) -> bool:
+    """A tracer that autodiff (or another transformation around it) may differentiate: any
+    tracer but a plain staging trace's. (``jax.grad`` of a ``jax.jit``-ed function stages the
+    function first and differentiates its program afterwards: that path keeps what the
+    program's own operations keep.)"""
+    return isinstance(x, jax.core.Tracer) and not isinstance(x, DynamicJaxprTracer)
