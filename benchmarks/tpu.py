@@ -519,7 +519,8 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
         run, exe_stats = run_jax_variant(variant, model, net, batch, shape, row)
         if run is None:  # --residuals: traced, not run
             return
-    row["attention"] = attention_paths()
+    if variant not in ("jax", "torchax"):  # (in --smoke's one process, the paths seen so far)
+        row["attention"] = attention_paths()
     row["first_call_compiles"] = compiles.count
     row["device_after_first"] = device_memory()
     row["host_rss_growth_first_gib"] = (watch.peak - watch.base) / GIB
