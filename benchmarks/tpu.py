@@ -76,7 +76,7 @@ FULL = {
     "resnet50": {"blocks": (3, 4, 6, 3), "batch": 128, "size": 224},
 }
 SMOKE = {
-    "gpt2": {"layers": 2, "width": 64, "heads": 4, "vocab": 256, "batch": 2, "seq": 32},
+    "gpt2": {"layers": 1, "width": 64, "heads": 4, "vocab": 256, "batch": 2, "seq": 32},
     "llama": {
         "layers": 2,
         "width": 64,
