@@ -97,7 +97,8 @@ def interleaved(variants: dict[str, Callable[[], Any]], calls: int) -> None:
 def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
     """Wrap the parts of ``_Jitted._call`` in CPU timers; returns the totals and an undo."""
     from torchlax_core.internal import CompiledProgram
-    from torchlax_interop import _jit, _jit_state
+    from torchlax_interop.jit import _call as _jit
+    from torchlax_interop.jit import _state as _jit_state
 
     totals: dict[str, list[int]] = {}
     undo: list[Callable[[], None]] = []

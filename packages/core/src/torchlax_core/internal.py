@@ -38,9 +38,6 @@ from ._compiled import wrap_results as wrap_results
 from ._compiled import wrap_results_like as wrap_results_like
 from ._compiled import write_back as write_back
 from ._compiled import write_back_all as write_back_all
-from ._constant_watch import ChangedConstant as ChangedConstant
-from ._constant_watch import ReadConstants as ReadConstants
-from ._constant_watch import watch_constants as watch_constants
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
@@ -56,6 +53,7 @@ from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
 from ._precision import float32_matmul_precision as float32_matmul_precision
+from ._program import observing_ops as observing_ops
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
@@ -69,10 +67,8 @@ from ._x64 import x64 as x64
 from ._x64 import x64_flag as x64_flag
 
 __all__ = [
-    "ChangedConstant",
     "CompiledProgram",
     "Entry",
-    "ReadConstants",
     "ResultWrappers",
     "float32_matmul_precision",
     "not_exclusive",
@@ -113,11 +109,11 @@ __all__ = [
     "storage_of",
     "stored_in_order",
     "tables_of",
+    "observing_ops",
     "tracing",
     "unused_key",
     "view_kind",
     "viewed_back",
-    "watch_constants",
     "write",
     "no_x64",
     "x64",

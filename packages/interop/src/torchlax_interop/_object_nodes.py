@@ -10,7 +10,7 @@ the object with placeholders in their places plus a hashable description of that
 Unflattening copies the template along the way and puts the children back. So ``jax.jit(fn)``
 returns the cache with ``jax.Array``s in it, and the same object passed back into ``fn`` comes
 back as a cache of torchlax Tensors: ``torchlax.jit`` does the same for its outputs
-(``_jit_objects.py``).
+(``jit/_objects.py``).
 
 ``register_known()`` registers ``transformers``' cache classes ahead (when transformers is
 imported), so a cache the caller built (``DynamicCache(config=...)``) can be passed in first.

@@ -27,7 +27,7 @@ import torch
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import storage_of
 
-from ._views import is_namedtuple
+from .._views import is_namedtuple
 
 # Values that hold no tensor: not searched.
 _ATOMS = (

@@ -37,7 +37,6 @@ from torchlax_core import JitArgumentError, JitError, Tensor, checked, raise_err
 from torchlax_core.internal import (
     CompiledProgram,
     Entry,
-    ReadConstants,
     ResultWrappers,
     array_of,
     dense_strides_in_order,
@@ -56,27 +55,27 @@ from torchlax_core.internal import (
     tracing,
     view_getter,
     viewed_back,
-    watch_constants,
     wrap_results_like,
     x64,
 )
 from torchlax_core.internal import signature as _signature
 
-from ._arguments import check_jit_arguments, check_static_argnums
-from ._call_jax import _borrow, _give_back
-from ._dlpack import check_shared_writes, from_torch
-from ._jit_commit import launch_and_write
-from ._jit_constant_writes import (
+from .._arguments import check_jit_arguments, check_static_argnums
+from .._call_jax import _borrow, _give_back
+from .._dlpack import check_shared_writes, from_torch
+from ._commit import launch_and_write
+from ._constants import ReadConstants, watch_constants
+from ._cpu_tensors import ChangedCpuTensor
+from ._objects import ObjectOutput
+from ._objects import find as find_object_output
+from ._paths import path_to, reaches
+from ._refusals import (
     changed_constant_error,
     changed_cpu_tensor_error,
     described_tensor,
     where_held,
 )
-from ._jit_cpu_tensors import ChangedCpuTensor
-from ._jit_objects import ObjectOutput
-from ._jit_objects import find as find_object_output
-from ._jit_paths import path_to, reaches
-from ._jit_state import (
+from ._state import (
     MAX_CONTAINER_ITEMS,
     MAX_STATE_DEPTH,
     MAX_WALKED_ITEMS,
@@ -89,7 +88,7 @@ from ._jit_state import (
     cpu_state_tensors,
     find_state,
 )
-from ._jit_trace_watch import TraceWatch
+from ._watch import TraceWatch
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
@@ -194,7 +193,7 @@ class _Info:
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
     single_output: bool = dataclasses.field(init=False)
-    # Whether an output is an object rebuilt around its tensors (_jit_objects), and how many
+    # Whether an output is an object rebuilt around its tensors (_objects), and how many
     # arrays the program outputs (its tensors count).
     rebuilds: bool = dataclasses.field(init=False)
     n_outputs: int = dataclasses.field(init=False)

@@ -30,7 +30,7 @@ from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
 from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
 
-from ._jit_holders import attributes, enterable, same_values, slot_values
+from ._holders import attributes, enterable, same_values, slot_values
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 # The hook dicts ``Module.__call__`` consults (``_call_impl``, torch 2.14), per module and

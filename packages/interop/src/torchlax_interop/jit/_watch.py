@@ -7,9 +7,9 @@ registration per trace: a torch function mode (``TraceWatch``, entered around th
 sees every torch call of the step) and one global module forward pre-hook (it sees every
 module call), both acting for the tracing thread only. What they see goes to three findings:
 
-- **Modules trained that are no state** (``ConstantModules``, ``_jit_constant_modules``):
+- **Modules trained that are no state** (``ConstantModules``, ``_constant_modules``):
   a module called whose parameters require grad and are not among the state's.
-- **Plain CPU tensors changed** (``_jit_cpu_tensors``): each plain CPU tensor a call of the
+- **Plain CPU tensors changed** (``_cpu_tensors``): each plain CPU tensor a call of the
   step receives that the trace did not make (a result of an earlier call of the trace is its
   own: ``tmp = torch.zeros(3); tmp.add_(1)`` is fine) is noted at first sight; after the step,
   those whose data or ``.grad`` changed are put back and named. A ``backward()`` of the step
@@ -45,8 +45,8 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 from torchlax_core import Tensor
 
-from ._jit_constant_modules import ConstantModules
-from ._jit_cpu_tensors import (
+from ._constant_modules import ConstantModules
+from ._cpu_tensors import (
     ChangedCpuTensor,
     SeenCpuTensor,
     changed,

@@ -5,7 +5,7 @@ is a plain object, a tensor reached only through a default argument or a module'
 attribute) is a constant of the program: its value is baked in. A step that writes into such
 a tensor (``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives
 it a ``.grad`` would do so once, while it is traced, and never again: the tensor would not
-train or count, and would hold a value of the finished trace. The core's constant watch
+train or count, and would hold a value of the finished trace. The constant watch (``_constants``)
 (``watch_constants``) finds exactly those tensors after the step was traced and puts back
 what they held; this module words the error.
 """
@@ -13,10 +13,10 @@ what they held; this module words the error.
 from __future__ import annotations
 
 from torchlax_core import JitError
-from torchlax_core.internal import ChangedConstant
 
-from ._jit_cpu_tensors import ChangedCpuTensor
-from ._jit_state import MAX_STATE_DEPTH
+from ._constants import ChangedConstant
+from ._cpu_tensors import ChangedCpuTensor
+from ._state import MAX_STATE_DEPTH
 
 
 def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> JitError:
@@ -54,7 +54,7 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
 def changed_cpu_tensor_error(
     owner: str, changed: list[tuple[ChangedCpuTensor, str | None]]
 ) -> JitError:
-    """The error for the plain CPU tensors a traced step changed (``_jit_cpu_tensors``), each
+    """The error for the plain CPU tensors a traced step changed (``_cpu_tensors``), each
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
     t = first.tensor
@@ -96,7 +96,7 @@ def changed_cpu_tensor_error(
 
 
 def where_held(path: str | None) -> str:
-    """Where the function holds a tensor, in words, from its path (``_jit_paths.path_to``;
+    """Where the function holds a tensor, in words, from its path (``_paths.path_to``;
     None: the search does not find it)."""
     if path is None:
         return "(the function does not reach it within the search)"

@@ -8,7 +8,8 @@ its value is baked in. Changing one is not: an in-place write (``buf.add_(1)``, 
 program is traced, and leaves a value of the finished trace in the user's tensor (a tracer,
 or a value computed at trace time that no later call updates).
 
-``watch_constants()`` records, while code runs under ``tracing()`` on this thread, each
+``watch_constants()`` records, while code runs under the core's ``tracing()`` on this thread (an
+op observer: ``observing_ops``), each
 torchlax Tensor that an op receives holding a concrete array at first sight (not one the
 traced code made itself: a result of an op of the trace), with its storage, array and
 ``.grad`` then. ``ConstantWatch.changed()`` lists those still alive that the traced code
@@ -20,7 +21,6 @@ at trace time only (one look at each op's tensor arguments); a program's calls n
 from __future__ import annotations
 
 import operator
-import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,10 +28,8 @@ from itertools import repeat
 
 import jax.core
 import torch
-
-from ._tensor import Tensor
-
-_watching = threading.local()  # .watch: this thread's ConstantWatch while one is active
+from torchlax_core import Tensor
+from torchlax_core.internal import observing_ops
 
 
 class ChangedConstant:
@@ -210,14 +208,5 @@ def _alias(seen: _Seen) -> torch.Tensor:
 def watch_constants() -> Iterator[ConstantWatch]:
     """Record the constants the code traced in this block reaches (this thread only)."""
     watch = ConstantWatch()
-    before = getattr(_watching, "watch", None)
-    _watching.watch = watch
-    try:
+    with observing_ops(watch):
         yield watch
-    finally:
-        _watching.watch = before
-
-
-def current_watch() -> ConstantWatch | None:
-    """This thread's active watch (read by ``__torch_function__`` while tracing)."""
-    return getattr(_watching, "watch", None)
