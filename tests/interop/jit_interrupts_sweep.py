@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import torchlax
 from torch import nn
-from torchlax_interop.jit import _call as _jit
+from torchlax_interop.jit import _call, _repeated
 
 
 def _setup():
@@ -145,13 +145,14 @@ def test_ctrl_c_during_the_write_back_is_held_until_it_is_done(monkeypatch):
         b[3](x, y)
     b[3](x, y)
     after = _snapshot(*b[:3])
-    write_state = _jit._write_state
+    write_state = _call._write_state
 
     def interrupted(*args):
         signal.raise_signal(signal.SIGINT)  # Ctrl-C, as the write-back starts
         return write_state(*args)
 
-    monkeypatch.setattr(_jit, "_write_state", interrupted)
+    for caller in (_call, _repeated):  # the general path's and the repeated step's write-back
+        monkeypatch.setattr(caller, "_write_state", interrupted)
     # Python's own handler (a pytest-xdist worker ignores SIGINT)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

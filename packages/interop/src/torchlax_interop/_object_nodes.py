@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from torchlax_core import TorchlaxError
 
-# Values that hold no tensor: kept in the template as they are.
-_ATOMS = (
+# Values that hold no tensor, here and in torchlax.jit's search of returned objects
+# (jit/_objects.py).
+TENSORLESS = (
     int,
     float,
     complex,
@@ -45,11 +46,10 @@ _ATOMS = (
     enum.Enum,
     type,
     types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
     range,
 )
+# Kept in the template as they are.
+_ATOMS = (*TENSORLESS, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 _MAX_DEPTH = 12
 _registered: set[type] = set()
 

@@ -16,8 +16,8 @@ from collections.abc import Collection
 import torch
 from torchlax_core import JitError
 
+from ._discover import MAX_STATE_DEPTH
 from ._paths import path_to
-from ._state import MAX_STATE_DEPTH
 
 
 class ConstantModules:

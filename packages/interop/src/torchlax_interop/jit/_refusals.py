@@ -16,7 +16,9 @@ from torchlax_core import JitError
 
 from ._constants import ChangedConstant
 from ._cpu_tensors import ChangedCpuTensor
-from ._state import MAX_STATE_DEPTH
+from ._discover import MAX_STATE_DEPTH
+from ._paths import path_to
+from ._watch import TraceWatch
 
 
 def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> JitError:
@@ -115,3 +117,64 @@ def described_tensor(t, *, cpu: bool = False) -> str:
     """A tensor in the errors' words: "the [CPU ]float32 tensor of shape (3,)"."""
     device = "CPU " if cpu else ""
     return f"the {device}{str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+
+
+def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError:
+    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s,
+    or a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from the
+    traced program to a plain CPU tensor (refused before it ran): naming the module, where a
+    leaf given a ``.grad`` is the parameter of a module the trace called that is no state,
+    else the first tensor, by the path the function reaches it (or as the step's own)."""
+    owner = _owner(jitted)
+    if not trace.refused_crossing:
+        refused = {id(t) for t in trace.refused_leaves}
+        untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
+        if untrained is not None:
+            return untrained
+    named = [
+        (
+            ChangedCpuTensor(
+                t,
+                written=False,
+                grad_given=True,
+                seen=None,
+                by_backward=True,
+                call=trace.refused_call,
+                crossing=trace.refused_crossing,
+                made=trace.made(t),
+            ),
+            None if trace.made(t) else path_to(t, jitted.target, args, kwargs),
+        )
+        for t in trace.refused_leaves
+    ]
+    return changed_cpu_tensor_error(owner, named)
+
+
+def _argument_requiring_grad_error(jitted, inputs: list) -> JitError:
+    """The error for a step that trains called with a tensor argument that requires grad."""
+    k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
+    described = described_tensor(t)
+    return JitError(
+        f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
+        "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
+        "into the graph it was computed by), but an argument is an input of the compiled "
+        "program, traced as a value that does not require grad, and no gradient is given back "
+        "to it. Close over the tensor or register it in a module as a parameter (then it is "
+        "part of the step's state and its .grad is written back), or pass it detached "
+        "(tensor.detach())."
+    )
+
+
+def _leaked_tracer_error(jitted) -> JitError:
+    name = getattr(jitted.target, "__qualname__", repr(jitted.target))
+    return JitError(
+        f"torchlax.jit({name}): a tensor from another (finished) trace reached this program. "
+        "A value computed inside a compiled function was kept outside it (stored on an object "
+        "torchlax does not track as state, or a global list). Return such values from the "
+        "function instead, or keep them in a module buffer, an optimizer or a torchlax Tensor "
+        "the function closes over."
+    )
+
+
+def _owner(jitted) -> str:
+    return f"torchlax.jit({getattr(jitted.target, '__qualname__', type(jitted.target).__name__)})"

@@ -26,12 +26,8 @@ module call), both acting for the tracing thread only. What they see goes to thr
   PyTorch's hooks are not in it, so such calls run where the hooks run.
 
 Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
-so its handler skips torchlax Tensors first (the 2-layer GPT-2 + AdamW step's trace: +1-3%
-CPU, min of 5 interleaved runs on a loaded machine; +5% before that skip). Until session 17
-the module findings had a pre-hook of their own (two global hooks and two thread checks per
-module call): one registration made no measurable difference to that trace (within the ~3%
-by which two runs of the same code differ, loaded); what it buys is one place that decides
-"this thread only" and one set of bookkeeping.
+so its handler skips torchlax Tensors first (what it costs a trace: benchmarks/README.md). One
+registration per trace means one place decides "this thread only", and one set of bookkeeping.
 """
 
 from __future__ import annotations
