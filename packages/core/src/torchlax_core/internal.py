@@ -112,6 +112,7 @@ __all__ = [
     "observing_ops",
     "tracing",
     "unused_key",
+    "rebind",
     "view_kind",
     "viewed_back",
     "write",
@@ -157,6 +158,13 @@ def is_root_of(tensor: Any, array: Any) -> bool:
         and tensor._view is None  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
         and tensor._storage.array is array  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
     )
+
+
+def rebind(tensor: _tensor.Tensor, storage: Any, view: Any) -> None:
+    """Give a torchlax Tensor the storage and view record it had before (``storage_of`` and
+    ``view_getter`` read them): ``torchlax.jit`` putting back a tensor that a traced step
+    rebound (``t.data = other``)."""
+    tensor._storage, tensor._view = storage, view  # pyright: ignore[reportPrivateUsage]  (the core setting its own Tensor)
 
 
 def view_kind(tensor: _tensor.Tensor) -> int | None:

@@ -8,8 +8,8 @@ its value is baked in. Changing one is not: an in-place write (``buf.add_(1)``, 
 program is traced, and leaves a value of the finished trace in the user's tensor (a tracer,
 or a value computed at trace time that no later call updates).
 
-``watch_constants()`` records, while code runs under the core's ``tracing()`` on this thread (an
-op observer: ``observing_ops``), each
+A ``ConstantWatch`` records, while the trace watch (``_watch``) is entered around the step (it
+registers this as the core's op observer, ``observing_ops``, for the tracing thread), each
 torchlax Tensor that an op receives holding a concrete array at first sight (not one the
 traced code made itself: a result of an op of the trace), with its storage, array and
 ``.grad`` then. ``ConstantWatch.changed()`` lists those still alive that the traced code
@@ -23,13 +23,12 @@ from __future__ import annotations
 import operator
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import repeat
 
 import jax.core
 import torch
 from torchlax_core import Tensor
-from torchlax_core.internal import observing_ops
+from torchlax_core.internal import rebind, storage_getter, storage_of, view_getter
 
 
 class ChangedConstant:
@@ -52,13 +51,13 @@ class _Seen:
 
     def __init__(self, t: Tensor):
         self.ref = weakref.ref(t)
-        self.storage = t._storage
-        self.view = t._view
-        self.array = t._storage.array
+        self.storage = storage_of(t)
+        self.view = view_getter(t)
+        self.array = self.storage.array
         self.layout = (tuple(t.shape), t.stride(), t.storage_offset())
         grad = t.grad if t.is_leaf else None
         self.grad = grad
-        self.grad_storage = grad._storage if isinstance(grad, Tensor) else None
+        self.grad_storage = storage_of(grad) if isinstance(grad, Tensor) else None
         self.grad_array = None if self.grad_storage is None else self.grad_storage.array
 
 
@@ -95,7 +94,7 @@ class ConstantWatch:
 
     @staticmethod
     def _first_sight(t: Tensor) -> _Seen | None:
-        if isinstance(t._storage.array, jax.core.Tracer):
+        if isinstance(storage_of(t).array, jax.core.Tracer):
             return None  # an input of the program, or a value the traced code computed
         with torch._C.DisableTorchFunctionSubclass():
             return _Seen(t)
@@ -115,7 +114,7 @@ class ConstantWatch:
         changed = []
         with torch._C.DisableTorchFunctionSubclass():
             for seen, t in self._alive():
-                written = t._storage is not seen.storage or seen.storage.array is not seen.array
+                written = storage_of(t) is not seen.storage or seen.storage.array is not seen.array
                 grad = t.grad if t.is_leaf else None
                 grad_given = grad is not seen.grad or (
                     seen.grad_storage is not None and seen.grad_storage.array is not seen.grad_array
@@ -131,7 +130,7 @@ class ConstantWatch:
             kept = [
                 seen
                 for seen, t in self._alive()
-                if t._storage is seen.storage and seen.storage.array is seen.array
+                if storage_of(t) is seen.storage and seen.storage.array is seen.array
             ]
         return ReadConstants(kept) if kept else None
 
@@ -150,9 +149,9 @@ class ConstantWatch:
             for c in changed:
                 t, seen = c.tensor, c._seen
                 if c.written:
-                    if t._storage is not seen.storage:  # ``t.data = other``
+                    if storage_of(t) is not seen.storage:  # ``t.data = other``
                         torch.Tensor.data.__set__(t, _alias(seen))  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
-                    t._storage, t._view = seen.storage, seen.view
+                    rebind(t, seen.storage, seen.view)
                     seen.storage.array = seen.array
                     seen.storage.exclusive = False  # (never donated: the user holds it)
                 if c.grad_given:
@@ -185,7 +184,7 @@ class ReadConstants:
             self._refs = tuple(self._refs[i] for i in alive)
             self._storages = tuple(self._storages[i] for i in alive)
             self._arrays = tuple(self._arrays[i] for i in alive)
-        return all(map(operator.is_, map(_STORAGE, tensors), self._storages)) and all(
+        return all(map(operator.is_, map(storage_getter, tensors), self._storages)) and all(
             map(operator.is_, map(_ARRAY, self._storages), self._arrays)
         )
 
@@ -193,7 +192,6 @@ class ReadConstants:
         return len(self._refs)
 
 
-_STORAGE = operator.attrgetter("_storage")
 _ARRAY = operator.attrgetter("array")
 
 
@@ -202,11 +200,3 @@ def _alias(seen: _Seen) -> torch.Tensor:
     ``t.data = other`` replaced), to set its metadata back from."""
     shape, stride, offset = seen.layout
     return torch.as_strided(Tensor(seen.array), shape, stride, offset)
-
-
-@contextmanager
-def watch_constants() -> Iterator[ConstantWatch]:
-    """Record the constants the code traced in this block reaches (this thread only)."""
-    watch = ConstantWatch()
-    with observing_ops(watch):
-        yield watch

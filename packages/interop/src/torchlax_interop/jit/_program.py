@@ -36,7 +36,7 @@ from torchlax_core.internal import (
     tracing,
 )
 
-from ._constants import ReadConstants, watch_constants
+from ._constants import ReadConstants
 from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
 from ._inputs import _SLOT, _STATIC, _dense_order, _merge, _traced_array, _traced_input
 from ._objects import ObjectOutput
@@ -272,21 +272,21 @@ class _Program:
         trace_watch = TraceWatch(
             {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
         )
-        with watch_constants() as watch:
+        watch = trace_watch.constants  # the torchlax Tensors it reached (core's op observer)
+        try:
             try:
-                try:
-                    with trace_watch:
-                        out = jitted._run(cpu_state, args, kwargs)
-                except jax.errors.UnexpectedTracerError as exc:
-                    raise _leaked_tracer_error(jitted) from exc
-                finally:
-                    unfound.remove()
-            except BaseException:
-                watch.restore(watch.changed())
-                trace_watch.restore(trace_watch.changed_cpu_tensors())
-                if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
-                    raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
-                raise
+                with trace_watch:
+                    out = jitted._run(cpu_state, args, kwargs)
+            except jax.errors.UnexpectedTracerError as exc:
+                raise _leaked_tracer_error(jitted) from exc
+            finally:
+                unfound.remove()
+        except BaseException:
+            watch.restore(watch.changed())
+            trace_watch.restore(trace_watch.changed_cpu_tensors())
+            if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
+                raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
+            raise
         if trace_watch.refused_leaves:  # (the step caught the refusal and went on)
             watch.restore(watch.changed())
             trace_watch.restore(trace_watch.changed_cpu_tensors())

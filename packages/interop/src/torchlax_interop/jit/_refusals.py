@@ -1,13 +1,14 @@
-"""A traced step that changes a tensor which is no state raises, naming the tensor.
+"""The errors by which ``torchlax.jit`` refuses a step, each naming what the step did and what
+to do (all ``JitError``s; ``JitArgumentError`` for an argument).
 
-A torchlax Tensor the step reaches that the state walk did not find (``cfg.w`` where ``cfg``
-is a plain object, a tensor reached only through a default argument or a module's plain
-attribute) is a constant of the program: its value is baked in. A step that writes into such
-a tensor (``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives
-it a ``.grad`` would do so once, while it is traced, and never again: the tensor would not
-train or count, and would hold a value of the finished trace. The constant watch (``_constants``)
-(``watch_constants``) finds exactly those tensors after the step was traced and puts back
-what they held; this module words the error.
+Most name a tensor by the path the function reaches it by (``_paths``: ``cfg.w``, ``default
+argument 'w'``). A torchlax Tensor the step reaches that the state walk did not find is a
+constant of the program: its value is baked in. A step that writes into such a tensor
+(``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives it a
+``.grad`` would do so once, while it is traced, and never again: the tensor would not train or
+count. The trace watch (``_watch``, ``_constants``, ``_cpu_tensors``) finds those tensors and
+puts back what they held; this module words the errors, and those for a refused
+``backward()``, an argument requiring grad passed to a training step, and a leaked tracer.
 """
 
 from __future__ import annotations

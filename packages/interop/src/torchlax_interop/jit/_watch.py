@@ -4,8 +4,13 @@ program would not do on its calls.
 A step runs once, while it is traced; its calls run the program. What no torchlax op carries
 into the program happens only in that one run, so it is watched then, through one
 registration per trace: a torch function mode (``TraceWatch``, entered around the step: it
-sees every torch call of the step) and one global module forward pre-hook (it sees every
-module call), both acting for the tracing thread only. What they see goes to three findings:
+sees every torch call of the step), one global module forward pre-hook (it sees every
+module call), and the core's op observer (``observing_ops``: each torch function of a torchlax
+Tensor), all acting for the tracing thread only. What they see goes to four findings:
+
+- **Constants** (``ConstantWatch``, ``_constants``): the torchlax Tensors the step reached
+  that hold concrete arrays (no state); those it changed are put back and refused, those it
+  read are checked on each call (``ReadConstants``).
 
 - **Modules trained that are no state** (``ConstantModules``, ``_constant_modules``):
   a module called whose parameters require grad and are not among the state's.
@@ -40,8 +45,10 @@ from torch.nn.modules import module as _torch_module
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 from torchlax_core import Tensor
+from torchlax_core.internal import observing_ops
 
 from ._constant_modules import ConstantModules
+from ._constants import ConstantWatch
 from ._cpu_tensors import (
     ChangedCpuTensor,
     SeenCpuTensor,
@@ -103,8 +110,13 @@ class TraceWatch(TorchFunctionMode):
         self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
         self._module_handle = None
+        # The torchlax Tensors the step reached that hold concrete arrays (its constants),
+        # seen through the core's op observer while the watch is entered
+        self.constants = ConstantWatch()
+        self._observing = observing_ops(self.constants)
 
     def __enter__(self):
+        self._observing.__enter__()
         self._module_handle = register_module_forward_pre_hook(self._module_called)
         for kind, hooks in (
             ("global full backward", _torch_module._global_backward_hooks),
@@ -116,7 +128,10 @@ class TraceWatch(TorchFunctionMode):
     def __exit__(self, *exc):
         assert self._module_handle is not None
         self._module_handle.remove()
-        return super().__exit__(*exc)
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._observing.__exit__(*exc)
 
     # -- findings --------------------------------------------------------------------------
 
