@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import operator
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import repeat
+from typing import Any
 
 import jax.core
 import torch
 from torchlax_core import Tensor
 from torchlax_core.internal import rebind, storage_getter, storage_of, view_getter
+
+# A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
+_storage_of: Callable[[Tensor], Any] = storage_of
 
 
 class ChangedConstant:
@@ -51,13 +55,13 @@ class _Seen:
 
     def __init__(self, t: Tensor):
         self.ref = weakref.ref(t)
-        self.storage = storage_of(t)
+        self.storage = _storage_of(t)
         self.view = view_getter(t)
         self.array = self.storage.array
         self.layout = (tuple(t.shape), t.stride(), t.storage_offset())
         grad = t.grad if t.is_leaf else None
         self.grad = grad
-        self.grad_storage = storage_of(grad) if isinstance(grad, Tensor) else None
+        self.grad_storage = _storage_of(grad) if isinstance(grad, Tensor) else None
         self.grad_array = None if self.grad_storage is None else self.grad_storage.array
 
 
@@ -94,7 +98,7 @@ class ConstantWatch:
 
     @staticmethod
     def _first_sight(t: Tensor) -> _Seen | None:
-        if isinstance(storage_of(t).array, jax.core.Tracer):
+        if isinstance(_storage_of(t).array, jax.core.Tracer):
             return None  # an input of the program, or a value the traced code computed
         with torch._C.DisableTorchFunctionSubclass():
             return _Seen(t)
@@ -114,7 +118,7 @@ class ConstantWatch:
         changed = []
         with torch._C.DisableTorchFunctionSubclass():
             for seen, t in self._alive():
-                written = storage_of(t) is not seen.storage or seen.storage.array is not seen.array
+                written = _storage_of(t) is not seen.storage or seen.storage.array is not seen.array
                 grad = t.grad if t.is_leaf else None
                 grad_given = grad is not seen.grad or (
                     seen.grad_storage is not None and seen.grad_storage.array is not seen.grad_array
@@ -130,7 +134,7 @@ class ConstantWatch:
             kept = [
                 seen
                 for seen, t in self._alive()
-                if storage_of(t) is seen.storage and seen.storage.array is seen.array
+                if _storage_of(t) is seen.storage and seen.storage.array is seen.array
             ]
         return ReadConstants(kept) if kept else None
 
@@ -149,7 +153,7 @@ class ConstantWatch:
             for c in changed:
                 t, seen = c.tensor, c._seen
                 if c.written:
-                    if storage_of(t) is not seen.storage:  # ``t.data = other``
+                    if _storage_of(t) is not seen.storage:  # ``t.data = other``
                         torch.Tensor.data.__set__(t, _alias(seen))  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
                     rebind(t, seen.storage, seen.view)
                     seen.storage.array = seen.array
