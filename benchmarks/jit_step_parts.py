@@ -97,7 +97,9 @@ def interleaved(variants: dict[str, Callable[[], Any]], calls: int) -> None:
 def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
     """Wrap the parts of ``_Jitted._call`` in CPU timers; returns the totals and an undo."""
     from torchlax_core.internal import CompiledProgram
-    from torchlax_interop import _jit, _jit_state
+    from torchlax_interop.jit import _call as _jit
+    from torchlax_interop.jit import _program, _repeated
+    from torchlax_interop.jit import _state as _jit_state
 
     totals: dict[str, list[int]] = {}
     undo: list[Callable[[], None]] = []
@@ -127,19 +129,17 @@ def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
     )
     wrap(_jit_state._Layout, "_groups_hold", "    of which optimizer groups")
     wrap(_jit_state._Layout, "_entries_hold", "    of which optimizer state entries")
-    if hasattr(_jit, "_RepeatedStep"):  # (after issue 14's repeated step)
-        wrap(_jit._RepeatedStep, "call", "repeated step (its own checks and all)")
+    if hasattr(_repeated, "_RepeatedStep"):  # (after issue 14's repeated step)
+        wrap(_repeated._RepeatedStep, "call", "repeated step (its own checks and all)")
     wrap(_jit_state._Layout, "assemble", "state (_Layout.assemble)")
     wrap(_jit_state._StateSet, "without_grads", "state less dead grads")
     wrap(_jit._Jitted, "_state_signature", "state signature")
-    wrap(_jit._Program, "entry", "entry lookup")
-    wrap(_jit, "_distinct", "distinct arrays")
+    wrap(_program._Program, "entry", "entry lookup")
     wrap(CompiledProgram, "run", "launch (CompiledProgram.run)")
-    wrap(_jit, "_to_tensors", "output wrapping")
-    wrap(_jit, "_write_state", "write-back (_write_state)")
-    for name in dir(_jit):  # the write-back's helpers, if any (after a restructuring)
-        if name.startswith("_write_back"):
-            wrap(_jit, name, f"write-back ({name})")
+    for caller in (_jit, _repeated):  # the general path's names, and the repeated step's
+        wrap(caller, "_distinct", "distinct arrays")
+        wrap(caller, "_to_tensors", "output wrapping")
+        wrap(caller, "_write_state", "write-back (_write_state)")
 
     def restore() -> None:
         for step in reversed(undo):

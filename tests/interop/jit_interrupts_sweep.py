@@ -8,6 +8,7 @@ call; ``a``'s call is interrupted at its n-th executed line of the jit modules, 
 until a call runs to its end.
 """
 
+import os
 import signal
 import sys
 
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import torchlax
 from torch import nn
-from torchlax_interop import _jit
+from torchlax_interop.jit import _call, _repeated
 
 
 def _setup():
@@ -62,6 +63,9 @@ def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(map(eq, a, b))
 
 
+_JIT_MODULES = os.path.join("torchlax_interop", "jit", "")  # torchlax.jit's subpackage
+
+
 class _Injector:
     """Raises ``exc`` at the ``n``-th line executed in torchlax.jit's modules (once)."""
 
@@ -71,9 +75,7 @@ class _Injector:
         self.count = 0
 
     def __call__(self, frame, event, arg):
-        if "torchlax_interop" not in frame.f_code.co_filename or (
-            "_jit" not in frame.f_code.co_filename
-        ):
+        if _JIT_MODULES not in frame.f_code.co_filename:
             return None
         return self._line
 
@@ -143,13 +145,14 @@ def test_ctrl_c_during_the_write_back_is_held_until_it_is_done(monkeypatch):
         b[3](x, y)
     b[3](x, y)
     after = _snapshot(*b[:3])
-    write_state = _jit._write_state
+    write_state = _call._write_state
 
     def interrupted(*args):
         signal.raise_signal(signal.SIGINT)  # Ctrl-C, as the write-back starts
         return write_state(*args)
 
-    monkeypatch.setattr(_jit, "_write_state", interrupted)
+    for caller in (_call, _repeated):  # the general path's and the repeated step's write-back
+        monkeypatch.setattr(caller, "_write_state", interrupted)
     # Python's own handler (a pytest-xdist worker ignores SIGINT)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

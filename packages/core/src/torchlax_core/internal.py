@@ -20,6 +20,12 @@ from typing import Any
 
 from . import _tensor
 from ._builtins import cuda_device as cuda_device
+from ._call_plan import CHECKED_RUNS as CHECKED_RUNS
+from ._call_plan import MISS_SIGNATURE as MISS_SIGNATURE
+from ._call_plan import MISS_STALE as MISS_STALE
+from ._call_plan import MISS_STATICS as MISS_STATICS
+from ._call_plan import CallPlan as CallPlan
+from ._call_plan import LastPlan as LastPlan
 from ._compilation_cache import directory as compilation_cache_directory
 from ._compilation_cache import entries as compilation_cache_entries
 from ._compile_log import graph_break as graph_break
@@ -38,9 +44,6 @@ from ._compiled import wrap_results as wrap_results
 from ._compiled import wrap_results_like as wrap_results_like
 from ._compiled import write_back as write_back
 from ._compiled import write_back_all as write_back_all
-from ._constant_watch import ChangedConstant as ChangedConstant
-from ._constant_watch import ReadConstants as ReadConstants
-from ._constant_watch import watch_constants as watch_constants
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
@@ -56,6 +59,7 @@ from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
 from ._precision import float32_matmul_precision as float32_matmul_precision
+from ._program import observing_ops as observing_ops
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
@@ -69,10 +73,14 @@ from ._x64 import x64 as x64
 from ._x64 import x64_flag as x64_flag
 
 __all__ = [
-    "ChangedConstant",
+    "CHECKED_RUNS",
+    "CallPlan",
+    "LastPlan",
+    "MISS_SIGNATURE",
+    "MISS_STALE",
+    "MISS_STATICS",
     "CompiledProgram",
     "Entry",
-    "ReadConstants",
     "ResultWrappers",
     "float32_matmul_precision",
     "not_exclusive",
@@ -113,11 +121,12 @@ __all__ = [
     "storage_of",
     "stored_in_order",
     "tables_of",
+    "observing_ops",
     "tracing",
     "unused_key",
+    "rebind",
     "view_kind",
     "viewed_back",
-    "watch_constants",
     "write",
     "no_x64",
     "x64",
@@ -161,6 +170,13 @@ def is_root_of(tensor: Any, array: Any) -> bool:
         and tensor._view is None  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
         and tensor._storage.array is array  # pyright: ignore[reportPrivateUsage]  (the core reading its own Tensor)
     )
+
+
+def rebind(tensor: _tensor.Tensor, storage: Any, view: Any) -> None:
+    """Give a torchlax Tensor the storage and view record it had before (``storage_of`` and
+    ``view_getter`` read them): ``torchlax.jit`` putting back a tensor that a traced step
+    rebound (``t.data = other``)."""
+    tensor._storage, tensor._view = storage, view  # pyright: ignore[reportPrivateUsage]  (the core setting its own Tensor)
 
 
 def view_kind(tensor: _tensor.Tensor) -> int | None:

@@ -16,8 +16,8 @@ from ._dlpack import check_shared_writes as check_shared_writes
 from ._dlpack import from_torch as from_torch
 from ._dlpack import to_torch as to_torch
 from ._functional import functional as functional
-from ._jit import jit as jit
 from ._views import jax_view as jax_view
 from ._views import torch_view as torch_view
+from .jit import jit as jit
 
 __version__ = "0.1.0"

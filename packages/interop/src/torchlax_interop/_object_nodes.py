@@ -10,7 +10,7 @@ the object with placeholders in their places plus a hashable description of that
 Unflattening copies the template along the way and puts the children back. So ``jax.jit(fn)``
 returns the cache with ``jax.Array``s in it, and the same object passed back into ``fn`` comes
 back as a cache of torchlax Tensors: ``torchlax.jit`` does the same for its outputs
-(``_jit_objects.py``).
+(``jit/_objects.py``).
 
 ``register_known()`` registers ``transformers``' cache classes ahead (when transformers is
 imported), so a cache the caller built (``DynamicCache(config=...)``) can be passed in first.
@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from torchlax_core import TorchlaxError
 
-# Values that hold no tensor: kept in the template as they are.
-_ATOMS = (
+# Values that hold no tensor, here and in torchlax.jit's search of returned objects
+# (jit/_objects.py).
+TENSORLESS = (
     int,
     float,
     complex,
@@ -45,11 +46,10 @@ _ATOMS = (
     enum.Enum,
     type,
     types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
     range,
 )
+# Kept in the template as they are.
+_ATOMS = (*TENSORLESS, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 _MAX_DEPTH = 12
 _registered: set[type] = set()
 

@@ -58,7 +58,7 @@ def sharded_jit(
     computes it in that layout (``out_shardings`` of ``jax.jit``). ``jit_kwargs`` go to
     ``torchlax_interop.jit``.
     """
-    from .._jit import jit
+    from ..jit import jit
 
     if isinstance(fn_or_module, torch.nn.Module):
         return jit(_Constrained(fn_or_module, mesh, out_specs), **jit_kwargs)

@@ -3,11 +3,11 @@ put back.
 
 A plain ``torch.Tensor`` on the CPU that a step reaches (``counter = torch.zeros(())``, a
 global or a closure, a module's plain attribute) is no state of the compiled program, and the
-core's constant watch sees torchlax Tensors only. A write into one (``counter.add_(1)``,
+constant watch (``_constants``) sees torchlax Tensors only. A write into one (``counter.add_(1)``,
 ``hist[i] = 1``, ``t.data.add_(1)``, ``t.data = other``) or a ``.grad`` given to one (by hand,
 or by a ``backward()`` of the step) happens once, on the host, while the step is traced: in
 eager PyTorch the counter counts, under ``torchlax.jit`` it would stop at its trace-time value.
-The trace watch (``_jit_trace_watch``) notes each such tensor at first sight (``SeenCpuTensor``:
+The trace watch (``_watch``) notes each such tensor at first sight (``SeenCpuTensor``:
 its version counter, a copy of its value, its storage and its ``.grad``); ``changed`` lists
 those that changed and ``restore`` puts back what they held, so the caller can refuse the
 program naming them. ``leaves_given_grads`` finds, before a ``backward()`` runs, the CPU

@@ -1,22 +1,25 @@
-"""A traced step that changes a tensor which is no state raises, naming the tensor.
+"""The errors by which ``torchlax.jit`` refuses a step, each naming what the step did and what
+to do (all ``JitError``s; ``JitArgumentError`` for an argument).
 
-A torchlax Tensor the step reaches that the state walk did not find (``cfg.w`` where ``cfg``
-is a plain object, a tensor reached only through a default argument or a module's plain
-attribute) is a constant of the program: its value is baked in. A step that writes into such
-a tensor (``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives
-it a ``.grad`` would do so once, while it is traced, and never again: the tensor would not
-train or count, and would hold a value of the finished trace. The core's constant watch
-(``watch_constants``) finds exactly those tensors after the step was traced and puts back
-what they held; this module words the error.
+Most name a tensor by the path the function reaches it by (``_paths``: ``cfg.w``, ``default
+argument 'w'``). A torchlax Tensor the step reaches that the state walk did not find is a
+constant of the program: its value is baked in. A step that writes into such a tensor
+(``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives it a
+``.grad`` would do so once, while it is traced, and never again: the tensor would not train or
+count. The trace watch (``_watch``, ``_constants``, ``_cpu_tensors``) finds those tensors and
+puts back what they held; this module words the errors, and those for a refused
+``backward()``, an argument requiring grad passed to a training step, and a leaked tracer.
 """
 
 from __future__ import annotations
 
 from torchlax_core import JitError
-from torchlax_core.internal import ChangedConstant
 
-from ._jit_cpu_tensors import ChangedCpuTensor
-from ._jit_state import MAX_STATE_DEPTH
+from ._constants import ChangedConstant
+from ._cpu_tensors import ChangedCpuTensor
+from ._discover import MAX_STATE_DEPTH
+from ._paths import path_to
+from ._watch import TraceWatch
 
 
 def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> JitError:
@@ -54,7 +57,7 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
 def changed_cpu_tensor_error(
     owner: str, changed: list[tuple[ChangedCpuTensor, str | None]]
 ) -> JitError:
-    """The error for the plain CPU tensors a traced step changed (``_jit_cpu_tensors``), each
+    """The error for the plain CPU tensors a traced step changed (``_cpu_tensors``), each
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
     t = first.tensor
@@ -96,7 +99,7 @@ def changed_cpu_tensor_error(
 
 
 def where_held(path: str | None) -> str:
-    """Where the function holds a tensor, in words, from its path (``_jit_paths.path_to``;
+    """Where the function holds a tensor, in words, from its path (``_paths.path_to``;
     None: the search does not find it)."""
     if path is None:
         return "(the function does not reach it within the search)"
@@ -115,3 +118,64 @@ def described_tensor(t, *, cpu: bool = False) -> str:
     """A tensor in the errors' words: "the [CPU ]float32 tensor of shape (3,)"."""
     device = "CPU " if cpu else ""
     return f"the {device}{str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
+
+
+def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError:
+    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s,
+    or a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from the
+    traced program to a plain CPU tensor (refused before it ran): naming the module, where a
+    leaf given a ``.grad`` is the parameter of a module the trace called that is no state,
+    else the first tensor, by the path the function reaches it (or as the step's own)."""
+    owner = _owner(jitted)
+    if not trace.refused_crossing:
+        refused = {id(t) for t in trace.refused_leaves}
+        untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
+        if untrained is not None:
+            return untrained
+    named = [
+        (
+            ChangedCpuTensor(
+                t,
+                written=False,
+                grad_given=True,
+                seen=None,
+                by_backward=True,
+                call=trace.refused_call,
+                crossing=trace.refused_crossing,
+                made=trace.made(t),
+            ),
+            None if trace.made(t) else path_to(t, jitted.target, args, kwargs),
+        )
+        for t in trace.refused_leaves
+    ]
+    return changed_cpu_tensor_error(owner, named)
+
+
+def _argument_requiring_grad_error(jitted, inputs: list) -> JitError:
+    """The error for a step that trains called with a tensor argument that requires grad."""
+    k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
+    described = described_tensor(t)
+    return JitError(
+        f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
+        "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
+        "into the graph it was computed by), but an argument is an input of the compiled "
+        "program, traced as a value that does not require grad, and no gradient is given back "
+        "to it. Close over the tensor or register it in a module as a parameter (then it is "
+        "part of the step's state and its .grad is written back), or pass it detached "
+        "(tensor.detach())."
+    )
+
+
+def _leaked_tracer_error(jitted) -> JitError:
+    name = getattr(jitted.target, "__qualname__", repr(jitted.target))
+    return JitError(
+        f"torchlax.jit({name}): a tensor from another (finished) trace reached this program. "
+        "A value computed inside a compiled function was kept outside it (stored on an object "
+        "torchlax does not track as state, or a global list). Return such values from the "
+        "function instead, or keep them in a module buffer, an optimizer or a torchlax Tensor "
+        "the function closes over."
+    )
+
+
+def _owner(jitted) -> str:
+    return f"torchlax.jit({getattr(jitted.target, '__qualname__', type(jitted.target).__name__)})"

@@ -4,7 +4,7 @@
 A bounded breadth-first search from what the function can name: a ``functools.partial``'s
 arguments, a bound method's object, closure cells, the globals its code reads, its default
 arguments, and the call's arguments; through lists, tuples, dicts, the attributes of the
-objects the state walk would enter (``_jit_holders``), a module's submodules, parameters,
+objects the state walk would enter (``_holders``), a module's submodules, parameters,
 buffers and public attributes, and the same roots of the functions met (a helper the step
 calls: ``helper -> buf``). It runs only when something may have to be named.
 """
@@ -16,7 +16,7 @@ import types
 
 import torch
 
-from ._jit_holders import attributes, enterable, slot_values
+from ._holders import attributes, enterable, slot_values
 
 # How far the search goes (it runs only to word an error).
 _SEARCH_DEPTH = 8

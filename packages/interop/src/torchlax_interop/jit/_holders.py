@@ -3,7 +3,7 @@
 
 Which objects are entered (``enterable``) and what of them is read (``attributes``: the
 instance ``__dict__`` and the ``__slots__`` Python declared), kept apart from the walk itself
-(``_jit_state``) so that the rule is in one place.
+(``_state``) so that the rule is in one place.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import torch
 
-from ._jit_objects import slot_names
+from ._objects import slot_names
 
 # Python marks the types its class statement creates (and C types built the same way) as heap
 # types; a static C type's instance dict, where it has one, is the type's business.

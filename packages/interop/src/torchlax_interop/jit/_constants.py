@@ -8,7 +8,8 @@ its value is baked in. Changing one is not: an in-place write (``buf.add_(1)``, 
 program is traced, and leaves a value of the finished trace in the user's tensor (a tracer,
 or a value computed at trace time that no later call updates).
 
-``watch_constants()`` records, while code runs under ``tracing()`` on this thread, each
+A ``ConstantWatch`` records, while the trace watch (``_watch``) is entered around the step (it
+registers this as the core's op observer, ``observing_ops``, for the tracing thread), each
 torchlax Tensor that an op receives holding a concrete array at first sight (not one the
 traced code made itself: a result of an op of the trace), with its storage, array and
 ``.grad`` then. ``ConstantWatch.changed()`` lists those still alive that the traced code
@@ -20,18 +21,18 @@ at trace time only (one look at each op's tensor arguments); a program's calls n
 from __future__ import annotations
 
 import operator
-import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from itertools import repeat
+from typing import Any
 
 import jax.core
 import torch
+from torchlax_core import Tensor
+from torchlax_core.internal import rebind, storage_getter, storage_of, view_getter
 
-from ._tensor import Tensor
-
-_watching = threading.local()  # .watch: this thread's ConstantWatch while one is active
+# A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
+_storage_of: Callable[[Tensor], Any] = storage_of
 
 
 class ChangedConstant:
@@ -54,13 +55,13 @@ class _Seen:
 
     def __init__(self, t: Tensor):
         self.ref = weakref.ref(t)
-        self.storage = t._storage
-        self.view = t._view
-        self.array = t._storage.array
+        self.storage = _storage_of(t)
+        self.view = view_getter(t)
+        self.array = self.storage.array
         self.layout = (tuple(t.shape), t.stride(), t.storage_offset())
         grad = t.grad if t.is_leaf else None
         self.grad = grad
-        self.grad_storage = grad._storage if isinstance(grad, Tensor) else None
+        self.grad_storage = _storage_of(grad) if isinstance(grad, Tensor) else None
         self.grad_array = None if self.grad_storage is None else self.grad_storage.array
 
 
@@ -97,7 +98,7 @@ class ConstantWatch:
 
     @staticmethod
     def _first_sight(t: Tensor) -> _Seen | None:
-        if isinstance(t._storage.array, jax.core.Tracer):
+        if isinstance(_storage_of(t).array, jax.core.Tracer):
             return None  # an input of the program, or a value the traced code computed
         with torch._C.DisableTorchFunctionSubclass():
             return _Seen(t)
@@ -117,7 +118,7 @@ class ConstantWatch:
         changed = []
         with torch._C.DisableTorchFunctionSubclass():
             for seen, t in self._alive():
-                written = t._storage is not seen.storage or seen.storage.array is not seen.array
+                written = _storage_of(t) is not seen.storage or seen.storage.array is not seen.array
                 grad = t.grad if t.is_leaf else None
                 grad_given = grad is not seen.grad or (
                     seen.grad_storage is not None and seen.grad_storage.array is not seen.grad_array
@@ -133,7 +134,7 @@ class ConstantWatch:
             kept = [
                 seen
                 for seen, t in self._alive()
-                if t._storage is seen.storage and seen.storage.array is seen.array
+                if _storage_of(t) is seen.storage and seen.storage.array is seen.array
             ]
         return ReadConstants(kept) if kept else None
 
@@ -152,9 +153,9 @@ class ConstantWatch:
             for c in changed:
                 t, seen = c.tensor, c._seen
                 if c.written:
-                    if t._storage is not seen.storage:  # ``t.data = other``
+                    if _storage_of(t) is not seen.storage:  # ``t.data = other``
                         torch.Tensor.data.__set__(t, _alias(seen))  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
-                    t._storage, t._view = seen.storage, seen.view
+                    rebind(t, seen.storage, seen.view)
                     seen.storage.array = seen.array
                     seen.storage.exclusive = False  # (never donated: the user holds it)
                 if c.grad_given:
@@ -187,7 +188,7 @@ class ReadConstants:
             self._refs = tuple(self._refs[i] for i in alive)
             self._storages = tuple(self._storages[i] for i in alive)
             self._arrays = tuple(self._arrays[i] for i in alive)
-        return all(map(operator.is_, map(_STORAGE, tensors), self._storages)) and all(
+        return all(map(operator.is_, map(storage_getter, tensors), self._storages)) and all(
             map(operator.is_, map(_ARRAY, self._storages), self._arrays)
         )
 
@@ -195,7 +196,6 @@ class ReadConstants:
         return len(self._refs)
 
 
-_STORAGE = operator.attrgetter("_storage")
 _ARRAY = operator.attrgetter("array")
 
 
@@ -204,20 +204,3 @@ def _alias(seen: _Seen) -> torch.Tensor:
     ``t.data = other`` replaced), to set its metadata back from."""
     shape, stride, offset = seen.layout
     return torch.as_strided(Tensor(seen.array), shape, stride, offset)
-
-
-@contextmanager
-def watch_constants() -> Iterator[ConstantWatch]:
-    """Record the constants the code traced in this block reaches (this thread only)."""
-    watch = ConstantWatch()
-    before = getattr(_watching, "watch", None)
-    _watching.watch = watch
-    try:
-        yield watch
-    finally:
-        _watching.watch = before
-
-
-def current_watch() -> ConstantWatch | None:
-    """This thread's active watch (read by ``__torch_function__`` while tracing)."""
-    return getattr(_watching, "watch", None)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import enum
 import gc
 import types
 from collections.abc import Callable
@@ -27,27 +26,14 @@ import torch
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import storage_of
 
-from ._views import is_namedtuple
+from .._object_nodes import TENSORLESS
+from .._views import is_namedtuple
 
-# Values that hold no tensor: not searched.
+# Values that hold no tensor: not searched (functional's object pytrees share the list).
 _ATOMS = (
-    int,
-    float,
-    complex,
-    str,
-    bytes,
-    type(None),
-    type(Ellipsis),
-    torch.dtype,
-    torch.device,
-    torch.layout,
-    torch.memory_format,
-    enum.Enum,
-    type,
-    types.ModuleType,
+    *TENSORLESS,
     np.ndarray,
     np.generic,
-    range,
     jax.Array,  # a concrete one: each check for a tracer (also a jax.Array) comes first
 )
 # A search this deep or this large is not trusted to have seen everything (an object graph

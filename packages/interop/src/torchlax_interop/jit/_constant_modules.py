@@ -3,7 +3,7 @@
 Such a module's parameters are constants of the program: ``loss.backward()`` inside the trace
 gives them ``.grad``s that no call returns, and an update of them (by hand, or an optimizer
 the walk found through another module) would be baked into the program instead of written
-back. While a step is traced, the trace watch (``_jit_trace_watch``) hands each module called
+back. While a step is traced, the trace watch (``_watch``) hands each module called
 to ``ConstantModules.called``, which notes the parameters that require grad and are no state;
 after the step ran, a module whose parameter's ``.grad`` changed (or whose parameter a refused
 ``backward()`` would have given one) is refused with the path the function reaches it by.
@@ -16,8 +16,8 @@ from collections.abc import Collection
 import torch
 from torchlax_core import JitError
 
-from ._jit_paths import path_to
-from ._jit_state import MAX_STATE_DEPTH
+from ._discover import MAX_STATE_DEPTH
+from ._paths import path_to
 
 
 class ConstantModules:

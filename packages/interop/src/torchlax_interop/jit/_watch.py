@@ -4,12 +4,17 @@ program would not do on its calls.
 A step runs once, while it is traced; its calls run the program. What no torchlax op carries
 into the program happens only in that one run, so it is watched then, through one
 registration per trace: a torch function mode (``TraceWatch``, entered around the step: it
-sees every torch call of the step) and one global module forward pre-hook (it sees every
-module call), both acting for the tracing thread only. What they see goes to three findings:
+sees every torch call of the step), one global module forward pre-hook (it sees every
+module call), and the core's op observer (``observing_ops``: each torch function of a torchlax
+Tensor), all acting for the tracing thread only. What they see goes to four findings:
 
-- **Modules trained that are no state** (``ConstantModules``, ``_jit_constant_modules``):
+- **Constants** (``ConstantWatch``, ``_constants``): the torchlax Tensors the step reached
+  that hold concrete arrays (no state); those it changed are put back and refused, those it
+  read are checked on each call (``ReadConstants``).
+
+- **Modules trained that are no state** (``ConstantModules``, ``_constant_modules``):
   a module called whose parameters require grad and are not among the state's.
-- **Plain CPU tensors changed** (``_jit_cpu_tensors``): each plain CPU tensor a call of the
+- **Plain CPU tensors changed** (``_cpu_tensors``): each plain CPU tensor a call of the
   step receives that the trace did not make (a result of an earlier call of the trace is its
   own: ``tmp = torch.zeros(3); tmp.add_(1)`` is fine) is noted at first sight; after the step,
   those whose data or ``.grad`` changed are put back and named. A ``backward()`` of the step
@@ -26,12 +31,8 @@ module call), both acting for the tracing thread only. What they see goes to thr
   PyTorch's hooks are not in it, so such calls run where the hooks run.
 
 Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
-so its handler skips torchlax Tensors first (the 2-layer GPT-2 + AdamW step's trace: +1-3%
-CPU, min of 5 interleaved runs on a loaded machine; +5% before that skip). Until session 17
-the module findings had a pre-hook of their own (two global hooks and two thread checks per
-module call): one registration made no measurable difference to that trace (within the ~3%
-by which two runs of the same code differ, loaded); what it buys is one place that decides
-"this thread only" and one set of bookkeeping.
+so its handler skips torchlax Tensors first (what it costs a trace: benchmarks/README.md). One
+registration per trace means one place decides "this thread only", and one set of bookkeeping.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ from torch.nn.modules import module as _torch_module
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 from torchlax_core import Tensor
+from torchlax_core.internal import observing_ops
 
-from ._jit_constant_modules import ConstantModules
-from ._jit_cpu_tensors import (
+from ._constant_modules import ConstantModules
+from ._constants import ConstantWatch
+from ._cpu_tensors import (
     ChangedCpuTensor,
     SeenCpuTensor,
     changed,
@@ -107,8 +110,13 @@ class TraceWatch(TorchFunctionMode):
         self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
         self._module_handle = None
+        # The torchlax Tensors the step reached that hold concrete arrays (its constants),
+        # seen through the core's op observer while the watch is entered
+        self.constants = ConstantWatch()
+        self._observing = observing_ops(self.constants)
 
     def __enter__(self):
+        self._observing.__enter__()
         self._module_handle = register_module_forward_pre_hook(self._module_called)
         for kind, hooks in (
             ("global full backward", _torch_module._global_backward_hooks),
@@ -120,7 +128,10 @@ class TraceWatch(TorchFunctionMode):
     def __exit__(self, *exc):
         assert self._module_handle is not None
         self._module_handle.remove()
-        return super().__exit__(*exc)
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._observing.__exit__(*exc)
 
     # -- findings --------------------------------------------------------------------------
 

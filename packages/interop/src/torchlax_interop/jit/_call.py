@@ -1,0 +1,610 @@
+"""``jit()`` and the jitted callable: the path one call takes.
+
+One call runs one XLA program. Its inputs are the argument tensors, a PRNG key, and the
+*state* the function reaches (``_state``): the parameters and buffers of every module it is
+given or closes over, their ``.grad``s, every optimizer's state tensors and learning rates,
+and torchlax Tensors it closes over. ``_Jitted._call`` finds the state (or re-checks the last
+walk), picks the program for the call's static configuration (``_program``) and its entry
+for the input signature, and runs it one of three ways: a step that trains launches the
+donating program and writes the new state back (``_write_back``, ``_commit``); a forward
+that autograd needs is one ``torch.autograd.Function`` (``_autograd``); any other call
+launches the forward program. A call that repeats the last one's program over the same state
+takes the repeated-call path (``_repeated``). The first call of a step whose optimizers have
+no state yet runs eagerly, so that PyTorch creates it; a step over CPU parameters lends them
+to the program (``_call_on_cpu_state``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from operator import is_
+from typing import Any
+
+import torch
+import torchlax_core
+from torch.utils import _pytree as pytree
+from torchlax_core import JitArgumentError, JitError, Tensor
+from torchlax_core.internal import (
+    array_of,
+    op_cache_compiling_nothing,
+    x64,
+)
+from torchlax_core.internal import signature as _signature
+
+from .._arguments import check_jit_arguments, check_static_argnums
+from .._call_jax import _borrow
+from .._dlpack import check_shared_writes
+from ._autograd import _Call, _JitFunction
+from ._commit import launch_and_write
+from ._discover import CpuStateError, _move_cpu_state_to_jax, cpu_state_tensors, find_state
+from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
+from ._outputs import _plain_result_specs, _returned, _to_tensors
+from ._program import _distinct, _Info, _log, _Program, _trace_lock, _unread_grads
+from ._refusals import _argument_requiring_grad_error, _owner
+from ._repeated import (
+    _GRAD,
+    _MISSED,
+    _next_state_is,
+    _put_grads,
+    _RepeatedForward,
+    _RepeatedStep,
+    _step_schedulers,
+)
+from ._state import _Hashed, _Layout, _StateSet, arg_leaves
+from ._write_back import _write_changed, _write_plan, _write_state
+
+
+def jit(
+    fn_or_module: Callable | torch.nn.Module,
+    *,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    donate_state: bool = True,
+) -> Callable:
+    """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
+
+    It takes and returns torchlax Tensors (and also plain CPU tensors: then the results are CPU
+    tensors, shared with XLA through DLPack; a model and optimizer on the CPU are lent to the
+    program for each call and their new values written back in place). Tensors anywhere in the arguments are program
+    inputs; other argument leaves (ints, floats, strings, ...) are static: a new value
+    compiles a new program, as do new shapes or dtypes. ``static_argnums``/``static_argnames``
+    name further arguments passed unchanged as static values (they must be hashable).
+
+    State is an input, not a constant: the parameters and buffers of the module (or of every
+    module the function receives or closes over), the ``.grad`` of each parameter, and, for
+    each ``torch.optim`` optimizer it reaches, its state tensors and learning rates. So a whole
+    training step compiles into one program::
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            return loss
+
+        step = torchlax.jit(step)
+
+    What the program changes is written back after the call (the old buffers are donated to
+    it, so peak memory holds one copy of the state; pass ``donate_state=False`` to keep
+    arrays you hold from ``tensor.jax()`` alive). Changing a learning rate, by hand or with a
+    ``torch.optim.lr_scheduler`` scheduler, compiles nothing; changing another
+    hyperparameter (momentum, weight decay, betas) compiles a new program. A scheduler's
+    ``step()`` inside the function runs after the program, on the host (it only computes
+    Python numbers). The first call of a function whose optimizers have no state yet runs
+    eagerly, so PyTorch creates that state; every later call is the compiled program.
+
+    Random ops get their keys from a key drawn for each call from torch's generator, so dropout
+    differs per call and ``torch.manual_seed`` reproduces it. Switching ``train()``/``eval()``
+    selects another program.
+
+    Autograd works across the call: if grad mode is on and a parameter or tensor argument
+    requires grad, a function that changes no state is one ``torch.autograd.Function`` whose
+    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual. A
+    forward that is never differentiated costs what a ``torch.no_grad()`` call costs.
+    JAX runs with 64-bit types enabled, so int64 stays int64.
+    """
+    static_argnums = check_static_argnums(static_argnums)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    return _Jitted(fn_or_module, tuple(static_argnums), tuple(static_argnames), donate_state)
+
+
+class _Jitted:
+    def __init__(self, target, static_argnums, static_argnames, donate_state: bool):
+        self.target = target
+        self.module = target if isinstance(target, torch.nn.Module) else None
+        self.static_argnums = static_argnums
+        self.static_argnames = static_argnames
+        self.donate_state = donate_state
+        self.programs: dict[Any, _Program] = {}
+        self._first_call = True
+        self._layout: _Layout | None = None  # where the state lives (re-checked each call)
+        self._tensor_args_specs: dict[int, tuple] = {}
+        self._last_state: tuple | None = None  # (state arrays, their signature)
+        # (layout, info, the _write_plan of both, the signature of the state it writes)
+        self._plan: tuple | None = None
+        # program key -> positions (in the state's grads) of .grads the step discards unread
+        self._dead_grads: dict[Any, tuple[int, ...]] = {}
+        # The last call, if it was a forward that the next call may repeat cheaply
+        self._repeat: _RepeatedForward | _RepeatedStep | None = None
+        self._cpu_outputs = False  # set while a call over lent CPU state runs
+        self.__wrapped__ = target
+
+    @property
+    def compilations(self) -> int:
+        """XLA compilations this callable has made (one per program and input signature)."""
+        return sum(
+            p.core.compilations + p.forward_core.compilations for p in list(self.programs.values())
+        )
+
+    def _run(self, cpu_state: dict, args, kwargs):
+        if self.module is None:
+            return self.target(*args, **kwargs)
+        if cpu_state:
+            # A module on the CPU: its tensors are replaced by torchlax Tensors of the program.
+            return torch.func.functional_call(
+                self.module, cpu_state, args, kwargs, tie_weights=True, strict=False
+            )
+        return self.module(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        check_shared_writes()
+        with _trace_lock:
+            repeat = self._repeat
+            if repeat is not None:
+                if not kwargs:
+                    out = repeat.call(self, args)  # (outside x64(): see its docstring)
+                    if out is not _MISSED:
+                        return out
+                self._repeat = None  # the general path records this call if it is a repeat
+            check_jit_arguments(args, kwargs)  # a sparse or quantized tensor, named
+            with x64():
+                try:
+                    return self._call(args, kwargs)
+                except CpuStateError as error:
+                    return self._call_on_cpu_state(args, kwargs, error.found)
+
+    def _call_on_cpu_state(self, args, kwargs, found: list):
+        """A step over CPU parameters: their memory is lent to the program (DLPack), and the
+        new state is written back into the same tensor objects, as an in-place step does."""
+        tensors, optimizers = cpu_state_tensors(found)
+        # The program must not reuse memory that torch owns.
+        self.donate_state = False
+        self._layout = None
+        lent = []
+        try:
+            for t in tensors:
+                grad = t.grad if t.is_leaf else None
+                array = _borrow(t)
+                promoted = Tensor(array, requires_grad=t.requires_grad)
+                # The very objects the model and optimizer name become torchlax Tensors for
+                # the call (identity, opt.state keys and module attributes unchanged).
+                t.grad = None
+                try:
+                    torch.utils.swap_tensors(t, promoted)
+                except RuntimeError as exc:
+                    t.grad = grad
+                    raise JitError(
+                        f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
+                        f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
+                        "Move the model to the 'jax' device before creating the optimizer "
+                        "(model.to('jax') inside torchlax.enable())."
+                    ) from exc
+                lent.append((t, promoted, array))
+                if grad is not None:
+                    t.grad = Tensor(_borrow(grad))
+            args, kwargs = pytree.tree_map_only(
+                torch.Tensor,
+                lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
+                (args, kwargs),
+            )
+            self._cpu_outputs = True
+            out = self._call(args, kwargs)
+        finally:
+            self._cpu_outputs = False
+            self._layout = None  # found over the lent tensors: stale once they are given back
+            for t, cpu, array in reversed(lent):
+                new, grad = array_of(t), t.grad
+                t.grad = None
+                torch.utils.swap_tensors(t, cpu)
+                if new is not array:
+                    with torch.no_grad():
+                        t.copy_(torch.from_dlpack(new))  # in place: bumps _version
+                if grad is not None:
+                    t.grad = grad.cpu()
+            for opt in optimizers:  # state the step created (on its first, eager, call)
+                for entries in opt.state.values():
+                    for name, value in list(entries.items()):
+                        if isinstance(value, Tensor):
+                            entries[name] = value.cpu()
+        return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
+
+    # -- calling -----------------------------------------------------------------------------
+
+    def _call(self, args, kwargs):
+        leaves, tensors_only = arg_leaves(args, kwargs)
+        layout = self._layout
+        if layout is None or not layout.holds(leaves):
+            layout = self._layout = find_state(self.target, self.module, leaves)
+        state = layout.assemble()
+        if self._first_call:
+            self._first_call = False
+            if _optimizer_state_missing(state.optimizers):
+                return self._eager_call(state, args, kwargs)
+        run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
+        if run is None:  # the trace found .grads the step discards: traced again without them
+            return self._call(args, kwargs)
+        info = run.info
+        if run.differentiable():
+            if info.eager_backward:
+                return self._forward_with_backward_hooks(run.program, info, args, kwargs)
+            outputs = _differentiable_call(run)
+        elif run.forward:
+            outputs = self._forward_call(run)
+        else:
+            outputs = self._step_call(run)
+        if run.state.schedulers and not info.trains:  # (a step's are made by its write-back)
+            _step_schedulers(run.state, info, [0] * len(run.state.schedulers))
+        if self._cpu_outputs and info.rebuilds:
+            # A step over lent CPU state returns CPU tensors; those inside returned objects
+            # are put in place as such (the caller converts only the pytree's leaves).
+            outputs = [o.cpu() if isinstance(o, Tensor) else o for o in outputs]
+        return _returned(info, outputs)
+
+    def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run | None:
+        """The program, entry and arrays of this call; None when its first trace found
+        ``.grad``s the step discards unread (the program is then traced without them)."""
+        args, kwargs, static_values = self._split_static(args, kwargs)
+        run = _Run(layout, state, tensors_only and not self.static_argnums)
+        if run.plain_args:
+            # Tensors only, positionally (the common call): no pytree walk.
+            inputs, in_spec, spec_key = leaves, *self._tensor_args_spec(len(leaves))
+            statics = key_statics = (_SLOT,) * len(leaves)
+        else:
+            flat, in_spec = pytree.tree_flatten((args, kwargs))
+            inputs = [x for x in flat if isinstance(x, torch.Tensor)]
+            statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
+            spec_key = str(in_spec)
+            key_statics = layout.keyed_statics(statics)
+        run.inputs = inputs
+        run.checks = bool(torchlax_core.current_env().config.checked)
+        run.in_layouts = _input_layouts(inputs)
+        structure = state.structure()
+        key = (spec_key, key_statics, static_values, structure, torch.is_grad_enabled())
+        program_key = (*key, run.checks, run.in_layouts)
+        dead_grads = self._find_program(run, program_key, (in_spec, statics, static_values))
+        self._find_entry(run)
+        info = run.info
+        if info.trains and any(t.requires_grad for t in inputs):
+            raise _argument_requiring_grad_error(self, inputs)
+        if info.trains and run.entry.jaxpr is not None and dead_grads is None:
+            # (no jaxpr kept in checked mode) The first trace of this step: which .grads does
+            # it discard unread? Later calls (this one too, traced again: the program was not
+            # compiled yet) leave them out.
+            dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
+            if dead:
+                del self.programs[run.program_key]  # never compiled: the next one replaces it
+                return None
+        return run
+
+    def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
+        """Set ``run.program`` (made for a new key) and, for a step whose discarded ``.grad``s
+        are known, the state without them; returns those (None before they are known)."""
+        try:
+            # (a forward never has dead .grads: no second hash of its key)
+            dead_grads = self._dead_grads.get(program_key) if self._dead_grads else None
+            if dead_grads:
+                run.state = run.state.without_grads(dead_grads)
+                program_key = (*program_key, dead_grads)
+            program = self.programs.get(program_key)
+        except TypeError:
+            raise JitArgumentError(
+                "torchlax.jit treats non-tensor arguments as static values, which must be "
+                "hashable; got an unhashable one. Pass arrays as tensors and other values as "
+                "hashable Python objects (tuples, not lists)."
+            ) from None
+        if program is None:
+            with _trace_lock:
+                in_spec, statics, static_values = configuration
+                program = self.programs.setdefault(
+                    program_key,
+                    _Program(self, in_spec, statics, static_values, run.checks, run.in_layouts),
+                )
+        run.program, run.program_key = program, program_key
+        return dead_grads
+
+    def _find_entry(self, run: _Run) -> None:
+        """Set the call's arrays, signature and program entry (``run.entry``, ``run.info``)."""
+        state, program = run.state, run.program
+        run.cpu_tensors = list(state.cpu_tensors.values())
+        run.state_arrays = [s.array for s in state.storages]
+        run.lr_arrays = [to(lr) for (_, lr), to in zip(state.lrs, state.lr_types, strict=True)]
+        run.arrays = [_borrow(t) for t in run.cpu_tensors] + _input_arrays(
+            run.inputs, run.in_layouts
+        )
+        run.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in run.inputs)
+        run.signature = (self._state_signature(run.state_arrays), _signature(run.arrays))
+        # A step that trains runs the donating program; a function that only computes, the
+        # forward program. Which one is learned by the first trace (guessed from whether
+        # there are optimizers) and checked on each new signature.
+        forward = program.trains is False or (program.trains is None and not state.optimizers)
+        state_arrays = run.state_arrays if forward else _distinct(run.state_arrays)
+        run.entry = program.entry(
+            run.signature, state, (state_arrays, run.lr_arrays, run.arrays), forward
+        )
+        run.info = info = run.entry.info
+        if info.trains == forward:  # the guess was wrong: the other program's entry
+            forward = not info.trains
+            state_arrays = run.state_arrays if forward else _distinct(run.state_arrays)
+            run.entry = program.entry(
+                run.signature, state, (state_arrays, run.lr_arrays, run.arrays), forward
+            )
+        run.state_arrays, run.forward = state_arrays, forward
+        program.trains = info.trains
+
+    def _forward_call(self, run: _Run) -> list:
+        """Launch the forward program; record the call for ``_RepeatedForward`` if it can
+        repeat."""
+        state, info, program, entry = run.state, run.info, run.program, run.entry
+
+        def write_changed(results) -> None:
+            if info.writes:
+                self._last_state = None
+                _write_changed(state, info, results[1], results[2])
+
+        out_arrays = launch_and_write(
+            lambda out: out.append(
+                program.forward_core.run(entry, run.state_arrays, run.lr_arrays, run.arrays)
+            ),
+            write_changed,
+        )[0]
+        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if (
+            not info.writes
+            and not state.lrs
+            and not torch.is_grad_enabled()
+            and run.repeatable()
+            and run.layout.reused(state)
+        ):
+            self._repeat = _RepeatedForward(
+                run.layout,
+                state,
+                tuple(map(type, run.inputs)),
+                run.signature[1],
+                tuple(getattr(a, "aval", None) for a in run.arrays),
+                run.checks,
+                program.forward_core,
+                entry,
+                info,
+                None if info.out_orders else _plain_result_specs(outputs, out_arrays),
+            )
+        return outputs
+
+    def _step_call(self, run: _Run) -> list:
+        """Launch the donating program and write the new state back; record the call for
+        ``_RepeatedStep`` if it can repeat."""
+        state, info, program, entry, layout = (
+            run.state,
+            run.info,
+            run.program,
+            run.entry,
+            run.layout,
+        )
+        last_plan = self._plan
+        plan: tuple = (
+            last_plan
+            if last_plan is not None and last_plan[0] is layout and last_plan[1] is info
+            else (layout, info, _write_plan(state, info), None)
+        )
+        dead = [state.grads[i] for i in state.dead_grads]
+        dead_grads = list(map(_GRAD, dead))
+        stepped = [0] * len(state.schedulers)
+
+        def launch(out: list) -> None:
+            for p in dead:
+                p.grad = None  # dropped before the program runs: not alive in it
+            # Check errors are raised before any output or state is written back.
+            out.append(program.core.run(entry, run.state_arrays, run.lr_arrays, run.arrays))
+
+        def write(results) -> None:
+            new_storages = results[1]
+            _write_state(state, info, new_storages, results[2], plan[2])
+            # The executable's outputs have the same signature every call: the next
+            # call's state (these arrays, unless something replaces one) is not re-read.
+            out_sig = plan[3] or _Hashed(_signature(new_storages))
+            self._plan = (*plan[:3], out_sig)
+            self._last_state = (new_storages, out_sig)
+            _step_schedulers(state, info, stepped)
+
+        out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
+        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        written_plan: tuple = self._plan  # pyright: ignore[reportAssignmentType]  (write() set it)
+        if (
+            not run.checks
+            and not self._cpu_outputs
+            and run.repeatable()
+            and _next_state_is(layout, state)
+        ):
+            self._repeat = _RepeatedStep(
+                layout,
+                state,
+                tuple(map(type, run.inputs)),
+                run.signature[1],
+                torch.is_grad_enabled(),
+                program.core,
+                entry,
+                info,
+                written_plan[2],
+                written_plan[3],
+                None if info.out_orders else _plain_result_specs(outputs, out_arrays),
+            )
+        return outputs
+
+    def _forward_with_backward_hooks(self, program: _Program, info: _Info, args, kwargs):
+        """A differentiable call of a forward that met backward hooks or read a plain CPU tensor
+        requiring grad, run eagerly.
+
+        Its ``backward()`` would be ``jax.vjp`` of the program, where no PyTorch hook runs
+        (a full backward hook scaling ``grad_input`` would silently not scale it) and a CPU
+        tensor is a constant (it would silently get no ``.grad``); run eagerly, the hooks run
+        where PyTorch runs them and the gradients are eager PyTorch's.
+        Calls without grad, and steps that call ``backward()`` themselves (the backward is
+        then traced, hooks included), stay compiled."""
+        if self._cpu_outputs:
+            raise JitError(
+                f"{_owner(self)}: the forward meets {info.eager_backward[0]}; a backward after "
+                "a compiled call of a step over CPU state would not do that. Move the model to the 'jax' device (model.to('jax') inside "
+                "torchlax.enable()), or call backward() inside the jitted function."
+            )
+        if not program.logged_eager:
+            program.logged_eager = True
+            _log.info(
+                "%s: runs eagerly while autograd records: the forward meets %s (calls without "
+                "grad, or with backward() inside the jitted function, are compiled)",
+                _owner(self),
+                info.eager_backward[0],
+            )
+        with torchlax_core.enable(torchlax_core.current_env()):
+            return self.target(*args, **kwargs)
+
+    def _state_signature(self, arrays: list) -> _Hashed:
+        # The state's arrays are those of the last call unless a step or the user replaced
+        # one: then their signature is too (kept only while they are the live state, so no
+        # replaced array is held alive).
+        last = self._last_state
+        if last is not None and len(last[0]) == len(arrays) and all(map(is_, arrays, last[0])):
+            return last[1]
+        sig = _Hashed(_signature(arrays))
+        self._last_state = (arrays, sig)
+        return sig
+
+    def _tensor_args_spec(self, n: int) -> tuple:
+        spec = self._tensor_args_specs.get(n)
+        if spec is None:
+            in_spec = pytree.tree_flatten((tuple(range(n)), {}))[1]
+            spec = self._tensor_args_specs[n] = (in_spec, str(in_spec))
+        return spec
+
+    def _eager_call(self, state: _StateSet, args, kwargs):
+        # The optimizers create their state in this first call, with PyTorch's own code, and
+        # later calls compile one program over it (else the first call would compile a
+        # program of its own, used once).
+        groups = [
+            (g, g["capturable"])
+            for opt in state.optimizers
+            for g in opt.param_groups
+            if "capturable" in g
+        ]
+        for g, _ in groups:
+            g["capturable"] = True  # step counts on the jax device, as the program keeps them
+        try:
+            # Run once: the op cache compiles nothing for it (an executable per op signature
+            # that repeats inside the step, the same op in each layer, would be used once).
+            with torchlax_core.enable(torchlax_core.current_env()), op_cache_compiling_nothing():
+                return self.target(*args, **kwargs)
+        finally:
+            for g, capturable in groups:
+                g["capturable"] = capturable
+            for opt in state.optimizers:
+                _move_cpu_state_to_jax(opt)
+
+    def _split_static(self, args, kwargs):
+        static_values = []
+        if self.static_argnums:
+            args = list(args)
+            for i in self.static_argnums:
+                if i < len(args):
+                    static_values.append(args[i])
+                    args[i] = _STATIC
+            args = tuple(args)
+        if self.static_argnames:
+            kwargs = dict(kwargs)
+            for name in self.static_argnames:
+                if name in kwargs:
+                    static_values.append(kwargs[name])
+                    kwargs[name] = _STATIC
+        return args, kwargs, tuple(static_values)
+
+
+def _optimizer_state_missing(optimizers) -> bool:
+    """Whether a first step would create optimizer state or gradients (then it runs eagerly)."""
+    return any(
+        not opt.state.get(p) or p.grad is None
+        for opt in optimizers
+        for g in opt.param_groups
+        for p in g["params"]
+    )
+
+
+@dataclasses.dataclass(slots=True)
+class _Run:
+    """One call on the general path: its state, program, entry and arrays (``_prepared``)."""
+
+    layout: _Layout
+    state: _StateSet
+    plain_args: bool  # tensors only, positionally, none static: a repeat can check them cheaply
+    inputs: list = dataclasses.field(default_factory=list)
+    checks: bool = False
+    in_layouts: tuple | None = None
+    program: Any = None  # _Program
+    program_key: tuple = ()
+    cpu_tensors: list = dataclasses.field(default_factory=list)
+    state_arrays: list = dataclasses.field(default_factory=list)
+    lr_arrays: list = dataclasses.field(default_factory=list)
+    arrays: list = dataclasses.field(default_factory=list)
+    on_jax: bool = False
+    signature: tuple = ()
+    forward: bool = True
+    entry: Any = None  # Entry
+    info: Any = None  # _Info
+
+    def differentiable(self) -> bool:
+        """Whether autograd needs the call (a forward with grad on over tensors requiring
+        grad, or reading a plain CPU tensor that requires grad)."""
+        if self.info.trains or not torch.is_grad_enabled():
+            return False
+        return self.info.reads_host_grad or any(
+            t.requires_grad and _inexact(t) for t in self.tensors()
+        )
+
+    def tensors(self) -> list:
+        """The tensors an autograd call differentiates by: state owners, CPU tensors, inputs."""
+        return list(self.state.owners) + self.cpu_tensors + self.inputs
+
+    def repeatable(self) -> bool:
+        """Whether a repeat of this call can check its arguments cheaply (plain torchlax
+        Tensors, row-major, positionally) and has no CPU state to lend."""
+        return (
+            self.plain_args
+            and not self.cpu_tensors
+            and self.in_layouts is None  # (row-major inputs: a repeat checks they still are)
+            and all(isinstance(t, Tensor) for t in self.inputs)
+        )
+
+
+def _differentiable_call(run: _Run) -> list:
+    """One ``torch.autograd.Function`` call of the forward program (``_autograd``)."""
+    tensors = run.tensors()
+    mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
+    diff = [t for t, m in zip(tensors, mask, strict=True) if m]
+    orders = (
+        ()
+        if run.in_layouts is None
+        else (None,) * (len(tensors) - len(run.inputs)) + tuple(map(_input_order, run.in_layouts))
+    )
+    call = _Call(
+        run.program,
+        run.info,
+        run.state,
+        mask,
+        run.state_arrays + run.arrays,
+        run.lr_arrays,
+        run.entry,
+        run.entry.key(),
+        run.on_jax,
+        tensors,
+        orders,
+    )
+    return _JitFunction.apply(call, *diff)

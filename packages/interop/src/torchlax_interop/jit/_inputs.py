@@ -1,0 +1,117 @@
+"""How an argument tensor enters the program: its array, and the memory order it is passed in.
+
+An input eager PyTorch lays out transposed (a ``.t()`` of a contiguous tensor) is passed as
+its array in memory order and viewed back inside the trace (``_traced_input``), so the
+program sees the strides eager code would; a row-major input is passed as it is.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchlax_core import Tensor
+from torchlax_core.internal import (
+    dense_strides_in_order,
+    laid_out,
+    memory_order,
+    memory_ordered_array,
+    stored_in_order,
+)
+
+from .._call_jax import _borrow
+from .._dlpack import from_torch
+
+_SLOT = object()  # a tensor's place among the flattened arguments
+_STATIC = object()  # a static_argnums/static_argnames argument's place
+
+
+def _merge(mask, diff, other) -> list:
+    diff, other = iter(diff), iter(other)
+    return [next(diff) if m else next(other) for m in mask]
+
+
+def _dense_order(x: torch.Tensor) -> tuple[int, ...] | None:
+    """The memory order of a traced output that eager PyTorch lays out densely other than
+    row-major (``x.t() * 2``: TensorIterator follows its operand), else None. Such an output
+    is returned in that order and viewed back, so the caller sees eager PyTorch's strides; an
+    output with gaps (a slice) comes back row-major."""
+    if not isinstance(x, Tensor) or x.is_contiguous():
+        return None
+    return memory_order(tuple(x.shape), x.stride())
+
+
+def _input_layouts(inputs: list) -> tuple | None:
+    """Per input tensor, None (row-major) or ``(strides, order)``: the strides it is traced
+    with (``_traced_strides``) and, for a torchlax Tensor densely laid out other than
+    row-major (``x.t()``), the memory order its array is passed in (its storage array: no
+    transpose, in or out of the program), else None (its value is passed). None when every
+    input is row-major (the common call: one ``is_contiguous`` per input)."""
+    if all(t.is_contiguous() for t in inputs):
+        return None
+    layouts = tuple(None if t.is_contiguous() else _input_layout(t) for t in inputs)
+    return layouts if any(s is not None for s in layouts) else None
+
+
+# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (``memory_order`` is
+# Python arithmetic, ~15 us: a call with transposed inputs must not pay it each time)
+_input_layout_cache: dict = {}
+
+
+def _input_layout(t: torch.Tensor):
+    key = (t.shape, t.stride(), type(t) is Tensor)
+    if key in _input_layout_cache:
+        return _input_layout_cache[key]
+    strides = _traced_strides(t)
+    layout = None
+    if strides is not None:
+        dense = memory_order(tuple(t.shape), t.stride()) if isinstance(t, Tensor) else None
+        layout = (strides, dense)
+    if len(_input_layout_cache) < 4096:
+        _input_layout_cache[key] = layout
+    return layout
+
+
+def _input_arrays(inputs: list, layouts: tuple | None) -> list:
+    """The program's input arrays: each tensor's value, or its elements in memory order where
+    its layout says so (``_input_layouts``)."""
+    if layouts is None:
+        return [t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs]
+    arrays = []
+    for t, layout in zip(inputs, layouts, strict=True):
+        if layout is not None and layout[1] is not None:
+            arrays.append(memory_ordered_array(t, layout[1])[0])  # pyright: ignore[reportOptionalSubscript]  (dense: never None)
+        else:
+            arrays.append(t.jax() if isinstance(t, Tensor) else _borrow(t))
+    return arrays
+
+
+def _traced_input(array, strides: tuple[int, ...], order: tuple[int, ...] | None) -> Tensor:
+    """An input inside the trace, laid out with ``strides``; ``array`` holds its elements in
+    memory ``order`` when that is given, else its value."""
+    if order is None:
+        return laid_out(array, strides)
+    return stored_in_order(array, order, strides)
+
+
+def _input_order(layout) -> tuple[int, ...] | None:
+    return None if layout is None else layout[1]
+
+
+def _traced_strides(t: torch.Tensor) -> tuple[int, ...] | None:
+    """Dense strides in the dimension order of ``t``'s strides (its own, for a transposed or
+    permuted tensor; for a slice, those of a dense tensor of the same order: TensorIterator
+    only compares strides), or None for row-major order, an empty tensor, or a broadcast one
+    (a stride-0 dimension tells TensorIterator nothing, a dense order would)."""
+    shape, strides = tuple(t.shape), t.stride()
+    if 0 in shape or any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
+        return None
+    return dense_strides_in_order(shape, strides)
+
+
+def _traced_array(x: torch.Tensor):
+    if isinstance(x, Tensor):
+        return x.jax()
+    return from_torch(x).jax()  # a constant the function made on the CPU
+
+
+def _inexact(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()

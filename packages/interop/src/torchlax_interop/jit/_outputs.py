@@ -1,0 +1,103 @@
+"""What a call returns: the program's output arrays as tensors in the function's result.
+
+The output tensors are laid out as eager PyTorch lays them out (``_to_tensors``), put into
+the output structure the trace recorded (``_output_plan``, ``_returned``), and objects that
+hold returned tensors are rebuilt around them (``_objects``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils import _pytree as pytree
+from torchlax_core.internal import (
+    is_root_of,
+    output_tensors,
+    result_specs,
+    viewed_back,
+)
+
+from .._call_jax import _give_back
+from ._inputs import _SLOT
+from ._objects import ObjectOutput
+from ._objects import find as find_object_output
+from ._refusals import _owner
+
+if TYPE_CHECKING:
+    from ._program import _Info
+
+
+def _returned(info: _Info, outputs: list):
+    """What the function returned, with the program's output tensors in their places."""
+    if info.single_output:
+        return outputs[0]
+    if info.rebuilds:
+        return _returned_with_objects(info, outputs)
+    if info.out_spec.is_leaf():
+        return info.out_statics[0]
+    it = iter(outputs)
+    flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
+    return pytree.tree_unflatten(flat_out, info.out_spec)
+
+
+def _returned_with_objects(info: _Info, outputs: list):
+    """``_returned`` where some output leaves are objects: each gets a fresh copy holding its
+    tensors of this call."""
+    flat_out = []
+    at = 0
+    for s in info.out_statics:
+        if s is _SLOT:
+            flat_out.append(outputs[at])
+            at += 1
+        elif isinstance(s, ObjectOutput):
+            flat_out.append(s.rebuilt(outputs[at : at + s.n]))
+            at += s.n
+        else:
+            flat_out.append(s)
+    return pytree.tree_unflatten(flat_out, info.out_spec)
+
+
+def _output_plan(out, out_flat: list, stateful: set, jitted) -> tuple[tuple, list]:
+    """Per output leaf, ``_SLOT`` (a tensor), an ``ObjectOutput`` (an object holding tensors
+    computed in the trace: they are outputs too) or the leaf (a constant); and the output
+    tensors, in the program's order."""
+    statics: list = []
+    tensors: list = []
+    for i, x in enumerate(out_flat):
+        if isinstance(x, torch.Tensor):
+            statics.append(_SLOT)
+            tensors.append(x)
+            continue
+        found = find_object_output(x, lambda i=i: _leaf_name(out, i), stateful, _owner(jitted))
+        if found is None:
+            statics.append(x)
+        else:
+            statics.append(found[0])
+            tensors.extend(found[1])
+    return tuple(statics), tensors
+
+
+def _leaf_name(out, i: int) -> str:
+    """The ``i``-th output leaf's path, as ``output['past_key_values']`` (for errors)."""
+    try:
+        path = pytree.tree_flatten_with_path(out)[0][i][0]
+    except Exception:  # a node type registered without key paths
+        return f"output leaf {i}"
+    return "output" + pytree.keystr(path)
+
+
+def _plain_result_specs(outputs: list, out_arrays: list) -> list | None:
+    """``result_specs`` of a call's outputs when each is a root torchlax Tensor of its array
+    (what ``wrap_results_like`` makes), else None."""
+    if all(map(is_root_of, outputs, out_arrays)):
+        return result_specs(outputs, out_arrays)
+    return None
+
+
+def _to_tensors(arrays, on_jax: bool, inputs, orders: tuple = ()) -> list[torch.Tensor]:
+    outputs = output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
+    for i, order in enumerate(orders):
+        if order is not None:
+            outputs[i] = viewed_back(outputs[i], order)
+    return outputs

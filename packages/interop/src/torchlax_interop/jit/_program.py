@@ -1,0 +1,632 @@
+"""The program of one static configuration of a jitted callable: its trace, vjp and donation.
+
+While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_swap_in``), so the
+very objects the user's code names (``model``, ``opt``) compute the program; afterwards they
+get their old arrays back (``_swap_out``). The trace is watched (``_watch``, ``_constants``)
+and what it learned is an ``_Info``: which storages, ``.grad``s and optimizer entries the
+step changed, its output structure. A step that trains is compiled with its state donated
+(``core``); a function that only computes has a forward program (``forward_core``) whose
+backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
+``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import torch
+import torchlax_core
+from jax.extend import core as jax_core
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils import _pytree as pytree
+from torch.utils.hooks import RemovableHandle
+from torchlax_core import JitError, Tensor, checked
+from torchlax_core.internal import (
+    CompiledProgram,
+    Entry,
+    array_of,
+    get_logger,
+    state_lock,
+    storage_of,
+    tracing,
+)
+
+from ._constants import ReadConstants
+from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
+from ._inputs import _SLOT, _STATIC, _dense_order, _merge, _traced_array, _traced_input
+from ._objects import ObjectOutput
+from ._outputs import _output_plan
+from ._paths import path_to, reaches
+from ._refusals import (
+    _leaked_tracer_error,
+    _owner,
+    _refused_backward_error,
+    changed_constant_error,
+    changed_cpu_tensor_error,
+    described_tensor,
+    where_held,
+)
+from ._state import _StateSet
+from ._watch import TraceWatch
+
+if TYPE_CHECKING:
+    from ._call import _Jitted
+
+
+_NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in the program
+
+
+# One trace at a time, and no call while one runs: tracing swaps tracers into shared objects
+# (a module's parameters), so another thread's trace, or its call reading the same module's
+# state, would read those tracers (an UnexpectedTracerError, seen with four threads making
+# their first calls at once). Calls hold it while they read and write state; the program
+# itself is dispatched asynchronously, so the hold is short.
+_trace_lock = state_lock  # (readers of the state in other threads wait on it: see there)
+
+
+_log = get_logger("jit")
+
+
+@dataclasses.dataclass
+class _Info:
+    """What tracing learned about one program at one input signature."""
+
+    out_spec: Any
+    out_statics: tuple
+    changed: tuple[bool, ...]  # per storage: whether the program writes it
+    grad_slots: tuple  # per grad parameter: (_NONE | _KEPT | _NEW, index)
+    opt_slots: tuple  # per optimizer, per parameter: ((name, kind, index), ...)
+    scheduler_steps: tuple[int, ...]
+    cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
+    trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
+    # per output array: the dimension order it is returned in (a result eager PyTorch lays out
+    # transposed: see _dense_order), or None (row-major)
+    out_orders: tuple = ()
+    # The tensors that are no state the step read: their values are baked in, so a call
+    # after one of them changed (the user wrote into it) traces the program again.
+    constants: ReadConstants | None = None
+    # What autograd's backward of the traced code does that jax.vjp of the program would not,
+    # in words: the backward hooks the step met (PyTorch runs them in its backward), the plain
+    # CPU tensors requiring grad it read (constants of the program: eagerly the backward
+    # gives them gradients). A call whose backward runs after it (a differentiable forward)
+    # is run eagerly instead (``_Jitted._forward_with_backward_hooks``).
+    eager_backward: tuple[str, ...] = ()
+    # Whether such a CPU tensor is among them: the call's output requires grad eagerly even
+    # where no state or input does
+    reads_host_grad: bool = False
+    # Precomputed for each call's write-back and output: whether any storage or CPU buffer
+    # changes, and whether the output is one tensor.
+    writes: bool = dataclasses.field(init=False)
+    single_output: bool = dataclasses.field(init=False)
+    # Whether an output is an object rebuilt around its tensors (_objects), and how many
+    # arrays the program outputs (its tensors count).
+    rebuilds: bool = dataclasses.field(init=False)
+    n_outputs: int = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.writes = any(self.changed) or any(self.cpu_changed)
+        self.single_output = self.out_spec.is_leaf() and self.out_statics[0] is _SLOT
+        objects = [s.n for s in self.out_statics if isinstance(s, ObjectOutput)]
+        self.rebuilds = bool(objects)
+        self.n_outputs = sum(s is _SLOT for s in self.out_statics) + sum(objects)
+
+
+class _Program:
+    """One static configuration of a jitted callable: its traced function and compiled forms."""
+
+    def __init__(
+        self, jitted: _Jitted, in_spec, statics, static_values, checks: bool, in_layouts=None
+    ):
+        self.jitted = jitted
+        # per input array: None (row-major), or (strides it is traced with, so that its
+        # results take the strides eager PyTorch gives them; the order its array comes in:
+        # see _input_layouts); None when every input is row-major
+        self.in_layouts = in_layouts
+        # Config.checked: value checks inside (an index out of range, ...) are recorded with
+        # checkify and raised after the call; the state is then not donated, so a failed call
+        # leaves it as it was.
+        self.checks = checks
+        self.in_spec = in_spec
+        self.statics = statics
+        self.static_values = static_values
+        self._state: _StateSet | None = None
+        name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
+        # The signature -> executable cache, key input, donation of the state arrays (the
+        # program returns their new values) and checks: the compiled-program core's.
+        # The key input is raw key data, made on the host for each call that draws (a typed
+        # key would be one more JAX dispatch per call, longer than the launch itself).
+        self.core = CompiledProgram(
+            f"torchlax.jit({name})",
+            self._traced_entry,
+            donate_argnums=(0,) if jitted.donate_state else (),
+            checks=checks,
+            keep_jaxpr=not checks,
+            key_data=True,
+        )
+        # A function that changes no state but buffers runs this program instead: no
+        # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
+        self.forward_core = CompiledProgram(
+            f"torchlax.jit({name})",
+            self._traced_forward_entry,
+            checks=checks,
+            keep_jaxpr=not checks,
+            key_data=True,
+        )
+        self.trains: bool | None = None  # learned by the first trace
+        # Autograd: the forward is the plain program; backward() runs one program that
+        # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
+        # has run, later calls save jax.vjp's residuals in the forward instead (a training
+        # loop then computes the forward once).
+        self.saves_residuals = checks  # checked mode: checkify's errors come from the forward
+        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
+        self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
+        self._recomputing_backwards: dict = {}
+        self.logged_eager = False  # _Jitted._forward_with_backward_hooks logs once
+
+    # -- tracing --------------------------------------------------------------------------
+
+    def _traced_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+        return self._traced(state_arrays, lr_arrays, arrays)
+
+    def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+        return self._traced(state_arrays, lr_arrays, arrays, all_storages=False)
+
+    def _traced(
+        self, state_arrays: list, lr_arrays: list, arrays: list, all_storages: bool = True
+    ) -> tuple:
+        """The step on tracers, inside the caller's key scope: its results and ``_Info``.
+
+        The new storages are all returned (donated state: each input buffer comes back), or,
+        with ``all_storages=False``, only those the step changes (``None`` for the others:
+        returning an undonated input copies it)."""
+        state = self._state
+        assert state is not None  # info() sets it before tracing
+        env = torchlax_core.current_env()
+        saved = _swap_in(state, state_arrays, lr_arrays)
+        recorded = _defer_schedulers(state.schedulers)
+        try:
+            with tracing(env):
+                n_cpu = len(state.cpu_tensors)
+                tensors = [Tensor(a) for a in arrays]
+                if self.in_layouts is not None:
+                    for k, layout in enumerate(self.in_layouts):
+                        if layout is not None:
+                            tensors[n_cpu + k] = _traced_input(arrays[n_cpu + k], *layout)
+                cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
+                inputs = iter(tensors[n_cpu:])
+                statics = iter(self.static_values)
+                flat = [
+                    next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
+                    for s in self.statics
+                ]
+                args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
+                out, constants, eager_backward, reads_host_grad = self._run_watched(
+                    cpu_state, args, kwargs, state
+                )
+                out_flat, out_spec = pytree.tree_flatten(out)
+                out_statics, out_tensors = _output_plan(
+                    out, out_flat, set(saved["storage_ids"]), self.jitted
+                )
+                out_orders = tuple(map(_dense_order, out_tensors))
+                out_arrays = [
+                    _traced_array(x) if order is None else jnp.transpose(_traced_array(x), order)
+                    for x, order in zip(out_tensors, out_orders, strict=True)
+                ]
+                new_storages = [s.array for s in state.storages]
+                extra: list = []
+                grad_slots = tuple(_slot(p.grad, saved, extra) for p in state.grads)
+                opt_slots = tuple(_optimizer_slots(opt, saved, extra) for opt in state.optimizers)
+                cpu_new = [array_of(t) for t in cpu_state.values()]
+                _check_hyperparameters(state, saved)
+        finally:
+            _swap_out(state, saved)
+            _undefer_schedulers(state.schedulers)
+        changed = tuple(new is not old for new, old in zip(new_storages, state_arrays, strict=True))
+        if not all_storages:
+            new_storages = [
+                new if c else None for new, c in zip(new_storages, changed, strict=True)
+            ]
+        cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
+        extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
+        trains = any(
+            _grad_changed(kind, index, saved["grad_storage"][i], changed)
+            for i, (kind, index) in enumerate(grad_slots)
+        ) or any(
+            kind != _KEPT or changed[index]
+            for slots in opt_slots
+            for entries in slots
+            for _, kind, index in entries
+        )
+        info = _Info(
+            out_spec,
+            out_statics,
+            changed,
+            grad_slots,
+            opt_slots,
+            tuple(recorded[id(s)] for s in state.schedulers),
+            cpu_changed,
+            trains,
+            out_orders if any(o is not None for o in out_orders) else (),
+            constants,
+            eager_backward,
+            reads_host_grad,
+        )
+        return (out_arrays, new_storages, extra), info
+
+    def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
+        """The step on tracers, refusing what cannot be one program: an optimizer stepped
+        that is no state, a module trained that is no state, a constant (a tensor that is no
+        state) or a plain CPU tensor changed. What the step changed is put back before it
+        raises. Returns the step's output, the constants it read (``ReadConstants``, or None),
+        what its backward after the call would do only eagerly (``_Info.eager_backward``:
+        the backward hooks it met, the plain CPU tensors requiring grad it read) and whether
+        it read such a tensor."""
+        jitted = self.jitted
+        owner = _owner(jitted)
+        unfound = _refuse_unfound_optimizers(state, jitted)
+        trace_watch = TraceWatch(
+            {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
+        )
+        watch = trace_watch.constants  # the torchlax Tensors it reached (core's op observer)
+        try:
+            try:
+                with trace_watch:
+                    out = jitted._run(cpu_state, args, kwargs)
+            except jax.errors.UnexpectedTracerError as exc:
+                raise _leaked_tracer_error(jitted) from exc
+            finally:
+                unfound.remove()
+        except BaseException:
+            watch.restore(watch.changed())
+            trace_watch.restore(trace_watch.changed_cpu_tensors())
+            if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
+                raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
+            raise
+        if trace_watch.refused_leaves:  # (the step caught the refusal and went on)
+            watch.restore(watch.changed())
+            trace_watch.restore(trace_watch.changed_cpu_tensors())
+            raise _refused_backward_error(trace_watch, jitted, args, kwargs)
+        cpu_changed = trace_watch.changed_cpu_tensors()
+        if cpu_changed:  # a plain CPU tensor the step changed: put back, and named
+            trace_watch.restore(cpu_changed)
+            watch.restore(watch.changed())
+            named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
+            raise changed_cpu_tensor_error(owner, named)
+        untrained = trace_watch.modules.error(owner, jitted.target, args, kwargs)
+        # A changed tensor the function reaches is a constant of the user's: put back, and
+        # named. Any other is one the step made from host data (torch.tensor(...)): its
+        # own, left alone where the program returns it from (a new optimizer state entry or
+        # .grad, the output), else put back (an output's autograd graph may save it).
+        changed = [c for c in watch.changed() if not _kept_as_state(c.tensor, state)]
+        named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in changed]
+        named = [(c, path) for c, path in named if path is not None]
+        if named or untrained is not None:
+            watch.restore(changed)
+        else:
+            watch.restore([c for c in changed if not reaches(out, c.tensor)])
+        if untrained is not None:
+            raise untrained
+        if named:
+            raise changed_constant_error(owner, named)
+        host_grad = [
+            f"{described_tensor(t, cpu=t.device.type == 'cpu')} "
+            f"{where_held(path_to(t, jitted.target, args, kwargs))}, which requires grad: a "
+            "constant of the program, given its gradient by PyTorch's backward only"
+            for t in (*trace_watch.host_tensors_requiring_grad, *watch.requiring_grad())
+        ]
+        eager_backward = tuple(
+            f"{hook}, which PyTorch runs in its backward" for hook in trace_watch.backward_hooks
+        ) + tuple(host_grad)
+        return out, watch.read(), eager_backward, bool(host_grad)
+
+    def _traced_vjp(
+        self,
+        mask: tuple[bool, ...],
+        precision: str,
+        diff: list,
+        other: list,
+        lr_arrays,
+        arrays,
+        key,
+    ):
+        # ``precision`` (the float32 matmul precision, which the lowerings read while tracing)
+        # is unused here: a static argument, it keys jax.jit's cache on the mode.
+        assert self._state is not None  # info() sets it before tracing
+        n_state = len(self._state.storages)
+
+        def results_only(*inputs):
+            return self._traced(*inputs)[0]
+
+        traced = checked(results_only) if self.checks else results_only
+        env = torchlax_core.current_env()
+
+        def differentiable(diff):
+            merged = _merge(mask, diff, other)
+            with env.prng_key_scope(jax.random.wrap_key_data(key)):
+                results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
+            checked = results if self.checks else (None, results)
+            error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
+            return outs, (new_storages, extra, error)
+
+        outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
+        return outs, new_storages, extra, error, vjp
+
+    def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
+        """This signature's entry (traced now if new: its ``info`` says what the step does):
+        of the forward program (``forward``: nothing donated) or of the donating one."""
+        self._state = state  # read by the trace; the caller holds _trace_lock
+        if forward:
+            core = self.forward_core
+        else:
+            # The state is donated unless the step runs on lent CPU memory (read when tracing).
+            core = self.core
+            core.donate_argnums = (0,) if self.jitted.donate_state else ()
+        entry = core.entry(signature, args)
+        constants = entry.info.constants
+        if constants is not None and not constants.hold():
+            self.forget_traces()
+            entry = core.entry(signature, args)
+        return entry
+
+    def forget_traces(self) -> None:
+        """Drop every traced signature (a constant the traces read changed): the next call
+        of each traces and compiles again, reading the constants' new values."""
+        self.core.clear()
+        self.forward_core.clear()
+        self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
+        self._recomputing_backwards.clear()
+
+    @property
+    def compiled(self) -> dict:
+        """Signature -> executable, for this program's compiled signatures."""
+        return {**self.core.executables(), **self.forward_core.executables()}
+
+    def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
+        """One program computing the input gradients of ``entry``'s outputs: it reruns the
+        forward (the entry's jaxpr, a pure function: no Python is traced again) under
+        ``jax.vjp`` and applies the cotangents."""
+        backward = self._recomputing_backwards.get((entry, mask))
+        if backward is not None:
+            return backward
+        assert entry.jaxpr is not None  # forward_core keeps jaxprs unless checks are on
+        forward_fn = jax_core.jaxpr_as_fun(entry.jaxpr)
+        n_state = len(entry.info.changed)
+        n_outs = entry.info.n_outputs
+
+        def backward_program(diff, other, lr_arrays, key, cotangents):
+            def forward(diff):
+                merged = _merge(mask, diff, other)
+                flat = [*merged[:n_state], *lr_arrays, *merged[n_state:], key]
+                return forward_fn(*flat)[:n_outs]
+
+            _, vjp = jax.vjp(forward, diff)
+            return vjp(cotangents)[0]
+
+        backward = jax.jit(backward_program)
+        if len(self._recomputing_backwards) >= self.forward_core.max_signatures:
+            self._recomputing_backwards.pop(next(iter(self._recomputing_backwards)))
+        self._recomputing_backwards[(entry, mask)] = backward
+        return backward
+
+
+def _grad_changed(kind, index, before, changed) -> bool:
+    if kind == _NONE:
+        return before != -1
+    return kind == _NEW or index != before or changed[index]
+
+
+def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
+    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
+    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
+    the step made (a new optimizer's step count), which the program returns."""
+    if any(p.grad is t for p in state.grads):
+        return True
+    return any(
+        v is t
+        for opt in state.optimizers
+        for entries in opt.state.values()
+        for v in entries.values()
+    )
+
+
+def _slot(value, saved: dict, extra: list) -> tuple:
+    """How a program's final ``.grad`` (or state entry) is returned: none, kept, or new."""
+    if value is None:
+        return _NONE, -1
+    if isinstance(value, Tensor) and id(storage_of(value)) in saved["storage_ids"]:
+        return _KEPT, saved["storage_ids"][id(storage_of(value))]
+    extra.append(_traced_array(value))
+    return _NEW, len(extra) - 1
+
+
+def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
+    slots = []
+    for group in opt.param_groups:
+        for p in group["params"]:
+            entries = opt.state.get(p) or {}
+            before = saved["opt_state"][id(opt)].get(p, {})
+            row = []
+            for name, value in entries.items():
+                if isinstance(value, torch.Tensor):
+                    row.append((name, *_slot(value, saved, extra)))
+                elif name not in before or before[name] != value:
+                    raise JitError(
+                        f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
+                        f"state value {name!r} that the compiled step changes; it would be a "
+                        "constant of the program. Keep optimizer state in tensors."
+                    )
+            slots.append(tuple(row))
+    return tuple(slots)
+
+
+def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
+    for (group, _), tracer_lr in zip(state.lrs, saved["lr_tensors"], strict=True):
+        if group["lr"] is not tracer_lr:
+            raise JitError(
+                "torchlax.jit: the compiled step assigns param_group['lr'] itself; the new "
+                "value would be a constant of the program. Change learning rates with a "
+                "torch.optim.lr_scheduler scheduler, or outside the compiled function."
+            )
+
+
+def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
+    """Put the program's tracers into the state objects; return what to restore."""
+    ids = {id(s): i for i, s in enumerate(state.storages)}
+    saved: dict[str, Any] = {
+        "arrays": [s.array for s in state.storages],
+        "storage_ids": ids,
+        "grads": [p.grad for p in state.grads],
+        "opt_state": {
+            id(opt): {p: dict(v) for p, v in opt.state.items()} for opt in state.optimizers
+        },
+        "opt_dicts": {id(opt): dict(opt.state) for opt in state.optimizers},
+        "lrs": [group["lr"] for group, _ in state.lrs],
+        "capturable": [
+            (group, group["capturable"])
+            for opt in state.optimizers
+            for group in opt.param_groups
+            if "capturable" in group
+        ],
+    }
+    # A .grad the step discards unread is no input: it holds a stand-in of its shape while
+    # tracing (it is not None, so the step's Python takes the path it took when the grad was
+    # fed and found unread).
+    dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
+    saved["dead"] = [(storage, storage.array) for storage in dead]
+    for storage in dead:
+        storage.array = jnp.zeros_like(storage.array)
+    saved["grad_storage"] = [
+        -1 if p.grad is None else ids.get(id(storage_of(p.grad)), -2) for p in state.grads
+    ]
+    for storage, array in zip(state.storages, state_arrays, strict=True):
+        storage.array = array
+    lr_tensors = []
+    for (group, _), array in zip(state.lrs, lr_arrays, strict=True):
+        group["lr"] = lr = Tensor(array)
+        lr_tensors.append(lr)
+    saved["lr_tensors"] = lr_tensors
+    for group, _ in saved["capturable"]:
+        # The optimizers' capturable code path keeps step counts and learning rates as
+        # tensors (no host reads), as it does for CUDA graphs.
+        group["capturable"] = True
+    return saved
+
+
+def _swap_out(state: _StateSet, saved: dict) -> None:
+    for storage, array in zip(state.storages, saved["arrays"], strict=True):
+        storage.array = array
+    for storage, array in saved["dead"]:
+        storage.array = array
+    for p, grad in zip(state.grads, saved["grads"], strict=True):
+        p.grad = grad
+    for opt in state.optimizers:
+        entries = saved["opt_state"][id(opt)]
+        opt.state.clear()
+        for p, original in saved["opt_dicts"][id(opt)].items():
+            original.clear()
+            original.update(entries[p])
+            opt.state[p] = original
+    for (group, _), lr in zip(state.lrs, saved["lrs"], strict=True):
+        group["lr"] = lr
+    for group, capturable in saved["capturable"]:
+        group["capturable"] = capturable
+
+
+def _defer_schedulers(schedulers) -> dict:
+    """Inside the trace, a scheduler's step() is counted, and run on the host after the call."""
+    recorded = {id(s): 0 for s in schedulers}
+    for s in schedulers:
+
+        def step(*args, _s=s, **kwargs):
+            if args or kwargs:
+                raise JitError(
+                    "torchlax.jit: scheduler.step() with arguments (an epoch or a metric) "
+                    "inside a compiled step is not supported; call it outside the step."
+                )
+            recorded[id(_s)] += 1
+
+        s.step = step
+    return recorded
+
+
+def _undefer_schedulers(schedulers) -> None:
+    for s in schedulers:
+        del s.step
+
+
+def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
+    """While the step is traced: an optimizer stepped that is not among the state raises.
+
+    Its state tensors would be created or written inside the program without being its
+    inputs or outputs: JAX values of a finished trace kept in ``opt.state`` (the next trace
+    would read them as extra inputs the call does not pass). Checked once per trace, by a
+    global optimizer pre-hook that only this thread's steps trip."""
+    known = {id(opt) for opt in state.optimizers}
+    thread = threading.get_ident()
+
+    def refuse(opt, _args, _kwargs) -> None:
+        if id(opt) not in known and threading.get_ident() == thread:
+            raise JitError(
+                f"{_owner(jitted)}: the step calls {type(opt).__name__}.step() on an optimizer "
+                "that is not part of the compiled step's state: torchlax.jit finds optimizers "
+                "and modules the function closes over, names as globals or receives as "
+                "arguments, and those in the lists, tuples, dicts and objects' attributes "
+                f"these hold (up to {MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items "
+                f"per container or object and {MAX_WALKED_ITEMS} in all; not inside data "
+                "loaders, datasets, loggers or threads). Close over the optimizer directly, or "
+                "pass it as an argument of the jitted function."
+            )
+
+    return register_optimizer_step_pre_hook(refuse)
+
+
+def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
+    """Positions of the ``.grad``s whose arrays the traced step never reads (it sets them to
+    ``None`` first) and only hands back unchanged."""
+    assert entry.jaxpr is not None
+    jaxpr = entry.jaxpr.jaxpr
+    info: _Info = entry.info
+    n_state = len(state.storages)
+    n_outs = info.n_outputs
+    invars = jaxpr.invars[:n_state]
+    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
+    for i, v in enumerate(jaxpr.outvars):
+        if not n_outs <= i < n_outs + n_state or v is not invars[i - n_outs]:
+            read.add(id(v))  # an output other than its own storage's unchanged value
+    kept = {index for kind, index in info.grad_slots if kind == _KEPT}
+    kept.update(
+        index
+        for slots in info.opt_slots
+        for entries in slots
+        for _, kind, index in entries
+        if kind == _KEPT
+    )
+    index = {id(s): i for i, s in enumerate(state.storages)}
+    dead = []
+    for position, p in enumerate(state.grads):
+        if not isinstance(p.grad, Tensor):
+            continue
+        i = index[id(storage_of(p.grad))]
+        if id(invars[i]) not in read and i not in kept and state.owners[i] is p.grad:
+            dead.append(position)
+    return tuple(dead)
+
+
+def _distinct(arrays: list) -> list:
+    # A buffer donated to the program may be passed once only; two state tensors holding the
+    # very same array (one made from the other's .jax()) each get their own.
+    if len(set(map(id, arrays))) == len(arrays):
+        return arrays
+    seen: set = set()
+    out = []
+    for a in arrays:
+        if id(a) in seen:
+            a = jnp.array(a, copy=True)
+        seen.add(id(a))
+        out.append(a)
+    return out
