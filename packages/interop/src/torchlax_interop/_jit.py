@@ -46,7 +46,6 @@ from torchlax_core.internal import (
     laid_out,
     memory_order,
     memory_ordered_array,
-    op_cache_compiling_nothing,
     output_tensors,
     result_specs,
     root_values,
@@ -62,6 +61,7 @@ from torchlax_core.internal import (
 )
 from torchlax_core.internal import signature as _signature
 
+from . import _jit_first_call
 from ._arguments import check_jit_arguments, check_static_argnums
 from ._call_jax import _borrow, _give_back
 from ._dlpack import check_shared_writes, from_torch
@@ -83,7 +83,6 @@ from ._jit_state import (
     CpuStateError,
     _Hashed,
     _Layout,
-    _move_cpu_state_to_jax,
     _StateSet,
     arg_leaves,
     cpu_state_tensors,
@@ -841,6 +840,8 @@ class _Jitted:
         # The last call, if it was a forward that the next call may repeat cheaply
         self._repeat: _RepeatedForward | _RepeatedStep | None = None
         self._cpu_outputs = False  # set while a call over lent CPU state runs
+        # set while the first call compiles the next call's program ahead (_jit_first_call)
+        self._compile_only = False
         self.__wrapped__ = target
 
     @property
@@ -944,7 +945,8 @@ class _Jitted:
         if self._first_call:
             self._first_call = False
             if _optimizer_state_missing(state.optimizers):
-                return self._eager_call(state, args, kwargs)
+                # (first-call hook: compiled, and the next call's program compiled ahead)
+                return _jit_first_call.first_call(self, state, args, kwargs)
         args, kwargs, static_values = self._split_static(args, kwargs)
         if tensors_only and not self.static_argnums:
             # Tensors only, positionally (the common call): no pytree walk.
@@ -1018,6 +1020,8 @@ class _Jitted:
                 if dead:
                     del self.programs[program_key]  # never compiled: the next one replaces it
                     return self._call(*call_args)
+        if self._compile_only:  # (first-call hook: compile this call's program, run nothing)
+            return _jit_first_call.compile_only(entry)
 
         all_tensors: list = []
         mask: tuple[bool, ...] = ()
@@ -1187,29 +1191,6 @@ class _Jitted:
             in_spec = pytree.tree_flatten((tuple(range(n)), {}))[1]
             spec = self._tensor_args_specs[n] = (in_spec, str(in_spec))
         return spec
-
-    def _eager_call(self, state: _StateSet, args, kwargs):
-        # The optimizers create their state in this first call, with PyTorch's own code, and
-        # later calls compile one program over it (else the first call would compile a
-        # program of its own, used once).
-        groups = [
-            (g, g["capturable"])
-            for opt in state.optimizers
-            for g in opt.param_groups
-            if "capturable" in g
-        ]
-        for g, _ in groups:
-            g["capturable"] = True  # step counts on the jax device, as the program keeps them
-        try:
-            # Run once: the op cache compiles nothing for it (an executable per op signature
-            # that repeats inside the step, the same op in each layer, would be used once).
-            with torchlax_core.enable(torchlax_core.current_env()), op_cache_compiling_nothing():
-                return self.target(*args, **kwargs)
-        finally:
-            for g, capturable in groups:
-                g["capturable"] = capturable
-            for opt in state.optimizers:
-                _move_cpu_state_to_jax(opt)
 
     def _split_static(self, args, kwargs):
         static_values = []
