@@ -140,8 +140,10 @@ def jit(
     ``torch.optim.lr_scheduler`` scheduler, compiles nothing; changing another
     hyperparameter (momentum, weight decay, betas) compiles a new program. A scheduler's
     ``step()`` inside the function runs after the program, on the host (it only computes
-    Python numbers). The first call of a function whose optimizers have no state yet runs
-    eagerly, so PyTorch creates that state; every later call is the compiled program.
+    Python numbers). The first call of a function whose optimizers have no state yet is
+    compiled too: the state the step creates comes out of its program, and the steady step's
+    program is compiled before that call returns, so later calls compile nothing
+    (``_jit_first_call``).
 
     Random ops get their keys from a key drawn for each call from torch's generator, so dropout
     differs per call and ``torch.manual_seed`` reproduces it. Switching ``train()``/``eval()``
