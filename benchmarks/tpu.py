@@ -5,7 +5,9 @@
     uv run python benchmarks/tpu.py --smoke        # CI-sized shapes on the CPU, in one process
 
 Models (bf16 weights, random, from configs; dropout 0 so that every variant computes the same
-function): GPT-2 small (transformers' GPT2LMHeadModel, AdamW lr 1e-4, batch 8 x 1024), a
+function, and so that attention on a TPU runs the Pallas flash-attention kernel, which draws no
+dropout mask: GPT-2's default ``attn_pdrop=0.1`` takes the plain lowering in training; ``--gpt2-dropout
+0.1`` measures that): GPT-2 small (transformers' GPT2LMHeadModel, AdamW lr 1e-4, batch 8 x 1024), a
 Llama-style decoder of ~400 M parameters (LlamaForCausalLM, AdamW, sequence 2048, the largest
 batch of ``--llama-batch``, halved until it fits), ResNet-50 (torchvision, SGD lr 0.1 momentum
 0.9, batch 128 x 224 x 224). Variants:
@@ -74,7 +76,7 @@ FULL = {
     "resnet50": {"blocks": (3, 4, 6, 3), "batch": 128, "size": 224},
 }
 SMOKE = {
-    "gpt2": {"layers": 2, "width": 64, "heads": 4, "vocab": 256, "batch": 2, "seq": 32},
+    "gpt2": {"layers": 1, "width": 64, "heads": 4, "vocab": 256, "batch": 2, "seq": 32},
     "llama": {
         "layers": 2,
         "width": 64,
@@ -170,6 +172,17 @@ def executable_peak(compiled: Any) -> dict[str, int]:
     return out
 
 
+def attention_paths() -> list[str]:
+    """How this process's attention calls ran: "Pallas kernel", or why the plain lowering
+    (what ``TORCHLAX_LOG=info`` says once per kind of call; empty for a model without
+    ``scaled_dot_product_attention`` or a variant that is not torchlax's)."""
+    try:
+        from torchlax_ops import _attention_kernels
+    except ImportError:
+        return []
+    return sorted({why or "Pallas kernel" for why, _, _ in _attention_kernels._logged})
+
+
 def ready(x: Any) -> Any:
     import jax
     import torchlax
@@ -207,9 +220,9 @@ def build(model: str, shape: dict) -> Any:
             n_head=shape["heads"],
             vocab_size=shape["vocab"],
             n_positions=max(1024, shape["seq"]),
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
+            resid_pdrop=shape.get("dropout", 0.0),
+            embd_pdrop=shape.get("dropout", 0.0),
+            attn_pdrop=shape.get("dropout", 0.0),
         )
         net = GPT2LMHeadModel(config)
     else:
@@ -430,10 +443,16 @@ def residuals(loss_of: Callable, params: dict, batch: tuple) -> dict:
 
     specs = tuple(jax.ShapeDtypeStruct(t.shape, to_jax(t[:1]).dtype) for t in batch)
     groups: collections.Counter = collections.Counter()
+    dtypes: collections.Counter = collections.Counter()
     for aval, why in saved_residuals(loss_of, params, specs):
         if "from the argument" not in why:  # the weights and inputs are alive anyway
             groups[f"{aval.dtype}{list(aval.shape)}"] += aval.size * aval.dtype.itemsize
-    return {"residual_bytes": sum(groups.values()), "largest": dict(groups.most_common(6))}
+            dtypes[str(aval.dtype)] += aval.size * aval.dtype.itemsize
+    return {
+        "residual_bytes": sum(groups.values()),
+        "residual_bytes_by_dtype": dict(dtypes),
+        "largest": dict(groups.most_common(6)),
+    }
 
 
 def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dict, row: dict):
@@ -500,6 +519,8 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
         run, exe_stats = run_jax_variant(variant, model, net, batch, shape, row)
         if run is None:  # --residuals: traced, not run
             return
+    if variant not in ("jax", "torchax"):  # (in --smoke's one process, the paths seen so far)
+        row["attention"] = attention_paths()
     row["first_call_compiles"] = compiles.count
     row["device_after_first"] = device_memory()
     row["host_rss_growth_first_gib"] = (watch.peak - watch.base) / GIB
@@ -592,9 +613,12 @@ def import_torchax() -> str:
 
 def one(model: str, variant: str, args: argparse.Namespace) -> dict:
     """Measure one row in this process; return it (also saved through ``args.save``)."""
-    shape = dict((SMOKE if args.smoke else FULL)[model])
+    shape = dict((SMOKE if args.smoke and not args.shape else FULL)[model])
+    shape.update((k, int(v)) for k, v in (kv.split("=") for kv in args.shape.split(",") if kv))
     if model == "llama" and args.llama_batch:
         shape["batch"] = args.llama_batch
+    if model == "gpt2" and args.gpt2_dropout:
+        shape["dropout"] = args.gpt2_dropout
     row: dict[str, Any] = {"model": model, "variant": variant, "shape": shape}
     if args.residuals and variant in ("jit", "compile"):
         return {**row, "skipped": "--residuals traces the JAX variants only"}
@@ -648,13 +672,22 @@ def isolated(model: str, variant: str, args: argparse.Namespace, deadline: float
         ]
         cmd += [
             f"--{k.replace('_', '-')}={getattr(args, k)}"
-            for k in ("peak_tflops", "seconds", "min_steps", "max_steps", "warmup", "rss_limit_gib")
+            for k in (
+                "peak_tflops",
+                "seconds",
+                "min_steps",
+                "max_steps",
+                "warmup",
+                "rss_limit_gib",
+                "shape",
+                "gpt2_dropout",
+            )
         ]
         left = deadline - time.time()
         if left < 30:
             return {"model": model, "variant": variant, "skipped": "no time left in --budget-s"}
         try:
-            rc = subprocess.run(cmd, timeout=left).returncode
+            rc = subprocess.run(cmd, timeout=min(left, args.variant_s)).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
         row = (
@@ -674,10 +707,13 @@ def isolated(model: str, variant: str, args: argparse.Namespace, deadline: float
 
 def describe(row: dict) -> str:
     if "residual_bytes" in row:
-        largest = ", ".join(f"{k} {v / GIB:.2f}" for k, v in row["largest"].items())
+        largest = ", ".join(f"{k} {v / GIB:.3f}" for k, v in row["largest"].items())
+        by_dtype = ", ".join(
+            f"{k} {v / GIB:.3f}" for k, v in row.get("residual_bytes_by_dtype", {}).items()
+        )
         return (
             f"{row['model']:<9} {row['variant']:<15} backward keeps "
-            f"{row['residual_bytes'] / GIB:.2f} GiB (GiB: {largest})"
+            f"{row['residual_bytes'] / GIB:.3f} GiB ({by_dtype}; largest, GiB: {largest})"
         )
     if "median_s" not in row:
         return f"{row['model']:<9} {row['variant']:<15} {row.get('skipped') or row.get('error')}"
@@ -687,9 +723,11 @@ def describe(row: dict) -> str:
         f"{row['model']:<9} {row['variant']:<15} step {row['median_s'] * 1e3:8.1f} ms  "
         f"{row['per_s']:10.0f} {row['unit']}/s  MFU {row['mfu'] * 100:5.1f}%  "
         f"first {row['first_call_s']:6.1f} s  steady compiles {row['steady_compiles']}  "
-        f"exe peak {exe / GIB if exe else float('nan'):.2f} GiB  "
+        f"exe peak {exe / GIB if exe else float('nan'):.2f} GiB "
+        f"(temp {row.get('exe_temp_bytes', float('nan')) / GIB:.2f})  "
         f"device peak {peak / GIB if peak else float('nan'):.2f} GiB  "
         f"host +{row['host_rss_growth_steady_gib']:.2f} GiB"
+        + (f"  attention: {'; '.join(row['attention'])}" if row.get("attention") else "")
     )
 
 
@@ -700,6 +738,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="CI-sized shapes on the CPU, one process")
     p.add_argument("--out", default=str(RESULTS / "tpu.json"))
     p.add_argument("--budget-s", type=float, default=3600)
+    p.add_argument(
+        "--variant-s",
+        type=float,
+        default=1800,
+        help="the most seconds one (model, variant) process may take (not in --smoke)",
+    )
     p.add_argument("--peak-tflops", type=float, default=197.0)
     p.add_argument("--seconds", type=float, default=4.0, help="steady stepping per variant")
     p.add_argument("--min-steps", type=int, default=5)
@@ -708,6 +752,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rss-limit-gib", type=float, default=8.0)
     p.add_argument("--llama-batch", type=int, default=0)
     p.add_argument(
+        "--gpt2-dropout",
+        type=float,
+        default=0.0,
+        help="GPT-2's dropout probabilities (default 0: the Pallas kernel has no dropout)",
+    )
+    p.add_argument(
+        "--shape",
+        default="",
+        help="override the models' shape, e.g. batch=1,seq=128 (CPU-sized memory measurements)",
+    )
+    p.add_argument(
         "--residuals",
         action="store_true",
         help="JAX variants: trace only, and report what the backward keeps (on any device)",
@@ -715,6 +770,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--row-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    # The development environment installs the example plugin, which overrides softmax: the
+    # benchmark measures torchlax's own lowerings (child processes inherit this).
+    os.environ.setdefault("TORCHLAX_BLOCK_PLUGINS", "example")
     if args.smoke:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         args.seconds, args.min_steps, args.max_steps, args.warmup = 0.0, 2, 2, 1
@@ -732,6 +790,19 @@ def main(argv: list[str] | None = None) -> int:
         "peak_tflops": args.peak_tflops,
     }
     args.save = lambda row: None
+    if "gpt2" in args.models.split(","):
+        print(
+            f"[tpu] GPT-2 dropout {args.gpt2_dropout}: "
+            + (
+                "every variant computes the same function, and torchlax's attention on a TPU "
+                "can take the Pallas flash-attention kernel (it draws no dropout mask; GPT-2's "
+                "default attn_pdrop=0.1 would take the plain lowering: --gpt2-dropout 0.1)"
+                if not args.gpt2_dropout
+                else "attention takes the plain lowering (the Pallas kernel has no dropout); "
+                "the variants draw different dropout masks"
+            ),
+            flush=True,
+        )
     failed = False
     for model in args.models.split(","):
         for variant in args.variants.split(","):

@@ -14,17 +14,19 @@ import threading
 import pytest
 import torch
 import torchlax
+import torchlax_core._call_plan as call_plan
 import torchlax_dynamo._program as program
 from torch import nn
 
-# The backend's functions a warm call goes through, in order; the fault is raised on entry.
+# The functions a warm call goes through, in order (the backend's, and the failure check of
+# the core's call plan, which runs the launch and write-back); the fault is raised on entry.
 STAGES = (
-    "peek_arrays",
-    "_copy_shared",
-    "failure_of",
-    "wrap_results_like",
-    "output_tensors",
-    "write_back_all",
+    (program, "peek_arrays"),
+    (program, "_copy_shared"),
+    (call_plan, "failure_of"),
+    (program, "wrap_results_like"),
+    (program, "output_tensors"),
+    (program, "write_back_all"),
 )
 
 
@@ -73,9 +75,9 @@ class _Injector:
         self.calls = 0
         self.at = -1
         self.fault: BaseException | None = None
-        for name in STAGES:
-            real = getattr(program, name)
-            monkeypatch.setattr(program, name, self._wrap(real))
+        for module, name in STAGES:
+            real = getattr(module, name)
+            monkeypatch.setattr(module, name, self._wrap(real))
 
     def _wrap(self, real):
         def fn(*args, **kwargs):

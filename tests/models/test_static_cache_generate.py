@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 def test_static_cache_generate_under_the_backend_matches_eager_and_stops_compiling():
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        n_layer=2,
+        n_layer=1,
         n_head=4,
         n_embd=32,
         vocab_size=64,

@@ -58,13 +58,6 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
         "jit",
     ): "one element 1.4e-5 from PyTorch (tolerance 1e-5) under jit, as eagerly (above): "
     "PyTorch's own float32 result is off the float64 answer there",
-    (
-        "nn.functional.grid_sample",
-        None,
-        "float16",
-        "eager",
-    ): "2 of 150 elements 0.003 apart (tolerance 0.001) since session 18's merges (issue 35's "
-    "half-precision products or the op cache's context key); not yet traced to its op",
     # data-dependent work a JAX trace cannot do
     (
         "as_strided",

@@ -1,8 +1,11 @@
-"""OpInfo cases whose PyTorch reference depends on the machine, so they fail only on some.
+"""OpInfo cases whose PyTorch reference, or XLA's CPU code, depends on the machine, so they
+fail only on some.
 
 Kept apart from ``opinfo_expected_failures.py``, which ``opinfo_report.py --write-table``
 regenerates from one machine's run (it leaves these keys out).
 """
+
+from pathlib import Path
 
 import torch
 
@@ -13,7 +16,27 @@ _CONV_TRANSPOSE_BF16 = (
     "accumulates in float32 and rounds once, as oneDNN and cuDNN do"
 )
 
+_GRID_SAMPLE_F16 = (
+    "on an AVX-512 CPU XLA's float16 code skips a rounding that PyTorch's scalar half kernel "
+    "makes (c * 5 - 1 in one fused kernel is not round(round(c * 5) - 1) in 82 of 1000 float16 "
+    "values; with XLA_FLAGS=--xla_cpu_max_isa=AVX2 it is, and this case matches exactly): the "
+    "lowering's unnormalize and corner sums, step by step in float16, come out 2 of 150 "
+    "elements 0.003 apart"
+)
+
+
+def _cpu_flags() -> set[str]:
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
 MACHINE_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {}
+
+if "avx512f" in _cpu_flags():
+    MACHINE_FAILURES[("nn.functional.grid_sample", None, "float16", "eager")] = _GRID_SAMPLE_F16
 
 if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
     for _n in (1, 2, 3):

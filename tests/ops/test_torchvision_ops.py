@@ -49,12 +49,6 @@ def test_roi_align_adaptive_sampling_under_jit_is_a_clear_error():
         run_jit(lambda x, r: ops.roi_align(x, r, 2, 1.0, 0), *to_jax((x, rois)))
 
 
-@pytest.mark.xfail(
-    reason="ROI 3 (partly outside the map) differs in 2 of 32 values in some test "
-    "processes and matches exactly in others (process-dependent rounding, "
-    "under investigation)",
-    strict=False,
-)
 @pytest.mark.parametrize("sampling_ratio", [2, 0])
 def test_ps_roi_align_matches_cpu(sampling_ratio):
     x, rois = _inputs()
@@ -72,12 +66,6 @@ def test_ps_roi_align_matches_cpu(sampling_ratio):
     )  # the raw op's channel mapping too
 
 
-@pytest.mark.xfail(
-    reason="under pytest one bin edge of ROI 0 (5/3 * 3) rounds differently from "
-    "torchvision's float32 and 4 of 384 maxima differ; the same call in a plain "
-    "script matches exactly (under investigation)",
-    strict=False,
-)
 def test_roi_pool_matches_cpu():
     x, rois = _inputs()
     check(lambda x, r: ops.roi_pool(x, r, (3, 4), 0.7), x, rois)

@@ -20,6 +20,12 @@ from typing import Any
 
 from . import _tensor
 from ._builtins import cuda_device as cuda_device
+from ._call_plan import CHECKED_RUNS as CHECKED_RUNS
+from ._call_plan import MISS_SIGNATURE as MISS_SIGNATURE
+from ._call_plan import MISS_STALE as MISS_STALE
+from ._call_plan import MISS_STATICS as MISS_STATICS
+from ._call_plan import CallPlan as CallPlan
+from ._call_plan import LastPlan as LastPlan
 from ._compilation_cache import directory as compilation_cache_directory
 from ._compilation_cache import entries as compilation_cache_entries
 from ._compile_log import graph_break as graph_break
@@ -69,6 +75,12 @@ from ._x64 import x64 as x64
 from ._x64 import x64_flag as x64_flag
 
 __all__ = [
+    "CHECKED_RUNS",
+    "CallPlan",
+    "LastPlan",
+    "MISS_SIGNATURE",
+    "MISS_STALE",
+    "MISS_STATICS",
     "ChangedConstant",
     "CompiledProgram",
     "Entry",

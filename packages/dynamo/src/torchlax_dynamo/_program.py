@@ -23,33 +23,28 @@ from __future__ import annotations
 import collections
 import functools
 import operator
-from collections.abc import Callable
-from operator import is_
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
 from torchlax_core.internal import (
+    CallPlan,
     CompiledProgram,
     Entry,
+    LastPlan,
     array_of,
     dense_strides_in_order,
-    failure_of,
     laid_out,
-    launch_error,
     memory_order,
     not_exclusive,
     output_tensors,
     peek_array,
     peek_arrays,
-    refuse_if_too_large,
     result_specs,
-    signature,
-    state_lock,
     view_kind,
     viewed_back,
     wrap_results,
@@ -57,7 +52,6 @@ from torchlax_core.internal import (
     write_back,
     write_back_all,
     x64,
-    x64_flag,
 )
 
 from ._dlpack import InputCache, cpu_tensors, jax_to_torch, torch_to_jax
@@ -91,17 +85,16 @@ def _constant_array(value) -> jax.Array:
     return torch_to_jax(value.detach().contiguous().clone())
 
 
-# What each argument of a call is (``_CallPlan.kinds``).
+# What each argument of a call is (``_Arguments.kinds``).
 _STATIC, _TORCHLAX, _TORCH = 0, 1, 2
 
-_aval = operator.attrgetter("aval")
 
-
-class _CallPlan:
-    """How a call with arguments of these types runs, worked out once per tuple of types:
-    which arguments are torchlax Tensors, torch tensors or static values, which arrays are
-    donated (``donated``, of the arguments at ``donated_args``; ``kept``: the others) and the
-    program taking them; ``memo``: the last call's signature and its entry (``_Memo``)."""
+class _Arguments:
+    """How a call with arguments of these types is passed, worked out once per tuple of
+    types: which arguments are torchlax Tensors, torch tensors or static values, which arrays
+    are donated (``donated``, of the arguments at ``donated_args``; ``kept``: the others) and
+    the program taking them; ``last``: the last call's plan (the core's ``LastPlan`` of
+    ``_GraphPlan``s)."""
 
     __slots__ = (
         "kinds",
@@ -112,11 +105,10 @@ class _CallPlan:
         "donated",
         "donated_args",
         "kept",
-        "program",
-        "memo",
+        "last",
     )
 
-    def __init__(self, kinds, donated, donated_args, kept, program):
+    def __init__(self, kinds, donated, donated_args, kept):
         self.kinds = kinds
         # Only torchlax Tensors (a training step's state): their arrays are read in one pass.
         self.torchlax_only = all(k == _TORCHLAX for k in kinds)
@@ -127,8 +119,7 @@ class _CallPlan:
         self.donated = donated
         self.donated_args = donated_args
         self.kept = kept
-        self.program: CompiledProgram = program
-        self.memo: _Memo | None = None
+        self.last: LastPlan
 
     def inputs(self, args: tuple, cache: InputCache) -> tuple[list, tuple]:
         """The call's arrays (in argument order) and its static values ``((position, value),
@@ -144,19 +135,12 @@ class _CallPlan:
         return arrays, tuple(statics)
 
 
-# A signature's first runs are waited for before their results are written back (_committed).
-_CHECKED_RUNS = 3
-
-
-class _Memo:
-    """One signature of a ``_CallPlan`` (its arrays' avals and its static values), its entry,
-    and what turning the entry's results into the graph's outputs and write-backs needs,
+class _GraphPlan(CallPlan):
+    """The core's call plan (guard, launch, write-back) of one signature of a graph's call,
+    with what turning the entry's results into the graph's outputs and write-backs needs,
     prepared from what tracing learned (``XlaProgram._trace``'s info)."""
 
     __slots__ = (
-        "avals",
-        "statics",
-        "entry",
         "layout",
         "arrays_at",
         "devices",
@@ -167,36 +151,38 @@ class _Memo:
         "in_order",
         "all_jax",
         "all_cpu",
-        "written",
-        "written_results",
-        "written_exclusive",
         "copied_into",
         "specs",
         "generation",
-        "plain",
-        "runs",
-        "fits",
-        "checked",
+        "single_output",
     )
 
-    def __init__(self, avals: list, statics: tuple, entry: Entry, plan: _CallPlan):
-        self.avals = avals
-        self.statics = statics
-        self.entry = entry
+    def __init__(
+        self,
+        program: CompiledProgram,
+        entry: Entry,
+        sig: tuple,
+        avals: list,
+        statics: tuple,
+        arguments: _Arguments,
+        single_output: bool,
+    ):
+        super().__init__(program, entry, sig, avals, statics, len(arguments.donated))
         layout, mutations, arrays_at, devices, exclusive, forwarded, restrided = entry.info
+        self.single_output = single_output
         self.layout = layout
         self.arrays_at = arrays_at
         self.devices = devices
         self.restrided = restrided
-        kinds = plan.kinds
+        kinds = arguments.kinds
         self.forwarded = tuple(p for p in forwarded if kinds[p] == _TORCHLAX)
-        self.on_jax = plan.on_jax
+        self.on_jax = arguments.on_jax
         self.outputs = len(layout)
         self.in_order = not restrided and all(
             kind == _ARRAY and value == i for i, (kind, value) in enumerate(layout)
         )
         # Where each output goes (see output_tensors): all to the jax device is the hot path.
-        self.all_jax = all(d.type == "jax" if d is not None else plan.on_jax for d in devices)
+        self.all_jax = all(d.type == "jax" if d is not None else self.on_jax for d in devices)
         # All to the CPU (a CPU model's outputs): one DLPack loop (cpu_tensors).
         self.all_cpu = bool(devices) and all(d is not None and d.type == "cpu" for d in devices)
         written = [(p, i) for p, i in mutations if kinds[p] == _TORCHLAX]
@@ -206,17 +192,60 @@ class _Memo:
         self.copied_into = tuple((p, i) for p, i in mutations if kinds[p] != _TORCHLAX)
         # The outputs' shapes, dtypes and devices (result_specs), once all_jax ones were made.
         self.specs: list | None = None
-        # InputCache.generation when this memo last served a call of torch tensors alone
+        # InputCache.generation when this plan last served a call of torch tensors alone
         # (-1 otherwise): while it is unchanged the call's arrays are that call's.
         self.generation = -1
-        # (launch, key) of Entry.plain_launch, once the entry was launched through run();
-        # None while it is not, or for a signature run() must serve (keys drawn, checks).
-        self.plain: tuple | None = None
-        self.runs = 0
-        # Whether XLA's memory estimate of the executable was checked against the device
-        # (refuse_if_too_large, before the first launch).
-        self.fits = False
-        self.checked = 0  # runs seen to succeed (XlaProgram._committed)
+
+    def finish(self, args: Sequence, results) -> Any:
+        """The graph's outputs from a call's ``results``, after writing back what it mutated."""
+        for position in self.forwarded:
+            array_of(args[position])  # handed out as an output: no longer exclusive
+        count = self.outputs
+        if self.in_order:  # every output an array result, in order, laid out row-major
+            arrays = results[:count] if len(results) != count else results
+            if not self.all_jax:
+                outs = cpu_tensors(arrays) if self.all_cpu else None
+                if outs is None:
+                    outs = output_tensors(arrays, self.on_jax, _to_torch, self.devices)
+            elif self.specs is not None:
+                outs = wrap_results_like(arrays, self.specs)
+            else:
+                outs = wrap_results(arrays)
+                self.specs = result_specs(outs, arrays)
+        else:
+            outs = []
+            for kind, value in self.layout:
+                if kind == _ARRAY:
+                    outs.append(results[value])
+                elif kind == _INPUT:
+                    outs.append(args[value])
+                else:
+                    outs.append(value)
+            arrays_at = self.arrays_at
+            if arrays_at:
+                converted = output_tensors(
+                    [outs[i] for i in arrays_at], self.on_jax, _to_torch, self.devices
+                )
+                for i, tensor in zip(arrays_at, converted, strict=True):
+                    outs[i] = tensor
+                for i, order in self.restrided:
+                    outs[i] = viewed_back(outs[i], order)
+        self.write_back(args, results)
+        return outs[0] if self.single_output else tuple(outs)
+
+    def write_back(self, args: Sequence, results) -> None:
+        """The inputs the graph mutated take the run's new values: a torchlax Tensor its new
+        array, a torch tensor a copy."""
+        if self.written:
+            write_back_all(
+                [args[p] for p in self.written],
+                [results[i] for i in self.written_results],
+                self.written_exclusive,
+            )
+        for position, index in self.copied_into:
+            dst = args[position]
+            on_cpu = dst.device.type == "cpu"
+            write_back(dst, results[index], functools.partial(jax_to_torch, on_cpu=on_cpu))
 
 
 class XlaProgram:
@@ -261,7 +290,7 @@ class XlaProgram:
             for i, n in enumerate(placeholders)
         ]
         self._donating: dict[tuple[int, ...], CompiledProgram] = {}
-        self._plans: dict[tuple, _CallPlan] = {}
+        self._plans: dict[tuple, _Arguments] = {}
         self.boxed = boxed(self)
         counters["xla_programs"] += 1
 
@@ -351,94 +380,43 @@ class XlaProgram:
 
     def __call__(self, *args):
         types = tuple(map(type, args))
-        plan = self._plans.get(types)
-        if plan is None:
-            plan = self._plan(types)
-        arrays, statics, repeat = self._arrays_of(plan, args)
-        donated = plan.donated
+        arguments = self._plans.get(types)
+        if arguments is None:
+            arguments = self._arguments(types)
+        arrays, statics, repeat = self._arrays_of(arguments, args)
+        donated = arguments.donated
         if donated:
-            _copy_shared(plan, args, arrays)
-            call_args = ([arrays[i] for i in donated], [arrays[i] for i in plan.kept])
+            _copy_shared(arguments, args, arrays)
+            call_args = ([arrays[i] for i in donated], [arrays[i] for i in arguments.kept])
         else:
             call_args = (arrays,)
-        memo = self._memo_for(plan, arrays, statics, repeat, call_args)
-        if plan.donated:
-            # From the launch (which deletes the donated arrays) to the write-back: an eager
-            # op on another thread that took one of them waits for this and runs again.
-            with state_lock:
-                return self._run(plan, memo, args, call_args)
-        return self._run(plan, memo, args, call_args)
+        plan = arguments.last.plan
+        if plan is None or repeat < 0 or plan.generation != repeat or plan.entry.stale():
+            # The plan of the last call, unless its guard fails (the core's LastPlan). A CPU
+            # model's call whose inputs InputCache found unchanged since the plan's call (the
+            # same generation: the very arrays) needs no guard beyond the matmul precision.
+            plan = arguments.last.get(arrays, statics, call_args)
+            plan.generation = repeat
+        return plan.run(args, call_args)
 
-    def _run(self, plan: _CallPlan, memo: _Memo, args: tuple, call_args: tuple) -> Any:
-        if not memo.fits:  # a program that cannot fit is refused before it donates anything
-            _refuse_if_too_large(plan, memo, call_args)
-            memo.fits = True
-        plain = memo.plain
-        if plain is not None:
-            # The executable's C++ launcher with the constant key (Entry.plain_launch): what
-            # run() does for a signature that draws no key and checks nothing. One that
-            # raises has done nothing; run() then handles or raises it.
-            try:
-                results = plain[0](*call_args, plain[1])
-            except jax.errors.JaxRuntimeError as exc:  # XLA refused the run: no fallback
-                raise launch_error(exc, plan.program.name, len(plan.donated)) from exc
-            except Exception:
-                memo.plain = None
-            else:
-                return self._committed(plan, memo, args, results)
-        # A fresh key per call from torch's generator where the signature draws keys:
-        # reproducible under torch.manual_seed.
-        try:
-            if x64_flag.value:
-                results = plan.program.run(memo.entry, *call_args)
-            else:
-                with x64():
-                    results = plan.program.run(memo.entry, *call_args)
-        except jax.errors.JaxRuntimeError as exc:
-            raise launch_error(exc, plan.program.name, len(plan.donated)) from exc
-        if memo.plain is None and memo.runs < 2:
-            memo.runs += 1
-            memo.plain = memo.entry.plain_launch()
-        return self._committed(plan, memo, args, results)
-
-    def _arrays_of(self, plan: _CallPlan, args) -> tuple:
+    def _arrays_of(self, arguments: _Arguments, args) -> tuple:
         """(arrays, statics, repeat): the call's input arrays, its static values, and the
         InputCache generation of a CPU model's inputs (-1 where that does not apply)."""
         repeat = -1
-        if plan.torchlax_only:
+        if arguments.torchlax_only:
             arrays = peek_arrays(args)  # an exclusive array stays so (see _copy_shared)
             statics = ()
-        elif plan.torch_only:
+        elif arguments.torch_only:
             arrays = self._inputs.get_all(args)
             statics = ()
             repeat = self._inputs.generation
         else:
-            arrays, statics = plan.inputs(args, self._inputs)
-        if plan.mixed:
+            arrays, statics = arguments.inputs(args, self._inputs)
+        if arguments.mixed:
             _copy_borrowed_cpu_inputs(args, arrays)
         return arrays, statics, repeat
 
-    def _memo_for(self, plan: _CallPlan, arrays, statics, repeat: int, call_args) -> _Memo:
-        """The plan's memo of the last call's entry, renewed where this call's signature
-        differs."""
-        memo = plan.memo
-        if memo is not None and memo.entry.stale():  # traced under another matmul precision
-            memo = plan.memo = None
-        if memo is None or repeat < 0 or memo.generation != repeat:
-            # The signature of the last call is recognised by its arrays' avals (JAX hands
-            # every result of an executable the same aval object, and a training step's inputs
-            # are the last step's results) and its static values; any other call keys on the
-            # signature. A CPU model's call whose inputs InputCache found unchanged since the
-            # memo's call (the same generation: the very arrays) needs neither.
-            avals = list(map(_aval, arrays))
-            if memo is None or memo.statics != statics or not all(map(is_, avals, memo.avals)):
-                with x64():
-                    entry = plan.program.entry((statics, signature(arrays)), call_args, statics)
-                memo = plan.memo = _Memo(avals, statics, entry, plan)
-            memo.generation = repeat
-        return memo
-
-    def _plan(self, types: tuple) -> _CallPlan:
+    def _arguments(self, types: tuple) -> _Arguments:
         if len(self._plans) >= 8:  # argument types change rarely: never let the table grow
             self._plans.clear()
         kinds = tuple(
@@ -461,102 +439,20 @@ class XlaProgram:
         else:
             program = self._program
         kept = tuple(i for i in range(len(array_index)) if i not in donated)
-        plan = _CallPlan(kinds, donated, donated_args, kept, program)
-        self._plans[types] = plan
-        return plan
-
-    def _committed(self, plan: _CallPlan, memo: _Memo, args: tuple, results) -> Any:
-        """``_outputs`` once the run is known to have succeeded: XLA reports a failed run
-        (out of memory allocating its temporaries) only when a result is waited for, and
-        arrays that raise on every read must not become parameters, ``.grad``s or optimizer
-        state. The wait is for a signature's first ``_CHECKED_RUNS`` runs: it ends the overlap
-        of Python's next call with XLA's run (nearly twice the step time of a small model),
-        and an executable that ran with the same shapes that often needs the same memory
-        again (docs/semantics.md)."""
-        if memo.checked >= _CHECKED_RUNS:
-            return self._outputs(memo, args, results)
-        try:
-            failure = failure_of(results, plan.program.name, len(plan.donated))
-        except BaseException:
-            # Interrupted while waiting: the run was launched (its donated inputs are gone),
-            # so its results are written back before the interrupt goes on.
-            self._outputs(memo, args, results)
-            raise
-        if failure is None:
-            memo.checked += 1
-        if failure is not None:
-            raise failure
-        try:
-            return self._outputs(memo, args, results)
-        except BaseException:
-            # Interrupted (Ctrl-C lands between any two bytecodes) while the outputs were
-            # made or the state written: the donated arrays are gone, so the run's state is
-            # written whole (again: idempotent) before the interrupt goes on.
-            self._write_back(memo, args, results)
-            raise
-
-    def _outputs(self, memo: _Memo, args: tuple, results) -> Any:
-        """The graph's outputs from a call's ``results``, after writing back what it mutated."""
-        for position in memo.forwarded:
-            array_of(args[position])  # handed out as an output: no longer exclusive
-        count = memo.outputs
-        if memo.in_order:  # every output an array result, in order, laid out row-major
-            arrays = results[:count] if len(results) != count else results
-            if not memo.all_jax:
-                outs = cpu_tensors(arrays) if memo.all_cpu else None
-                if outs is None:
-                    outs = output_tensors(arrays, memo.on_jax, _to_torch, memo.devices)
-            elif memo.specs is not None:
-                outs = wrap_results_like(arrays, memo.specs)
-            else:
-                outs = wrap_results(arrays)
-                memo.specs = result_specs(outs, arrays)
-        else:
-            outs = []
-            for kind, value in memo.layout:
-                if kind == _ARRAY:
-                    outs.append(results[value])
-                elif kind == _INPUT:
-                    outs.append(args[value])
-                else:
-                    outs.append(value)
-            arrays_at = memo.arrays_at
-            if arrays_at:
-                converted = output_tensors(
-                    [outs[i] for i in arrays_at], memo.on_jax, _to_torch, memo.devices
-                )
-                for i, tensor in zip(arrays_at, converted, strict=True):
-                    outs[i] = tensor
-                for i, order in memo.restrided:
-                    outs[i] = viewed_back(outs[i], order)
-        self._write_back(memo, args, results)
-        return outs[0] if self._single_output else tuple(outs)
-
-    @staticmethod
-    def _write_back(memo: _Memo, args: tuple, results) -> None:
-        """The inputs the graph mutated take the run's new values."""
-        if memo.written:
-            write_back_all(
-                [args[p] for p in memo.written],
-                [results[i] for i in memo.written_results],
-                memo.written_exclusive,
-            )
-        for position, index in memo.copied_into:
-            dst = args[position]
-            on_cpu = dst.device.type == "cpu"
-            write_back(dst, results[index], functools.partial(jax_to_torch, on_cpu=on_cpu))
+        arguments = _Arguments(kinds, donated, donated_args, kept)
+        single = self._single_output
+        arguments.last = LastPlan(
+            program,
+            lambda entry, sig, avals, statics: _GraphPlan(
+                program, entry, sig, avals, statics, arguments, single
+            ),
+        )
+        self._plans[types] = arguments
+        return arguments
 
     @property
     def traces(self) -> int:
         return self._program.traces + sum(p.traces for p in self._donating.values())
-
-
-def _refuse_if_too_large(plan: _CallPlan, memo: _Memo, call_args: tuple) -> None:
-    arrays = jax.tree.leaves(call_args)
-    if arrays and isinstance(arrays[0], jax.core.Tracer):
-        return  # inlined into a JAX trace (call_torch under jax.jit): the outer program runs
-    device = next(iter(arrays[0].devices())) if arrays else jax.devices()[0]
-    refuse_if_too_large(memo.entry.executable, plan.program.name, device)
 
 
 def _traced_layout(val) -> tuple[int, ...] | None:
@@ -578,8 +474,8 @@ def _traced_layout(val) -> tuple[int, ...] | None:
     return dense_strides_in_order(shape, strides)
 
 
-def _copy_shared(plan: _CallPlan, args: tuple, arrays: list) -> None:
-    """Replace in ``arrays`` the arrays to donate (``plan.donated``: every torchlax Tensor the
+def _copy_shared(arguments: _Arguments, args: tuple, arrays: list) -> None:
+    """Replace in ``arrays`` the arrays to donate (``arguments.donated``: every torchlax Tensor the
     program writes, so one executable serves every call) that someone can still read by
     copies.
 
@@ -593,8 +489,8 @@ def _copy_shared(plan: _CallPlan, args: tuple, arrays: list) -> None:
     by identity). CPU tensors are never donated: XLA frees a donated buffer it borrowed
     through DLPack instead of reusing it.
     """
-    donated = plan.donated
-    shared = [donated[k] for k in not_exclusive([args[p] for p in plan.donated_args])]
+    donated = arguments.donated
+    shared = [donated[k] for k in not_exclusive([args[p] for p in arguments.donated_args])]
     if len(shared) < len(donated) and len(set(map(id, arrays))) < len(arrays):
         # An exclusive array passed at two positions is not exclusive either.
         counts = collections.Counter(map(id, arrays))

@@ -24,6 +24,7 @@ from torchlax_core import DtypeNotImplementedError, UnsupportedDtypeError, jax_d
 from torchlax_core.internal import scalar_type_name
 
 from ._aten import Missing
+from ._recompute import recomputed
 
 __all__ = [
     "HALF",
@@ -241,8 +242,19 @@ def _promoting(
                 compute, result = result_dtypes(values, kind)
         except UnsupportedDtypeError as exc:
             raise _not_implemented(op, exc) from None
+        if compute == _FLOAT32 and any(
+            isinstance(v, jax.Array) and v.dtype in HALF for v in values
+        ):
+            # Half precision computed in float32: JAX's autodiff keeps the half arguments and
+            # recomputes the float32 part (_recompute), as PyTorch keeps half tensors.
+            return recomputed(run, compute, result, *call_args, **call_kwargs)
+        return run(compute, result, *call_args, **call_kwargs)
+
+    def run(compute, result, *call_args, **call_kwargs):
+        n_args = len(call_args)
         call_args = list(call_args)
-        for (p, n), v in zip(pairs, values, strict=True):
+        for p, n in pairs:
+            v = call_args[p] if p < n_args else call_kwargs.get(n)
             # (not getattr(v, "dtype", None) == compute: numpy reads None as float64)
             if isinstance(v, jax.Array) and v.dtype == compute:
                 continue
@@ -274,6 +286,7 @@ def _not_implemented(op: str, exc: UnsupportedDtypeError) -> DtypeNotImplemented
 
 
 HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+_FLOAT32 = np.dtype(jnp.float32)
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
 
 
@@ -321,21 +334,36 @@ def _in_opmath(
         if not any(d in HALF for d in dtypes):  # nothing in half precision: as written
             return fn(*call_args, **call_kwargs)
         common = jnp.result_type(*dtypes)
-        _replace(call_args, call_kwargs, pairs, [up(v) for v in values])
-        out = fn(*call_args, **call_kwargs)
-        if rules is None:
-            if common not in HALF:
-                return out
-            if isinstance(out, tuple | list):
-                return type(out)(_down(o, common) for o in out)
-            return _down(out, common)
-        targets = [_target(rule, argument, values, pairs, common) for rule in rules]
-        if isinstance(out, tuple | list):
-            return type(out)(_down(o, t) for o, t in zip(out, targets, strict=True))
-        return _down(out, targets[0])
+        targets = None
+        if rules is not None:
+            targets = [_target(rule, argument, values, pairs, common) for rule in rules]
+
+        def compute(*args, **kwargs):
+            args = list(args)
+            ups = [up(args[p] if p < len(args) else kwargs.get(n)) for p, n in pairs]
+            _replace(args, kwargs, pairs, ups)
+            return _round(fn(*args, **kwargs), common, targets)
+
+        # The up-cast, the computation and the rounding under one checkpoint: JAX's autodiff
+        # then keeps the half-precision arguments, not float32 intermediates (_recompute).
+        return recomputed(compute, *call_args, **call_kwargs)
 
     in_opmath.opmath = tuple(n for _, n in pairs)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
     return in_opmath
+
+
+def _round(out, common, targets):
+    """An opmath lowering's float32 results rounded back: to ``common`` when that is half
+    precision, or to each result's target (``_target``)."""
+    if targets is None:
+        if common not in HALF:
+            return out
+        if isinstance(out, tuple | list):
+            return type(out)(_down(o, common) for o in out)
+        return _down(out, common)
+    if isinstance(out, tuple | list):
+        return type(out)(_down(o, t) for o, t in zip(out, targets, strict=True))
+    return _down(out, targets[0])
 
 
 def _replace(call_args: list, call_kwargs: dict, pairs, values) -> None:

@@ -22,6 +22,7 @@ from .. import _aten
 from .. import _attention_kernels as kernels
 from .._precision import product_precision
 from .._promotion import accumulator, declared
+from .._recompute import recomputed
 from .._table import decomposition, lowering
 from .activations import _gelu, safe_softmax
 from .matmul import matmul
@@ -306,12 +307,16 @@ def scaled_dot_product_attention(
     # Eager torchlax decomposes this composite op above the dispatcher; export and dynamo graphs
     # keep it whole and land here. PyTorch's math path: softmax(q k^T * scale + mask) v, with a
     # row masked out entirely giving zeros (``_safe_softmax``).
-    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    prng_key = current_env().next_prng_key(None) if dropout_p > 0.0 else None
+    args = (attn_mask, prng_key, dropout_p, is_causal, scale, enable_gqa)
+    return recomputed(_math_attention, query, key, value, *args)
+
+
+def _math_attention(query, key, value, attn_mask, prng_key, dropout_p, is_causal, scale, gqa):
+    scores, v = _attention_scores(query, key, value, attn_mask, is_causal, scale, gqa)
     weights = safe_softmax(scores, -1)
     if dropout_p > 0.0:
-        keep = jax.random.bernoulli(
-            current_env().next_prng_key(None), 1.0 - dropout_p, weights.shape
-        )
+        keep = jax.random.bernoulli(prng_key, 1.0 - dropout_p, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
     return _dot(weights.astype(v.dtype), v).astype(query.dtype)
 
@@ -325,8 +330,8 @@ def _scaled_dot_product_flash_attention_for_cpu(
             "_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 "
             f"(got {dropout_p}); use scaled_dot_product_attention for dropout."
         )
-    return _flash_attention(
-        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    return recomputed(
+        _flash_attention, query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
     )
 
 
@@ -459,6 +464,19 @@ def _scaled_dot_product_fused_attention_overrideable(
         out, logsumexp = kernels.forward(query, key, value, attn_bias, is_causal, scale)  # pyright: ignore[reportGeneralTypeIssues]  (a pair: see kernels.forward)
         seed = jnp.zeros((), jnp.int64)
         return out, logsumexp, None, None, length, source, seed, offset, None
+    seed = jnp.zeros((), jnp.int64)
+    if dropout_p > 0.0:
+        seed = _pack_key(current_env().next_prng_key(None))
+    # Differentiated by JAX, the (L, S) float32 scores and weights are recomputed from q, k, v
+    # in the backward pass instead of kept (_recompute), as the kernels keep none.
+    out, logsumexp = recomputed(
+        _fused_forward, query, key, value, attn_bias, seed, dropout_p, is_causal, scale
+    )
+    return out, logsumexp, None, None, length, source, seed, offset, None
+
+
+def _fused_forward(query, key, value, attn_bias, seed, dropout_p, is_causal, scale):
+    """(output, logsumexp) of the fused op's plain lowering."""
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
     # Stable softmax normalised last (on the (L, Dv) output, not the (L, S) weights); a row
     # masked out entirely gives zeros, as PyTorch's _safe_softmax.
@@ -466,16 +484,13 @@ def _scaled_dot_product_fused_attention_overrideable(
     masked = top == -jnp.inf
     weights = jnp.exp(scores - jnp.where(masked, 0, top))
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    seed = jnp.zeros((), jnp.int64)
     if dropout_p > 0.0:
-        seed = _pack_key(current_env().next_prng_key(None))
         keep = _dropout_keep(seed, dropout_p, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_p), 0)
     out = _dot(weights.astype(v.dtype), v) / jnp.where(masked, 1, total)
     logsumexp = jnp.where(masked, 0, top + jnp.log(total))[..., 0]
     # (half inputs: the logsumexp stays float32, the kernel's accumulation dtype)
-    out = out.astype(query.dtype)
-    return out, logsumexp, None, None, length, source, seed, offset, None
+    return out.astype(query.dtype), logsumexp
 
 
 def _sum_to(grad, shape):

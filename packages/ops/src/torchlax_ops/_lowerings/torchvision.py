@@ -34,6 +34,20 @@ def _traced(*arrays) -> bool:
     return any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
+def _divide(a, b):
+    """``a / b`` as one correctly rounded float division, as torchvision's C++ divides.
+
+    XLA rewrites a division by a constant, or by one value broadcast over many, into a
+    multiplication by its reciprocal, an ulp off at times (7 / 3 gives 2.3333335, and 3 times
+    that ceils to 8): bin edges and sampling points that land on an integer move. A divisor of
+    the full shape behind an optimization barrier is divided elementwise, as written.
+    """
+    a = jnp.asarray(a)
+    shape = jnp.broadcast_shapes(a.shape, jnp.shape(b))
+    divisor = jax.lax.optimization_barrier(jnp.broadcast_to(jnp.asarray(b, a.dtype), shape))
+    return jnp.broadcast_to(a, shape) / divisor
+
+
 # -- nms ------------------------------------------------------------------------------------------
 
 
@@ -97,8 +111,8 @@ def _grid_sizes(roi_height, roi_width, pooled_height, pooled_width, sampling_rat
             "per bin, a number that depends on the ROIs' values, which JAX cannot trace. Pass "
             "sampling_ratio > 0 (torchvision's detection heads use 2), or run it eagerly."
         )
-    grid_h = jnp.ceil(roi_height / pooled_height).astype(jnp.int32)
-    grid_w = jnp.ceil(roi_width / pooled_width).astype(jnp.int32)
+    grid_h = jnp.ceil(_divide(roi_height, pooled_height)).astype(jnp.int32)
+    grid_w = jnp.ceil(_divide(roi_width, pooled_width)).astype(jnp.int32)
     max_h = int(jnp.max(grid_h)) if grid_h.size else 1
     max_w = int(jnp.max(grid_w)) if grid_w.size else 1
     return grid_h, grid_w, max(max_h, 1), max(max_w, 1)
@@ -115,7 +129,7 @@ def _axis_weights(start, bin_size, grid, max_grid, pooled, size):
     coord = (
         start[:, None, None]
         + p * bin_size[:, None, None]
-        + (i + 0.5).astype(dtype) * bin_size[:, None, None] / g.astype(dtype)
+        + _divide((i + 0.5).astype(dtype) * bin_size[:, None, None], g.astype(dtype))
     )
     used = (i < g) & (coord >= -1.0) & (coord <= size)
     coord = jnp.maximum(coord, 0)
@@ -153,8 +167,8 @@ def _roi_geometry(
     return (
         start_h,
         start_w,
-        height / pooled_height,
-        width / pooled_width,
+        _divide(height, pooled_height),
+        _divide(width, pooled_width),
         grid_h,
         grid_w,
         max_h,
@@ -215,7 +229,7 @@ def _roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling
     out = jnp.einsum(
         "kn,kph,nchw,kqw->kcpq", batch, wy, input, wx, precision=HIGHEST, optimize=True
     )
-    return (out / count[:, None, None, None]).astype(input.dtype)
+    return _divide(out, count[:, None, None, None]).astype(input.dtype)
 
 
 @named_lowering("torchvision::roi_align")
@@ -274,7 +288,7 @@ def _ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampl
     out = jnp.einsum(
         "kn,kph,ncpqhw,kqw->kcpq", batch, wy, grouped, wx, precision=HIGHEST, optimize=True
     )
-    return (out / count[:, None, None, None]).astype(input.dtype)
+    return _divide(out, count[:, None, None, None]).astype(input.dtype)
 
 
 def _channel_mapping(k, out_channels, pooled_height, pooled_width):
@@ -353,11 +367,8 @@ def roi_pool(input, rois, spatial_scale, pooled_height, pooled_width):
     start_w, start_h, end_w, end_h = (corners[:, i] for i in range(4))
     roi_w = jnp.maximum(end_w - start_w + 1, 1).astype(rois.dtype)
     roi_h = jnp.maximum(end_h - start_h + 1, 1).astype(rois.dtype)
-    # A barrier keeps XLA from turning the division by a constant into a multiplication by its
-    # reciprocal, whose rounding moves bin edges that land on an integer (5/3 * 3 -> ceil 6).
-    divisor = jax.lax.optimization_barrier(jnp.asarray([pooled_height, pooled_width], rois.dtype))
-    in_h = _bins(start_h, roi_h / divisor[0], pooled_height, height)  # (K, ph, H)
-    in_w = _bins(start_w, roi_w / divisor[1], pooled_width, width)  # (K, pw, W)
+    in_h = _bins(start_h, _divide(roi_h, pooled_height), pooled_height, height)  # (K, ph, H)
+    in_w = _bins(start_w, _divide(roi_w, pooled_width), pooled_width, width)  # (K, pw, W)
     x = input[rois[:, 0].astype(jnp.int32)]  # (K, C, H, W)
     # Max over each bin's columns, then its rows; the first maximum in row-major order wins.
     cols = jnp.where(in_w[:, None, None, :, :], x[:, :, :, None, :], -jnp.inf)  # (K,C,H,pw,W)
