@@ -13,14 +13,16 @@ second and later calls compile nothing. Ops that the first trace runs on concret
 step count PyTorch creates with ``torch.tensor(0.0)`` and increments) compile nothing in the
 op cache: they run once.
 
-The one first call that runs eagerly is one whose trace is refused (``first_call``): PyTorch
-runs it once, as before, and the next call raises the refusal.
+The one first call that runs eagerly is one whose trace fails (``first_call``: refused, or
+reading a value on the host, as Rprop's state creation does): PyTorch runs it once, as
+before, and the next call traces the steady step.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import torchlax_core
 from torchlax_core import JitError
 from torchlax_core.internal import Entry, get_logger, op_cache_compiling_nothing
@@ -38,17 +40,20 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
     ``.grad``): run compiled, then the next call's program compiled ahead.
 
     A first call whose trace is refused (a ``JitError``: the step writes a plain CPU tensor,
-    gives a CPU leaf a ``.grad``, stores non-tensor optimizer state it changes, ...) runs
-    eagerly instead, once, as PyTorch runs it (the trace put back what it changed), and says
-    so in a log line; the next call traces again and raises the refusal."""
+    gives a CPU leaf a ``.grad``, stores non-tensor optimizer state it changes, ...) or
+    needs a value on the host (Rprop creates its ``step_size`` from ``lr.item()``: a
+    ``RuntimeError`` under the trace) runs eagerly instead, once, as PyTorch runs it (the
+    trace put back what it changed), and says so in a log line; the next call traces the
+    steady step (and raises a refusal that still holds)."""
     with op_cache_compiling_nothing():
         try:
             out = jitted._call(args, kwargs)
-        except JitError as error:
+        except (JitError, RuntimeError, jax.errors.ConcretizationTypeError) as error:
             _log.info(
-                "%s: the first call runs eagerly, since its trace was refused (the next call "
-                "raises it): %s",
+                "%s: the first call runs eagerly, since its trace failed (%s: %s); the next "
+                "call traces the steady step",
                 _name(jitted),
+                type(error).__name__,
                 error,
             )
             return _eager_call(jitted, state, args, kwargs)
