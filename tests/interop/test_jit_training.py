@@ -76,15 +76,19 @@ def _compare(make_opt, make_sched=None, **kwargs):
     )
     reference = _step_fn(ref, ref_opt, ref_sched, **kwargs)
     compiled = torchlax.jit(_step_fn(model, opt, sched, **kwargs))
+    after_first = None
     for x, y in _data():
         want = reference(x, y)
         got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        after_first = compiled.compilations if after_first is None else after_first
         for w, g in zip(want, got, strict=True):
             torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10)
     for (name, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
         torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10, msg=name)
-    # The first call runs eagerly (the optimizer creates its state); the rest is one program.
-    assert compiled.compilations == 1
+    # The first call compiles two programs (the step that creates the optimizer's state and
+    # .grads, and the steady step, ahead); later calls compile nothing.
+    assert after_first == 2
+    assert compiled.compilations == 2
     return compiled, opt
 
 
@@ -122,7 +126,7 @@ SCHEDULERS = {
 @pytest.mark.parametrize("name", list(SCHEDULERS))
 def test_scheduler_changes_the_rate_without_recompiling(name):
     compiled, opt = _compare(OPTIMIZERS["adamw"], SCHEDULERS[name])
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # (both on the first call: _compare)
     assert opt.param_groups[0]["lr"] != 1e-2  # the scheduler ran, on the host, after each call
 
 
@@ -148,8 +152,8 @@ def test_learning_rate_is_passed_in_the_parameters_precision(dtype):
     for (name, w), g in zip(ref.state_dict().items(), model.state_dict().values(), strict=True):
         assert g.dtype == dtype
         torch.testing.assert_close(g.cpu(), w, rtol=tol, atol=tol, msg=name)
-    assert compiled.compilations == 1
-    (program,) = compiled.programs.values()
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
+    _, program = compiled.programs.values()  # the first call's, then the steady step's
     (entry,) = program.core._entries.values()
     n_state = len(entry.info.changed)  # the program's inputs: state arrays, then the rates
     assert entry.jaxpr.in_avals[n_state].dtype == torch.empty((), dtype=dtype).numpy().dtype
@@ -160,7 +164,7 @@ def test_learning_rate_set_by_hand_is_an_input():
     step = torchlax.jit(_step_fn(model, opt, None))
     (x, y), *_ = _data(1)
     x, y = torchlax.from_torch(x), torchlax.from_torch(y)
-    step(x, y)  # eager: creates the state
+    step(x, y)  # creates the state (and compiles the steady step ahead)
     before = model[0].weight.detach().cpu().clone()
     opt.param_groups[0]["lr"] = 0.0
     step(x, y)
@@ -168,7 +172,7 @@ def test_learning_rate_set_by_hand_is_an_input():
     opt.param_groups[0]["lr"] = 0.5
     step(x, y)
     assert not torch.equal(model[0].weight.detach().cpu(), before)
-    assert step.compilations == 1
+    assert step.compilations == 2  # the first call's program and the steady one, ahead
 
 
 def test_dropout_gets_fresh_keys_each_step_and_follows_manual_seed():
@@ -366,7 +370,7 @@ def test_repeated_step_follows_what_its_shortcut_checks(zero_grad, changes, repe
         torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
         for name, value in ref_opt.state[p_ref].items():
             torch.testing.assert_close(opt.state[p][name].cpu(), value, rtol=1e-10, atol=1e-10)
-    # Taken from the third call on (the first runs eagerly, the second records), left at
+    # Taken from the third call on (the first creates the state, the second records), left at
     # each change, taken again on the call after it.
     missed = [i for i, taken in enumerate(repeated_steps, start=2) if not taken]
     assert missed == list(changes), repeated_steps
@@ -397,7 +401,7 @@ def test_step_over_cpu_parameters_writes_into_the_same_tensors(name):
         for (key, w), g in zip(ref_opt.state[p_ref].items(), opt.state[p].values(), strict=True):
             assert type(g) is torch.Tensor
             torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=key)
-    assert compiled.compilations == 1  # the first call eager (state created), then one program
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 def test_checked_mode_raises_pytorchs_error_after_the_call_and_keeps_the_state():
@@ -441,13 +445,14 @@ def test_grads_the_step_discards_unread_are_not_program_inputs(zero_grad):
     for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(p.cpu(), p_ref, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
-    assert list(compiled._dead_grads.values()) == [(0, 1, 2, 3) if zero_grad else ()]
-    (entry,) = [
+    # The first call's program (no .grads before it: none dead), then the steady step's
+    assert list(compiled._dead_grads.values()) == [(), (0, 1, 2, 3) if zero_grad else ()]
+    _, entry = [
         e for p in compiled.programs.values() for e in p.core._entries.values() if e._executable
     ]
     # 4 parameters + 4 momentum buffers (+ 4 live grads), the learning rate, x, y, the key
     assert len(entry.jaxpr.jaxpr.invars) == (12 if zero_grad else 16)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 def test_step_that_tests_its_grads_for_none_keeps_its_path_without_them():
@@ -529,7 +534,7 @@ def test_optimizer_and_module_reached_through_containers_are_state(kind):
         got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
     _assert_same_parameters(ref, model)
-    assert compiled.compilations == 1  # the first call eager (state created), then one program
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 _GLOBAL_PARTS: dict = {}
@@ -560,7 +565,7 @@ def test_module_in_a_global_dict_is_state():
     _assert_same_parameters(ref, model)
     # Rebinding the dict's items for each call is followed: the state is found again (the
     # same objects each time: one program).
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 @pytest.mark.parametrize("change", ["rebind", "append"])
@@ -652,7 +657,7 @@ def test_bound_method_finds_state_in_its_objects_containers_not_its_tensor_histo
         trainer.losses.append(got.detach())
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
     _assert_same_parameters(ref, model)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
     assert compiled._layout is not None and not compiled._layout.tensors
 
 
@@ -712,7 +717,7 @@ def test_state_in_a_bound_methods_objects_attributes_trains():
         trainer.calls += 1
         layouts.append(compiled._layout)
     _assert_same_parameters(reference.cfg.model, trainer.cfg.model)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
     assert layouts[1] is layouts[2] is layouts[3]
 
 
@@ -740,7 +745,7 @@ def test_state_in_an_argument_objects_attributes_trains():
         got = compiled(state, torchlax.from_torch(x), torchlax.from_torch(y))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
     _assert_same_parameters(ref, model)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 def _rebind_model(trainer, make_model):
@@ -800,7 +805,7 @@ def test_a_modules_own_method_finds_the_optimizer_it_holds():
         trainer.seen += 1
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
     _assert_same_parameters(ref, trainer)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 def test_module_trained_where_the_walk_does_not_reach_raises_naming_its_path():
@@ -1110,7 +1115,8 @@ def test_constant_the_user_changes_between_calls_is_seen(change):
         got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10, msg=f"step {i}")
     _assert_same_parameters(ref_model, model)
-    assert compiled.compilations == 2  # pyright: ignore[reportFunctionMemberAccess]  (the first call eager, one program per mask)
+    # (the first call's program and the steady one, ahead; one more for the new mask)
+    assert compiled.compilations == 3  # pyright: ignore[reportFunctionMemberAccess]
 
 
 def test_constant_changed_between_repeated_forwards_is_seen():
@@ -1138,10 +1144,10 @@ def test_tensor_learning_rate_changed_by_a_scheduler_is_an_input(device):
     _compare(make_opt, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5))
 
 
-def test_the_eager_first_call_compiles_no_op_executables():
-    """The first call runs once, eagerly (the optimizer creates its state): an op signature it
-    repeats (the same layer twice) is not compiled into an executable used once. Eager code
-    after it compiles as usual, and the step still matches PyTorch."""
+def test_the_first_call_compiles_no_op_executables():
+    """The first call creates the optimizer's state in its own program: ops its trace runs
+    on concrete values are not compiled into op executables used once. Eager code after it
+    compiles as usual, and the step still matches PyTorch."""
     env = torchlax.Environment()
     env.config.op_cache_size, env.config.op_cache_min_calls = 4096, 2
     torch.manual_seed(0)
@@ -1165,7 +1171,7 @@ def test_the_eager_first_call_compiles_no_op_executables():
         want = reference(xs, ys)
     for w, g in zip(want, got, strict=True):
         torch.testing.assert_close(g.cpu(), w, rtol=1e-10, atol=1e-10)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
 def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly():
@@ -1198,4 +1204,4 @@ def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly():
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(w.grad.cpu(), ref_w.grad, rtol=1e-10, atol=1e-10)
     _assert_same_parameters(ref, model)
-    assert compiled.compilations == 1
+    assert compiled.compilations == 2  # the first call's program and the steady one, ahead

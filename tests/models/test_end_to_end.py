@@ -214,4 +214,4 @@ def test_gpt2_whole_training_step_matches_cpu(wrapper, float64_default):
     for name, p in model.named_parameters():
         close(params[name], p, 1e-9)
     if wrapper == "torchlax.jit":
-        assert step.compilations == 1
+        assert step.compilations == 2  # the first call's program and the steady one, ahead

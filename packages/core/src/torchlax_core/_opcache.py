@@ -358,10 +358,10 @@ _once = threading.local()
 def compiling_nothing():
     """Within the block (this thread) the cache serves what it holds and compiles nothing new.
 
-    For code that runs once: ``torchlax.jit``'s eager first call of a training step (it creates
-    the optimizers' state; every later call is one program). There, a signature seen twice
-    (the same op in two layers) would compile an executable used once or never again: a
-    third of a GPT-2 step's first call. Its calls still count towards ``op_cache_min_calls``.
+    For code that runs once: ``torchlax.jit``'s first call of a training step (its trace runs
+    ops on the step counts the optimizers create; a refused first trace runs eagerly). There,
+    a signature seen twice (the same op in two layers) would compile an executable used once
+    or never again. Its calls still count towards ``op_cache_min_calls``.
     """
     before = getattr(_once, "active", False)
     _once.active = True

@@ -27,7 +27,6 @@ from torch.utils import _pytree as pytree
 from torchlax_core import JitArgumentError, JitError, Tensor
 from torchlax_core.internal import (
     array_of,
-    op_cache_compiling_nothing,
     x64,
 )
 from torchlax_core.internal import signature as _signature
@@ -35,9 +34,10 @@ from torchlax_core.internal import signature as _signature
 from .._arguments import check_jit_arguments, check_static_argnums
 from .._call_jax import _borrow
 from .._dlpack import check_shared_writes
+from . import _first_call
 from ._autograd import _Call, _JitFunction
 from ._commit import launch_and_write
-from ._discover import CpuStateError, _move_cpu_state_to_jax, cpu_state_tensors, find_state
+from ._discover import CpuStateError, cpu_state_tensors, find_state
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
 from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _distinct, _Info, _log, _Program, _trace_lock, _unread_grads
@@ -130,6 +130,8 @@ class _Jitted:
         # The last call, if it was a forward that the next call may repeat cheaply
         self._repeat: _RepeatedForward | _RepeatedStep | None = None
         self._cpu_outputs = False  # set while a call over lent CPU state runs
+        # set while the first call compiles the next call's program ahead (_first_call.py)
+        self._compile_only = False
         self.__wrapped__ = target
 
     @property
@@ -232,10 +234,13 @@ class _Jitted:
         if self._first_call:
             self._first_call = False
             if _optimizer_state_missing(state.optimizers):
-                return self._eager_call(state, args, kwargs)
+                # compiled, and the next call's program compiled ahead (_first_call.py)
+                return _first_call.first_call(self, state, args, kwargs)
         run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
         if run is None:  # the trace found .grads the step discards: traced again without them
             return self._call(args, kwargs)
+        if self._compile_only:  # the first call compiles the next call's program ahead
+            return _first_call.compile_only(run.entry)
         info = run.info
         if run.differentiable():
             if info.eager_backward:
@@ -486,29 +491,6 @@ class _Jitted:
             in_spec = pytree.tree_flatten((tuple(range(n)), {}))[1]
             spec = self._tensor_args_specs[n] = (in_spec, str(in_spec))
         return spec
-
-    def _eager_call(self, state: _StateSet, args, kwargs):
-        # The optimizers create their state in this first call, with PyTorch's own code, and
-        # later calls compile one program over it (else the first call would compile a
-        # program of its own, used once).
-        groups = [
-            (g, g["capturable"])
-            for opt in state.optimizers
-            for g in opt.param_groups
-            if "capturable" in g
-        ]
-        for g, _ in groups:
-            g["capturable"] = True  # step counts on the jax device, as the program keeps them
-        try:
-            # Run once: the op cache compiles nothing for it (an executable per op signature
-            # that repeats inside the step, the same op in each layer, would be used once).
-            with torchlax_core.enable(torchlax_core.current_env()), op_cache_compiling_nothing():
-                return self.target(*args, **kwargs)
-        finally:
-            for g, capturable in groups:
-                g["capturable"] = capturable
-            for opt in state.optimizers:
-                _move_cpu_state_to_jax(opt)
 
     def _split_static(self, args, kwargs):
         static_values = []
