@@ -11,8 +11,8 @@ import torchlax
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.mark.slow
-def test_static_cache_generate_under_the_backend_matches_eager_and_stops_compiling():
+def _tiny_gpt2_and_prompt():
+    """A one-layer GPT-2 (the recipes' paths are the same at any depth) and a 5-token prompt."""
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         n_layer=1,
@@ -25,7 +25,12 @@ def test_static_cache_generate_under_the_backend_matches_eager_and_stops_compili
         pad_token_id=0,
     )
     model = transformers.GPT2LMHeadModel(config).eval()
-    ids = torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+    return model, torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.slow
+def test_static_cache_generate_under_the_backend_matches_eager_and_stops_compiling():
+    model, ids = _tiny_gpt2_and_prompt()
     settings = {"max_new_tokens": 6, "do_sample": False, "cache_implementation": "static"}
     reference = model.generate(ids, **settings)
 
@@ -65,19 +70,7 @@ def jit_forward(model):
 
 @pytest.mark.slow
 def test_static_cache_generate_under_torchlax_jit_matches_eager_and_stops_compiling():
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2,
-        n_head=4,
-        n_embd=32,
-        vocab_size=64,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    ids = torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+    model, ids = _tiny_gpt2_and_prompt()
     settings = {"max_new_tokens": 6, "do_sample": False}
     reference = model.generate(ids, cache_implementation="static", **settings)
 
