@@ -1,9 +1,9 @@
 """Checkpoints of sharded models: save, a fresh process, restore, resume with the same losses.
 
-Two ways: torch.distributed.checkpoint (DCP, in its no-process-group mode) and torchlax's
-``Checkpointer`` (orbax-checkpoint). Each run starts a fresh process with 8 simulated devices;
-one training process saves both checkpoints and one fresh process restores each into its own
-model (each process compiles every op of the step for 8 devices: shared, not done twice).
+Two ways: torch.distributed.checkpoint (DCP, in its no-process-group mode) with eager steps,
+and torchlax's ``Checkpointer`` (orbax-checkpoint) with a ``torchlax.jit`` step. Each run starts
+a fresh process with 8 simulated devices; one training process saves both checkpoints and one
+fresh process restores each into its own model.
 """
 
 import json
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 
 TRAINING = """
     import json
+    import torchlax
     from _model import TinyTransformer, loss_fn
 
     # Every op compiled from its first call: both processes then run the same executables (by
@@ -26,7 +27,7 @@ TRAINING = """
     torch.manual_seed(0)
     batches = [(torch.randint(0, 64, (8, 8)), torch.randint(0, 64, (8, 8))) for _ in range(4)]
 
-    def build(seed):
+    def build(seed, jit=False):
         torch.manual_seed(seed)
         model = TinyTransformer(layers=1).to("jax")
         D.shard(model, mesh, D.megatron_rules("model", data_axis="data"))
@@ -39,7 +40,7 @@ TRAINING = """
             opt.step()
             return loss
 
-        return model, opt, step
+        return model, opt, (torchlax.jit(step) if jit else step)
 
     def run(step, i):
         tokens, targets = batches[i]
@@ -89,22 +90,24 @@ ORBAX_RESTORE = """
 """
 
 UNINTERRUPTED = """
+    first = {}
     with torchlax_core.enable(), D.mesh_placement(mesh):
-        model, opt, step = build(seed=1)
-        losses = [run(step, 0), run(step, 1)]
-        saved = layouts(model, opt)
-        save_orbax(model, opt, 2)   # both checkpoints hold the state after two steps
-        save_dcp(model, opt, 2)
-        losses += [run(step, 2), run(step, 3)]   # training goes on while a save is written
+        for way, save, jit in (("dcp", save_dcp, False), ("orbax", save_orbax, True)):
+            model, opt, step = build(seed=1, jit=jit)
+            losses = [run(step, 0), run(step, 1)]
+            saved = layouts(model, opt)
+            save(model, opt, 2)   # the state after two steps
+            losses += [run(step, 2), run(step, 3)]   # training goes on while a save is written
+            first[way] = {"losses": losses, "layouts": saved}
     checkpointer.close()
-    print(json.dumps({"losses": losses, "layouts": saved}))
+    print(json.dumps(first))
 """
 
 RESUMED = """
     resumed = {}
     with torchlax_core.enable(), D.mesh_placement(mesh):
-        for way, restore in (("dcp", restore_dcp), ("orbax", restore_orbax)):
-            model, opt, step = build(seed=2)   # other weights, to be overwritten
+        for way, restore, jit in (("dcp", restore_dcp, False), ("orbax", restore_orbax, True)):
+            model, opt, step = build(seed=2, jit=jit)   # other weights, to be overwritten
             params = list(model.parameters())
             restore(model, opt)
             assert list(model.parameters()) == params   # the same Parameter objects, in place
@@ -122,9 +125,9 @@ def test_save_restore_in_a_fresh_process_resumes_with_identical_losses(tmp_path)
     where = f"CKPT = {str(tmp_path / 'ckpt')!r}\n"
     first = _last_json(run_on_devices(where, TRAINING, DCP_SAVE, ORBAX_SAVE, UNINTERRUPTED))
     second = _last_json(run_on_devices(where, TRAINING, DCP_RESTORE, ORBAX_RESTORE, RESUMED))
-    for way in ("dcp", "orbax"):
-        assert second[way]["losses"] == first["losses"][2:], way  # bit for bit
-        assert second[way]["layouts"] == first["layouts"], way
+    for way in ("dcp", "orbax"):  # eager steps, torchlax.jit steps
+        assert second[way]["losses"] == first[way]["losses"][2:], way  # bit for bit
+        assert second[way]["layouts"] == first[way]["layouts"], way
 
 
 def test_load_state_dict_and_copy_keep_the_destinations_layout():

@@ -511,7 +511,8 @@ class _Jitted:
 
 
 def _optimizer_state_missing(optimizers) -> bool:
-    """Whether a first step would create optimizer state or gradients (then it runs eagerly)."""
+    """Whether a first step would create optimizer state or gradients (then it is a first call:
+    ``_first_call.first_call``)."""
     return any(
         not opt.state.get(p) or p.grad is None
         for opt in optimizers
