@@ -29,6 +29,7 @@ PRIVATE = {
     "jax._src.lib.jaxlib_extension_version": ["dynamo/src/torchlax_dynamo/_dlpack.py"],
     "jax._src.interpreters.mlir.make_ir_context": ["export/src/torchlax_export/_artifact.py"],
     "jax._src.lib.mlir.ir": ["export/src/torchlax_export/_artifact.py"],
+    "jax._src.interpreters.partial_eval.DynamicJaxprTracer": ["ops/src/torchlax_ops/_recompute.py"],
 }
 
 

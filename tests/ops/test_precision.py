@@ -223,11 +223,13 @@ def test_torchlax_jit_step_compiles_again_for_a_new_mode():
         torch.set_float32_matmul_precision("highest")
         for _ in range(4):
             jitted(x)
-        assert _modes_of(jitted) == ["highest"]
+        # the first call's program (it creates the .grads) and the steady step's
+        highest = _modes_of(jitted)
+        assert highest == ["highest", "highest"]
         torch.set_float32_matmul_precision("medium")
         for _ in range(2):
             jitted(x)
-    assert _modes_of(jitted) == ["highest", "medium"]
+    assert _modes_of(jitted) == [*highest, "medium"]
 
 
 def test_torch_compile_backend_compiles_again_for_a_new_mode():

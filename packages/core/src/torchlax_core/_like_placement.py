@@ -19,6 +19,7 @@ import jax
 import torch
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from ._tensor import Tensor
 from ._unwrap import _ArrayImpl
 
 aten = torch.ops.aten
@@ -76,8 +77,6 @@ def placed_lowering(func, fn: Callable) -> Callable:
 
 def source_is_committed(args) -> bool:
     """Whether the call's first argument is a torchlax Tensor over a committed array."""
-    from ._tensor import Tensor
-
     src = args[0] if args else None
     if type(src) is not Tensor:
         return False
