@@ -661,6 +661,46 @@ def test_bound_method_finds_state_in_its_objects_containers_not_its_tensor_histo
     assert compiled._layout is not None and not compiled._layout.tensors
 
 
+# A module global that shares its name with an attribute the step below reads (``out.loss``),
+# and that the step never reads itself: rebound by the test as a loop keeping its last loss.
+loss = None
+
+
+def test_a_global_named_like_an_attribute_the_step_reads_is_no_state():
+    # ``out.loss`` puts the name "loss" in the step's code (an attribute), not a global read:
+    # the walk took the global ``loss`` (a module here, then each call's result) as state,
+    # and each call that rebound it walked again.
+    global loss
+    (ref, ref_opt, _), (model, opt, _) = _pair(lambda p: torch.optim.SGD(p, lr=0.1))
+
+    def make_step(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            out = types.SimpleNamespace(loss=F.cross_entropy(model(x), y))
+            out.loss.backward()
+            opt.step()
+            return out.loss
+
+        return step
+
+    reference, compiled = make_step(ref, ref_opt), torchlax.jit(make_step(model, opt))
+    with torchlax.enable():
+        loss = nn.Linear(6, 6).to("jax")
+    try:
+        layouts = []
+        for x, y in _data(4):
+            want = reference(x, y)
+            loss = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+            torch.testing.assert_close(loss.cpu(), want, rtol=1e-10, atol=1e-10)
+            layouts.append(compiled._layout)
+    finally:
+        loss = None
+    _assert_same_parameters(ref, model)
+    assert layouts[0] is not None and layouts[0].modules == [model]
+    assert not layouts[0].tensors and all(name != "loss" for _, name, _ in layouts[0].globals)
+    assert layouts[1] is layouts[2] is layouts[3]
+
+
 # -- state reached through other objects' attributes ------------------------------------------
 
 

@@ -22,14 +22,12 @@ from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
 from torchlax_core.internal import storage_of
 
-from ._holders import attributes, enterable, slot_values
 from ._state import (
     _ABSENT,
     _GLOBAL_HOOK_DICTS,
     _HOOK_DICTS,
     _STATEFUL,
     _TENSOR,
-    _cell_contents,
     _Hashed,
     _is_rate,
     _Layout,
@@ -39,6 +37,7 @@ from ._state import (
     _snapshot,
     _snapshot_hooks,
 )
+from ._walk import attributes, cell_contents, enterable, global_names, is_container, slot_values
 
 
 def find_state(target, module, arg_leaves: list) -> _Layout:
@@ -238,7 +237,7 @@ def _referenced(
     if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
         found.append(fn)
         return
-    if _is_container(fn):
+    if is_container(fn):
         _referenced_items(fn, seen, found, layout, depth, tensors)
         return
     if isinstance(fn, types.MethodType):
@@ -255,11 +254,11 @@ def _referenced(
             _referenced_object(fn, seen, found, layout, depth, own=False)
         return
     for cell in fn.__closure__ or ():
-        value = _cell_contents(cell)
+        value = cell_contents(cell)
         layout.cells.append((cell, value))
         if value is not _ABSENT:
             _referenced(value, seen, found, layout, depth + 1)
-    for name in _global_names(fn.__code__):
+    for name in global_names(fn.__code__):
         value = fn.__globals__.get(name, _ABSENT)
         layout.globals.append((fn.__globals__, name, value))
         if value is not _ABSENT:
@@ -342,14 +341,14 @@ def _leads_to_state(value, seen: set, found: list, layout: _Layout, depth: int, 
     if isinstance(value, _STATEFUL) or (own and isinstance(value, torch.Tensor)):
         _referenced(value, seen, found, layout, depth)
         return True
-    if not (_is_container(value) or enterable(value)):
+    if not (is_container(value) or enterable(value)):
         return False
     if id(value) in seen:  # met before: what it leads to is known elsewhere; kept, to be safe
         return True
     before = len(found)
     _referenced(value, seen, found, layout, depth, tensors=False)
     # an empty container may be filled with modules later (``self.models.append(m)``)
-    return len(found) > before or (_is_container(value) and not value)
+    return len(found) > before or (is_container(value) and not value)
 
 
 def _arg_holders(leaves) -> list:
@@ -363,12 +362,6 @@ def _arg_holders(leaves) -> list:
 
 
 _STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
-
-
-def _is_container(value) -> bool:
-    # lists exactly (a subclass may compute its items); tuples with namedtuples; dicts with
-    # OrderedDict and defaultdict
-    return type(value) is list or isinstance(value, tuple | dict)
 
 
 def _referenced_items(
@@ -397,23 +390,14 @@ def _referenced_items(
         layout.lists.append((container, tuple(container)))
     wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
     for value in values:
-        if isinstance(value, wanted) or _is_container(value) or enterable(value):
+        if isinstance(value, wanted) or is_container(value) or enterable(value):
             _referenced(value, seen, found, layout, depth + 1, tensors)
     if not tensors and container and len(found) == before:
         layout.drop_snapshot_since(marks)  # (a history of tuples or of small objects)
 
 
 def _holds_state(value) -> bool:
-    return isinstance(value, _STATEFUL) or _is_container(value) or enterable(value)
-
-
-@functools.cache
-def _global_names(code: types.CodeType) -> tuple[str, ...]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):  # nested functions and lambdas
-            names.extend(_global_names(const))
-    return tuple(dict.fromkeys(names))
+    return isinstance(value, _STATEFUL) or is_container(value) or enterable(value)
 
 
 def _move_cpu_state_to_jax(opt) -> None:
