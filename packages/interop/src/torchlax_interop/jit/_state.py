@@ -263,16 +263,6 @@ class _Layout:
             return statics
         return tuple(_ByIdentity(s) if id(s) in holders else s for s in statics)
 
-    def snapshot_marks(self) -> tuple[int, int, int]:
-        """Where the walk's snapshot of containers and objects ends now."""
-        return len(self.dicts), len(self.lists), len(self.objects)
-
-    def drop_snapshot_since(self, marks: tuple[int, int, int]) -> None:
-        """Forget the containers and objects snapshotted since ``marks``: what the walk went
-        through there leads to no state, and re-checking it each call would follow a history
-        the loop appends to."""
-        del self.dicts[marks[0] :], self.lists[marks[1] :], self.objects[marks[2] :]
-
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
         args = [  # _arg_holders(arg_leaves), inlined: this runs on every call
