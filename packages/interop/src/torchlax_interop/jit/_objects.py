@@ -31,7 +31,6 @@ from ._walk import (
     ATTR,
     HIDDEN,
     ITEM,
-    TooFar,
     Visit,
     attributes,
     fields,
@@ -115,29 +114,23 @@ class _Search:
             self._children,
             max_depth=_MAX_DEPTH,
             max_nodes=_MAX_NODES,
-            strict=True,
+            too_far=self._too_far,
         )
-        try:
-            for visit in visits:
-                value = visit.value
-                if isinstance(value, jax.core.Tracer):
-                    raise self.error(
-                        visit.path, "holds a JAX value computed inside the function (not a tensor)"
-                    )
-                if isinstance(value, torch.Tensor):
-                    if self._traced(value):
-                        i = index.setdefault(id(value), len(tensors))
-                        if i == len(tensors):
-                            tensors.append(value)
-                        _insert(trie, visit.path, i)
-                        holding.update(map(id, visit.holders))
-                elif visit.again:
-                    again.append(visit)
-        except TooFar as exc:
-            raise self.error(
-                exc.visit.path,
-                "is too deep or too large to search for the tensors the function computed",
-            ) from None
+        for visit in visits:
+            value = visit.value
+            if isinstance(value, jax.core.Tracer):
+                raise self.error(
+                    visit.path, "holds a JAX value computed inside the function (not a tensor)"
+                )
+            if isinstance(value, torch.Tensor):
+                if self._traced(value):
+                    i = index.setdefault(id(value), len(tensors))
+                    if i == len(tensors):
+                        tensors.append(value)
+                    _insert(trie, visit.path, i)
+                    holding.update(map(id, visit.holders))
+            elif visit.again:
+                again.append(visit)
         # An object holding computed tensors met by two paths (shared, or a cycle back to
         # it): its copies would not share it.
         for visit in again:
@@ -149,10 +142,13 @@ class _Search:
                 )
         return trie, tensors
 
+    def _too_far(self, visit: Visit) -> None:
+        raise self.error(
+            visit.path, "is too deep or too large to search for the tensors the function computed"
+        )
+
     def _children(self, visit: Visit) -> list:
         node, path = visit.value, visit.path
-        if isinstance(node, torch.Tensor | jax.core.Tracer):
-            return []
         if type(node) in (list, tuple) or is_namedtuple(node) or isinstance(node, dict):
             return items(node)  # (an OrderedDict or defaultdict too: copied with copy.copy)
         if isinstance(node, types.MethodType):

@@ -58,14 +58,6 @@ class Visit(NamedTuple):
     again: bool
 
 
-class TooFar(Exception):
-    """The walk met its depth or node budget at ``visit`` (see ``walk``'s ``strict``)."""
-
-    def __init__(self, visit: Visit):
-        super().__init__(visit.path)
-        self.visit = visit
-
-
 def walk(
     roots: Iterable[tuple[tuple, Any]],
     children: Callable[[Visit], Iterable[tuple[tuple, Any]]],
@@ -73,13 +65,13 @@ def walk(
     max_depth: int,
     max_nodes: int,
     breadth: bool = False,
-    strict: bool = False,
+    too_far: Callable[[Visit], None] | None = None,
 ) -> Iterator[Visit]:
     """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once
     (an object met again is yielded with ``again`` and not entered), in depth-first order
     (each object's children in their order) or, with ``breadth``, nearest first. Atoms are
     not yielded. An object whose path has ``max_depth`` steps, or any once ``max_nodes``
-    objects were met, is not entered (``strict``: the walk raises ``TooFar`` instead)."""
+    objects were met, is not entered (``too_far`` is told of it: it may raise)."""
     seen: set[int] = set()
     pending = deque(Visit(path, value, (), False) for path, value in roots)
     if not breadth:
@@ -95,9 +87,11 @@ def walk(
             continue
         seen.add(id(value))
         yield visit
+        if isinstance(value, torch.Tensor | jax.core.Tracer):
+            continue
         if len(visit.path) >= max_depth or len(seen) > max_nodes:
-            if strict:
-                raise TooFar(visit)
+            if too_far is not None:
+                too_far(visit)
             continue
         holders = (*visit.holders, value)
         following = [
@@ -120,8 +114,6 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
             *((n, v) for n, v in vars(value).items() if not n.startswith("_") and n != "training"),
         ]
         return [((ATTR, n), v) for n, v in named if v is not None]
-    if isinstance(value, torch.Tensor):
-        return []
     if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
         return function_roots(value)
     if is_container(value):
