@@ -46,6 +46,7 @@ from ._walk import (
     Visit,
     attributes,
     cell_contents,
+    default_arguments,
     enterable,
     fields,
     function_cells,
@@ -264,8 +265,8 @@ class _StateWalk:
     ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
     state (``keep``), so that a later call checks it (``_Layout.holds``).
 
-    From a function: its closure cells and the globals its code reads (each kept in the
-    snapshot, bound or not), and the functions and objects there; from a bound method, its
+    From a function: its closure cells, the globals its code reads (each kept in the
+    snapshot, bound or not) and its default arguments, and the functions and objects there; from a bound method, its
     function and its object (``own``); from a partial, its function and arguments. Through
     lists, tuples and dicts: their items (a list's items and a dict's keys and values are
     kept, so that ``opts[1] = other`` or ``opts.append(...)`` makes the next call walk
@@ -340,6 +341,12 @@ class _StateWalk:
             layout.globals.append((fn.__globals__, name, value))
             if value is not ABSENT:
                 children.append(((ROOT, name), value))
+        # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
+        defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+        if defaults or kwdefaults:
+            layout.defaults.append((fn, defaults, kwdefaults))
+            named = (*default_arguments(fn),)
+            children += [((ROOT, name), value) for name, value in named]
         return children
 
     def _container(self, visit: Visit, tensors: bool) -> list:

@@ -142,12 +142,19 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
                 roots.append(((ROOT, name), value))
         names = global_names(fn.__code__)
         roots += [((ROOT, n), fn.__globals__[n]) for n in names if n in fn.__globals__]
-        code, defaults = fn.__code__, fn.__defaults__ or ()
-        named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
-        kwdefaults = (fn.__kwdefaults__ or {}).items()
-        for n, v in (*zip(named, defaults, strict=True), *kwdefaults):
-            roots.append(((ROOT, f"default argument {n!r}"), v))
+        roots += [((ROOT, n), v) for n, v in default_arguments(fn)]
     return roots
+
+
+def default_arguments(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """``fn``'s default arguments, positional then keyword-only, each with its name in words
+    (``default argument 'w'``)."""
+    code, defaults = fn.__code__, fn.__defaults__ or ()
+    named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
+    kwdefaults = (fn.__kwdefaults__ or {}).items()
+    return [
+        (f"default argument {n!r}", v) for n, v in (*zip(named, defaults, strict=True), *kwdefaults)
+    ]
 
 
 def function_cells(fn: types.FunctionType) -> list[tuple[str, Any]]:
