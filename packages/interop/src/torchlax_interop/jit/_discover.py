@@ -261,37 +261,26 @@ def _own_tensor(visit: Visit) -> bool:
 
 
 class _StateWalk:
-    """The state walk's rule (``children``): from each object, what it goes on to, within
+    """The state walk's rule (``children``): where it goes from each object, within
     ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
-    state (``keep``), so that a later call checks it (``_Layout.holds``).
+    state (``keep``), for a later call to check (``_Layout.holds``).
 
-    From a function: its closure cells, the globals its code reads (each kept in the
-    snapshot, bound or not) and its default arguments, and the functions and objects there; from a bound method, its
-    function and its object (``own``); from a partial, its function and arguments. Through
-    lists, tuples and dicts: their items (a list's items and a dict's keys and values are
-    kept, so that ``opts[1] = other`` or ``opts.append(...)`` makes the next call walk
-    again; a tuple cannot change). A container larger than ``MAX_CONTAINER_ITEMS`` is not
-    entered (a data set held in a list is no state).
-
-    Through an object's attributes (its ``__dict__`` and ``__slots__``: a trainer's
-    ``self.cfg.model``, a ``SimpleNamespace``, a dataclass) only modules, optimizers and
-    schedulers are state, and what leads to them (containers, other objects): a method may
-    use none of its object's attributes, and a list of tensors there is more likely a
-    history the loop appends to (as state, each call would walk again and compile a program
-    for its new length). The jitted bound method's object is the exception: its tensor
-    attributes are state too (``self.scale``), as a closure's tensors are, and it is entered
-    whatever its size. The snapshot keeps an object's attribute names and, by identity, the
-    values that lead to state (or are None: an optional scheduler set later), so rebinding
-    one between calls (``trainer.cfg.model = other``) makes the next call walk again, while
-    the attributes a loop updates each call (a step count, a loss history) are not read. An
-    object or container under an attribute that leads to no state leaves nothing in the
-    snapshot (an object the step keeps its last outputs in, rebound each call, would
-    otherwise make each call walk again); an empty container is kept (it may be filled with
-    modules later: ``self.models.append(m)``).
-
-    A module whose method is jitted is state, and its public attributes that are no
-    parameters, buffers or submodules are entered too (a Lightning-style
-    ``self.optimizer``); its plain tensor attributes stay constants, as in its forward."""
+    From a function: its closure cells, the globals its code loads and its default arguments
+    (each kept, bound or not); from a bound method: its function and its object; from a
+    partial: its function and arguments. Through lists, tuples and dicts (but one over
+    ``MAX_CONTAINER_ITEMS``: a data set is no state): their items, the snapshot keeping a
+    list's items and a dict's keys and values (``opts[1] = other`` walks again). Through an
+    object's attributes (``__dict__``, ``__slots__``: ``self.cfg.model``) only modules,
+    optimizers and schedulers are state, and what leads to them: a list of tensors there is
+    more likely a history the loop appends to. The jitted bound method's object is the
+    exception (its tensor attributes are state, ``self.scale``, and it is entered whatever
+    its size); a module's, its public attributes that are no parameters, buffers or
+    submodules are entered (a Lightning-style ``self.optimizer``). An object's snapshot keeps
+    its attribute names and, by identity, the values that lead to state or are None (an
+    optional scheduler set later); a container or object under an attribute that leads to no
+    state leaves nothing in the snapshot (a loss history, an object the step keeps its last
+    outputs in, would make each call walk again), an empty container stays (it may be filled
+    with modules later: ``self.models.append(m)``)."""
 
     def __init__(self, layout: _Layout):
         self.layout = layout

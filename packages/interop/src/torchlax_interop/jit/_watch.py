@@ -18,8 +18,10 @@ sees is noted once, at first sight, with what it held then (``_SeenConstant``,
   in-place write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that ``backward()``
   gives it would happen once, while the program is traced, leaving a value of the finished
   trace in the user's tensor.
-- **Modules trained that are no state** (``ConstantModules``, ``_constant_modules``):
-  a module called whose parameters require grad and are not among the state's.
+- **Modules trained that are no state** (``TraceWatch.modules``, a ``ConstantModules``): a
+  module called whose parameters require grad and are not among the state's, whose
+  parameters' ``.grad``s the step changed (or a refused ``backward()`` would have): its
+  parameters are constants of the program, so it would not train.
 - **Plain CPU tensors changed** (``changed_cpu_tensors``): each plain CPU tensor a call of the
   step receives that the trace did not make (``tmp = torch.zeros(3); tmp.add_(1)`` is fine):
   a write into one (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one
@@ -47,7 +49,7 @@ import dataclasses
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import jax.core
@@ -55,11 +57,12 @@ import torch
 from torch.nn.modules import module as _torch_module
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
-from torchlax_core import Tensor
+from torchlax_core import JitError, Tensor
 from torchlax_core.internal import array_of, observing_ops, rebind, storage_of, view_getter
 
-from ._constant_modules import ConstantModules
 from ._constants import ReadConstants
+from ._discover import MAX_STATE_DEPTH
+from ._paths import path_to
 
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
 _storage_of: Callable[[Tensor], Any] = storage_of
@@ -258,6 +261,48 @@ class _Constants:
                 t = seen.ref()
                 if t is not None:
                     yield seen, t
+
+
+class ConstantModules:
+    """The modules a trace called whose parameters are no state: ``called(module)`` for each
+    module's first call, then ``error(...)`` after the step ran."""
+
+    def __init__(self, state_parameters: set[int]):
+        self._known = state_parameters  # ids of the state's parameters
+        self._noted: set[int] = set()  # ids of the parameters noted (shared ones once)
+        self._watched: list = []  # (module, parameter, its .grad before the step)
+
+    def called(self, module: torch.nn.Module) -> None:
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in self._known and id(p) not in self._noted:
+                self._noted.add(id(p))
+                self._watched.append((module, p, p.grad))
+
+    def error(
+        self, owner: str, target, args: tuple, kwargs: dict, refused: Collection[int] = ()
+    ) -> JitError | None:
+        """The error to raise if the step gave a watched parameter a new ``.grad`` (read
+        before the constants' watch puts the old ``.grad``s back), or a refused ``backward()``
+        would have (``refused``: the ids of the leaves it would have given one), else None."""
+        for module, p, grad in self._watched:
+            if p.grad is not grad or id(p) in refused:
+                path = path_to(module, target, args, kwargs)
+                where = (
+                    "called inside the step (the function does not reach it within the search)"
+                    if path is None
+                    else f"at {path}"
+                )
+                return JitError(
+                    f"{owner}: the step computes gradients for the parameters of the "
+                    f"{type(module).__name__} {where}, which is not part of the compiled "
+                    "step's state: its parameters would be constants of the program, and it "
+                    "would not train. torchlax.jit finds modules and optimizers the function "
+                    "closes over, names as globals or receives as arguments, and those these "
+                    "hold in lists, tuples, dicts and objects' attributes, up to "
+                    f"{MAX_STATE_DEPTH} levels deep. Close over the module (or its optimizer) directly, or pass it as "
+                    "an argument of the jitted function."
+                )
+        return None
 
 
 class TraceWatch(TorchFunctionMode):
