@@ -4,6 +4,7 @@ logits, its decoding steps stop compiling after the first ones, and it can be tu
 
 from __future__ import annotations
 
+import inspect
 import sys
 import textwrap
 
@@ -91,6 +92,14 @@ def test_eager_generate_on_jax_matches_cpu_and_stops_compiling_within_a_bucket()
     assert counts[0][1] > 0
     assert counts[5:] == [(0, 0)] * 3, counts
 
+    # docs/training.md's advice: the prompt on the CPU keeps generate()'s own work on the
+    # growing token tensor in PyTorch; the model's steps are the same programs as above.
+    counts.clear()
+    with torchlax.enable():
+        out = lm.generate(ids, **settings)
+    assert out.sequences.tolist() == reference.sequences.tolist()
+    assert counts[3:] == [(0, 0)] * 5, counts
+
 
 @pytest.mark.slow
 def test_generate_buckets_can_be_turned_off_per_call_and_for_all():
@@ -139,7 +148,10 @@ def test_transformers_generate_is_wrapped():
     """The locked transformers' ``_prepare_cache_for_generation`` takes the arguments the
     wrapper reads (another signature would leave generate() to transformers, silently)."""
     prepare = transformers.GenerationMixin._prepare_cache_for_generation
-    assert getattr(prepare, "__torchlax_wrapped__", None) is not None
+    assert getattr(prepare, "__torchlax_wrapped__", None) is not None, (
+        "transformers.GenerationMixin._prepare_cache_for_generation is not wrapped: its "
+        f"arguments {list(inspect.signature(prepare).parameters)} lack {_hf_generate._NEEDED}"
+    )
 
 
 def test_a_module_imported_after_torchlax_is_wrapped_by_the_import_hook(tmp_path, monkeypatch):
