@@ -32,6 +32,16 @@ def _tiny_gpt2_and_prompt():
     return model, torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
 
 
+def _padded_batch():
+    """Two prompts, the first left-padded: the padding and the bucket's unused positions are
+    both masked."""
+    ids = torch.randint(1, 64, (2, 5), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    ids[0, :2] = 0
+    mask[0, :2] = 0
+    return ids, mask
+
+
 # Every token generated (min_new_tokens: the random model may pick the EOS token), with its
 # logits and the cache returned.
 SETTINGS = {
@@ -67,15 +77,17 @@ def _count_per_forward(model):
 
 @pytest.mark.slow
 def test_eager_generate_on_jax_matches_cpu_and_stops_compiling_within_a_bucket():
-    model, ids = _tiny_gpt2_and_prompt()
+    """A padded batch of two, greedy: 8 tokens in the 64-token bucket."""
+    model, _ = _tiny_gpt2_and_prompt()
+    ids, mask = _padded_batch()
     settings = {**SETTINGS, "max_new_tokens": 8, "min_new_tokens": 8}
-    reference = model.generate(ids, **settings)
+    reference = model.generate(ids, attention_mask=mask, **settings)
     assert type(reference.cache) is transformers.DynamicCache  # CPU: untouched
 
     with torchlax.enable():
         lm = model.to("jax")
         counts = _count_per_forward(lm)
-        out = lm.generate(ids.to("jax"), **settings)
+        out = lm.generate(ids.to("jax"), attention_mask=mask.to("jax"), **settings)
     assert out.sequences.cpu().tolist() == reference.sequences.tolist()
     assert len(out.logits) == len(reference.logits) == 8
     for got, expected in zip(out.logits, reference.logits):
@@ -96,7 +108,7 @@ def test_eager_generate_on_jax_matches_cpu_and_stops_compiling_within_a_bucket()
     # growing token tensor in PyTorch; the model's steps are the same programs as above.
     counts.clear()
     with torchlax.enable():
-        out = lm.generate(ids, **settings)
+        out = lm.generate(ids, attention_mask=mask, **settings)
     assert out.sequences.tolist() == reference.sequences.tolist()
     assert counts[3:] == [(0, 0)] * 5, counts
 
