@@ -151,7 +151,7 @@ def test_bucket_lengths_are_powers_of_two_from_the_minimum():
 
 
 def test_environment_variable_sets_the_minimum_or_turns_buckets_off(monkeypatch):
-    for value, minimum in [("", 64), ("0", None), ("off", None), ("128", 128), ("x", 64)]:
+    for value, minimum in [("", 64), ("0", None), ("off", None), ("1", 1), ("128", 128), ("x", 64)]:
         monkeypatch.setenv("TORCHLAX_GENERATE_BUCKETS", value)
         assert _hf_generate._minimum_from_environment() == minimum
 

@@ -32,13 +32,14 @@ import functools
 import importlib.abc
 import importlib.util
 import inspect
-import logging
 import os
 import sys
 import threading
 from typing import Any
 
-_logger = logging.getLogger("torchlax")
+from torchlax_core.internal import get_logger
+
+_logger = get_logger("generate")
 
 _TARGET = "transformers.generation.utils"
 _NEEDED = ("generation_config", "model_kwargs", "generation_mode", "max_cache_length")
@@ -48,7 +49,7 @@ _MODES = frozenset({"greedy_search", "sample", "beam_search", "beam_sample"})
 
 def _minimum_from_environment() -> int | None:
     value = os.environ.get("TORCHLAX_GENERATE_BUCKETS", "").strip().lower()
-    if value in ("", "1", "on", "true"):
+    if value in ("", "on", "true"):
         return 64
     if value in ("0", "off", "false", "none"):
         return None
@@ -74,7 +75,8 @@ def set_generate_buckets(minimum: int | None = 64) -> None:
     ``minimum``: every decoding step within that length has the same shapes and compiles
     nothing after the first steps. ``None`` keeps ``transformers``' ``DynamicCache``, which
     compiles each op anew for every length. The default comes from
-    ``TORCHLAX_GENERATE_BUCKETS`` (``0`` turns it off, a number sets ``minimum``), else 64.
+    ``TORCHLAX_GENERATE_BUCKETS`` (``0``/``off`` turns it off, a number sets ``minimum``),
+    else 64.
     """
     global _minimum
     if minimum is not None and (isinstance(minimum, bool) or not isinstance(minimum, int)):
