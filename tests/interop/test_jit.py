@@ -685,3 +685,25 @@ def test_repeated_forward_follows_a_reordered_sequential(repeats):
         for _ in range(2):
             torch.testing.assert_close(_cpu(jitted(_jax(x))), reference(x))
     assert repeats == [True, False, True]
+
+
+@pytest.mark.parametrize("first", ["cpu", "jax"])
+def test_module_moved_to_the_other_device_in_place_between_calls(first):
+    # module.to() swaps each tensor object's class and data in place (the same Parameter
+    # objects): the next call must see the module's tensors where they now are (a CPU module's
+    # program lent them through DLPack).
+    torch.manual_seed(0)
+    module = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    expected = module(x).detach()
+    second = "jax" if first == "cpu" else "cpu"
+    with torchlax_core.enable():
+        module.to(first)
+        compiled = jit(module)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x.to(first)).cpu(), expected)
+            module.to(second)
+            weight = module.weight
+            assert isinstance(weight, torchlax_core.Tensor) == (second == "jax")
+            torch.testing.assert_close(compiled(x.to(second)).cpu(), expected)
+    assert module.weight is weight

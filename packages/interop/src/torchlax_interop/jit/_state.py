@@ -250,6 +250,7 @@ class _Layout:
             (self._optimizers_hold, self.optimizers),
             (self._groups_hold, self.groups),
             (self._entries_hold, self.entries),
+            (self._cpu_tensors_hold, self.cpu_tensors),
         )
         self._sections = tuple(check for check, snapshot in sections if snapshot)
         self._hold_modules = self._guard(None)
@@ -368,6 +369,11 @@ class _Layout:
             if cell_contents(cell) is not contents:
                 return False
         return True
+
+    def _cpu_tensors_hold(self) -> bool:
+        # A CPU module's tensors moved to jax in place (``module.to("jax")`` swaps each
+        # tensor object's class and data): the program lent them through DLPack.
+        return not any(isinstance(t, Tensor) for t in self.cpu_tensors.values())
 
     def _defaults_hold(self) -> bool:
         for fn, defaults, kwdefaults in self.defaults:
