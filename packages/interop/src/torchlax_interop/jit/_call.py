@@ -25,10 +25,7 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import JitArgumentError, JitError, Tensor
-from torchlax_core.internal import (
-    array_of,
-    x64,
-)
+from torchlax_core.internal import LastPlan, array_of, x64
 from torchlax_core.internal import signature as _signature
 
 from .._arguments import check_jit_arguments, check_static_argnums
@@ -43,16 +40,14 @@ from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _distinct, _Info, _log, _Program, _trace_lock, _unread_grads
 from ._refusals import _argument_requiring_grad_error, _owner
 from ._repeated import (
-    _GRAD,
     _MISSED,
+    _ForwardPlan,
     _next_state_is,
-    _put_grads,
-    _RepeatedForward,
-    _RepeatedStep,
     _step_schedulers,
+    _StepPlan,
 )
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves
-from ._write_back import _write_changed, _write_plan, _write_state
+from ._write_back import _write_changed
 
 
 def jit(
@@ -123,12 +118,14 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self._last_state: tuple | None = None  # (state arrays, their signature)
-        # (layout, info, the _write_plan of both, the signature of the state it writes)
-        self._plan: tuple | None = None
+        # The plan of the last step's layout and entry (its write plan, the signature of the
+        # state it writes), which the next step on the general path runs too
+        self._step_plan: _StepPlan | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
-        # The last call, if it was a forward that the next call may repeat cheaply
-        self._repeat: _RepeatedForward | _RepeatedStep | None = None
+        # The last call's plan, if the next call may repeat it cheaply (a _ForwardPlan or a
+        # _StepPlan): a repeated call is one whose checks and the plan's guard still hold
+        self._last = LastPlan()
         self._cpu_outputs = False  # set while a call over lent CPU state runs
         # set while the first call compiles the next call's program ahead (_first_call.py)
         self._compile_only = False
@@ -154,13 +151,14 @@ class _Jitted:
     def __call__(self, *args, **kwargs):
         check_shared_writes()
         with _trace_lock:
-            repeat = self._repeat
-            if repeat is not None:
+            last = self._last
+            plan = last.plan
+            if plan is not None:
                 if not kwargs:
-                    out = repeat.call(self, args)  # (outside x64(): see its docstring)
+                    out = plan.call(self, args)  # (outside x64(): see its docstring)
                     if out is not _MISSED:
                         return out
-                self._repeat = None  # the general path records this call if it is a repeat
+                last.plan = None  # the general path records this call if it is a repeat
             check_jit_arguments(args, kwargs)  # a sparse or quantized tensor, named
             with x64():
                 try:
@@ -350,8 +348,8 @@ class _Jitted:
         program.trains = info.trains
 
     def _forward_call(self, run: _Run) -> list:
-        """Launch the forward program; record the call for ``_RepeatedForward`` if it can
-        repeat."""
+        """Launch the forward program; keep the call's plan (``_ForwardPlan``) if the next
+        call may repeat it."""
         state, info, program, entry = run.state, run.info, run.program, run.entry
 
         def write_changed(results) -> None:
@@ -373,76 +371,39 @@ class _Jitted:
             and run.repeatable()
             and run.layout.reused(state)
         ):
-            self._repeat = _RepeatedForward(
-                run.layout,
-                state,
-                tuple(map(type, run.inputs)),
-                run.signature[1],
-                tuple(getattr(a, "aval", None) for a in run.arrays),
-                run.checks,
+            self._last.plan = _ForwardPlan(
                 program.forward_core,
                 entry,
-                info,
+                run.arrays,
+                tuple(map(type, run.inputs)),
+                run.layout,
+                state,
+                run.checks,
                 None if info.out_orders else _plain_result_specs(outputs, out_arrays),
             )
         return outputs
 
     def _step_call(self, run: _Run) -> list:
-        """Launch the donating program and write the new state back; record the call for
-        ``_RepeatedStep`` if it can repeat."""
-        state, info, program, entry, layout = (
-            run.state,
-            run.info,
-            run.program,
-            run.entry,
-            run.layout,
-        )
-        last_plan = self._plan
-        plan: tuple = (
-            last_plan
-            if last_plan is not None and last_plan[0] is layout and last_plan[1] is info
-            else (layout, info, _write_plan(state, info), None)
-        )
+        """Run the step's plan (``_StepPlan``: launch the donating program, write the new
+        state back); keep it as the last plan if the next call may repeat it."""
+        state, info, entry, layout = run.state, run.info, run.entry, run.layout
+        plan = self._step_plan
+        if plan is None or plan.entry is not entry or plan.layout is not layout:
+            donated = len(run.state_arrays) if self.donate_state else 0
+            plan = _StepPlan(run.program.core, entry, run.arrays, layout, state, donated)
+            self._step_plan = plan
         dead = [state.grads[i] for i in state.dead_grads]
-        dead_grads = list(map(_GRAD, dead))
-        stepped = [0] * len(state.schedulers)
-
-        def launch(out: list) -> None:
-            for p in dead:
-                p.grad = None  # dropped before the program runs: not alive in it
-            # Check errors are raised before any output or state is written back.
-            out.append(program.core.run(entry, run.state_arrays, run.lr_arrays, run.arrays))
-
-        def write(results) -> None:
-            new_storages = results[1]
-            _write_state(state, info, new_storages, results[2], plan[2])
-            # The executable's outputs have the same signature every call: the next
-            # call's state (these arrays, unless something replaces one) is not re-read.
-            out_sig = plan[3] or _Hashed(_signature(new_storages))
-            self._plan = (*plan[:3], out_sig)
-            self._last_state = (new_storages, out_sig)
-            _step_schedulers(state, info, stepped)
-
-        out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
+        out_arrays = plan.step(self, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
         outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        written_plan: tuple = self._plan  # pyright: ignore[reportAssignmentType]  (write() set it)
         if (
             not run.checks
             and not self._cpu_outputs
             and run.repeatable()
             and _next_state_is(layout, state)
         ):
-            self._repeat = _RepeatedStep(
-                layout,
+            self._last.plan = plan.record(
                 state,
                 tuple(map(type, run.inputs)),
-                run.signature[1],
-                torch.is_grad_enabled(),
-                program.core,
-                entry,
-                info,
-                written_plan[2],
-                written_plan[3],
                 None if info.out_orders else _plain_result_specs(outputs, out_arrays),
             )
         return outputs
