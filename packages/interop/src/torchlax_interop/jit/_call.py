@@ -235,8 +235,6 @@ class _Jitted:
                 # compiled, and the next call's program compiled ahead (_first_call.py)
                 return _first_call.first_call(self, state, args, kwargs)
         run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
-        if run is None:  # the trace found .grads the step discards: traced again without them
-            return self._call(args, kwargs)
         if self._compile_only:  # the first call compiles the next call's program ahead
             return _first_call.compile_only(run.entry)
         info = run.info
@@ -256,9 +254,9 @@ class _Jitted:
             outputs = [o.cpu() if isinstance(o, Tensor) else o for o in outputs]
         return _returned(info, outputs)
 
-    def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run | None:
-        """The program, entry and arrays of this call; None when its first trace found
-        ``.grad``s the step discards unread (the program is then traced without them)."""
+    def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
+        """The program, entry and arrays of this call (a step whose first trace finds
+        ``.grad``s it discards unread is traced again without them)."""
         args, kwargs, static_values = self._split_static(args, kwargs)
         run = _Run(layout, state, tensors_only and not self.static_argnums)
         if run.plain_args:
@@ -277,20 +275,23 @@ class _Jitted:
         structure = state.structure()
         key = (spec_key, key_statics, static_values, structure, torch.is_grad_enabled())
         program_key = (*key, run.checks, run.in_layouts)
-        dead_grads = self._find_program(run, program_key, (in_spec, statics, static_values))
-        self._find_entry(run)
-        info = run.info
-        if info.trains and any(t.requires_grad for t in inputs):
-            raise _argument_requiring_grad_error(self, inputs)
-        if info.trains and run.entry.jaxpr is not None and dead_grads is None:
-            # (no jaxpr kept in checked mode) The first trace of this step: which .grads does
-            # it discard unread? Later calls (this one too, traced again: the program was not
-            # compiled yet) leave them out.
+        configuration = (in_spec, statics, static_values)
+        while True:
+            dead_grads = self._find_program(run, program_key, configuration)
+            self._find_entry(run)
+            info = run.info
+            if info.trains and any(t.requires_grad for t in inputs):
+                raise _argument_requiring_grad_error(self, inputs)
+            if not info.trains or run.entry.jaxpr is None or dead_grads is not None:
+                return run  # (no jaxpr kept in checked mode)
+            # The first trace of this step: which .grads does it discard unread? Later calls
+            # leave them out, and so does this one: its program (not compiled yet) is
+            # replaced by one traced over the state without them (_find_program).
             dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
-            if dead:
-                del self.programs[run.program_key]  # never compiled: the next one replaces it
-                return None
-        return run
+            if not dead:
+                return run
+            del self.programs[run.program_key]
+            run.state = state
 
     def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
         """Set ``run.program`` (made for a new key) and, for a step whose discarded ``.grad``s
