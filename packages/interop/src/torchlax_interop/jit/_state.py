@@ -28,7 +28,8 @@ from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
 from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
 
-from ._holders import enterable, same_values, slot_values
+from ._walk import ABSENT as _ABSENT
+from ._walk import cell_contents, enterable, same_values, slot_values
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 
@@ -54,9 +55,6 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
-
-
-_ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
 
 
 _TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
@@ -172,6 +170,7 @@ class _Layout:
     # of the arg_objects that are no state themselves but lead to some (keyed_statics)
     _arg_holder_ids: frozenset = frozenset()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
+    defaults: list = dataclasses.field(default_factory=list)  # (fn, __defaults__, __kwdefaults__)
     globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
     # _snapshot of a dict the walk went through
     dicts: list = dataclasses.field(default_factory=list)
@@ -242,6 +241,7 @@ class _Layout:
         )
         sections = (
             (self._cells_hold, self.cells),
+            (self._defaults_hold, self.defaults),
             (self._globals_hold, self.globals),
             (self._dicts_hold, self.dicts),
             (self._lists_hold, self.lists),
@@ -264,16 +264,6 @@ class _Layout:
         if not holders:
             return statics
         return tuple(_ByIdentity(s) if id(s) in holders else s for s in statics)
-
-    def snapshot_marks(self) -> tuple[int, int, int]:
-        """Where the walk's snapshot of containers and objects ends now."""
-        return len(self.dicts), len(self.lists), len(self.objects)
-
-    def drop_snapshot_since(self, marks: tuple[int, int, int]) -> None:
-        """Forget the containers and objects snapshotted since ``marks``: what the walk went
-        through there leads to no state, and re-checking it each call would follow a history
-        the loop appends to."""
-        del self.dicts[marks[0] :], self.lists[marks[1] :], self.objects[marks[2] :]
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
@@ -375,7 +365,13 @@ class _Layout:
 
     def _cells_hold(self) -> bool:
         for cell, contents in self.cells:
-            if _cell_contents(cell) is not contents:
+            if cell_contents(cell) is not contents:
+                return False
+        return True
+
+    def _defaults_hold(self) -> bool:
+        for fn, defaults, kwdefaults in self.defaults:
+            if fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
                 return False
         return True
 
@@ -604,13 +600,6 @@ def _get(mapping, key):
 
 def _values(mapping):
     return mapping.values()
-
-
-def _cell_contents(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:  # an empty cell: the variable is not bound yet
-        return _ABSENT
 
 
 def _lr_type(params) -> type:
