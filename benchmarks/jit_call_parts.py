@@ -61,7 +61,7 @@ def parts(width: int, calls: int) -> None:
     with torch.no_grad():
         for _ in range(3):
             jitted(x)
-        repeat = jitted._repeat
+        repeat = jitted._last.plan
         assert repeat is not None, "the forward was not recorded as repeatable"
         entry = repeat.entry
         executable, launch = entry.executable, entry._launch

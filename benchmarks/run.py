@@ -586,7 +586,7 @@ def bench_jit_call_breakdown(b: Bench, jitted, x, hand: Callable[[], Any]) -> No
     def jit_memoised():
         # (the core calls the executable's C++ launcher once it has one, else the executable;
         # a repeated forward calls the launcher it recorded, ``Entry.plain_launch``)
-        repeat = jitted._repeat
+        repeat = jitted._last.plan
         plain = getattr(repeat, "plain", None)
         entry._executable = entry._launch = memoised
         if plain is not None:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import torchlax
 from torch import nn
-from torchlax_interop.jit import _call, _repeated
+from torchlax_interop.jit import _repeated
 
 
 def _setup():
@@ -109,8 +109,8 @@ def test_interrupted_warm_step_keeps_before_or_after(exc, path):
     while True:
         n += 1
         if path == "general":
-            a[3]._repeat = None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
-            b[3]._repeat = None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
+            a[3]._last.plan = None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
+            b[3]._last.plan = None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
         b[3](x, y)
         after = _snapshot(*b[:3])
         injector = _Injector(n, exc)
@@ -146,14 +146,15 @@ def test_ctrl_c_during_the_write_back_is_held_until_it_is_done(monkeypatch):
         b[3](x, y)
     b[3](x, y)
     after = _snapshot(*b[:3])
-    write_state = _call._write_state
+    write_state = _repeated._write_state
 
     def interrupted(*args):
         signal.raise_signal(signal.SIGINT)  # Ctrl-C, as the write-back starts
         return write_state(*args)
 
-    for caller in (_call, _repeated):  # the general path's and the repeated step's write-back
-        monkeypatch.setattr(caller, "_write_state", interrupted)
+    # The step plan's write-back (_StepPlan.finish), which the general path and the repeated
+    # step both run
+    monkeypatch.setattr(_repeated, "_write_state", interrupted)
     # Python's own handler (a pytest-xdist worker ignores SIGINT)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

@@ -272,24 +272,24 @@ def test_recomputed_backward_sees_the_forwards_dropout_mask():
 @pytest.fixture
 def repeats(monkeypatch) -> list[bool]:
     """Per no_grad forward call that tried the repeated-call shortcut (interop jit/_repeated
-    ``_RepeatedForward``): whether it took it (True) or left it for the general path."""
+    ``_ForwardPlan``): whether it took it (True) or left it for the general path."""
     from torchlax_interop.jit import _repeated
 
     taken: list[bool] = []
-    original = _repeated._RepeatedForward.call
+    original = _repeated._ForwardPlan.call
 
     def counted(self, jitted, args):
         out = original(self, jitted, args)
         taken.append(out is not _repeated._MISSED)
         return out
 
-    monkeypatch.setattr(_repeated._RepeatedForward, "call", counted)
+    monkeypatch.setattr(_repeated._ForwardPlan, "call", counted)
     return taken
 
 
 def test_repeated_no_grad_forward_follows_what_its_shortcut_checks(repeats):
     # A no_grad forward that repeats the last call skips the general path (interop jit/_repeated
-    # ``_RepeatedForward``); each change below must leave it for the general one.
+    # ``_ForwardPlan``); each change below must leave it for the general one.
     torch.manual_seed(0)
     reference = torch.nn.Sequential(
         torch.nn.Linear(3, 4), torch.nn.Dropout(1.0), torch.nn.Linear(4, 2)
@@ -363,7 +363,7 @@ _global_offset: torch.Tensor | None = None  # rebound by the test below
 def test_repeated_forward_notices_changes_that_leave_parameter_values_alone(repeats):
     # A .grad appearing, requires_grad turned off and a rebound global change what the
     # function computes but no value the last call read: the repeated no_grad forward
-    # (interop jit/_repeated ``_RepeatedForward``, ``_Layout.holds_unchanged``) must leave its
+    # (interop jit/_repeated ``_ForwardPlan``, ``_Layout.holds_unchanged``) must leave its
     # shortcut for each, and repeat again after it.
     global _global_offset
     torch.manual_seed(0)
@@ -427,7 +427,7 @@ def test_repeated_forward_after_a_compiled_training_step_of_its_model():
 
 def test_repeated_forward_checks_what_its_launch_does_not(repeats):
     # The repeated no_grad forward launches the executable's C++ launcher directly, before
-    # most of its checks (interop jit/_repeated ``_RepeatedForward``). The executable itself refuses
+    # most of its checks (interop jit/_repeated ``_ForwardPlan``). The executable itself refuses
     # arrays of another shape or dtype, and tracers, but not another weak type: the shortcut
     # compares each argument's aval (weak type included) and leaves a launch that raises to
     # the general path.

@@ -52,7 +52,7 @@ def test_a_reader_thread_sees_whole_steps_and_no_errors():
         for i in range(30):
             jstep(*data[(i // 10) % 2])
             if i % 10 == 5:
-                jstep._repeat = None  # pyright: ignore[reportFunctionMemberAccess]  (the general path too)
+                jstep._last.plan = None  # pyright: ignore[reportFunctionMemberAccess]  (the general path too)
     finally:
         done.set()
         for t in readers:

@@ -311,19 +311,19 @@ def test_state_found_again_when_its_objects_change(name):
 
 @pytest.fixture
 def repeated_steps(monkeypatch) -> list[bool]:
-    """Per call that tried the repeated-step shortcut (interop jit/_repeated ``_RepeatedStep``):
+    """Per call that tried the repeated-step shortcut (interop jit/_repeated ``_StepPlan``):
     whether it took it (True) or left it for the general path."""
     from torchlax_interop.jit import _repeated
 
     taken: list[bool] = []
-    original = _repeated._RepeatedStep.call
+    original = _repeated._StepPlan.call
 
     def counted(self, jitted, args):
         out = original(self, jitted, args)
         taken.append(out is not _repeated._MISSED)
         return out
 
-    monkeypatch.setattr(_repeated._RepeatedStep, "call", counted)
+    monkeypatch.setattr(_repeated._StepPlan, "call", counted)
     return taken
 
 
@@ -350,7 +350,7 @@ def _replace_grad(model, opt):
 )
 def test_repeated_step_follows_what_its_shortcut_checks(zero_grad, changes, repeated_steps):
     # A training step that repeats the last call's program over the same state objects skips
-    # assembling the state again (interop jit/_repeated ``_RepeatedStep``); a change between calls that
+    # assembling the state again (interop jit/_repeated ``_StepPlan``); a change between calls that
     # only the objects' identity shows must leave the shortcut, and the results stay eager's.
     make_opt = lambda p: torch.optim.AdamW(p, lr=0.1)  # noqa: E731
     (ref, ref_opt, _), (model, opt, _) = _pair(make_opt)

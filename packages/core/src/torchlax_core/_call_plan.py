@@ -235,11 +235,20 @@ class LastPlan:
 
     ``make(entry, sig, avals, statics)`` makes the plan for a new signature (a ``CallPlan``
     subclass's constructor with the caller's arguments bound); its entry is the program's for
-    ``(statics, signature(arrays))``, traced with ``call_args`` and ``statics`` if new."""
+    ``(statics, signature(arrays))``, traced with ``call_args`` and ``statics`` if new.
+
+    A caller that looks its entries up by keys of its own (``torchlax.jit``: by the state's
+    and the inputs' signatures, over several programs) makes one without ``program`` and
+    ``make``, sets ``plan`` on its general path, and on a repeated call asks that plan's
+    guard (``miss``) beside its own checks; it clears ``plan`` when they fail."""
 
     __slots__ = ("program", "make", "plan")
 
-    def __init__(self, program: CompiledProgram, make: Callable[..., CallPlan]):
+    def __init__(
+        self,
+        program: CompiledProgram | None = None,
+        make: Callable[..., CallPlan] | None = None,
+    ):
         self.program = program
         self.make = make
         self.plan: Any = None  # the last call's plan (the caller's CallPlan subclass)
@@ -250,9 +259,12 @@ class LastPlan:
         plan = self.plan
         if plan is not None and plan.miss(arrays, statics) is None:
             return plan
+        program, make = self.program, self.make
+        if program is None or make is None:
+            raise TypeError("LastPlan.get needs the program and make it was not given")
         avals = list(map(_aval, arrays))
         sig = signature(arrays)
         with x64():
-            entry = self.program.entry((statics, sig), call_args, statics)
-        plan = self.plan = self.make(entry, sig, avals, statics)
+            entry = program.entry((statics, sig), call_args, statics)
+        plan = self.plan = make(entry, sig, avals, statics)
         return plan

@@ -25,10 +25,7 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import JitArgumentError, JitError, Tensor
-from torchlax_core.internal import (
-    array_of,
-    x64,
-)
+from torchlax_core.internal import LastPlan, array_of, x64
 from torchlax_core.internal import signature as _signature
 
 from .._arguments import check_jit_arguments, check_static_argnames, check_static_argnums
@@ -43,16 +40,14 @@ from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _distinct, _Info, _log, _Program, _trace_lock, _unread_grads
 from ._refusals import _argument_requiring_grad_error, _owner
 from ._repeated import (
-    _GRAD,
     _MISSED,
+    _ForwardPlan,
     _next_state_is,
-    _put_grads,
-    _RepeatedForward,
-    _RepeatedStep,
     _step_schedulers,
+    _StepPlan,
 )
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves
-from ._write_back import _write_changed, _write_plan, _write_state
+from ._write_back import _write_changed
 
 
 def jit(
@@ -122,12 +117,14 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self._last_state: tuple | None = None  # (state arrays, their signature)
-        # (layout, info, the _write_plan of both, the signature of the state it writes)
-        self._plan: tuple | None = None
+        # The plan of the last step's layout and entry (its write plan, the signature of the
+        # state it writes), which the next step on the general path runs too
+        self._step_plan: _StepPlan | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
-        # The last call, if it was a forward that the next call may repeat cheaply
-        self._repeat: _RepeatedForward | _RepeatedStep | None = None
+        # The last call's plan, if the next call may repeat it cheaply (a _ForwardPlan or a
+        # _StepPlan): a repeated call is one whose checks and the plan's guard still hold
+        self._last = LastPlan()
         self._cpu_outputs = False  # set while a call over lent CPU state runs
         # set while the first call compiles the next call's program ahead (_first_call.py)
         self._compile_only = False
@@ -153,13 +150,14 @@ class _Jitted:
     def __call__(self, *args, **kwargs):
         check_shared_writes()
         with _trace_lock:
-            repeat = self._repeat
-            if repeat is not None:
+            last = self._last
+            plan = last.plan
+            if plan is not None:
                 if not kwargs:
-                    out = repeat.call(self, args)  # (outside x64(): see its docstring)
+                    out = plan.call(self, args)  # (outside x64(): see its docstring)
                     if out is not _MISSED:
                         return out
-                self._repeat = None  # the general path records this call if it is a repeat
+                last.plan = None  # the general path records this call if it is a repeat
             check_jit_arguments(args, kwargs)  # a sparse or quantized tensor, named
             with x64():
                 try:
@@ -236,8 +234,6 @@ class _Jitted:
                 # compiled, and the next call's program compiled ahead (_first_call.py)
                 return _first_call.first_call(self, state, args, kwargs)
         run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
-        if run is None:  # the trace found .grads the step discards: traced again without them
-            return self._call(args, kwargs)
         if self._compile_only:  # the first call compiles the next call's program ahead
             return _first_call.compile_only(run.entry)
         info = run.info
@@ -257,9 +253,9 @@ class _Jitted:
             outputs = [o.cpu() if isinstance(o, Tensor) else o for o in outputs]
         return _returned(info, outputs)
 
-    def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run | None:
-        """The program, entry and arrays of this call; None when its first trace found
-        ``.grad``s the step discards unread (the program is then traced without them)."""
+    def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
+        """The program, entry and arrays of this call (a step whose first trace finds
+        ``.grad``s it discards unread is traced again without them)."""
         args, kwargs, static_values = self._split_static(args, kwargs)
         run = _Run(layout, state, tensors_only and not self.static_argnums)
         if run.plain_args:
@@ -278,20 +274,23 @@ class _Jitted:
         structure = state.structure()
         key = (spec_key, key_statics, static_values, structure, torch.is_grad_enabled())
         program_key = (*key, run.checks, run.in_layouts)
-        dead_grads = self._find_program(run, program_key, (in_spec, statics, static_values))
-        self._find_entry(run)
-        info = run.info
-        if info.trains and any(t.requires_grad for t in inputs):
-            raise _argument_requiring_grad_error(self, inputs)
-        if info.trains and run.entry.jaxpr is not None and dead_grads is None:
-            # (no jaxpr kept in checked mode) The first trace of this step: which .grads does
-            # it discard unread? Later calls (this one too, traced again: the program was not
-            # compiled yet) leave them out.
+        configuration = (in_spec, statics, static_values)
+        while True:
+            dead_grads = self._find_program(run, program_key, configuration)
+            self._find_entry(run)
+            info = run.info
+            if info.trains and any(t.requires_grad for t in inputs):
+                raise _argument_requiring_grad_error(self, inputs)
+            if not info.trains or run.entry.jaxpr is None or dead_grads is not None:
+                return run  # (no jaxpr kept in checked mode)
+            # The first trace of this step: which .grads does it discard unread? Later calls
+            # leave them out, and so does this one: its program (not compiled yet) is
+            # replaced by one traced over the state without them (_find_program).
             dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
-            if dead:
-                del self.programs[run.program_key]  # never compiled: the next one replaces it
-                return None
-        return run
+            if not dead:
+                return run
+            del self.programs[run.program_key]
+            run.state = state
 
     def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
         """Set ``run.program`` (made for a new key) and, for a step whose discarded ``.grad``s
@@ -349,8 +348,8 @@ class _Jitted:
         program.trains = info.trains
 
     def _forward_call(self, run: _Run) -> list:
-        """Launch the forward program; record the call for ``_RepeatedForward`` if it can
-        repeat."""
+        """Launch the forward program; keep the call's plan (``_ForwardPlan``) if the next
+        call may repeat it."""
         state, info, program, entry = run.state, run.info, run.program, run.entry
 
         def write_changed(results) -> None:
@@ -372,76 +371,39 @@ class _Jitted:
             and run.repeatable()
             and run.layout.reused(state)
         ):
-            self._repeat = _RepeatedForward(
-                run.layout,
-                state,
-                tuple(map(type, run.inputs)),
-                run.signature[1],
-                tuple(getattr(a, "aval", None) for a in run.arrays),
-                run.checks,
+            self._last.plan = _ForwardPlan(
                 program.forward_core,
                 entry,
-                info,
+                run.arrays,
+                tuple(map(type, run.inputs)),
+                run.layout,
+                state,
+                run.checks,
                 None if info.out_orders else _plain_result_specs(outputs, out_arrays),
             )
         return outputs
 
     def _step_call(self, run: _Run) -> list:
-        """Launch the donating program and write the new state back; record the call for
-        ``_RepeatedStep`` if it can repeat."""
-        state, info, program, entry, layout = (
-            run.state,
-            run.info,
-            run.program,
-            run.entry,
-            run.layout,
-        )
-        last_plan = self._plan
-        plan: tuple = (
-            last_plan
-            if last_plan is not None and last_plan[0] is layout and last_plan[1] is info
-            else (layout, info, _write_plan(state, info), None)
-        )
+        """Run the step's plan (``_StepPlan``: launch the donating program, write the new
+        state back); keep it as the last plan if the next call may repeat it."""
+        state, info, entry, layout = run.state, run.info, run.entry, run.layout
+        plan = self._step_plan
+        if plan is None or plan.entry is not entry or plan.layout is not layout:
+            donated = len(run.state_arrays) if self.donate_state else 0
+            plan = _StepPlan(run.program.core, entry, run.arrays, layout, state, donated)
+            self._step_plan = plan
         dead = [state.grads[i] for i in state.dead_grads]
-        dead_grads = list(map(_GRAD, dead))
-        stepped = [0] * len(state.schedulers)
-
-        def launch(out: list) -> None:
-            for p in dead:
-                p.grad = None  # dropped before the program runs: not alive in it
-            # Check errors are raised before any output or state is written back.
-            out.append(program.core.run(entry, run.state_arrays, run.lr_arrays, run.arrays))
-
-        def write(results) -> None:
-            new_storages = results[1]
-            _write_state(state, info, new_storages, results[2], plan[2])
-            # The executable's outputs have the same signature every call: the next
-            # call's state (these arrays, unless something replaces one) is not re-read.
-            out_sig = plan[3] or _Hashed(_signature(new_storages))
-            self._plan = (*plan[:3], out_sig)
-            self._last_state = (new_storages, out_sig)
-            _step_schedulers(state, info, stepped)
-
-        out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
+        out_arrays = plan.step(self, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
         outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        written_plan: tuple = self._plan  # pyright: ignore[reportAssignmentType]  (write() set it)
         if (
             not run.checks
             and not self._cpu_outputs
             and run.repeatable()
             and _next_state_is(layout, state)
         ):
-            self._repeat = _RepeatedStep(
-                layout,
+            self._last.plan = plan.record(
                 state,
                 tuple(map(type, run.inputs)),
-                run.signature[1],
-                torch.is_grad_enabled(),
-                program.core,
-                entry,
-                info,
-                written_plan[2],
-                written_plan[3],
                 None if info.out_orders else _plain_result_specs(outputs, out_arrays),
             )
         return outputs

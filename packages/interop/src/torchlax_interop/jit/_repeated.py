@@ -1,23 +1,31 @@
-"""The repeated-call path: a call that repeats the last one's program over the same state.
+"""``torchlax.jit``'s call plans: the core's ``CallPlan`` for a forward and for a step.
 
-``_RepeatedForward`` (a ``torch.no_grad()`` forward) and ``_RepeatedStep`` (a training step)
-check what the general path (``_call``) would find different, cheaply, and otherwise launch
-the last call's entry at once: the last plan's guard still holds. Anything else returns
-``_MISSED`` and the call takes the general path.
+A call on the general path (``_call``) ends in a plan for its program entry: ``_StepPlan``
+(a training step: the donating program, its write-back) runs every step the general path
+launches, and ``_ForwardPlan`` (a ``torch.no_grad()`` forward, tensor arguments only) is made
+for a forward the next call may repeat. The last such plan is kept in the jitted callable's
+``LastPlan``; a repeated call is "the last plan's guard still holds": jit's own checks (the
+state's layout and objects, argument types, grad and checked mode) beside the core plan's
+(``CallPlan.miss``: the entry not stale, the arguments' shapes, dtypes and weak types). Then
+the plan launches its entry (``CallPlan.launch``: JAX's C++ launcher where the entry allows
+it) and, for a step, writes back through the same ``finish`` as the general path, all or
+nothing (``_commit.launch_and_write``). A check that fails returns ``_MISSED`` and the call
+takes the general path. The same mechanism serves the ``torch.compile`` backend
+(``torchlax_dynamo._program._GraphPlan``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import is_
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torchlax_core
 from torchlax_core.internal import (
+    CallPlan,
     CompiledProgram,
     Entry,
     ResultWrappers,
@@ -37,47 +45,51 @@ from ._state import (
     _Layout,
     _StateSet,
 )
-from ._write_back import _write_state
+from ._write_back import _write_plan, _write_state
 
 if TYPE_CHECKING:
     from ._call import _Jitted
 
 
-_MISSED = object()  # _RepeatedForward.call: this call is no repeat (take the general path)
+_MISSED = object()  # a plan's call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
-_AVAL = operator.attrgetter("aval")
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
-@dataclasses.dataclass(slots=True)
-class _RepeatedForward:
-    """A forward call (``torch.no_grad()``, tensor arguments only, nothing written back) that
-    the next call may repeat: the same program entry over the same state.
+def _avals(arrays: Sequence) -> list:
+    """The arrays' avals (None where one has none), as a plan's guard compares them."""
+    return [getattr(a, "aval", None) for a in arrays]
+
+
+class _ForwardPlan(CallPlan):
+    """The plan of a forward call (``torch.no_grad()``, tensor arguments only, nothing written
+    back) that the next call may repeat: the same program entry over the same state.
 
     ``call`` checks what the general path would find different and otherwise runs the entry
     at once, without rebuilding the program key, the state's arrays and their signatures:
     the layout still holds (by its snapshot), its state is still the reused one (no
     ``.grad`` appeared), every state array is the very one of the recorded call (after an
     in-place write the general path compares the new array's shape and dtype once, and
-    records the call again), and the arguments have the same types, shapes and dtypes (their
-    avals by identity first: an executable's results, and arrays made alike, share one); grad
-    mode and checked mode are as recorded. Its outputs are wrapped from the recorded call's
-    (``wrap_results_like``: an executable's results have the same shapes, dtypes and
-    sharding on every call), unless they are laid out otherwise or rebuilt into objects.
+    records the call again), and the arguments have the same types and, by the core plan's
+    guard (``CallPlan.miss``), shapes and dtypes (their avals by identity first: an
+    executable's results, and arrays made alike, share one); grad mode and checked mode are
+    as recorded. Its outputs are wrapped from the recorded call's (``wrap_results_like``: an
+    executable's results have the same shapes, dtypes and sharding on every call), unless
+    they are laid out otherwise or rebuilt into objects.
 
     Before the launch it checks only what launching needs, in one pass: the arguments'
     types, that none is a view, and that each state array is still the one recorded (a
-    training step may have donated it since); then their avals. The launch calls the
-    executable's C++ launcher directly (``Entry.plain_launch``). The rest (the layout, through
+    training step may have donated it since); then the plan's guard. The launch takes the
+    plan's C++ launcher (``CallPlan.plain``). The rest (the layout, through
     ``_Layout.forward_guard``; checked mode) is checked after it, while XLA computes; a call
     they fail drops the results and takes the general path (the forward program writes
     nothing, so a dropped launch changes nothing), as does a launch that raises. A program
-    that draws random keys, or runs in checked mode, is launched through
-    ``CompiledProgram.run`` after every check (no key is drawn, no error raised for a call
-    that then misses). A single output's tensor comes from ``ResultWrappers`` (made ahead, in
-    batches).
+    that draws random keys, or runs in checked mode, is launched through ``CallPlan.launch``
+    (``CompiledProgram.run``) after every check (no key is
+    drawn, no error raised for a call that then misses). A single output's tensor comes from
+    ``ResultWrappers`` (made ahead, in batches).
 
     Its shape follows what a call costs after an XLA computation left the caches cold: how
     much code and data it touches, before the launch or after it (our Python competes with
@@ -85,51 +97,62 @@ class _RepeatedForward:
     repeated forward touches less", "the repeated forward's checks are at their floor";
     ``benchmarks/jit_call_parts.py`` times the call's parts)."""
 
-    layout: _Layout
-    state: _StateSet
-    types: tuple  # of the arguments
-    input_signature: tuple
-    avals: tuple  # of the recorded call's argument arrays (None where one has none)
-    checks: bool
-    core: CompiledProgram
-    entry: Entry
-    info: _Info
-    # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
-    # order), or None: wrap each call's outputs the general way (_to_tensors)
-    out_specs: list | None
-    storages: tuple = dataclasses.field(init=False)
-    state_arrays: list = dataclasses.field(init=False)
-    holds: Callable[[], bool] = dataclasses.field(init=False)  # the layout's forward_guard
-    # Entry.plain_launch: (JAX's C++ launcher, the key input), or None: launch through
-    # core.run after every check
-    plain: tuple | None = dataclasses.field(init=False)
-    # the result's tensors of a function returning one tensor, made ahead, else None
-    single: ResultWrappers | None = dataclasses.field(init=False)
-    # what call() reads before the launch, in one pass: the arguments' types, their _view
-    # (None: no view), each state storage's array
-    expected: tuple = dataclasses.field(init=False)
-    constants: ReadConstants | None = dataclasses.field(init=False)  # info.constants
+    __slots__ = (
+        "layout",
+        "types",
+        "checks",
+        "info",
+        "out_specs",
+        "storages",
+        "state_arrays",
+        "holds",
+        "single",
+        "expected",
+        "constants",
+    )
 
-    def __post_init__(self):
-        self.storages = tuple(self.state.storages)
+    def __init__(
+        self,
+        program: CompiledProgram,
+        entry: Entry,
+        arrays: list,
+        types: tuple,
+        layout: _Layout,
+        state: _StateSet,
+        checks: bool,
+        out_specs: list | None,
+    ):
+        super().__init__(program, entry, _signature(arrays), _avals(arrays))
+        self.fits = True  # (its entry ran on the general path: it fits the device)
+        self.layout = layout
+        self.types = types  # of the arguments
+        self.checks = checks
+        self.info: _Info = entry.info
+        # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
+        # order), or None: wrap each call's outputs the general way (_to_tensors)
+        self.out_specs = out_specs
+        self.storages = tuple(state.storages)
         self.state_arrays = list(map(_ARRAY, self.storages))
-        self.expected = (*self.types, *(None,) * len(self.types), *self.state_arrays)
-        self.constants = self.info.constants
-        self.holds = self.layout.forward_guard(self.state)
-        self.plain = None if self.checks else self.entry.plain_launch()
-        specs = self.out_specs
+        self.constants: ReadConstants | None = self.info.constants
+        self.holds: Callable[[], bool] = layout.forward_guard(state)
+        # the result's tensors of a function returning one tensor, made ahead, else None
         self.single = (
-            ResultWrappers(specs[0]) if specs is not None and self.info.single_output else None
+            ResultWrappers(out_specs[0])
+            if out_specs is not None and self.info.single_output
+            else None
         )
+        # what call() reads before the launch, in one pass: the arguments' types, their
+        # _view (None: no view), each state storage's array
+        self.expected = (*types, *(None,) * len(types), *self.state_arrays)
 
-    def call(self, jitted: _Jitted, args: tuple):
+    def call(self, jitted: _Jitted, args: tuple) -> Any:
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
         switches it on for the general path only): nothing here dispatches a JAX op but the
         launch of a compiled executable, which does not read the mode (its input types are
         fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
-        call in checked mode (reading its errors) runs inside it whole."""
-        if torch.is_grad_enabled() or len(args) != len(self.types) or self.entry.stale():
-            return _MISSED  # (stale: traced under another float32 matmul precision)
+        call in checked mode (reading its errors) launches inside it (``CallPlan.launch``)."""
+        if torch.is_grad_enabled() or len(args) != len(self.types):
+            return _MISSED
         if all(
             map(
                 is_,
@@ -142,10 +165,7 @@ class _RepeatedForward:
             arrays = self._view_arrays(args)
             if arrays is None:
                 return _MISSED
-        if (
-            not all(map(is_, map(_AVAL, arrays), self.avals))
-            and _signature(arrays) != self.input_signature
-        ):
+        if self.miss(arrays) is not None:  # (stale: traced under another matmul precision)
             return _MISSED
         constants = self.constants
         if constants is not None and not constants.hold():
@@ -153,10 +173,13 @@ class _RepeatedForward:
         layout = self.layout
         plain = self.plain
         if plain is not None:
-            launch, key = plain
+            # The plan's plain launcher, called here rather than through launch(), whose
+            # fallback to CompiledProgram.run would run a call that then misses: a launch
+            # that raises (arguments holding an outer JAX trace's tracers) has done nothing,
+            # and the general path handles or raises it.
             try:
-                out_arrays = launch(self.state_arrays, [], arrays, key)[0]
-            except Exception:  # nothing ran: the general path handles it or raises it
+                out_arrays = plain[0](self.state_arrays, [], arrays, plain[1])[0]
+            except Exception:
                 return _MISSED
             if (
                 jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
@@ -171,8 +194,7 @@ class _RepeatedForward:
                 or not self.holds()
             ):
                 return _MISSED
-            with x64():  # checked mode reads its errors
-                out_arrays = self.core.run(self.entry, self.state_arrays, [], arrays)[0]
+            out_arrays = self.launch((self.state_arrays, [], arrays))[0]
         single = self.single
         if single is not None:
             return single.wrap(out_arrays[0])
@@ -196,10 +218,10 @@ class _RepeatedForward:
             return [t.jax() for t in args]
 
 
-@dataclasses.dataclass(slots=True)
-class _RepeatedStep:
-    """A training step call (the donating program; tensor arguments only) that the next call
-    may repeat: the same program entry over the same state objects.
+class _StepPlan(CallPlan):
+    """The plan of a training step's entry (the donating program): its launch and its
+    write-back (``step``), which every step on the general path runs, and the guard of a call
+    that repeats the last one (``call``) over the same state objects.
 
     The general path would assemble the state anew (``_Layout.assemble``: every optimizer
     state value and ``.grad`` read, their storages gathered), drop the ``.grad``s the step
@@ -208,46 +230,126 @@ class _RepeatedStep:
     out the same: the layout's guards in full (``_Layout.holds``, as the general path runs
     them), each ``.grad`` and each optimizer state value is the very object the last call left
     there, each storage still holds the array the last call wrote (an in-place write, or a
-    ``.grad`` set by hand, takes the general path), and the arguments and grad mode are as
-    recorded. Then it launches the recorded entry and writes back through the recorded plan,
-    as the general path does. Checked mode is never repeated here (its errors are raised on
-    the general path)."""
+    ``.grad`` set by hand, takes the general path), the arguments' types and grad mode are as
+    recorded, and the core plan's guard holds (the arguments' shapes and dtypes; the entry not
+    stale). Then it runs ``step`` as the general path does. Checked mode is never repeated
+    here (its errors are raised on the general path).
 
-    layout: _Layout
-    state: _StateSet  # of the recorded call, less the .grads the step discards unread
-    types: tuple  # of the arguments
-    input_signature: tuple
-    grad_enabled: bool
-    core: CompiledProgram
-    entry: Entry
-    info: _Info
-    plan: list  # _write_plan of the state and info
-    out_sig: _Hashed  # the signature of the state arrays the program returns
-    out_specs: list | None  # as _RepeatedForward's
-    # What the last call left, re-checked by identity on the next: the arrays it wrote into
-    # the state's storages, each parameter's .grad, and the optimizers' state values.
-    written: list = dataclasses.field(init=False)
-    grads: list = dataclasses.field(init=False)
-    values: list = dataclasses.field(init=False)
-    dead: tuple = dataclasses.field(init=False)  # parameters whose .grad the step discards
-    lr_groups: list = dataclasses.field(init=False)
-    lr_types: list = dataclasses.field(init=False)
+    Made for one layout and entry (``_Jitted._step_plan``); ``record`` makes it the one a
+    repeated call may take, over the state of the call that recorded it."""
 
-    def __post_init__(self):
-        state = self.state
+    __slots__ = (
+        "layout",
+        "info",
+        "write_plan",
+        "out_sig",
+        "state",
+        "types",
+        "grad_enabled",
+        "out_specs",
+        "written_arrays",
+        "grads",
+        "values",
+        "dead",
+        "lr_groups",
+        "lr_types",
+    )
+
+    def __init__(
+        self,
+        program: CompiledProgram,
+        entry: Entry,
+        arrays: list,
+        layout: _Layout,
+        state: _StateSet,
+        donated: int,
+    ):
+        super().__init__(program, entry, _signature(arrays), _avals(arrays), (), donated)
+        self.layout = layout
+        self.info: _Info = entry.info
+        self.write_plan = _write_plan(state, self.info)  # holds while the layout does
+        # The signature of the state arrays the program returns: the same every call (known
+        # after the first), so the next call's state is not re-read (_Jitted._state_signature)
+        self.out_sig: _Hashed | None = None
+        self.state = state
+        self.types: tuple = ()
+        self.grad_enabled = True
+        self.out_specs: list | None = None  # as _ForwardPlan's
+        # What the last call left, re-checked by identity on the next: the arrays it wrote into
+        # the state's storages, each parameter's .grad, and the optimizers' state values.
+        self.written_arrays: list = []
+        self.grads: list = []
+        self.values: list = []
+        self.dead: tuple = ()  # parameters whose .grad the step discards
+        self.lr_groups: list = []
+        self.lr_types: list = []
+
+    # -- launch and write-back (the general path's steps and repeated ones) -----------------
+
+    def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
+        """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
+        all or nothing (``launch_and_write``); returns the program's output arrays. The
+        ``.grad``s of ``dead`` (the step discards them unread) are dropped before the launch,
+        as the general path does, and put back if it does not happen."""
+        dead_grads = list(map(_GRAD, dead))
+        args = (jitted, state, [0] * len(state.schedulers))
+
+        def launch(out: list) -> None:
+            for p in dead:
+                p.grad = None  # dropped before the program runs: not alive in it
+            with x64():  # the learning rates are numpy scalars: float64 ones stay float64
+                out.append(self.launch(call_args))
+
+        return launch_and_write(
+            launch,
+            lambda results: self.finish(args, results),
+            lambda: _put_grads(dead, dead_grads),
+        )[0]
+
+    def finish(self, args: Sequence, results: Any) -> Any:
+        """Write the run's new state (``write_back``), remember what it left for the next
+        call's guard, and make the schedulers' deferred ``step()``s. Safe to run twice (the
+        second completes an interrupted first). ``args``: (the jitted callable, the call's
+        state, the schedulers' steps made so far)."""
+        jitted, state, stepped = args
+        new_storages = results[1]
+        grads = _write_state(state, self.info, new_storages, results[2], self.write_plan)
+        out_sig = self.out_sig
+        if out_sig is None:
+            out_sig = self.out_sig = _Hashed(_signature(new_storages))
+        jitted._last_state = (new_storages, out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        self._remember(new_storages, grads)  # (what _write_state put in the storages)
+        _step_schedulers(state, self.info, stepped)
+        return results
+
+    def write_back(self, args: Sequence, results: Any) -> None:
+        """The run's new state into the call's objects alone (``_write_state``)."""
+        _write_state(args[1], self.info, results[1], results[2], self.write_plan)
+
+    def _remember(self, written: list, grads: list) -> None:
+        self.written_arrays = written
+        self.grads = grads
+        self.values = _state_values(self.layout)
+
+    # -- a repeated call --------------------------------------------------------------------
+
+    def record(self, state: _StateSet, types: tuple, out_specs: list | None) -> _StepPlan:
+        """Make this plan the one the next call may repeat: over ``state`` (the call's, less
+        the ``.grad``s the step discards unread), with arguments of ``types``, in this grad
+        mode; ``out_specs``: as ``_ForwardPlan``'s."""
+        self.state = state
+        self.types = types
+        self.grad_enabled = torch.is_grad_enabled()
+        self.out_specs = out_specs
         self.dead = tuple(state.grads[i] for i in state.dead_grads)
         self.lr_groups = [group for group, _ in state.lrs]
         self.lr_types = state.lr_types
         self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
+        return self
 
-    def _remember(self, written: list, grads: list) -> None:
-        self.written = written
-        self.grads = grads
-        self.values = _state_values(self.layout)
-
-    def call(self, jitted: _Jitted, args: tuple):
+    def call(self, jitted: _Jitted, args: tuple) -> Any:
         """The call's result, or ``_MISSED`` (nothing was changed then). Its checks run outside
-        JAX's 64-bit mode, as ``_RepeatedForward.call``'s (see there), the launch inside."""
+        JAX's 64-bit mode, as ``_ForwardPlan.call``'s (see there), the launch inside."""
         layout = self.layout
         state = self.state
         if (
@@ -255,7 +357,6 @@ class _RepeatedStep:
             or jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
             or tuple(map(type, args)) != self.types
             or bool(torchlax_core.current_env().config.checked)
-            or self.entry.stale()  # traced under another float32 matmul precision
         ):
             return _MISSED
         if not any(map(view_getter, args)):  # roots are row-major
@@ -266,37 +367,22 @@ class _RepeatedStep:
         else:
             return _MISSED
         if (
-            _signature(arrays) != self.input_signature
+            self.miss(arrays) is not None  # (stale: traced under another matmul precision)
             or any(map(_REQUIRES_GRAD, args))  # (the general path refuses such an argument)
             or not layout.holds(args)  # pyright: ignore[reportArgumentType]  (a tuple does)
             or not all(map(is_, map(_GRAD, state.grads), self.grads))
             or not _same_objects(_state_values(layout), self.values)
-            or not all(map(is_, map(_ARRAY, state.storages), self.written))
+            or not all(map(is_, map(_ARRAY, state.storages), self.written_arrays))
             or (self.info.constants is not None and not self.info.constants.hold())
         ):
             return _MISSED
         lr_arrays = [
             to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
         ]
+        out_arrays = self.step(
+            jitted, state, self.dead, (_distinct(self.written_arrays), lr_arrays, arrays)
+        )
         info = self.info
-        dead = self.dead
-        dead_grads = list(map(_GRAD, dead))
-        stepped = [0] * len(state.schedulers)
-
-        def launch(out: list) -> None:
-            for p in dead:
-                p.grad = None  # dropped before the program runs, as the general path does
-            with x64():  # the learning rates are numpy scalars: float64 ones stay float64
-                out.append(self.core.run(self.entry, _distinct(self.written), lr_arrays, arrays))
-
-        def write(results) -> None:
-            _, new_storages, extra = results
-            grads = _write_state(state, info, new_storages, extra, self.plan)
-            jitted._last_state = (new_storages, self.out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
-            self._remember(new_storages, grads)  # (what _write_state put in the storages)
-            _step_schedulers(state, info, stepped)
-
-        out_arrays = launch_and_write(launch, write, lambda: _put_grads(dead, dead_grads))[0]
         if self.out_specs is None:
             outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
         else:

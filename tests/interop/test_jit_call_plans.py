@@ -1,0 +1,78 @@
+"""``torchlax.jit``'s calls run the core's call plan (``torchlax_core._call_plan``): a step on
+the general path and a repeated one run the same ``_StepPlan``, and its launch turns XLA's
+refusal of a run into the core's ``ProgramFailedError`` with the state left as it was."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+import torch
+import torch.nn.functional as F
+import torchlax
+from torch import nn
+from torchlax_core import ProgramOutOfMemoryError
+from torchlax_core.internal import CallPlan
+
+
+def _setup():
+    torch.manual_seed(0)
+    with torchlax.enable():
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to("jax")
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        x, y = torch.randn(4, 6).to("jax"), torch.randint(0, 3, (4,)).to("jax")
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, opt, torchlax.jit(step), (x, y)
+
+
+def _values(model, opt) -> list[torch.Tensor]:
+    out = []
+    for p in model.parameters():
+        out += [p.detach().cpu().clone(), p.grad.cpu().clone()]
+        out += [v.cpu().clone() for _, v in sorted(opt.state[p].items())]
+    return out
+
+
+def test_steps_run_one_plan_whose_refused_launch_leaves_the_state_as_it_was():
+    model, opt, jstep, (x, y) = _setup()
+    for _ in range(3):  # the first call creates the state, the next ones are compiled
+        jstep(x, y)
+    plan = jstep._last.plan  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
+    assert isinstance(plan, CallPlan)
+    jstep._last.plan = None  # pyright: ignore[reportFunctionMemberAccess]  (the general path)
+    jstep(x, y)
+    assert jstep._last.plan is plan  # pyright: ignore[reportFunctionMemberAccess]  (the same plan)
+    assert plan.plain is not None  # a deterministic step launches through JAX's launcher
+    launcher, key = plan.plain
+
+    def refused(*args):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 64 bytes")
+
+    for path in ("repeated", "general"):
+        before = _values(model, opt)
+        plan.plain = (refused, key)
+        if path == "general":
+            jstep._last.plan = None  # pyright: ignore[reportFunctionMemberAccess]  (the general path)
+        with pytest.raises(ProgramOutOfMemoryError, match="ran out of memory"):
+            jstep(x, y)
+        # Nothing was launched: nothing written, nothing lost (the dropped .grads put back).
+        assert all(map(torch.equal, _values(model, opt), before)), path
+        plan.plain = (launcher, key)
+        jstep(x, y)  # the next call works
+        assert not all(map(torch.equal, _values(model, opt), before)), path
+
+
+def test_a_repeated_forward_runs_its_plan():
+    with torchlax.enable():
+        forward = torchlax.jit(nn.Linear(6, 3).to("jax"))
+        x = torch.randn(4, 6).to("jax")
+    with torch.no_grad():
+        want = forward(x)
+        assert isinstance(forward._last.plan, CallPlan)  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
+        torch.testing.assert_close(forward(x).cpu(), want.cpu())
