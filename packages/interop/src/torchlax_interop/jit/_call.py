@@ -239,8 +239,8 @@ class _Jitted:
         run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
         if run is None:  # the trace found .grads the step discards: traced again without them
             return self._call(args, kwargs)
-        if self._compile_only:  # the first call compiles the next call's program ahead
-            return _first_call.compile_only(run.entry)
+        if self._compile_only:  # the first call compiles its program and the next one ahead
+            return _first_call.compile_only(self, run)
         info = run.info
         if run.differentiable():
             if info.eager_backward:

@@ -499,7 +499,8 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
     dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
     saved["dead"] = [(storage, storage.array) for storage in dead]
     for storage in dead:
-        storage.array = jnp.zeros_like(storage.array)
+        # (its array may be a jax.ShapeDtypeStruct: the first call's stand-in, _first_call)
+        storage.array = jnp.zeros(storage.array.shape, storage.array.dtype)
     saved["grad_storage"] = [
         -1 if p.grad is None else ids.get(id(storage_of(p.grad)), -2) for p in state.grads
     ]
