@@ -286,6 +286,10 @@ class CompiledProgram:
         far."""
         return {sig: e._executable for sig, e in list(self._entries.items()) if e._executable}
 
+    def entries(self) -> list[Entry]:
+        """Its entries (traced signatures), least recently used first."""
+        return list(self._entries.values())
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

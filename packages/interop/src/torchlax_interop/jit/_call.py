@@ -40,7 +40,15 @@ from ._commit import launch_and_write
 from ._discover import CpuStateError, cpu_state_tensors, find_state
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
 from ._outputs import _plain_result_specs, _returned, _to_tensors
-from ._program import _distinct, _Info, _log, _Program, _trace_lock, _unread_grads
+from ._program import (
+    _distinct,
+    _Info,
+    _log,
+    _Program,
+    _trace_lock,
+    _unread_grads,
+    dead_grads_key,
+)
 from ._refusals import _argument_requiring_grad_error, _owner
 from ._repeated import (
     _GRAD,
@@ -127,6 +135,8 @@ class _Jitted:
         self._plan: tuple | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
+        # program key -> the key of the program run without those .grads (dead_grads_key)
+        self._dead_keys: dict[Any, tuple] = {}
         # The last call, if it was a forward that the next call may repeat cheaply
         self._repeat: _RepeatedForward | _RepeatedStep | None = None
         self._cpu_outputs = False  # set while a call over lent CPU state runs
@@ -290,6 +300,9 @@ class _Jitted:
             # compiled yet) leave them out.
             dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
             if dead:
+                self._dead_keys[run.program_key] = dead_grads_key(
+                    self.programs, run.program_key, run.entry, dead
+                )
                 del self.programs[run.program_key]  # never compiled: the next one replaces it
                 return None
         return run
@@ -302,7 +315,7 @@ class _Jitted:
             dead_grads = self._dead_grads.get(program_key) if self._dead_grads else None
             if dead_grads:
                 run.state = run.state.without_grads(dead_grads)
-                program_key = (*program_key, dead_grads)
+                program_key = self._dead_keys[program_key]
             program = self.programs.get(program_key)
         except TypeError:
             raise JitArgumentError(
