@@ -171,3 +171,37 @@ def test_a_first_call_interrupted_while_the_steady_step_is_traced_leaves_the_sta
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
     for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-10, atol=1e-10)
+
+
+def test_a_resumed_step_that_branches_on_a_grad_being_none_keeps_two_programs():
+    # Before zero_grad, this step reads whether a .grad is None (not its value): with the
+    # .grads the first call left it computes another program than without them.
+    torch.manual_seed(0)
+    ref = nn.Linear(3, 2)
+    ref_opt = OPTIMIZERS["sgd-momentum"](ref.parameters())
+    ref_opt.step()  # (no .grads: a momentum-less no-op; the state is created below)
+    with torchlax.enable():
+        model = copy.deepcopy(ref).to("jax")
+        opt = OPTIMIZERS["sgd-momentum"](model.parameters())
+    for o, params in ((ref_opt, ref.parameters()), (opt, model.parameters())):
+        for p in params:  # resumed: momentum buffers restored, no .grads
+            o.state[p]["momentum_buffer"] = torch.ones_like(p)
+
+    def step_fn(model, opt):
+        def step(x):
+            scale = 0.5 if model.weight.grad is None else 2.0
+            opt.zero_grad()
+            (model(x).square().sum() * scale).backward()
+            opt.step()
+            return model.weight.detach().sum()
+
+        return step
+
+    reference, compiled = step_fn(ref, ref_opt), torchlax.jit(step_fn(model, opt))
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(4, 3, generator=g)
+        want = reference(x)
+        got = compiled(torchlax.from_torch(x))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    assert compiled.compilations == 2  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
