@@ -59,6 +59,10 @@ RESULTS = HERE / "results"
 MODELS = ("gpt2", "llama", "resnet50")
 VARIANTS = ("torchax", "jax", "functional", "jit", "compile", "functional_cpu")
 GIB = 1 << 30
+_STARTED = time.perf_counter()
+#: Where a child process saves its row (set by ``child``): ``progress`` saves after each stage,
+#: so a variant stopped at its time limit still says how far it went.
+_SAVE: list[Callable[[dict], None]] = []
 
 #: Shapes of the full run and of ``--smoke`` (CI-sized, on the CPU).
 FULL = {
@@ -143,6 +147,15 @@ class Compilations:
                 self.count += 1
 
         jax.monitoring.register_event_duration_secs_listener(listener)
+
+
+def progress(row: dict, stage: str) -> None:
+    """Record (and print) that ``stage`` is done, in seconds since the process started."""
+    at = round(time.perf_counter() - _STARTED, 1)
+    row.setdefault("progress", []).append([stage, at])
+    print(f"[tpu] {row.get('model')} {row.get('variant')}: {stage} at {at} s", flush=True)
+    for save in _SAVE:
+        save(row)
 
 
 def device_memory() -> dict[str, int]:
@@ -379,6 +392,7 @@ def run_torchlax(variant: str, model: str, net: Any, batch: tuple, row: dict) ->
     with torchlax.enable():
         jnet = net.to("jax")
         jbatch = tuple(t.to("jax") for t in batch)
+    progress(row, "model on the TPU")
     opt = make_opt(jnet.parameters())
     step = torch_step(jnet, opt, torch_loss(model), jbatch)
     state = lambda: [*jnet.parameters(), *(v for s in opt.state.values() for v in s.values())]  # noqa: E731
@@ -391,6 +405,7 @@ def run_torchlax(variant: str, model: str, net: Any, batch: tuple, row: dict) ->
     t0 = time.perf_counter()
     run()
     row["first_call_s"] = time.perf_counter() - t0
+    progress(row, "first call")
     if variant == "compile":  # Dynamo compiles again once the optimizer's state exists
         t0 = time.perf_counter()
         run()
@@ -476,7 +491,9 @@ def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dic
         jbatch = jax.device_put(jbatch, jax.devices()[0])
     state = {"p": params, "o": tx.init(params)}
     t0 = time.perf_counter()
+    progress(row, "parameters and optimizer state")
     compiled = jax.jit(step, donate_argnums=(0, 1)).lower(state["p"], state["o"], jbatch).compile()
+    progress(row, "compiled")
 
     def run():
         state["p"], state["o"], loss = compiled(state["p"], state["o"], jbatch)
@@ -498,6 +515,7 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
         int(args.rss_limit_gib * GIB), lambda why: row.update(error=why) or args.save(row)
     )
     compiles = Compilations()
+    progress(row, "started")
     net, batch, flops, units = build(model, shape)
     if model != "resnet50":
         net = Logits.wrap(net)
@@ -511,6 +529,7 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
     )
     row["params"] = sum(p.numel() for p in net.parameters())
     row["device_after_setup"] = device_memory()
+    progress(row, "model built")
     watch.rebase()
     if variant in ("jit", "compile"):
         run, exe_stats = run_torchlax(variant, model, net, batch, row)
@@ -527,6 +546,7 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
     args.save(row)
     for _ in range(args.warmup):
         run()
+    progress(row, "warm-up calls")
     before = compiles.count
     watch.rebase()
     times = []
@@ -643,6 +663,7 @@ def child(args: argparse.Namespace) -> None:
         path.write_text(json.dumps(row, default=str))
 
     args.save = save
+    _SAVE.append(save)
     save(one(args.models, args.variants, args))
 
 

@@ -61,19 +61,23 @@ KV = spec(2, 8, 256, 64)
     ],
 )
 def test_the_rule(query, key, mask, dropout, on, refusal):
-    why = kernels.kernel_refusal(query, key, key, mask, dropout, on, "high")
+    why = kernels.kernel_refusal(query, key, key, mask, dropout, on, "medium")
     if refusal is None:
         assert why is None
     else:
         assert why is not None and refusal in why
 
 
-@pytest.mark.parametrize(("mode", "kernel"), [("highest", False), ("high", True), ("medium", True)])
-def test_float32_takes_the_kernel_below_the_highest_precision(mode, kernel):
+@pytest.mark.parametrize(
+    ("mode", "kernel"), [("highest", False), ("high", False), ("medium", True)]
+)
+def test_float32_takes_the_kernel_only_under_medium_precision(mode, kernel):
+    # The kernel's products are single bfloat16 passes (on a v5e, "high" measured a 1.3e-2 error
+    # where bf16_3x gives ~1e-5): only "medium" allows that for float32.
     q = spec(2, 8, 256, 64, dtype=jnp.float32)
     why = kernels.kernel_refusal(q, q, q, None, 0.0, "tpu", mode)
     assert (why is None) == kernel
-    assert kernel or "highest" in why
+    assert kernel or f'"{mode}"' in why
     assert kernels.kernel_refusal(Q, KV, KV, None, 0.0, "tpu", mode) is None  # bfloat16
 
 
@@ -157,7 +161,7 @@ def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypa
             kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a)
         )
     before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")  # (float32 takes the kernel below "highest")
+    torch.set_float32_matmul_precision("medium")  # (float32 takes the kernel under "medium")
     try:
         plain = _run("cpu", monkeypatch, q, k, v, **dict(kwargs))
         assert calls == []

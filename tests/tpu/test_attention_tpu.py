@@ -80,11 +80,11 @@ def test_the_kernel_matches_pytorch(case, dtype, caplog):
     k = torch.randn(batch, kv_heads, length, dim, generator=gen)
     v = torch.randn(batch, kv_heads, length, dim, generator=gen)
     if dtype == torch.float32:
-        torch.set_float32_matmul_precision("high")  # (under "highest" float32 stays plain)
+        torch.set_float32_matmul_precision("medium")  # (float32 takes the kernel only then)
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         got, want = _attention(dtype, q, k, v, **kwargs)
     assert _kernel_chosen(caplog), [r.getMessage() for r in caplog.records]
-    tol = 3e-2 if dtype == torch.bfloat16 else 1e-2  # "high": bfloat16x3 products
+    tol = 3e-2  # single bfloat16 passes, for bfloat16 and (under "medium") float32 alike
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, atol=tol, rtol=tol)
 

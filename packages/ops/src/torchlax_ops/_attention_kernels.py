@@ -6,8 +6,9 @@ write a kernel); any other call, and every call elsewhere, runs the plain loweri
 ``_lowerings.attention``. Each decision is logged once per kind of call at
 ``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
 
-What the kernel takes: bfloat16 q, k, v (float32 too, unless the float32 matmul precision is
-"highest") of shape (batch, heads, length, head_dim),
+What the kernel takes: bfloat16 q, k, v (float32 too under the "medium" float32 matmul
+precision: the kernel's products are single bfloat16 passes, measured on a v5e) of shape
+(batch, heads, length, head_dim),
 both lengths multiples of 128 (its block), a head_dim of at most 128 or a multiple of it, no
 dropout. Grouped-query attention repeats k and v over the groups first (their gradients are
 summed back); a boolean or float mask becomes the kernel's additive bias (masked out: a large
@@ -67,10 +68,10 @@ def kernel_refusal(
         return "q, k and v are not 4-d (batch, heads, length, head_dim)"
     if not (query.dtype == key.dtype == value.dtype) or jnp.dtype(query.dtype) not in _DTYPES:
         return f"the dtype {jnp.dtype(query.dtype).name} (the kernel takes float32 or bfloat16)"
-    if jnp.dtype(query.dtype) == jnp.float32 and mode == "highest":
+    if jnp.dtype(query.dtype) == jnp.float32 and mode != "medium":
         return (
-            'float32 under the "highest" matmul precision (the kernel does not promise '
-            "full-float32 products; set_float32_matmul_precision('high') allows it)"
+            f'float32 under the "{mode}" matmul precision (the kernel multiplies in single '
+            "bfloat16 passes; set_float32_matmul_precision('medium') allows it)"
         )
     (_, heads, length, dim), (_, kv_heads, source, _) = query.shape, key.shape
     if value.shape[-1] != dim:

@@ -264,6 +264,12 @@ def _referenced(
         layout.globals.append((fn.__globals__, name, value))
         if value is not _ABSENT:
             _referenced(value, seen, found, layout, depth + 1)
+    # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
+    defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+    if defaults or kwdefaults:
+        layout.defaults.append((fn, defaults, kwdefaults))
+        for value in (*(defaults or ()), *(kwdefaults or {}).values()):
+            _referenced(value, seen, found, layout, depth + 1)
 
 
 def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int, own: bool) -> None:

@@ -172,6 +172,7 @@ class _Layout:
     # of the arg_objects that are no state themselves but lead to some (keyed_statics)
     _arg_holder_ids: frozenset = frozenset()
     cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
+    defaults: list = dataclasses.field(default_factory=list)  # (fn, __defaults__, __kwdefaults__)
     globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
     # _snapshot of a dict the walk went through
     dicts: list = dataclasses.field(default_factory=list)
@@ -242,6 +243,7 @@ class _Layout:
         )
         sections = (
             (self._cells_hold, self.cells),
+            (self._defaults_hold, self.defaults),
             (self._globals_hold, self.globals),
             (self._dicts_hold, self.dicts),
             (self._lists_hold, self.lists),
@@ -376,6 +378,12 @@ class _Layout:
     def _cells_hold(self) -> bool:
         for cell, contents in self.cells:
             if _cell_contents(cell) is not contents:
+                return False
+        return True
+
+    def _defaults_hold(self) -> bool:
+        for fn, defaults, kwdefaults in self.defaults:
+            if fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
                 return False
         return True
 
