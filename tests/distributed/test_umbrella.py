@@ -24,6 +24,7 @@ def test_import_torchlax_does_not_import_the_distributed_code():
     code = (
         "import sys, torchlax\n"
         "assert 'torchlax_interop.distributed' not in sys.modules, 'imported eagerly'\n"
+        "assert 'transformers' not in sys.modules, 'transformers imported eagerly'\n"
         "from torchlax import distributed\n"
         "assert distributed.make_mesh is sys.modules['torchlax_interop.distributed'].make_mesh\n"
     )

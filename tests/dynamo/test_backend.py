@@ -211,6 +211,57 @@ def test_input_cache_reuses_a_view_only_for_the_same_tensor_and_memory():
     assert cache.get(0, t) is not first
 
 
+class _TiedEmbedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight  # tied, as language models do
+
+    def forward(self, ids):
+        return self.head(self.embed(ids).relu())
+
+
+@pytest.mark.parametrize("what", ["module", "forward"])
+def test_module_to_jax_after_the_backend_ran_it_on_the_cpu(what):
+    """``module.to("jax")`` swaps each parameter's contents (``torch.utils.swap_tensors``),
+    which refuses a tensor that something references; the backend's views of CPU inputs held
+    each parameter (a weak reference and the DLPack export's reference): "Couldn't swap
+    Embedding.weight". As ``.to("cuda")`` does, the Parameter objects stay, tied weights stay
+    tied, and the compiled callable runs on the new device."""
+    model = _TiedEmbedding()
+    compiled = torch.compile(model if what == "module" else model.forward, backend="torchlax")
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    on_cpu = compiled(ids).detach()  # its graph would hold the weights (swap refuses)
+    params = list(model.parameters())
+    values = [p.detach().clone() for p in params]
+    with torchlax_core.enable():
+        model.to("jax")
+        assert list(model.parameters()) == params  # the same objects, in place
+        assert model.head.weight is model.embed.weight
+        for p, v in zip(params, values, strict=True):
+            assert isinstance(p, torchlax_core.Tensor) and p.device.type == "jax"
+            assert_same(p.detach().cpu(), v)
+        out = compiled(ids.to("jax"))
+    assert out.device.type == "jax"
+    torch.testing.assert_close(out.cpu(), on_cpu)
+
+
+def test_input_cache_holds_no_reference_to_the_tensor():
+    # torch.utils.swap_tensors (module.to("jax")) refuses a weakly referenced tensor or one
+    # whose TensorImpl another owner holds: the view is made from an alias.
+    from torchlax_dynamo._dlpack import InputCache
+
+    cache = InputCache(1)
+    t = torch.nn.Parameter(torch.arange(6.0))
+    array = cache.get(0, t)
+    assert cache.get(0, t) is array
+    torch.utils.swap_tensors(t, torch.nn.Parameter(torch.zeros(6)))
+    assert t.tolist() == [0.0] * 6
+    assert cache.get(0, t).tolist() == [0.0] * 6  # the swapped tensor: other memory
+
+
 def test_input_cache_returns_the_last_arrays_only_for_an_unchanged_call():
     """``InputCache.get_all``'s repeat (three C-level passes over the call instead of one
     check per slot) returns the last call's very list and leaves ``generation`` alone only

@@ -105,9 +105,9 @@ def test_interrupted_warm_step_keeps_before_or_after(exc, path):
         b[3](x, y)
     assert _same(_snapshot(*a[:3]), _snapshot(*b[:3]))
     n, outcomes = 0, set()
+    before = _snapshot(*a[:3])
     while True:
         n += 1
-        before = _snapshot(*a[:3])
         if path == "general":
             a[3]._repeat = None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
             b[3]._repeat = None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
@@ -133,6 +133,7 @@ def test_interrupted_warm_step_keeps_before_or_after(exc, path):
             assert _same(_snapshot(*a[:3]), after)
         if finished:
             break
+        before = after  # a's state now (checked above): the next call's before-values
     assert n > 10  # the sweep went through the call
     assert outcomes == {"before", "after"}
 

@@ -64,5 +64,21 @@ def test_jit_static_argnums_that_are_not_positions(static_argnums):
         torchlax.jit(lambda x: x, static_argnums=static_argnums)
 
 
+@pytest.mark.parametrize("static_argnames", [1, ["n", 2], 1.5])
+def test_jit_static_argnames_that_are_not_names(static_argnames):
+    # 1 was Python's "'int' object is not iterable"
+    with pytest.raises(InteropArgumentError, match="static_argnames must be a str"):
+        torchlax.jit(lambda x: x, static_argnames=static_argnames)
+
+
+def test_jit_static_argnames_still_take_names():
+    f = torchlax.jit(lambda x, *, n: x * n, static_argnames="n")
+    assert f(torch.ones(2), n=3).tolist() == [3, 3]
+    g = torchlax.jit(lambda x, *, n, m: x * n + m, static_argnames=("n", "m"))
+    assert g(torch.ones(2), n=3, m=1).tolist() == [4, 4]
+    h = torchlax.jit(lambda x: x * 2, static_argnums=None, static_argnames=None)  # as jax.jit
+    assert h(torch.ones(2)).tolist() == [2, 2]
+
+
 def test_jit_static_argnums_still_take_ints():
     assert torchlax.jit(lambda x, n: x * n, static_argnums=1)(torch.ones(2), 3).tolist() == [3, 3]

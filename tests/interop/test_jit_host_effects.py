@@ -230,6 +230,26 @@ def test_a_cpu_tensor_the_step_changes_raises_and_is_left_as_it_was(name, trains
     torch.testing.assert_close(cfg.count, value, rtol=0, atol=0)
 
 
+def test_a_cpu_tensor_of_zeros_written_through_data_is_named_by_the_tensor_reached():
+    # The change is seen on ``.data``'s alias and named by the tensor the step reached: one of
+    # three zeros (whose truth value is ambiguous: it was asked for before).
+    with torchlax.enable():
+        model = _model().to("jax")
+    cfg = types.SimpleNamespace(count=torch.zeros(3))
+
+    def step(x):
+        cfg.count.data.mul_(2)
+        return model(x).sum()
+
+    before = cfg.count
+    with pytest.raises(
+        RuntimeError, match=r"writes into the CPU float\d+ tensor of shape \(3,\) at cfg\.count"
+    ):
+        torchlax.jit(step)(torchlax.from_torch(torch.randn(2, 4)))
+    assert cfg.count is before
+    torch.testing.assert_close(cfg.count, torch.zeros(3), rtol=0, atol=0)
+
+
 def test_a_cpu_tensor_given_a_grad_by_hand_raises():
     with torchlax.enable():
         model = _model().to("jax")

@@ -6,10 +6,9 @@ to the with line), leaving that process's context state set (the trace flag, the
 for every test after it; so it runs where nothing comes after it.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
+import fresh_python
 import pytest
 
 
@@ -17,10 +16,17 @@ import pytest
 @pytest.mark.timeout(900)
 def test_the_interrupt_sweep_in_a_process_of_its_own():
     here = Path(__file__).parent
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", str(here / "jit_interrupts_sweep.py")],
-        capture_output=True,
-        text=True,
+    # forked from a server that has imported torch and JAX (tests/fresh_python.py): a new
+    # process all the same, whose left-over context state ends with it
+    result = fresh_python.run(
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            str(here / "jit_interrupts_sweep.py"),
+        ],
         cwd=here.parent.parent,
         timeout=850,
     )

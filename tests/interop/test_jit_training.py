@@ -675,6 +675,46 @@ def test_bound_method_finds_state_in_its_objects_containers_not_its_tensor_histo
     assert compiled._layout is not None and not compiled._layout.tensors
 
 
+# A module global that shares its name with an attribute the step below reads (``out.loss``),
+# and that the step never reads itself: rebound by the test as a loop keeping its last loss.
+loss = None
+
+
+def test_a_global_named_like_an_attribute_the_step_reads_is_no_state():
+    # ``out.loss`` puts the name "loss" in the step's code (an attribute), not a global read:
+    # the walk took the global ``loss`` (a module here, then each call's result) as state,
+    # and each call that rebound it walked again.
+    global loss
+    (ref, ref_opt, _), (model, opt, _) = _pair(lambda p: torch.optim.SGD(p, lr=0.1))
+
+    def make_step(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            out = types.SimpleNamespace(loss=F.cross_entropy(model(x), y))
+            out.loss.backward()
+            opt.step()
+            return out.loss
+
+        return step
+
+    reference, compiled = make_step(ref, ref_opt), torchlax.jit(make_step(model, opt))
+    with torchlax.enable():
+        loss = nn.Linear(6, 6).to("jax")
+    try:
+        layouts = []
+        for x, y in _data(4):
+            want = reference(x, y)
+            loss = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+            torch.testing.assert_close(loss.cpu(), want, rtol=1e-10, atol=1e-10)
+            layouts.append(compiled._layout)
+    finally:
+        loss = None
+    _assert_same_parameters(ref, model)
+    assert layouts[0] is not None and layouts[0].modules == [model]
+    assert not layouts[0].tensors and all(name != "loss" for _, name, _ in layouts[0].globals)
+    assert layouts[1] is layouts[2] is layouts[3]
+
+
 # -- state reached through other objects' attributes ------------------------------------------
 
 
@@ -882,16 +922,6 @@ def _grad_through_object(model, w):
     return step, r"gives a \.grad to the float64 tensor of shape \(3, 3\) at cfg\.w"
 
 
-def _grad_through_default_argument(model, w):
-    def step(x, y, w=w):
-        loss = F.cross_entropy(F.linear(model(x), w), y)
-        loss.backward()
-        _hand_update(model)
-        return loss
-
-    return step, r"tensor of shape \(3, 3\) held as the function's default argument 'w'"
-
-
 def _grad_through_a_modules_object(model, w):
     model.extra = types.SimpleNamespace(w=w)  # an object a module holds: not entered
 
@@ -975,7 +1005,6 @@ def _copied_into(model, ema):
 
 CONSTANT_CHANGES = {
     "grad-through-object": (_grad_through_object, True),
-    "grad-through-default-argument": (_grad_through_default_argument, True),
     "grad-through-a-modules-object": (_grad_through_a_modules_object, True),
     "add_": (_written_in_place, False),
     "add_-returned": (_written_and_returned, False),
@@ -1188,11 +1217,13 @@ def test_the_first_call_compiles_no_op_executables():
     assert compiled.compilations == 2  # the first call's program and the steady one, ahead
 
 
-def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly():
-    # A torchlax Tensor the step closes over is state; one that requires grad is a leaf whose
-    # .grad the step's backward() accumulates (no optimizer zeroes it): its .grad is state too.
-    # (Before, the trace left a tracer in its .grad and the next trace failed with "reads 1
-    # value(s) computed inside an earlier trace".)
+@pytest.mark.parametrize("held", ["closure", "default-argument"])
+def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly(held):
+    # A torchlax Tensor the step closes over (or holds as a default argument, the same to the
+    # walk) is state; one that requires grad is a leaf whose .grad the step's backward()
+    # accumulates (no optimizer zeroes it): its .grad is state too. (Before, the trace left a
+    # tracer in its .grad and the next trace failed with "reads 1 value(s) computed inside an
+    # earlier trace"; a default argument's tensor was refused as no state.)
     def make(device):
         torch.manual_seed(0)
         with torchlax.enable():
@@ -1207,7 +1238,14 @@ def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly():
             opt.step()
             return loss.detach()
 
-        return step, model, w
+        def step_with_default(x, y, w=w):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x) * w, y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return (step if held == "closure" else step_with_default), model, w
 
     ref_step, ref, ref_w = make("cpu")
     step, model, w = make("jax")

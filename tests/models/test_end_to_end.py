@@ -165,7 +165,8 @@ def test_greedy_generation_with_kv_cache_matches_cpu(name):
     model, (tokens,) = built(case)
     prompt = tokens[:1, :6]
     # Three tokens: the prompt's pass, then two steps on the KV cache (the second reads what a
-    # cached step wrote). Each further token is new shapes, ~17 more XLA compilations eagerly.
+    # cached step wrote). On the jax device the cache is a bucketed StaticCache
+    # (test_bucketed_generate.py), on the CPU transformers' DynamicCache: the same tokens.
     kwargs = dict(max_new_tokens=3, do_sample=False, use_cache=True, pad_token_id=0)
     expected = model.generate(prompt, **kwargs)
     jmodel, (jprompt,) = to_jax(model, (prompt,))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import weakref
 
 import jax
 import torch
@@ -151,13 +150,20 @@ class InputCache:
     an ensemble) called in turn share one program; with one entry per slot each call would
     convert every parameter again (29 DLPack conversions, ~360 us a GPT-2 (2 layers) call,
     loaded). Each entry's array views its tensor's memory and so keeps that memory alive until
-    the entry goes: when the slot has seen ``_KEPT`` + 1 newer tensors, when the tensor object
-    dies (a weak reference's callback clears the entry, before its ``id`` can be reused), or
-    with the program.
+    the entry goes: when the slot has seen ``_KEPT`` + 1 newer tensors, or with the program.
 
-    An entry holds the tensor's ``id`` and its shape as a ``torch.Size``, so a hit reads
-    neither the weak reference nor the array's ``shape`` (a Python property in JAX): 9 us
-    instead of 15 us for GPT-2's 29 inputs (a warm loop, loaded machine).
+    The array is made from an alias of the tensor (``detach()``), and the entry holds no
+    reference to the tensor itself, weak or strong: ``module.to("jax")`` replaces a parameter's
+    contents with ``torch.utils.swap_tensors``, which refuses a tensor that something else
+    references (a DLPack export holds its ``TensorImpl``) or that has a weak reference. Once the
+    tensor is gone its ``id`` may be reused while the entry lives; a new tensor then hits only
+    with the same data pointer in the memory the entry keeps alive and the same shape, and
+    Dynamo's guards give the slot the same dtype, strides and conjugate/negative bits: the
+    entry's array views exactly its bytes.
+
+    An entry holds the tensor's ``id`` and its shape as a ``torch.Size``, so a hit does not read
+    the array's ``shape`` (a Python property in JAX): 9 us instead of 15 us for GPT-2's 29
+    inputs (a warm loop, loaded machine).
 
     ``get_all`` first compares the whole call with the last one in three C-level passes (the
     tensors' ids, data pointers and shapes, each as one list): a repeated call of a CPU model
@@ -170,13 +176,12 @@ class InputCache:
     __slots__ = ("_entries", "_earlier", "_last", "generation")
 
     def __init__(self, size: int):
-        # Per slot: None or (id, data pointer, shape, array, weak reference), the last seen.
+        # Per slot: None or (id, data pointer, shape, array), the last seen.
         self._entries: list = [None] * size
         # Per slot: the entries seen before it, most recent first (at most _KEPT).
         self._earlier: list[list] = [[] for _ in range(size)]
         # The last get_all's (ids, data pointers, shapes, arrays) where every slot was a
-        # cached view, else None; a one-item list, so that the weak references' callbacks
-        # can clear it without holding the cache.
+        # cached view, else None (a one-item list).
         self._last: list = [None]
         # Counts the get_all calls that were not such a repeat: while it is unchanged, every
         # get_all since returned the same arrays (XlaProgram then skips its signature check).
@@ -248,21 +253,11 @@ class InputCache:
                     self._push(slot, entry)
                     return entry[3]
                 break  # the same tensor with other memory or shape: its view is stale
-        array = _shared_cpu_array(tensor) if tensor.device.type == "cpu" else None
+        # From an alias: the export holds the alias's TensorImpl, not the tensor's (see above).
+        array = _shared_cpu_array(tensor.detach()) if tensor.device.type == "cpu" else None
         if array is None:
             return torch_to_jax(tensor)
-        entries, earlier_all, last = self._entries, self._earlier, self._last
-
-        def forget(ref, slot=slot):
-            last[0] = None  # its id may be given to a new object from now on
-            current = entries[slot]
-            if current is not None and current[4] is ref:
-                entries[slot] = None
-            kept = earlier_all[slot]
-            kept[:] = [e for e in kept if e[4] is not ref]
-
-        ref = weakref.ref(tensor, forget)
-        self._push(slot, (key, tensor.data_ptr(), tensor.shape, array, ref))
+        self._push(slot, (key, tensor.data_ptr(), tensor.shape, array))
         return array
 
     def _push(self, slot: int, entry: tuple) -> None:

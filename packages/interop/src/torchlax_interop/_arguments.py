@@ -84,7 +84,10 @@ def check_from_torch_tensor(tensor: torch.Tensor) -> None:
 
 
 def check_static_argnums(static_argnums: Any) -> tuple[int, ...]:
-    """``torchlax.jit``'s ``static_argnums`` as a tuple of ints, or an error naming it."""
+    """``torchlax.jit``'s ``static_argnums`` as a tuple of ints (None: none, as in
+    ``jax.jit``), or an error naming it."""
+    if static_argnums is None:
+        return ()
     values = (static_argnums,) if isinstance(static_argnums, int) else static_argnums
     if isinstance(values, str) or not _all_ints(values):
         raise InteropArgumentError(
@@ -92,6 +95,24 @@ def check_static_argnums(static_argnums: Any) -> tuple[int, ...]:
             f"arguments), got {static_argnums!r}. Name keyword arguments with static_argnames."
         )
     return tuple(values)
+
+
+def check_static_argnames(static_argnames: Any) -> tuple[str, ...]:
+    """``torchlax.jit``'s ``static_argnames`` as a tuple of names (None: none, as in
+    ``jax.jit``), or an error naming it."""
+    if static_argnames is None:
+        return ()
+    values = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
+    try:
+        names = tuple(values)
+    except TypeError:  # not iterable
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise InteropArgumentError(
+            f"torchlax.jit: static_argnames must be a str or a sequence of str (names of keyword "
+            f"arguments), got {static_argnames!r}. Give positions with static_argnums."
+        )
+    return names
 
 
 def _all_ints(values: Any) -> bool:

@@ -39,6 +39,7 @@ from torchlax_interop import from_torch as from_torch
 from torchlax_interop import functional as functional
 from torchlax_interop import jax_view as jax_view
 from torchlax_interop import jit as jit
+from torchlax_interop import set_generate_buckets as set_generate_buckets
 from torchlax_interop import to_torch as to_torch
 from torchlax_interop import torch_view as torch_view
 from torchlax_ops import explain as explain

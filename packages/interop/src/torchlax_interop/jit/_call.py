@@ -31,7 +31,7 @@ from torchlax_core.internal import (
 )
 from torchlax_core.internal import signature as _signature
 
-from .._arguments import check_jit_arguments, check_static_argnums
+from .._arguments import check_jit_arguments, check_static_argnames, check_static_argnums
 from .._call_jax import _borrow
 from .._dlpack import check_shared_writes
 from . import _first_call
@@ -66,8 +66,8 @@ from ._write_back import _write_changed, _write_plan, _write_state
 def jit(
     fn_or_module: Callable | torch.nn.Module,
     *,
-    static_argnums: int | Sequence[int] = (),
-    static_argnames: str | Sequence[str] = (),
+    static_argnums: int | Sequence[int] | None = (),
+    static_argnames: str | Sequence[str] | None = (),
     donate_state: bool = True,
 ) -> Callable:
     """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
@@ -114,9 +114,8 @@ def jit(
     JAX runs with 64-bit types enabled, so int64 stays int64.
     """
     static_argnums = check_static_argnums(static_argnums)
-    if isinstance(static_argnames, str):
-        static_argnames = (static_argnames,)
-    return _Jitted(fn_or_module, tuple(static_argnums), tuple(static_argnames), donate_state)
+    static_argnames = check_static_argnames(static_argnames)
+    return _Jitted(fn_or_module, static_argnums, static_argnames, donate_state)
 
 
 class _Jitted:

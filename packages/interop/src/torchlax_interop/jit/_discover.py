@@ -1,12 +1,13 @@
-"""What a step reaches: the one walk that finds a ``torchlax.jit`` call's state.
+"""The state a ``torchlax.jit`` call reaches: what the walk finds, laid out as program inputs.
 
-``find_state`` walks from what the function can name (a module target, a bound method's
-object, closure cells, the globals its code reads, the call's arguments) through lists,
-tuples, dicts and the plain objects ``_holders`` enters, to every module, optimizer and
-scheduler and every torchlax Tensor it holds, within bounds (``MAX_STATE_DEPTH``,
-``MAX_CONTAINER_ITEMS``, ``MAX_WALKED_ITEMS``), and records what it read in a ``_Layout``
-(``_state``). State held in plain CPU tensors is refused with ``CpuStateError`` (the caller
-lends it to the program instead: ``cpu_state_tensors``).
+``find_state`` walks (``_walk.walk``, by the rule ``_StateWalk``) from what the function can
+name (a module target, a bound method's object, closure cells, the globals its code reads, the
+call's arguments) through lists, tuples, dicts and the plain objects ``_walk.enterable``
+admits, to every module, optimizer and scheduler and every torchlax Tensor it holds, within
+bounds (``MAX_STATE_DEPTH``, ``MAX_CONTAINER_ITEMS``, ``MAX_WALKED_ITEMS``), and records in a
+``_Layout`` (``_state``) what it found and the snapshot of what led there. State held in
+plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the program
+instead: ``cpu_state_tensors``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
 from torchlax_core.internal import storage_of
 
-from ._holders import attributes, enterable, slot_values
 from ._state import (
     _ABSENT,
     _GLOBAL_HOOK_DICTS,
     _HOOK_DICTS,
     _STATEFUL,
     _TENSOR,
-    _cell_contents,
     _Hashed,
     _is_rate,
     _Layout,
@@ -38,6 +37,23 @@ from ._state import (
     _Scheduler,
     _snapshot,
     _snapshot_hooks,
+)
+from ._walk import (
+    ABSENT,
+    ATTR,
+    ROOT,
+    SLOT,
+    Visit,
+    attributes,
+    cell_contents,
+    default_arguments,
+    enterable,
+    fields,
+    function_cells,
+    global_names,
+    is_container,
+    items,
+    walk,
 )
 
 
@@ -86,23 +102,6 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     layout._flatten_snapshot()
     _fix_storages(layout)
     return layout
-
-
-def _reached(target, arg_leaves: list, layout: _Layout) -> list:
-    """The modules, optimizers, schedulers and torchlax Tensors the walk finds from ``target``,
-    then from each argument (an argument holding state is noted: ``_arg_holder_ids``)."""
-    found: list = []
-    seen: set = set()
-    _referenced(target, seen, found, layout)
-    layout.arg_objects = tuple(_arg_holders(arg_leaves))
-    holders = []
-    for leaf in layout.arg_objects:
-        before = len(found)
-        _referenced(leaf, seen, found, layout)
-        if len(found) > before and not isinstance(leaf, _STATEFUL):
-            holders.append(id(leaf))
-    layout._arg_holder_ids = frozenset(holders)
-    return found
 
 
 def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
@@ -224,138 +223,202 @@ MAX_CONTAINER_ITEMS = 64
 MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
 
 
-def _referenced(
-    fn, seen: set, found: list, layout: _Layout, depth: int = 0, tensors: bool = True
-) -> None:
-    """Collect the modules, optimizers, schedulers and tensors ``fn`` can reach by name,
-    directly or through the lists, tuples, dicts and objects that closures, globals,
-    arguments and a bound method's object hold (``opts[1]``, ``self.models["g"]``,
-    ``self.cfg.model``). ``tensors``: whether the tensors of the containers met are state
-    (see ``_referenced_object``)."""
-    if id(fn) in seen or depth > MAX_STATE_DEPTH:
-        return
-    seen.add(id(fn))
-    if isinstance(fn, torch.nn.Module | torch.optim.Optimizer | _Scheduler | torch.Tensor):
-        found.append(fn)
-        return
-    if _is_container(fn):
-        _referenced_items(fn, seen, found, layout, depth, tensors)
-        return
-    if isinstance(fn, types.MethodType):
-        _referenced(fn.__func__, seen, found, layout, depth + 1)
-        _referenced_object(fn.__self__, seen, found, layout, depth, own=True)
-        return
-    if isinstance(fn, functools.partial):
-        _referenced(fn.func, seen, found, layout, depth + 1)
-        for value in (*fn.args, *fn.keywords.values()):
-            _referenced(value, seen, found, layout, depth + 1)
-        return
-    if not isinstance(fn, types.FunctionType):
-        if enterable(fn):
-            _referenced_object(fn, seen, found, layout, depth, own=False)
-        return
-    for cell in fn.__closure__ or ():
-        value = _cell_contents(cell)
-        layout.cells.append((cell, value))
-        if value is not _ABSENT:
-            _referenced(value, seen, found, layout, depth + 1)
-    for name in _global_names(fn.__code__):
-        value = fn.__globals__.get(name, _ABSENT)
-        layout.globals.append((fn.__globals__, name, value))
-        if value is not _ABSENT:
-            _referenced(value, seen, found, layout, depth + 1)
-    # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
-    defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
-    if defaults or kwdefaults:
-        layout.defaults.append((fn, defaults, kwdefaults))
-        for value in (*(defaults or ()), *(kwdefaults or {}).values()):
-            _referenced(value, seen, found, layout, depth + 1)
+# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
+# object (the object as deep as its method), a partial's function and arguments, an argument
+_FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
 
 
-def _referenced_object(obj, seen: set, found: list, layout: _Layout, depth: int, own: bool) -> None:
-    """The walk through an object's attributes (its ``__dict__`` and ``__slots__``), one
-    level deeper: a trainer's ``self.cfg.model``, a ``SimpleNamespace``, a dataclass.
+def _reached(target, arg_leaves: list, layout: _Layout) -> list:
+    """The modules, optimizers, schedulers and tensors the walk (``_walk.walk``, by the rule
+    ``_StateWalk.children``) finds from ``target``, then from each argument, in the order
+    met. An argument through which it finds state is noted (``_arg_holder_ids``), and the
+    layout keeps the snapshot of what leads to state (``_StateWalk.keep``)."""
+    layout.arg_objects = tuple(_arg_holders(arg_leaves))
+    roots = [((), target), *((((_ARG, i),), a) for i, a in enumerate(layout.arg_objects))]
+    rule = _StateWalk(layout)
+    found: list = []
+    leading: set[int] = set()  # ids of the objects on the paths to what was found
+    again: set[tuple[int, tuple]] = set()  # (id of the holder, step) of each object met again
+    holder_args: set[int] = set()
+    for visit in walk(roots, rule.children, max_depth=1 << 10, max_nodes=1 << 30):
+        path = visit.path
+        if visit.again:
+            if visit.holders:
+                again.add((id(visit.holders[-1]), path[-1]))
+        elif isinstance(visit.value, _STATEFUL_OR_TENSOR) and not _own_tensor(visit):
+            found.append(visit.value)
+            leading.update(map(id, visit.holders))
+            if len(path) > 1 and path[0][0] == _ARG:
+                holder_args.add(path[0][1])
+    layout._arg_holder_ids = frozenset(id(layout.arg_objects[i]) for i in holder_args)
+    rule.keep(leading, again)
+    return found
 
-    Inside objects only modules, optimizers and schedulers are state, and what leads to them
-    (containers, other objects): a method may use none of its object's attributes, and a list
-    of tensors there is more likely a history the loop appends to (as state, each call would
-    walk again and compile a program for its new length). ``own``: ``obj`` is the jitted
-    bound method's object, whose own tensor attributes are state too (``self.scale``), as a
-    closure's tensors are; it is entered whatever its size.
 
-    The snapshot keeps the object's attribute names and, by identity, the values that lead
-    to state (or are None: an optional scheduler set later), so rebinding one between calls
-    (``trainer.cfg.model = other``, ``trainer.parts = new_parts``) makes the next call walk
-    again, while the attributes a loop updates each call (a step count, a loss history) are
-    not read. An object that leads to no state leaves nothing in the snapshot, and its
-    holder does not check it either (an object the step keeps its last outputs in, rebound
-    each call, would otherwise make each call walk again).
+def _own_tensor(visit: Visit) -> bool:
+    # (``torchlax.jit(t.add)``: a method's tensor is its argument, no state)
+    return bool(visit.path) and visit.path[-1][0] == _SELF and isinstance(visit.value, torch.Tensor)
 
-    A module whose method is jitted is state, and its public attributes that are no
-    parameters, buffers or submodules are entered too (a Lightning-style
-    ``self.optimizer``); its plain tensor attributes stay constants, as in its forward, and
-    it leaves nothing in the snapshot where they lead to no state (a module's own method,
-    ``torchlax.jit(model.generate)``, checks nothing more per call)."""
-    module = own and isinstance(obj, torch.nn.Module)
-    if isinstance(obj, _STATEFUL):
-        _referenced(obj, seen, found, layout, depth)
-        if not module:
-            return
-        own = False
-    attrs, slots = attributes(obj)
-    items = [] if attrs is None else list(attrs.items())
-    items += zip(slots, slot_values(obj, slots), strict=True)
-    if module:
-        items = [(n, v) for n, v in items if not n.startswith("_") and n != "training"]
-    if not own:
-        size = len(items)
+
+class _StateWalk:
+    """The state walk's rule (``children``): where it goes from each object, within
+    ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
+    state (``keep``), for a later call to check (``_Layout.holds``).
+
+    From a function: its closure cells, the globals its code loads and its default arguments
+    (each kept, bound or not); from a bound method: its function and its object; from a
+    partial: its function and arguments. Through lists, tuples and dicts (but one over
+    ``MAX_CONTAINER_ITEMS``: a data set is no state): their items, the snapshot keeping a
+    list's items and a dict's keys and values (``opts[1] = other`` walks again). Through an
+    object's attributes (``__dict__``, ``__slots__``: ``self.cfg.model``) only modules,
+    optimizers and schedulers are state, and what leads to them: a list of tensors there is
+    more likely a history the loop appends to. The jitted bound method's object is the
+    exception (its tensor attributes are state, ``self.scale``, and it is entered whatever
+    its size); a module's, its public attributes that are no parameters, buffers or
+    submodules are entered (a Lightning-style ``self.optimizer``). An object's snapshot keeps
+    its attribute names and, by identity, the values that lead to state or are None (an
+    optional scheduler set later); a container or object under an attribute that leads to no
+    state leaves nothing in the snapshot (a loss history, an object the step keeps its last
+    outputs in, would make each call walk again), an empty container stays (it may be filled
+    with modules later: ``self.models.append(m)``)."""
+
+    def __init__(self, layout: _Layout):
+        self.layout = layout
+        # (visit, own, its snapshot, its fields) per container and object entered, in order
+        self.entered: list = []
+
+    def children(self, visit: Visit) -> list:
+        depth = sum(kind not in (_SELF, _ARG) for kind, _ in visit.path)
+        return [
+            (step, value)
+            for step, value in self._children(visit)
+            if depth + (step[0] != _SELF) <= MAX_STATE_DEPTH
+        ]
+
+    def _children(self, visit: Visit) -> list:
+        value, path = visit.value, visit.path
+        if isinstance(value, types.MethodType):
+            return [((_FUNC, None), value.__func__), ((_SELF, None), value.__self__)]
+        if isinstance(value, functools.partial):
+            args = (*value.args, *value.keywords.values())
+            return [((_FUNC, None), value.func), *(((_PARTIAL, i), a) for i, a in enumerate(args))]
+        if isinstance(value, types.FunctionType):
+            return self._function(value)
+        own = bool(path) and path[-1][0] == _SELF
+        module = own and isinstance(value, torch.nn.Module)
+        if isinstance(value, _STATEFUL_OR_TENSOR) and not module:
+            return []
+        if is_container(value):
+            # a container under an attribute: its tensors are no state (see the docstring)
+            return self._container(visit, not any(k in (ATTR, SLOT) for k, _ in path))
+        if (own or enterable(value)) and not module:
+            return self._object(visit, own, fields(value))
+        if module:  # its public attributes (not its parameters, buffers, submodules)
+            public = [(s, v) for s, v in fields(value) if not s[1].startswith("_")]
+            return self._object(visit, False, [(s, v) for s, v in public if s[1] != "training"])
+        return []
+
+    def _function(self, fn: types.FunctionType) -> list:
+        layout, children = self.layout, []
+        for name, cell in function_cells(fn):
+            value = cell_contents(cell)
+            layout.cells.append((cell, value))
+            if value is not ABSENT:
+                children.append(((ROOT, name), value))
+        for name in global_names(fn.__code__):
+            value = fn.__globals__.get(name, ABSENT)
+            layout.globals.append((fn.__globals__, name, value))
+            if value is not ABSENT:
+                children.append(((ROOT, name), value))
+        # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
+        defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+        if defaults or kwdefaults:
+            layout.defaults.append((fn, defaults, kwdefaults))
+            named = (*default_arguments(fn),)
+            children += [((ROOT, name), value) for name, value in named]
+        return children
+
+    def _container(self, visit: Visit, tensors: bool) -> list:
+        children = items(visit.value)
+        if not self._within_budget(len(children)):
+            return []
+        if not tensors and children and not any(_holds_state(v) for _, v in children):
+            return []  # (a history of tensors, numbers or tuples of them)
+        self.entered.append((visit, tensors, None))
+        wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
+        return [(s, v) for s, v in children if isinstance(v, wanted) or _leads_on(v)]
+
+    def _object(self, visit: Visit, own: bool, named: list) -> list:
+        if not own and not self._within_budget(len(named)):
+            return []
+        self.entered.append((visit, own, named))
+        return [
+            (s, v)
+            for s, v in named
+            if isinstance(v, _STATEFUL) or (own and isinstance(v, torch.Tensor)) or _leads_on(v)
+        ]
+
+    def _within_budget(self, size: int) -> bool:
+        layout = self.layout
         if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
-            return
+            return False
         layout.walked_items += size
-    seen.add(id(obj))
-    marks = layout.snapshot_marks()
-    before = len(found)
-    names, values, slot_names, slot_snapshot = [], [], [], []
-    for name, value in items:
-        if _leads_to_state(value, seen, found, layout, depth + 1, own):
-            if attrs is not None and name in attrs:
-                names.append(name)
-                values.append(value)
+        return True
+
+    def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
+        """Snapshot what the walk entered, but the containers and objects under attributes
+        that lead to no state (``leading``: the ids of those on the paths to state) and all
+        they hold; ``again``: (holder, step) of each object met a second time."""
+        layout, dropped = self.layout, set()
+        for visit, kept, named in self.entered:  # (a holder before what it holds)
+            value = visit.value
+            empty = is_container(value) and not value
+            if any(id(h) in dropped for h in visit.holders) or not (
+                kept or id(value) in leading or empty
+            ):
+                dropped.add(id(value))
+            elif named is None:
+                if isinstance(value, dict):
+                    layout.dicts.append(_snapshot(value))
+                elif type(value) is list:
+                    layout.lists.append((value, tuple(value)))
             else:
-                slot_names.append(name)
-                slot_snapshot.append(value)
-    if not own and len(found) == before:
-        layout.drop_snapshot_since(marks)
-        return
-    layout.objects.append(
-        (
-            attrs,
-            () if attrs is None else tuple(attrs),
-            tuple(names),
-            tuple(values),
-            obj,
-            tuple(slot_names),
-            tuple(slot_snapshot),
+                layout.objects.append(_object_snapshot(value, kept, named, leading, again))
+
+
+def _object_snapshot(obj, own: bool, named: list, leading: set, again: set) -> tuple:
+    """An object's part of the snapshot: its attribute dict and names, and the attributes
+    and slots that lead to state, are None, or hold an object met before (kept, to be safe),
+    with their values."""
+    attrs, _ = attributes(obj)
+    kept = [
+        (step, v)
+        for step, v in named
+        if v is None
+        or isinstance(v, _STATEFUL)
+        or (own and isinstance(v, torch.Tensor))
+        or (
+            _leads_on(v)
+            and ((id(obj), step) in again or id(v) in leading or (is_container(v) and not v))
         )
+    ]
+    return (
+        attrs,
+        () if attrs is None else tuple(attrs),
+        tuple(name for (kind, name), _ in kept if kind == ATTR),
+        tuple(v for (kind, _), v in kept if kind == ATTR),
+        obj,
+        tuple(name for (kind, name), _ in kept if kind == SLOT),
+        tuple(v for (kind, _), v in kept if kind == SLOT),
     )
 
 
-def _leads_to_state(value, seen: set, found: list, layout: _Layout, depth: int, own: bool) -> bool:
-    """Walk an object's attribute ``value`` if it may lead to state; whether the object's
-    snapshot must keep it (see ``_referenced_object``)."""
-    if value is None:
-        return True
-    if isinstance(value, _STATEFUL) or (own and isinstance(value, torch.Tensor)):
-        _referenced(value, seen, found, layout, depth)
-        return True
-    if not (_is_container(value) or enterable(value)):
-        return False
-    if id(value) in seen:  # met before: what it leads to is known elsewhere; kept, to be safe
-        return True
-    before = len(found)
-    _referenced(value, seen, found, layout, depth, tensors=False)
-    # an empty container may be filled with modules later (``self.models.append(m)``)
-    return len(found) > before or (_is_container(value) and not value)
+def _leads_on(value) -> bool:
+    return is_container(value) or enterable(value)
+
+
+def _holds_state(value) -> bool:
+    return isinstance(value, _STATEFUL) or _leads_on(value)
 
 
 def _arg_holders(leaves) -> list:
@@ -369,57 +432,6 @@ def _arg_holders(leaves) -> list:
 
 
 _STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
-
-
-def _is_container(value) -> bool:
-    # lists exactly (a subclass may compute its items); tuples with namedtuples; dicts with
-    # OrderedDict and defaultdict
-    return type(value) is list or isinstance(value, tuple | dict)
-
-
-def _referenced_items(
-    container, seen: set, found: list, layout: _Layout, depth: int, tensors: bool
-) -> None:
-    """The walk through a list, tuple or dict (an OrderedDict, a namedtuple too): its items
-    are one level deeper. The snapshot keeps the list's items or the dict's keys and values,
-    so that an item rebound or added between calls (``opts[1] = other``,
-    ``opts.append(...)``) makes the next call walk again; a tuple cannot change. A container
-    larger than ``MAX_CONTAINER_ITEMS`` is not entered (a data set held in a list is no
-    state). Without ``tensors``, tensors are skipped, and only a container that is empty or
-    leads to a module, optimizer or scheduler is kept in the snapshot (a list of losses the
-    loop appends to is not re-checked)."""
-    size = len(container)
-    if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
-        return
-    layout.walked_items += size
-    values = container.values() if isinstance(container, dict) else container
-    if not tensors and container and not any(map(_holds_state, values)):
-        return
-    marks = layout.snapshot_marks()
-    before = len(found)
-    if isinstance(container, dict):
-        layout.dicts.append(_snapshot(container))
-    elif type(container) is list:
-        layout.lists.append((container, tuple(container)))
-    wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
-    for value in values:
-        if isinstance(value, wanted) or _is_container(value) or enterable(value):
-            _referenced(value, seen, found, layout, depth + 1, tensors)
-    if not tensors and container and len(found) == before:
-        layout.drop_snapshot_since(marks)  # (a history of tuples or of small objects)
-
-
-def _holds_state(value) -> bool:
-    return isinstance(value, _STATEFUL) or _is_container(value) or enterable(value)
-
-
-@functools.cache
-def _global_names(code: types.CodeType) -> tuple[str, ...]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):  # nested functions and lambdas
-            names.extend(_global_names(const))
-    return tuple(dict.fromkeys(names))
 
 
 def _move_cpu_state_to_jax(opt) -> None:

@@ -21,27 +21,28 @@ from typing import Any
 
 import jax
 import jax.core
-import numpy as np
 import torch
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import storage_of
 
-from .._object_nodes import TENSORLESS
 from .._views import is_namedtuple
-
-# Values that hold no tensor: not searched (functional's object pytrees share the list).
-_ATOMS = (
-    *TENSORLESS,
-    np.ndarray,
-    np.generic,
-    jax.Array,  # a concrete one: each check for a tracer (also a jax.Array) comes first
+from ._walk import (
+    ATOMS,
+    ATTR,
+    HIDDEN,
+    ITEM,
+    Visit,
+    attributes,
+    fields,
+    items,
+    path_text,
+    walk,
 )
+
 # A search this deep or this large is not trusted to have seen everything (an object graph
 # that reaches a whole program); it raises instead.
-_MAX_DEPTH = 16
+_MAX_DEPTH = 17
 _MAX_NODES = 100_000
-
-_ATTR, _SLOT, _ITEM = "attribute", "slot", "item"
 
 
 class _Placeholder:
@@ -81,110 +82,96 @@ def find(
     search = _Search(stateful, name, owner, leaf)
     if isinstance(leaf, jax.core.Tracer):
         raise search.error((), "is a JAX value computed inside the function (not a tensor)")
-    if isinstance(leaf, _ATOMS) or isinstance(leaf, torch.Tensor):
+    if isinstance(leaf, ATOMS) or isinstance(leaf, torch.Tensor):
         return None
-    search.holds[id(leaf)] = None
-    trie = search.walk(leaf, (), 0)
-    search.holds[id(leaf)] = bool(trie)
-    search.check_back_references()
+    trie, tensors = search.run()
     if not trie:
         return None
-    template = _rebuilt(leaf, trie, [_PLACEHOLDER] * len(search.tensors), search.error)
-    return ObjectOutput(template, trie, len(search.tensors)), search.tensors
+    template = _rebuilt(leaf, trie, [_PLACEHOLDER] * len(tensors), search.error)
+    return ObjectOutput(template, trie, len(tensors)), tensors
 
 
 class _Search:
+    """The walk (``_walk``) through a returned object, by the rule of what an object holds
+    (``_children``): the traced tensors it finds, each at its paths."""
+
     def __init__(self, stateful: set, name: Callable[[], str], owner: str, root: Any):
         self.stateful = stateful
         self.name = name
         self.owner = owner
         self.root = root
-        self.tensors: list = []
-        self.index: dict[int, int] = {}  # id(tensor) -> its output index
-        # id(node) -> whether it holds traced tensors (None: still being searched)
-        self.holds: dict[int, bool | None] = {}
-        self.back_references: list = []  # (node, path) met again while searching
-        self.nodes = 0
+        self.hidden: set[int] = set()  # what the search for hidden tensors went through
 
-    def walk(self, node: Any, path: tuple, depth: int) -> dict:
-        """The trie of paths from ``node`` to traced tensors (empty: none)."""
+    def run(self) -> tuple[dict, list]:
+        """The trie of paths to the traced tensors ``root`` holds, and those tensors."""
         trie: dict = {}
-        for step, value in self._children(node, path, depth):
-            sub_path = (*path, step)
-            if isinstance(value, torch.Tensor):
-                if self._traced(value, sub_path):
-                    trie[step] = self.index.setdefault(id(value), len(self.tensors))
-                    if trie[step] == len(self.tensors):
-                        self.tensors.append(value)
-                continue
+        tensors: list = []
+        index: dict[int, int] = {}  # id(tensor) -> its output index
+        holding: set[int] = set()  # ids of the objects along the paths to them
+        again: list[Visit] = []
+        visits = walk(
+            [((), self.root)],
+            self._children,
+            max_depth=_MAX_DEPTH,
+            max_nodes=_MAX_NODES,
+            too_far=self._too_far,
+        )
+        for visit in visits:
+            value = visit.value
             if isinstance(value, jax.core.Tracer):
                 raise self.error(
-                    sub_path, "holds a JAX value computed inside the function (not a tensor)"
+                    visit.path, "holds a JAX value computed inside the function (not a tensor)"
                 )
-            if isinstance(value, _ATOMS):
-                continue
-            seen = self.holds.get(id(value), False)
-            if id(value) in self.holds:
-                if seen is None:  # a reference back to an object being searched
-                    self.back_references.append((value, sub_path))
-                elif seen:
-                    raise self._shared(sub_path)
-                continue
-            self.holds[id(value)] = None
-            sub = self.walk(value, sub_path, depth + 1)
-            self.holds[id(value)] = bool(sub)
-            if sub:
-                trie[step] = sub
-        return trie
+            if isinstance(value, torch.Tensor):
+                if self._traced(value):
+                    i = index.setdefault(id(value), len(tensors))
+                    if i == len(tensors):
+                        tensors.append(value)
+                    _insert(trie, visit.path, i)
+                    holding.update(map(id, visit.holders))
+            elif visit.again:
+                again.append(visit)
+        # An object holding computed tensors met by two paths (shared, or a cycle back to
+        # it): its copies would not share it.
+        for visit in again:
+            if id(visit.value) in holding:
+                raise self.error(
+                    visit.path,
+                    "reaches the same object holding computed tensors twice (shared or "
+                    "cyclic): a copy cannot keep that sharing",
+                )
+        return trie, tensors
 
-    def check_back_references(self) -> None:
-        """A reference back to an object that holds computed tensors: its copy would not be
-        referred to by the copies (the sharing cannot be kept)."""
-        for value, at in self.back_references:
-            if self.holds.get(id(value)):
-                raise self._shared(at)
+    def _too_far(self, visit: Visit) -> None:
+        raise self.error(
+            visit.path, "is too deep or too large to search for the tensors the function computed"
+        )
 
-    def _children(self, node: Any, path: tuple, depth: int):
-        self.nodes += 1
-        if depth > _MAX_DEPTH or self.nodes > _MAX_NODES:
-            raise self.error(
-                path, "is too deep or too large to search for the tensors the function computed"
-            )
-        if type(node) in (list, tuple) or is_namedtuple(node):
-            return [((_ITEM, i), v) for i, v in enumerate(node)]
-        if isinstance(node, dict):  # an OrderedDict or defaultdict too (copied with copy.copy)
-            return [((_ITEM, k), v) for k, v in node.items()]
+    def _children(self, visit: Visit) -> list:
+        node, path = visit.value, visit.path
+        if type(node) in (list, tuple) or is_namedtuple(node) or isinstance(node, dict):
+            return items(node)  # (an OrderedDict or defaultdict too: copied with copy.copy)
         if isinstance(node, types.MethodType):
             node = node.__func__
         if isinstance(node, types.FunctionType):
             # Its globals reach the whole program: only what it closes over is searched.
             for cell in node.__closure__ or ():
-                self._refuse_hidden(cell, (*path, ("hidden", "closure")), 0)
+                self._refuse_hidden(cell, (*path, (HIDDEN, "closure")), 0)
             return []
-        children = []
-        explained = {id(type(node))}
-        attributes = getattr(node, "__dict__", None)
-        if type(attributes) is dict:
-            # (Python may traverse an instance's attribute values without their dict.)
-            explained.update([id(attributes), *map(id, attributes.values())])
-            children.extend(((_ATTR, k), v) for k, v in attributes.items())
-        for name in slot_names(type(node)):
-            try:
-                value = object.__getattribute__(node, name)
-            except AttributeError:
-                continue
-            explained.add(id(value))
-            children.append(((_SLOT, name), value))
+        children = fields(node)
+        attrs, _ = attributes(node)
+        # (Python may traverse an instance's attribute values without their dict.)
+        explained = {id(type(node)), id(attrs), *(id(v) for _, v in children)}
         # What the object holds where Python cannot set it (a C extension's fields, a closure,
         # a set's items): searched only to refuse a traced tensor there.
         for referent in gc.get_referents(node):
             if id(referent) not in explained:
-                self._refuse_hidden(referent, (*path, ("hidden", type(node).__name__)), 0)
+                self._refuse_hidden(referent, (*path, (HIDDEN, type(node).__name__)), 0)
         return children
 
     def _refuse_hidden(self, node: Any, path: tuple, depth: int) -> None:
         if isinstance(node, torch.Tensor):
-            if self._traced(node, path):
+            if self._traced(node):
                 raise self.error(
                     path,
                     "holds a tensor the function computed where torchlax cannot put another "
@@ -193,19 +180,18 @@ class _Search:
             return
         if isinstance(node, jax.core.Tracer):
             raise self.error(path, "holds a JAX value computed inside the function")
-        if isinstance(node, _ATOMS) or depth > _MAX_DEPTH or id(node) in self.holds:
+        if isinstance(node, ATOMS) or depth > _MAX_DEPTH or id(node) in self.hidden:
             return
-        if isinstance(node, (types.FunctionType, types.MethodType)):
-            self._children(node, path, depth)  # its closure only
-            return
-        self.holds[id(node)] = False
-        self.nodes += 1
-        if self.nodes > _MAX_NODES:
+        self.hidden.add(id(node))
+        if len(self.hidden) > _MAX_NODES:
             raise self.error(path, "is too large to search for the tensors the function computed")
+        if isinstance(node, (types.FunctionType, types.MethodType)):
+            self._children(Visit(path, node, (), False))  # its closure only
+            return
         for referent in gc.get_referents(node):
             self._refuse_hidden(referent, path, depth + 1)
 
-    def _traced(self, tensor: torch.Tensor, path: tuple) -> bool:
+    def _traced(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` was computed inside the trace (holds a tracer that is no state)."""
         if not isinstance(tensor, Tensor):
             return False  # a CPU tensor: a concrete value, kept as it is
@@ -214,21 +200,20 @@ class _Search:
             id(storage) not in self.stateful
         )
 
-    def _shared(self, path: tuple) -> JitError:
-        return self.error(
-            path,
-            "reaches the same object holding computed tensors twice (shared or cyclic): a "
-            "copy cannot keep that sharing",
-        )
-
     def error(self, path: tuple, what: str) -> JitError:
         return JitError(
             f"{self.owner}: the returned {type(self.root).__qualname__} at {self.name()}"
-            f"{_path_text(path)} {what}. The program can only return tensors it can find and "
+            f"{path_text(path)} {what}. The program can only return tensors it can find and "
             "put back. Return tensors or a pytree of them instead, register the type with "
             "torch.utils._pytree.register_pytree_node, or, for a transformers model's "
             "cache, call it with use_cache=False."
         )
+
+
+def _insert(trie: dict, path: tuple, index: int) -> None:
+    for step in path[:-1]:
+        trie = trie.setdefault(step, {})
+    trie[path[-1]] = index
 
 
 def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ()) -> Any:
@@ -258,9 +243,9 @@ def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ())
     try:
         new = copy.copy(node)
         for (kind, name), v in values.items():
-            if kind == _ITEM:  # a dict subclass
+            if kind == ITEM:  # a dict subclass
                 new[name] = v
-            elif kind == _ATTR:
+            elif kind == ATTR:
                 new.__dict__[name] = v  # past a custom __setattr__ (a frozen dataclass)
             else:
                 object.__setattr__(new, name, v)
@@ -277,28 +262,8 @@ def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ())
 
 def _get(node: Any, step: tuple) -> Any:
     kind, key = step
-    if kind == _ITEM:
+    if kind == ITEM:
         return node[key]
-    if kind == _ATTR:
+    if kind == ATTR:
         return node.__dict__[key]
     return object.__getattribute__(node, key)
-
-
-def slot_names(cls: type) -> list[str]:
-    names = []
-    for klass in cls.__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        names.extend([slots] if isinstance(slots, str) else slots)
-    return [n for n in names if n not in ("__dict__", "__weakref__")]
-
-
-def _path_text(path: tuple) -> str:
-    text = ""
-    for kind, key in path:
-        if kind == _ITEM:
-            text += f"[{key!r}]"
-        elif kind == "hidden":
-            text += f" (inside a {key})"
-        else:
-            text += f".{key}"
-    return text

@@ -6,7 +6,7 @@ argument 'w'``). A torchlax Tensor the step reaches that the state walk did not 
 constant of the program: its value is baked in. A step that writes into such a tensor
 (``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives it a
 ``.grad`` would do so once, while it is traced, and never again: the tensor would not train or
-count. The trace watch (``_watch``, ``_constants``, ``_cpu_tensors``) finds those tensors and
+count. The trace watch (``_watch``) finds those tensors and
 puts back what they held; this module words the errors, and those for a refused
 ``backward()``, an argument requiring grad passed to a training step, and a leaked tracer.
 """
@@ -15,14 +15,12 @@ from __future__ import annotations
 
 from torchlax_core import JitError
 
-from ._constants import ChangedConstant
-from ._cpu_tensors import ChangedCpuTensor
 from ._discover import MAX_STATE_DEPTH
 from ._paths import path_to
-from ._watch import TraceWatch
+from ._watch import Changed, TraceWatch
 
 
-def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]]) -> JitError:
+def changed_constant_error(owner: str, changed: list[tuple[Changed, str]]) -> JitError:
     """The error for the constants a traced step changed, each with the path the function
     reaches it by (the first one named, the number of others said)."""
     first, path = changed[0]
@@ -54,10 +52,8 @@ def changed_constant_error(owner: str, changed: list[tuple[ChangedConstant, str]
     )
 
 
-def changed_cpu_tensor_error(
-    owner: str, changed: list[tuple[ChangedCpuTensor, str | None]]
-) -> JitError:
-    """The error for the plain CPU tensors a traced step changed (``_cpu_tensors``), each
+def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None]]) -> JitError:
+    """The error for the plain CPU tensors a traced step changed (``_watch``), each
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
     t = first.tensor
@@ -134,17 +130,17 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError
             return untrained
     named = [
         (
-            ChangedCpuTensor(
+            Changed(
                 t,
                 written=False,
                 grad_given=True,
-                seen=None,
+                first_seen=None,
                 by_backward=True,
                 call=trace.refused_call,
                 crossing=trace.refused_crossing,
-                made=trace.made(t),
+                made=trace.trace_made(t),
             ),
-            None if trace.made(t) else path_to(t, jitted.target, args, kwargs),
+            None if trace.trace_made(t) else path_to(t, jitted.target, args, kwargs),
         )
         for t in trace.refused_leaves
     ]

@@ -28,7 +28,8 @@ from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
 from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
 
-from ._holders import enterable, same_values, slot_values
+from ._walk import ABSENT as _ABSENT
+from ._walk import cell_contents, enterable, same_values, slot_values
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 
@@ -54,9 +55,6 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
-
-
-_ABSENT = object()  # an empty closure cell, a missing global or optimizer state entry
 
 
 _TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
@@ -267,16 +265,6 @@ class _Layout:
             return statics
         return tuple(_ByIdentity(s) if id(s) in holders else s for s in statics)
 
-    def snapshot_marks(self) -> tuple[int, int, int]:
-        """Where the walk's snapshot of containers and objects ends now."""
-        return len(self.dicts), len(self.lists), len(self.objects)
-
-    def drop_snapshot_since(self, marks: tuple[int, int, int]) -> None:
-        """Forget the containers and objects snapshotted since ``marks``: what the walk went
-        through there leads to no state, and re-checking it each call would follow a history
-        the loop appends to."""
-        del self.dicts[marks[0] :], self.lists[marks[1] :], self.objects[marks[2] :]
-
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
         args = [  # _arg_holders(arg_leaves), inlined: this runs on every call
@@ -377,7 +365,7 @@ class _Layout:
 
     def _cells_hold(self) -> bool:
         for cell, contents in self.cells:
-            if _cell_contents(cell) is not contents:
+            if cell_contents(cell) is not contents:
                 return False
         return True
 
@@ -612,13 +600,6 @@ def _get(mapping, key):
 
 def _values(mapping):
     return mapping.values()
-
-
-def _cell_contents(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:  # an empty cell: the variable is not bound yet
-        return _ABSENT
 
 
 def _lr_type(params) -> type:

@@ -6,23 +6,32 @@ into the program happens only in that one run, so it is watched then, through on
 registration per trace: a torch function mode (``TraceWatch``, entered around the step: it
 sees every torch call of the step), one global module forward pre-hook (it sees every
 module call), and the core's op observer (``observing_ops``: each torch function of a torchlax
-Tensor), all acting for the tracing thread only. What they see goes to four findings:
+Tensor; the watch is that observer), all acting for the tracing thread only. Each tensor it
+sees is noted once, at first sight, with what it held then (``_SeenConstant``,
+``_SeenCpu``); after the step, those it changed are listed (``Changed``) and put back
+(``restore``), so that the caller can refuse the program naming them. What it finds:
 
-- **Constants** (``ConstantWatch``, ``_constants``): the torchlax Tensors the step reached
-  that hold concrete arrays (no state); those it changed are put back and refused, those it
-  read are checked on each call (``ReadConstants``).
-
-- **Modules trained that are no state** (``ConstantModules``, ``_constant_modules``):
-  a module called whose parameters require grad and are not among the state's.
-- **Plain CPU tensors changed** (``_cpu_tensors``): each plain CPU tensor a call of the
-  step receives that the trace did not make (a result of an earlier call of the trace is its
-  own: ``tmp = torch.zeros(3); tmp.add_(1)`` is fine) is noted at first sight; after the step,
-  those whose data or ``.grad`` changed are put back and named. A ``backward()`` of the step
-  that would give such a tensor a ``.grad`` is refused before it runs (``refused_leaves``), and
-  so is a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from a traced
-  torchlax Tensor to any plain CPU tensor, the trace's own too (it cannot leave the program).
-  Those requiring grad that the step reads with grad on are kept
-  (``host_tensors_requiring_grad``): a backward after the call would give them no gradient.
+- **Constants** (``TraceWatch.constants``): the torchlax Tensors the step reached that hold
+  concrete arrays (no state: a ``cfg.mask`` the function reaches through an object its caller
+  does not treat as state), not those the traced code made. Reading one is fine: its value is
+  baked in, and checked on each call (``_constants.ReadConstants``). Changing one is not: an
+  in-place write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that ``backward()``
+  gives it would happen once, while the program is traced, leaving a value of the finished
+  trace in the user's tensor.
+- **Modules trained that are no state** (``TraceWatch.modules``, a ``ConstantModules``): a
+  module called whose parameters require grad and are not among the state's, whose
+  parameters' ``.grad``s the step changed (or a refused ``backward()`` would have): its
+  parameters are constants of the program, so it would not train.
+- **Plain CPU tensors changed** (``changed_cpu_tensors``): each plain CPU tensor a call of the
+  step receives that the trace did not make (``tmp = torch.zeros(3); tmp.add_(1)`` is fine):
+  a write into one (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one
+  happens once, on the host, while the step is traced (a counter would stop counting). A
+  ``backward()`` of the step that would give such a tensor a ``.grad`` is refused before it
+  runs (``refused_leaves``), and so is a ``backward()`` or ``torch.autograd.grad()`` that
+  would carry a gradient from a traced torchlax Tensor to any plain CPU tensor, the trace's
+  own too (it cannot leave the program). Those requiring grad that the step reads with grad on
+  are kept (``host_tensors_requiring_grad``): a backward after the call would give them no
+  gradient.
 - **Backward hooks** (``backward_hooks``): a module's backward or backward pre-hook (full or
   not, its own or PyTorch's global ones) and a hook registered on a tensor of the step
   (``h.register_hook``) run inside autograd's backward of the traced code. When the step calls
@@ -31,32 +40,32 @@ Tensor), all acting for the tracing thread only. What they see goes to four find
   PyTorch's hooks are not in it, so such calls run where the hooks run.
 
 Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
-so its handler skips torchlax Tensors first (what it costs a trace: benchmarks/README.md). One
-registration per trace means one place decides "this thread only", and one set of bookkeeping.
+so its handler skips torchlax Tensors first (what it costs a trace: benchmarks/README.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
+import weakref
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import Any
 
+import jax.core
 import torch
 from torch.nn.modules import module as _torch_module
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
-from torchlax_core import Tensor
-from torchlax_core.internal import observing_ops
+from torchlax_core import JitError, Tensor
+from torchlax_core.internal import array_of, observing_ops, rebind, storage_of, view_getter
 
-from ._constant_modules import ConstantModules
-from ._constants import ConstantWatch
-from ._cpu_tensors import (
-    ChangedCpuTensor,
-    SeenCpuTensor,
-    changed,
-    host_targets_of_traced_roots,
-    leaves_given_grads,
-    restore,
-)
+from ._constants import ReadConstants
+from ._discover import MAX_STATE_DEPTH
+from ._paths import path_to
+
+# A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
+_storage_of: Callable[[Tensor], Any] = storage_of
 
 _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
 _REGISTER_HOOK = torch.Tensor.register_hook
@@ -83,6 +92,219 @@ class RefusedBackward(RuntimeError):
     naming them (``TraceWatch.refused_leaves``)."""
 
 
+class _SeenConstant:
+    """A constant as first seen: the tensor (weakly: a tensor the traced code made and
+    dropped is no one's constant), its storage, view and array, and its ``.grad``'s."""
+
+    __slots__ = ("ref", "storage", "view", "array", "layout", "grad", "grad_storage", "grad_array")
+
+    def __init__(self, t: Tensor):
+        self.ref = weakref.ref(t)
+        self.storage = _storage_of(t)
+        self.view = view_getter(t)
+        self.array = self.storage.array
+        self.layout = (tuple(t.shape), t.stride(), t.storage_offset())
+        grad = t.grad if t.is_leaf else None
+        self.grad = grad
+        self.grad_storage = _storage_of(grad) if isinstance(grad, Tensor) else None
+        self.grad_array = None if self.grad_storage is None else self.grad_storage.array
+
+    def named(self, t: Tensor) -> Tensor:
+        return t
+
+    def written(self, t: Tensor) -> bool:
+        return _storage_of(t) is not self.storage or self.storage.array is not self.array
+
+    def grad_changed(self, t: Tensor) -> bool:
+        grad = t.grad if t.is_leaf else None
+        return grad is not self.grad or (
+            self.grad_storage is not None and self.grad_storage.array is not self.grad_array
+        )
+
+    def put_back(self, t: Tensor, written: bool, grad_given: bool) -> None:
+        with torch._C.DisableTorchFunctionSubclass():
+            if written:
+                if _storage_of(t) is not self.storage:  # ``t.data = other``: its metadata
+                    shape, stride, offset = self.layout
+                    alias = torch.as_strided(Tensor(self.array), shape, stride, offset)
+                    torch.Tensor.data.__set__(t, alias)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
+                rebind(t, self.storage, self.view)
+                self.storage.array = self.array
+                self.storage.exclusive = False  # (never donated: the user holds it)
+            if grad_given:
+                if self.grad_storage is not None:
+                    self.grad_storage.array = self.grad_array
+                t.grad = self.grad
+
+
+class _SeenCpu:
+    """A plain CPU tensor as first seen: the tensor (weakly), its version counter, an alias
+    of its data (the storage and layout ``t.data = other`` would replace), a copy of its
+    value, its ``.grad`` and that ``.grad``'s version counter and value (a ``.grad`` can be
+    written in place: ``backward()`` accumulates into it)."""
+
+    __slots__ = ("ref", "origin", "version", "alias", "value", "grad", "grad_version", "grad_value")
+
+    def __init__(self, t: torch.Tensor, origin: Callable | None = None):
+        # (``t.data`` is a temporary: held here, so that a write through it is still seen)
+        self.ref: Callable = weakref.ref(t) if origin is None else lambda: t
+        self.origin = origin  # for ``t.data``: t (the tensor to name)
+        self.version = _version(t)
+        with torch.no_grad():
+            self.alias = t.detach()
+            self.value = self.alias.clone()
+            self.grad = t.grad if t.is_leaf else None
+            self.grad_version = -1 if self.grad is None else _version(self.grad)
+            self.grad_value = None if self.grad is None else self.grad.clone()
+
+    def named(self, t: torch.Tensor) -> torch.Tensor:
+        origin = self.origin() if self.origin is not None else None
+        return t if origin is None else origin
+
+    def written(self, t: torch.Tensor) -> bool:
+        return _version(t) != self.version or not _same_data(t, self.alias)
+
+    def grad_changed(self, t: torch.Tensor) -> bool:
+        grad = t.grad if t.is_leaf else None
+        return grad is not self.grad or (grad is not None and _version(grad) != self.grad_version)
+
+    def put_back(self, t: torch.Tensor, written: bool, grad_given: bool) -> None:
+        with torch.no_grad():
+            if written:
+                if not _same_data(t, self.alias):  # ``t.data = other``
+                    t.data = self.alias
+                self.alias.copy_(self.value)
+            if grad_given:
+                t.grad = self.grad
+                grad, value = self.grad, self.grad_value
+                if grad is not None and value is not None and _version(grad) != self.grad_version:
+                    grad.copy_(value)
+
+
+@dataclasses.dataclass(slots=True)
+class Changed:
+    """A tensor the traced step changed: ``tensor`` (a torchlax Tensor for a constant), and
+    whether its data (``written``: in place, or through ``.data``) or its ``.grad``
+    (``grad_given``: given, replaced or written in place) changed; ``first_seen``, what it held
+    then (None: nothing to put back). For a plain CPU tensor: ``by_backward``, a
+    ``backward()`` or ``torch.autograd.grad()`` of the step (``call``) was refused before it
+    ran, so nothing changed: it would give the tensor a ``.grad``, or (``crossing``) carry a
+    gradient from the traced program to it; ``made``: the trace made the tensor itself (no
+    path of the function's reaches it)."""
+
+    tensor: Any
+    written: bool
+    grad_given: bool
+    first_seen: _SeenConstant | _SeenCpu | None
+    by_backward: bool = False
+    call: str = "backward()"
+    crossing: bool = False
+    made: bool = False
+
+
+def _changed(seen: Iterable[_SeenConstant | _SeenCpu | None]) -> list[Changed]:
+    """Those of the ``seen`` tensors still alive whose data or ``.grad`` changed since (first
+    seen first)."""
+    found = []
+    with torch._C.DisableTorchFunctionSubclass():
+        for s in seen:
+            t = None if s is None else s.ref()
+            if s is None or t is None:
+                continue
+            written, grad_given = s.written(t), s.grad_changed(t)
+            if written or grad_given:
+                found.append(Changed(s.named(t), written, grad_given, s))
+    return found
+
+
+def restore(changed: list[Changed]) -> None:
+    """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
+    for c in changed:
+        seen = c.first_seen
+        t = None if seen is None else seen.ref()
+        if seen is not None and t is not None:
+            seen.put_back(t, c.written, c.grad_given)
+
+
+class _Constants:
+    """The constants the trace reached (``TraceWatch.constants``; see the module docstring)."""
+
+    def __init__(self, seen: dict[int, _SeenConstant | None]):
+        self._seen = seen
+
+    def changed(self) -> list[Changed]:
+        """The constants still alive whose data or ``.grad`` the traced code changed (first
+        seen first). Among them may be tensors the traced code made from host data (an
+        optimizer's new step count: a factory op is no op of the trace to see) and kept
+        where the program returns it from: the caller tells those apart."""
+        return _changed(self._seen.values())
+
+    restore = staticmethod(restore)
+
+    def requiring_grad(self) -> list[Tensor]:
+        """The constants still alive that the traced code read and that require grad (first
+        seen first): a backward of the program (its vjp) gives a constant no gradient, where
+        eager PyTorch's backward would give it one."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return [t for _, t in self._alive() if t.requires_grad]
+
+    def read(self) -> ReadConstants | None:
+        """The constants still alive that the traced code read and left as they were (None
+        if there are none), to check on each call that they still are (``ReadConstants``)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            kept = [s for s, t in self._alive() if not s.written(t)]
+        return ReadConstants(kept) if kept else None
+
+    def _alive(self) -> Iterator[tuple[_SeenConstant, Tensor]]:
+        for seen in self._seen.values():
+            if seen is not None:
+                t = seen.ref()
+                if t is not None:
+                    yield seen, t
+
+
+class ConstantModules:
+    """The modules a trace called whose parameters are no state: ``called(module)`` for each
+    module's first call, then ``error(...)`` after the step ran."""
+
+    def __init__(self, state_parameters: set[int]):
+        self._known = state_parameters  # ids of the state's parameters
+        self._noted: set[int] = set()  # ids of the parameters noted (shared ones once)
+        self._watched: list = []  # (module, parameter, its .grad before the step)
+
+    def called(self, module: torch.nn.Module) -> None:
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in self._known and id(p) not in self._noted:
+                self._noted.add(id(p))
+                self._watched.append((module, p, p.grad))
+
+    def error(
+        self, owner: str, target, args: tuple, kwargs: dict, refused: Collection[int] = ()
+    ) -> JitError | None:
+        """The error to raise if the step gave a watched parameter a new ``.grad`` (read
+        before the constants' watch puts the old ``.grad``s back), or a refused ``backward()``
+        would have (``refused``: the ids of the leaves it would have given one), else None."""
+        for module, p, grad in self._watched:
+            if p.grad is not grad or id(p) in refused:
+                path = path_to(module, target, args, kwargs)
+                where = (
+                    "called inside the step (the function does not reach it within the search)"
+                    if path is None
+                    else f"at {path}"
+                )
+                return JitError(
+                    f"{owner}: the step computes gradients for the parameters of the "
+                    f"{type(module).__name__} {where}, which is not part of the compiled "
+                    "step's state: its parameters would be constants of the program, and it "
+                    "would not train. torchlax.jit finds modules and optimizers the function "
+                    "closes over, names as globals or receives as arguments, and those these "
+                    "hold in lists, tuples, dicts and objects' attributes, up to "
+                    f"{MAX_STATE_DEPTH} levels deep. Close over the module (or its optimizer) directly, or pass it as "
+                    "an argument of the jitted function."
+                )
+        return None
+
+
 class TraceWatch(TorchFunctionMode):
     """The watch over one trace (see the module docstring): enter it around the step, then
     read its findings. ``state_parameters``: the ids of the state's parameters."""
@@ -91,8 +313,12 @@ class TraceWatch(TorchFunctionMode):
         super().__init__()
         self._thread = threading.get_ident()
         self.modules = ConstantModules(state_parameters)
-        # id -> SeenCpuTensor of a CPU tensor the trace did not make; None for one it made
-        self._seen: dict[int, SeenCpuTensor | None] = {}
+        # id -> _SeenCpu of a CPU tensor the trace did not make; None for one it made
+        self._seen: dict[int, _SeenCpu | None] = {}
+        # id -> _SeenConstant of a torchlax Tensor holding a concrete array; None for one that
+        # holds a tracer or that the traced code made (ids stay unique: a constant outlives
+        # the trace it is seen in)
+        self._constants: dict[int, _SeenConstant | None] = {}
         # Whether a CPU tensor of the trace requires grad (one noted, or one the trace made):
         # only then can a backward() or autograd.grad() reach a CPU tensor
         self._grad_on_host = False
@@ -111,9 +337,9 @@ class TraceWatch(TorchFunctionMode):
         self._called_modules: set[int] = set()
         self._module_handle = None
         # The torchlax Tensors the step reached that hold concrete arrays (its constants),
-        # seen through the core's op observer while the watch is entered
-        self.constants = ConstantWatch()
-        self._observing = observing_ops(self.constants)
+        # seen through the core's op observer (``see``, ``made``) while the watch is entered
+        self.constants = _Constants(self._constants)
+        self._observing = observing_ops(self)
 
     def __enter__(self):
         self._observing.__enter__()
@@ -135,14 +361,15 @@ class TraceWatch(TorchFunctionMode):
 
     # -- findings --------------------------------------------------------------------------
 
-    def changed_cpu_tensors(self) -> list[ChangedCpuTensor]:
+    def changed_cpu_tensors(self) -> list[Changed]:
         """The CPU tensors still alive whose data or ``.grad`` the traced step changed."""
-        return changed(self._seen.values())
+        return _changed(self._seen.values())
 
-    @staticmethod
-    def restore(changed: list[ChangedCpuTensor]) -> None:
-        """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
-        restore(changed)
+    restore = staticmethod(restore)
+
+    def trace_made(self, t: torch.Tensor) -> bool:
+        """Whether the trace made the CPU tensor ``t`` (a result of one of its calls)."""
+        return id(t) in self._seen and self._seen[id(t)] is None
 
     # -- what the watch sees ---------------------------------------------------------------
 
@@ -185,7 +412,7 @@ class TraceWatch(TorchFunctionMode):
                 # write through it (``t.data.add_(1)``) is t's, and seen as such.
                 origin = self._seen.get(id(args[0]))
                 if origin is not None:
-                    self._seen[id(result)] = SeenCpuTensor(result, origin.ref)
+                    self._seen[id(result)] = _SeenCpu(result, origin.ref)
                 return result
             self._seen.setdefault(id(result), None)  # the trace's own tensor
         elif type(result) is tuple or type(result) is list:
@@ -212,7 +439,7 @@ class TraceWatch(TorchFunctionMode):
                     self._note(a)
 
     def _note(self, t: torch.Tensor) -> None:
-        self._seen[id(t)] = SeenCpuTensor(t)
+        self._seen[id(t)] = _SeenCpu(t)
         if t.requires_grad:
             self._grad_on_host = True
             if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
@@ -229,7 +456,9 @@ class TraceWatch(TorchFunctionMode):
         bound = inspect.signature(func).bind(*args, **kwargs).arguments
         roots, inputs = bound.get(roots_name, ()), bound.get(inputs_name)
         call = _CALL_NAMES.get(func, "backward()")
-        leaves = [] if func is _AUTOGRAD_GRAD else leaves_given_grads(roots, inputs, self.made)
+        leaves = (
+            [] if func is _AUTOGRAD_GRAD else leaves_given_grads(roots, inputs, self.trace_made)
+        )
         crossing = not leaves
         if crossing:
             leaves = host_targets_of_traced_roots(roots, inputs)
@@ -243,10 +472,127 @@ class TraceWatch(TorchFunctionMode):
                 "jit names the tensor)."
             )
 
-    def made(self, t: torch.Tensor) -> bool:
-        """Whether the trace made ``t`` (a result of one of its calls)."""
-        return id(t) in self._seen and self._seen[id(t)] is None
+    # -- the core's op observer (each torch function of a torchlax Tensor) ----------------
+
+    def see(self, args: tuple, kwargs: dict | None) -> None:
+        """Note the constants among an op's tensor arguments (and its lists' tensors)."""
+        seen = self._constants
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(a, Tensor):
+                if id(a) not in seen:
+                    seen[id(a)] = _first_sight(a)
+            elif type(a) is list or type(a) is tuple:
+                for t in a:
+                    if isinstance(t, Tensor) and id(t) not in seen:
+                        seen[id(t)] = _first_sight(t)
+
+    def made(self, result) -> None:
+        """An op's results are the traced code's own, never constants of the program (an op
+        of constants can give a concrete result: the eager op cache computes it)."""
+        seen = self._constants
+        if isinstance(result, Tensor):
+            seen.setdefault(id(result), None)
+        elif type(result) is tuple or type(result) is list:
+            for r in result:
+                if isinstance(r, Tensor):
+                    seen.setdefault(id(r), None)
+
+
+def _first_sight(t: Tensor) -> _SeenConstant | None:
+    if isinstance(_storage_of(t).array, jax.core.Tracer):
+        return None  # an input of the program, or a value the traced code computed
+    with torch._C.DisableTorchFunctionSubclass():
+        return _SeenConstant(t)
 
 
 def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
+
+
+def leaves_given_grads(roots, inputs, made: Callable[[torch.Tensor], bool]) -> list[torch.Tensor]:
+    """The plain CPU leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would
+    give a ``.grad``, but those ``made`` by the trace itself; found by walking the roots'
+    autograd graph before it runs."""
+    leaves, _ = _reached(roots)
+    if inputs is not None:
+        wanted = {id(t) for t in _tensors(inputs)}
+        leaves = {k: t for k, t in leaves.items() if k in wanted}
+    return [t for t in leaves.values() if is_plain_cpu(t) and not made(t)]
+
+
+def host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
+    """The plain CPU tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of
+    ``roots`` would carry a gradient from a traced torchlax Tensor among them: ``inputs``
+    where given (leaves or not), else every leaf reached. Such a gradient would have to leave
+    the traced program for the host while the step is traced, which it cannot (the backward
+    of the device copy fails with an unnamed "Unable to cast")."""
+    traced = [r for r in _tensors(roots) if isinstance(r, Tensor) and _is_traced(r)]
+    if not traced:
+        return []
+    leaves, nodes = _reached(traced)
+    if inputs is None:
+        targets = list(leaves.values())
+    else:
+        targets = [
+            t
+            for t in _tensors(inputs)
+            if id(t) in leaves or (t.grad_fn is not None and t.grad_fn in nodes)
+        ]
+    return [t for t in targets if is_plain_cpu(t)]
+
+
+def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
+    """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches."""
+    reached: dict[int, torch.Tensor] = {}
+    stack = []
+    for r in _tensors(roots):
+        if r.grad_fn is not None:
+            stack.append(r.grad_fn)
+        elif r.requires_grad:  # ``w.backward(...)`` of a leaf itself
+            reached[id(r)] = r
+    visited: set = set()
+    while stack:
+        node = stack.pop()
+        if node in visited:
+            continue
+        visited.add(node)
+        leaf = getattr(node, "variable", None)  # (an AccumulateGrad node: a leaf's)
+        if isinstance(leaf, torch.Tensor):
+            reached[id(leaf)] = leaf
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return reached, visited
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    """The tensors of a backward's roots or inputs: a tensor, a sequence, or (for
+    ``torch.autograd.grad``'s inputs) a dict of them; a GradientEdge is not followed."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, dict):
+        values = values.values()
+    return [t for t in values if isinstance(t, torch.Tensor)]
+
+
+def _is_traced(t: Tensor) -> bool:
+    return isinstance(array_of(t), jax.core.Tracer)
+
+
+def is_plain_cpu(t) -> bool:
+    """Whether ``t`` is a plain CPU ``torch.Tensor`` (not a torchlax Tensor)."""
+    return isinstance(t, torch.Tensor) and not isinstance(t, Tensor) and t.device.type == "cpu"
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor: it cannot be written outside inference mode
+        return -1
+
+
+def _same_data(t: torch.Tensor, alias: torch.Tensor) -> bool:
+    return bool(
+        t.untyped_storage().data_ptr() == alias.untyped_storage().data_ptr()
+        and t.shape == alias.shape
+        and t.stride() == alias.stride()
+        and t.storage_offset() == alias.storage_offset()
+    )

@@ -1,0 +1,308 @@
+"""What a step reaches: the one object walker, and its rules of what it enters.
+
+A walk starts from named roots (what a function can name: ``function_roots``; the call's
+arguments; a returned object) and yields each object met once, with its path from a root
+(``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth first or breadth
+first, within a depth and a node budget. Where it goes from an object is a rule of its
+consumer: ``reached`` (what a function reaches: containers, the plain objects ``enterable``
+says, a module's parts and public attributes, the functions met and what they name) or
+another (``_objects``: what a returned object holds). It never enters ``ATOMS`` (values that
+hold no tensor) nor tensors.
+
+Its consumers: the state walk (``_discover``, which also keeps a snapshot of what it read,
+and reads these rules: ``function_cells``, ``global_names``, ``fields``, ``enterable``),
+the paths that errors name things by (``_paths``) and the tensors inside returned objects
+(``_objects``).
+"""
+
+from __future__ import annotations
+
+import dis
+import enum
+import functools
+import logging
+import operator
+import threading
+import types
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import jax
+import jax.core
+import numpy as np
+import torch
+
+from .._object_nodes import TENSORLESS
+
+# Values that hold no tensor: never entered (functional's object pytrees share the list).
+ATOMS = (
+    *TENSORLESS,
+    np.ndarray,
+    np.generic,
+    jax.Array,  # a concrete one: a tracer (also a jax.Array) is yielded, never entered
+)
+
+# A path is a tuple of steps (kind, key): a root's name, an item, an attribute, a slot, or
+# where a value hides from Python (``_objects``).
+ROOT, ITEM, ATTR, SLOT, HIDDEN = "root", "item", "attribute", "slot", "hidden"
+
+
+class Visit(NamedTuple):
+    """One object met: its path, the objects along it (the root first, not ``value``), and
+    whether it was met before by another path (``again``: then it is not entered)."""
+
+    path: tuple
+    value: Any
+    holders: tuple
+    again: bool
+
+
+def walk(
+    roots: Iterable[tuple[tuple, Any]],
+    children: Callable[[Visit], Iterable[tuple[tuple, Any]]],
+    *,
+    max_depth: int,
+    max_nodes: int,
+    breadth: bool = False,
+    too_far: Callable[[Visit], None] | None = None,
+) -> Iterator[Visit]:
+    """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once
+    (an object met again is yielded with ``again`` and not entered), in depth-first order
+    (each object's children in their order) or, with ``breadth``, nearest first. Atoms are
+    not yielded. An object whose path has ``max_depth`` steps, or any once ``max_nodes``
+    objects were met, is not entered (``too_far`` is told of it: it may raise)."""
+    seen: set[int] = set()
+    pending = deque(Visit(path, value, (), False) for path, value in roots)
+    if not breadth:
+        pending.reverse()
+    take = pending.popleft if breadth else pending.pop
+    while pending:
+        visit = take()
+        value = visit.value
+        if isinstance(value, ATOMS) and not isinstance(value, jax.core.Tracer):
+            continue
+        if id(value) in seen:
+            yield visit._replace(again=True)
+            continue
+        seen.add(id(value))
+        yield visit
+        if isinstance(value, torch.Tensor | jax.core.Tracer):
+            continue
+        if len(visit.path) >= max_depth or len(seen) > max_nodes:
+            if too_far is not None:
+                too_far(visit)
+            continue
+        holders = (*visit.holders, value)
+        following = [
+            Visit((*visit.path, step), child, holders, False) for step, child in children(visit)
+        ]
+        pending.extend(following if breadth else reversed(following))
+
+
+def reached(visit: Visit) -> list[tuple[tuple, Any]]:
+    """What a function reaches from ``visit.value``: a list's or tuple's items, a dict's
+    values, an entered object's attributes (``fields``), a module's submodules, parameters,
+    buffers and public attributes, and what a function met names (``function_roots``: a
+    helper the step calls, and what it closes over)."""
+    value = visit.value
+    if isinstance(value, torch.nn.Module):
+        named = [
+            *value._modules.items(),
+            *value._parameters.items(),
+            *value._buffers.items(),
+            *((n, v) for n, v in vars(value).items() if not n.startswith("_") and n != "training"),
+        ]
+        return [((ATTR, n), v) for n, v in named if v is not None]
+    if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
+        return function_roots(value)
+    if is_container(value):
+        return items(value)
+    return fields(value) if enterable(value) else []
+
+
+def function_roots(fn) -> list[tuple[tuple, Any]]:
+    """What ``fn`` names: a partial's arguments, a bound method's object, a module's
+    ``self``, its closure cells, the globals its code reads and its default arguments."""
+    roots: list = []
+    if isinstance(fn, functools.partial):
+        roots += [((ROOT, f"partial argument {i}"), a) for i, a in enumerate(fn.args)]
+        roots += [((ROOT, f"partial argument {k!r}"), a) for k, a in fn.keywords.items()]
+        fn = fn.func
+    if isinstance(fn, types.MethodType):
+        roots.append(((ROOT, "self"), fn.__self__))
+        fn = fn.__func__
+    if isinstance(fn, torch.nn.Module):
+        roots.append(((ROOT, "self"), fn))
+        fn = type(fn).forward
+    if isinstance(fn, types.FunctionType):
+        for name, cell in function_cells(fn):
+            value = cell_contents(cell)
+            if value is not ABSENT:
+                roots.append(((ROOT, name), value))
+        names = global_names(fn.__code__)
+        roots += [((ROOT, n), fn.__globals__[n]) for n in names if n in fn.__globals__]
+        roots += [((ROOT, n), v) for n, v in default_arguments(fn)]
+    return roots
+
+
+def default_arguments(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """``fn``'s default arguments, positional then keyword-only, each with its name in words
+    (``default argument 'w'``)."""
+    code, defaults = fn.__code__, fn.__defaults__ or ()
+    named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
+    kwdefaults = (fn.__kwdefaults__ or {}).items()
+    return [
+        (f"default argument {n!r}", v) for n, v in (*zip(named, defaults, strict=True), *kwdefaults)
+    ]
+
+
+def function_cells(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """``fn``'s closure cells, each with the name of its variable."""
+    return list(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
+
+
+def cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell: the variable is not bound yet
+        return ABSENT
+
+
+# The instructions that read a global (``LOAD_NAME``: in a class body the function defines).
+_GLOBAL_READS = {"LOAD_GLOBAL", "LOAD_NAME"}
+
+
+@functools.cache
+def global_names(code: types.CodeType) -> tuple[str, ...]:
+    """The globals ``code`` (and the functions, lambdas and classes it defines) reads. Not
+    ``co_names``: that holds the attribute names too (``out.loss`` would take a global
+    ``loss`` the function never reads for one it reaches)."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_READS]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(global_names(const))
+    return tuple(dict.fromkeys(names))
+
+
+def is_container(value) -> bool:
+    """A list (exactly: a subclass may compute its items), a tuple (a namedtuple too) or a
+    dict (an OrderedDict, a defaultdict too)."""
+    return type(value) is list or isinstance(value, tuple | dict)
+
+
+def items(container) -> list[tuple[tuple, Any]]:
+    """A list's or tuple's items or a dict's values, with their steps."""
+    if isinstance(container, dict):
+        return [((ITEM, k), v) for k, v in container.items()]
+    return [((ITEM, i), v) for i, v in enumerate(container)]
+
+
+# Python marks the types its class statement creates (and C types built the same way) as heap
+# types; a static C type's instance dict, where it has one, is the type's business.
+_HEAP_TYPE = 1 << 9
+
+# Objects with attributes a function's walk does not enter, though they are Python objects:
+# - data pipelines: a dataset's samples and a loader's iterators and workers are data, not
+#   state, and can be large (a dataset holding a list of every sample);
+# - loggers: a logger reaches the logging manager, and through it every logger of the process;
+# - threads: a thread's target and arguments belong to another thread's work;
+# - JAX arrays: C++ objects (a heap type without attributes to read);
+# - what the walk handles itself, or that holds no state of its own: modules, optimizers,
+#   schedulers, tensors (state), classes, Python modules, enum members, and functions and
+#   methods (the walk follows the jitted function's closures and globals and those of the
+#   functions they hold, not every callback an object keeps: its globals reach the program).
+_NOT_ENTERED = (
+    torch.utils.data.DataLoader,
+    torch.utils.data.Dataset,
+    logging.Logger,
+    logging.Handler,
+    threading.Thread,
+    jax.Array,
+    torch.nn.Module,
+    torch.optim.Optimizer,
+    torch.optim.lr_scheduler.LRScheduler,
+    torch.Tensor,
+    type,
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.ModuleType,
+    enum.Enum,
+)
+
+
+def enterable(obj: Any) -> bool:
+    """Whether a function's walk enters ``obj``'s attributes: an instance of a class written
+    in Python (or a ``SimpleNamespace``: a trainer, a config, a dataclass) that is none of
+    ``_NOT_ENTERED``."""
+    cls = type(obj)
+    if cls is types.SimpleNamespace:
+        return True
+    return bool(cls.__flags__ & _HEAP_TYPE) and not isinstance(obj, _NOT_ENTERED)
+
+
+def fields(obj: Any) -> list[tuple[tuple, Any]]:
+    """``obj``'s attributes (its instance ``__dict__``, when a plain dict) and the slots its
+    classes declare that are set, with their steps."""
+    attrs, slots = attributes(obj)
+    found = [((ATTR, k), v) for k, v in (attrs or {}).items()]
+    for name, value in zip(slots, slot_values(obj, slots), strict=True):
+        if value is not ABSENT:
+            found.append(((SLOT, name), value))
+    return found
+
+
+def attributes(obj: Any) -> tuple[dict | None, tuple[str, ...]]:
+    """``obj``'s instance dict (None if it has none, or one that is not a plain dict) and the
+    names of the ``__slots__`` its classes declare."""
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        attrs = None
+    if type(attrs) is not dict:
+        attrs = None
+    return attrs, tuple(slot_names(type(obj)))
+
+
+def slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names.extend([slots] if isinstance(slots, str) else slots)
+    return [n for n in names if n not in ("__dict__", "__weakref__")]
+
+
+def slot_values(obj: Any, names: tuple[str, ...]) -> tuple:
+    """The values of ``obj``'s slots ``names`` (``ABSENT`` for an unset one), read past any
+    ``__getattribute__`` of the class."""
+    values = []
+    for name in names:
+        try:
+            values.append(object.__getattribute__(obj, name))
+        except AttributeError:
+            values.append(ABSENT)
+    return tuple(values)
+
+
+ABSENT = object()  # an unset slot, an empty closure cell
+
+
+def same_values(now: tuple, then: tuple) -> bool:
+    """Whether two tuples of values hold the same objects (by identity)."""
+    return len(now) == len(then) and all(map(operator.is_, now, then))
+
+
+def path_text(path: tuple) -> str:
+    """A path in words: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``."""
+    text = ""
+    for kind, key in path:
+        if kind == ROOT:
+            text += f" -> {key}" if text else str(key)
+        elif kind == ITEM:
+            text += f"[{key!r}]"
+        elif kind == HIDDEN:
+            text += f" (inside a {key})"
+        else:
+            text += f".{key}"
+    return text
