@@ -131,3 +131,41 @@ def test_checked_program_raises_before_returning(env):
     x, i = jnp.arange(3.0), jnp.asarray([5])
     with pytest.raises(IndexError):
         program(signature([x, i]), x, i)
+
+
+def test_a_compilation_ahead_is_waited_for_by_the_calls_that_need_it(env):
+    program = CompiledProgram("double", _double, env=env)
+    x = jnp.ones(5, jnp.float32)
+    entry = program.entry(signature([x]), [x])
+    entry.compile_ahead()
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(program.run(entry, x))) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert entry.wait_compiled() is None
+    for out in results:
+        np.testing.assert_array_equal(out[0], 2 * np.ones(5))
+    assert (program.traces, program.compilations, len(results)) == (1, 1, 3)
+
+
+def test_a_failed_compilation_ahead_is_raised_by_the_call_that_needs_it(env, monkeypatch):
+    program = CompiledProgram("double", _double, env=env)
+    x = jnp.ones(3, jnp.float32)
+    entry = program.entry(signature([x]), [x])
+
+    def refused(self, *args, **kwargs):
+        raise RuntimeError("XLA refused it")
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", refused)
+    entry.compile_ahead()
+    assert isinstance(entry.wait_compiled(), RuntimeError)  # waited for; the error stays
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="XLA refused it"):
+        program.run(entry, x)
+    assert program.compilations == 0
+    np.testing.assert_array_equal(program.run(entry, x)[0], 2 * np.ones(3))  # compiled again
+    assert program.compilations == 1

@@ -113,6 +113,8 @@ RESUMED = """
             assert list(model.parameters()) == params   # the same Parameter objects, in place
             restored = layouts(model, opt)
             resumed[way] = {"losses": [run(step, 2), run(step, 3)], "layouts": restored}
+            if jit:   # the first call's program is the steady one (no .grads in): one compile
+                resumed[way]["compilations"] = step.compilations
     print(json.dumps(resumed))
 """
 
@@ -128,6 +130,7 @@ def test_save_restore_in_a_fresh_process_resumes_with_identical_losses(tmp_path)
     for way in ("dcp", "orbax"):  # eager steps, torchlax.jit steps
         assert second[way]["losses"] == first[way]["losses"][2:], way  # bit for bit
         assert second[way]["layouts"] == first[way]["layouts"], way
+    assert second["orbax"]["compilations"] == 1
 
 
 def test_load_state_dict_and_copy_keep_the_destinations_layout():

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 import torchlax
 from torch import nn
+from torch.utils._pytree import tree_map_only
+from torchlax_interop.jit import _first_call
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -81,3 +83,125 @@ def test_first_call_compiles_at_most_5_programs_and_later_calls_none(name, batch
         assert list(state) == list(ref_state)  # the entries PyTorch creates, in its order
         for key, w in ref_state.items():
             torch.testing.assert_close(state[key].cpu(), w, rtol=1e-10, atol=1e-10, msg=key)
+
+
+def test_a_resumed_step_compiles_one_program_and_goes_on_bit_for_bit():
+    # A process resuming from a checkpoint: optimizer state restored, no .grads. Its first
+    # call's program (no .grads in) is the steady step's too (which discards the .grads the
+    # first call left, zero_grad setting them to None first): one program, not two.
+    g = torch.Generator().manual_seed(1)
+    data = [
+        (torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(4)
+    ]
+    data = [(torchlax.from_torch(x), torchlax.from_torch(y)) for x, y in data]
+
+    def build():
+        with torchlax.enable():
+            model = _model(False).to("jax")
+        opt = OPTIMIZERS["adamw"](model.parameters())
+        return model, opt, torchlax.jit(_step_fn(model, opt))
+
+    model, opt, step = build()
+    losses = [step(*batch) for batch in data[:2]]
+    with torchlax.enable():  # (saved through the CPU, restored onto the jax device)
+        checkpoint = tree_map_only(
+            torch.Tensor, lambda t: t.cpu().to("jax"), (model.state_dict(), opt.state_dict())
+        )
+    losses += [step(*batch) for batch in data[2:]]
+
+    model, opt, step = build()  # another process, restored
+    with torchlax.enable():
+        model.load_state_dict(checkpoint[0])
+        opt.load_state_dict(checkpoint[1])
+    assert all(p.grad is None for p in model.parameters())
+    per_call, resumed = [], []
+    for batch in data[2:]:
+        before = _compiles[0]
+        resumed.append(step(*batch))
+        per_call.append(_compiles[0] - before)
+    assert step.compilations == 1, step.compilations  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
+    assert per_call[1] == 0, per_call
+    for got, want in zip(resumed, losses[2:], strict=True):
+        assert torch.equal(got.cpu(), want.cpu()), (got, want)  # bit for bit
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_a_first_call_interrupted_while_the_steady_step_is_traced_leaves_the_state_as_before(
+    exc, monkeypatch
+):
+    # The steady step is traced over stand-ins of the state the first call creates: an
+    # interruption there puts everything back (an error too, and the call then runs
+    # eagerly), and the next calls run as eager PyTorch's.
+    ref = _model(False)
+    ref_opt = OPTIMIZERS["adamw"](ref.parameters())
+    with torchlax.enable():
+        model = copy.deepcopy(ref).to("jax")
+        opt = OPTIMIZERS["adamw"](model.parameters())
+    reference, compiled = _step_fn(ref, ref_opt), torchlax.jit(_step_fn(model, opt))
+    before = [p.detach().cpu().clone() for p in model.parameters()]
+    compile_ahead = _first_call._compile_ahead
+    seen = []
+
+    def interrupted(jitted, args, kwargs, mode):
+        if mode is _first_call.FIRST:
+            return compile_ahead(jitted, args, kwargs, mode)
+        seen.append([sorted(opt.state[p]) for p in model.parameters()])  # the stand-ins
+        raise exc("interrupted")
+
+    monkeypatch.setattr(_first_call, "_compile_ahead", interrupted)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+    if exc is KeyboardInterrupt:
+        with pytest.raises(exc, match="interrupted"):
+            compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+    else:  # an error: put back, then the first call runs eagerly (as a refused trace does)
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    monkeypatch.undo()
+    assert seen == [[["exp_avg", "exp_avg_sq", "step"]] * 4]
+    if exc is KeyboardInterrupt:
+        assert all(not opt.state[p] and p.grad is None for p in model.parameters())
+        for p, b in zip(model.parameters(), before, strict=True):
+            assert torch.equal(p.detach().cpu(), b)
+    for _ in range(3):
+        x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+        want = reference(x, y)
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-10, atol=1e-10)
+
+
+def test_a_resumed_step_that_branches_on_a_grad_being_none_keeps_two_programs():
+    # Before zero_grad, this step reads whether a .grad is None (not its value): with the
+    # .grads the first call left it computes another program than without them.
+    torch.manual_seed(0)
+    ref = nn.Linear(3, 2)
+    ref_opt = OPTIMIZERS["sgd-momentum"](ref.parameters())
+    ref_opt.step()  # (no .grads: a momentum-less no-op; the state is created below)
+    with torchlax.enable():
+        model = copy.deepcopy(ref).to("jax")
+        opt = OPTIMIZERS["sgd-momentum"](model.parameters())
+    for o, params in ((ref_opt, ref.parameters()), (opt, model.parameters())):
+        for p in params:  # resumed: momentum buffers restored, no .grads
+            o.state[p]["momentum_buffer"] = torch.ones_like(p)
+
+    def step_fn(model, opt):
+        def step(x):
+            scale = 0.5 if model.weight.grad is None else 2.0
+            opt.zero_grad()
+            (model(x).square().sum() * scale).backward()
+            opt.step()
+            return model.weight.detach().sum()
+
+        return step
+
+    reference, compiled = step_fn(ref, ref_opt), torchlax.jit(step_fn(model, opt))
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(4, 3, generator=g)
+        want = reference(x)
+        got = compiled(torchlax.from_torch(x))
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    assert compiled.compilations == 2  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)

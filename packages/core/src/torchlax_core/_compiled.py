@@ -73,6 +73,7 @@ class Entry:
         "_unused_key",
         "_program",
         "precision",
+        "_pending",
     )
 
     def __init__(
@@ -94,6 +95,8 @@ class Entry:
         self._traced = traced  # jax's Traced stage, until compiled
         self._jitted = jitted  # the jax.jit function (the fallback for inputs on other devices)
         self._executable = None
+        # A compilation running in another thread (``CompiledProgram.compile_ahead``)
+        self._pending: _Pending | None = None
         # The executable's C++ launcher, once its first call made it (see ``launch_directly``)
         self._launch: Callable | None = None
         self.info = info
@@ -122,6 +125,27 @@ class Entry:
         if executable is None:
             executable = self._program._compile(self)
         return executable
+
+    def result_shapes(self) -> Any:
+        """The pytree of ``jax.ShapeDtypeStruct`` its program returns (weak types included), read
+        from its trace: only before it is compiled (the trace is dropped then)."""
+        traced = self._traced
+        if traced is None:
+            raise RuntimeError(f"{self._program.name}: the entry is compiled; its trace is gone")
+        return traced.out_info
+
+    def compile_ahead(self, *, progress: bool = True) -> None:
+        """Start compiling it in another thread (``CompiledProgram.compile_ahead``)."""
+        self._program.compile_ahead(self, progress=progress)
+
+    def wait_compiled(self) -> BaseException | None:
+        """Wait for a compilation started by ``compile_ahead``; return its error (which stays
+        for the call that needs the executable to raise), None if it succeeded or none ran."""
+        pending = self._pending
+        if pending is None:
+            return None
+        pending.done.wait()
+        return pending.error
 
     def launch_directly(self) -> None:
         """After the executable's first call: call JAX's C++ launcher of it itself.
@@ -262,6 +286,10 @@ class CompiledProgram:
         far."""
         return {sig: e._executable for sig, e in list(self._entries.items()) if e._executable}
 
+    def entries(self) -> list[Entry]:
+        """Its entries (traced signatures), least recently used first."""
+        return list(self._entries.values())
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
@@ -327,15 +355,76 @@ class CompiledProgram:
         info, random = learned
         return Entry(self, trace, jitted, info, random, reads.precision)
 
-    def _compile(self, entry: Entry):
+    def compile_ahead(self, entry: Entry, *, progress: bool = True) -> None:
+        """Start compiling ``entry`` in another thread, so that the caller can trace (or
+        compile) something else meanwhile: XLA's compiler releases the GIL.
+
+        It is lowered here, in the caller's thread (lowering reads the thread's JAX
+        configuration, and holds the GIL anyway); ``entry.executable`` then waits for the
+        compilation. If it fails, the first caller that needs the executable raises its
+        error, and a later one compiles again. ``progress``: whether a terminal shows a
+        progress line while it runs long (one compilation at a time should)."""
         with self._lock:
-            if entry._executable is None:
-                with _compile_log.compiling(self.name) as compilation, x64():
-                    entry._executable = entry._traced.lower().compile()
+            if entry._executable is not None or entry._pending is not None:
+                return
+            env = self.env or current_env()
+            with x64():
+                lowered = entry._traced.lower()
+            pending = entry._pending = _Pending()
+        thread = threading.Thread(
+            target=self._compile_lowered,
+            args=(entry, lowered, pending, env, progress),
+            name=f"torchlax-compile {self.name}",
+            daemon=True,
+        )
+        thread.start()
+
+    def _compile_lowered(self, entry: Entry, lowered, pending: _Pending, env, progress: bool):
+        try:
+            try:
+                after = -1.0 if progress else None
+                with _compile_log.compiling(self.name, progress_after=after) as compilation, x64():
+                    executable = lowered.compile()
+            except BaseException as exc:  # noqa: BLE001  (raised by the call that needs it)
+                pending.error = exc
+                return
+            with self._lock:
+                entry._executable = executable
                 entry._traced = None
+                entry._pending = None
                 self.compilations += 1
-                record_compile(self.name, compilation.seconds, self.env, logged=True)
-        return entry._executable
+            record_compile(self.name, compilation.seconds, env, logged=True)
+        finally:
+            pending.done.set()
+
+    def _compile(self, entry: Entry):
+        while True:
+            with self._lock:
+                if entry._executable is not None:
+                    return entry._executable
+                pending = entry._pending
+                if pending is None:
+                    with _compile_log.compiling(self.name) as compilation, x64():
+                        entry._executable = entry._traced.lower().compile()
+                    entry._traced = None
+                    self.compilations += 1
+                    record_compile(self.name, compilation.seconds, self.env, logged=True)
+                    return entry._executable
+            pending.done.wait()  # (outside the lock: the compiling thread takes it to finish)
+            with self._lock:
+                if pending.error is not None and entry._pending is pending:
+                    entry._pending = None  # raised once; a later call compiles again
+                    raise pending.error
+
+
+class _Pending:
+    """A compilation running in another thread: set ``done`` when it ends, with ``error``."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.error: BaseException | None = None
 
 
 # -- the caller's side: outputs and write-back ---------------------------------------------------

@@ -52,8 +52,11 @@ def _device_index(array) -> int:
         return 0
     try:
         devices = array.devices()
-    except Exception:  # a deleted or otherwise device-less array
-        return 0
+    except Exception:  # a deleted or otherwise device-less array, or a jax.ShapeDtypeStruct
+        sharding = getattr(array, "sharding", None)
+        devices = getattr(sharding, "device_set", None)
+        if not devices:
+            return 0
     if len(devices) == 1:
         return next(iter(devices)).id
     return min(d.id for d in devices)

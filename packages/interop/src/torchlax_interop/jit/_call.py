@@ -37,7 +37,15 @@ from ._commit import launch_and_write
 from ._discover import CpuStateError, cpu_state_tensors, find_state
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
 from ._outputs import _plain_result_specs, _returned, _to_tensors
-from ._program import _distinct, _Info, _log, _Program, _trace_lock, _unread_grads
+from ._program import (
+    _distinct,
+    _Info,
+    _log,
+    _Program,
+    _trace_lock,
+    _unread_grads,
+    dead_grads_key,
+)
 from ._refusals import _argument_requiring_grad_error, _owner
 from ._repeated import (
     _MISSED,
@@ -122,6 +130,8 @@ class _Jitted:
         self._step_plan: _StepPlan | None = None
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
+        # program key -> the key of the program run without those .grads (dead_grads_key)
+        self._dead_keys: dict[Any, tuple] = {}
         # The last call's plan, if the next call may repeat it cheaply (a _ForwardPlan or a
         # _StepPlan): a repeated call is one whose checks and the plan's guard still hold
         self._last = LastPlan()
@@ -234,8 +244,8 @@ class _Jitted:
                 # compiled, and the next call's program compiled ahead (_first_call.py)
                 return _first_call.first_call(self, state, args, kwargs)
         run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
-        if self._compile_only:  # the first call compiles the next call's program ahead
-            return _first_call.compile_only(run.entry)
+        if self._compile_only:  # the first call compiles its program and the next one ahead
+            return _first_call.compile_only(self, run)
         info = run.info
         if run.differentiable():
             if info.eager_backward:
@@ -289,7 +299,10 @@ class _Jitted:
             dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
             if not dead:
                 return run
-            del self.programs[run.program_key]
+            self._dead_keys[run.program_key] = dead_grads_key(
+                self.programs, run.program_key, run.entry, dead
+            )
+            del self.programs[run.program_key]  # never compiled: the next one replaces it
             run.state = state
 
     def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
@@ -300,7 +313,7 @@ class _Jitted:
             dead_grads = self._dead_grads.get(program_key) if self._dead_grads else None
             if dead_grads:
                 run.state = run.state.without_grads(dead_grads)
-                program_key = (*program_key, dead_grads)
+                program_key = self._dead_keys[program_key]
             program = self.programs.get(program_key)
         except TypeError:
             raise JitArgumentError(

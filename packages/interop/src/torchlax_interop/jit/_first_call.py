@@ -1,5 +1,5 @@
-"""``torchlax.jit``'s first call of a step that creates state: compiled, and the next call's
-program compiled ahead.
+"""``torchlax.jit``'s first call of a step that creates state: its program and the next
+call's compiled at once.
 
 A training step's first call finds state missing that the step itself creates: the
 optimizers' entries (``exp_avg``, ``exp_avg_sq``, ``step``, momentum buffers, ...) and the
@@ -7,11 +7,21 @@ optimizers' entries (``exp_avg``, ``exp_avg_sq``, ``step``, momentum buffers, ..
 pass over the model): what the step creates comes out of the program (``_NEW`` slots of
 ``_Info``) and is written into the very objects that name it, so from then on it is state,
 an input of the program. The state after that call has another structure than before it
-(entries that were missing are there), so the steady step is another program: it is traced
-and compiled, not run, before the first call returns (``_Jitted._compile_only``), so the
-second and later calls compile nothing. Ops that the first trace runs on concrete values (a
-step count PyTorch creates with ``torch.tensor(0.0)`` and increments) compile nothing in the
-op cache: they run once.
+(entries that were missing are there), so the steady step is another program, which the
+first call also traces and compiles (``_Jitted._compile_only``: traced, compiled, not run),
+so that the second and later calls compile nothing.
+
+The two compilations run at once (XLA's compiler releases the GIL): the first call's program
+is traced and its compilation started in another thread; the steady step is then traced over
+the state the first call will leave, with abstract arrays (``jax.ShapeDtypeStruct``s of the
+program's outputs) standing in for what it creates, and compiled in a third thread; the state
+is put back as it was, the first program runs once compiled, and the call returns when the
+steady program is compiled too. So the first call costs about one compilation, not two in a
+row. Where the stand-ins cannot say what the state will be (state on several devices, CPU
+state lent to the program, a first call that trains nothing), the steady step is traced after
+the first call has run, as before. Ops that the first trace runs on concrete values (a step
+count PyTorch creates with ``torch.tensor(0.0)`` and increments) compile nothing in the op
+cache: they run once.
 
 The one first call that runs eagerly is one whose trace fails (``first_call``: refused, or
 reading a value on the host, as Rprop's state creation does): PyTorch runs it once, as
@@ -20,24 +30,39 @@ before, and the next call traces the steady step.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import torchlax_core
 from torchlax_core import JitError
-from torchlax_core.internal import Entry, get_logger, op_cache_compiling_nothing
+from torchlax_core.internal import get_logger, op_cache_compiling_nothing
 
+from ._commit import _HeldInterrupts
 from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
+from ._write_back import _write_plan, _write_state
 
 _log = get_logger("jit")
 
-# ``_Jitted._call`` returns this instead of a result under ``_compile_only``.
-COMPILED_ONLY = object()
+# ``_Jitted._compile_only`` while the first call traces its own program (``compile_only``
+# then also reads what the program returns, for the stand-ins of the state it creates).
+FIRST = "first"
+
+
+@dataclasses.dataclass
+class Ahead:
+    """A program traced and compiling in another thread (``_Jitted._call`` returns it under
+    ``_compile_only``): the call's ``_Run``, and what stands in for the state it leaves."""
+
+    run: Any  # _Call._Run
+    shapes: Any = None  # the program's results as jax.ShapeDtypeStructs (FIRST only)
+    sharding: Any = None  # the one device's sharding of all its arrays (FIRST only)
 
 
 def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
     """The first call of a step whose optimizers have no state yet (or parameters no
-    ``.grad``): run compiled, then the next call's program compiled ahead.
+    ``.grad``): run compiled, and the next call's program compiled by the time it returns,
+    the two compilations running at once (the module's docstring says how).
 
     A first call whose trace is refused (a ``JitError``: the step writes a plain CPU tensor,
     gives a CPU leaf a ``.grad``, stores non-tensor optimizer state it changes, ...) or
@@ -46,7 +71,13 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
     trace put back what it changed), and says so in a log line; the next call traces the
     steady step (and raises a refusal that still holds)."""
     with op_cache_compiling_nothing():
+        steady = None
         try:
+            first = _compile_ahead(jitted, args, kwargs, FIRST)
+            if first is not None and first.shapes is not None:
+                steady = _steady_ahead(jitted, first, args, kwargs)
+            if first is not None:
+                first.run.entry.executable  # noqa: B018  (waits for it here, not in the launch)
             out = jitted._call(args, kwargs)
         except (JitError, RuntimeError, jax.errors.ConcretizationTypeError) as error:
             _log.info(
@@ -57,7 +88,17 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
                 error,
             )
             return _eager_call(jitted, state, args, kwargs)
-        compile_next(jitted, args, kwargs)
+        if steady is None:  # (no stand-ins: traced over the state the call left)
+            steady = _compile_ahead(jitted, args, kwargs, True)
+        if steady is not None:
+            error = steady.run.entry.wait_compiled()
+            if error is not None:  # raised by the next call, which needs the program
+                _log.info(
+                    "torchlax.jit: the steady step's program failed to compile (%s: %s); the "
+                    "next call raises it",
+                    type(error).__name__,
+                    error,
+                )
     return out
 
 
@@ -87,27 +128,110 @@ def _name(jitted: Any) -> str:
     return f"torchlax.jit({getattr(target, '__qualname__', type(target).__name__)})"
 
 
-def compile_next(jitted: Any, args: tuple, kwargs: dict) -> None:
-    """Trace and compile the program a call with these arguments would run now, over the
-    state the first call left, without running it.
+def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Ahead | None:
+    """Trace the program a call with these arguments would run now, over the state there is
+    now, and start compiling it in another thread, without running it.
 
-    A failure here (the steady step's trace refused) is not the first call's: it is logged,
-    and the next call, which traces the same program, raises it."""
-    jitted._compile_only = True
+    ``mode`` FIRST: the first call's own program, whose trace errors are the call's. Else the
+    steady step's: a failure here (its trace refused) is not the first call's: it is logged,
+    None is returned, and the next call, which traces the same program, raises it."""
+    jitted._compile_only = mode
     try:
-        jitted._call(args, kwargs)
-    except Exception as error:  # noqa: BLE001  (raised again by the next call's own trace)
+        ahead = jitted._call(args, kwargs)
+    except Exception as error:
+        if mode is FIRST:
+            raise
         _log.info(
             "torchlax.jit: the steady step's program was not compiled ahead of its first "
             "call (%s: %s); the next call traces it",
             type(error).__name__,
             error,
         )
+        return None
     finally:
         jitted._compile_only = False
+    assert isinstance(ahead, Ahead)
+    return ahead
 
 
-def compile_only(entry: Entry) -> object:
-    """What ``_Jitted._call`` does instead of launching ``entry`` under ``_compile_only``."""
-    entry.executable  # noqa: B018  (compiles it)
-    return COMPILED_ONLY
+def compile_only(jitted: Any, run: Any) -> Ahead:
+    """What ``_Jitted._call`` does instead of launching ``run.entry`` under ``_compile_only``:
+    start compiling it in another thread (the first call's own program with a progress line
+    on a terminal, the steady one without: one line at a time)."""
+    ahead = Ahead(run)
+    first = jitted._compile_only is FIRST
+    if first:
+        ahead.sharding = _one_device(jitted, run)
+        if ahead.sharding is not None:
+            # (read before it compiles: the compilation drops the trace)
+            shapes = run.entry.result_shapes()
+            ahead.shapes = shapes[1] if run.checks else shapes  # (checks: (error, results))
+    run.entry.compile_ahead(progress=first)
+    return ahead
+
+
+def _one_device(jitted: Any, run: Any) -> Any:
+    """The sharding of the one device that holds every array of a training step's call (the
+    stand-ins of the state it creates go there too), or None where stand-ins cannot say what
+    the state after the call is: a call that trains nothing, lent CPU state, CPU buffers of a
+    module target, arrays on several devices or sharded."""
+    if run.forward or not run.info.trains or jitted._cpu_outputs or run.cpu_tensors:
+        return None
+    shardings = {getattr(a, "sharding", None) for a in (*run.state_arrays, *run.arrays)}
+    if len(shardings) != 1:
+        return None
+    (sharding,) = shardings
+    if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return None
+    return sharding
+
+
+def _steady_ahead(jitted: Any, first: Ahead, args: tuple, kwargs: dict) -> Ahead | None:
+    """Trace the steady step over the state the first call will leave, with stand-ins for
+    the arrays it creates, and start compiling it; the state is put back as it was after
+    (also if this raises or is interrupted)."""
+    run = first.run
+    state, info = run.state, run.info
+    _, new_shapes, extra_shapes = first.shapes
+    old = [s.array for s in state.storages]
+    new_storages = [
+        array if _aval(array) == _aval(shape) else _stand_in(shape, first.sharding)
+        for array, shape in zip(old, new_shapes, strict=True)
+    ]
+    extra = [_stand_in(shape, first.sharding) for shape in extra_shapes]
+    grads = [p.grad for p in state.grads]
+    dicts = [
+        (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
+        for opt in state.optimizers
+    ]
+    layout = jitted._layout
+    try:
+        _write_state(state, info, new_storages, extra, _write_plan(state, info))
+        jitted._layout = None
+        return _compile_ahead(jitted, args, kwargs, True)
+    finally:
+        with _HeldInterrupts():  # (a Ctrl-C arriving here waits until all is put back)
+            for storage, array in zip(state.storages, old, strict=True):
+                storage.array = array
+            for p, grad in zip(state.grads, grads, strict=True):
+                if p.grad is not grad:
+                    p.grad = grad
+            for opt, saved, entries in dicts:
+                opt.state.clear()
+                for p, values in saved.items():
+                    values.clear()
+                    values.update(entries[p])
+                    opt.state[p] = values
+            # (the layout the steady trace found, and its arrays, hold stand-ins)
+            jitted._layout = layout
+            jitted._last_state = None
+
+
+def _aval(x: Any) -> tuple:
+    return (tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False)))
+
+
+def _stand_in(shape: Any, sharding: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(
+        shape.shape, shape.dtype, weak_type=shape.weak_type, sharding=sharding
+    )

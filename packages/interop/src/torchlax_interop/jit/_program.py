@@ -13,6 +13,7 @@ backward recomputes it under ``jax.vjp``, until a first backward; then forwards 
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -499,7 +500,8 @@ def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
     dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
     saved["dead"] = [(storage, storage.array) for storage in dead]
     for storage in dead:
-        storage.array = jnp.zeros_like(storage.array)
+        # (its array may be a jax.ShapeDtypeStruct: the first call's stand-in, _first_call)
+        storage.array = jnp.zeros(storage.array.shape, storage.array.dtype)
     saved["grad_storage"] = [
         -1 if p.grad is None else ids.get(id(storage_of(p.grad)), -2) for p in state.grads
     ]
@@ -615,6 +617,60 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
         if id(invars[i]) not in read and i not in kept and state.owners[i] is p.grad:
             dead.append(position)
     return tuple(dead)
+
+
+def dead_grads_key(programs: dict, key: tuple, entry: Entry, dead: tuple[int, ...]) -> tuple:
+    """The program key of a step traced with ``key`` whose ``.grad``s at positions ``dead``
+    (in the state's grads) it discards unread (``entry``: that trace).
+
+    It is the key of the same step over the state without those ``.grad``s (``None``) where
+    a program of that key computes what ``entry`` does: a resumed process's first call traced
+    it (optimizer state restored from a checkpoint, no ``.grad``s yet), and the steady step,
+    which sets the ``.grad``s to ``None`` before the program runs, is that program (one
+    compilation, not two of the same HLO). Their equations are compared because a step's
+    Python may branch on whether a ``.grad`` is ``None`` before it discards it. Else a key of
+    its own."""
+    spec, statics, values, (grads, static), *rest = key
+    present = tuple(g and i not in dead for i, g in enumerate(grads))
+    without = (spec, statics, values, (present, static), *rest)
+    program = programs.get(without)
+    if program is not None and entry.jaxpr is not None:
+        computes = _equations(entry.jaxpr.jaxpr)
+        for other in program.core.entries():
+            if other.jaxpr is not None and _equations(other.jaxpr.jaxpr) == computes:
+                return without
+    return (*key, dead)
+
+
+def _equations(jaxpr) -> tuple:
+    """What a jaxpr computes, its inputs aside: each equation's primitive, parameters, operand
+    types (literals by value) and result types, sub-jaxprs alike."""
+    return tuple(
+        (
+            eqn.primitive.name,
+            tuple(
+                repr(v.val) if isinstance(v, jax_core.Literal) else str(v.aval) for v in eqn.invars
+            ),
+            tuple(str(v.aval) for v in eqn.outvars),
+            tuple((name, _parameter(value)) for name, value in sorted(eqn.params.items())),
+        )
+        for eqn in jaxpr.eqns
+    )
+
+
+def _parameter(value) -> Any:
+    if isinstance(value, jax_core.ClosedJaxpr):
+        return _equations(value.jaxpr), tuple(map(str, value.in_avals))
+    if isinstance(value, jax_core.Jaxpr):
+        return _equations(value), tuple(str(v.aval) for v in value.invars)
+    if isinstance(value, tuple | list):
+        return tuple(map(_parameter, value))
+    if callable(value) and not isinstance(value, type):  # (a custom rule: a new one each trace)
+        return getattr(value, "__qualname__", type(value).__qualname__)
+    return _ADDRESS.sub("", repr(value))
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _distinct(arrays: list) -> list:
