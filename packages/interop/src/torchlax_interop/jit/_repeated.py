@@ -22,6 +22,7 @@ from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
+import jax
 import torch
 import torchlax_core
 from torchlax_core.internal import (
@@ -293,6 +294,8 @@ class _StepPlan(CallPlan):
         as the general path does, and put back if it does not happen."""
         dead_grads = list(map(_GRAD, dead))
         args = (jitted, state, [0] * len(state.schedulers))
+        if self.donated and not all(map(_EXCLUSIVE, state.storages)):
+            call_args = (_shared_copied(state.storages, call_args[0]), *call_args[1:])
 
         def launch(out: list) -> None:
             for p in dead:
@@ -313,7 +316,9 @@ class _StepPlan(CallPlan):
         state, the schedulers' steps made so far)."""
         jitted, state, stepped = args
         new_storages = results[1]
-        grads = _write_state(state, self.info, new_storages, results[2], self.write_plan)
+        grads = _write_state(
+            state, self.info, new_storages, results[2], self.write_plan, bool(self.donated)
+        )
         out_sig = self.out_sig
         if out_sig is None:
             out_sig = self.out_sig = _Hashed(_signature(new_storages))
@@ -324,7 +329,9 @@ class _StepPlan(CallPlan):
 
     def write_back(self, args: Sequence, results: Any) -> None:
         """The run's new state into the call's objects alone (``_write_state``)."""
-        _write_state(args[1], self.info, results[1], results[2], self.write_plan)
+        _write_state(
+            args[1], self.info, results[1], results[2], self.write_plan, bool(self.donated)
+        )
 
     def _remember(self, written: list, grads: list) -> None:
         self.written_arrays = written
@@ -388,6 +395,20 @@ class _StepPlan(CallPlan):
         else:
             outputs = wrap_results_like(out_arrays, self.out_specs)
         return _returned(info, outputs)
+
+
+_EXCLUSIVE = operator.attrgetter("exclusive")
+
+
+def _shared_copied(storages: Sequence, arrays: list) -> list:
+    """The state arrays to donate: a copy of each that its storage does not hold exclusively
+    (an array handed out since a program wrote it: ``t.jax()``, DLPack, a ``clone()`` or other
+    op whose lowering returned it unchanged), so that what the user holds stays valid; in a
+    training loop only the first step copies (see ``_tensor._Storage``)."""
+    return [  # (device_put copies without compiling a program per shape)
+        array if storage.exclusive else jax.device_put(array, may_alias=False)
+        for storage, array in zip(storages, arrays, strict=True)
+    ]
 
 
 def _put_grads(params, grads) -> None:

@@ -12,6 +12,7 @@ from operator import is_
 import jax.numpy as jnp
 import torch
 from torchlax_core import Tensor
+from torchlax_core.internal import set_exclusive
 
 from ._program import _KEPT, _NEW, _NONE, _Info
 from ._state import (
@@ -19,17 +20,25 @@ from ._state import (
 )
 
 
-def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list) -> list:
+def _write_state(
+    state: _StateSet, info: _Info, new_storages, extra, plan: list, fresh: bool = False
+) -> list:
     """Put one call's new state into the objects it belongs to (``plan``: ``_write_plan``).
     Returns the ``.grad`` it leaves on each parameter of ``state.grads`` (reading them back
-    costs a property read per parameter)."""
+    costs a property read per parameter). ``fresh``: the arrays are a donating program's own
+    results, which no one else holds: their storages are marked exclusive (the next step
+    donates them as they are; see ``_repeated._shared_copied``)."""
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
+        if fresh:
+            storage.exclusive = True
     owners = state.owners
     grads = []
     for p, kind, index in plan[0]:
         if kind == _NEW:
             grad = Tensor(extra[index])
+            if fresh:
+                set_exclusive(grad)
             p.grad = grad  # (a new tensor: no need to read whether p holds it already)
         else:
             grad = None if kind == _NONE else owners[index]
@@ -43,6 +52,8 @@ def _write_state(state: _StateSet, info: _Info, new_storages, extra, plan: list)
                 values[name] = owners[index]
     for values, name, kind, index in plan[1]:
         value = None if kind == _NONE else Tensor(extra[index])
+        if fresh and value is not None:
+            set_exclusive(value)
         if values.get(name) is not value:
             values[name] = value
     _write_cpu_buffers(state, info, extra)
