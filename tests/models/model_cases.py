@@ -107,6 +107,26 @@ def _mobilenet_v3():
     return mobilenetv3.MobileNetV3(blocks[:5], last_channel=1024, num_classes=10)
 
 
+def tiny_gpt2_and_prompt():
+    """A one-layer GPT-2 that can generate (bos/eos/pad 0) and a 5-token prompt: the
+    generation tests' model (their paths are the same at any depth)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=1,
+        n_head=4,
+        n_embd=32,
+        vocab_size=64,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    return model, torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+
+
 def _logits(out):
     return out.logits if hasattr(out, "logits") else out
 

@@ -15,21 +15,7 @@ from torchlax_interop import _hf_generate
 
 transformers = pytest.importorskip("transformers")
 
-
-def _tiny_gpt2_and_prompt():
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=1,
-        n_head=4,
-        n_embd=32,
-        vocab_size=64,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    return model, torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+from model_cases import tiny_gpt2_and_prompt  # noqa: E402  (after the skip)
 
 
 def _padded_batch():
@@ -78,7 +64,7 @@ def _count_per_forward(model):
 @pytest.mark.slow
 def test_eager_generate_on_jax_matches_cpu_and_stops_compiling_within_a_bucket():
     """A padded batch of two, greedy: 8 tokens in the 64-token bucket."""
-    model, _ = _tiny_gpt2_and_prompt()
+    model, _ = tiny_gpt2_and_prompt()
     ids, mask = _padded_batch()
     settings = {**SETTINGS, "max_new_tokens": 8, "min_new_tokens": 8}
     reference = model.generate(ids, attention_mask=mask, **settings)
@@ -115,7 +101,7 @@ def test_eager_generate_on_jax_matches_cpu_and_stops_compiling_within_a_bucket()
 
 @pytest.mark.slow
 def test_generate_buckets_can_be_turned_off_per_call_and_for_all():
-    model, ids = _tiny_gpt2_and_prompt()
+    model, ids = tiny_gpt2_and_prompt()
     settings = {**SETTINGS, "max_new_tokens": 2, "min_new_tokens": 2}
     reference = model.generate(ids, **settings).sequences.tolist()
     with torchlax.enable():

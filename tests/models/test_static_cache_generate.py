@@ -10,27 +10,12 @@ import torchlax
 
 transformers = pytest.importorskip("transformers")
 
-
-def _tiny_gpt2_and_prompt():
-    """A one-layer GPT-2 (the recipes' paths are the same at any depth) and a 5-token prompt."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=1,
-        n_head=4,
-        n_embd=32,
-        vocab_size=64,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    return model, torch.randint(1, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+from model_cases import tiny_gpt2_and_prompt  # noqa: E402  (after the skip)
 
 
 @pytest.mark.slow
 def test_static_cache_generate_under_the_backend_matches_eager_and_stops_compiling():
-    model, ids = _tiny_gpt2_and_prompt()
+    model, ids = tiny_gpt2_and_prompt()
     settings = {"max_new_tokens": 6, "do_sample": False, "cache_implementation": "static"}
     reference = model.generate(ids, **settings)
 
@@ -70,7 +55,7 @@ def jit_forward(model):
 
 @pytest.mark.slow
 def test_static_cache_generate_under_torchlax_jit_matches_eager_and_stops_compiling():
-    model, ids = _tiny_gpt2_and_prompt()
+    model, ids = tiny_gpt2_and_prompt()
     settings = {"max_new_tokens": 6, "do_sample": False}
     reference = model.generate(ids, cache_implementation="static", **settings)
 
