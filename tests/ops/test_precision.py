@@ -223,9 +223,11 @@ def test_torchlax_jit_step_compiles_again_for_a_new_mode():
         torch.set_float32_matmul_precision("highest")
         for _ in range(4):
             jitted(x)
-        # the first call's program (it creates the .grads) and the steady step's
+        # one program: plain SGD creates no optimizer state, and the .grads the first call
+        # creates are discarded unread by the next zero_grad(), so the first call's program is
+        # the steady step's
         highest = _modes_of(jitted)
-        assert highest == ["highest", "highest"]
+        assert highest == ["highest"]
         torch.set_float32_matmul_precision("medium")
         for _ in range(2):
             jitted(x)
