@@ -169,3 +169,22 @@ def test_a_failed_compilation_ahead_is_raised_by_the_call_that_needs_it(env, mon
     assert program.compilations == 0
     np.testing.assert_array_equal(program.run(entry, x)[0], 2 * np.ones(3))  # compiled again
     assert program.compilations == 1
+
+
+def test_donatable_copies_what_someone_else_may_read():
+    # One rule for jit's training step and the torch.compile backend: an array is donated as
+    # it is only where its storage holds it alone and the call passes it once.
+    from torchlax_core._compiled import donatable
+
+    a, b, c = jnp.arange(3.0), jnp.arange(4.0), jnp.arange(5.0)
+    same = [a, b]
+    assert donatable(same, [True, True]) is same  # nothing to copy: the very list
+    out = donatable([a, b], [True, False])
+    assert out[0] is a and out[1] is not b
+    np.testing.assert_array_equal(out[1], b)
+    twice = donatable([a, a, c], [True, True, True])  # passed twice: neither is its own
+    assert twice[0] is not a and twice[1] is not a and twice[2] is c
+    kept = donatable([a, c], [True, True], kept=[c])  # also read at a position not donated
+    assert kept[0] is a and kept[1] is not c
+    small = jnp.arange(3, dtype=jnp.int8)
+    assert donatable([small], [False])[0].dtype == jnp.int8  # (a copy keeps its dtype)

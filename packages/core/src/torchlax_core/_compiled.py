@@ -23,6 +23,7 @@ the same for all three and lives here (docs/architecture.md, "Compiled programs"
 
 from __future__ import annotations
 
+import collections
 import operator
 import threading
 import time
@@ -579,10 +580,29 @@ def set_exclusive(tensor: Tensor) -> None:
         tensor._storage.exclusive = True
 
 
-def not_exclusive(tensors: Sequence[Tensor]) -> list[int]:
-    """The indices of the tensors whose arrays are not exclusive (``is_exclusive``): what a
-    program may not donate as they are."""
-    return [i for i, tensor in enumerate(tensors) if not is_exclusive(tensor)]
+def donatable(arrays: list, exclusive: Sequence[bool], kept: Sequence = ()) -> list:
+    """The arrays a compiled call donates, as it may donate them: each as it is where its
+    storage holds it exclusively (``exclusive``, in order: ``is_exclusive``, or the storage's
+    flag) and the call passes it nowhere else (at another position of ``arrays``, or among
+    ``kept``, its arrays not donated), else a copy.
+
+    So an array someone can still read (taken with ``t.jax()`` or DLPack, returned unchanged
+    by a ``clone()``'s lowering, passed twice) stays valid when the program deletes what it
+    was given; the caller writes the program's results back into the storages, marking them
+    exclusive (``write_back_all``), so a training loop copies on its first step only. The
+    copy is ``device_put`` (no program compiled per shape). ``arrays`` is returned itself
+    where nothing needs a copy."""
+    copied = [not alone for alone in exclusive]
+    ids = list(map(id, arrays))
+    if len(set(ids).union(map(id, kept))) < len(ids) + len(kept):
+        counts = collections.Counter(ids)
+        counts.update(map(id, kept))
+        copied = [c or counts[i] > 1 for c, i in zip(copied, ids, strict=True)]
+    if not any(copied):
+        return arrays
+    return [
+        jax.device_put(a, may_alias=False) if c else a for a, c in zip(arrays, copied, strict=True)
+    ]
 
 
 def write_back_all(

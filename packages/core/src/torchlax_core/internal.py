@@ -31,8 +31,8 @@ from ._compilation_cache import entries as compilation_cache_entries
 from ._compile_log import graph_break as graph_break
 from ._compiled import CompiledProgram as CompiledProgram
 from ._compiled import Entry as Entry
+from ._compiled import donatable as donatable
 from ._compiled import is_exclusive as is_exclusive
-from ._compiled import not_exclusive as not_exclusive
 from ._compiled import output_tensors as output_tensors
 from ._compiled import peek_array as peek_array
 from ._compiled import peek_arrays as peek_arrays
@@ -82,8 +82,8 @@ __all__ = [
     "CompiledProgram",
     "Entry",
     "ResultWrappers",
+    "donatable",
     "float32_matmul_precision",
-    "not_exclusive",
     "output_tensors",
     "peek_arrays",
     "result_specs",

@@ -38,9 +38,10 @@ from torchlax_core.internal import (
     LastPlan,
     array_of,
     dense_strides_in_order,
+    donatable,
+    is_exclusive,
     laid_out,
     memory_order,
-    not_exclusive,
     output_tensors,
     peek_array,
     peek_arrays,
@@ -51,7 +52,6 @@ from torchlax_core.internal import (
     wrap_results_like,
     write_back,
     write_back_all,
-    x64,
 )
 
 from ._dlpack import InputCache, cpu_tensors, jax_to_torch, torch_to_jax
@@ -384,10 +384,8 @@ class XlaProgram:
         if arguments is None:
             arguments = self._arguments(types)
         arrays, statics, repeat = self._arrays_of(arguments, args)
-        donated = arguments.donated
-        if donated:
-            _copy_shared(arguments, args, arrays)
-            call_args = ([arrays[i] for i in donated], [arrays[i] for i in arguments.kept])
+        if arguments.donated:
+            call_args = _copy_shared(arguments, args, arrays)
         else:
             call_args = (arrays,)
         plan = arguments.last.plan
@@ -474,31 +472,19 @@ def _traced_layout(val) -> tuple[int, ...] | None:
     return dense_strides_in_order(shape, strides)
 
 
-def _copy_shared(arguments: _Arguments, args: tuple, arrays: list) -> None:
-    """Replace in ``arrays`` the arrays to donate (``arguments.donated``: every torchlax Tensor the
-    program writes, so one executable serves every call) that someone can still read by
-    copies.
+def _copy_shared(arguments: _Arguments, args: tuple, arrays: list) -> tuple[list, list]:
+    """The call's arguments where it donates: the arrays to donate (``arguments.donated``:
+    every torchlax Tensor the program writes, so one executable serves every call), each a
+    copy where someone can still read it (the core's ``donatable``), and the arrays kept.
 
-    An array is donated as it is where its storage holds it exclusively (``internal.is_exclusive``: a
-    program of this backend made it, and nothing but such programs, which hand none of their
-    inputs out, has read it since); otherwise a copy is donated in its place, so that an array
-    someone can still read (taken with ``t.jax()`` or DLPack, read by an eager op, passed twice)
-    stays valid. In a training loop only the first step copies: the state it writes back is
-    exclusive. The write-back gives the storage the new array, so every alias of the tensor
-    sees the update; views of it recompute from the new array (they compare their cached root
-    by identity). CPU tensors are never donated: XLA frees a donated buffer it borrowed
-    through DLPack instead of reusing it.
+    The write-back gives the storage the new array, so every alias of the tensor sees the
+    update; views of it recompute from the new array (they compare their cached root by
+    identity). CPU tensors are never donated: XLA frees a donated buffer it borrowed through
+    DLPack instead of reusing it.
     """
-    donated = arguments.donated
-    shared = [donated[k] for k in not_exclusive([args[p] for p in arguments.donated_args])]
-    if len(shared) < len(donated) and len(set(map(id, arrays))) < len(arrays):
-        # An exclusive array passed at two positions is not exclusive either.
-        counts = collections.Counter(map(id, arrays))
-        shared += [i for i in donated if counts[id(arrays[i])] > 1 and i not in shared]
-    if shared:
-        with x64():
-            for i in shared:
-                arrays[i] = jnp.array(arrays[i], copy=True)
+    kept = [arrays[i] for i in arguments.kept]
+    exclusive = [is_exclusive(args[p]) for p in arguments.donated_args]
+    return donatable([arrays[i] for i in arguments.donated], exclusive, kept), kept
 
 
 def _copy_borrowed_cpu_inputs(args, arrays: list) -> None:

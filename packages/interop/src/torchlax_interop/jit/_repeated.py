@@ -22,7 +22,6 @@ from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
-import jax
 import torch
 import torchlax_core
 from torchlax_core.internal import (
@@ -30,6 +29,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     ResultWrappers,
+    donatable,
     root_values,
     view_getter,
     wrap_results_like,
@@ -40,7 +40,7 @@ from torchlax_core.internal import signature as _signature
 from ._commit import launch_and_write
 from ._constants import ReadConstants
 from ._outputs import _returned, _to_tensors
-from ._program import _distinct, _Info
+from ._program import _Info
 from ._state import (
     _Hashed,
     _Layout,
@@ -294,8 +294,9 @@ class _StepPlan(CallPlan):
         as the general path does, and put back if it does not happen."""
         dead_grads = list(map(_GRAD, dead))
         args = (jitted, state, [0] * len(state.schedulers))
-        if self.donated and not all(map(_EXCLUSIVE, state.storages)):
-            call_args = (_shared_copied(state.storages, call_args[0]), *call_args[1:])
+        if self.donated:
+            exclusive = list(map(_EXCLUSIVE, state.storages))
+            call_args = (donatable(call_args[0], exclusive), *call_args[1:])
 
         def launch(out: list) -> None:
             for p in dead:
@@ -386,9 +387,7 @@ class _StepPlan(CallPlan):
         lr_arrays = [
             to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
         ]
-        out_arrays = self.step(
-            jitted, state, self.dead, (_distinct(self.written_arrays), lr_arrays, arrays)
-        )
+        out_arrays = self.step(jitted, state, self.dead, (self.written_arrays, lr_arrays, arrays))
         info = self.info
         if self.out_specs is None:
             outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
@@ -398,17 +397,6 @@ class _StepPlan(CallPlan):
 
 
 _EXCLUSIVE = operator.attrgetter("exclusive")
-
-
-def _shared_copied(storages: Sequence, arrays: list) -> list:
-    """The state arrays to donate: a copy of each that its storage does not hold exclusively
-    (an array handed out since a program wrote it: ``t.jax()``, DLPack, a ``clone()`` or other
-    op whose lowering returned it unchanged), so that what the user holds stays valid; in a
-    training loop only the first step copies (see ``_tensor._Storage``)."""
-    return [  # (device_put copies without compiling a program per shape)
-        array if storage.exclusive else jax.device_put(array, may_alias=False)
-        for storage, array in zip(storages, arrays, strict=True)
-    ]
 
 
 def _put_grads(params, grads) -> None:

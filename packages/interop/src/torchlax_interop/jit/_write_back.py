@@ -27,7 +27,7 @@ def _write_state(
     Returns the ``.grad`` it leaves on each parameter of ``state.grads`` (reading them back
     costs a property read per parameter). ``fresh``: the arrays are a donating program's own
     results, which no one else holds: their storages are marked exclusive (the next step
-    donates them as they are; see ``_repeated._shared_copied``)."""
+    donates them as they are: the core's ``donatable``)."""
     for storage, array in zip(state.storages, new_storages, strict=True):
         storage.array = array  # changed, or donated: the program's output is the live array
         if fresh:
