@@ -7,8 +7,8 @@ One module per stage of a call (docs/architecture.md draws them in one picture):
 - What the step reaches: ``_walk`` (the one object walker and its rules), ``_discover``
   (the state it finds), ``_state`` (the layout found, its guard, one call's state).
 - The program: ``_program`` (trace, vjp, donation), ``_inputs`` (how an argument enters it).
-- The capture while it is traced: ``_watch`` (the one observer); ``_constants`` (the
-  constants it read, checked on each call).
+- The capture while it is traced: ``_watch`` (the one observer, and the constants it read,
+  checked on each call).
 - Refusals: ``_refusals`` (the errors) and ``_paths`` (how the function reaches what they name,
   by the walker).
 - The call: ``_write_back`` and ``_commit`` (the launch and write-back, all or nothing),

@@ -2,9 +2,9 @@
 
 While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_swap_in``), so the
 very objects the user's code names (``model``, ``opt``) compute the program; afterwards they
-get their old arrays back (``_swap_out``). The trace is watched (``_watch``, ``_constants``)
-and what it learned is an ``_Info``: which storages, ``.grad``s and optimizer entries the
-step changed, its output structure. A step that trains is compiled with its state donated
+get their old arrays back (``_swap_out``). The trace is watched (``_watch``) and what it
+learned is an ``_Info``: which storages, ``.grad``s and optimizer entries the step changed,
+its output structure. A step that trains is compiled with its state donated
 (``core``); a function that only computes has a forward program (``forward_core``) whose
 backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
 ``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call").
@@ -37,7 +37,6 @@ from torchlax_core.internal import (
     tracing,
 )
 
-from ._constants import ReadConstants
 from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
 from ._inputs import _SLOT, _STATIC, _dense_order, _merge, _traced_array, _traced_input
 from ._objects import ObjectOutput
@@ -53,7 +52,7 @@ from ._refusals import (
     where_held,
 )
 from ._state import _StateSet
-from ._watch import TraceWatch
+from ._watch import ReadConstants, TraceWatch
 
 if TYPE_CHECKING:
     from ._call import _Jitted

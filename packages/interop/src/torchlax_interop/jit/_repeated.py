@@ -38,7 +38,6 @@ from torchlax_core.internal import (
 from torchlax_core.internal import signature as _signature
 
 from ._commit import launch_and_write
-from ._constants import ReadConstants
 from ._outputs import _returned, _to_tensors
 from ._program import _Info
 from ._state import (
@@ -46,6 +45,7 @@ from ._state import (
     _Layout,
     _StateSet,
 )
+from ._watch import ReadConstants
 from ._write_back import _write_plan, _write_state
 
 if TYPE_CHECKING:

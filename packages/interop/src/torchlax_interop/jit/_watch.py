@@ -14,7 +14,7 @@ sees is noted once, at first sight, with what it held then (``_SeenConstant``,
 - **Constants** (``TraceWatch.constants``): the torchlax Tensors the step reached that hold
   concrete arrays (no state: a ``cfg.mask`` the function reaches through an object its caller
   does not treat as state), not those the traced code made. Reading one is fine: its value is
-  baked in, and checked on each call (``_constants.ReadConstants``). Changing one is not: an
+  baked in, and checked on each call (``ReadConstants``). Changing one is not: an
   in-place write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that ``backward()``
   gives it would happen once, while the program is traced, leaving a value of the finished
   trace in the user's tensor.
@@ -47,9 +47,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 import threading
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator
+from itertools import repeat
 from typing import Any
 
 import jax.core
@@ -58,15 +60,22 @@ from torch.nn.modules import module as _torch_module
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 from torchlax_core import JitError, Tensor
-from torchlax_core.internal import array_of, observing_ops, rebind, storage_of, view_getter
+from torchlax_core.internal import (
+    array_of,
+    observing_ops,
+    rebind,
+    storage_getter,
+    storage_of,
+    view_getter,
+)
 
-from ._constants import ReadConstants
 from ._discover import MAX_STATE_DEPTH
 from ._paths import path_to
 
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
 _storage_of: Callable[[Tensor], Any] = storage_of
 
+_ARRAY = operator.attrgetter("array")
 _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
 _REGISTER_HOOK = torch.Tensor.register_hook
 _REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
@@ -261,6 +270,38 @@ class _Constants:
                 t = seen.ref()
                 if t is not None:
                     yield seen, t
+
+
+class ReadConstants:
+    """The constants a program's trace read, each with the storage and array it had then:
+    their values are baked into the program. ``hold()`` tells whether each still has them (a
+    write between calls, in place or through ``.data``, replaces one); a constant no one
+    holds any more can no longer change. A C-level pass of identity checks: a program that
+    read no constant has no ``ReadConstants`` at all."""
+
+    __slots__ = ("_refs", "_storages", "_arrays")
+
+    def __init__(self, seen: list):
+        self._refs = tuple(s.ref for s in seen)
+        self._storages = tuple(s.storage for s in seen)
+        self._arrays = tuple(s.array for s in seen)
+
+    def hold(self) -> bool:
+        tensors = [ref() for ref in self._refs]
+        # (not ``None in tensors``: that compares each tensor with None, an op each)
+        if not all(map(operator.is_not, tensors, repeat(None))):
+            # dropped since (or made by the trace): forgotten, it never changes again
+            alive = [i for i, t in enumerate(tensors) if t is not None]
+            tensors = [tensors[i] for i in alive]
+            self._refs = tuple(self._refs[i] for i in alive)
+            self._storages = tuple(self._storages[i] for i in alive)
+            self._arrays = tuple(self._arrays[i] for i in alive)
+        return all(map(operator.is_, map(storage_getter, tensors), self._storages)) and all(
+            map(operator.is_, map(_ARRAY, self._storages), self._arrays)
+        )
+
+    def __len__(self) -> int:
+        return len(self._refs)
 
 
 class ConstantModules:
