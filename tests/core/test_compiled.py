@@ -188,3 +188,21 @@ def test_donatable_copies_what_someone_else_may_read():
     assert kept[0] is a and kept[1] is not c
     small = jnp.arange(3, dtype=jnp.int8)
     assert donatable([small], [False])[0].dtype == jnp.int8  # (a copy keeps its dtype)
+
+
+def test_a_value_of_a_finished_trace_read_again_is_a_jit_error(env):
+    # A tracer kept outside its trace (stored on an object no one passes in) that a later
+    # trace reads: refused as a JitError naming the program, not JAX's "compiled for N inputs".
+    kept = []
+
+    def keeps(static, x):
+        if not kept:
+            kept.append(x.sum())
+        return (x + kept[0],), None
+
+    program = CompiledProgram("keeps", keeps, env=env)
+    x = jnp.ones(3, jnp.float32)
+    program(signature([x]), x)  # the first trace stores one of its values
+    y = jnp.ones(4, jnp.float32)
+    with pytest.raises(torchlax_core.JitError, match="keeps: the traced function reads 1"):
+        program(signature([y]), y)

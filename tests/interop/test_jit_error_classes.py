@@ -44,6 +44,29 @@ def test_an_unhashable_static_argument_is_a_jit_argument_error():
     assert isinstance(caught.value, torchlax.JitError)
 
 
+def test_a_value_kept_from_an_earlier_trace_is_a_jit_error():
+    # A value of the first trace stored on an object that is no state, read by the next
+    # signature's trace: the compiled-program core refuses it, as a JitError (it was a plain
+    # RuntimeError).
+    class Holder:
+        box: dict
+
+    holder = Holder()
+    holder.box = {}
+
+    def f(x):
+        if "v" in holder.box:
+            return x + holder.box["v"]
+        holder.box["v"] = x.sum()
+        return x
+
+    compiled = torchlax.jit(f)
+    with torchlax.enable():
+        compiled(torch.ones(3, device="jax"))
+        with pytest.raises(torchlax.JitError, match=r"torchlax.jit\(.*f\): the traced function"):
+            compiled(torch.ones(4, device="jax"))
+
+
 def _sources(package: str) -> list[Path]:
     spec = importlib.util.find_spec(package)
     assert spec is not None and spec.origin is not None

@@ -38,6 +38,7 @@ import torch
 from . import _compile_log
 from ._checks import checked, raise_error
 from ._current import current_env
+from ._errors import JitError
 from ._opcache import cpp_launcher
 from ._precision import current_precision, recording
 from ._program import unused_key, unused_key_data
@@ -345,7 +346,7 @@ class CompiledProgram:
             # JAX takes a value of a finished trace that the function reads (a tracer kept in
             # an object the caller did not pass in) as an extra input no call passes: the
             # executable would refuse every call with "compiled for N inputs".
-            raise RuntimeError(
+            raise JitError(
                 f"{self.name}: the traced function reads {lifted} value(s) computed inside an "
                 "earlier trace of a compiled function and kept outside it (a tensor created or "
                 "written during that trace and stored on an object that is not part of the "

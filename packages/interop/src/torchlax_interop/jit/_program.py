@@ -135,13 +135,12 @@ class _Program:
         self.statics = statics
         self.static_values = static_values
         self._state: _StateSet | None = None
-        name = getattr(jitted.target, "__qualname__", type(jitted.target).__name__)
         # The signature -> executable cache, key input, donation of the state arrays (the
         # program returns their new values) and checks: the compiled-program core's.
         # The key input is raw key data, made on the host for each call that draws (a typed
         # key would be one more JAX dispatch per call, longer than the launch itself).
         self.core = CompiledProgram(
-            f"torchlax.jit({name})",
+            _owner(jitted),
             self._traced_entry,
             donate_argnums=(0,) if jitted.donate_state else (),
             checks=checks,
@@ -151,7 +150,7 @@ class _Program:
         # A function that changes no state but buffers runs this program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
         self.forward_core = CompiledProgram(
-            f"torchlax.jit({name})",
+            _owner(jitted),
             self._traced_forward_entry,
             checks=checks,
             keep_jaxpr=not checks,
