@@ -250,3 +250,15 @@ def test_compiled_fused_attention_returns_pytorchs_strides(on_jax):
     for out, expected in zip(outs, fused(*xs), strict=True):
         assert (out.stride(), out._base) == (expected.stride(), None)
         assert_same(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_broadcast_input_gives_eagers_strides():
+    # An expanded input (a stride-0 dimension) is traced row-major: TensorIterator lays out
+    # its results row-major as a stride-0 dimension tells it no order (it was traced with the
+    # dense order of its strides, and ``x * 2`` came back transposed).
+    def f(x):
+        return x * 2
+
+    x = torch.randn(3).expand(4, 3)
+    out = torch.compile(f, backend="torchlax")(to_jax(torch.randn(3)).expand(4, 3))
+    assert out.stride() == f(x).stride() == (3, 1)

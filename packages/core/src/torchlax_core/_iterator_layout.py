@@ -156,6 +156,19 @@ def dense_strides_in_order(
     return tuple(dense)
 
 
+def traced_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides a compiled program's input of ``shape`` and ``strides`` is traced with
+    (``torchlax.jit``'s arguments; a ``torch.compile`` graph's placeholders, by their fake
+    values), so that the ops that lay out their results like an input (TensorIterator,
+    ``empty_like``) give eager PyTorch's strides: dense strides in the dimension order of
+    ``strides`` (for a slice, those of a dense tensor of that order: TensorIterator only
+    compares strides), or None for row-major order, an empty tensor, or a broadcast one (a
+    stride-0 dimension tells TensorIterator nothing; a dense order would)."""
+    if 0 in shape or any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
+        return None
+    return dense_strides_in_order(shape, strides)
+
+
 def _channels_last(shape) -> tuple[int, ...]:
     n, c, h, w = shape
     return (h * w * c, 1, w * c, c)

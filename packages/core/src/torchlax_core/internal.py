@@ -47,7 +47,7 @@ from ._compiled import write_back_all as write_back_all
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
 from ._dtypes import DTYPES as DTYPES
 from ._dtypes import scalar_type_name as scalar_type_name
-from ._iterator_layout import dense_strides_in_order as dense_strides_in_order
+from ._iterator_layout import traced_strides as traced_strides
 from ._launch_check import failure_of as failure_of
 from ._launch_check import launch_error as launch_error
 from ._launch_check import refuse_if_too_large as refuse_if_too_large
@@ -99,7 +99,7 @@ __all__ = [
     "Tables",
     "array_of",
     "cuda_device",
-    "dense_strides_in_order",
+    "traced_strides",
     "failure_of",
     "launch_error",
     "refuse_if_too_large",

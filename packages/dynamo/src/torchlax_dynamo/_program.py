@@ -37,7 +37,6 @@ from torchlax_core.internal import (
     Entry,
     LastPlan,
     array_of,
-    dense_strides_in_order,
     donatable,
     is_exclusive,
     laid_out,
@@ -46,6 +45,7 @@ from torchlax_core.internal import (
     peek_array,
     peek_arrays,
     result_specs,
+    traced_strides,
     view_kind,
     viewed_back,
     wrap_results,
@@ -454,8 +454,8 @@ class XlaProgram:
 
 
 def _traced_layout(val) -> tuple[int, ...] | None:
-    """Dense strides in the dimension order of ``val``'s (the placeholder's fake value), where
-    that order is not row-major; else None.
+    """The strides a placeholder is traced with, from its fake value (the core's
+    ``traced_strides``; None: row-major, as an input arrives).
 
     An input arrives row-major (a program's output that PyTorch strides with gaps, such as a
     transposed slice saved for the backward, comes back as a row-major array), but ops in the
@@ -467,9 +467,7 @@ def _traced_layout(val) -> tuple[int, ...] | None:
     shape, strides = tuple(val.shape), val.stride()
     if not all(isinstance(n, int) for n in (*shape, *strides)):
         return None  # symbolic: left row-major
-    if 0 in shape:
-        return None
-    return dense_strides_in_order(shape, strides)
+    return traced_strides(shape, strides)
 
 
 def _copy_shared(arguments: _Arguments, args: tuple, arrays: list) -> tuple[list, list]:

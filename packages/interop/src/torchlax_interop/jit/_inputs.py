@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torchlax_core import Tensor
 from torchlax_core.internal import (
-    dense_strides_in_order,
     laid_out,
     memory_order,
     memory_ordered_array,
     stored_in_order,
+    traced_strides,
 )
 
 from .._call_jax import _borrow
@@ -41,7 +41,7 @@ def _dense_order(x: torch.Tensor) -> tuple[int, ...] | None:
 
 def _input_layouts(inputs: list) -> tuple | None:
     """Per input tensor, None (row-major) or ``(strides, order)``: the strides it is traced
-    with (``_traced_strides``) and, for a torchlax Tensor densely laid out other than
+    with (the core's ``traced_strides``) and, for a torchlax Tensor densely laid out other than
     row-major (``x.t()``), the memory order its array is passed in (its storage array: no
     transpose, in or out of the program), else None (its value is passed). None when every
     input is row-major (the common call: one ``is_contiguous`` per input)."""
@@ -60,7 +60,7 @@ def _input_layout(t: torch.Tensor):
     key = (t.shape, t.stride(), type(t) is Tensor)
     if key in _input_layout_cache:
         return _input_layout_cache[key]
-    strides = _traced_strides(t)
+    strides = traced_strides(tuple(t.shape), t.stride())
     layout = None
     if strides is not None:
         dense = memory_order(tuple(t.shape), t.stride()) if isinstance(t, Tensor) else None
@@ -94,17 +94,6 @@ def _traced_input(array, strides: tuple[int, ...], order: tuple[int, ...] | None
 
 def _input_order(layout) -> tuple[int, ...] | None:
     return None if layout is None else layout[1]
-
-
-def _traced_strides(t: torch.Tensor) -> tuple[int, ...] | None:
-    """Dense strides in the dimension order of ``t``'s strides (its own, for a transposed or
-    permuted tensor; for a slice, those of a dense tensor of the same order: TensorIterator
-    only compares strides), or None for row-major order, an empty tensor, or a broadcast one
-    (a stride-0 dimension tells TensorIterator nothing, a dense order would)."""
-    shape, strides = tuple(t.shape), t.stride()
-    if 0 in shape or any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
-        return None
-    return dense_strides_in_order(shape, strides)
 
 
 def _traced_array(x: torch.Tensor):
