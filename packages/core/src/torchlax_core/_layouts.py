@@ -275,6 +275,19 @@ def memory_ordered_array(tensor: Tensor, order: tuple[int, ...] | None = None):
     return stored, order
 
 
+def returned_in_memory_order(tensor: Tensor) -> tuple:
+    """``(array, order)``: a traced output as a compiled program returns it (``torchlax.jit``;
+    the backend's graphs). Eager PyTorch lays some results out densely other than row-major
+    (``x.t() * 2``: TensorIterator follows its operand): such a one is returned in memory
+    order, ``order``, and the caller views it back after the call (``viewed_back``); any other
+    (row-major, or with gaps: a slice comes back row-major) is its value, order None."""
+    if not tensor.is_contiguous():
+        ordered = memory_ordered_array(tensor)
+        if ordered is not None:
+            return ordered
+    return tensor._value(), None
+
+
 def _own_storage(tensor: Tensor, shape):
     """The storage array of a dense ``tensor`` that holds exactly its elements (in memory
     order, as ``shape``), else None (a part of the storage, another dtype, a conjugate)."""

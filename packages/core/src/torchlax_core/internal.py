@@ -54,6 +54,7 @@ from ._launch_check import refuse_if_too_large as refuse_if_too_large
 from ._layouts import _laid_out as laid_out  # pyright: ignore[reportPrivateUsage]  (the core's own name, re-exported here)
 from ._layouts import memory_order as memory_order
 from ._layouts import memory_ordered_array as memory_ordered_array
+from ._layouts import returned_in_memory_order as returned_in_memory_order
 from ._layouts import stored_in_order as stored_in_order
 from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
@@ -126,6 +127,7 @@ __all__ = [
     "unused_key",
     "rebind",
     "view_kind",
+    "returned_in_memory_order",
     "viewed_back",
     "write",
     "no_x64",

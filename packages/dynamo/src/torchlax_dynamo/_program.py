@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import torch
 from torch.fx.node import map_arg
 from torchlax_core import Tensor, enable
@@ -40,11 +39,11 @@ from torchlax_core.internal import (
     donatable,
     is_exclusive,
     laid_out,
-    memory_order,
     output_tensors,
     peek_array,
     peek_arrays,
     result_specs,
+    returned_in_memory_order,
     traced_strides,
     view_kind,
     viewed_back,
@@ -349,12 +348,10 @@ class XlaProgram:
                         break
                 else:
                     layout.append((_ARRAY, len(results)))
-                    order = None if out.is_contiguous() else memory_order(out.shape, out.stride())
-                    if order is None:
-                        results.append(array_of(out))
-                    else:  # returned in memory order, viewed back with the tensor's strides
+                    array, order = returned_in_memory_order(out)
+                    if order is not None:  # viewed back with the tensor's strides
                         restrided.append((len(layout) - 1, order))
-                        results.append(jnp.transpose(array_of(out), order))
+                    results.append(array)
             elif isinstance(out, torch.Tensor):
                 layout.append((_ARRAY, len(results)))
                 results.append(_constant_array(out))

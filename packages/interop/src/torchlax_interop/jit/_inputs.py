@@ -29,16 +29,6 @@ def _merge(mask, diff, other) -> list:
     return [next(diff) if m else next(other) for m in mask]
 
 
-def _dense_order(x: torch.Tensor) -> tuple[int, ...] | None:
-    """The memory order of a traced output that eager PyTorch lays out densely other than
-    row-major (``x.t() * 2``: TensorIterator follows its operand), else None. Such an output
-    is returned in that order and viewed back, so the caller sees eager PyTorch's strides; an
-    output with gaps (a slice) comes back row-major."""
-    if not isinstance(x, Tensor) or x.is_contiguous():
-        return None
-    return memory_order(tuple(x.shape), x.stride())
-
-
 def _input_layouts(inputs: list) -> tuple | None:
     """Per input tensor, None (row-major) or ``(strides, order)``: the strides it is traced
     with (the core's ``traced_strides``) and, for a torchlax Tensor densely laid out other than

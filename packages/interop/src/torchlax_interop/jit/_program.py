@@ -32,13 +32,14 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     get_logger,
+    returned_in_memory_order,
     state_lock,
     storage_of,
     tracing,
 )
 
 from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
-from ._inputs import _SLOT, _STATIC, _dense_order, _merge, _traced_array, _traced_input
+from ._inputs import _SLOT, _STATIC, _merge, _traced_array, _traced_input
 from ._objects import ObjectOutput
 from ._outputs import _output_plan
 from ._paths import path_to, reaches
@@ -85,7 +86,7 @@ class _Info:
     cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
     trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
     # per output array: the dimension order it is returned in (a result eager PyTorch lays out
-    # transposed: see _dense_order), or None (row-major)
+    # transposed: the core's returned_in_memory_order), or None (row-major)
     out_orders: tuple = ()
     # The tensors that are no state the step read: their values are baked in, so a call
     # after one of them changed (the user wrote into it) traces the program again.
@@ -211,11 +212,14 @@ class _Program:
                 out_statics, out_tensors = _output_plan(
                     out, out_flat, set(saved["storage_ids"]), self.jitted
                 )
-                out_orders = tuple(map(_dense_order, out_tensors))
-                out_arrays = [
-                    _traced_array(x) if order is None else jnp.transpose(_traced_array(x), order)
-                    for x, order in zip(out_tensors, out_orders, strict=True)
+                returned = [
+                    returned_in_memory_order(x)
+                    if isinstance(x, Tensor)
+                    else (_traced_array(x), None)
+                    for x in out_tensors
                 ]
+                out_arrays = [array for array, _ in returned]
+                out_orders = tuple(order for _, order in returned)
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
                 grad_slots = tuple(_slot(p.grad, saved, extra) for p in state.grads)
