@@ -225,21 +225,13 @@ def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ())
         else _rebuilt(_get(node, step), sub, tensors, error, (*path, step))
         for step, sub in trie.items()
     }
-    if type(node) is list:
-        new = list(node)
-        for (_, i), v in values.items():
-            new[i] = v
-        return new
-    if type(node) is tuple or is_namedtuple(node):
-        items = list(node)
-        for (_, i), v in values.items():
-            items[i] = v
-        return tuple(items) if type(node) is tuple else type(node)._make(items)  # pyright: ignore[reportAttributeAccessIssue]  (a namedtuple)
-    if type(node) is dict:
-        new = dict(node)
-        for (_, k), v in values.items():
-            new[k] = v
-        return new
+    if type(node) in (list, tuple, dict) or is_namedtuple(node):
+        new = dict(node) if type(node) is dict else list(node)
+        for (_, key), v in values.items():
+            new[key] = v
+        if type(node) is tuple:
+            return tuple(new)
+        return type(node)._make(new) if is_namedtuple(node) else new  # pyright: ignore[reportAttributeAccessIssue]  (a namedtuple)
     try:
         new = copy.copy(node)
         for (kind, name), v in values.items():

@@ -581,7 +581,7 @@ class _FlatEntries:
         self._others = tuple(kind for _, kind in flat if kind is not _TENSOR)
         # dict's own methods are C-level; an optimizer keeping its state in another mapping
         # type is read through that type's methods
-        self._get = dict.get if all(isinstance(s, dict) for s in self._states) else _get
+        self._get = dict.get if all(isinstance(s, dict) for s in self._states) else mapping_get
         self._values = dict.values if all(isinstance(d, dict) for d in self._dicts) else _values
 
     def hold(self) -> bool:
@@ -600,7 +600,9 @@ class _FlatEntries:
         )
 
 
-def _get(mapping, key):
+def mapping_get(mapping, key):
+    """``mapping.get(key)`` for an optimizer keeping its state in a mapping other than a dict
+    (a dict's own C-level ``dict.get`` is used where every one is a dict)."""
     return mapping.get(key)
 
 

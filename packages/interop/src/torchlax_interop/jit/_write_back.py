@@ -15,9 +15,7 @@ from torchlax_core import Tensor
 from torchlax_core.internal import set_exclusive
 
 from ._program import _KEPT, _NEW, _NONE, _Info
-from ._state import (
-    _StateSet,
-)
+from ._state import _StateSet, mapping_get
 
 
 def _write_state(
@@ -85,13 +83,9 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
         tuple(name for _, name, _ in kept),
         tuple(index for _, _, index in kept),
         # (an optimizer keeping its state in another mapping type: that type's get)
-        dict.get if all(isinstance(d, dict) for d in dicts) else _mapping_get,
+        dict.get if all(isinstance(d, dict) for d in dicts) else mapping_get,
     )
     return [grads, others, flat_kept]
-
-
-def _mapping_get(mapping, key):
-    return mapping.get(key)
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
