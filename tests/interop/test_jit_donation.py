@@ -61,3 +61,33 @@ def test_later_steps_donate_the_state_as_it_is():
     assert not is_exclusive(lin.weight)
     step(x)
     assert is_exclusive(lin.weight)
+
+
+def test_two_parameters_holding_one_array_each_train():
+    # q is made from p's very array: the step donates that array once (a copy at the other
+    # position), and both train as eagerly.
+    def make():
+        with torchlax.enable():
+            p = torch.nn.Parameter(torch.ones(3, device="jax"))
+        q = torch.nn.Parameter(torchlax.Tensor(p.detach().jax()))
+        opt = torch.optim.SGD([p, q], lr=0.1)
+
+        def step(x):
+            opt.zero_grad()
+            ((p * x).sum() + (q * q).sum()).backward()
+            opt.step()
+            return p.sum() + q.sum()
+
+        return p, q, step
+
+    with torchlax.enable():
+        x = torch.arange(3.0, device="jax")
+    p, q, step = make()
+    eager = [step(x).detach().cpu() for _ in range(3)]
+    p_jit, q_jit, step = make()
+    assert p_jit.detach().jax() is q_jit.detach().jax()
+    step = torchlax.jit(step)
+    got = [step(x).cpu() for _ in range(3)]
+    torch.testing.assert_close(got, eager)
+    torch.testing.assert_close(p_jit.detach().cpu(), p.detach().cpu())
+    torch.testing.assert_close(q_jit.detach().cpu(), q.detach().cpu())

@@ -31,6 +31,7 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     array_of,
+    donatable,
     get_logger,
     returned_in_memory_order,
     state_lock,
@@ -676,15 +677,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _distinct(arrays: list) -> list:
-    # A buffer donated to the program may be passed once only; two state tensors holding the
-    # very same array (one made from the other's .jax()) each get their own.
-    if len(set(map(id, arrays))) == len(arrays):
-        return arrays
-    seen: set = set()
-    out = []
-    for a in arrays:
-        if id(a) in seen:
-            a = jnp.array(a, copy=True)
-        seen.add(id(a))
-        out.append(a)
-    return out
+    """The state arrays with each passed twice (two state tensors holding the very same array,
+    one made from the other's ``.jax()``) copied: a buffer donated to the program may be
+    passed once only (the core's ``donatable``)."""
+    return donatable(arrays, [True] * len(arrays))
