@@ -206,16 +206,24 @@ def attention_choice(chosen: str, row: dict) -> None:
 
 
 def profile(name: str, run: Callable, executables: list, folder: Path, row: dict) -> None:
-    """``--profile``: three steps under JAX's profiler (``folder/name/``, an XSpace that xprof
-    reads) and each executable's optimized HLO (``folder/name.N.hlo.txt``)."""
+    """``--profile``: each executable's optimized HLO (``folder/name.N.hlo.txt``) and one step
+    under JAX's profiler, its XSpace gzipped flat beside them (``folder/name.xplane.pb.gz``:
+    the device tool returns files two folders down and 16 MiB at most; xprof reads it)."""
+    import gzip
+    import shutil
+
     import jax
 
     folder.mkdir(parents=True, exist_ok=True)
     for i, compiled in enumerate(executables):
         (folder / f"{name}.{i}.hlo.txt").write_text(compiled.as_text())
     with jax.profiler.trace(str(folder / name)):
-        for _ in range(3):
-            run()
+        run()
+    for i, xspace in enumerate(sorted((folder / name).rglob("*.xplane.pb"))):
+        target = folder / f"{name}{'.' + str(i) if i else ''}.xplane.pb.gz"
+        with xspace.open("rb") as src, gzip.open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    shutil.rmtree(folder / name, ignore_errors=True)
     progress(row, "profiled")
 
 
