@@ -136,10 +136,12 @@ def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
     wrap(_jit._Jitted, "_state_signature", "state signature")
     wrap(_program._Program, "entry", "entry lookup")
     wrap(CompiledProgram, "run", "launch (CompiledProgram.run)")
+    wrap(_jit, "_distinct", "distinct arrays")
+    wrap(_repeated, "donatable", "arrays to donate (donatable)")
     for caller in (_jit, _repeated):  # the general path's names, and the repeated step's
-        wrap(caller, "_distinct", "distinct arrays")
         wrap(caller, "_to_tensors", "output wrapping")
-        wrap(caller, "_write_state", "write-back (_write_state)")
+    # (every step's write-back, the general path's too, is _StepPlan's: _repeated's name)
+    wrap(_repeated, "_write_state", "write-back (_write_state)")
 
     def restore() -> None:
         for step in reversed(undo):
