@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 # Applied in the forked child only: read by torchlax (imported by the child) or by pytest
@@ -114,7 +115,13 @@ while True:
     replies.flush()
 """
 
-_servers: dict[tuple, subprocess.Popen] = {}
+# The servers of this process, least recently used first. Each holds ~340 MB of memory of its
+# own (torch's and JAX's modules, not shared with other processes); most calls use the suite's
+# environment or the 8-device one, and the others (a test's own cache directory or log
+# setting) come once: a server past the most recent ``_MAX_SERVERS`` is stopped, not kept
+# idle until the worker exits (seven per worker over a run, on a machine without swap).
+_servers: OrderedDict[tuple, subprocess.Popen] = OrderedDict()
+_MAX_SERVERS = 3
 
 
 def _server_key(env: Mapping[str, str]) -> tuple:
@@ -125,6 +132,8 @@ def _server(env: Mapping[str, str]) -> subprocess.Popen:
     key = _server_key(env)
     server = _servers.get(key)
     if server is None or server.poll() is not None:
+        while len(_servers) >= _MAX_SERVERS:
+            _stop(_servers.popitem(last=False)[1])
         server_env = {k: v for k, v in env.items() if not k.startswith(_CHILD_ONLY)}
         server = subprocess.Popen(
             [sys.executable, "-c", _SERVER],
@@ -133,15 +142,21 @@ def _server(env: Mapping[str, str]) -> subprocess.Popen:
             env=server_env,
         )
         _servers[key] = server
+    _servers.move_to_end(key)
     return server
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """End an idle server: its loop ends when its requests do (it has no child running)."""
+    if server.stdin is not None:
+        server.stdin.close()
+    server.wait(timeout=60)
 
 
 @atexit.register
 def _stop_servers() -> None:
-    for server in _servers.values():
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
+    while _servers:
+        _stop(_servers.popitem(last=False)[1])
 
 
 def run(

@@ -57,3 +57,20 @@ def test_calls_from_different_tests_share_one_server():
     env = {**os.environ, "PYTEST_CURRENT_TEST": "another test", "TORCHLAX_LOG": "info"}
     fresh_python.run(["-c", "pass"], env=env)
     assert fresh_python._servers == servers
+
+
+def test_the_least_recently_used_server_stops_past_the_limit(monkeypatch):
+    """Servers past ``_MAX_SERVERS`` are stopped, least recently used first (each holds its own
+    torch and JAX modules), and a call in a new environment still gets its own server."""
+    fresh_python.run(["-c", "pass"])  # the suite's environment: a server, most recently used
+    monkeypatch.setattr(fresh_python, "_MAX_SERVERS", len(fresh_python._servers))
+    oldest = next(iter(fresh_python._servers.values()))
+    before = list(fresh_python._servers.values())
+    env = {**os.environ, "JAX_TORCHLAX_SERVER_PROBE": "1"}  # read by no one; a new server's key
+    done = fresh_python.run(
+        ["-c", "import os; print(os.environ['JAX_TORCHLAX_SERVER_PROBE'])"], env=env
+    )
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+    assert oldest.poll() is not None  # stopped: it had finished its calls
+    assert list(fresh_python._servers.values()) == [*before[1:], fresh_python._server(env)]
+    fresh_python._stop(fresh_python._servers.popitem()[1])  # the probe's server serves no one else
