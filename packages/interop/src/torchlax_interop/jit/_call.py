@@ -33,10 +33,9 @@ from .._call_jax import _borrow
 from .._dlpack import check_shared_writes
 from . import _first_call
 from ._autograd import _Call, _JitFunction
-from ._commit import launch_and_write
 from ._discover import CpuStateError, cpu_state_tensors, find_state
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
-from ._outputs import _plain_result_specs, _returned, _to_tensors
+from ._outputs import _returned
 from ._program import (
     _distinct,
     _Info,
@@ -50,12 +49,10 @@ from ._refusals import _argument_requiring_grad_error, _owner
 from ._repeated import (
     _MISSED,
     _ForwardPlan,
-    _next_state_is,
     _step_schedulers,
     _StepPlan,
 )
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves
-from ._write_back import _write_changed
 
 
 def jit(
@@ -125,9 +122,9 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self._last_state: tuple | None = None  # (state arrays, their signature)
-        # The plan of the last step's layout and entry (its write plan, the signature of the
-        # state it writes), which the next step on the general path runs too
-        self._step_plan: _StepPlan | None = None
+        # run.forward -> the plan of the last forward's or step's layout and entry, which the
+        # next call of that kind on the general path runs too (_plan)
+        self._plans: dict[bool, Any] = {}
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         # program key -> the key of the program run without those .grads (dead_grads_key)
@@ -251,10 +248,8 @@ class _Jitted:
             if info.eager_backward:
                 return self._forward_with_backward_hooks(run.program, info, args, kwargs)
             outputs = _differentiable_call(run)
-        elif run.forward:
-            outputs = self._forward_call(run)
         else:
-            outputs = self._step_call(run)
+            outputs = self._plan(run).run_general(self, run)
         if run.state.schedulers and not info.trains:  # (a step's are made by its write-back)
             _step_schedulers(run.state, info, [0] * len(run.state.schedulers))
         if self._cpu_outputs and info.rebuilds:
@@ -360,66 +355,20 @@ class _Jitted:
         run.state_arrays, run.forward = state_arrays, forward
         program.trains = info.trains
 
-    def _forward_call(self, run: _Run) -> list:
-        """Launch the forward program; keep the call's plan (``_ForwardPlan``) if the next
-        call may repeat it."""
-        state, info, program, entry = run.state, run.info, run.program, run.entry
-
-        def write_changed(results) -> None:
-            if info.writes:
-                self._last_state = None
-                _write_changed(state, info, results[1], results[2])
-
-        out_arrays = launch_and_write(
-            lambda out: out.append(
-                program.forward_core.run(entry, run.state_arrays, run.lr_arrays, run.arrays)
-            ),
-            write_changed,
-        )[0]
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        if (
-            not info.writes
-            and not state.lrs
-            and not torch.is_grad_enabled()
-            and run.repeatable()
-            and run.layout.reused(state)
-        ):
-            self._last.plan = _ForwardPlan(
-                program.forward_core,
-                entry,
-                run.arrays,
-                tuple(map(type, run.inputs)),
-                run.layout,
-                state,
-                run.checks,
-                None if info.out_orders else _plain_result_specs(outputs, out_arrays),
-            )
-        return outputs
-
-    def _step_call(self, run: _Run) -> list:
-        """Run the step's plan (``_StepPlan``: launch the donating program, write the new
-        state back); keep it as the last plan if the next call may repeat it."""
-        state, info, entry, layout = run.state, run.info, run.entry, run.layout
-        plan = self._step_plan
-        if plan is None or plan.entry is not entry or plan.layout is not layout:
-            donated = len(run.state_arrays) if self.donate_state else 0
-            plan = _StepPlan(run.program.core, entry, run.arrays, layout, state, donated)
-            self._step_plan = plan
-        dead = [state.grads[i] for i in state.dead_grads]
-        out_arrays = plan.step(self, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        if (
-            not run.checks
-            and not self._cpu_outputs
-            and run.repeatable()
-            and _next_state_is(layout, state)
-        ):
-            self._last.plan = plan.record(
-                state,
-                tuple(map(type, run.inputs)),
-                None if info.out_orders else _plain_result_specs(outputs, out_arrays),
-            )
-        return outputs
+    def _plan(self, run: _Run) -> _ForwardPlan | _StepPlan:
+        """The plan of ``run``'s entry and layout, which runs the call (``run_general``); one
+        is kept per kind (forward, step) while its entry and layout are the call's."""
+        plan = self._plans.get(run.forward)
+        if plan is None or plan.entry is not run.entry or plan.layout is not run.layout:
+            sig, layout = run.signature[1], run.layout
+            if run.forward:
+                plan = _ForwardPlan(run.program.forward_core, run.entry, sig, run.arrays, layout)
+            else:
+                donated = len(run.state_arrays) if self.donate_state else 0
+                core = run.program.core
+                plan = _StepPlan(core, run.entry, sig, run.arrays, layout, run.state, donated)
+            self._plans[run.forward] = plan
+        return plan
 
     def _forward_with_backward_hooks(self, program: _Program, info: _Info, args, kwargs):
         """A differentiable call of a forward that met backward hooks or read a plain CPU tensor

@@ -39,14 +39,14 @@ from torchlax_core.internal import signature as _signature
 
 from ._commit import launch_and_write
 from ._constants import ReadConstants
-from ._outputs import _returned, _to_tensors
+from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _distinct, _Info
 from ._state import (
     _Hashed,
     _Layout,
     _StateSet,
 )
-from ._write_back import _write_plan, _write_state
+from ._write_back import _write_changed, _write_plan, _write_state
 
 if TYPE_CHECKING:
     from ._call import _Jitted
@@ -65,8 +65,10 @@ def _avals(arrays: Sequence) -> list:
 
 
 class _ForwardPlan(CallPlan):
-    """The plan of a forward call (``torch.no_grad()``, tensor arguments only, nothing written
-    back) that the next call may repeat: the same program entry over the same state.
+    """The plan of a forward program's entry (a call that changes no state, buffers aside):
+    its launch and write-back (``run_general``), which every forward on the general path
+    runs, and the guard of a call that repeats the last one (``call``): a ``torch.no_grad()``
+    forward, tensor arguments only, nothing written back, over the same state.
 
     ``call`` checks what the general path would find different and otherwise runs the entry
     at once, without rebuilding the program key, the state's arrays and their signatures:
@@ -96,7 +98,10 @@ class _ForwardPlan(CallPlan):
     much code and data it touches, before the launch or after it (our Python competes with
     XLA's compute threads); the measurements behind it are in benchmarks/README.md ("the
     repeated forward touches less", "the repeated forward's checks are at their floor";
-    ``benchmarks/jit_call_parts.py`` times the call's parts)."""
+    ``benchmarks/jit_call_parts.py`` times the call's parts).
+
+    Made for one layout and entry (``_Jitted._plans``); ``record`` makes it the one a
+    repeated call may take, over the state of the call that recorded it."""
 
     __slots__ = (
         "layout",
@@ -113,38 +118,77 @@ class _ForwardPlan(CallPlan):
     )
 
     def __init__(
-        self,
-        program: CompiledProgram,
-        entry: Entry,
-        arrays: list,
-        types: tuple,
-        layout: _Layout,
-        state: _StateSet,
-        checks: bool,
-        out_specs: list | None,
+        self, program: CompiledProgram, entry: Entry, sig: tuple, arrays: list, layout: _Layout
     ):
-        super().__init__(program, entry, _signature(arrays), _avals(arrays))
-        self.fits = True  # (its entry ran on the general path: it fits the device)
+        super().__init__(program, entry, sig, _avals(arrays))
+        self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
         self.layout = layout
-        self.types = types  # of the arguments
-        self.checks = checks
         self.info: _Info = entry.info
+        self.constants: ReadConstants | None = self.info.constants
+        # What record() sets: as the recorded call's
+        self.types: tuple = ()  # of the arguments
+        self.checks = False
         # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
         # order), or None: wrap each call's outputs the general way (_to_tensors)
+        self.out_specs: list | None = None
+        self.storages: tuple = ()
+        self.state_arrays: list = []
+        self.holds: Callable[[], bool] = _never
+        # the result's tensors of a function returning one tensor, made ahead, else None
+        self.single: ResultWrappers | None = None
+        # what call() reads before the launch, in one pass: the arguments' types, their
+        # _view (None: no view), each state storage's array
+        self.expected: tuple = ()
+
+    def run_general(self, jitted: _Jitted, run: Any) -> list:
+        """The general path's forward (``run``: its ``_Run``): launch the entry
+        (``CompiledProgram.run``), write the buffers it changes back, all or nothing; the
+        outputs, and the plan recorded if the next call may repeat it."""
+        state, info = run.state, self.info
+
+        def write_changed(results) -> None:
+            if info.writes:
+                jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
+                _write_changed(state, info, results[1], results[2])
+
+        out_arrays = launch_and_write(
+            lambda out: out.append(
+                self.program.run(self.entry, run.state_arrays, run.lr_arrays, run.arrays)
+            ),
+            write_changed,
+        )[0]
+        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if (
+            not info.writes
+            and not state.lrs
+            and not torch.is_grad_enabled()
+            and run.repeatable()
+            and self.layout.reused(state)
+        ):
+            specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
+            jitted._last.plan = self.record(state, tuple(map(type, run.inputs)), run.checks, specs)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        return outputs
+
+    def record(
+        self, state: _StateSet, types: tuple, checks: bool, out_specs: list | None
+    ) -> _ForwardPlan:
+        """Make this plan the one the next call may repeat: over ``state``, with arguments of
+        ``types``, in checked mode ``checks``; ``out_specs``: see ``__init__``."""
+        if self.plain is None:  # (launched now: its C++ launcher may be known)
+            self.plain = self.entry.plain_launch()
+        self.types = types
+        self.checks = checks
         self.out_specs = out_specs
         self.storages = tuple(state.storages)
         self.state_arrays = list(map(_ARRAY, self.storages))
-        self.constants: ReadConstants | None = self.info.constants
-        self.holds: Callable[[], bool] = layout.forward_guard(state)
-        # the result's tensors of a function returning one tensor, made ahead, else None
+        self.holds = self.layout.forward_guard(state)
         self.single = (
             ResultWrappers(out_specs[0])
             if out_specs is not None and self.info.single_output
             else None
         )
-        # what call() reads before the launch, in one pass: the arguments' types, their
-        # _view (None: no view), each state storage's array
         self.expected = (*types, *(None,) * len(types), *self.state_arrays)
+        return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
@@ -162,8 +206,12 @@ class _ForwardPlan(CallPlan):
             )
         ):  # the recorded types, no view (roots are row-major), the recorded state arrays
             arrays = root_values(args)
+        elif tuple(map(type, args)) != self.types or not all(
+            map(is_, map(_ARRAY, self.storages), self.state_arrays)
+        ):
+            return _MISSED  # (an array a training step donated since is deleted: never launched)
         else:
-            arrays = self._view_arrays(args)
+            arrays = _contiguous_arrays(args)
             if arrays is None:
                 return _MISSED
         if self.miss(arrays) is not None:  # (stale: traced under another matmul precision)
@@ -171,52 +219,54 @@ class _ForwardPlan(CallPlan):
         constants = self.constants
         if constants is not None and not constants.hold():
             return _MISSED  # (the general path traces the program again)
-        layout = self.layout
         plain = self.plain
+        out_arrays: Any = None
         if plain is not None:
             # The plan's plain launcher, called here rather than through launch(), whose
             # fallback to CompiledProgram.run would run a call that then misses: a launch
             # that raises (arguments holding an outer JAX trace's tracers) has done nothing,
-            # and the general path handles or raises it.
+            # and the general path handles or raises it. The checks below run while XLA
+            # computes; a call they fail drops its results (the program writes nothing).
             try:
                 out_arrays = plain[0](self.state_arrays, [], arrays, plain[1])[0]
             except Exception:
                 return _MISSED
-            if (
-                jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-                or torchlax_core.current_env().config.checked
-                or not self.holds()
-            ):
-                return _MISSED  # its results are dropped (the program writes nothing)
-        else:
-            if (
-                jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-                or bool(torchlax_core.current_env().config.checked) is not self.checks
-                or not self.holds()
-            ):
-                return _MISSED
+        if (
+            jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+            or bool(torchlax_core.current_env().config.checked) is not self.checks
+            or not self.holds()
+        ):
+            return _MISSED
+        if plain is None:
             out_arrays = self.launch((self.state_arrays, [], arrays))[0]
         single = self.single
         if single is not None:
             return single.wrap(out_arrays[0])
-        info = self.info
-        if self.out_specs is None:
-            return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
-        return _returned(info, wrap_results_like(out_arrays, self.out_specs))
+        return _outputs(self.info, self.out_specs, out_arrays, arrays)
 
-    def _view_arrays(self, args: tuple) -> list | None:
-        """The arguments' arrays where the recorded call's types and state arrays hold but
-        some argument is a view: a contiguous view's value (a JAX op: inside ``x64()``), or
-        None (a miss: another type, another state array, or another layout, ``x.t()``, which
-        is another program, whose results take eager's strides)."""
-        if (
-            tuple(map(type, args)) != self.types
-            or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays))
-            or not all(map(_IS_CONTIGUOUS, args))
-        ):
-            return None  # (an array a training step donated since is deleted: never launched)
-        with x64():
-            return [t.jax() for t in args]
+
+def _never() -> bool:
+    return False
+
+
+def _contiguous_arrays(args: Sequence) -> list | None:
+    """The arguments' arrays, or None (a miss) where one is a view laid out otherwise
+    (``x.t()``: another program, whose results take eager's strides). A contiguous view's
+    value is a JAX op: read inside ``x64()``."""
+    if not any(map(view_getter, args)):  # roots are row-major
+        return [t.jax() for t in args]
+    if not all(map(_IS_CONTIGUOUS, args)):
+        return None
+    with x64():
+        return [t.jax() for t in args]
+
+
+def _outputs(info: _Info, out_specs: list | None, out_arrays: list, arrays: list) -> Any:
+    """What a repeated call returns: its output arrays wrapped as the recorded call's
+    (``out_specs``), or the general way where there are none."""
+    if out_specs is None:
+        return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
+    return _returned(info, wrap_results_like(out_arrays, out_specs))
 
 
 class _StepPlan(CallPlan):
@@ -236,7 +286,7 @@ class _StepPlan(CallPlan):
     stale). Then it runs ``step`` as the general path does. Checked mode is never repeated
     here (its errors are raised on the general path).
 
-    Made for one layout and entry (``_Jitted._step_plan``); ``record`` makes it the one a
+    Made for one layout and entry (``_Jitted._plans``); ``record`` makes it the one a
     repeated call may take, over the state of the call that recorded it."""
 
     __slots__ = (
@@ -260,12 +310,13 @@ class _StepPlan(CallPlan):
         self,
         program: CompiledProgram,
         entry: Entry,
+        sig: tuple,
         arrays: list,
         layout: _Layout,
         state: _StateSet,
         donated: int,
     ):
-        super().__init__(program, entry, _signature(arrays), _avals(arrays), (), donated)
+        super().__init__(program, entry, sig, _avals(arrays), (), donated)
         self.layout = layout
         self.info: _Info = entry.info
         self.write_plan = _write_plan(state, self.info)  # holds while the layout does
@@ -286,6 +337,23 @@ class _StepPlan(CallPlan):
         self.lr_types: list = []
 
     # -- launch and write-back (the general path's steps and repeated ones) -----------------
+
+    def run_general(self, jitted: _Jitted, run: Any) -> list:
+        """The general path's step (``run``: its ``_Run``): ``step``, the outputs, and the plan
+        recorded if the next call may repeat it."""
+        state, info = run.state, self.info
+        dead = [state.grads[i] for i in state.dead_grads]
+        out_arrays = self.step(jitted, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
+        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if (
+            not run.checks
+            and not jitted._cpu_outputs  # pyright: ignore[reportPrivateUsage]  (its own module)
+            and run.repeatable()
+            and _next_state_is(self.layout, state)
+        ):
+            specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
+            jitted._last.plan = self.record(state, tuple(map(type, run.inputs)), specs)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        return outputs
 
     def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
@@ -366,12 +434,8 @@ class _StepPlan(CallPlan):
             or bool(torchlax_core.current_env().config.checked)
         ):
             return _MISSED
-        if not any(map(view_getter, args)):  # roots are row-major
-            arrays = [t.jax() for t in args]
-        elif all(map(_IS_CONTIGUOUS, args)):
-            with x64():
-                arrays = [t.jax() for t in args]
-        else:
+        arrays = _contiguous_arrays(args)
+        if arrays is None:
             return _MISSED
         if (
             self.miss(arrays) is not None  # (stale: traced under another matmul precision)
@@ -389,12 +453,7 @@ class _StepPlan(CallPlan):
         out_arrays = self.step(
             jitted, state, self.dead, (_distinct(self.written_arrays), lr_arrays, arrays)
         )
-        info = self.info
-        if self.out_specs is None:
-            outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
-        else:
-            outputs = wrap_results_like(out_arrays, self.out_specs)
-        return _returned(info, outputs)
+        return _outputs(self.info, self.out_specs, out_arrays, arrays)
 
 
 _EXCLUSIVE = operator.attrgetter("exclusive")
