@@ -5,17 +5,18 @@ One call runs one XLA program. Its inputs are the argument tensors, a PRNG key, 
 given or closes over, their ``.grad``s, every optimizer's state tensors and learning rates,
 and torchlax Tensors it closes over. ``_Jitted._call`` finds the state (or re-checks the last
 walk), picks the program for the call's static configuration (``_program``) and its entry
-for the input signature, and runs it one of three ways: a step that trains launches the
-donating program and writes the new state back (``_write_back``, ``_commit``); a forward
-that autograd needs is one ``torch.autograd.Function`` (``_autograd``); any other call
-launches the forward program. A call that repeats the last one's program over the same state
-takes the repeated-call path (``_repeated``). The first call of a step whose optimizers have
-no state yet runs eagerly, so that PyTorch creates it; a step over CPU parameters lends them
-to the program (``_call_on_cpu_state``).
+for the input signature (``_Run``), and runs it: a forward that autograd needs is one
+``torch.autograd.Function`` (``_autograd``); any other call runs the plan of its entry
+(``_repeated``): a step that trains launches the donating program and writes the new state
+back (``_StepPlan``), a forward launches the forward program (``_ForwardPlan``). A call that
+repeats the last one (the last plan's guard still holds) runs that plan at once. The first
+call of a step that creates state compiles its program and the steady one
+(``_first_call``); a step over CPU parameters lends them to the program (``_lent``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from operator import is_
@@ -32,9 +33,10 @@ from .._arguments import check_jit_arguments, check_static_argnames, check_stati
 from .._call_jax import _borrow
 from .._dlpack import check_shared_writes
 from . import _first_call
-from ._autograd import _Call, _JitFunction
+from ._autograd import differentiable_call
 from ._discover import CpuStateError, cpu_state_tensors, find_state
-from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
+from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
+from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
 from ._outputs import _returned
 from ._program import (
     _distinct,
@@ -92,8 +94,9 @@ def jit(
     ``torch.optim.lr_scheduler`` scheduler, compiles nothing; changing another
     hyperparameter (momentum, weight decay, betas) compiles a new program. A scheduler's
     ``step()`` inside the function runs after the program, on the host (it only computes
-    Python numbers). The first call of a function whose optimizers have no state yet runs
-    eagerly, so PyTorch creates that state; every later call is the compiled program.
+    Python numbers). The first call of a function whose optimizers have no state yet is
+    compiled too: the state it creates comes out of its program, and the program of the
+    later calls is compiled along with it.
 
     Random ops get their keys from a key drawn for each call from torch's generator, so dropout
     differs per call and ``torch.manual_seed`` reproduces it. Switching ``train()``/``eval()``
@@ -167,65 +170,7 @@ class _Jitted:
                 last.plan = None  # the general path records this call if it is a repeat
             check_jit_arguments(args, kwargs)  # a sparse or quantized tensor, named
             with x64():
-                try:
-                    return self._call(args, kwargs)
-                except CpuStateError as error:
-                    return self._call_on_cpu_state(args, kwargs, error.found)
-
-    def _call_on_cpu_state(self, args, kwargs, found: list):
-        """A step over CPU parameters: their memory is lent to the program (DLPack), and the
-        new state is written back into the same tensor objects, as an in-place step does."""
-        tensors, optimizers = cpu_state_tensors(found)
-        # The program must not reuse memory that torch owns.
-        self.donate_state = False
-        self._layout = None
-        lent = []
-        try:
-            for t in tensors:
-                grad = t.grad if t.is_leaf else None
-                array = _borrow(t)
-                promoted = Tensor(array, requires_grad=t.requires_grad)
-                # The very objects the model and optimizer name become torchlax Tensors for
-                # the call (identity, opt.state keys and module attributes unchanged).
-                t.grad = None
-                try:
-                    torch.utils.swap_tensors(t, promoted)
-                except RuntimeError as exc:
-                    t.grad = grad
-                    raise JitError(
-                        f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
-                        f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
-                        "Move the model to the 'jax' device before creating the optimizer "
-                        "(model.to('jax') inside torchlax.enable())."
-                    ) from exc
-                lent.append((t, promoted, array))
-                if grad is not None:
-                    t.grad = Tensor(_borrow(grad))
-            args, kwargs = pytree.tree_map_only(
-                torch.Tensor,
-                lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
-                (args, kwargs),
-            )
-            self._cpu_outputs = True
-            out = self._call(args, kwargs)
-        finally:
-            self._cpu_outputs = False
-            self._layout = None  # found over the lent tensors: stale once they are given back
-            for t, cpu, array in reversed(lent):
-                new, grad = array_of(t), t.grad
-                t.grad = None
-                torch.utils.swap_tensors(t, cpu)
-                if new is not array:
-                    with torch.no_grad():
-                        t.copy_(torch.from_dlpack(new))  # in place: bumps _version
-                if grad is not None:
-                    t.grad = grad.cpu()
-            for opt in optimizers:  # state the step created (on its first, eager, call)
-                for entries in opt.state.values():
-                    for name, value in list(entries.items()):
-                        if isinstance(value, Tensor):
-                            entries[name] = value.cpu()
-        return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
+                return self._call(args, kwargs)
 
     # -- calling -----------------------------------------------------------------------------
 
@@ -233,7 +178,13 @@ class _Jitted:
         leaves, tensors_only = arg_leaves(args, kwargs)
         layout = self._layout
         if layout is None or not layout.holds(leaves):
-            layout = self._layout = find_state(self.target, self.module, leaves)
+            try:
+                layout = self._layout = find_state(self.target, self.module, leaves)
+            except CpuStateError as error:
+                # A step over CPU parameters: the call over them lent to the program.
+                with _lent(self, error.found):
+                    out = self._call(*_borrowed((args, kwargs)))
+                return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
         state = layout.assemble()
         if self._first_call:
             self._first_call = False
@@ -247,7 +198,7 @@ class _Jitted:
         if run.differentiable():
             if info.eager_backward:
                 return self._forward_with_backward_hooks(run.program, info, args, kwargs)
-            outputs = _differentiable_call(run)
+            outputs = differentiable_call(run)
         else:
             outputs = self._plan(run).run_general(self, run)
         if run.state.schedulers and not info.trains:  # (a step's are made by its write-back)
@@ -394,8 +345,26 @@ class _Jitted:
                 _owner(self),
                 info.eager_backward[0],
             )
-        with torchlax_core.enable(torchlax_core.current_env()):
-            return self.target(*args, **kwargs)
+        return self._eager(args, kwargs)
+
+    def _eager(self, args, kwargs, optimizers=()):
+        """The call run eagerly, by PyTorch's own code (a first call whose trace failed:
+        ``_first_call``; a forward whose backward the program cannot run:
+        ``_forward_with_backward_hooks``); step counts that the ``optimizers`` create are kept
+        on the jax device, as the program keeps them."""
+        groups = [
+            (g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g
+        ]
+        for g, _ in groups:
+            g["capturable"] = True
+        try:
+            with torchlax_core.enable(torchlax_core.current_env()):
+                return self.target(*args, **kwargs)
+        finally:
+            for g, capturable in groups:
+                g["capturable"] = capturable
+            for opt in optimizers:
+                move_cpu_state_to_jax(opt)
 
     def _state_signature(self, arrays: list) -> _Hashed:
         # The state's arrays are those of the last call unless a step or the user replaced
@@ -431,6 +400,65 @@ class _Jitted:
                     static_values.append(kwargs[name])
                     kwargs[name] = _STATIC
         return args, kwargs, tuple(static_values)
+
+
+@contextlib.contextmanager
+def _lent(jitted: _Jitted, found: list):
+    """A step over CPU parameters (``found``: what ``find_state`` reached): while entered,
+    their memory is lent to the program (DLPack); on exit the new state is written back into
+    the same tensor objects, as an in-place step does."""
+    tensors, optimizers = cpu_state_tensors(found)
+    # The program must not reuse memory that torch owns.
+    jitted.donate_state = False
+    jitted._layout = None
+    lent = []
+    try:
+        for t in tensors:
+            grad = t.grad if t.is_leaf else None
+            array = _borrow(t)
+            promoted = Tensor(array, requires_grad=t.requires_grad)
+            # The very objects the model and optimizer name become torchlax Tensors for
+            # the call (identity, opt.state keys and module attributes unchanged).
+            t.grad = None
+            try:
+                torch.utils.swap_tensors(t, promoted)
+            except RuntimeError as exc:
+                t.grad = grad
+                raise JitError(
+                    f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
+                    f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
+                    "Move the model to the 'jax' device before creating the optimizer "
+                    "(model.to('jax') inside torchlax.enable())."
+                ) from exc
+            lent.append((t, promoted, array))
+            if grad is not None:
+                t.grad = Tensor(_borrow(grad))
+        jitted._cpu_outputs = True
+        yield
+    finally:
+        jitted._cpu_outputs = False
+        jitted._layout = None  # found over the lent tensors: stale once they are given back
+        for t, cpu, array in reversed(lent):
+            new, grad = array_of(t), t.grad
+            t.grad = None
+            torch.utils.swap_tensors(t, cpu)
+            if new is not array:
+                with torch.no_grad():
+                    t.copy_(torch.from_dlpack(new))  # in place: bumps _version
+            if grad is not None:
+                t.grad = grad.cpu()
+        for opt in optimizers:  # state the step created (on its first, eager, call)
+            for entries in opt.state.values():
+                for name, value in list(entries.items()):
+                    if isinstance(value, Tensor):
+                        entries[name] = value.cpu()
+
+
+def _borrowed(args_kwargs: tuple) -> tuple:
+    """The call's arguments with each CPU tensor a torchlax Tensor over its memory."""
+    return pytree.tree_map_only(
+        torch.Tensor, lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)), args_kwargs
+    )
 
 
 def _optimizer_state_missing(optimizers) -> bool:
@@ -488,29 +516,3 @@ class _Run:
             and self.in_layouts is None  # (row-major inputs: a repeat checks they still are)
             and all(isinstance(t, Tensor) for t in self.inputs)
         )
-
-
-def _differentiable_call(run: _Run) -> list:
-    """One ``torch.autograd.Function`` call of the forward program (``_autograd``)."""
-    tensors = run.tensors()
-    mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
-    diff = [t for t, m in zip(tensors, mask, strict=True) if m]
-    orders = (
-        ()
-        if run.in_layouts is None
-        else (None,) * (len(tensors) - len(run.inputs)) + tuple(map(_input_order, run.in_layouts))
-    )
-    call = _Call(
-        run.program,
-        run.info,
-        run.state,
-        mask,
-        run.state_arrays + run.arrays,
-        run.lr_arrays,
-        run.entry,
-        run.entry.key(),
-        run.on_jax,
-        tensors,
-        orders,
-    )
-    return _JitFunction.apply(call, *diff)

@@ -1,22 +1,34 @@
 """``torchlax.jit``'s call plans: the core's ``CallPlan`` for a forward and for a step.
 
-A call on the general path (``_call``) ends in a plan for its program entry: ``_StepPlan``
-(a training step: the donating program, its write-back) runs every step the general path
-launches, and ``_ForwardPlan`` (a ``torch.no_grad()`` forward, tensor arguments only) is made
-for a forward the next call may repeat. The last such plan is kept in the jitted callable's
-``LastPlan``; a repeated call is "the last plan's guard still holds": jit's own checks (the
-state's layout and objects, argument types, grad and checked mode) beside the core plan's
-(``CallPlan.miss``: the entry not stale, the arguments' shapes, dtypes and weak types). Then
-the plan launches its entry (``CallPlan.launch``: JAX's C++ launcher where the entry allows
-it) and, for a step, writes back through the same ``finish`` as the general path, all or
-nothing (``_commit.launch_and_write``). A check that fails returns ``_MISSED`` and the call
-takes the general path. The same mechanism serves the ``torch.compile`` backend
+A call on the general path (``_call``) ends in the plan of its program entry, which runs it
+(``run_general``): ``_StepPlan`` (a training step: the donating program, its write-back) or
+``_ForwardPlan`` (a forward: the forward program, the buffers it writes). A plan that the
+next call may repeat (a step, or a ``torch.no_grad()`` forward, tensor arguments only) is
+kept in the jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still
+holds": jit's own checks (the state's layout and objects, argument types, grad and checked
+mode) beside the core plan's (``CallPlan.miss``: the entry not stale, the arguments' shapes,
+dtypes and weak types). Then the plan launches its entry (``CallPlan.launch``: JAX's C++
+launcher where the entry allows it) and, for a step, writes back through the same
+``finish`` as the general path. A check that fails returns ``_MISSED`` and the call takes
+the general path. The same mechanism serves the ``torch.compile`` backend
 (``torchlax_dynamo._program._GraphPlan``).
+
+Launch and write-back are all or nothing (``launch_and_write``). A training step's program
+consumes the state it is given (its arrays are donated) and returns the new state; until
+that is written back, the model and optimizer hold deleted arrays. So once the launch has
+returned, the write-back is finished whatever happens: an exception or ``KeyboardInterrupt``
+arriving in it (or between the launch and it) writes the whole new state again (the writes
+are idempotent assignments) before it propagates, and a Ctrl-C that arrives during the
+launch and write-back is held until they are done (``_HeldInterrupts``). Before the launch,
+nothing of the state has changed but what ``undo`` puts back. Afterwards the model and
+optimizer hold either the values before the call or those after it (#37, item 2).
 """
 
 from __future__ import annotations
 
+import importlib
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import is_
@@ -37,7 +49,6 @@ from torchlax_core.internal import (
 )
 from torchlax_core.internal import signature as _signature
 
-from ._commit import launch_and_write
 from ._constants import ReadConstants
 from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _distinct, _Info
@@ -52,6 +63,68 @@ if TYPE_CHECKING:
     from ._call import _Jitted
 
 
+# The C module behind ``signal`` (no stubs): its getsignal/signal cost ~0.3 us a call against
+# tens of us of ``signal``'s (which convert handlers to and from enums), on every step's call.
+_signal: Any = importlib.import_module("_signal")
+
+_main_thread = threading.main_thread()
+_SIGINT = 2
+
+
+class _HeldInterrupts:
+    """Holds SIGINT while entered (on the main thread, where Python runs signal handlers) and
+    delivers it on exit, to the handler that was installed before."""
+
+    __slots__ = ("_previous", "_caught")
+
+    def __enter__(self) -> _HeldInterrupts:
+        self._caught: tuple | None = None
+        self._previous = None
+        if threading.current_thread() is _main_thread:
+            previous = _signal.getsignal(_SIGINT)
+            if callable(previous):  # (SIG_IGN / SIG_DFL, or a handler set from C: left alone)
+                self._previous = previous
+                _signal.signal(_SIGINT, self._catch)
+        return self
+
+    def _catch(self, signum, frame) -> None:
+        self._caught = (signum, frame)
+
+    def __exit__(self, *exc_info) -> None:
+        previous = self._previous
+        if previous is None:
+            return
+        _signal.signal(_SIGINT, previous)
+        caught = self._caught
+        if caught is not None:
+            previous(*caught)  # Python's default handler raises KeyboardInterrupt here
+
+
+def launch_and_write(
+    launch: Callable[[list], None],
+    write: Callable[[Any], None],
+    undo: Callable[[], None] | None = None,
+) -> Any:
+    """The results that ``launch(out)`` appends to ``out`` (in the statement that launches:
+    nothing can interrupt it between the two), written with ``write(results)``; all or
+    nothing.
+
+    ``write`` must be safe to run twice (the second run completes an interrupted first).
+    ``undo`` puts back what was changed before the launch, if the launch does not happen."""
+    out: list = []
+    with _HeldInterrupts():
+        try:
+            launch(out)
+            write(out[0])
+        except BaseException:
+            if out:
+                write(out[0])  # the launch consumed the old state: finish the new one
+            elif undo is not None:
+                undo()
+            raise
+    return out[0]
+
+
 _MISSED = object()  # a plan's call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
 _GRAD = operator.attrgetter("grad")
@@ -64,7 +137,56 @@ def _avals(arrays: Sequence) -> list:
     return [getattr(a, "aval", None) for a in arrays]
 
 
-class _ForwardPlan(CallPlan):
+class _JitPlan(CallPlan):
+    """What both of jit's plans keep: the layout and entry they were made for and, from the
+    call that recorded one as the last plan (``record``), its arguments' types and how its
+    outputs were wrapped."""
+
+    __slots__ = ("layout", "info", "types", "out_specs")
+
+    def __init__(
+        self,
+        program: CompiledProgram,
+        entry: Entry,
+        sig: tuple,
+        arrays: list,
+        layout: _Layout,
+        donated: int = 0,
+    ):
+        super().__init__(program, entry, sig, _avals(arrays), (), donated)
+        self.layout = layout
+        self.info: _Info = entry.info
+        self.types: tuple = ()  # of the arguments
+        # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
+        # order), or None: wrap each call's outputs the general way (_to_tensors)
+        self.out_specs: list | None = None
+
+    def _general_outputs(self, jitted: _Jitted, run: Any, out_arrays: list, repeats: bool):
+        """A general call's outputs; where ``repeats`` (the next call may repeat it), this
+        plan recorded as the last one, over ``run``'s state."""
+        info = self.info
+        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if repeats:
+            self.types = tuple(map(type, run.inputs))
+            self.out_specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
+            jitted._last.plan = self.record(run.state, run.checks)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        return outputs
+
+    def record(self, state: _StateSet, checks: bool) -> _JitPlan:
+        """This plan, made the one the next call may repeat, over ``state``, in checked mode
+        ``checks`` (``types`` and ``out_specs`` set)."""
+        raise NotImplementedError
+
+    def _outputs(self, out_arrays: list, arrays: list) -> Any:
+        """What a repeated call returns: its output arrays wrapped as the recorded call's
+        (``out_specs``), or the general way where there are none."""
+        info = self.info
+        if self.out_specs is None:
+            return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
+        return _returned(info, wrap_results_like(out_arrays, self.out_specs))
+
+
+class _ForwardPlan(_JitPlan):
     """The plan of a forward program's entry (a call that changes no state, buffers aside):
     its launch and write-back (``run_general``), which every forward on the general path
     runs, and the guard of a call that repeats the last one (``call``): a ``torch.no_grad()``
@@ -104,11 +226,7 @@ class _ForwardPlan(CallPlan):
     repeated call may take, over the state of the call that recorded it."""
 
     __slots__ = (
-        "layout",
-        "types",
         "checks",
-        "info",
-        "out_specs",
         "storages",
         "state_arrays",
         "holds",
@@ -120,25 +238,9 @@ class _ForwardPlan(CallPlan):
     def __init__(
         self, program: CompiledProgram, entry: Entry, sig: tuple, arrays: list, layout: _Layout
     ):
-        super().__init__(program, entry, sig, _avals(arrays))
+        super().__init__(program, entry, sig, arrays, layout)
         self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
-        self.layout = layout
-        self.info: _Info = entry.info
         self.constants: ReadConstants | None = self.info.constants
-        # What record() sets: as the recorded call's
-        self.types: tuple = ()  # of the arguments
-        self.checks = False
-        # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
-        # order), or None: wrap each call's outputs the general way (_to_tensors)
-        self.out_specs: list | None = None
-        self.storages: tuple = ()
-        self.state_arrays: list = []
-        self.holds: Callable[[], bool] = _never
-        # the result's tensors of a function returning one tensor, made ahead, else None
-        self.single: ResultWrappers | None = None
-        # what call() reads before the launch, in one pass: the arguments' types, their
-        # _view (None: no view), each state storage's array
-        self.expected: tuple = ()
 
     def run_general(self, jitted: _Jitted, run: Any) -> list:
         """The general path's forward (``run``: its ``_Run``): launch the entry
@@ -157,36 +259,31 @@ class _ForwardPlan(CallPlan):
             ),
             write_changed,
         )[0]
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        if (
+        repeats = (
             not info.writes
             and not state.lrs
             and not torch.is_grad_enabled()
             and run.repeatable()
             and self.layout.reused(state)
-        ):
-            specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
-            jitted._last.plan = self.record(state, tuple(map(type, run.inputs)), run.checks, specs)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        return outputs
+        )
+        return self._general_outputs(jitted, run, out_arrays, repeats)
 
-    def record(
-        self, state: _StateSet, types: tuple, checks: bool, out_specs: list | None
-    ) -> _ForwardPlan:
-        """Make this plan the one the next call may repeat: over ``state``, with arguments of
-        ``types``, in checked mode ``checks``; ``out_specs``: see ``__init__``."""
+    def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
         if self.plain is None:  # (launched now: its C++ launcher may be known)
             self.plain = self.entry.plain_launch()
-        self.types = types
         self.checks = checks
-        self.out_specs = out_specs
+        out_specs, types = self.out_specs, self.types
         self.storages = tuple(state.storages)
-        self.state_arrays = list(map(_ARRAY, self.storages))
-        self.holds = self.layout.forward_guard(state)
+        self.state_arrays: list = list(map(_ARRAY, self.storages))
+        self.holds: Callable[[], bool] = self.layout.forward_guard(state)
+        # the result's tensors of a function returning one tensor, made ahead, else None
         self.single = (
             ResultWrappers(out_specs[0])
             if out_specs is not None and self.info.single_output
             else None
         )
+        # what call() reads before the launch, in one pass: the arguments' types, their
+        # _view (None: no view), each state storage's array
         self.expected = (*types, *(None,) * len(types), *self.state_arrays)
         return self
 
@@ -242,11 +339,7 @@ class _ForwardPlan(CallPlan):
         single = self.single
         if single is not None:
             return single.wrap(out_arrays[0])
-        return _outputs(self.info, self.out_specs, out_arrays, arrays)
-
-
-def _never() -> bool:
-    return False
+        return self._outputs(out_arrays, arrays)
 
 
 def _contiguous_arrays(args: Sequence) -> list | None:
@@ -261,15 +354,7 @@ def _contiguous_arrays(args: Sequence) -> list | None:
         return [t.jax() for t in args]
 
 
-def _outputs(info: _Info, out_specs: list | None, out_arrays: list, arrays: list) -> Any:
-    """What a repeated call returns: its output arrays wrapped as the recorded call's
-    (``out_specs``), or the general way where there are none."""
-    if out_specs is None:
-        return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
-    return _returned(info, wrap_results_like(out_arrays, out_specs))
-
-
-class _StepPlan(CallPlan):
+class _StepPlan(_JitPlan):
     """The plan of a training step's entry (the donating program): its launch and its
     write-back (``step``), which every step on the general path runs, and the guard of a call
     that repeats the last one (``call``) over the same state objects.
@@ -290,14 +375,10 @@ class _StepPlan(CallPlan):
     repeated call may take, over the state of the call that recorded it."""
 
     __slots__ = (
-        "layout",
-        "info",
         "write_plan",
         "out_sig",
         "state",
-        "types",
         "grad_enabled",
-        "out_specs",
         "written_arrays",
         "grads",
         "values",
@@ -316,17 +397,13 @@ class _StepPlan(CallPlan):
         state: _StateSet,
         donated: int,
     ):
-        super().__init__(program, entry, sig, _avals(arrays), (), donated)
-        self.layout = layout
-        self.info: _Info = entry.info
+        super().__init__(program, entry, sig, arrays, layout, donated)
         self.write_plan = _write_plan(state, self.info)  # holds while the layout does
         # The signature of the state arrays the program returns: the same every call (known
         # after the first), so the next call's state is not re-read (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
         self.state = state
-        self.types: tuple = ()
         self.grad_enabled = True
-        self.out_specs: list | None = None  # as _ForwardPlan's
         # What the last call left, re-checked by identity on the next: the arrays it wrote into
         # the state's storages, each parameter's .grad, and the optimizers' state values.
         self.written_arrays: list = []
@@ -341,19 +418,16 @@ class _StepPlan(CallPlan):
     def run_general(self, jitted: _Jitted, run: Any) -> list:
         """The general path's step (``run``: its ``_Run``): ``step``, the outputs, and the plan
         recorded if the next call may repeat it."""
-        state, info = run.state, self.info
+        state = run.state
         dead = [state.grads[i] for i in state.dead_grads]
         out_arrays = self.step(jitted, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        if (
+        repeats = (
             not run.checks
             and not jitted._cpu_outputs  # pyright: ignore[reportPrivateUsage]  (its own module)
             and run.repeatable()
             and _next_state_is(self.layout, state)
-        ):
-            specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
-            jitted._last.plan = self.record(state, tuple(map(type, run.inputs)), specs)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        return outputs
+        )
+        return self._general_outputs(jitted, run, out_arrays, repeats)
 
     def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
@@ -408,14 +482,11 @@ class _StepPlan(CallPlan):
 
     # -- a repeated call --------------------------------------------------------------------
 
-    def record(self, state: _StateSet, types: tuple, out_specs: list | None) -> _StepPlan:
-        """Make this plan the one the next call may repeat: over ``state`` (the call's, less
-        the ``.grad``s the step discards unread), with arguments of ``types``, in this grad
-        mode; ``out_specs``: as ``_ForwardPlan``'s."""
+    def record(self, state: _StateSet, checks: bool) -> _StepPlan:
+        """(``state``: the call's, less the ``.grad``s the step discards unread; in this grad
+        mode; never in checked mode)"""
         self.state = state
-        self.types = types
         self.grad_enabled = torch.is_grad_enabled()
-        self.out_specs = out_specs
         self.dead = tuple(state.grads[i] for i in state.dead_grads)
         self.lr_groups = [group for group, _ in state.lrs]
         self.lr_types = state.lr_types
@@ -453,7 +524,7 @@ class _StepPlan(CallPlan):
         out_arrays = self.step(
             jitted, state, self.dead, (_distinct(self.written_arrays), lr_arrays, arrays)
         )
-        return _outputs(self.info, self.out_specs, out_arrays, arrays)
+        return self._outputs(out_arrays, arrays)
 
 
 _EXCLUSIVE = operator.attrgetter("exclusive")
