@@ -196,6 +196,37 @@ def attention_paths() -> list[str]:
     return sorted({why or "Pallas kernel" for why, _, _ in _attention_kernels._logged})
 
 
+def attention_choice(chosen: str, row: dict) -> None:
+    """``--attention never|always``: ``TORCHLAX_ATTENTION_KERNEL`` for this row (an A/B of the
+    Pallas kernel within one benchmark run)."""
+    from torchlax_ops import _attention_kernels
+
+    _attention_kernels.choice = chosen
+    row["attention_kernel"] = chosen
+
+
+def profile(name: str, run: Callable, executables: list, folder: Path, row: dict) -> None:
+    """``--profile``: each executable's optimized HLO (``folder/name.N.hlo.txt``) and one step
+    under JAX's profiler, its XSpace gzipped flat beside them (``folder/name.xplane.pb.gz``:
+    the device tool returns files two folders down and 16 MiB at most; xprof reads it)."""
+    import gzip
+    import shutil
+
+    import jax
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, compiled in enumerate(executables):
+        (folder / f"{name}.{i}.hlo.txt").write_text(compiled.as_text())
+    with jax.profiler.trace(str(folder / name)):
+        run()
+    for i, xspace in enumerate(sorted((folder / name).rglob("*.xplane.pb"))):
+        target = folder / f"{name}{'.' + str(i) if i else ''}.xplane.pb.gz"
+        with xspace.open("rb") as src, gzip.open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    shutil.rmtree(folder / name, ignore_errors=True)
+    progress(row, "profiled")
+
+
 def ready(x: Any) -> Any:
     import jax
     import torchlax
@@ -384,7 +415,7 @@ def torch_step(net: Any, opt: Any, loss_fn: Callable, batch: tuple) -> Callable:
 
 
 def run_torchlax(variant: str, model: str, net: Any, batch: tuple, row: dict) -> tuple:
-    """``(first, step, exe_stats)`` of ``torchlax.jit(step)`` or the torchlax Dynamo backend."""
+    """``(step, executables)`` of ``torchlax.jit(step)`` or the torchlax Dynamo backend."""
     import torch
     import torchlax
 
@@ -411,13 +442,12 @@ def run_torchlax(variant: str, model: str, net: Any, batch: tuple, row: dict) ->
         run()
         row["second_call_s"] = time.perf_counter() - t0
 
-    def exe_stats() -> dict:
+    def executables() -> list:
         if variant != "jit":
-            return {}
-        stats = [executable_peak(c) for p in fast.programs.values() for c in p.compiled.values()]
-        return max(stats, key=lambda s: s.get("exe_peak_bytes", 0), default={})
+            return []
+        return [c for p in fast.programs.values() for c in p.compiled.values()]
 
-    return run, exe_stats
+    return run, executables
 
 
 def jax_loss_of(variant: str, model: str, net: Any, shape: dict) -> tuple[dict, Callable]:
@@ -471,7 +501,7 @@ def residuals(loss_of: Callable, params: dict, batch: tuple) -> dict:
 
 
 def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dict, row: dict):
-    """``(step, exe_stats)`` of a JAX + optax step (``torchax``, ``functional``, ``jax``)."""
+    """``(step, executables)`` of a JAX + optax step (``torchax``, ``functional``, ``jax``)."""
     import jax
     import optax
 
@@ -504,7 +534,7 @@ def run_jax_variant(variant: str, model: str, net: Any, batch: tuple, shape: dic
     row["devices_of_params"] = sorted(
         {str(d) for a in jax.tree.leaves(state["p"]) for d in a.devices()}
     )
-    return run, lambda: executable_peak(compiled)
+    return run, lambda: [compiled]
 
 
 def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row: dict) -> None:
@@ -532,10 +562,12 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
     progress(row, "model built")
     watch.rebase()
     if variant in ("jit", "compile"):
-        run, exe_stats = run_torchlax(variant, model, net, batch, row)
+        if args.attention != "auto":
+            attention_choice(args.attention, row)
+        run, executables = run_torchlax(variant, model, net, batch, row)
     else:
         row["residuals"] = args.residuals
-        run, exe_stats = run_jax_variant(variant, model, net, batch, shape, row)
+        run, executables = run_jax_variant(variant, model, net, batch, shape, row)
         if run is None:  # --residuals: traced, not run
             return
     if variant not in ("jax", "torchax"):  # (in --smoke's one process, the paths seen so far)
@@ -566,7 +598,10 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
     row["tflops"] = flops / median / 1e12
     row["mfu"] = row["tflops"] / args.peak_tflops
     row["device_end"] = device_memory()
-    row.update(exe_stats())
+    stats = [executable_peak(c) for c in executables()]
+    row.update(max(stats, key=lambda s: s.get("exe_peak_bytes", 0), default={}))
+    if args.profile:
+        profile(f"{model}-{variant}", run, executables(), Path(args.profile), row)
 
 
 # -- driver --------------------------------------------------------------------------------------
@@ -702,6 +737,8 @@ def isolated(model: str, variant: str, args: argparse.Namespace, deadline: float
                 "rss_limit_gib",
                 "shape",
                 "gpt2_dropout",
+                "attention",
+                "profile",
             )
         ]
         left = deadline - time.time()
@@ -788,6 +825,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="JAX variants: trace only, and report what the backward keeps (on any device)",
     )
+    p.add_argument(
+        "--attention",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="torchlax variants: TORCHLAX_ATTENTION_KERNEL for the rows (an A/B of the kernel)",
+    )
+    p.add_argument("--profile", default="", help="a folder: profile three steady steps there")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--row-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -1,7 +1,8 @@
 """Which attention runs: JAX's Pallas TPU flash-attention kernel or the plain lowering.
 
 The rule (``torchlax_ops._attention_kernels.kernel_refusal``) is tested on the CPU with the
-platform given; the log line says the choice. The kernel's values, forward and backward through
+platform given: what the kernel can compute, then whether it pays (``TORCHLAX_ATTENTION_KERNEL``:
+``auto``, ``always``, ``never``); the log line says the choice. The kernel's values, forward and backward through
 PyTorch's autograd, are compared with the plain lowering's on the CPU in Pallas's TPU interpret
 mode (slow: tens of seconds a call), with the platform made to read "tpu".
 """
@@ -87,8 +88,62 @@ def test_a_value_head_dim_unlike_the_query_s_is_refused():
     assert why is not None and "head_dim" in why
 
 
+BIG = spec(8, 16, 2048, 128)  # float32 scores of 2 GiB
+
+
+@pytest.mark.parametrize(
+    ("query", "mask", "chosen", "refusal"),
+    [
+        (BIG, None, "auto", None),
+        (Q, None, "auto", "scores are 4 MiB"),
+        (BIG, spec(2048, 2048, dtype=jnp.bool_), "auto", "a mask"),
+        (BIG, spec(8, 1, 2048, 2048), "auto", "a mask"),
+        (Q, None, "always", None),
+        (Q, spec(256, 256, dtype=jnp.bool_), "always", None),
+        (BIG, None, "never", "TORCHLAX_ATTENTION_KERNEL=never"),
+        (BIG, None, "auto", None),
+    ],
+)
+def test_whether_the_kernel_pays(query, mask, chosen, refusal):
+    why = kernels.kernel_refusal(query, query, query, mask, 0.0, "tpu", "highest", chosen)
+    if refusal is None:
+        assert why is None
+    else:
+        assert why is not None and refusal in why
+    # what the kernel cannot compute stays refused whatever the choice
+    assert (
+        "dropout"
+        in kernels.kernel_refusal(query, query, query, mask, 0.5, "tpu", "highest", chosen)
+        or chosen == "never"
+    )
+
+
+@pytest.mark.parametrize("value", ["auto", "always", "never", " Always ", ""])
+def test_the_choice_is_read_from_the_environment(value, monkeypatch):
+    monkeypatch.setenv("TORCHLAX_ATTENTION_KERNEL", value)
+    assert kernels._choice_from_environment() == (value.strip().lower() or "auto")
+
+
+def test_a_bad_choice_names_the_variable_and_the_values(monkeypatch):
+    monkeypatch.setenv("TORCHLAX_ATTENTION_KERNEL", "sometimes")
+    with pytest.raises(ValueError, match="TORCHLAX_ATTENTION_KERNEL='sometimes'.*'auto'"):
+        kernels._choice_from_environment()
+
+
+def test_auto_takes_the_plain_lowering_at_gpt2_small_s_attention_and_says_why(caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "choice", "auto")
+    monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+    gpt2 = spec(8, 12, 1024, 64)
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        assert not kernels.use_kernel(gpt2, gpt2, gpt2, None, 0.0)
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
+    assert "plain lowering" in message and "384 MiB" in message
+
+
 def test_the_choice_is_logged_once(caplog, monkeypatch):
     monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "choice", "always")
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         monkeypatch.setattr(kernels, "platform", lambda: "tpu")
         assert kernels.use_kernel(Q, KV, KV, None, 0.0)
@@ -115,6 +170,7 @@ def _run(platform, monkeypatch, q, k, v, **kwargs):
     """Output and gradients of attention on the jax device with ``platform`` as the platform,
     no op cache (an executable of the other path must not answer)."""
     monkeypatch.setattr(kernels, "platform", lambda: platform)
+    monkeypatch.setattr(kernels, "choice", "always")  # (the cases are small: auto declines)
     env = torchlax_core.Environment()
     env.config.op_cache_size = 0
     with torchlax_core.enable(env):

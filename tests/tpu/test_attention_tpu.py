@@ -33,6 +33,8 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     monkeypatch.setattr(kernels, "_logged", set())
+    # the cases are small, where TORCHLAX_ATTENTION_KERNEL=auto declines the kernel
+    monkeypatch.setattr(kernels, "choice", "always")
     before = torch.get_float32_matmul_precision()
     yield
     torch.set_float32_matmul_precision(before)
@@ -109,6 +111,23 @@ def test_float32_under_highest_and_dropout_run_the_plain_lowering(caplog):
     assert any("plain lowering" in m and "highest" in m for m in messages), messages
     assert any("plain lowering" in m and "dropout" in m for m in messages), messages
     assert not _kernel_chosen(caplog)
+
+
+def test_auto_declines_the_kernel_for_small_scores_and_masks(caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "choice", "auto")
+    q = torch.randn(2, 4, 256, 64, dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        with torchlax_core.enable():
+            x = q.to("jax")
+            out = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+    torch.testing.assert_close(
+        out.cpu().double(),
+        F.scaled_dot_product_attention(*(q.double(),) * 3, is_causal=True),
+        atol=3e-2,
+        rtol=3e-2,
+    )
+    assert not _kernel_chosen(caplog)
+    assert any("MiB" in r.getMessage() for r in caplog.records)
 
 
 def test_the_program_calls_the_pallas_kernel():

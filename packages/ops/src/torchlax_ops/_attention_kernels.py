@@ -1,10 +1,17 @@
 """Scaled dot-product attention on JAX's Pallas TPU flash-attention kernel: when, and the calls.
 
-``kernel_refusal`` is the one rule: on a TPU, a call the kernel computes as PyTorch does runs
-``jax.experimental.pallas.ops.tpu.flash_attention`` (forward and backward: torchlax does not
-write a kernel); any other call, and every call elsewhere, runs the plain lowering in
-``_lowerings.attention``. Each decision is logged once per kind of call at
+``kernel_refusal`` is the one rule: on a TPU, a call the kernel computes as PyTorch does, and
+that the kernel pays for, runs ``jax.experimental.pallas.ops.tpu.flash_attention`` (forward and
+backward: torchlax does not write a kernel); any other call, and every call elsewhere, runs the
+plain lowering in ``_lowerings.attention``. Each decision is logged once per kind of call at
 ``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
+
+Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at import: ``auto``, the default;
+``always``, every call it can compute; ``never``): under ``auto`` it takes the calls whose
+float32 scores, which the plain lowering materializes, would reach ``_SCORES_BYTES``, and no
+call with a mask (the kernel takes a mask as a float32 bias of the scores' full shape, as large
+as what it saves). On a v5e at GPT-2 small's attention the plain lowering was the faster one
+(benchmarks/tpu_attention.py; numbers in benchmarks/README.md).
 
 What the kernel takes: bfloat16 q, k, v (float32 too under the "medium" float32 matmul
 precision: the kernel's products are single bfloat16 passes, measured on a v5e) of shape
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +52,21 @@ _DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # below any score, even divided by a small scale (the kernel scales the bias with the scores).
 _MASKED = -1e30
 _logged: set = set()
+_CHOICES = ("auto", "always", "never")
+_SCORES_BYTES = 1 << 30
+
+
+def _choice_from_environment() -> str:
+    value = os.environ.get("TORCHLAX_ATTENTION_KERNEL", "auto").strip().lower() or "auto"
+    if value not in _CHOICES:
+        raise ValueError(
+            f"TORCHLAX_ATTENTION_KERNEL={value!r} is not one of {', '.join(_CHOICES)}: set it "
+            "to 'auto' (the default), 'always' or 'never', or unset it."
+        )
+    return value
+
+
+choice = _choice_from_environment()
 
 
 def platform() -> str:
@@ -52,13 +75,47 @@ def platform() -> str:
 
 
 def kernel_refusal(
-    query, key, value, attn_bias, dropout_p, on: str, mode: str = "highest"
+    query,
+    key,
+    value,
+    attn_bias,
+    dropout_p,
+    on: str,
+    mode: str = "highest",
+    chosen: str = "always",
 ) -> str | None:
     """Why the flash-attention kernel does not compute this call on platform ``on`` under the
-    float32 matmul precision ``mode``, or None: it does. Takes arrays (or anything with
-    ``shape`` and ``dtype``)."""
+    float32 matmul precision ``mode`` and the choice ``chosen`` (see the module), or None: it
+    does. Takes arrays (or anything with ``shape`` and ``dtype``)."""
     if on != "tpu":
         return f"the platform is {on}, not a TPU"
+    if chosen == "never":
+        return "TORCHLAX_ATTENTION_KERNEL=never"
+    why = _unsupported(query, key, value, attn_bias, dropout_p, mode)
+    if why is None and chosen == "auto":
+        why = _not_worth_it(query, key, attn_bias)
+    return why
+
+
+def _not_worth_it(query, key, attn_bias) -> str | None:
+    """Why the kernel does not pay for a call it can compute (``auto``), or None."""
+    if attn_bias is not None:
+        return (
+            "a mask (the kernel would take it as a float32 bias of the scores' full shape; "
+            "TORCHLAX_ATTENTION_KERNEL=always takes the kernel anyway)"
+        )
+    scores = math.prod(query.shape[:-1]) * key.shape[-2] * 4
+    if scores < _SCORES_BYTES:
+        return (
+            f"the float32 scores are {scores / 2**20:.0f} MiB, under "
+            f"{_SCORES_BYTES / 2**20:.0f} MiB, where the plain lowering is the faster "
+            "(TORCHLAX_ATTENTION_KERNEL=always takes the kernel anyway)"
+        )
+    return None
+
+
+def _unsupported(query, key, value, attn_bias, dropout_p, mode: str) -> str | None:
+    """Why the kernel cannot compute this call as PyTorch does on a TPU, or None."""
     if dropout_p > 0.0:
         return (
             "dropout: the Pallas kernel draws no dropout mask (the plain lowering draws "
@@ -93,7 +150,7 @@ def use_kernel(query, key, value, attn_bias, dropout_p) -> bool:
     # (a float32 call's choice reads the mode, which then keys the caches: torchlax_core)
     f32 = on == "tpu" and jnp.dtype(query.dtype) == jnp.float32
     mode = float32_matmul_precision() if f32 else "highest"
-    why = kernel_refusal(query, key, value, attn_bias, dropout_p, on, mode)
+    why = kernel_refusal(query, key, value, attn_bias, dropout_p, on, mode, choice)
     shape, dtype = tuple(query.shape), jnp.dtype(query.dtype).name
     if (why, shape, dtype) not in _logged and len(_logged) < 256:
         _logged.add((why, shape, dtype))
