@@ -76,3 +76,34 @@ def test_a_repeated_forward_runs_its_plan():
         want = forward(x)
         assert isinstance(forward._last.plan, CallPlan)  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
         torch.testing.assert_close(forward(x).cpu(), want.cpu())
+
+
+def test_every_forward_runs_the_plan_of_its_entry_which_a_repeat_takes(monkeypatch):
+    """A forward on the general path, the first call's included, runs the plan of its entry
+    (``_ForwardPlan.run_general``); one the next call may repeat is recorded, and the repeat
+    runs that very plan (``call``) without the general path."""
+    from torchlax_interop.jit import _repeated
+
+    ran = []
+    run_general = _repeated._ForwardPlan.run_general
+
+    def counted(self, jitted, run):
+        ran.append(self)
+        return run_general(self, jitted, run)
+
+    monkeypatch.setattr(_repeated._ForwardPlan, "run_general", counted)
+    with torchlax.enable():
+        layer = nn.Linear(6, 3).to("jax").requires_grad_(False)
+        forward = torchlax.jit(layer)
+        x = torch.randn(4, 6).to("jax")
+        want = layer(x)
+    # Grad mode on, nothing requiring grad: the forward program, not kept for a repeat.
+    torch.testing.assert_close(forward(x).cpu(), want.cpu())
+    assert len(ran) == 1
+    assert forward._last.plan is None  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
+    with torch.no_grad():
+        torch.testing.assert_close(forward(x).cpu(), want.cpu())  # another entry: its plan
+        assert len(ran) == 2
+        assert forward._last.plan is ran[1]  # pyright: ignore[reportFunctionMemberAccess]  (recorded)
+        torch.testing.assert_close(forward(x).cpu(), want.cpu())  # the repeat: that plan
+    assert len(ran) == 2

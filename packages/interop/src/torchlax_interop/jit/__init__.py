@@ -3,7 +3,8 @@
 One module per stage of a call (docs/architecture.md draws them in one picture):
 
 - ``_call``: ``jit()`` and the jitted callable; which path a call takes.
-- ``_repeated``: a call that repeats the last one (the last plan's guard still holds).
+- ``_repeated``: the call plans (guard, launch, write-back, all or nothing) that run every
+  forward and step; a call that repeats the last one (the last plan's guard still holds).
 - What the step reaches: ``_walk`` (the one object walker and its rules), ``_discover``
   (the state it finds), ``_state`` (the layout found, its guard, one call's state).
 - The program: ``_program`` (trace, vjp, donation), ``_inputs`` (how an argument enters it).
@@ -11,8 +12,8 @@ One module per stage of a call (docs/architecture.md draws them in one picture):
   checked on each call).
 - Refusals: ``_refusals`` (the errors) and ``_paths`` (how the function reaches what they name,
   by the walker).
-- The call: ``_write_back`` and ``_commit`` (the launch and write-back, all or nothing),
-  ``_autograd`` (autograd across the call).
+- The call: ``_write_back`` (the new state into its objects), ``_autograd`` (autograd
+  across the call), ``_first_call`` (the first call of a step that creates state).
 - Outputs: ``_outputs``, ``_objects`` (tensors inside returned objects, by the walker).
 """
 

@@ -16,34 +16,23 @@ import numpy as np
 import torch
 import torchlax_core
 from torchlax_core import JitError, Tensor, raise_error
-from torchlax_core.internal import (
-    Entry,
-    x64,
-)
+from torchlax_core.internal import x64
 
 from .._call_jax import _borrow, _give_back
-from ._inputs import _inexact
+from ._inputs import _inexact, _input_order
 from ._outputs import _to_tensors
-from ._program import _Info, _Program, _trace_lock
-from ._state import (
-    _StateSet,
-)
+from ._program import _trace_lock
 from ._write_back import _write_changed
 
 
 @dataclasses.dataclass
 class _Call:
-    """One differentiable call: what its backward needs."""
+    """One differentiable call: its ``_Run`` (``_call``) and what its backward needs."""
 
-    program: _Program
-    info: _Info
-    state: _StateSet
-    mask: tuple[bool, ...]
+    run: Any  # _call._Run
+    mask: tuple[bool, ...]  # per tensor: whether the call is differentiated by it
     arrays: list  # state arrays, then CPU module tensors and inputs
-    lr_arrays: list
-    entry: Entry  # of the forward program
     key: Any
-    on_jax: bool
     tensors: list
     # per tensor: the memory order its array was passed in (its gradient comes in that order),
     # or None; empty when every array is a value
@@ -52,22 +41,43 @@ class _Call:
     out_arrays: Any = None
 
 
+def differentiable_call(run: Any) -> list:
+    """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call."""
+    tensors = run.tensors()
+    mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
+    orders = (
+        ()
+        if run.in_layouts is None
+        else (None,) * (len(tensors) - len(run.inputs)) + tuple(map(_input_order, run.in_layouts))
+    )
+    call = _Call(run, mask, run.state_arrays + run.arrays, run.entry.key(), tensors, orders)
+    return _JitFunction.apply(call, *_masked(tensors, mask)[0])
+
+
+def _masked(values: list, mask: tuple) -> tuple[list, list]:
+    """``values`` where ``mask`` is true, and the others."""
+    return (
+        [v for v, m in zip(values, mask, strict=True) if m],
+        [v for v, m in zip(values, mask, strict=True) if not m],
+    )
+
+
 class _JitFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call: _Call, *diff_tensors):
-        program = call.program
-        n_state = len(call.state.storages)
+        run = call.run
+        program, info = run.program, run.info
+        n_state = len(run.state.storages)
         if program.saves_residuals:
-            diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
-            other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
+            diff, other = _masked(call.arrays, call.mask)
             with _trace_lock:
-                program._state = call.state
+                program._state = run.state
                 outs, new_storages, extra, error, vjp = program.forward_vjp(
                     call.mask,
                     torch.get_float32_matmul_precision(),
                     diff,
                     other,
-                    call.lr_arrays,
+                    run.lr_arrays,
                     call.arrays[n_state:],
                     call.key,
                 )
@@ -77,18 +87,18 @@ class _JitFunction(torch.autograd.Function):
         else:
             # The plain forward; backward() recomputes it (this call's key: same dropout).
             outs, new_storages, extra = program.forward_core.run(
-                call.entry,
+                run.entry,
                 call.arrays[:n_state],
-                call.lr_arrays,
+                run.lr_arrays,
                 call.arrays[n_state:],
                 key=call.key,
             )
         call.out_arrays = outs
         ctx.call = call
-        outputs = _to_tensors(outs, call.on_jax, call.arrays, call.info.out_orders)
-        if call.info.writes:
+        outputs = _to_tensors(outs, run.on_jax, call.arrays, info.out_orders)
+        if info.writes:
             program.jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
-            _write_changed(call.state, call.info, new_storages, extra)
+            _write_changed(run.state, info, new_storages, extra)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)
@@ -96,6 +106,7 @@ class _JitFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         call: _Call = ctx.call
+        run = call.run
         if torch.is_grad_enabled():  # create_graph=True: the gradients would be constants
             raise JitError(
                 "torchlax.jit: double backward (create_graph=True, or torch.autograd.grad of a "
@@ -103,7 +114,7 @@ class _JitFunction(torch.autograd.Function):
                 "program that autograd cannot differentiate. Call the function without "
                 "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
             )
-        orders = call.info.out_orders or (None,) * len(grads)
+        orders = run.info.out_orders or (None,) * len(grads)
         # Inside JAX's 64-bit mode, as the forward ran: backward() runs after the call, outside
         # its x64() (on the CPU, on the caller's thread), where a float64 cotangent (its
         # astype, or the zeros of an output with no gradient) would narrow to float32.
@@ -113,16 +124,15 @@ class _JitFunction(torch.autograd.Function):
                 for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
             ]
             if call.vjp is not None:
-                (grad_arrays,) = call.program.backward(call.vjp, cotangents)
+                (grad_arrays,) = run.program.backward(call.vjp, cotangents)
             else:
-                call.program.saves_residuals = True  # a backward follows this forward
-                backward = call.program.recomputing_backward(call.entry, call.mask)
-                diff = [a for a, m in zip(call.arrays, call.mask, strict=True) if m]
-                other = [a for a, m in zip(call.arrays, call.mask, strict=True) if not m]
-                grad_arrays = backward(diff, other, call.lr_arrays, call.key, cotangents)
-        diff = [t for t, m in zip(call.tensors, call.mask, strict=True) if m]
+                run.program.saves_residuals = True  # a backward follows this forward
+                backward = run.program.recomputing_backward(run.entry, call.mask)
+                diff, other = _masked(call.arrays, call.mask)
+                grad_arrays = backward(diff, other, run.lr_arrays, call.key, cotangents)
+        diff = _masked(call.tensors, call.mask)[0]
         if call.orders:
-            orders = [o for o, m in zip(call.orders, call.mask, strict=True) if m]
+            orders = _masked(list(call.orders), call.mask)[0]
             grad_arrays = [
                 g if o is None else jnp.transpose(g, [int(d) for d in np.argsort(o)])
                 for g, o in zip(grad_arrays, orders, strict=True)

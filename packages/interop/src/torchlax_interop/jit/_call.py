@@ -5,17 +5,18 @@ One call runs one XLA program. Its inputs are the argument tensors, a PRNG key, 
 given or closes over, their ``.grad``s, every optimizer's state tensors and learning rates,
 and torchlax Tensors it closes over. ``_Jitted._call`` finds the state (or re-checks the last
 walk), picks the program for the call's static configuration (``_program``) and its entry
-for the input signature, and runs it one of three ways: a step that trains launches the
-donating program and writes the new state back (``_write_back``, ``_commit``); a forward
-that autograd needs is one ``torch.autograd.Function`` (``_autograd``); any other call
-launches the forward program. A call that repeats the last one's program over the same state
-takes the repeated-call path (``_repeated``). The first call of a step whose optimizers have
-no state yet runs eagerly, so that PyTorch creates it; a step over CPU parameters lends them
-to the program (``_call_on_cpu_state``).
+for the input signature (``_Run``), and runs it: a forward that autograd needs is one
+``torch.autograd.Function`` (``_autograd``); any other call runs the plan of its entry
+(``_repeated``): a step that trains launches the donating program and writes the new state
+back (``_StepPlan``), a forward launches the forward program (``_ForwardPlan``). A call that
+repeats the last one (the last plan's guard still holds) runs that plan at once. The first
+call of a step that creates state compiles its program and the steady one
+(``_first_call``); a step over CPU parameters lends them to the program (``_lent``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from operator import is_
@@ -32,11 +33,11 @@ from .._arguments import check_jit_arguments, check_static_argnames, check_stati
 from .._call_jax import _borrow
 from .._dlpack import check_shared_writes
 from . import _first_call
-from ._autograd import _Call, _JitFunction
-from ._commit import launch_and_write
+from ._autograd import differentiable_call
 from ._discover import CpuStateError, cpu_state_tensors, find_state
-from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts, _input_order
-from ._outputs import _plain_result_specs, _returned, _to_tensors
+from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
+from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
+from ._outputs import _returned
 from ._program import (
     _distinct,
     _Info,
@@ -50,12 +51,10 @@ from ._refusals import _argument_requiring_grad_error, _owner
 from ._repeated import (
     _MISSED,
     _ForwardPlan,
-    _next_state_is,
     _step_schedulers,
     _StepPlan,
 )
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves
-from ._write_back import _write_changed
 
 
 def jit(
@@ -95,8 +94,9 @@ def jit(
     ``torch.optim.lr_scheduler`` scheduler, compiles nothing; changing another
     hyperparameter (momentum, weight decay, betas) compiles a new program. A scheduler's
     ``step()`` inside the function runs after the program, on the host (it only computes
-    Python numbers). The first call of a function whose optimizers have no state yet runs
-    eagerly, so PyTorch creates that state; every later call is the compiled program.
+    Python numbers). The first call of a function whose optimizers have no state yet is
+    compiled too: the state it creates comes out of its program, and the program of the
+    later calls is compiled along with it.
 
     Random ops get their keys from a key drawn for each call from torch's generator, so dropout
     differs per call and ``torch.manual_seed`` reproduces it. Switching ``train()``/``eval()``
@@ -125,9 +125,9 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self._last_state: tuple | None = None  # (state arrays, their signature)
-        # The plan of the last step's layout and entry (its write plan, the signature of the
-        # state it writes), which the next step on the general path runs too
-        self._step_plan: _StepPlan | None = None
+        # run.forward -> the plan of the last forward's or step's layout and entry, which the
+        # next call of that kind on the general path runs too (_plan)
+        self._plans: dict[bool, Any] = {}
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         # program key -> the key of the program run without those .grads (dead_grads_key)
@@ -170,65 +170,7 @@ class _Jitted:
                 last.plan = None  # the general path records this call if it is a repeat
             check_jit_arguments(args, kwargs)  # a sparse or quantized tensor, named
             with x64():
-                try:
-                    return self._call(args, kwargs)
-                except CpuStateError as error:
-                    return self._call_on_cpu_state(args, kwargs, error.found)
-
-    def _call_on_cpu_state(self, args, kwargs, found: list):
-        """A step over CPU parameters: their memory is lent to the program (DLPack), and the
-        new state is written back into the same tensor objects, as an in-place step does."""
-        tensors, optimizers = cpu_state_tensors(found)
-        # The program must not reuse memory that torch owns.
-        self.donate_state = False
-        self._layout = None
-        lent = []
-        try:
-            for t in tensors:
-                grad = t.grad if t.is_leaf else None
-                array = _borrow(t)
-                promoted = Tensor(array, requires_grad=t.requires_grad)
-                # The very objects the model and optimizer name become torchlax Tensors for
-                # the call (identity, opt.state keys and module attributes unchanged).
-                t.grad = None
-                try:
-                    torch.utils.swap_tensors(t, promoted)
-                except RuntimeError as exc:
-                    t.grad = grad
-                    raise JitError(
-                        f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
-                        f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
-                        "Move the model to the 'jax' device before creating the optimizer "
-                        "(model.to('jax') inside torchlax.enable())."
-                    ) from exc
-                lent.append((t, promoted, array))
-                if grad is not None:
-                    t.grad = Tensor(_borrow(grad))
-            args, kwargs = pytree.tree_map_only(
-                torch.Tensor,
-                lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)),
-                (args, kwargs),
-            )
-            self._cpu_outputs = True
-            out = self._call(args, kwargs)
-        finally:
-            self._cpu_outputs = False
-            self._layout = None  # found over the lent tensors: stale once they are given back
-            for t, cpu, array in reversed(lent):
-                new, grad = array_of(t), t.grad
-                t.grad = None
-                torch.utils.swap_tensors(t, cpu)
-                if new is not array:
-                    with torch.no_grad():
-                        t.copy_(torch.from_dlpack(new))  # in place: bumps _version
-                if grad is not None:
-                    t.grad = grad.cpu()
-            for opt in optimizers:  # state the step created (on its first, eager, call)
-                for entries in opt.state.values():
-                    for name, value in list(entries.items()):
-                        if isinstance(value, Tensor):
-                            entries[name] = value.cpu()
-        return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
+                return self._call(args, kwargs)
 
     # -- calling -----------------------------------------------------------------------------
 
@@ -236,7 +178,13 @@ class _Jitted:
         leaves, tensors_only = arg_leaves(args, kwargs)
         layout = self._layout
         if layout is None or not layout.holds(leaves):
-            layout = self._layout = find_state(self.target, self.module, leaves)
+            try:
+                layout = self._layout = find_state(self.target, self.module, leaves)
+            except CpuStateError as error:
+                # A step over CPU parameters: the call over them lent to the program.
+                with _lent(self, error.found):
+                    out = self._call(*_borrowed((args, kwargs)))
+                return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
         state = layout.assemble()
         if self._first_call:
             self._first_call = False
@@ -250,11 +198,9 @@ class _Jitted:
         if run.differentiable():
             if info.eager_backward:
                 return self._forward_with_backward_hooks(run.program, info, args, kwargs)
-            outputs = _differentiable_call(run)
-        elif run.forward:
-            outputs = self._forward_call(run)
+            outputs = differentiable_call(run)
         else:
-            outputs = self._step_call(run)
+            outputs = self._plan(run).run_general(self, run)
         if run.state.schedulers and not info.trains:  # (a step's are made by its write-back)
             _step_schedulers(run.state, info, [0] * len(run.state.schedulers))
         if self._cpu_outputs and info.rebuilds:
@@ -360,66 +306,20 @@ class _Jitted:
         run.state_arrays, run.forward = state_arrays, forward
         program.trains = info.trains
 
-    def _forward_call(self, run: _Run) -> list:
-        """Launch the forward program; keep the call's plan (``_ForwardPlan``) if the next
-        call may repeat it."""
-        state, info, program, entry = run.state, run.info, run.program, run.entry
-
-        def write_changed(results) -> None:
-            if info.writes:
-                self._last_state = None
-                _write_changed(state, info, results[1], results[2])
-
-        out_arrays = launch_and_write(
-            lambda out: out.append(
-                program.forward_core.run(entry, run.state_arrays, run.lr_arrays, run.arrays)
-            ),
-            write_changed,
-        )[0]
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        if (
-            not info.writes
-            and not state.lrs
-            and not torch.is_grad_enabled()
-            and run.repeatable()
-            and run.layout.reused(state)
-        ):
-            self._last.plan = _ForwardPlan(
-                program.forward_core,
-                entry,
-                run.arrays,
-                tuple(map(type, run.inputs)),
-                run.layout,
-                state,
-                run.checks,
-                None if info.out_orders else _plain_result_specs(outputs, out_arrays),
-            )
-        return outputs
-
-    def _step_call(self, run: _Run) -> list:
-        """Run the step's plan (``_StepPlan``: launch the donating program, write the new
-        state back); keep it as the last plan if the next call may repeat it."""
-        state, info, entry, layout = run.state, run.info, run.entry, run.layout
-        plan = self._step_plan
-        if plan is None or plan.entry is not entry or plan.layout is not layout:
-            donated = len(run.state_arrays) if self.donate_state else 0
-            plan = _StepPlan(run.program.core, entry, run.arrays, layout, state, donated)
-            self._step_plan = plan
-        dead = [state.grads[i] for i in state.dead_grads]
-        out_arrays = plan.step(self, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
-        if (
-            not run.checks
-            and not self._cpu_outputs
-            and run.repeatable()
-            and _next_state_is(layout, state)
-        ):
-            self._last.plan = plan.record(
-                state,
-                tuple(map(type, run.inputs)),
-                None if info.out_orders else _plain_result_specs(outputs, out_arrays),
-            )
-        return outputs
+    def _plan(self, run: _Run) -> _ForwardPlan | _StepPlan:
+        """The plan of ``run``'s entry and layout, which runs the call (``run_general``); one
+        is kept per kind (forward, step) while its entry and layout are the call's."""
+        plan = self._plans.get(run.forward)
+        if plan is None or plan.entry is not run.entry or plan.layout is not run.layout:
+            sig, layout = run.signature[1], run.layout
+            if run.forward:
+                plan = _ForwardPlan(run.program.forward_core, run.entry, sig, run.arrays, layout)
+            else:
+                donated = len(run.state_arrays) if self.donate_state else 0
+                core = run.program.core
+                plan = _StepPlan(core, run.entry, sig, run.arrays, layout, run.state, donated)
+            self._plans[run.forward] = plan
+        return plan
 
     def _forward_with_backward_hooks(self, program: _Program, info: _Info, args, kwargs):
         """A differentiable call of a forward that met backward hooks or read a plain CPU tensor
@@ -445,8 +345,26 @@ class _Jitted:
                 _owner(self),
                 info.eager_backward[0],
             )
-        with torchlax_core.enable(torchlax_core.current_env()):
-            return self.target(*args, **kwargs)
+        return self._eager(args, kwargs)
+
+    def _eager(self, args, kwargs, optimizers=()):
+        """The call run eagerly, by PyTorch's own code (a first call whose trace failed:
+        ``_first_call``; a forward whose backward the program cannot run:
+        ``_forward_with_backward_hooks``); step counts that the ``optimizers`` create are kept
+        on the jax device, as the program keeps them."""
+        groups = [
+            (g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g
+        ]
+        for g, _ in groups:
+            g["capturable"] = True
+        try:
+            with torchlax_core.enable(torchlax_core.current_env()):
+                return self.target(*args, **kwargs)
+        finally:
+            for g, capturable in groups:
+                g["capturable"] = capturable
+            for opt in optimizers:
+                move_cpu_state_to_jax(opt)
 
     def _state_signature(self, arrays: list) -> _Hashed:
         # The state's arrays are those of the last call unless a step or the user replaced
@@ -482,6 +400,65 @@ class _Jitted:
                     static_values.append(kwargs[name])
                     kwargs[name] = _STATIC
         return args, kwargs, tuple(static_values)
+
+
+@contextlib.contextmanager
+def _lent(jitted: _Jitted, found: list):
+    """A step over CPU parameters (``found``: what ``find_state`` reached): while entered,
+    their memory is lent to the program (DLPack); on exit the new state is written back into
+    the same tensor objects, as an in-place step does."""
+    tensors, optimizers = cpu_state_tensors(found)
+    # The program must not reuse memory that torch owns.
+    jitted.donate_state = False
+    jitted._layout = None
+    lent = []
+    try:
+        for t in tensors:
+            grad = t.grad if t.is_leaf else None
+            array = _borrow(t)
+            promoted = Tensor(array, requires_grad=t.requires_grad)
+            # The very objects the model and optimizer name become torchlax Tensors for
+            # the call (identity, opt.state keys and module attributes unchanged).
+            t.grad = None
+            try:
+                torch.utils.swap_tensors(t, promoted)
+            except RuntimeError as exc:
+                t.grad = grad
+                raise JitError(
+                    f"torchlax.jit: cannot lend the CPU tensor of shape {tuple(t.shape)} "
+                    f"(a parameter, buffer or optimizer state) to the compiled step: {exc} "
+                    "Move the model to the 'jax' device before creating the optimizer "
+                    "(model.to('jax') inside torchlax.enable())."
+                ) from exc
+            lent.append((t, promoted, array))
+            if grad is not None:
+                t.grad = Tensor(_borrow(grad))
+        jitted._cpu_outputs = True
+        yield
+    finally:
+        jitted._cpu_outputs = False
+        jitted._layout = None  # found over the lent tensors: stale once they are given back
+        for t, cpu, array in reversed(lent):
+            new, grad = array_of(t), t.grad
+            t.grad = None
+            torch.utils.swap_tensors(t, cpu)
+            if new is not array:
+                with torch.no_grad():
+                    t.copy_(torch.from_dlpack(new))  # in place: bumps _version
+            if grad is not None:
+                t.grad = grad.cpu()
+        for opt in optimizers:  # state the step created (on its first, eager, call)
+            for entries in opt.state.values():
+                for name, value in list(entries.items()):
+                    if isinstance(value, Tensor):
+                        entries[name] = value.cpu()
+
+
+def _borrowed(args_kwargs: tuple) -> tuple:
+    """The call's arguments with each CPU tensor a torchlax Tensor over its memory."""
+    return pytree.tree_map_only(
+        torch.Tensor, lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)), args_kwargs
+    )
 
 
 def _optimizer_state_missing(optimizers) -> bool:
@@ -539,29 +516,3 @@ class _Run:
             and self.in_layouts is None  # (row-major inputs: a repeat checks they still are)
             and all(isinstance(t, Tensor) for t in self.inputs)
         )
-
-
-def _differentiable_call(run: _Run) -> list:
-    """One ``torch.autograd.Function`` call of the forward program (``_autograd``)."""
-    tensors = run.tensors()
-    mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
-    diff = [t for t, m in zip(tensors, mask, strict=True) if m]
-    orders = (
-        ()
-        if run.in_layouts is None
-        else (None,) * (len(tensors) - len(run.inputs)) + tuple(map(_input_order, run.in_layouts))
-    )
-    call = _Call(
-        run.program,
-        run.info,
-        run.state,
-        mask,
-        run.state_arrays + run.arrays,
-        run.lr_arrays,
-        run.entry,
-        run.entry.key(),
-        run.on_jax,
-        tensors,
-        orders,
-    )
-    return _JitFunction.apply(call, *diff)

@@ -484,7 +484,7 @@ def cpu_state_tensors(found: list) -> tuple[list, list]:
 def _cpu_optimizer_error(opt, found: list) -> RuntimeError:
     error = CpuStateError(
         f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
-        "the 'jax' device; the call lends them to the program (caught by _Jitted.__call__)."
+        "the 'jax' device; the call lends them to the program (caught by _Jitted._call)."
     )
     error.found = found
     return error

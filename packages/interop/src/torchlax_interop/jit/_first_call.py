@@ -34,15 +34,13 @@ import dataclasses
 from typing import Any
 
 import jax
-import torchlax_core
 from torchlax_core import JitError
-from torchlax_core.internal import get_logger, op_cache_compiling_nothing
+from torchlax_core.internal import op_cache_compiling_nothing
 
-from ._commit import _HeldInterrupts
-from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
+from ._program import _log
+from ._refusals import _owner
+from ._repeated import _HeldInterrupts
 from ._write_back import _write_plan, _write_state
-
-_log = get_logger("jit")
 
 # ``_Jitted._compile_only`` while the first call traces its own program (``compile_only``
 # then also reads what the program returns, for the stand-ins of the state it creates).
@@ -83,11 +81,11 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
             _log.info(
                 "%s: the first call runs eagerly, since its trace failed (%s: %s); the next "
                 "call traces the steady step",
-                _name(jitted),
+                _owner(jitted),
                 type(error).__name__,
                 error,
             )
-            return _eager_call(jitted, state, args, kwargs)
+            return jitted._eager(args, kwargs, state.optimizers)
         if steady is None:  # (no stand-ins: traced over the state the call left)
             steady = _compile_ahead(jitted, args, kwargs, True)
         if steady is not None:
@@ -100,32 +98,6 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
                     error,
                 )
     return out
-
-
-def _eager_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
-    """The step run eagerly, with PyTorch's own code; step counts it creates are kept on the
-    jax device, as the program keeps them."""
-    groups = [
-        (g, g["capturable"])
-        for opt in state.optimizers
-        for g in opt.param_groups
-        if "capturable" in g
-    ]
-    for g, _ in groups:
-        g["capturable"] = True
-    try:
-        with torchlax_core.enable(torchlax_core.current_env()):
-            return jitted.target(*args, **kwargs)
-    finally:
-        for g, capturable in groups:
-            g["capturable"] = capturable
-        for opt in state.optimizers:
-            move_cpu_state_to_jax(opt)
-
-
-def _name(jitted: Any) -> str:
-    target = jitted.target
-    return f"torchlax.jit({getattr(target, '__qualname__', type(target).__name__)})"
 
 
 def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Ahead | None:

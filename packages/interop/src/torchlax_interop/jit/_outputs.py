@@ -29,21 +29,12 @@ if TYPE_CHECKING:
 
 
 def _returned(info: _Info, outputs: list):
-    """What the function returned, with the program's output tensors in their places."""
+    """What the function returned, with the program's output tensors in their places; an
+    object output leaf (``ObjectOutput``) is a fresh copy holding its tensors of this call."""
     if info.single_output:
         return outputs[0]
-    if info.rebuilds:
-        return _returned_with_objects(info, outputs)
-    if info.out_spec.is_leaf():
+    if info.out_spec.is_leaf() and not info.rebuilds:
         return info.out_statics[0]
-    it = iter(outputs)
-    flat_out = [next(it) if s is _SLOT else s for s in info.out_statics]
-    return pytree.tree_unflatten(flat_out, info.out_spec)
-
-
-def _returned_with_objects(info: _Info, outputs: list):
-    """``_returned`` where some output leaves are objects: each gets a fresh copy holding its
-    tensors of this call."""
     flat_out = []
     at = 0
     for s in info.out_statics:

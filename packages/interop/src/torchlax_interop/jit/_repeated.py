@@ -1,22 +1,34 @@
 """``torchlax.jit``'s call plans: the core's ``CallPlan`` for a forward and for a step.
 
-A call on the general path (``_call``) ends in a plan for its program entry: ``_StepPlan``
-(a training step: the donating program, its write-back) runs every step the general path
-launches, and ``_ForwardPlan`` (a ``torch.no_grad()`` forward, tensor arguments only) is made
-for a forward the next call may repeat. The last such plan is kept in the jitted callable's
-``LastPlan``; a repeated call is "the last plan's guard still holds": jit's own checks (the
-state's layout and objects, argument types, grad and checked mode) beside the core plan's
-(``CallPlan.miss``: the entry not stale, the arguments' shapes, dtypes and weak types). Then
-the plan launches its entry (``CallPlan.launch``: JAX's C++ launcher where the entry allows
-it) and, for a step, writes back through the same ``finish`` as the general path, all or
-nothing (``_commit.launch_and_write``). A check that fails returns ``_MISSED`` and the call
-takes the general path. The same mechanism serves the ``torch.compile`` backend
+A call on the general path (``_call``) ends in the plan of its program entry, which runs it
+(``run_general``): ``_StepPlan`` (a training step: the donating program, its write-back) or
+``_ForwardPlan`` (a forward: the forward program, the buffers it writes). A plan that the
+next call may repeat (a step, or a ``torch.no_grad()`` forward, tensor arguments only) is
+kept in the jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still
+holds": jit's own checks (the state's layout and objects, argument types, grad and checked
+mode) beside the core plan's (``CallPlan.miss``: the entry not stale, the arguments' shapes,
+dtypes and weak types). Then the plan launches its entry (``CallPlan.launch``: JAX's C++
+launcher where the entry allows it) and, for a step, writes back through the same
+``finish`` as the general path. A check that fails returns ``_MISSED`` and the call takes
+the general path. The same mechanism serves the ``torch.compile`` backend
 (``torchlax_dynamo._program._GraphPlan``).
+
+Launch and write-back are all or nothing (``launch_and_write``). A training step's program
+consumes the state it is given (its arrays are donated) and returns the new state; until
+that is written back, the model and optimizer hold deleted arrays. So once the launch has
+returned, the write-back is finished whatever happens: an exception or ``KeyboardInterrupt``
+arriving in it (or between the launch and it) writes the whole new state again (the writes
+are idempotent assignments) before it propagates, and a Ctrl-C that arrives during the
+launch and write-back is held until they are done (``_HeldInterrupts``). Before the launch,
+nothing of the state has changed but what ``undo`` puts back. Afterwards the model and
+optimizer hold either the values before the call or those after it (#37, item 2).
 """
 
 from __future__ import annotations
 
+import importlib
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import is_
@@ -37,8 +49,7 @@ from torchlax_core.internal import (
 )
 from torchlax_core.internal import signature as _signature
 
-from ._commit import launch_and_write
-from ._outputs import _returned, _to_tensors
+from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _Info
 from ._state import (
     _Hashed,
@@ -46,10 +57,72 @@ from ._state import (
     _StateSet,
 )
 from ._watch import ReadConstants
-from ._write_back import _write_plan, _write_state
+from ._write_back import _write_changed, _write_plan, _write_state
 
 if TYPE_CHECKING:
     from ._call import _Jitted
+
+
+# The C module behind ``signal`` (no stubs): its getsignal/signal cost ~0.3 us a call against
+# tens of us of ``signal``'s (which convert handlers to and from enums), on every step's call.
+_signal: Any = importlib.import_module("_signal")
+
+_main_thread = threading.main_thread()
+_SIGINT = 2
+
+
+class _HeldInterrupts:
+    """Holds SIGINT while entered (on the main thread, where Python runs signal handlers) and
+    delivers it on exit, to the handler that was installed before."""
+
+    __slots__ = ("_previous", "_caught")
+
+    def __enter__(self) -> _HeldInterrupts:
+        self._caught: tuple | None = None
+        self._previous = None
+        if threading.current_thread() is _main_thread:
+            previous = _signal.getsignal(_SIGINT)
+            if callable(previous):  # (SIG_IGN / SIG_DFL, or a handler set from C: left alone)
+                self._previous = previous
+                _signal.signal(_SIGINT, self._catch)
+        return self
+
+    def _catch(self, signum, frame) -> None:
+        self._caught = (signum, frame)
+
+    def __exit__(self, *exc_info) -> None:
+        previous = self._previous
+        if previous is None:
+            return
+        _signal.signal(_SIGINT, previous)
+        caught = self._caught
+        if caught is not None:
+            previous(*caught)  # Python's default handler raises KeyboardInterrupt here
+
+
+def launch_and_write(
+    launch: Callable[[list], None],
+    write: Callable[[Any], None],
+    undo: Callable[[], None] | None = None,
+) -> Any:
+    """The results that ``launch(out)`` appends to ``out`` (in the statement that launches:
+    nothing can interrupt it between the two), written with ``write(results)``; all or
+    nothing.
+
+    ``write`` must be safe to run twice (the second run completes an interrupted first).
+    ``undo`` puts back what was changed before the launch, if the launch does not happen."""
+    out: list = []
+    with _HeldInterrupts():
+        try:
+            launch(out)
+            write(out[0])
+        except BaseException:
+            if out:
+                write(out[0])  # the launch consumed the old state: finish the new one
+            elif undo is not None:
+                undo()
+            raise
+    return out[0]
 
 
 _MISSED = object()  # a plan's call: this call is no repeat (take the general path)
@@ -64,9 +137,60 @@ def _avals(arrays: Sequence) -> list:
     return [getattr(a, "aval", None) for a in arrays]
 
 
-class _ForwardPlan(CallPlan):
-    """The plan of a forward call (``torch.no_grad()``, tensor arguments only, nothing written
-    back) that the next call may repeat: the same program entry over the same state.
+class _JitPlan(CallPlan):
+    """What both of jit's plans keep: the layout and entry they were made for and, from the
+    call that recorded one as the last plan (``record``), its arguments' types and how its
+    outputs were wrapped."""
+
+    __slots__ = ("layout", "info", "types", "out_specs")
+
+    def __init__(
+        self,
+        program: CompiledProgram,
+        entry: Entry,
+        sig: tuple,
+        arrays: list,
+        layout: _Layout,
+        donated: int = 0,
+    ):
+        super().__init__(program, entry, sig, _avals(arrays), (), donated)
+        self.layout = layout
+        self.info: _Info = entry.info
+        self.types: tuple = ()  # of the arguments
+        # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
+        # order), or None: wrap each call's outputs the general way (_to_tensors)
+        self.out_specs: list | None = None
+
+    def _general_outputs(self, jitted: _Jitted, run: Any, out_arrays: list, repeats: bool):
+        """A general call's outputs; where ``repeats`` (the next call may repeat it), this
+        plan recorded as the last one, over ``run``'s state."""
+        info = self.info
+        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if repeats:
+            self.types = tuple(map(type, run.inputs))
+            self.out_specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
+            jitted._last.plan = self.record(run.state, run.checks)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        return outputs
+
+    def record(self, state: _StateSet, checks: bool) -> _JitPlan:
+        """This plan, made the one the next call may repeat, over ``state``, in checked mode
+        ``checks`` (``types`` and ``out_specs`` set)."""
+        raise NotImplementedError
+
+    def _outputs(self, out_arrays: list, arrays: list) -> Any:
+        """What a repeated call returns: its output arrays wrapped as the recorded call's
+        (``out_specs``), or the general way where there are none."""
+        info = self.info
+        if self.out_specs is None:
+            return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
+        return _returned(info, wrap_results_like(out_arrays, self.out_specs))
+
+
+class _ForwardPlan(_JitPlan):
+    """The plan of a forward program's entry (a call that changes no state, buffers aside):
+    its launch and write-back (``run_general``), which every forward on the general path
+    runs, and the guard of a call that repeats the last one (``call``): a ``torch.no_grad()``
+    forward, tensor arguments only, nothing written back, over the same state.
 
     ``call`` checks what the general path would find different and otherwise runs the entry
     at once, without rebuilding the program key, the state's arrays and their signatures:
@@ -96,14 +220,13 @@ class _ForwardPlan(CallPlan):
     much code and data it touches, before the launch or after it (our Python competes with
     XLA's compute threads); the measurements behind it are in benchmarks/README.md ("the
     repeated forward touches less", "the repeated forward's checks are at their floor";
-    ``benchmarks/jit_call_parts.py`` times the call's parts)."""
+    ``benchmarks/jit_call_parts.py`` times the call's parts).
+
+    Made for one layout and entry (``_Jitted._plans``); ``record`` makes it the one a
+    repeated call may take, over the state of the call that recorded it."""
 
     __slots__ = (
-        "layout",
-        "types",
         "checks",
-        "info",
-        "out_specs",
         "storages",
         "state_arrays",
         "holds",
@@ -113,29 +236,46 @@ class _ForwardPlan(CallPlan):
     )
 
     def __init__(
-        self,
-        program: CompiledProgram,
-        entry: Entry,
-        arrays: list,
-        types: tuple,
-        layout: _Layout,
-        state: _StateSet,
-        checks: bool,
-        out_specs: list | None,
+        self, program: CompiledProgram, entry: Entry, sig: tuple, arrays: list, layout: _Layout
     ):
-        super().__init__(program, entry, _signature(arrays), _avals(arrays))
-        self.fits = True  # (its entry ran on the general path: it fits the device)
-        self.layout = layout
-        self.types = types  # of the arguments
-        self.checks = checks
-        self.info: _Info = entry.info
-        # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
-        # order), or None: wrap each call's outputs the general way (_to_tensors)
-        self.out_specs = out_specs
-        self.storages = tuple(state.storages)
-        self.state_arrays = list(map(_ARRAY, self.storages))
+        super().__init__(program, entry, sig, arrays, layout)
+        self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
         self.constants: ReadConstants | None = self.info.constants
-        self.holds: Callable[[], bool] = layout.forward_guard(state)
+
+    def run_general(self, jitted: _Jitted, run: Any) -> list:
+        """The general path's forward (``run``: its ``_Run``): launch the entry
+        (``CompiledProgram.run``), write the buffers it changes back, all or nothing; the
+        outputs, and the plan recorded if the next call may repeat it."""
+        state, info = run.state, self.info
+
+        def write_changed(results) -> None:
+            if info.writes:
+                jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
+                _write_changed(state, info, results[1], results[2])
+
+        out_arrays = launch_and_write(
+            lambda out: out.append(
+                self.program.run(self.entry, run.state_arrays, run.lr_arrays, run.arrays)
+            ),
+            write_changed,
+        )[0]
+        repeats = (
+            not info.writes
+            and not state.lrs
+            and not torch.is_grad_enabled()
+            and run.repeatable()
+            and self.layout.reused(state)
+        )
+        return self._general_outputs(jitted, run, out_arrays, repeats)
+
+    def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
+        if self.plain is None:  # (launched now: its C++ launcher may be known)
+            self.plain = self.entry.plain_launch()
+        self.checks = checks
+        out_specs, types = self.out_specs, self.types
+        self.storages = tuple(state.storages)
+        self.state_arrays: list = list(map(_ARRAY, self.storages))
+        self.holds: Callable[[], bool] = self.layout.forward_guard(state)
         # the result's tensors of a function returning one tensor, made ahead, else None
         self.single = (
             ResultWrappers(out_specs[0])
@@ -145,6 +285,7 @@ class _ForwardPlan(CallPlan):
         # what call() reads before the launch, in one pass: the arguments' types, their
         # _view (None: no view), each state storage's array
         self.expected = (*types, *(None,) * len(types), *self.state_arrays)
+        return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
@@ -162,8 +303,12 @@ class _ForwardPlan(CallPlan):
             )
         ):  # the recorded types, no view (roots are row-major), the recorded state arrays
             arrays = root_values(args)
+        elif tuple(map(type, args)) != self.types or not all(
+            map(is_, map(_ARRAY, self.storages), self.state_arrays)
+        ):
+            return _MISSED  # (an array a training step donated since is deleted: never launched)
         else:
-            arrays = self._view_arrays(args)
+            arrays = _contiguous_arrays(args)
             if arrays is None:
                 return _MISSED
         if self.miss(arrays) is not None:  # (stale: traced under another matmul precision)
@@ -171,55 +316,45 @@ class _ForwardPlan(CallPlan):
         constants = self.constants
         if constants is not None and not constants.hold():
             return _MISSED  # (the general path traces the program again)
-        layout = self.layout
         plain = self.plain
+        out_arrays: Any = None
         if plain is not None:
             # The plan's plain launcher, called here rather than through launch(), whose
             # fallback to CompiledProgram.run would run a call that then misses: a launch
             # that raises (arguments holding an outer JAX trace's tracers) has done nothing,
-            # and the general path handles or raises it.
+            # and the general path handles or raises it. The checks below run while XLA
+            # computes; a call they fail drops its results (the program writes nothing).
             try:
                 out_arrays = plain[0](self.state_arrays, [], arrays, plain[1])[0]
             except Exception:
                 return _MISSED
-            if (
-                jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-                or torchlax_core.current_env().config.checked
-                or not self.holds()
-            ):
-                return _MISSED  # its results are dropped (the program writes nothing)
-        else:
-            if (
-                jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-                or bool(torchlax_core.current_env().config.checked) is not self.checks
-                or not self.holds()
-            ):
-                return _MISSED
+        if (
+            jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+            or bool(torchlax_core.current_env().config.checked) is not self.checks
+            or not self.holds()
+        ):
+            return _MISSED
+        if plain is None:
             out_arrays = self.launch((self.state_arrays, [], arrays))[0]
         single = self.single
         if single is not None:
             return single.wrap(out_arrays[0])
-        info = self.info
-        if self.out_specs is None:
-            return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
-        return _returned(info, wrap_results_like(out_arrays, self.out_specs))
-
-    def _view_arrays(self, args: tuple) -> list | None:
-        """The arguments' arrays where the recorded call's types and state arrays hold but
-        some argument is a view: a contiguous view's value (a JAX op: inside ``x64()``), or
-        None (a miss: another type, another state array, or another layout, ``x.t()``, which
-        is another program, whose results take eager's strides)."""
-        if (
-            tuple(map(type, args)) != self.types
-            or not all(map(is_, map(_ARRAY, self.storages), self.state_arrays))
-            or not all(map(_IS_CONTIGUOUS, args))
-        ):
-            return None  # (an array a training step donated since is deleted: never launched)
-        with x64():
-            return [t.jax() for t in args]
+        return self._outputs(out_arrays, arrays)
 
 
-class _StepPlan(CallPlan):
+def _contiguous_arrays(args: Sequence) -> list | None:
+    """The arguments' arrays, or None (a miss) where one is a view laid out otherwise
+    (``x.t()``: another program, whose results take eager's strides). A contiguous view's
+    value is a JAX op: read inside ``x64()``."""
+    if not any(map(view_getter, args)):  # roots are row-major
+        return [t.jax() for t in args]
+    if not all(map(_IS_CONTIGUOUS, args)):
+        return None
+    with x64():
+        return [t.jax() for t in args]
+
+
+class _StepPlan(_JitPlan):
     """The plan of a training step's entry (the donating program): its launch and its
     write-back (``step``), which every step on the general path runs, and the guard of a call
     that repeats the last one (``call``) over the same state objects.
@@ -236,18 +371,14 @@ class _StepPlan(CallPlan):
     stale). Then it runs ``step`` as the general path does. Checked mode is never repeated
     here (its errors are raised on the general path).
 
-    Made for one layout and entry (``_Jitted._step_plan``); ``record`` makes it the one a
+    Made for one layout and entry (``_Jitted._plans``); ``record`` makes it the one a
     repeated call may take, over the state of the call that recorded it."""
 
     __slots__ = (
-        "layout",
-        "info",
         "write_plan",
         "out_sig",
         "state",
-        "types",
         "grad_enabled",
-        "out_specs",
         "written_arrays",
         "grads",
         "values",
@@ -260,22 +391,19 @@ class _StepPlan(CallPlan):
         self,
         program: CompiledProgram,
         entry: Entry,
+        sig: tuple,
         arrays: list,
         layout: _Layout,
         state: _StateSet,
         donated: int,
     ):
-        super().__init__(program, entry, _signature(arrays), _avals(arrays), (), donated)
-        self.layout = layout
-        self.info: _Info = entry.info
+        super().__init__(program, entry, sig, arrays, layout, donated)
         self.write_plan = _write_plan(state, self.info)  # holds while the layout does
         # The signature of the state arrays the program returns: the same every call (known
         # after the first), so the next call's state is not re-read (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
         self.state = state
-        self.types: tuple = ()
         self.grad_enabled = True
-        self.out_specs: list | None = None  # as _ForwardPlan's
         # What the last call left, re-checked by identity on the next: the arrays it wrote into
         # the state's storages, each parameter's .grad, and the optimizers' state values.
         self.written_arrays: list = []
@@ -286,6 +414,20 @@ class _StepPlan(CallPlan):
         self.lr_types: list = []
 
     # -- launch and write-back (the general path's steps and repeated ones) -----------------
+
+    def run_general(self, jitted: _Jitted, run: Any) -> list:
+        """The general path's step (``run``: its ``_Run``): ``step``, the outputs, and the plan
+        recorded if the next call may repeat it."""
+        state = run.state
+        dead = [state.grads[i] for i in state.dead_grads]
+        out_arrays = self.step(jitted, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
+        repeats = (
+            not run.checks
+            and not jitted._cpu_outputs  # pyright: ignore[reportPrivateUsage]  (its own module)
+            and run.repeatable()
+            and _next_state_is(self.layout, state)
+        )
+        return self._general_outputs(jitted, run, out_arrays, repeats)
 
     def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
@@ -341,14 +483,11 @@ class _StepPlan(CallPlan):
 
     # -- a repeated call --------------------------------------------------------------------
 
-    def record(self, state: _StateSet, types: tuple, out_specs: list | None) -> _StepPlan:
-        """Make this plan the one the next call may repeat: over ``state`` (the call's, less
-        the ``.grad``s the step discards unread), with arguments of ``types``, in this grad
-        mode; ``out_specs``: as ``_ForwardPlan``'s."""
+    def record(self, state: _StateSet, checks: bool) -> _StepPlan:
+        """(``state``: the call's, less the ``.grad``s the step discards unread; in this grad
+        mode; never in checked mode)"""
         self.state = state
-        self.types = types
         self.grad_enabled = torch.is_grad_enabled()
-        self.out_specs = out_specs
         self.dead = tuple(state.grads[i] for i in state.dead_grads)
         self.lr_groups = [group for group, _ in state.lrs]
         self.lr_types = state.lr_types
@@ -367,12 +506,8 @@ class _StepPlan(CallPlan):
             or bool(torchlax_core.current_env().config.checked)
         ):
             return _MISSED
-        if not any(map(view_getter, args)):  # roots are row-major
-            arrays = [t.jax() for t in args]
-        elif all(map(_IS_CONTIGUOUS, args)):
-            with x64():
-                arrays = [t.jax() for t in args]
-        else:
+        arrays = _contiguous_arrays(args)
+        if arrays is None:
             return _MISSED
         if (
             self.miss(arrays) is not None  # (stale: traced under another matmul precision)
@@ -388,12 +523,7 @@ class _StepPlan(CallPlan):
             to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
         ]
         out_arrays = self.step(jitted, state, self.dead, (self.written_arrays, lr_arrays, arrays))
-        info = self.info
-        if self.out_specs is None:
-            outputs = _to_tensors(out_arrays, True, arrays, info.out_orders)
-        else:
-            outputs = wrap_results_like(out_arrays, self.out_specs)
-        return _returned(info, outputs)
+        return self._outputs(out_arrays, arrays)
 
 
 _EXCLUSIVE = operator.attrgetter("exclusive")

@@ -1,8 +1,8 @@
 """Where one call's new state goes: storages, ``.grad``s, optimizer state entries, buffers.
 
 ``_write_plan`` is computed once per program from its ``_Info``; ``_write_state`` puts each
-call's new arrays into the objects they belong to (run inside ``_commit``'s all-or-nothing
-write-back).
+call's new arrays into the objects they belong to (run inside the all-or-nothing write-back
+of ``_repeated.launch_and_write``).
 """
 
 from __future__ import annotations
