@@ -558,6 +558,10 @@ def measure(model: str, variant: str, shape: dict, args: argparse.Namespace, row
         unit="images" if model == "resnet50" else "tokens",
     )
     row["params"] = sum(p.numel() for p in net.parameters())
+    if model != "resnet50":  # (whether it passes is_causal or a mask to attention: its version)
+        import transformers
+
+        row["transformers"] = transformers.__version__
     row["device_after_setup"] = device_memory()
     progress(row, "model built")
     watch.rebase()
