@@ -10,6 +10,9 @@ mode (slow: tens of seconds a call), with the platform made to read "tpu".
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -128,6 +131,22 @@ def test_a_bad_choice_names_the_variable_and_the_values(monkeypatch):
     monkeypatch.setenv("TORCHLAX_ATTENTION_KERNEL", "sometimes")
     with pytest.raises(ValueError, match="TORCHLAX_ATTENTION_KERNEL='sometimes'.*'auto'"):
         kernels._choice_from_environment()
+
+
+def test_a_bad_choice_fails_the_attention_call_not_the_import(monkeypatch):
+    monkeypatch.setenv("TORCHLAX_ATTENTION_KERNEL", "sometimes")
+    monkeypatch.setattr(kernels, "choice", None)  # not read yet
+    with pytest.raises(ValueError, match="TORCHLAX_ATTENTION_KERNEL='sometimes'"):
+        kernels.use_kernel(Q, KV, KV, None, 0.0)
+    env = {**os.environ, "TORCHLAX_ATTENTION_KERNEL": "sometimes", "JAX_PLATFORMS": "cpu"}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import torchlax_ops._attention_kernels"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert imported.returncode == 0, imported.stderr
 
 
 def test_auto_takes_the_plain_lowering_at_gpt2_small_s_attention_and_says_why(caplog, monkeypatch):

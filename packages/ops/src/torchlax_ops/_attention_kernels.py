@@ -6,7 +6,8 @@ backward: torchlax does not write a kernel); any other call, and every call else
 plain lowering in ``_lowerings.attention``. Each decision is logged once per kind of call at
 ``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
 
-Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at import: ``auto``, the default;
+Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at the first attention call, so
+that a bad value fails that call and not the import of the ops: ``auto``, the default;
 ``always``, every call it can compute; ``never``): under ``auto`` it takes the calls whose
 float32 scores, which the plain lowering materializes, would reach ``_SCORES_BYTES``, and no
 call with a mask (the kernel takes a mask as a float32 bias of the scores' full shape, as large
@@ -60,13 +61,21 @@ def _choice_from_environment() -> str:
     value = os.environ.get("TORCHLAX_ATTENTION_KERNEL", "auto").strip().lower() or "auto"
     if value not in _CHOICES:
         raise ValueError(
-            f"TORCHLAX_ATTENTION_KERNEL={value!r} is not one of {', '.join(_CHOICES)}: set it "
-            "to 'auto' (the default), 'always' or 'never', or unset it."
+            f"scaled_dot_product_attention reads TORCHLAX_ATTENTION_KERNEL={value!r}, which is "
+            f"not one of {', '.join(_CHOICES)}: set it to 'auto' (the default), 'always' or "
+            "'never', or unset it."
         )
     return value
 
 
-choice = _choice_from_environment()
+choice: str | None = None  # None: not read yet (``_chosen``)
+
+
+def _chosen() -> str:
+    global choice
+    if choice is None:
+        choice = _choice_from_environment()
+    return choice
 
 
 def platform() -> str:
@@ -150,7 +159,7 @@ def use_kernel(query, key, value, attn_bias, dropout_p) -> bool:
     # (a float32 call's choice reads the mode, which then keys the caches: torchlax_core)
     f32 = on == "tpu" and jnp.dtype(query.dtype) == jnp.float32
     mode = float32_matmul_precision() if f32 else "highest"
-    why = kernel_refusal(query, key, value, attn_bias, dropout_p, on, mode, choice)
+    why = kernel_refusal(query, key, value, attn_bias, dropout_p, on, mode, _chosen())
     shape, dtype = tuple(query.shape), jnp.dtype(query.dtype).name
     if (why, shape, dtype) not in _logged and len(_logged) < 256:
         _logged.add((why, shape, dtype))
