@@ -215,3 +215,17 @@ def test_a_donating_run_holds_the_state_lock_until_written_back(env):
     plan.written, plan.written_results, plan.written_exclusive = (0,), (0,), (True,)
     plan.run((state,), (array_of(state), x))
     assert held == [True]
+
+
+def test_a_launch_on_an_array_another_thread_donated_counts_as_state_in_flux():
+    # The CI failure of the backend's reader-thread test: XLA's Execute() raised a ValueError,
+    # which the reader did not retry once the state settled.
+    from torchlax_core._state_lock import _read_in_flux
+
+    donated = ValueError(
+        "INVALID_ARGUMENT: Invalid buffer passed to Execute() as argument 0 to replica 0: "
+        "INVALID_ARGUMENT: Buffer has been deleted or donated."
+    )
+    assert _read_in_flux(donated)
+    assert _read_in_flux(RuntimeError("Array has been deleted with shape=float32[3]."))
+    assert not _read_in_flux(ValueError("a bad argument"))

@@ -34,9 +34,14 @@ def _read_in_flux(exc: BaseException) -> bool:
         return True
     if isinstance(exc, jax.errors.JaxRuntimeError):
         return "deleted or donated" in str(exc)
-    if isinstance(exc, RuntimeError):
+    # (a launch whose argument another thread's program has just donated raises a ValueError:
+    # "Invalid buffer passed to Execute() ...: Buffer has been deleted or donated")
+    if isinstance(exc, RuntimeError | ValueError):
         message = str(exc)
-        return "has been deleted" in message or "is being traced by JAX" in message
+        return any(
+            words in message
+            for words in ("has been deleted", "deleted or donated", "is being traced by JAX")
+        )
     return False
 
 
