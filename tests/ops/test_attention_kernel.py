@@ -104,7 +104,6 @@ BIG = spec(8, 16, 2048, 128)  # float32 scores of 2 GiB
         (Q, None, "always", None),
         (Q, spec(256, 256, dtype=jnp.bool_), "always", None),
         (BIG, None, "never", "TORCHLAX_ATTENTION_KERNEL=never"),
-        (BIG, None, "auto", None),
     ],
 )
 def test_whether_the_kernel_pays(query, mask, chosen, refusal):
