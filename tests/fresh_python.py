@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import shutil
 import struct
 import subprocess
 import sys
@@ -159,6 +160,18 @@ def _stop_servers() -> None:
         _stop(_servers.popitem(last=False)[1])
 
 
+_dirs: list[str] = []
+
+
+def _private_dir() -> str:
+    """This process's own folder for the children's output files (made once, removed at exit):
+    a file of its own in the shared /tmp was seen deleted while its test still ran."""
+    if not _dirs or not os.path.isdir(_dirs[0]):
+        _dirs[:] = [tempfile.mkdtemp(prefix="torchlax-fresh-python-")]
+        atexit.register(shutil.rmtree, _dirs[0], True)
+    return _dirs[0]
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -173,8 +186,8 @@ def run(
     server = _server(env)
     assert server.stdin is not None and server.stdout is not None
     with (
-        tempfile.NamedTemporaryFile(prefix="fresh-out-") as out,
-        tempfile.NamedTemporaryFile(prefix="fresh-err-") as err,
+        tempfile.NamedTemporaryFile(prefix="out-", dir=_private_dir()) as out,
+        tempfile.NamedTemporaryFile(prefix="err-", dir=_private_dir()) as err,
     ):
         request = pickle.dumps(
             (list(argv), env, None if cwd is None else str(cwd), timeout, out.name, err.name)
