@@ -182,8 +182,8 @@ class _Jitted:
     def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
         """The program, entry and arrays of this call (a step whose first trace finds
         ``.grad``s it discards unread is traced again without them)."""
-        args, kwargs, static_values = self._split_static(args, kwargs)
         run = _Run(layout, state, tensors_only and not self.static_argnums, (args, kwargs))
+        args, kwargs, static_values = self._split_static(args, kwargs)
         if run.plain_args:
             # Tensors only, positionally (the common call): no pytree walk.
             inputs, in_spec, spec_key = leaves, *self._tensor_args_spec(len(leaves))
