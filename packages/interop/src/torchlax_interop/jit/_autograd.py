@@ -21,7 +21,7 @@ from torchlax_core import JitError, Tensor, raise_error
 from torchlax_core.internal import x64
 
 from .._call_jax import _borrow, _give_back
-from ._inputs import _inexact, _input_order
+from ._inputs import _inexact
 from ._outputs import _to_tensors
 from ._program import _log, _trace_lock
 from ._refusals import _owner
@@ -49,10 +49,12 @@ def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
     """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``."""
     tensors = run.tensors()
     mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
+    layouts = run.in_layouts
     orders = (
         ()
-        if run.in_layouts is None
-        else (None,) * (len(tensors) - len(run.inputs)) + tuple(map(_input_order, run.in_layouts))
+        if layouts is None
+        else (None,) * (len(tensors) - len(run.inputs))
+        + tuple(None if layout is None else layout[1] for layout in layouts)
     )
     arrays = run.state_arrays + run.arrays
     call = _Call(plan, jitted, run, mask, arrays, run.entry.key(), tensors, orders)

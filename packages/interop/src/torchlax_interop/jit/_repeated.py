@@ -231,15 +231,18 @@ class _ForwardPlan(_JitPlan):
 
     def launched(self, jitted: _Jitted, state: _StateSet, launch: Callable[[], Any]) -> Any:
         """``launch()``'s results (the program's), the buffers they change written back into
-        ``state``, all or nothing."""
+        ``state``, all or nothing. The launch donates nothing, so it stays interruptible (a
+        first call's trace, autograd's ``jax.vjp``): interrupted, it has changed nothing."""
         info = self.info
+        results = launch()
+        if not info.writes:
+            return results
 
         def write_changed(results) -> None:
-            if info.writes:
-                jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
-                _write_changed(state, info, results[1], results[2])
+            jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
+            _write_changed(state, info, results[1], results[2])
 
-        return launch_and_write(lambda out: out.append(launch()), write_changed)
+        return launch_and_write(lambda out: out.append(results), write_changed)
 
     def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
         if self.plain is None:  # (launched now: its C++ launcher may be known)
@@ -365,16 +368,6 @@ class _StepPlan(_JitPlan):
         # The signature of the state arrays the program returns (the same every call, known
         # after the first): the next call's state is not re-read (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
-        self.state = state
-        self.grad_enabled = True
-        # What the last call left, re-checked by identity on the next: the arrays it wrote into
-        # the storages, each parameter's .grad, the optimizers' state values.
-        self.written_arrays: list = []
-        self.grads: list = []
-        self.values: list = []
-        self.dead: tuple = ()  # parameters whose .grad the step discards
-        self.lr_groups: list = []
-        self.lr_types: list = []
 
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
         """The general path's step (``run``: its ``_Run``): ``step``, its result, and the plan
@@ -433,16 +426,18 @@ class _StepPlan(_JitPlan):
         return results
 
     def _remember(self, written: list, grads: list) -> None:
-        self.written_arrays = written
-        self.grads = grads
-        self.values = _state_values(self.layout)
+        # What the call left, re-checked by identity on the next: the arrays it wrote into the
+        # storages, each parameter's .grad, the optimizers' state values.
+        self.written_arrays: list = written
+        self.grads: list = grads
+        self.values: list = _state_values(self.layout)
 
     def record(self, state: _StateSet, checks: bool) -> _StepPlan:
         """(``state``: the call's, less the ``.grad``s the step discards unread; never in
         checked mode)"""
         self.state = state
         self.grad_enabled = torch.is_grad_enabled()
-        self.dead = tuple(state.grads[i] for i in state.dead_grads)
+        self.dead = tuple(state.grads[i] for i in state.dead_grads)  # (their .grads dropped)
         self.lr_groups = [group for group, _ in state.lrs]
         self.lr_types = state.lr_types
         self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
