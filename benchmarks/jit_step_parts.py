@@ -136,10 +136,8 @@ def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
     wrap(_jit._Jitted, "_state_signature", "state signature")
     wrap(_program._Program, "entry", "entry lookup")
     wrap(CompiledProgram, "run", "launch (CompiledProgram.run)")
-    wrap(_jit, "_distinct", "distinct arrays")
     wrap(_repeated, "donatable", "arrays to donate (donatable)")
-    for caller in (_jit, _repeated):  # the general path's names, and the repeated step's
-        wrap(caller, "_to_tensors", "output wrapping")
+    wrap(_repeated, "_to_tensors", "output wrapping")  # (the general path's and a repeat's)
     # (every step's write-back, the general path's too, is _StepPlan's: _repeated's name)
     wrap(_repeated, "_write_state", "write-back (_write_state)")
 

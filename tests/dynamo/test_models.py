@@ -253,12 +253,24 @@ def test_compiled_fused_attention_returns_pytorchs_strides(on_jax):
 
 
 def test_a_broadcast_input_gives_eagers_strides():
-    # An expanded input (a stride-0 dimension) is traced row-major: TensorIterator lays out
-    # its results row-major as a stride-0 dimension tells it no order (it was traced with the
-    # dense order of its strides, and ``x * 2`` came back transposed).
+    # An expanded input is traced with its stride-0 dimension (the core's ``traced_strides``):
+    # TensorIterator lays out its results row-major as a stride-0 dimension tells it no order
+    # (it was traced with the dense order of its strides, and ``x * 2`` came back transposed).
     def f(x):
         return x * 2
 
     x = torch.randn(3).expand(4, 3)
     out = torch.compile(f, backend="torchlax")(to_jax(torch.randn(3)).expand(4, 3))
     assert out.stride() == f(x).stride() == (3, 1)
+
+
+def test_a_transposed_broadcast_input_gives_eagers_strides():
+    # Traced row-major, the expanded input's transpose would be (1, 4) and ``+ 1`` follow it;
+    # its stride-0 dimension tells TensorIterator nothing, so eagerly the result is row-major.
+    def f(x):
+        return x.t() + 1
+
+    x = torch.randn(4, 1)
+    out = torch.compile(f, backend="torchlax")(to_jax(x).expand(4, 3))
+    assert out.stride() == f(x.expand(4, 3)).stride() == (4, 1)
+    assert_same(out, f(x.expand(4, 3)))

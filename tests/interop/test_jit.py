@@ -125,6 +125,36 @@ def test_batchnorm_buffers_are_written_back():
     torch.testing.assert_close(_cpu(jitted(_jax(x))), reference(x).detach(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "autograd"])
+def test_an_interrupted_forward_writes_its_buffers_whole(monkeypatch, grad):
+    """A forward's buffers (BatchNorm's running statistics) are written back all or nothing,
+    autograd's forward too (it runs its plan's write-back): an interrupt arriving as the
+    write-back starts is raised once it is done."""
+    from torchlax_interop.jit import _repeated
+
+    reference = _net(2)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    x = torch.randn(8, 3)
+    write_changed, interrupted = _repeated._write_changed, []
+
+    def interrupting(*args):
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return write_changed(*args)
+
+    monkeypatch.setattr(_repeated, "_write_changed", interrupting)
+    with pytest.raises(KeyboardInterrupt), torch.set_grad_enabled(grad):
+        jitted(_jax(x).requires_grad_(grad))
+    monkeypatch.undo()
+    assert interrupted
+    reference(x)
+    torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
+    torch.testing.assert_close(_cpu(model[1].running_var), reference[1].running_var)
+
+
 def test_backward_matches_torch():
     reference = _net(1)
     with torchlax_core.enable():

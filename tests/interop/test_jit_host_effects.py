@@ -102,6 +102,25 @@ def test_backward_hooks_run_when_backward_follows_a_jitted_forward(name):
             h.remove()
 
 
+def test_a_forward_run_eagerly_for_its_hooks_gets_its_static_arguments():
+    # The eager call takes the call's own arguments, static ones included (the program's
+    # configuration holds placeholders in their places).
+    reference = _model()
+    with torchlax.enable():
+        model = copy.deepcopy(reference).to("jax")
+    handles = _full_backward_hook(reference) + _full_backward_hook(model)
+    try:
+        jitted = torchlax.jit(lambda x, scale: model(x) * scale, static_argnums=1)
+        x = torch.randn(2, 4)
+        (reference(x) * 3.0).sum().backward()
+        jitted(torchlax.from_torch(x), 3.0).sum().backward()
+        for (key, r), p in zip(reference.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad.cpu(), r.grad, rtol=1e-10, atol=1e-10, msg=key)
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def test_post_accumulate_grad_hook_runs_when_backward_follows_a_jitted_forward():
     # A parameter's post-accumulate hook runs in the backward outside the program, on the
     # parameter's own accumulation: it needs no eager call.

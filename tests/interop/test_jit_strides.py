@@ -48,7 +48,18 @@ CASES = {
     "row_major_plus_transposed": (torch.add, lambda on: (on(_x()).t().contiguous(), on(_x()).t())),
     "broadcast_plus_row_major": (torch.add, lambda on: (on(_x())[:, :1].expand(4, 3), on(_x()))),
     "row_major_stays_row_major": (lambda x: x * 2, lambda on: (on(_x()),)),
+    # a broadcast input is traced with its stride-0 dimensions: they tell TensorIterator
+    # nothing, so the transposed view's result is row-major, as eagerly
+    "transposed_broadcast_plus_one": (lambda x: x.t() + 1, lambda on: (_expanded(on),)),
+    "transposed_broadcast_3d": (
+        lambda x: x.transpose(0, 2) - 1,
+        lambda on: (on(_x()[:, :2]).t().unsqueeze(1).expand(2, 3, 4),),
+    ),
 }
+
+
+def _expanded(on):
+    return on(torch.arange(4, dtype=torch.float32).reshape(4, 1) / 3).expand(4, 3)
 
 
 def _layout(t):
@@ -142,3 +153,29 @@ def test_gradients_of_a_transposed_input():
         assert out.stride() == (1, 3)
         (got,) = torch.autograd.grad((out * weights.to("jax")).sum(), wj)
         torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_a_broadcast_input_is_laid_out_as_eagerly_on_torchlax_tensors_too():
+    """``x.t() + 1`` of an ``expand()``ed torchlax Tensor: the strides eager code gives it on
+    torchlax Tensors and on CPU tensors, traced and compiled; its gradient per element, and an
+    in-place write into it refused, as eagerly."""
+
+    def fn(x):
+        return x.t() + 1
+
+    cpu = _expanded(lambda t: t.requires_grad_())
+    expected = fn(cpu)
+    eager = fn(_expanded(lambda t: t.to("jax")))
+    assert _layout(eager) == _layout(expected)
+    weights = torch.arange(12.0).reshape(3, 4)
+    (grad,) = torch.autograd.grad((expected * weights).sum(), cpu)
+    jitted = jit(fn)
+    for _ in range(2):
+        x = _expanded(lambda t: t.to("jax").requires_grad_())
+        got = jitted(x)
+        assert _layout(got) == _layout(expected)
+        torch.testing.assert_close(got.detach().cpu(), expected.detach())
+        (got_grad,) = torch.autograd.grad((got * weights.to("jax")).sum(), x)
+        torch.testing.assert_close(got_grad.cpu(), grad)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        jit(lambda x: x.add_(1))(_expanded(lambda t: t.to("jax")))

@@ -162,11 +162,21 @@ def traced_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[in
     values), so that the ops that lay out their results like an input (TensorIterator,
     ``empty_like``) give eager PyTorch's strides: dense strides in the dimension order of
     ``strides`` (for a slice, those of a dense tensor of that order: TensorIterator only
-    compares strides), or None for row-major order, an empty tensor, or a broadcast one (a
-    stride-0 dimension tells TensorIterator nothing; a dense order would)."""
-    if 0 in shape or any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
+    compares strides), 0 where it is broadcast (an ``expand()``ed input: a stride-0 dimension
+    tells TensorIterator nothing, so ``x.t() + 1`` is row-major, where a dense order would
+    lay it out transposed), or None for row-major order or an empty tensor."""
+    if 0 in shape:
         return None
-    return dense_strides_in_order(shape, strides)
+    broadcast = [s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)]
+    if not any(broadcast):
+        return dense_strides_in_order(shape, strides)
+    traced = [0] * len(shape)
+    size = 1
+    for d in sorted(range(len(shape)), key=lambda d: (strides[d], -d)):  # innermost first
+        if not broadcast[d]:
+            traced[d] = size
+            size *= shape[d]
+    return tuple(traced)
 
 
 def _channels_last(shape) -> tuple[int, ...]:

@@ -1,8 +1,10 @@
 """Autograd across a call: a differentiable forward as one ``torch.autograd.Function``.
 
 A call of a function that changes no state, with grad on and a parameter or argument that
-requires grad, is ``_JitFunction``: its forward is the forward program, its backward
-``jax.vjp`` of it (recomputed, or from saved residuals once a backward has run).
+requires grad, is ``_JitFunction``: its forward launches the forward program through its plan
+(``_ForwardPlan.launched``), its backward is ``jax.vjp`` of it (recomputed, or from saved
+residuals once a backward has run). One whose backward would do what that cannot (PyTorch's
+backward hooks, a CPU tensor requiring grad) runs eagerly (``eager_call``).
 """
 
 from __future__ import annotations
@@ -19,16 +21,18 @@ from torchlax_core import JitError, Tensor, raise_error
 from torchlax_core.internal import x64
 
 from .._call_jax import _borrow, _give_back
-from ._inputs import _inexact, _input_order
+from ._inputs import _inexact
 from ._outputs import _to_tensors
-from ._program import _trace_lock
-from ._write_back import _write_changed
+from ._program import _log, _trace_lock
+from ._refusals import _owner
 
 
 @dataclasses.dataclass
 class _Call:
-    """One differentiable call: its ``_Run`` (``_call``) and what its backward needs."""
+    """One differentiable call: its plan, ``_Run`` (``_call``) and what its backward needs."""
 
+    plan: Any  # _repeated._ForwardPlan
+    jitted: Any  # _call._Jitted
     run: Any  # _call._Run
     mask: tuple[bool, ...]  # per tensor: whether the call is differentiated by it
     arrays: list  # state arrays, then CPU module tensors and inputs
@@ -41,16 +45,19 @@ class _Call:
     out_arrays: Any = None
 
 
-def differentiable_call(run: Any) -> list:
-    """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call."""
+def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
+    """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``."""
     tensors = run.tensors()
     mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
+    layouts = run.in_layouts
     orders = (
         ()
-        if run.in_layouts is None
-        else (None,) * (len(tensors) - len(run.inputs)) + tuple(map(_input_order, run.in_layouts))
+        if layouts is None
+        else (None,) * (len(tensors) - len(run.inputs))
+        + tuple(None if layout is None else layout[1] for layout in layouts)
     )
-    call = _Call(run, mask, run.state_arrays + run.arrays, run.entry.key(), tensors, orders)
+    arrays = run.state_arrays + run.arrays
+    call = _Call(plan, jitted, run, mask, arrays, run.entry.key(), tensors, orders)
     return _JitFunction.apply(call, *_masked(tensors, mask)[0])
 
 
@@ -68,37 +75,28 @@ class _JitFunction(torch.autograd.Function):
         run = call.run
         program, info = run.program, run.info
         n_state = len(run.state.storages)
-        if program.saves_residuals:
+        state_arrays, arrays = call.arrays[:n_state], call.arrays[n_state:]
+
+        def launch():
+            if not program.saves_residuals:
+                # The plain forward; backward() recomputes it (this call's key: same dropout).
+                return call.plan.program.run(
+                    run.entry, state_arrays, run.lr_arrays, arrays, key=call.key
+                )
             diff, other = _masked(call.arrays, call.mask)
+            precision = torch.get_float32_matmul_precision()
             with _trace_lock:
                 program._state = run.state
-                outs, new_storages, extra, error, vjp = program.forward_vjp(
-                    call.mask,
-                    torch.get_float32_matmul_precision(),
-                    diff,
-                    other,
-                    run.lr_arrays,
-                    call.arrays[n_state:],
-                    call.key,
+                *results, error, call.vjp = program.forward_vjp(
+                    call.mask, precision, diff, other, run.lr_arrays, arrays, call.key
                 )
             if error is not None:
                 raise_error(error)  # before any output or state is written back
-            call.vjp = vjp
-        else:
-            # The plain forward; backward() recomputes it (this call's key: same dropout).
-            outs, new_storages, extra = program.forward_core.run(
-                run.entry,
-                call.arrays[:n_state],
-                run.lr_arrays,
-                call.arrays[n_state:],
-                key=call.key,
-            )
-        call.out_arrays = outs
+            return results
+
+        call.out_arrays = outs = call.plan.launched(call.jitted, run.state, launch)[0]
         ctx.call = call
         outputs = _to_tensors(outs, run.on_jax, call.arrays, info.out_orders)
-        if info.writes:
-            program.jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
-            _write_changed(run.state, info, new_storages, extra)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)
@@ -156,3 +154,29 @@ def _cotangent(out, grad, order=None):
     if order is not None:
         array = jnp.transpose(array, order)
     return array.astype(out.dtype)
+
+
+def eager_call(jitted: Any, run: Any) -> Any:
+    """A differentiable call of a forward that met backward hooks or read a plain CPU tensor
+    requiring grad (``_Info.eager_backward``), run eagerly: its ``backward()`` would be
+    ``jax.vjp`` of the program, where no PyTorch hook runs (a full backward hook scaling
+    ``grad_input`` would silently not scale it) and a CPU tensor is a constant (it would get no
+    ``.grad``). Calls without grad, and steps that call ``backward()`` themselves (the backward
+    is then traced, hooks included), stay compiled."""
+    reason = run.info.eager_backward[0]
+    if jitted._cpu_outputs:
+        raise JitError(
+            f"{_owner(jitted)}: the forward meets {reason}; a backward after a compiled call of "
+            "a step over CPU state would not do that. Move the model to the 'jax' device "
+            "(model.to('jax') inside torchlax.enable()), or call backward() inside the jitted "
+            "function."
+        )
+    if not run.program.logged_eager:
+        run.program.logged_eager = True
+        _log.info(
+            "%s: runs eagerly while autograd records: the forward meets %s (calls without "
+            "grad, or with backward() inside the jitted function, are compiled)",
+            _owner(jitted),
+            reason,
+        )
+    return jitted._eager(*run.call)

@@ -4,13 +4,11 @@ One call runs one XLA program. Its inputs are the argument tensors, a PRNG key, 
 *state* the function reaches (``_state``): the parameters and buffers of every module it is
 given or closes over, their ``.grad``s, every optimizer's state tensors and learning rates,
 and torchlax Tensors it closes over. ``_Jitted._call`` finds the state (or re-checks the last
-walk), picks the program for the call's static configuration (``_program``) and its entry
-for the input signature (``_Run``), and runs it: a forward that autograd needs is one
-``torch.autograd.Function`` (``_autograd``); any other call runs the plan of its entry
-(``_repeated``): a step that trains launches the donating program and writes the new state
-back (``_StepPlan``), a forward launches the forward program (``_ForwardPlan``). A call that
-repeats the last one (the last plan's guard still holds) runs that plan at once. The first
-call of a step that creates state compiles its program and the steady one
+walk), picks the program for the call's static configuration (``_program``) and its entry for
+the input signature (``_Run``), and runs the plan of that entry (``_repeated``): a step's
+(``_StepPlan``) or a forward's (``_ForwardPlan``, autograd's across the call included). A call
+that repeats the last one (the last plan's guard still holds) runs that plan at once. The
+first call of a step that creates state compiles its program and the steady one
 (``_first_call``); a step over CPU parameters lends them to the program (``_lent``).
 """
 
@@ -33,27 +31,12 @@ from .._arguments import check_jit_arguments, check_static_argnames, check_stati
 from .._call_jax import _borrow
 from .._dlpack import check_shared_writes
 from . import _first_call
-from ._autograd import differentiable_call
 from ._discover import CpuStateError, cpu_state_tensors, find_state
 from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
-from ._outputs import _returned
-from ._program import (
-    _distinct,
-    _Info,
-    _log,
-    _Program,
-    _trace_lock,
-    _unread_grads,
-    dead_grads_key,
-)
-from ._refusals import _argument_requiring_grad_error, _owner
-from ._repeated import (
-    _MISSED,
-    _ForwardPlan,
-    _step_schedulers,
-    _StepPlan,
-)
+from ._program import _Program, _trace_lock, _unread_grads, dead_grads_key
+from ._refusals import _argument_requiring_grad_error
+from ._repeated import _MISSED, _ForwardPlan, _StepPlan
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves
 
 
@@ -194,26 +177,13 @@ class _Jitted:
         run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
         if self._compile_only:  # the first call compiles its program and the next one ahead
             return _first_call.compile_only(self, run)
-        info = run.info
-        if run.differentiable():
-            if info.eager_backward:
-                return self._forward_with_backward_hooks(run.program, info, args, kwargs)
-            outputs = differentiable_call(run)
-        else:
-            outputs = self._plan(run).run_general(self, run)
-        if run.state.schedulers and not info.trains:  # (a step's are made by its write-back)
-            _step_schedulers(run.state, info, [0] * len(run.state.schedulers))
-        if self._cpu_outputs and info.rebuilds:
-            # A step over lent CPU state returns CPU tensors; those inside returned objects
-            # are put in place as such (the caller converts only the pytree's leaves).
-            outputs = [o.cpu() if isinstance(o, Tensor) else o for o in outputs]
-        return _returned(info, outputs)
+        return self._plan(run).run_general(self, run)
 
     def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
         """The program, entry and arrays of this call (a step whose first trace finds
         ``.grad``s it discards unread is traced again without them)."""
+        run = _Run(layout, state, tensors_only and not self.static_argnums, (args, kwargs))
         args, kwargs, static_values = self._split_static(args, kwargs)
-        run = _Run(layout, state, tensors_only and not self.static_argnums)
         if run.plain_args:
             # Tensors only, positionally (the common call): no pytree walk.
             inputs, in_spec, spec_key = leaves, *self._tensor_args_spec(len(leaves))
@@ -288,23 +258,18 @@ class _Jitted:
         )
         run.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in run.inputs)
         run.signature = (self._state_signature(run.state_arrays), _signature(run.arrays))
-        # A step that trains runs the donating program; a function that only computes, the
-        # forward program. Which one is learned by the first trace (guessed from whether
-        # there are optimizers) and checked on each new signature.
+        # A step that trains runs the donating program (whose launch copies a state array
+        # passed twice: donatable), a function that only computes the forward one. Which is
+        # learned by the first trace (guessed from whether there are optimizers) and checked
+        # on each new signature.
         forward = program.trains is False or (program.trains is None and not state.optimizers)
-        state_arrays = run.state_arrays if forward else _distinct(run.state_arrays)
-        run.entry = program.entry(
-            run.signature, state, (state_arrays, run.lr_arrays, run.arrays), forward
-        )
-        run.info = info = run.entry.info
-        if info.trains == forward:  # the guess was wrong: the other program's entry
-            forward = not info.trains
-            state_arrays = run.state_arrays if forward else _distinct(run.state_arrays)
-            run.entry = program.entry(
-                run.signature, state, (state_arrays, run.lr_arrays, run.arrays), forward
-            )
-        run.state_arrays, run.forward = state_arrays, forward
-        program.trains = info.trains
+        call_args = (run.state_arrays, run.lr_arrays, run.arrays)
+        run.entry = program.entry(run.signature, state, call_args, forward)
+        if run.entry.info.trains == forward:  # the guess was wrong: the other program's entry
+            forward = not forward
+            run.entry = program.entry(run.signature, state, call_args, forward)
+        run.info, run.forward = run.entry.info, forward
+        program.trains = run.info.trains
 
     def _plan(self, run: _Run) -> _ForwardPlan | _StepPlan:
         """The plan of ``run``'s entry and layout, which runs the call (``run_general``); one
@@ -321,36 +286,10 @@ class _Jitted:
             self._plans[run.forward] = plan
         return plan
 
-    def _forward_with_backward_hooks(self, program: _Program, info: _Info, args, kwargs):
-        """A differentiable call of a forward that met backward hooks or read a plain CPU tensor
-        requiring grad, run eagerly.
-
-        Its ``backward()`` would be ``jax.vjp`` of the program, where no PyTorch hook runs
-        (a full backward hook scaling ``grad_input`` would silently not scale it) and a CPU
-        tensor is a constant (it would silently get no ``.grad``); run eagerly, the hooks run
-        where PyTorch runs them and the gradients are eager PyTorch's.
-        Calls without grad, and steps that call ``backward()`` themselves (the backward is
-        then traced, hooks included), stay compiled."""
-        if self._cpu_outputs:
-            raise JitError(
-                f"{_owner(self)}: the forward meets {info.eager_backward[0]}; a backward after "
-                "a compiled call of a step over CPU state would not do that. Move the model to the 'jax' device (model.to('jax') inside "
-                "torchlax.enable()), or call backward() inside the jitted function."
-            )
-        if not program.logged_eager:
-            program.logged_eager = True
-            _log.info(
-                "%s: runs eagerly while autograd records: the forward meets %s (calls without "
-                "grad, or with backward() inside the jitted function, are compiled)",
-                _owner(self),
-                info.eager_backward[0],
-            )
-        return self._eager(args, kwargs)
-
     def _eager(self, args, kwargs, optimizers=()):
         """The call run eagerly, by PyTorch's own code (a first call whose trace failed:
-        ``_first_call``; a forward whose backward the program cannot run:
-        ``_forward_with_backward_hooks``); step counts that the ``optimizers`` create are kept
+        ``_first_call``; a forward whose backward the program cannot run: ``eager_call``);
+        step counts that the ``optimizers`` create are kept
         on the jax device, as the program keeps them."""
         groups = [
             (g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g
@@ -479,6 +418,7 @@ class _Run:
     layout: _Layout
     state: _StateSet
     plain_args: bool  # tensors only, positionally, none static: a repeat can check them cheaply
+    call: tuple  # the call's (args, kwargs)
     inputs: list = dataclasses.field(default_factory=list)
     checks: bool = False
     in_layouts: tuple | None = None

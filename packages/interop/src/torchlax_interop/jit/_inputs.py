@@ -82,10 +82,6 @@ def _traced_input(array, strides: tuple[int, ...], order: tuple[int, ...] | None
     return stored_in_order(array, order, strides)
 
 
-def _input_order(layout) -> tuple[int, ...] | None:
-    return None if layout is None else layout[1]
-
-
 def _traced_array(x: torch.Tensor):
     if isinstance(x, Tensor):
         return x.jax()

@@ -96,7 +96,7 @@ class _Info:
     # in words: the backward hooks the step met (PyTorch runs them in its backward), the plain
     # CPU tensors requiring grad it read (constants of the program: eagerly the backward
     # gives them gradients). A call whose backward runs after it (a differentiable forward)
-    # is run eagerly instead (``_Jitted._forward_with_backward_hooks``).
+    # is run eagerly instead (``_autograd.eager_call``).
     eager_backward: tuple[str, ...] = ()
     # Whether such a CPU tensor is among them: the call's output requires grad eagerly even
     # where no state or input does
@@ -167,7 +167,7 @@ class _Program:
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self._recomputing_backwards: dict = {}
-        self.logged_eager = False  # _Jitted._forward_with_backward_hooks logs once
+        self.logged_eager = False  # _autograd.eager_call logs once
 
     # -- tracing --------------------------------------------------------------------------
 

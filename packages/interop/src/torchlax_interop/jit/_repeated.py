@@ -1,27 +1,18 @@
-"""``torchlax.jit``'s call plans: the core's ``CallPlan`` for a forward and for a step.
+"""``torchlax.jit``'s call plans (the core's ``CallPlan``): ``_StepPlan`` for a training step,
+``_ForwardPlan`` for a forward.
 
-A call on the general path (``_call``) ends in the plan of its program entry, which runs it
-(``run_general``): ``_StepPlan`` (a training step: the donating program, its write-back) or
-``_ForwardPlan`` (a forward: the forward program, the buffers it writes). A plan that the
-next call may repeat (a step, or a ``torch.no_grad()`` forward, tensor arguments only) is
-kept in the jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still
-holds": jit's own checks (the state's layout and objects, argument types, grad and checked
-mode) beside the core plan's (``CallPlan.miss``: the entry not stale, the arguments' shapes,
-dtypes and weak types). Then the plan launches its entry (``CallPlan.launch``: JAX's C++
-launcher where the entry allows it) and, for a step, writes back through the same
-``finish`` as the general path. A check that fails returns ``_MISSED`` and the call takes
-the general path. The same mechanism serves the ``torch.compile`` backend
-(``torchlax_dynamo._program._GraphPlan``).
+Every call on the general path (``_call``) ends in the plan of its program entry
+(``run_general``): launch, write-back, outputs. A plan the next call may repeat is kept in the
+jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still holds" (``call``):
+jit's own checks (layout, state objects, argument types, grad and checked mode) beside the core
+plan's (``CallPlan.miss``). A check that fails returns ``_MISSED``: the general path runs.
 
-Launch and write-back are all or nothing (``launch_and_write``). A training step's program
-consumes the state it is given (its arrays are donated) and returns the new state; until
-that is written back, the model and optimizer hold deleted arrays. So once the launch has
-returned, the write-back is finished whatever happens: an exception or ``KeyboardInterrupt``
-arriving in it (or between the launch and it) writes the whole new state again (the writes
-are idempotent assignments) before it propagates, and a Ctrl-C that arrives during the
-launch and write-back is held until they are done (``_HeldInterrupts``). Before the launch,
-nothing of the state has changed but what ``undo`` puts back. Afterwards the model and
-optimizer hold either the values before the call or those after it (#37, item 2).
+Launch and write-back are all or nothing (``launch_and_write``): a step's program consumes its
+donated state and returns the new one, so once the launch has returned the write-back is
+finished whatever happens (an exception or ``KeyboardInterrupt`` in it writes the whole new
+state again; a Ctrl-C during launch and write-back is held until they are done:
+``_HeldInterrupts``), and before it nothing has changed but what ``undo`` puts back. The model
+and optimizer hold either the values before the call or those after it (#37, item 2).
 """
 
 from __future__ import annotations
@@ -49,13 +40,10 @@ from torchlax_core.internal import (
 )
 from torchlax_core.internal import signature as _signature
 
+from ._autograd import differentiable_call, eager_call
 from ._outputs import _plain_result_specs, _returned, _to_tensors
 from ._program import _Info
-from ._state import (
-    _Hashed,
-    _Layout,
-    _StateSet,
-)
+from ._state import _Hashed, _Layout, _StateSet
 from ._watch import ReadConstants
 from ._write_back import _write_changed, _write_plan, _write_state
 
@@ -128,19 +116,16 @@ def launch_and_write(
 _MISSED = object()  # a plan's call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
 _GRAD = operator.attrgetter("grad")
+_EXCLUSIVE = operator.attrgetter("exclusive")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
-def _avals(arrays: Sequence) -> list:
-    """The arrays' avals (None where one has none), as a plan's guard compares them."""
-    return [getattr(a, "aval", None) for a in arrays]
-
-
 class _JitPlan(CallPlan):
-    """What both of jit's plans keep: the layout and entry they were made for and, from the
-    call that recorded one as the last plan (``record``), its arguments' types and how its
-    outputs were wrapped."""
+    """What both of jit's plans keep: the layout and entry they were made for (one plan per
+    kind and entry: ``_Jitted._plans``) and, once ``record`` made it the last plan, the
+    recorded call's argument types and how its outputs were wrapped (``out_specs``:
+    ``result_specs`` of root torchlax Tensors, or None: wrapped the general way)."""
 
     __slots__ = ("layout", "info", "types", "out_specs")
 
@@ -153,24 +138,23 @@ class _JitPlan(CallPlan):
         layout: _Layout,
         donated: int = 0,
     ):
-        super().__init__(program, entry, sig, _avals(arrays), (), donated)
+        avals = [getattr(a, "aval", None) for a in arrays]
+        super().__init__(program, entry, sig, avals, (), donated)
         self.layout = layout
         self.info: _Info = entry.info
-        self.types: tuple = ()  # of the arguments
-        # result_specs of the recorded call's outputs (root torchlax Tensors in the program's
-        # order), or None: wrap each call's outputs the general way (_to_tensors)
+        self.types: tuple = ()
         self.out_specs: list | None = None
 
-    def _general_outputs(self, jitted: _Jitted, run: Any, out_arrays: list, repeats: bool):
-        """A general call's outputs; where ``repeats`` (the next call may repeat it), this
-        plan recorded as the last one, over ``run``'s state."""
+    def _general_result(self, jitted: _Jitted, run: Any, out_arrays: list, repeats: bool):
+        """A general call's result; where ``repeats`` (the next call may repeat it), this plan
+        recorded as the last one, over ``run``'s state."""
         info = self.info
         outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
         if repeats:
             self.types = tuple(map(type, run.inputs))
             self.out_specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
             jitted._last.plan = self.record(run.state, run.checks)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        return outputs
+        return _result(jitted, info, outputs)
 
     def record(self, state: _StateSet, checks: bool) -> _JitPlan:
         """This plan, made the one the next call may repeat, over ``state``, in checked mode
@@ -178,62 +162,43 @@ class _JitPlan(CallPlan):
         raise NotImplementedError
 
     def _outputs(self, out_arrays: list, arrays: list) -> Any:
-        """What a repeated call returns: its output arrays wrapped as the recorded call's
-        (``out_specs``), or the general way where there are none."""
+        """A repeated call's result: its arrays wrapped as the recorded call's were."""
         info = self.info
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
         return _returned(info, wrap_results_like(out_arrays, self.out_specs))
 
 
+def _result(jitted: _Jitted, info: _Info, outputs: list) -> Any:
+    """What the call returns (``_returned``). A call over lent CPU state returns CPU tensors:
+    those inside returned objects are put in place as such (the caller converts the leaves)."""
+    if jitted._cpu_outputs and info.rebuilds:  # pyright: ignore[reportPrivateUsage]  (its own module)
+        outputs = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
+    return _returned(info, outputs)
+
+
 class _ForwardPlan(_JitPlan):
-    """The plan of a forward program's entry (a call that changes no state, buffers aside):
-    its launch and write-back (``run_general``), which every forward on the general path
-    runs, and the guard of a call that repeats the last one (``call``): a ``torch.no_grad()``
-    forward, tensor arguments only, nothing written back, over the same state.
+    """The plan of a forward program's entry (a call that changes no state, buffers aside).
 
-    ``call`` checks what the general path would find different and otherwise runs the entry
-    at once, without rebuilding the program key, the state's arrays and their signatures:
-    the layout still holds (by its snapshot), its state is still the reused one (no
-    ``.grad`` appeared), every state array is the very one of the recorded call (after an
-    in-place write the general path compares the new array's shape and dtype once, and
-    records the call again), and the arguments have the same types and, by the core plan's
-    guard (``CallPlan.miss``), shapes and dtypes (their avals by identity first: an
-    executable's results, and arrays made alike, share one); grad mode and checked mode are
-    as recorded. Its outputs are wrapped from the recorded call's (``wrap_results_like``: an
-    executable's results have the same shapes, dtypes and sharding on every call), unless
-    they are laid out otherwise or rebuilt into objects.
+    ``run_general`` runs every forward on the general path: one that autograd needs is a
+    ``torch.autograd.Function`` (``_autograd``), or runs eagerly where its backward would do
+    what ``jax.vjp`` of the program cannot (``_Info.eager_backward``); any other launches the
+    entry. The buffers the program changes are written back all or nothing (``launched``).
 
-    Before the launch it checks only what launching needs, in one pass: the arguments'
-    types, that none is a view, and that each state array is still the one recorded (a
-    training step may have donated it since); then the plan's guard. The launch takes the
-    plan's C++ launcher (``CallPlan.plain``). The rest (the layout, through
-    ``_Layout.forward_guard``; checked mode) is checked after it, while XLA computes; a call
-    they fail drops the results and takes the general path (the forward program writes
-    nothing, so a dropped launch changes nothing), as does a launch that raises. A program
-    that draws random keys, or runs in checked mode, is launched through ``CallPlan.launch``
-    (``CompiledProgram.run``) after every check (no key is
-    drawn, no error raised for a call that then misses). A single output's tensor comes from
-    ``ResultWrappers`` (made ahead, in batches).
+    ``call`` repeats a ``torch.no_grad()`` forward over tensor arguments only that writes
+    nothing back, over the recorded state. Before the launch it checks, in one pass, the
+    arguments' types, that none is a view, and that each state array is the one recorded (a
+    step may have donated it since); then the core plan's guard (their avals by identity
+    first) and the constants the trace read. It launches through the plan's C++ launcher
+    (``CallPlan.plain``) and checks the rest (the layout, ``_Layout.forward_guard``; checked
+    mode) while XLA computes: a call that fails them drops its results (the program writes
+    nothing) and takes the general path, as does a launch that raises. An entry that draws
+    keys or checks values launches through ``CallPlan.launch`` after every check. One output's
+    tensor comes from ``ResultWrappers`` (made ahead, in batches). Its shape follows what a
+    call costs after an XLA computation left the caches cold (benchmarks/README.md, "the
+    repeated forward touches less"; ``benchmarks/jit_call_parts.py`` times its parts)."""
 
-    Its shape follows what a call costs after an XLA computation left the caches cold: how
-    much code and data it touches, before the launch or after it (our Python competes with
-    XLA's compute threads); the measurements behind it are in benchmarks/README.md ("the
-    repeated forward touches less", "the repeated forward's checks are at their floor";
-    ``benchmarks/jit_call_parts.py`` times the call's parts).
-
-    Made for one layout and entry (``_Jitted._plans``); ``record`` makes it the one a
-    repeated call may take, over the state of the call that recorded it."""
-
-    __slots__ = (
-        "checks",
-        "storages",
-        "state_arrays",
-        "holds",
-        "single",
-        "expected",
-        "constants",
-    )
+    __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
 
     def __init__(
         self, program: CompiledProgram, entry: Entry, sig: tuple, arrays: list, layout: _Layout
@@ -242,23 +207,19 @@ class _ForwardPlan(_JitPlan):
         self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
         self.constants: ReadConstants | None = self.info.constants
 
-    def run_general(self, jitted: _Jitted, run: Any) -> list:
-        """The general path's forward (``run``: its ``_Run``): launch the entry
-        (``CompiledProgram.run``), write the buffers it changes back, all or nothing; the
-        outputs, and the plan recorded if the next call may repeat it."""
+    def run_general(self, jitted: _Jitted, run: Any) -> Any:
+        """The general path's forward (``run``: its ``_Run``): its result, and the plan recorded
+        if the next call may repeat it."""
         state, info = run.state, self.info
-
-        def write_changed(results) -> None:
-            if info.writes:
-                jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
-                _write_changed(state, info, results[1], results[2])
-
-        out_arrays = launch_and_write(
-            lambda out: out.append(
-                self.program.run(self.entry, run.state_arrays, run.lr_arrays, run.arrays)
-            ),
-            write_changed,
-        )[0]
+        if run.differentiable():
+            if info.eager_backward:
+                return eager_call(jitted, run)
+            outputs = differentiable_call(self, jitted, run)
+            _step_schedulers(state, info, [0] * len(state.schedulers))
+            return _result(jitted, info, outputs)
+        call_args = (run.state_arrays, run.lr_arrays, run.arrays)
+        out_arrays = self.launched(jitted, state, lambda: self.program.run(self.entry, *call_args))
+        _step_schedulers(state, info, [0] * len(state.schedulers))
         repeats = (
             not info.writes
             and not state.lrs
@@ -266,7 +227,22 @@ class _ForwardPlan(_JitPlan):
             and run.repeatable()
             and self.layout.reused(state)
         )
-        return self._general_outputs(jitted, run, out_arrays, repeats)
+        return self._general_result(jitted, run, out_arrays[0], repeats)
+
+    def launched(self, jitted: _Jitted, state: _StateSet, launch: Callable[[], Any]) -> Any:
+        """``launch()``'s results (the program's), the buffers they change written back into
+        ``state``, all or nothing. The launch donates nothing, so it stays interruptible (a
+        first call's trace, autograd's ``jax.vjp``): interrupted, it has changed nothing."""
+        info = self.info
+        results = launch()
+        if not info.writes:
+            return results
+
+        def write_changed(results) -> None:
+            jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
+            _write_changed(state, info, results[1], results[2])
+
+        return launch_and_write(lambda out: out.append(results), write_changed)
 
     def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
         if self.plain is None:  # (launched now: its C++ launcher may be known)
@@ -276,23 +252,21 @@ class _ForwardPlan(_JitPlan):
         self.storages = tuple(state.storages)
         self.state_arrays: list = list(map(_ARRAY, self.storages))
         self.holds: Callable[[], bool] = self.layout.forward_guard(state)
-        # the result's tensors of a function returning one tensor, made ahead, else None
-        self.single = (
+        self.single = (  # the result's tensors of a function returning one tensor, made ahead
             ResultWrappers(out_specs[0])
             if out_specs is not None and self.info.single_output
             else None
         )
-        # what call() reads before the launch, in one pass: the arguments' types, their
-        # _view (None: no view), each state storage's array
+        # what call() reads before the launch, in one pass: the arguments' types, their _view
+        # (None: no view), each state storage's array
         self.expected = (*types, *(None,) * len(types), *self.state_arrays)
         return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
         """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
-        switches it on for the general path only): nothing here dispatches a JAX op but the
-        launch of a compiled executable, which does not read the mode (its input types are
-        fixed); a view argument's value, which is a JAX op, is read inside ``x64()``, and a
-        call in checked mode (reading its errors) launches inside it (``CallPlan.launch``)."""
+        switches it on for the general path only): launching a compiled executable does not
+        read it; a view argument's value, a JAX op, is read inside ``x64()``, and a call in
+        checked mode launches inside it (``CallPlan.launch``)."""
         if torch.is_grad_enabled() or len(args) != len(self.types):
             return _MISSED
         if all(
@@ -319,11 +293,9 @@ class _ForwardPlan(_JitPlan):
         plain = self.plain
         out_arrays: Any = None
         if plain is not None:
-            # The plan's plain launcher, called here rather than through launch(), whose
-            # fallback to CompiledProgram.run would run a call that then misses: a launch
-            # that raises (arguments holding an outer JAX trace's tracers) has done nothing,
-            # and the general path handles or raises it. The checks below run while XLA
-            # computes; a call they fail drops its results (the program writes nothing).
+            # Called here rather than through launch(), whose fallback to CompiledProgram.run
+            # would run a call that then misses: a launch that raises (an outer JAX trace's
+            # tracers) has done nothing, and the general path handles or raises it.
             try:
                 out_arrays = plain[0](self.state_arrays, [], arrays, plain[1])[0]
             except Exception:
@@ -355,24 +327,18 @@ def _contiguous_arrays(args: Sequence) -> list | None:
 
 
 class _StepPlan(_JitPlan):
-    """The plan of a training step's entry (the donating program): its launch and its
-    write-back (``step``), which every step on the general path runs, and the guard of a call
-    that repeats the last one (``call``) over the same state objects.
+    """The plan of a training step's entry (the donating program): its launch and write-back
+    (``step``), which every step on the general path runs, and the guard of a call that repeats
+    the last one over the same state objects (``call``).
 
-    The general path would assemble the state anew (``_Layout.assemble``: every optimizer
-    state value and ``.grad`` read, their storages gathered), drop the ``.grad``s the step
-    discards unread, build the program key and look the entry up: a cost per state array
-    (a 2-layer GPT-2 with AdamW has ~110). ``call`` instead checks that all of it would come
-    out the same: the layout's guards in full (``_Layout.holds``, as the general path runs
-    them), each ``.grad`` and each optimizer state value is the very object the last call left
-    there, each storage still holds the array the last call wrote (an in-place write, or a
-    ``.grad`` set by hand, takes the general path), the arguments' types and grad mode are as
-    recorded, and the core plan's guard holds (the arguments' shapes and dtypes; the entry not
-    stale). Then it runs ``step`` as the general path does. Checked mode is never repeated
-    here (its errors are raised on the general path).
-
-    Made for one layout and entry (``_Jitted._plans``); ``record`` makes it the one a
-    repeated call may take, over the state of the call that recorded it."""
+    Where the general path would assemble the state anew (every optimizer state value and
+    ``.grad`` read, their storages gathered: a cost per state array), drop the ``.grad``s the
+    step discards unread and look the entry up, ``call`` checks that all of it would come out
+    the same: the layout's guards in full (``_Layout.holds``), each ``.grad`` and optimizer
+    state value the very object the last call left, each storage the array it wrote (an
+    in-place write or a ``.grad`` set by hand takes the general path), the arguments' types,
+    grad mode and the core plan's guard. Checked mode is never repeated (its errors are raised
+    on the general path)."""
 
     __slots__ = (
         "write_plan",
@@ -399,24 +365,12 @@ class _StepPlan(_JitPlan):
     ):
         super().__init__(program, entry, sig, arrays, layout, donated)
         self.write_plan = _write_plan(state, self.info)  # holds while the layout does
-        # The signature of the state arrays the program returns: the same every call (known
-        # after the first), so the next call's state is not re-read (_Jitted._state_signature)
+        # The signature of the state arrays the program returns (the same every call, known
+        # after the first): the next call's state is not re-read (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
-        self.state = state
-        self.grad_enabled = True
-        # What the last call left, re-checked by identity on the next: the arrays it wrote into
-        # the state's storages, each parameter's .grad, and the optimizers' state values.
-        self.written_arrays: list = []
-        self.grads: list = []
-        self.values: list = []
-        self.dead: tuple = ()  # parameters whose .grad the step discards
-        self.lr_groups: list = []
-        self.lr_types: list = []
 
-    # -- launch and write-back (the general path's steps and repeated ones) -----------------
-
-    def run_general(self, jitted: _Jitted, run: Any) -> list:
-        """The general path's step (``run``: its ``_Run``): ``step``, the outputs, and the plan
+    def run_general(self, jitted: _Jitted, run: Any) -> Any:
+        """The general path's step (``run``: its ``_Run``): ``step``, its result, and the plan
         recorded if the next call may repeat it."""
         state = run.state
         dead = [state.grads[i] for i in state.dead_grads]
@@ -427,13 +381,14 @@ class _StepPlan(_JitPlan):
             and run.repeatable()
             and _next_state_is(self.layout, state)
         )
-        return self._general_outputs(jitted, run, out_arrays, repeats)
+        return self._general_result(jitted, run, out_arrays, repeats)
 
     def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
-        all or nothing (``launch_and_write``); returns the program's output arrays. The
-        ``.grad``s of ``dead`` (the step discards them unread) are dropped before the launch,
-        as the general path does, and put back if it does not happen."""
+        all or nothing; returns the program's output arrays. The ``.grad``s of ``dead`` (the
+        step discards them unread) are dropped before the launch, and put back if it does not
+        happen. A donated state array that is not exclusive or passed twice is copied
+        (``donatable``)."""
         dead_grads = list(map(_GRAD, dead))
         args = (jitted, state, [0] * len(state.schedulers))
         if self.donated:
@@ -453,10 +408,10 @@ class _StepPlan(_JitPlan):
         )[0]
 
     def finish(self, args: Sequence, results: Any) -> Any:
-        """Write the run's new state (``write_back``), remember what it left for the next
-        call's guard, and make the schedulers' deferred ``step()``s. Safe to run twice (the
-        second completes an interrupted first). ``args``: (the jitted callable, the call's
-        state, the schedulers' steps made so far)."""
+        """Write the run's new state, remember what it left for the next call's guard, and make
+        the schedulers' deferred ``step()``s. Safe to run twice (the second completes an
+        interrupted first). ``args``: (the jitted callable, the call's state, the schedulers'
+        steps made so far)."""
         jitted, state, stepped = args
         new_storages = results[1]
         grads = _write_state(
@@ -470,25 +425,19 @@ class _StepPlan(_JitPlan):
         _step_schedulers(state, self.info, stepped)
         return results
 
-    def write_back(self, args: Sequence, results: Any) -> None:
-        """The run's new state into the call's objects alone (``_write_state``)."""
-        _write_state(
-            args[1], self.info, results[1], results[2], self.write_plan, bool(self.donated)
-        )
-
     def _remember(self, written: list, grads: list) -> None:
-        self.written_arrays = written
-        self.grads = grads
-        self.values = _state_values(self.layout)
-
-    # -- a repeated call --------------------------------------------------------------------
+        # What the call left, re-checked by identity on the next: the arrays it wrote into the
+        # storages, each parameter's .grad, the optimizers' state values.
+        self.written_arrays: list = written
+        self.grads: list = grads
+        self.values: list = _state_values(self.layout)
 
     def record(self, state: _StateSet, checks: bool) -> _StepPlan:
-        """(``state``: the call's, less the ``.grad``s the step discards unread; in this grad
-        mode; never in checked mode)"""
+        """(``state``: the call's, less the ``.grad``s the step discards unread; never in
+        checked mode)"""
         self.state = state
         self.grad_enabled = torch.is_grad_enabled()
-        self.dead = tuple(state.grads[i] for i in state.dead_grads)
+        self.dead = tuple(state.grads[i] for i in state.dead_grads)  # (their .grads dropped)
         self.lr_groups = [group for group, _ in state.lrs]
         self.lr_types = state.lr_types
         self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
@@ -496,7 +445,7 @@ class _StepPlan(_JitPlan):
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
         """The call's result, or ``_MISSED`` (nothing was changed then). Its checks run outside
-        JAX's 64-bit mode, as ``_ForwardPlan.call``'s (see there), the launch inside."""
+        JAX's 64-bit mode, as ``_ForwardPlan.call``'s, the launch inside."""
         layout = self.layout
         state = self.state
         if (
@@ -526,9 +475,6 @@ class _StepPlan(_JitPlan):
         return self._outputs(out_arrays, arrays)
 
 
-_EXCLUSIVE = operator.attrgetter("exclusive")
-
-
 def _put_grads(params, grads) -> None:
     for p, grad in zip(params, grads, strict=True):
         if p.grad is not grad:
@@ -547,12 +493,10 @@ def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:
 
 
 def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
-    """Whether the next call, if nothing changes meanwhile, runs the program of this call over
-    the same storages: what the write-back left (new ``.grad``s, optimizer state) assembles
-    into the same structure, and the same storages once the same unread ``.grad``s are dropped.
-    Not so after a step that created a ``.grad`` or state tensor the next step reads (its
-    structure changes), or one that replaces a tensor it reads each time: those calls keep
-    the general path."""
+    """Whether the next call, if nothing changes meanwhile, runs this call's program over the
+    same storages: what the write-back left assembles into the same structure and storages,
+    once the same unread ``.grad``s are dropped. Not so after a step that created state the
+    next one reads, or that replaces a tensor it reads each time: those keep the general path."""
     after = layout.assemble()
     if after.structure() != state.structure():
         return False
