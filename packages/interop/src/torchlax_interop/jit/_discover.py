@@ -15,28 +15,29 @@ from __future__ import annotations
 import functools
 import types
 from itertools import chain
+from operator import getitem
 
 import jax.numpy as jnp
 import torch
 import torchlax_core
 from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
-from torchlax_core.internal import storage_of
+from torchlax_core.internal import storage_getter
 
 from ._state import (
-    _ABSENT,
     _GLOBAL_HOOK_DICTS,
     _HOOK_DICTS,
+    _REQUIRES_GRAD,
     _STATEFUL,
-    _TENSOR,
     _Hashed,
-    _is_rate,
     _Layout,
     _lr_type,
     _optimizer_structure,
+    _rate_in,
     _Scheduler,
-    _snapshot,
+    _Snapshot,
     _snapshot_hooks,
+    mapping_get,
 )
 from ._walk import (
     ABSENT,
@@ -53,6 +54,7 @@ from ._walk import (
     global_names,
     is_container,
     items,
+    slot_value,
     walk,
 )
 
@@ -64,33 +66,32 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     layout._hook_id = RemovableHandle.next_id
     found = _reached(target, arg_leaves, layout)
     modules, optimizers, schedulers, tensors = _sorted(found, layout)
-    recipe = _Recipe(layout)
-    hooks = [_module_hooks(layout, recipe, m, m is module) for m in modules]
+    trainings: list = []  # (module, training) of each module and submodule
+    hooks = [_add_module(layout, m, m is module, trainings) for m in modules]
     # PyTorch's global module hooks run in every module's call: in the same snapshot, and in
     # the program's key.
     _snapshot_hooks(layout, _GLOBAL_HOOK_DICTS)
     global_hooks = tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS)
     for opt in optimizers:
-        _add_optimizer(layout, recipe, opt, found)
+        _add_optimizer(layout, opt, found)
+    read = layout.snapshot.read
     for t in tensors:
-        layout.tensor_storages.append((t, storage_of(t)))
+        read(storage_getter, t)
         if t.requires_grad and t.is_leaf:  # (its .grad is state too: backward() gives it one)
-            recipe.add_grad(t)
+            _add_grad(layout, t)
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
-    # A parameter's requires_grad decides what the traced step computes (its grad or none).
-    layout.requires_grads = [p.requires_grad for p in layout.grads]
-    layout._nones = (None,) * len(layout.grads)
     layout.static_structure = _Hashed(
         (
-            tuple(layout.requires_grads),
+            # A parameter's requires_grad decides what the traced step computes (its grad or none).
+            tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),
             tuple(_optimizer_structure(opt) for opt in optimizers),
             len(layout.lr_groups),
             tuple(layout.cpu_tensors),
-            tuple(flag for _, flag in layout.trainings),
+            tuple(flag for _, flag in trainings),
             # Which module classes: a submodule replaced by one of another class that holds
             # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
-            tuple(type(m) for m, _ in layout.trainings),
+            tuple(type(m) for m, _ in trainings),
             # Which hooks: a hook runs while the step is traced, so its effect is part of the
             # program. Each by its dict key (its RemovableHandle's id, never reused in the
             # process): a hook registered anew is another program, one removed gives the
@@ -99,8 +100,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             global_hooks,
         )
     )
-    layout._flatten_snapshot()
-    _fix_storages(layout)
+    layout.seal()
     return layout
 
 
@@ -114,7 +114,7 @@ def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
             optimizers.append(obj)
         elif isinstance(obj, _Scheduler):
             schedulers.append(obj)
-            layout.scheduler_optimizers.append((obj, obj.optimizer))
+            layout.snapshot.read(getattr, obj, "optimizer")
             if all(obj.optimizer is not o for o in optimizers):
                 optimizers.append(obj.optimizer)
         elif isinstance(obj, Tensor):
@@ -122,92 +122,85 @@ def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
     return modules, optimizers, schedulers, tensors
 
 
-class _Recipe:
-    """Adds state tensors to a layout's recipe (in program input order) and its ``.grad``s."""
-
-    def __init__(self, layout: _Layout):
-        self.layout = layout
-
-    def add(self, t) -> None:
-        self.layout.recipe.append(t)
-        self.layout.tensor_storages.append((t, storage_of(t)))
-
-    def add_grad(self, p) -> None:
-        grads = self.layout.grads
-        if all(p is not g for g in grads):
-            grads.append(p)
+def _add(layout: _Layout, t: Tensor) -> None:
+    """A state tensor, in program input order (its storage's first tensor owns it)."""
+    storage = layout.snapshot.read(storage_getter, t)
+    if id(storage) not in layout.fixed_ids:
+        layout.fixed_ids.add(id(storage))
+        layout.fixed_storages.append(storage)
+        layout.fixed_owners.append(t)
 
 
-def _module_hooks(layout: _Layout, recipe: _Recipe, m: torch.nn.Module, target: bool) -> list:
+def _add_grad(layout: _Layout, p) -> None:
+    if all(p is not g for g in layout.grads):
+        layout.grads.append(p)
+
+
+def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: list) -> list:
     """Add a module's parameters and buffers (a CPU one of the target module is lent to the
     program: ``cpu_tensors``) and snapshot its submodules; returns (module position, hook
     kind, the hook dict's keys) of each hook dict in use."""
-    hooks = []
+    snapshot, hooks = layout.snapshot, []
     for sub in m.modules():
+        for d in (sub._parameters, sub._buffers, sub._modules):
+            snapshot.dict(d)
         hook_dicts = [getattr(sub, name) for name in _HOOK_DICTS]
-        layout.module_dicts.extend(
-            _snapshot(d) for d in (sub._parameters, sub._buffers, sub._modules)
-        )
         _snapshot_hooks(layout, hook_dicts)
-        hooks.extend(
-            (len(layout.trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d
-        )
-        layout.trainings.append((sub, sub.training))
-    for name, p in m.named_parameters(remove_duplicate=True):
-        if isinstance(p, Tensor):
-            recipe.add(p)
-            recipe.add_grad(p)
-        elif target:
-            layout.cpu_tensors[name] = p
-    for name, b in m.named_buffers(remove_duplicate=True):
-        if isinstance(b, Tensor):
-            recipe.add(b)
-        elif target:
-            layout.cpu_tensors[name] = b
+        hooks.extend((len(trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d)
+        # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` and
+        # ``train()`` put it there): read there, not through ``nn.Module``'s ``__getattr__``
+        # (a slot call per read). A class that defines ``training`` itself is read as an
+        # attribute.
+        own = "training" in vars(sub) and not hasattr(type(sub), "training")
+        reader, holder = (getitem, vars(sub)) if own else (getattr, sub)
+        trainings.append((sub, snapshot.read(reader, holder, "training")))
+    for named, trained in ((m.named_parameters(), True), (m.named_buffers(), False)):
+        for name, t in named:
+            if isinstance(t, Tensor):
+                _add(layout, t)
+                if trained:
+                    _add_grad(layout, t)
+            elif target:
+                layout.cpu_tensors[name] = t
+                # (``module.to("jax")`` swaps each tensor object's class and data: the program
+                # lent them through DLPack)
+                snapshot.read(isinstance, t, Tensor)
     return hooks
 
 
-def _add_optimizer(layout: _Layout, recipe: _Recipe, opt, found: list) -> None:
+def _add_optimizer(layout: _Layout, opt, found: list) -> None:
     """Add an optimizer's groups (their learning rates and hyperparameters), parameters and
-    state entries."""
+    state entries (each entry's names; its values, any torchlax Tensor for a tensor)."""
     _move_cpu_state_to_jax(opt)
-    layout.optimizers.append((opt, opt.param_groups, tuple(opt.param_groups), opt.state))
+    snapshot = layout.snapshot
+    snapshot.read(getattr, opt, "param_groups")
+    snapshot.read(getattr, opt, "state")
+    snapshot.items(opt.param_groups)
+    state_get = dict.get if isinstance(opt.state, dict) else mapping_get
     for group in opt.param_groups:
-        lr_input = _is_rate(group.get("lr"))
-        if lr_input:
+        if snapshot.read(_rate_in, group):
             layout.lr_groups.append(group)
             layout.lr_types.append(_lr_type(group["params"]))
-        hyper = tuple((k, v) for k, v in group.items() if k != "lr")
-        layout.groups.append((group, hyper, lr_input, group["params"], tuple(group["params"])))
+        snapshot.items(group, group["params"])
+        for name in group:
+            if name != "lr":
+                snapshot.read(getitem, group, name)
         for p in group["params"]:
             if not isinstance(p, Tensor):
                 raise _cpu_optimizer_error(opt, found)
-            recipe.add(p)
-            recipe.add_grad(p)
-            entries = opt.state.get(p)
-            kinds = (
-                None
-                if entries is None
-                else tuple(
-                    (name, _TENSOR if isinstance(v, Tensor) else v) for name, v in entries.items()
-                )
-            )
-            layout.entries.append((opt.state, p, _ABSENT if entries is None else entries, kinds))
+            _add(layout, p)
+            _add_grad(layout, p)
+            entries = snapshot.read(state_get, opt.state, p)
+            if entries is None:
+                continue
+            snapshot.items(entries)
+            for name, value in entries.items():
+                if isinstance(value, Tensor):
+                    snapshot.tensor_at(entries, name)
+                else:
+                    snapshot.read(getitem, entries, name)
             if entries:
-                layout.recipe.append(entries)
-
-
-def _fix_storages(layout: _Layout) -> None:
-    """The storages of the module and optimizer tensors, fixed while ``holds()`` is true (it
-    checks each tensor's storage): assembled once, not on every call."""
-    for item in layout.recipe:
-        if type(item) is not dict:
-            storage = storage_of(item)
-            if id(storage) not in layout.fixed_ids:
-                layout.fixed_ids.add(id(storage))
-                layout.fixed_storages.append(storage)
-                layout.fixed_owners.append(item)
-    layout.entry_dicts = [item for item in layout.recipe if type(item) is dict]
+                layout.entry_dicts.append(entries)
 
 
 # How deep the walk goes from the function (a closure cell, a global, a bound method's object
@@ -286,6 +279,7 @@ class _StateWalk:
         self.layout = layout
         # (visit, own, its snapshot, its fields) per container and object entered, in order
         self.entered: list = []
+        self.walked = 0  # the items of every container the walk went through
 
     def children(self, visit: Visit) -> list:
         depth = sum(kind not in (_SELF, _ARG) for kind, _ in visit.path)
@@ -319,24 +313,16 @@ class _StateWalk:
         return []
 
     def _function(self, fn: types.FunctionType) -> list:
-        layout, children = self.layout, []
-        for name, cell in function_cells(fn):
-            value = cell_contents(cell)
-            layout.cells.append((cell, value))
-            if value is not ABSENT:
-                children.append(((ROOT, name), value))
-        for name in global_names(fn.__code__):
-            value = fn.__globals__.get(name, ABSENT)
-            layout.globals.append((fn.__globals__, name, value))
-            if value is not ABSENT:
-                children.append(((ROOT, name), value))
+        read = self.layout.snapshot.read
+        children = [((ROOT, name), read(cell_contents, cell)) for name, cell in function_cells(fn)]
+        children += [
+            ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT))
+            for name in global_names(fn.__code__)
+        ]
         # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
-        defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
-        if defaults or kwdefaults:
-            layout.defaults.append((fn, defaults, kwdefaults))
-            named = (*default_arguments(fn),)
-            children += [((ROOT, name), value) for name, value in named]
-        return children
+        if any([read(getattr, fn, "__defaults__"), read(getattr, fn, "__kwdefaults__")]):
+            children += [((ROOT, name), value) for name, value in default_arguments(fn)]
+        return [(step, value) for step, value in children if value is not ABSENT]
 
     def _container(self, visit: Visit, tensors: bool) -> list:
         children = items(visit.value)
@@ -359,58 +345,56 @@ class _StateWalk:
         ]
 
     def _within_budget(self, size: int) -> bool:
-        layout = self.layout
-        if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
+        if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
             return False
-        layout.walked_items += size
+        self.walked += size
         return True
 
     def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
         """Snapshot what the walk entered, but the containers and objects under attributes
         that lead to no state (``leading``: the ids of those on the paths to state) and all
-        they hold; ``again``: (holder, step) of each object met a second time."""
-        layout, dropped = self.layout, set()
-        for visit, kept, named in self.entered:  # (a holder before what it holds)
+        they hold; ``again``: (holder, step) of each object met a second time. An object's
+        part: its attribute dict's names, and the attributes and slots that lead to state,
+        are None, or hold an object met before (kept, to be safe)."""
+        snapshot, dropped = self.layout.snapshot, set()
+        for visit, own, named in self.entered:  # (a holder before what it holds)
             value = visit.value
             empty = is_container(value) and not value
             if any(id(h) in dropped for h in visit.holders) or not (
-                kept or id(value) in leading or empty
+                own or id(value) in leading or empty
             ):
                 dropped.add(id(value))
             elif named is None:
                 if isinstance(value, dict):
-                    layout.dicts.append(_snapshot(value))
+                    snapshot.dict(value)
                 elif type(value) is list:
-                    layout.lists.append((value, tuple(value)))
+                    snapshot.items(value)
             else:
-                layout.objects.append(_object_snapshot(value, kept, named, leading, again))
+                _keep_object(snapshot, value, own, named, leading, again)
 
 
-def _object_snapshot(obj, own: bool, named: list, leading: set, again: set) -> tuple:
-    """An object's part of the snapshot: its attribute dict and names, and the attributes
-    and slots that lead to state, are None, or hold an object met before (kept, to be safe),
-    with their values."""
+def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set, again: set):
     attrs, _ = attributes(obj)
-    kept = [
-        (step, v)
-        for step, v in named
-        if v is None
-        or isinstance(v, _STATEFUL)
-        or (own and isinstance(v, torch.Tensor))
-        or (
-            _leads_on(v)
-            and ((id(obj), step) in again or id(v) in leading or (is_container(v) and not v))
-        )
-    ]
-    return (
-        attrs,
-        () if attrs is None else tuple(attrs),
-        tuple(name for (kind, name), _ in kept if kind == ATTR),
-        tuple(v for (kind, _), v in kept if kind == ATTR),
-        obj,
-        tuple(name for (kind, name), _ in kept if kind == SLOT),
-        tuple(v for (kind, _), v in kept if kind == SLOT),
-    )
+    if attrs is not None:
+        snapshot.items(attrs)
+    for (kind, name), v in named:
+        if (
+            v is None
+            or isinstance(v, _STATEFUL)
+            or (own and isinstance(v, torch.Tensor))
+            or (
+                _leads_on(v)
+                and (
+                    (id(obj), (kind, name)) in again
+                    or id(v) in leading
+                    or (is_container(v) and not v)
+                )
+            )
+        ):
+            if kind == ATTR:
+                snapshot.read(dict.get, attrs, name)
+            else:
+                snapshot.read(slot_value, obj, name)
 
 
 def _leads_on(value) -> bool:

@@ -21,7 +21,6 @@ import dis
 import enum
 import functools
 import logging
-import operator
 import threading
 import types
 from collections import deque
@@ -247,7 +246,8 @@ def fields(obj: Any) -> list[tuple[tuple, Any]]:
     classes declare that are set, with their steps."""
     attrs, slots = attributes(obj)
     found = [((ATTR, k), v) for k, v in (attrs or {}).items()]
-    for name, value in zip(slots, slot_values(obj, slots), strict=True):
+    for name in slots:
+        value = slot_value(obj, name)
         if value is not ABSENT:
             found.append(((SLOT, name), value))
     return found
@@ -273,24 +273,16 @@ def slot_names(cls: type) -> list[str]:
     return [n for n in names if n not in ("__dict__", "__weakref__")]
 
 
-def slot_values(obj: Any, names: tuple[str, ...]) -> tuple:
-    """The values of ``obj``'s slots ``names`` (``ABSENT`` for an unset one), read past any
+def slot_value(obj: Any, name: str) -> Any:
+    """The value of ``obj``'s slot ``name`` (``ABSENT`` if unset), read past any
     ``__getattribute__`` of the class."""
-    values = []
-    for name in names:
-        try:
-            values.append(object.__getattribute__(obj, name))
-        except AttributeError:
-            values.append(ABSENT)
-    return tuple(values)
+    try:
+        return object.__getattribute__(obj, name)
+    except AttributeError:
+        return ABSENT
 
 
 ABSENT = object()  # an unset slot, an empty closure cell
-
-
-def same_values(now: tuple, then: tuple) -> bool:
-    """Whether two tuples of values hold the same objects (by identity)."""
-    return len(now) == len(then) and all(map(operator.is_, now, then))
 
 
 def path_text(path: tuple) -> str:
