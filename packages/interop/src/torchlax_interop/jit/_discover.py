@@ -5,9 +5,9 @@ name (a module target, a bound method's object, closure cells, the globals its c
 call's arguments) through lists, tuples, dicts and the plain objects ``_walk.enterable``
 admits, to every module, optimizer and scheduler and every torchlax Tensor it holds, within
 bounds (``MAX_STATE_DEPTH``, ``MAX_CONTAINER_ITEMS``, ``MAX_WALKED_ITEMS``), and records in a
-``_Layout`` (``_state``) what it found and the snapshot of what led there. State held in
-plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the program
-instead: ``cpu_state_tensors``).
+``_Layout`` (``_state``) what it found and, in its ``_Snapshot``, what it read on the way.
+State held in plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the
+program instead: ``cpu_state_tensors``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from ._state import (
     _Hashed,
     _Layout,
     _lr_type,
-    _optimizer_structure,
     _rate_in,
     _Scheduler,
     _Snapshot,
@@ -40,23 +39,32 @@ from ._state import (
     mapping_get,
 )
 from ._walk import (
-    ABSENT,
     ATTR,
-    ROOT,
     SLOT,
     Visit,
     attributes,
-    cell_contents,
-    default_arguments,
     enterable,
     fields,
-    function_cells,
-    global_names,
     is_container,
     items,
+    named_by,
     slot_value,
     walk,
 )
+
+# How deep the walk goes from the function (a closure cell, a global, a bound method's object
+# and each container is one level), and the most items it reads from one list, tuple or dict:
+# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
+# traced (``_program._refuse_unfound_optimizers``) instead of keeping its state inside the program.
+MAX_STATE_DEPTH = 4
+MAX_CONTAINER_ITEMS = 64
+MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
+
+# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
+# object (the object as deep as its method), a partial's function and arguments, an argument
+_FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
+
+_STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
 
 
 def find_state(target, module, arg_leaves: list) -> _Layout:
@@ -71,9 +79,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     # PyTorch's global module hooks run in every module's call: in the same snapshot, and in
     # the program's key.
     _snapshot_hooks(layout, _GLOBAL_HOOK_DICTS)
-    global_hooks = tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS)
-    for opt in optimizers:
-        _add_optimizer(layout, opt, found)
+    structures = tuple(_add_optimizer(layout, opt, found) for opt in optimizers)
     read = layout.snapshot.read
     for t in tensors:
         read(storage_getter, t)
@@ -85,7 +91,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
         (
             # A parameter's requires_grad decides what the traced step computes (its grad or none).
             tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),
-            tuple(_optimizer_structure(opt) for opt in optimizers),
+            structures,
             len(layout.lr_groups),
             tuple(layout.cpu_tensors),
             tuple(flag for _, flag in trainings),
@@ -97,7 +103,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
             # process): a hook registered anew is another program, one removed gives the
             # program back, and the key keeps no reference to the hook's function.
             tuple(chain.from_iterable(hooks)),
-            global_hooks,
+            tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS),
         )
     )
     layout.seal()
@@ -114,21 +120,24 @@ def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
             optimizers.append(obj)
         elif isinstance(obj, _Scheduler):
             schedulers.append(obj)
-            layout.snapshot.read(getattr, obj, "optimizer")
-            if all(obj.optimizer is not o for o in optimizers):
-                optimizers.append(obj.optimizer)
+            opt = layout.snapshot.read(getattr, obj, "optimizer")
+            if all(opt is not o for o in optimizers):
+                optimizers.append(opt)
         elif isinstance(obj, Tensor):
             tensors.append(obj)
     return modules, optimizers, schedulers, tensors
 
 
-def _add(layout: _Layout, t: Tensor) -> None:
-    """A state tensor, in program input order (its storage's first tensor owns it)."""
+def _add(layout: _Layout, t: Tensor, grad: bool) -> None:
+    """A state tensor, in program input order (its storage's first tensor owns it); with
+    ``grad``, its ``.grad`` too."""
     storage = layout.snapshot.read(storage_getter, t)
     if id(storage) not in layout.fixed_ids:
         layout.fixed_ids.add(id(storage))
         layout.fixed_storages.append(storage)
         layout.fixed_owners.append(t)
+    if grad:
+        _add_grad(layout, t)
 
 
 def _add_grad(layout: _Layout, p) -> None:
@@ -149,30 +158,28 @@ def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: li
         hooks.extend((len(trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d)
         # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` and
         # ``train()`` put it there): read there, not through ``nn.Module``'s ``__getattr__``
-        # (a slot call per read). A class that defines ``training`` itself is read as an
-        # attribute.
+        # (a slot call per read); a class that defines ``training`` itself, as an attribute.
         own = "training" in vars(sub) and not hasattr(type(sub), "training")
         reader, holder = (getitem, vars(sub)) if own else (getattr, sub)
         trainings.append((sub, snapshot.read(reader, holder, "training")))
-    for named, trained in ((m.named_parameters(), True), (m.named_buffers(), False)):
+    for named, grad in ((m.named_parameters(), True), (m.named_buffers(), False)):
         for name, t in named:
             if isinstance(t, Tensor):
-                _add(layout, t)
-                if trained:
-                    _add_grad(layout, t)
+                _add(layout, t, grad)
             elif target:
                 layout.cpu_tensors[name] = t
-                # (``module.to("jax")`` swaps each tensor object's class and data: the program
-                # lent them through DLPack)
+                # (``module.to("jax")`` swaps each tensor's class and data: the program lent
+                # the CPU ones through DLPack)
                 snapshot.read(isinstance, t, Tensor)
     return hooks
 
 
-def _add_optimizer(layout: _Layout, opt, found: list) -> None:
+def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
     """Add an optimizer's groups (their learning rates and hyperparameters), parameters and
-    state entries (each entry's names; its values, any torchlax Tensor for a tensor)."""
+    state entries (each entry's names; its values, any torchlax Tensor for a tensor); returns
+    its structure: its type, each group's hyperparameters, each entry's names and values."""
     _move_cpu_state_to_jax(opt)
-    snapshot = layout.snapshot
+    snapshot, hypers, kinds = layout.snapshot, [], []
     snapshot.read(getattr, opt, "param_groups")
     snapshot.read(getattr, opt, "state")
     snapshot.items(opt.param_groups)
@@ -185,13 +192,14 @@ def _add_optimizer(layout: _Layout, opt, found: list) -> None:
         for name in group:
             if name != "lr":
                 snapshot.read(getitem, group, name)
+        hypers.append(tuple((k, _hashable(v)) for k, v in group.items() if k not in _NO_HYPER))
         for p in group["params"]:
             if not isinstance(p, Tensor):
-                raise _cpu_optimizer_error(opt, found)
-            _add(layout, p)
-            _add_grad(layout, p)
+                raise CpuStateError(opt, found)
+            _add(layout, p, grad=True)
             entries = snapshot.read(state_get, opt.state, p)
             if entries is None:
+                kinds.append(())
                 continue
             snapshot.items(entries)
             for name, value in entries.items():
@@ -199,26 +207,30 @@ def _add_optimizer(layout: _Layout, opt, found: list) -> None:
                     snapshot.tensor_at(entries, name)
                 else:
                     snapshot.read(getitem, entries, name)
+            kinds.append(
+                tuple(
+                    (k, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
+                    for k, v in entries.items()
+                )
+            )
             if entries:
                 layout.entry_dicts.append(entries)
+    return type(opt), tuple(hypers), tuple(kinds)
 
 
-# How deep the walk goes from the function (a closure cell, a global, a bound method's object
-# and each container is one level), and the most items it reads from one list, tuple or dict:
-# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``_program._refuse_unfound_optimizers``) instead of keeping its state inside the program.
-MAX_STATE_DEPTH = 4
+_NO_HYPER = ("params", "lr")
 
 
-MAX_CONTAINER_ITEMS = 64
-
-
-MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
-
-
-# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
-# object (the object as deep as its method), a partial's function and arguments, an argument
-_FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
+def _hashable(value):
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 def _reached(target, arg_leaves: list, layout: _Layout) -> list:
@@ -228,7 +240,7 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
     layout keeps the snapshot of what leads to state (``_StateWalk.keep``)."""
     layout.arg_objects = tuple(_arg_holders(arg_leaves))
     roots = [((), target), *((((_ARG, i),), a) for i, a in enumerate(layout.arg_objects))]
-    rule = _StateWalk(layout)
+    rule = _StateWalk(layout.snapshot)
     found: list = []
     leading: set[int] = set()  # ids of the objects on the paths to what was found
     again: set[tuple[int, tuple]] = set()  # (id of the holder, step) of each object met again
@@ -238,7 +250,10 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
         if visit.again:
             if visit.holders:
                 again.add((id(visit.holders[-1]), path[-1]))
-        elif isinstance(visit.value, _STATEFUL_OR_TENSOR) and not _own_tensor(visit):
+        elif isinstance(visit.value, _STATEFUL_OR_TENSOR) and not (
+            # (``torchlax.jit(t.add)``: a method's tensor is its argument, no state)
+            path and path[-1][0] == _SELF and isinstance(visit.value, torch.Tensor)
+        ):
             found.append(visit.value)
             leading.update(map(id, visit.holders))
             if len(path) > 1 and path[0][0] == _ARG:
@@ -246,11 +261,6 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
     layout._arg_holder_ids = frozenset(id(layout.arg_objects[i]) for i in holder_args)
     rule.keep(leading, again)
     return found
-
-
-def _own_tensor(visit: Visit) -> bool:
-    # (``torchlax.jit(t.add)``: a method's tensor is its argument, no state)
-    return bool(visit.path) and visit.path[-1][0] == _SELF and isinstance(visit.value, torch.Tensor)
 
 
 class _StateWalk:
@@ -275,10 +285,9 @@ class _StateWalk:
     outputs in, would make each call walk again), an empty container stays (it may be filled
     with modules later: ``self.models.append(m)``)."""
 
-    def __init__(self, layout: _Layout):
-        self.layout = layout
-        # (visit, own, its snapshot, its fields) per container and object entered, in order
-        self.entered: list = []
+    def __init__(self, snapshot: _Snapshot):
+        self.snapshot = snapshot
+        self.entered: list = []  # (visit, own, its fields or None) per container and object
         self.walked = 0  # the items of every container the walk went through
 
     def children(self, visit: Visit) -> list:
@@ -297,7 +306,7 @@ class _StateWalk:
             args = (*value.args, *value.keywords.values())
             return [((_FUNC, None), value.func), *(((_PARTIAL, i), a) for i, a in enumerate(args))]
         if isinstance(value, types.FunctionType):
-            return self._function(value)
+            return named_by(value, self.snapshot.read)
         own = bool(path) and path[-1][0] == _SELF
         module = own and isinstance(value, torch.nn.Module)
         if isinstance(value, _STATEFUL_OR_TENSOR) and not module:
@@ -311,18 +320,6 @@ class _StateWalk:
             public = [(s, v) for s, v in fields(value) if not s[1].startswith("_")]
             return self._object(visit, False, [(s, v) for s, v in public if s[1] != "training"])
         return []
-
-    def _function(self, fn: types.FunctionType) -> list:
-        read = self.layout.snapshot.read
-        children = [((ROOT, name), read(cell_contents, cell)) for name, cell in function_cells(fn)]
-        children += [
-            ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT))
-            for name in global_names(fn.__code__)
-        ]
-        # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
-        if any([read(getattr, fn, "__defaults__"), read(getattr, fn, "__kwdefaults__")]):
-            children += [((ROOT, name), value) for name, value in default_arguments(fn)]
-        return [(step, value) for step, value in children if value is not ABSENT]
 
     def _container(self, visit: Visit, tensors: bool) -> list:
         children = items(visit.value)
@@ -338,11 +335,7 @@ class _StateWalk:
         if not own and not self._within_budget(len(named)):
             return []
         self.entered.append((visit, own, named))
-        return [
-            (s, v)
-            for s, v in named
-            if isinstance(v, _STATEFUL) or (own and isinstance(v, torch.Tensor)) or _leads_on(v)
-        ]
+        return [(s, v) for s, v in named if _leads_to_state(v, own)]
 
     def _within_budget(self, size: int) -> bool:
         if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
@@ -356,7 +349,7 @@ class _StateWalk:
         they hold; ``again``: (holder, step) of each object met a second time. An object's
         part: its attribute dict's names, and the attributes and slots that lead to state,
         are None, or hold an object met before (kept, to be safe)."""
-        snapshot, dropped = self.layout.snapshot, set()
+        snapshot, dropped = self.snapshot, set()
         for visit, own, named in self.entered:  # (a holder before what it holds)
             value = visit.value
             empty = is_container(value) and not value
@@ -377,24 +370,30 @@ def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set,
     attrs, _ = attributes(obj)
     if attrs is not None:
         snapshot.items(attrs)
-    for (kind, name), v in named:
+    for step, v in named:
         if (
             v is None
             or isinstance(v, _STATEFUL)
             or (own and isinstance(v, torch.Tensor))
             or (
                 _leads_on(v)
-                and (
-                    (id(obj), (kind, name)) in again
-                    or id(v) in leading
-                    or (is_container(v) and not v)
-                )
+                and ((id(obj), step) in again or id(v) in leading or (is_container(v) and not v))
             )
         ):
-            if kind == ATTR:
-                snapshot.read(dict.get, attrs, name)
+            if step[0] == ATTR:
+                snapshot.read(dict.get, attrs, step[1])
             else:
-                snapshot.read(slot_value, obj, name)
+                snapshot.read(slot_value, obj, step[1])
+
+
+def _leads_to_state(value, own: bool) -> bool:
+    """Whether the walk goes on from an object's attribute ``value`` (``own``: of the
+    jitted bound method's object, whose tensors are state too)."""
+    return (
+        isinstance(value, _STATEFUL)
+        or (own and isinstance(value, torch.Tensor))
+        or _leads_on(value)
+    )
 
 
 def _leads_on(value) -> bool:
@@ -415,9 +414,6 @@ def _arg_holders(leaves) -> list:
     ]
 
 
-_STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
-
-
 def _move_cpu_state_to_jax(opt) -> None:
     """CPU step counts (kept there by PyTorch for eager speed) become jax state tensors."""
     for p, entries in opt.state.items():
@@ -425,20 +421,20 @@ def _move_cpu_state_to_jax(opt) -> None:
             continue
         for name, value in list(entries.items()):
             if isinstance(value, torch.Tensor) and not isinstance(value, Tensor):
-                entries[name] = Tensor(
-                    torchlax_core.current_env().place(
-                        jnp.asarray(value.detach().cpu().numpy()), p.device
-                    )
-                )
+                array = jnp.asarray(value.detach().cpu().numpy())
+                entries[name] = Tensor(torchlax_core.current_env().place(array, p.device))
 
 
 class CpuStateError(RuntimeError):
-    """An optimizer of the step holds CPU parameters (the step is then run on promoted state).
+    """An optimizer of the step holds CPU parameters (the step is then run on promoted state);
+    ``found`` is what the walk reached, so the CPU path does not walk again."""
 
-    ``found`` is what the walk reached, so the CPU path does not walk again.
-    """
-
-    found: list
+    def __init__(self, opt, found: list):
+        super().__init__(
+            f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not "
+            "on the 'jax' device; the call lends them to the program (caught by _Jitted._call)."
+        )
+        self.found = found
 
 
 def cpu_state_tensors(found: list) -> tuple[list, list]:
@@ -446,29 +442,15 @@ def cpu_state_tensors(found: list) -> tuple[list, list]:
     its optimizers, among the objects ``find_state`` reached (``CpuStateError.found``)."""
     optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
     optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
-    tensors: dict = {}
-
-    def add(t):
-        if isinstance(t, torch.Tensor) and not isinstance(t, Tensor):
-            tensors.setdefault(id(t), t)
-
-    for m in found:
-        if isinstance(m, torch.nn.Module):
-            for t in (*m.parameters(), *m.buffers()):
-                add(t)
+    held = [
+        t
+        for m in found
+        if isinstance(m, torch.nn.Module)
+        for t in chain(m.parameters(), m.buffers())
+    ]
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
-                add(p)
-                for value in opt.state.get(p, {}).values():
-                    add(value)
-    return list(tensors.values()), optimizers
-
-
-def _cpu_optimizer_error(opt, found: list) -> RuntimeError:
-    error = CpuStateError(
-        f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
-        "the 'jax' device; the call lends them to the program (caught by _Jitted._call)."
-    )
-    error.found = found
-    return error
+                held += [p, *opt.state.get(p, {}).values()]
+    cpu = {id(t): t for t in held if isinstance(t, torch.Tensor) and not isinstance(t, Tensor)}
+    return list(cpu.values()), optimizers

@@ -440,37 +440,3 @@ def _rate_in(group: dict) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, float | int) and not isinstance(value, bool)
-
-
-def _optimizer_structure(opt) -> tuple:
-    groups = []
-    for group in opt.param_groups:
-        hyper = []
-        for name, value in group.items():
-            if name in ("params", "lr"):
-                continue
-            hyper.append((name, _hashable(value)))
-        groups.append(tuple(hyper))
-    state = []
-    for group in opt.param_groups:
-        for p in group["params"]:
-            entries = opt.state.get(p)
-            state.append(
-                tuple(
-                    (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
-                    for name, v in (entries or {}).items()
-                )
-            )
-    return type(opt), tuple(groups), tuple(state)
-
-
-def _hashable(value):
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value

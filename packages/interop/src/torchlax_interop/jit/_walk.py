@@ -120,6 +120,10 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     return fields(value) if enterable(value) else []
 
 
+def _call(reader: Callable, *args) -> Any:
+    return reader(*args)
+
+
 def function_roots(fn) -> list[tuple[tuple, Any]]:
     """What ``fn`` names: a partial's arguments, a bound method's object, a module's
     ``self``, its closure cells, the globals its code reads and its default arguments."""
@@ -135,14 +139,23 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
         roots.append(((ROOT, "self"), fn))
         fn = type(fn).forward
     if isinstance(fn, types.FunctionType):
-        for name, cell in function_cells(fn):
-            value = cell_contents(cell)
-            if value is not ABSENT:
-                roots.append(((ROOT, name), value))
-        names = global_names(fn.__code__)
-        roots += [((ROOT, n), fn.__globals__[n]) for n in names if n in fn.__globals__]
-        roots += [((ROOT, n), v) for n, v in default_arguments(fn)]
+        roots += named_by(fn)
     return roots
+
+
+def named_by(fn: types.FunctionType, read: Callable = _call) -> list[tuple[tuple, Any]]:
+    """What ``fn``'s code names: its closure cells, the globals it reads and its default
+    arguments (``def step(model=model)``: what a call that omits them uses), each bound one
+    with its step. Each is read through ``read(reader, *arguments)`` (the state walk's
+    snapshot records those reads: bound or not, and ``fn``'s defaults)."""
+    found = [((ROOT, name), read(cell_contents, cell)) for name, cell in function_cells(fn)]
+    found += [
+        ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT))
+        for name in global_names(fn.__code__)
+    ]
+    if any([read(getattr, fn, "__defaults__"), read(getattr, fn, "__kwdefaults__")]):
+        found += [((ROOT, name), value) for name, value in default_arguments(fn)]
+    return [(step, value) for step, value in found if value is not ABSENT]
 
 
 def default_arguments(fn: types.FunctionType) -> list[tuple[str, Any]]:
