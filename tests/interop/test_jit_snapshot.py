@@ -29,8 +29,12 @@ def _objects():
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         model(torch.ones(2, 3, device="jax")).sum().backward()
         opt.step()  # (momentum buffers: tensor state entries)
-    opt.state[model[0].weight]["count"] = 1  # (a state entry that is no tensor)
+    opt.state[_first(model)]["count"] = 1  # (a state entry that is no tensor)
     return model, opt
+
+
+def _first(model: nn.Module) -> torch.Tensor:
+    return next(model.parameters())  # (the first Linear's weight)
 
 
 def _found(step, *args):
@@ -99,8 +103,8 @@ def test_what_a_step_replaces_keeps_the_layout():
     step, model, opt, *_ = _with_everything()
     layout = _found(step)
     with torchlax.enable():
-        buffer = opt.state[model[0].weight]["momentum_buffer"]
-        opt.state[model[0].weight]["momentum_buffer"] = buffer * 2  # (a new tensor)
+        entries = opt.state[_first(model)]
+        entries["momentum_buffer"] = entries["momentum_buffer"] * 2  # (a new tensor)
         model[2].weight.grad = torch.zeros(2, 3, device="jax")
         opt.param_groups[0]["lr"] = 0.01  # (a learning rate is an input, not structure)
     assert layout.holds([])
