@@ -2,14 +2,14 @@
 call.
 
 Finding the state (``_discover``) walks the function's closures and globals, every module's
-parameters and buffers and every optimizer's groups and state. What that walk read is kept
-in a ``_Layout``: the objects holding state, in the order their storages become program
-inputs, and a snapshot of every container the walk looked into. A later call checks the
-snapshot by identity (``_Layout.holds``) and only re-reads what each step replaces
-(``.grad``s, optimizer state values, learning rates: ``_Layout.assemble``, a ``_StateSet``).
-Any difference (a parameter replaced, ``opt.add_param_group``, a new submodule, a module hook
-registered or removed, another closed-over object) makes the next call walk again; a false
-alarm only costs that walk.
+parameters and buffers and every optimizer's groups and state. What it found is kept in a
+``_Layout`` (the objects holding state, in the order their storages become program inputs),
+and what it read on the way in the layout's ``_Snapshot``. A later call checks the snapshot by
+identity (``_Layout.holds``) and only re-reads what each step replaces (``.grad``s, optimizer
+state values, learning rates: ``_Layout.assemble``, a ``_StateSet``). Any difference (a
+parameter replaced, ``opt.add_param_group``, a new submodule, a module hook registered or
+removed, another closed-over object) makes the next call walk again; a false alarm only costs
+that walk.
 """
 
 from __future__ import annotations
@@ -278,12 +278,11 @@ class _Layout:
         (``forward_guard``) also: the layout still assembles ``state``, and no parameter has
         a ``.grad``.
 
-        Each call runs it with cold caches (XLA ran since the last one), where every frame
-        and attribute lookup costs several times its warm cost: the same reads through a
-        method's frame and the layout's attributes cost ~5 us more per call (MLP forward,
-        loaded). The tensors' flags are read with ``__torch_function__`` off: each such read
-        of a Tensor subclass otherwise first looks up that attribute on the tensor (PyTorch's
-        check for an override), which was a third of a repeated forward's checks."""
+        One frame over local names: each call runs it with cold caches (XLA ran since the last
+        one), where every frame and attribute lookup costs several times its warm cost
+        (benchmarks/README.md). The tensors' flags are read with ``__torch_function__`` off:
+        each such read of a Tensor subclass otherwise first looks the attribute up on the
+        tensor (PyTorch's check for an override)."""
         layout, forward = self, state is not None
         extra = ((_GRAD, tuple(self.grads), self._nones),) if forward else ()
         sequences, lengths, filled, table, mappings, keys, expected = self.snapshot.flat(extra)

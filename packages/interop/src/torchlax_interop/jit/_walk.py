@@ -1,18 +1,13 @@
 """What a step reaches: the one object walker, and its rules of what it enters.
 
-A walk starts from named roots (what a function can name: ``function_roots``; the call's
-arguments; a returned object) and yields each object met once, with its path from a root
-(``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth first or breadth
-first, within a depth and a node budget. Where it goes from an object is a rule of its
-consumer: ``reached`` (what a function reaches: containers, the plain objects ``enterable``
-says, a module's parts and public attributes, the functions met and what they name) or
-another (``_objects``: what a returned object holds). It never enters ``ATOMS`` (values that
-hold no tensor) nor tensors.
-
-Its consumers: the state walk (``_discover``, which also keeps a snapshot of what it read,
-and reads these rules: ``function_cells``, ``global_names``, ``fields``, ``enterable``),
-the paths that errors name things by (``_paths``) and the tensors inside returned objects
-(``_objects``).
+A walk starts from named roots (what a function names: ``function_roots``, ``named_by``; the
+call's arguments; a returned object) and yields each object met once, with its path from a
+root (``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth or breadth
+first, within a depth and a node budget. Where it goes from an object is its consumer's rule:
+``reached`` (what a function reaches, for the paths errors name things by: ``_paths``), the
+state walk's (``_discover``, which records what it reads in its snapshot) or what a returned
+object holds (``_objects``). It never enters ``ATOMS`` (values that hold no tensor) nor
+tensors.
 """
 
 from __future__ import annotations

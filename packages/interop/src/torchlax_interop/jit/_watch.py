@@ -452,12 +452,11 @@ class TraceWatch(TorchFunctionMode):
         call, roots_name, inputs_name = _REFUSED_CALLS[func]
         bound = inspect.signature(func).bind(*args, **kwargs).arguments
         roots, inputs = bound.get(roots_name, ()), bound.get(inputs_name)
-        leaves = (
-            [] if func is _AUTOGRAD_GRAD else leaves_given_grads(roots, inputs, self.trace_made)
-        )
+        leaves = [] if func is _AUTOGRAD_GRAD else _leaves_given_grads(roots, inputs)
+        leaves = [t for t in leaves if is_plain_cpu(t) and not self.trace_made(t)]
         crossing = not leaves
         if crossing:
-            leaves = host_targets_of_traced_roots(roots, inputs)
+            leaves = [t for t in _host_targets_of_traced_roots(roots, inputs) if is_plain_cpu(t)]
         if leaves:
             self.refused_leaves, self.refused_call, self.refused_crossing = leaves, call, crossing
             raise RefusedBackward(
@@ -497,36 +496,27 @@ def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
 
 
-def leaves_given_grads(roots, inputs, made: Callable[[torch.Tensor], bool]) -> list[torch.Tensor]:
-    """The plain CPU leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would
-    give a ``.grad``, but those ``made`` by the trace itself; found by walking the roots'
-    autograd graph before it runs."""
+def _leaves_given_grads(roots, inputs) -> list[torch.Tensor]:
+    """The leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would give a
+    ``.grad``, found by walking the roots' autograd graph before it runs."""
     leaves, _ = _reached(roots)
-    if inputs is not None:
-        wanted = {id(t) for t in _tensors(inputs)}
-        leaves = {k: t for k, t in leaves.items() if k in wanted}
-    return [t for t in leaves.values() if is_plain_cpu(t) and not made(t)]
+    wanted = None if inputs is None else {id(t) for t in _tensors(inputs)}
+    return [t for k, t in leaves.items() if wanted is None or k in wanted]
 
 
-def host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
-    """The plain CPU tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of
-    ``roots`` would carry a gradient from a traced torchlax Tensor among them: ``inputs``
-    where given (leaves or not), else every leaf reached. Such a gradient would have to leave
-    the traced program for the host while the step is traced, which it cannot (the backward
-    of the device copy fails with an unnamed "Unable to cast")."""
+def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
+    """The tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of ``roots``
+    would carry a gradient from a traced torchlax Tensor among them: ``inputs`` where given
+    (leaves or not), else every leaf reached. To a plain CPU tensor, such a gradient would have
+    to leave the traced program for the host while the step is traced, which it cannot (the
+    backward of the device copy fails with an unnamed "Unable to cast")."""
     traced = [r for r in _tensors(roots) if isinstance(r, Tensor) and _is_traced(r)]
     if not traced:
         return []
     leaves, nodes = _reached(traced)
     if inputs is None:
-        targets = list(leaves.values())
-    else:
-        targets = [
-            t
-            for t in _tensors(inputs)
-            if id(t) in leaves or (t.grad_fn is not None and t.grad_fn in nodes)
-        ]
-    return [t for t in targets if is_plain_cpu(t)]
+        return list(leaves.values())
+    return [t for t in _tensors(inputs) if id(t) in leaves or (t.grad_fn in nodes)]
 
 
 def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
