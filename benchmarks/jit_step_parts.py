@@ -127,8 +127,6 @@ def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
         "holds_reached",
         "  of which the snapshot (modules, flags, storages, groups, entries)",
     )
-    wrap(_jit_state._Layout, "_groups_hold", "    of which optimizer groups")
-    wrap(_jit_state._Layout, "_entries_hold", "    of which optimizer state entries")
     if hasattr(_repeated, "_StepPlan"):  # (after issue 14's repeated step)
         wrap(_repeated._StepPlan, "call", "repeated step (its own checks and all)")
     wrap(_jit_state._Layout, "assemble", "state (_Layout.assemble)")

@@ -5,9 +5,9 @@ name (a module target, a bound method's object, closure cells, the globals its c
 call's arguments) through lists, tuples, dicts and the plain objects ``_walk.enterable``
 admits, to every module, optimizer and scheduler and every torchlax Tensor it holds, within
 bounds (``MAX_STATE_DEPTH``, ``MAX_CONTAINER_ITEMS``, ``MAX_WALKED_ITEMS``), and records in a
-``_Layout`` (``_state``) what it found and the snapshot of what led there. State held in
-plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the program
-instead: ``cpu_state_tensors``).
+``_Layout`` (``_state``) what it found and, in its ``_Snapshot``, what it read on the way.
+State held in plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the
+program instead: ``cpu_state_tensors``).
 """
 
 from __future__ import annotations
@@ -15,46 +15,56 @@ from __future__ import annotations
 import functools
 import types
 from itertools import chain
+from operator import getitem
 
 import jax.numpy as jnp
 import torch
 import torchlax_core
 from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
-from torchlax_core.internal import storage_of
+from torchlax_core.internal import storage_getter
 
 from ._state import (
-    _ABSENT,
     _GLOBAL_HOOK_DICTS,
     _HOOK_DICTS,
+    _REQUIRES_GRAD,
     _STATEFUL,
-    _TENSOR,
     _Hashed,
-    _is_rate,
     _Layout,
     _lr_type,
-    _optimizer_structure,
+    _rate_in,
     _Scheduler,
-    _snapshot,
+    _Snapshot,
     _snapshot_hooks,
+    mapping_get,
 )
 from ._walk import (
-    ABSENT,
     ATTR,
-    ROOT,
     SLOT,
     Visit,
     attributes,
-    cell_contents,
-    default_arguments,
     enterable,
     fields,
-    function_cells,
-    global_names,
     is_container,
     items,
+    named_by,
+    slot_value,
     walk,
 )
+
+# How deep the walk goes from the function (a closure cell, a global, a bound method's object
+# and each container is one level), and the most items it reads from one list, tuple or dict:
+# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
+# traced (``_program._refuse_unfound_optimizers``) instead of keeping its state inside the program.
+MAX_STATE_DEPTH = 4
+MAX_CONTAINER_ITEMS = 64
+MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
+
+# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
+# object (the object as deep as its method), a partial's function and arguments, an argument
+_FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
+
+_STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
 
 
 def find_state(target, module, arg_leaves: list) -> _Layout:
@@ -64,43 +74,39 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     layout._hook_id = RemovableHandle.next_id
     found = _reached(target, arg_leaves, layout)
     modules, optimizers, schedulers, tensors = _sorted(found, layout)
-    recipe = _Recipe(layout)
-    hooks = [_module_hooks(layout, recipe, m, m is module) for m in modules]
+    trainings: list = []  # (module, training) of each module and submodule
+    hooks = [_add_module(layout, m, m is module, trainings) for m in modules]
     # PyTorch's global module hooks run in every module's call: in the same snapshot, and in
     # the program's key.
     _snapshot_hooks(layout, _GLOBAL_HOOK_DICTS)
-    global_hooks = tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS)
-    for opt in optimizers:
-        _add_optimizer(layout, recipe, opt, found)
+    structures = tuple(_add_optimizer(layout, opt, found) for opt in optimizers)
+    read = layout.snapshot.read
     for t in tensors:
-        layout.tensor_storages.append((t, storage_of(t)))
+        read(storage_getter, t)
         if t.requires_grad and t.is_leaf:  # (its .grad is state too: backward() gives it one)
-            recipe.add_grad(t)
+            _add_grad(layout, t)
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
-    # A parameter's requires_grad decides what the traced step computes (its grad or none).
-    layout.requires_grads = [p.requires_grad for p in layout.grads]
-    layout._nones = (None,) * len(layout.grads)
     layout.static_structure = _Hashed(
         (
-            tuple(layout.requires_grads),
-            tuple(_optimizer_structure(opt) for opt in optimizers),
+            # A parameter's requires_grad decides what the traced step computes (its grad or none).
+            tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),
+            structures,
             len(layout.lr_groups),
             tuple(layout.cpu_tensors),
-            tuple(flag for _, flag in layout.trainings),
+            tuple(flag for _, flag in trainings),
             # Which module classes: a submodule replaced by one of another class that holds
             # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
-            tuple(type(m) for m, _ in layout.trainings),
+            tuple(type(m) for m, _ in trainings),
             # Which hooks: a hook runs while the step is traced, so its effect is part of the
             # program. Each by its dict key (its RemovableHandle's id, never reused in the
             # process): a hook registered anew is another program, one removed gives the
             # program back, and the key keeps no reference to the hook's function.
             tuple(chain.from_iterable(hooks)),
-            global_hooks,
+            tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS),
         )
     )
-    layout._flatten_snapshot()
-    _fix_storages(layout)
+    layout.seal()
     return layout
 
 
@@ -114,118 +120,117 @@ def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
             optimizers.append(obj)
         elif isinstance(obj, _Scheduler):
             schedulers.append(obj)
-            layout.scheduler_optimizers.append((obj, obj.optimizer))
-            if all(obj.optimizer is not o for o in optimizers):
-                optimizers.append(obj.optimizer)
+            opt = layout.snapshot.read(getattr, obj, "optimizer")
+            if all(opt is not o for o in optimizers):
+                optimizers.append(opt)
         elif isinstance(obj, Tensor):
             tensors.append(obj)
     return modules, optimizers, schedulers, tensors
 
 
-class _Recipe:
-    """Adds state tensors to a layout's recipe (in program input order) and its ``.grad``s."""
-
-    def __init__(self, layout: _Layout):
-        self.layout = layout
-
-    def add(self, t) -> None:
-        self.layout.recipe.append(t)
-        self.layout.tensor_storages.append((t, storage_of(t)))
-
-    def add_grad(self, p) -> None:
-        grads = self.layout.grads
-        if all(p is not g for g in grads):
-            grads.append(p)
+def _add(layout: _Layout, t: Tensor, grad: bool) -> None:
+    """A state tensor, in program input order (its storage's first tensor owns it); with
+    ``grad``, its ``.grad`` too."""
+    storage = layout.snapshot.read(storage_getter, t)
+    if id(storage) not in layout.fixed_ids:
+        layout.fixed_ids.add(id(storage))
+        layout.fixed_storages.append(storage)
+        layout.fixed_owners.append(t)
+    if grad:
+        _add_grad(layout, t)
 
 
-def _module_hooks(layout: _Layout, recipe: _Recipe, m: torch.nn.Module, target: bool) -> list:
+def _add_grad(layout: _Layout, p) -> None:
+    if all(p is not g for g in layout.grads):
+        layout.grads.append(p)
+
+
+def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: list) -> list:
     """Add a module's parameters and buffers (a CPU one of the target module is lent to the
     program: ``cpu_tensors``) and snapshot its submodules; returns (module position, hook
     kind, the hook dict's keys) of each hook dict in use."""
-    hooks = []
+    snapshot, hooks = layout.snapshot, []
     for sub in m.modules():
+        for d in (sub._parameters, sub._buffers, sub._modules):
+            snapshot.dict(d)
         hook_dicts = [getattr(sub, name) for name in _HOOK_DICTS]
-        layout.module_dicts.extend(
-            _snapshot(d) for d in (sub._parameters, sub._buffers, sub._modules)
-        )
         _snapshot_hooks(layout, hook_dicts)
-        hooks.extend(
-            (len(layout.trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d
-        )
-        layout.trainings.append((sub, sub.training))
-    for name, p in m.named_parameters(remove_duplicate=True):
-        if isinstance(p, Tensor):
-            recipe.add(p)
-            recipe.add_grad(p)
-        elif target:
-            layout.cpu_tensors[name] = p
-    for name, b in m.named_buffers(remove_duplicate=True):
-        if isinstance(b, Tensor):
-            recipe.add(b)
-        elif target:
-            layout.cpu_tensors[name] = b
+        hooks.extend((len(trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d)
+        # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` and
+        # ``train()`` put it there): read there, not through ``nn.Module``'s ``__getattr__``
+        # (a slot call per read); a class that defines ``training`` itself, as an attribute.
+        own = "training" in vars(sub) and not hasattr(type(sub), "training")
+        reader, holder = (getitem, vars(sub)) if own else (getattr, sub)
+        trainings.append((sub, snapshot.read(reader, holder, "training")))
+    for named, grad in ((m.named_parameters(), True), (m.named_buffers(), False)):
+        for name, t in named:
+            if isinstance(t, Tensor):
+                _add(layout, t, grad)
+            elif target:
+                layout.cpu_tensors[name] = t
+                # (``module.to("jax")`` swaps each tensor's class and data: the program lent
+                # the CPU ones through DLPack)
+                snapshot.read(isinstance, t, Tensor)
     return hooks
 
 
-def _add_optimizer(layout: _Layout, recipe: _Recipe, opt, found: list) -> None:
+def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
     """Add an optimizer's groups (their learning rates and hyperparameters), parameters and
-    state entries."""
+    state entries (each entry's names; its values, any torchlax Tensor for a tensor); returns
+    its structure: its type, each group's hyperparameters, each entry's names and values."""
     _move_cpu_state_to_jax(opt)
-    layout.optimizers.append((opt, opt.param_groups, tuple(opt.param_groups), opt.state))
+    snapshot, hypers, kinds = layout.snapshot, [], []
+    snapshot.read(getattr, opt, "param_groups")
+    snapshot.read(getattr, opt, "state")
+    snapshot.items(opt.param_groups)
+    state_get = dict.get if isinstance(opt.state, dict) else mapping_get
     for group in opt.param_groups:
-        lr_input = _is_rate(group.get("lr"))
-        if lr_input:
+        if snapshot.read(_rate_in, group):
             layout.lr_groups.append(group)
             layout.lr_types.append(_lr_type(group["params"]))
-        hyper = tuple((k, v) for k, v in group.items() if k != "lr")
-        layout.groups.append((group, hyper, lr_input, group["params"], tuple(group["params"])))
+        snapshot.items(group, group["params"])
+        for name in group:
+            if name != "lr":
+                snapshot.read(getitem, group, name)
+        hypers.append(tuple((k, _hashable(v)) for k, v in group.items() if k not in _NO_HYPER))
         for p in group["params"]:
             if not isinstance(p, Tensor):
-                raise _cpu_optimizer_error(opt, found)
-            recipe.add(p)
-            recipe.add_grad(p)
-            entries = opt.state.get(p)
-            kinds = (
-                None
-                if entries is None
-                else tuple(
-                    (name, _TENSOR if isinstance(v, Tensor) else v) for name, v in entries.items()
+                raise CpuStateError(opt, found)
+            _add(layout, p, grad=True)
+            entries = snapshot.read(state_get, opt.state, p)
+            if entries is None:
+                kinds.append(())
+                continue
+            snapshot.items(entries)
+            for name, value in entries.items():
+                if isinstance(value, Tensor):
+                    snapshot.tensor_at(entries, name)
+                else:
+                    snapshot.read(getitem, entries, name)
+            kinds.append(
+                tuple(
+                    (k, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
+                    for k, v in entries.items()
                 )
             )
-            layout.entries.append((opt.state, p, _ABSENT if entries is None else entries, kinds))
             if entries:
-                layout.recipe.append(entries)
+                layout.entry_dicts.append(entries)
+    return type(opt), tuple(hypers), tuple(kinds)
 
 
-def _fix_storages(layout: _Layout) -> None:
-    """The storages of the module and optimizer tensors, fixed while ``holds()`` is true (it
-    checks each tensor's storage): assembled once, not on every call."""
-    for item in layout.recipe:
-        if type(item) is not dict:
-            storage = storage_of(item)
-            if id(storage) not in layout.fixed_ids:
-                layout.fixed_ids.add(id(storage))
-                layout.fixed_storages.append(storage)
-                layout.fixed_owners.append(item)
-    layout.entry_dicts = [item for item in layout.recipe if type(item) is dict]
+_NO_HYPER = ("params", "lr")
 
 
-# How deep the walk goes from the function (a closure cell, a global, a bound method's object
-# and each container is one level), and the most items it reads from one list, tuple or dict:
-# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``_program._refuse_unfound_optimizers``) instead of keeping its state inside the program.
-MAX_STATE_DEPTH = 4
-
-
-MAX_CONTAINER_ITEMS = 64
-
-
-MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
-
-
-# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
-# object (the object as deep as its method), a partial's function and arguments, an argument
-_FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
+def _hashable(value):
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 def _reached(target, arg_leaves: list, layout: _Layout) -> list:
@@ -235,7 +240,7 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
     layout keeps the snapshot of what leads to state (``_StateWalk.keep``)."""
     layout.arg_objects = tuple(_arg_holders(arg_leaves))
     roots = [((), target), *((((_ARG, i),), a) for i, a in enumerate(layout.arg_objects))]
-    rule = _StateWalk(layout)
+    rule = _StateWalk(layout.snapshot)
     found: list = []
     leading: set[int] = set()  # ids of the objects on the paths to what was found
     again: set[tuple[int, tuple]] = set()  # (id of the holder, step) of each object met again
@@ -245,7 +250,10 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
         if visit.again:
             if visit.holders:
                 again.add((id(visit.holders[-1]), path[-1]))
-        elif isinstance(visit.value, _STATEFUL_OR_TENSOR) and not _own_tensor(visit):
+        elif isinstance(visit.value, _STATEFUL_OR_TENSOR) and not (
+            # (``torchlax.jit(t.add)``: a method's tensor is its argument, no state)
+            path and path[-1][0] == _SELF and isinstance(visit.value, torch.Tensor)
+        ):
             found.append(visit.value)
             leading.update(map(id, visit.holders))
             if len(path) > 1 and path[0][0] == _ARG:
@@ -253,11 +261,6 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
     layout._arg_holder_ids = frozenset(id(layout.arg_objects[i]) for i in holder_args)
     rule.keep(leading, again)
     return found
-
-
-def _own_tensor(visit: Visit) -> bool:
-    # (``torchlax.jit(t.add)``: a method's tensor is its argument, no state)
-    return bool(visit.path) and visit.path[-1][0] == _SELF and isinstance(visit.value, torch.Tensor)
 
 
 class _StateWalk:
@@ -282,10 +285,10 @@ class _StateWalk:
     outputs in, would make each call walk again), an empty container stays (it may be filled
     with modules later: ``self.models.append(m)``)."""
 
-    def __init__(self, layout: _Layout):
-        self.layout = layout
-        # (visit, own, its snapshot, its fields) per container and object entered, in order
-        self.entered: list = []
+    def __init__(self, snapshot: _Snapshot):
+        self.snapshot = snapshot
+        self.entered: list = []  # (visit, own, its fields or None) per container and object
+        self.walked = 0  # the items of every container the walk went through
 
     def children(self, visit: Visit) -> list:
         depth = sum(kind not in (_SELF, _ARG) for kind, _ in visit.path)
@@ -303,7 +306,7 @@ class _StateWalk:
             args = (*value.args, *value.keywords.values())
             return [((_FUNC, None), value.func), *(((_PARTIAL, i), a) for i, a in enumerate(args))]
         if isinstance(value, types.FunctionType):
-            return self._function(value)
+            return named_by(value, self.snapshot.read)
         own = bool(path) and path[-1][0] == _SELF
         module = own and isinstance(value, torch.nn.Module)
         if isinstance(value, _STATEFUL_OR_TENSOR) and not module:
@@ -317,26 +320,6 @@ class _StateWalk:
             public = [(s, v) for s, v in fields(value) if not s[1].startswith("_")]
             return self._object(visit, False, [(s, v) for s, v in public if s[1] != "training"])
         return []
-
-    def _function(self, fn: types.FunctionType) -> list:
-        layout, children = self.layout, []
-        for name, cell in function_cells(fn):
-            value = cell_contents(cell)
-            layout.cells.append((cell, value))
-            if value is not ABSENT:
-                children.append(((ROOT, name), value))
-        for name in global_names(fn.__code__):
-            value = fn.__globals__.get(name, ABSENT)
-            layout.globals.append((fn.__globals__, name, value))
-            if value is not ABSENT:
-                children.append(((ROOT, name), value))
-        # default arguments (``def step(model=model, opt=opt)``): what a call that omits them uses
-        defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
-        if defaults or kwdefaults:
-            layout.defaults.append((fn, defaults, kwdefaults))
-            named = (*default_arguments(fn),)
-            children += [((ROOT, name), value) for name, value in named]
-        return children
 
     def _container(self, visit: Visit, tensors: bool) -> list:
         children = items(visit.value)
@@ -352,64 +335,64 @@ class _StateWalk:
         if not own and not self._within_budget(len(named)):
             return []
         self.entered.append((visit, own, named))
-        return [
-            (s, v)
-            for s, v in named
-            if isinstance(v, _STATEFUL) or (own and isinstance(v, torch.Tensor)) or _leads_on(v)
-        ]
+        return [(s, v) for s, v in named if _leads_to_state(v, own)]
 
     def _within_budget(self, size: int) -> bool:
-        layout = self.layout
-        if size > MAX_CONTAINER_ITEMS or layout.walked_items + size > MAX_WALKED_ITEMS:
+        if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
             return False
-        layout.walked_items += size
+        self.walked += size
         return True
 
     def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
         """Snapshot what the walk entered, but the containers and objects under attributes
         that lead to no state (``leading``: the ids of those on the paths to state) and all
-        they hold; ``again``: (holder, step) of each object met a second time."""
-        layout, dropped = self.layout, set()
-        for visit, kept, named in self.entered:  # (a holder before what it holds)
+        they hold; ``again``: (holder, step) of each object met a second time. An object's
+        part: its attribute dict's names, and the attributes and slots that lead to state,
+        are None, or hold an object met before (kept, to be safe)."""
+        snapshot, dropped = self.snapshot, set()
+        for visit, own, named in self.entered:  # (a holder before what it holds)
             value = visit.value
             empty = is_container(value) and not value
             if any(id(h) in dropped for h in visit.holders) or not (
-                kept or id(value) in leading or empty
+                own or id(value) in leading or empty
             ):
                 dropped.add(id(value))
             elif named is None:
                 if isinstance(value, dict):
-                    layout.dicts.append(_snapshot(value))
+                    snapshot.dict(value)
                 elif type(value) is list:
-                    layout.lists.append((value, tuple(value)))
+                    snapshot.items(value)
             else:
-                layout.objects.append(_object_snapshot(value, kept, named, leading, again))
+                _keep_object(snapshot, value, own, named, leading, again)
 
 
-def _object_snapshot(obj, own: bool, named: list, leading: set, again: set) -> tuple:
-    """An object's part of the snapshot: its attribute dict and names, and the attributes
-    and slots that lead to state, are None, or hold an object met before (kept, to be safe),
-    with their values."""
+def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set, again: set):
     attrs, _ = attributes(obj)
-    kept = [
-        (step, v)
-        for step, v in named
-        if v is None
-        or isinstance(v, _STATEFUL)
-        or (own and isinstance(v, torch.Tensor))
-        or (
-            _leads_on(v)
-            and ((id(obj), step) in again or id(v) in leading or (is_container(v) and not v))
-        )
-    ]
+    if attrs is not None:
+        snapshot.items(attrs)
+    for step, v in named:
+        if (
+            v is None
+            or isinstance(v, _STATEFUL)
+            or (own and isinstance(v, torch.Tensor))
+            or (
+                _leads_on(v)
+                and ((id(obj), step) in again or id(v) in leading or (is_container(v) and not v))
+            )
+        ):
+            if step[0] == ATTR:
+                snapshot.read(dict.get, attrs, step[1])
+            else:
+                snapshot.read(slot_value, obj, step[1])
+
+
+def _leads_to_state(value, own: bool) -> bool:
+    """Whether the walk goes on from an object's attribute ``value`` (``own``: of the
+    jitted bound method's object, whose tensors are state too)."""
     return (
-        attrs,
-        () if attrs is None else tuple(attrs),
-        tuple(name for (kind, name), _ in kept if kind == ATTR),
-        tuple(v for (kind, _), v in kept if kind == ATTR),
-        obj,
-        tuple(name for (kind, name), _ in kept if kind == SLOT),
-        tuple(v for (kind, _), v in kept if kind == SLOT),
+        isinstance(value, _STATEFUL)
+        or (own and isinstance(value, torch.Tensor))
+        or _leads_on(value)
     )
 
 
@@ -431,9 +414,6 @@ def _arg_holders(leaves) -> list:
     ]
 
 
-_STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
-
-
 def _move_cpu_state_to_jax(opt) -> None:
     """CPU step counts (kept there by PyTorch for eager speed) become jax state tensors."""
     for p, entries in opt.state.items():
@@ -441,20 +421,20 @@ def _move_cpu_state_to_jax(opt) -> None:
             continue
         for name, value in list(entries.items()):
             if isinstance(value, torch.Tensor) and not isinstance(value, Tensor):
-                entries[name] = Tensor(
-                    torchlax_core.current_env().place(
-                        jnp.asarray(value.detach().cpu().numpy()), p.device
-                    )
-                )
+                array = jnp.asarray(value.detach().cpu().numpy())
+                entries[name] = Tensor(torchlax_core.current_env().place(array, p.device))
 
 
 class CpuStateError(RuntimeError):
-    """An optimizer of the step holds CPU parameters (the step is then run on promoted state).
+    """An optimizer of the step holds CPU parameters (the step is then run on promoted state);
+    ``found`` is what the walk reached, so the CPU path does not walk again."""
 
-    ``found`` is what the walk reached, so the CPU path does not walk again.
-    """
-
-    found: list
+    def __init__(self, opt, found: list):
+        super().__init__(
+            f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not "
+            "on the 'jax' device; the call lends them to the program (caught by _Jitted._call)."
+        )
+        self.found = found
 
 
 def cpu_state_tensors(found: list) -> tuple[list, list]:
@@ -462,29 +442,15 @@ def cpu_state_tensors(found: list) -> tuple[list, list]:
     its optimizers, among the objects ``find_state`` reached (``CpuStateError.found``)."""
     optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
     optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
-    tensors: dict = {}
-
-    def add(t):
-        if isinstance(t, torch.Tensor) and not isinstance(t, Tensor):
-            tensors.setdefault(id(t), t)
-
-    for m in found:
-        if isinstance(m, torch.nn.Module):
-            for t in (*m.parameters(), *m.buffers()):
-                add(t)
+    held = [
+        t
+        for m in found
+        if isinstance(m, torch.nn.Module)
+        for t in chain(m.parameters(), m.buffers())
+    ]
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
-                add(p)
-                for value in opt.state.get(p, {}).values():
-                    add(value)
-    return list(tensors.values()), optimizers
-
-
-def _cpu_optimizer_error(opt, found: list) -> RuntimeError:
-    error = CpuStateError(
-        f"torchlax.jit: the optimizer {type(opt).__name__} holds parameters that are not on "
-        "the 'jax' device; the call lends them to the program (caught by _Jitted._call)."
-    )
-    error.found = found
-    return error
+                held += [p, *opt.state.get(p, {}).values()]
+    cpu = {id(t): t for t in held if isinstance(t, torch.Tensor) and not isinstance(t, Tensor)}
+    return list(cpu.values()), optimizers

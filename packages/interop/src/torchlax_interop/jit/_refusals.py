@@ -56,12 +56,8 @@ def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None
     """The error for the plain CPU tensors a traced step changed (``_watch``), each
     with the path the function reaches it by, or None where the search does not find it."""
     first, path = changed[0]
-    t = first.tensor
-    if first.made:
-        where = "that the step makes itself"
-    else:
-        where = where_held(path)
-    described = described_tensor(t, cpu=True)
+    where = "that the step makes itself" if first.made else where_held(path)
+    described = described_tensor(first.tensor, cpu=True)
     if first.crossing:
         return JitError(
             f"{owner}: the step's {first.call} would carry the gradient of a traced torchlax "
@@ -128,19 +124,11 @@ def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError
         untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
         if untrained is not None:
             return untrained
+    made, call, crossing = trace.trace_made, trace.refused_call, trace.refused_crossing
     named = [
         (
-            Changed(
-                t,
-                written=False,
-                grad_given=True,
-                first_seen=None,
-                by_backward=True,
-                call=trace.refused_call,
-                crossing=trace.refused_crossing,
-                made=trace.trace_made(t),
-            ),
-            None if trace.trace_made(t) else path_to(t, jitted.target, args, kwargs),
+            Changed(t, False, True, None, True, call, crossing, made(t)),
+            None if made(t) else path_to(t, jitted.target, args, kwargs),
         )
         for t in trace.refused_leaves
     ]

@@ -2,14 +2,14 @@
 call.
 
 Finding the state (``_discover``) walks the function's closures and globals, every module's
-parameters and buffers and every optimizer's groups and state. What that walk read is kept
-in a ``_Layout``: the objects holding state, in the order their storages become program
-inputs, and a snapshot of every container the walk looked into. A later call checks the
-snapshot by identity (``_Layout.holds``) and only re-reads what each step replaces
-(``.grad``s, optimizer state values, learning rates: ``_Layout.assemble``, a ``_StateSet``).
-Any difference (a parameter replaced, ``opt.add_param_group``, a new submodule, a module hook
-registered or removed, another closed-over object) makes the next call walk again; a false
-alarm only costs that walk.
+parameters and buffers and every optimizer's groups and state. What it found is kept in a
+``_Layout`` (the objects holding state, in the order their storages become program inputs),
+and what it read on the way in the layout's ``_Snapshot``. A later call checks the snapshot by
+identity (``_Layout.holds``) and only re-reads what each step replaces (``.grad``s, optimizer
+state values, learning rates: ``_Layout.assemble``, a ``_StateSet``). Any difference (a
+parameter replaced, ``opt.add_param_group``, a new submodule, a module hook registered or
+removed, another closed-over object) makes the next call walk again; a false alarm only costs
+that walk.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable
-from itertools import chain, repeat
+from itertools import chain, repeat, starmap
 from operator import getitem, is_
 
 import numpy as np
@@ -26,10 +26,9 @@ from torch.nn.modules import module as _torch_module
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 from torchlax_core import Tensor
-from torchlax_core.internal import array_of, storage_getter, storage_of, view_kind
+from torchlax_core.internal import array_of, storage_of, view_kind
 
-from ._walk import ABSENT as _ABSENT
-from ._walk import cell_contents, enterable, same_values, slot_values
+from ._walk import enterable
 
 _Scheduler = torch.optim.lr_scheduler.LRScheduler
 
@@ -55,9 +54,6 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
-
-
-_TENSOR = object()  # an optimizer state entry's kind: a torchlax Tensor
 
 
 @dataclasses.dataclass
@@ -143,6 +139,61 @@ class _ByIdentity:
         return isinstance(other, _ByIdentity) and other.obj is self.obj
 
 
+class _Snapshot:
+    """What finding the state read, to check on a later call that reading it again gives the
+    same objects, by identity: reads (``read``: a reader and its arguments, recorded with
+    what it returned), sequences read live (``items``: a list's items, a dict's keys: the
+    same objects in the same order) and mapping entries that need only hold some torchlax
+    Tensor (``tensor_at``: an optimizer state value each step replaces). ``flat`` lays them
+    out for ``_Layout._guard``'s C-level passes: one ``map`` per reader (``getattr``,
+    ``dict.get``, a storage getter, ...), not a Python loop per object."""
+
+    def __init__(self):
+        self.reads: dict[tuple, list] = {}  # (reader, its arity) -> [(*arguments, value)]
+        self.sequences: list = []  # (the sequence, its items then)
+        self.tensor_entries: list = []  # (mapping, key)
+
+    def read(self, reader: Callable, *args):
+        value = reader(*args)
+        self.reads.setdefault((reader, len(args)), []).append((*args, value))
+        return value
+
+    def items(self, *sequences) -> None:
+        self.sequences.extend((s, tuple(s)) for s in sequences)
+
+    def dict(self, d: dict) -> None:
+        """``d``'s keys, and its values read by key."""
+        self.items(d)
+        for key in d:
+            self.read(getitem, d, key)
+
+    def tensor_at(self, mapping, key) -> None:
+        self.tensor_entries.append((mapping, key))
+
+    def flat(self, extra: tuple = ()) -> tuple:
+        """The sequences, their lengths, those not empty, the reads as rows (reader,
+        *argument columns), the tensor entries' mappings and keys, and every object expected,
+        in the order ``_Layout._guard`` reads them; ``extra``: more reads, (reader,
+        arguments, values)."""
+        reads = [(reader, *zip(*rows)) for (reader, _), rows in self.reads.items()]
+        reads += extra
+        mappings, keys = tuple(zip(*self.tensor_entries)) or ((), ())
+        expected = (
+            *chain.from_iterable(items for _, items in self.sequences),
+            *chain.from_iterable(columns[-1] for columns in reads),
+            *repeat(True, len(mappings)),
+        )
+        return (
+            tuple(s for s, _ in self.sequences),
+            tuple(len(items) for _, items in self.sequences),
+            tuple(s for s, items in self.sequences if items),
+            tuple(columns[:-1] for columns in reads),
+            mappings,
+            keys,
+            expected,
+        )
+
+
 @dataclasses.dataclass
 class _Layout:
     """Where one function's state lives, and a snapshot of what finding it read."""
@@ -151,109 +202,41 @@ class _Layout:
     optimizer_list: list = dataclasses.field(default_factory=list)
     schedulers: list = dataclasses.field(default_factory=list)
     tensors: list = dataclasses.field(default_factory=list)  # closed-over torchlax Tensors
-    # In input order: state tensors, and optimizer state entries (a dict: its tensor values).
-    recipe: list = dataclasses.field(default_factory=list)
     grads: list = dataclasses.field(default_factory=list)  # parameters
     lr_groups: list = dataclasses.field(default_factory=list)  # groups whose lr is an input
     lr_types: list = dataclasses.field(default_factory=list)  # per lr group: _lr_type
     cpu_tensors: dict = dataclasses.field(default_factory=dict)
     static_structure: object = ()
-    # Assembled once (see find_state): the storages of the recipe's tensors, their ids and
-    # owners, and the optimizer state dicts whose tensors each call reads anew.
+    # The distinct storages of the modules' and optimizers' tensors in program input order
+    # (fixed while ``holds()`` is true), their ids and owners, and the optimizer state dicts
+    # whose tensors each call reads anew.
     fixed_storages: list = dataclasses.field(default_factory=list)
     fixed_owners: list = dataclasses.field(default_factory=list)
     fixed_ids: set = dataclasses.field(default_factory=set)
     entry_dicts: list = dataclasses.field(default_factory=list)
-    requires_grads: list = dataclasses.field(default_factory=list)  # per grads parameter
-    # The snapshot: what the walk read, each checked by identity on later calls.
-    arg_objects: tuple = ()
+    arg_objects: tuple = ()  # the arguments the walk entered
     # of the arg_objects that are no state themselves but lead to some (keyed_statics)
     _arg_holder_ids: frozenset = frozenset()
-    cells: list = dataclasses.field(default_factory=list)  # (cell, contents)
-    defaults: list = dataclasses.field(default_factory=list)  # (fn, __defaults__, __kwdefaults__)
-    globals: list = dataclasses.field(default_factory=list)  # (namespace, name, value)
-    # _snapshot of a dict the walk went through
-    dicts: list = dataclasses.field(default_factory=list)
-    lists: list = dataclasses.field(default_factory=list)  # (list, its items) the walk went through
-    # (attribute dict, its keys, the names and values of the attributes that lead to state,
-    # the object, its slots that do, their values) of each object the walk entered
-    objects: list = dataclasses.field(default_factory=list)
-    walked_items: int = 0  # the items of every container the walk went through
-    module_dicts: list = dataclasses.field(default_factory=list)  # _snapshot each
-    trainings: list = dataclasses.field(default_factory=list)  # (module, training)
+    snapshot: _Snapshot = dataclasses.field(default_factory=_Snapshot)
     # The empty hook dicts of the modules and PyTorch's global ones (_snapshot_hooks), and
     # RemovableHandle.next_id when they were last seen empty
     unused_hook_dicts: list = dataclasses.field(default_factory=list)
     _hook_id: int = -1
-    tensor_storages: list = dataclasses.field(default_factory=list)  # (tensor, storage)
-    optimizers: list = dataclasses.field(default_factory=list)  # (opt, groups, tuple, state)
-    groups: list = dataclasses.field(default_factory=list)  # (group, hyper, lr?, params, tuple)
-    entries: list = dataclasses.field(default_factory=list)  # (opt.state, p, entries, kinds)
-    scheduler_optimizers: list = dataclasses.field(default_factory=list)
     # assemble()'s last state, kept while it has no optimizers and no .grads
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
-    # The module part of the snapshot flattened (``_flatten_snapshot``), for holds()
-    _dicts: tuple = ()  # every module dict (_parameters, _buffers, _modules, hooks in use)
-    _dict_keys: tuple = ()  # per dict, the tuple of its keys in order
-    # each key of those dicts, the dict holding it, and its value: one flat sequence each
-    _value_dicts: tuple = ()
-    _value_keys: tuple = ()
-    _flag_objects: tuple = ((), (), ())  # parameters in ``grads``, modules, state tensors
-    # the dicts' values, then the flag objects' requires_grad, training and _storage, in that
-    # order: what _hold_modules() reads now
-    _flags: tuple = ()
-    # map(*_training_reads): each module's training flag (see _flatten_snapshot)
-    _training_reads: tuple = (getattr, (), ())
-    # the module part of the snapshot checked (``_guard(None)``, made by _flatten_snapshot)
-    _hold_modules: Callable[[], bool] = dataclasses.field(init=False, repr=False)
-    _sections: tuple = ()  # the checks of the other parts of the snapshot that are not empty
-    _flat_entries: _FlatEntries | None = None  # ``entries`` laid out flat, once checked
+    _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # _guard(None)
 
-    def _flatten_snapshot(self) -> None:
-        """Lay out the module part of the snapshot as a few flat tuples, so that ``holds()``
-        checks it in a few C-level passes (a Python loop per module and parameter was most of
-        a forward call's own cost): each dict's keys in order, as one tuple per dict compared
-        with ``==`` (sizes, order and names at once); then each value, looked up by its key
-        in its dict, by identity. The other parts of the snapshot are kept as the list of
-        their checks, empty ones left out."""
-        self._dicts = tuple(d for d, _, _ in self.module_dicts)
-        self._dict_keys = tuple(keys for _, keys, _ in self.module_dicts)
-        self._value_dicts = tuple(d for d, keys, _ in self.module_dicts for _ in keys)
-        self._value_keys = tuple(k for _, keys, _ in self.module_dicts for k in keys)
-        modules = tuple(m for m, _ in self.trainings)
-        tensors = tuple(t for t, _ in self.tensor_storages)
-        self._flag_objects = (tuple(self.grads), modules, tensors)
-        # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` puts it
-        # there, ``train()``/``eval()`` too): read there, not through ``nn.Module``'s
-        # attribute lookup (its ``__getattr__`` makes every read a slot call). A class that
-        # defines ``training`` itself is read as an attribute.
-        names = ("training",) * len(modules)
-        if all("training" in vars(m) and not hasattr(type(m), "training") for m in modules):
-            self._training_reads = (getitem, tuple(map(vars, modules)), names)
-        else:
-            self._training_reads = (getattr, modules, names)
-        self._flags = (
-            *(v for _, _, values in self.module_dicts for v in values),
-            *self.requires_grads,
-            *(flag for _, flag in self.trainings),
-            *(storage for _, storage in self.tensor_storages),
-        )
-        sections = (
-            (self._cells_hold, self.cells),
-            (self._defaults_hold, self.defaults),
-            (self._globals_hold, self.globals),
-            (self._dicts_hold, self.dicts),
-            (self._lists_hold, self.lists),
-            (self._objects_hold, self.objects),
-            (self._schedulers_hold, self.scheduler_optimizers),
-            (self._optimizers_hold, self.optimizers),
-            (self._groups_hold, self.groups),
-            (self._entries_hold, self.entries),
-            (self._cpu_tensors_hold, self.cpu_tensors),
-        )
-        self._sections = tuple(check for check, snapshot in sections if snapshot)
-        self._hold_modules = self._guard(None)
+    def seal(self) -> None:
+        """Make the checks of the layout as found (after the walk)."""
+        self._nones = (None,) * len(self.grads)
+        self._holds = self._guard(None)
+
+    @property
+    def globals(self) -> list:
+        """(namespace, name, value) of each global the walk read (``_discover._StateWalk``)."""
+        reads = self.snapshot.reads.get((dict.get, 3), ())
+        return [(namespace, name, value) for namespace, name, _, value in reads]
 
     def keyed_statics(self, statics: tuple) -> tuple:
         """The arguments' static values as the program's key holds them: an object among
@@ -268,79 +251,64 @@ class _Layout:
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
-        args = [  # _arg_holders(arg_leaves), inlined: this runs on every call
+        args = [  # _discover._arg_holders(arg_leaves), inlined: this runs on every call
             leaf
             for leaf in arg_leaves
             if not isinstance(leaf, torch.Tensor)
             and (isinstance(leaf, _STATEFUL) or enterable(leaf))
         ]
-        if len(args) != len(self.arg_objects) or not all(map(operator.is_, args, self.arg_objects)):
+        if len(args) != len(self.arg_objects) or not all(map(is_, args, self.arg_objects)):
             return False
         return self.holds_reached()
 
     def holds_reached(self) -> bool:
-        """``holds()`` less its check of the arguments (for a call whose arguments are
-        tensors only, while the layout has no module or optimizer among its arguments)."""
-        return self._hold_modules() and self._sections_hold()
+        """``holds()`` less its check of the arguments."""
+        return self._holds()
 
     def forward_guard(self, state: _StateSet) -> Callable[[], bool]:
         """``holds_reached() and reused(state)`` as one function made for this layout and
         ``state``, for a caller that asks it on every call (``torchlax.jit``'s repeated
-        forward): the module reads, and no ``.grad`` on any parameter, in one frame over local
-        names (``_guard``). (Whether each storage of ``state`` still holds the array a
-        repeated forward recorded is its caller's check, made before the launch.)"""
+        forward; whether each storage of ``state`` still holds the array it recorded is its
+        own check, made before the launch)."""
         return self._guard(state)
 
     def _guard(self, state: _StateSet | None) -> Callable[[], bool]:
-        """The module part of the snapshot as one function over local names: the modules'
-        dicts (their keys in order, then their values), each parameter's ``requires_grad``,
-        each module's ``training`` and each state tensor's storage, by identity (bools and
-        None are singletons), in C-level passes. With ``state`` (``forward_guard``) also: the
-        layout still assembles ``state``, no parameter has a ``.grad``, and the other
-        sections of the snapshot; without (``_hold_modules``, made once per layout) the
-        module part alone.
+        """The snapshot's check as one function over local names, in C-level passes (bools
+        and None are singletons, so every read is compared by identity); with ``state``
+        (``forward_guard``) also: the layout still assembles ``state``, and no parameter has
+        a ``.grad``.
 
-        Each call runs it with cold caches (XLA ran since the last one), where every frame
-        and attribute lookup costs several times its warm cost: the same reads through a
-        method's frame and the layout's attributes cost ~5 us more per call (MLP forward,
-        loaded). The tensors' flags are read with ``__torch_function__`` off: each such read
-        of a Tensor subclass otherwise first looks up that attribute on the tensor (PyTorch's
-        check for an override; a torchlax Tensor has none while no environment installs
-        one), which was a third of a repeated forward's checks."""
-        layout = self
-        dicts, keys = self._dicts, self._dict_keys
-        value_dicts, value_keys = self._value_dicts, self._value_keys
-        params, _, tensors = self._flag_objects
-        read_training, training_of, training_names = self._training_reads
-        forward = state is not None
-        without_grads = params if forward else ()
-        expected = (*self._flags, *self._nones) if forward else self._flags
-        sections = forward and bool(self._sections)
+        One frame over local names: each call runs it with cold caches (XLA ran since the last
+        one), where every frame and attribute lookup costs several times its warm cost
+        (benchmarks/README.md). The tensors' flags are read with ``__torch_function__`` off:
+        each such read of a Tensor subclass otherwise first looks the attribute up on the
+        tensor (PyTorch's check for an override)."""
+        layout, forward = self, state is not None
+        extra = ((_GRAD, tuple(self.grads), self._nones),) if forward else ()
+        sequences, lengths, filled, table, mappings, keys, expected = self.snapshot.flat(extra)
 
         def holds() -> bool:
             if forward and layout._assembled is not state:
                 return False
             if RemovableHandle.next_id != layout._hook_id and not layout._no_new_hooks():
                 return False
+            if tuple(map(len, sequences)) != lengths:
+                return False
             try:
                 with _NO_TORCH_FUNCTION():
-                    if tuple(map(tuple, dicts)) != keys or not all(
+                    return all(
                         map(
                             is_,
                             chain(
-                                map(getitem, value_dicts, value_keys),
-                                map(_REQUIRES_GRAD, params),
-                                map(read_training, training_of, training_names),
-                                map(storage_getter, tensors),
-                                map(_GRAD, without_grads),
+                                chain.from_iterable(filled),
+                                chain.from_iterable(starmap(map, table)),
+                                map(isinstance, map(getitem, mappings, keys), repeat(Tensor)),
                             ),
                             expected,
                         )
-                    ):
-                        return False
-            except AttributeError:  # swapped for a tensor that is no torchlax Tensor
+                    )
+            except (AttributeError, KeyError):  # (a tensor swapped for one no torchlax Tensor)
                 return False
-            return not sections or layout._sections_hold()
 
         return holds
 
@@ -355,98 +323,6 @@ class _Layout:
             return False
         self._hook_id = seen
         return True
-
-    def _sections_hold(self) -> bool:
-        # Only the sections of the snapshot this layout has (a module's forward has none:
-        # no closure cells, globals, optimizers, ...), each one method (_flatten_snapshot)
-        for section in self._sections:
-            if not section():
-                return False
-        return True
-
-    def _cells_hold(self) -> bool:
-        for cell, contents in self.cells:
-            if cell_contents(cell) is not contents:
-                return False
-        return True
-
-    def _cpu_tensors_hold(self) -> bool:
-        # A CPU module's tensors moved to jax in place (``module.to("jax")`` swaps each
-        # tensor object's class and data): the program lent them through DLPack.
-        return not any(isinstance(t, Tensor) for t in self.cpu_tensors.values())
-
-    def _defaults_hold(self) -> bool:
-        for fn, defaults, kwdefaults in self.defaults:
-            if fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
-                return False
-        return True
-
-    def _globals_hold(self) -> bool:
-        for namespace, name, value in self.globals:
-            if namespace.get(name, _ABSENT) is not value:
-                return False
-        return True
-
-    def _dicts_hold(self) -> bool:
-        return all(_unchanged(*s) for s in self.dicts)
-
-    def _lists_hold(self) -> bool:
-        for items, snapshot in self.lists:
-            if len(items) != len(snapshot) or not all(map(operator.is_, items, snapshot)):
-                return False
-        return True
-
-    def _objects_hold(self) -> bool:
-        is_ = operator.is_
-        for attrs, keys, names, values, obj, slots, slot_snapshot in self.objects:
-            if attrs is not None and (
-                len(attrs) != len(keys)
-                or not all(map(is_, attrs, keys))
-                or not all(map(is_, map(attrs.get, names), values))
-            ):
-                return False
-            if slots and not same_values(slot_values(obj, slots), slot_snapshot):
-                return False
-        return True
-
-    def _schedulers_hold(self) -> bool:
-        for scheduler, opt in self.scheduler_optimizers:
-            if scheduler.optimizer is not opt:
-                return False
-        return True
-
-    def _optimizers_hold(self) -> bool:
-        for opt, groups, snapshot, state in self.optimizers:
-            if (
-                opt.param_groups is not groups
-                or opt.state is not state
-                or len(groups) != len(snapshot)
-                or not all(map(operator.is_, groups, snapshot))
-            ):
-                return False
-        return True
-
-    def _groups_hold(self) -> bool:
-        for group, hyper, lr_input, params, snapshot in self.groups:
-            if len(group) != len(hyper) + ("lr" in group):
-                return False
-            for name, value in hyper:
-                if group.get(name, _ABSENT) is not value:
-                    return False
-            if _is_rate(group.get("lr")) is not lr_input:
-                return False
-            if len(params) != len(snapshot) or not all(map(operator.is_, params, snapshot)):
-                return False
-        return True
-
-    def _entries_hold(self) -> bool:
-        # Each parameter's state dict, and the names and kinds of its values, checked in a
-        # few C-level passes over flat sequences prepared once: a Python loop per parameter
-        # and value was a cost per state array of every training step's call.
-        flat = self._flat_entries
-        if flat is None:
-            flat = self._flat_entries = _FlatEntries(self.entries)
-        return flat.hold()
 
     def assemble(self) -> _StateSet:
         """This call's state: the layout's objects, with what each step replaces read anew.
@@ -522,92 +398,20 @@ def arg_leaves(args, kwargs) -> tuple[list, bool]:
 
 
 def _snapshot_hooks(layout: _Layout, hook_dicts) -> None:
-    """A hook dict in use joins the module dicts (checked key by key on each call, so that a
+    """A hook dict in use joins the snapshot (checked key by key on each call, so that a
     removal is seen); an empty one is checked only after a registration anywhere in the
     process (``_Layout._no_new_hooks``): it can change in no other way."""
     for d in hook_dicts:
         if d:
-            layout.module_dicts.append(_snapshot(d))
+            layout.snapshot.dict(d)
         else:
             layout.unused_hook_dicts.append(d)
-
-
-def _snapshot(d: dict) -> tuple:
-    return d, tuple(d), tuple(d.values())
-
-
-def _unchanged(d: dict, keys: tuple, values: tuple) -> bool:
-    if not keys:
-        return not d
-    return (
-        len(d) == len(keys)
-        and all(map(operator.is_, d, keys))
-        and all(map(operator.is_, d.values(), values))
-    )
-
-
-class _FlatEntries:
-    """``_Layout.entries`` as flat sequences, so that ``hold()`` checks per entry (each
-    parameter's state dict is the one of the snapshot; each dict has the same names in the
-    same order; a value that was a torchlax Tensor still is one, any other is the very same
-    object) in one C-level pass per kind of check."""
-
-    __slots__ = (
-        "_states",
-        "_params",
-        "_dicts_now",
-        "_dicts",
-        "_sizes",
-        "_names",
-        "_tensors_at",
-        "_others_at",
-        "_others",
-        "_get",
-        "_values",
-    )
-
-    def __init__(self, entries: list):
-        self._states = tuple(state for state, _, _, _ in entries)
-        self._params = tuple(p for _, p, _, _ in entries)
-        # what dict.get answers: an absent entry is None (a state dict is never None)
-        self._dicts_now = tuple(None if e is _ABSENT else e for _, _, e, _ in entries)
-        checked = [(e, kinds) for _, _, e, kinds in entries if kinds is not None]
-        self._dicts = tuple(e for e, _ in checked)
-        self._sizes = tuple(len(kinds) for _, kinds in checked)
-        flat = [kind for _, kinds in checked for kind in kinds]
-        self._names = tuple(name for name, _ in flat)
-        self._tensors_at = tuple(i for i, (_, kind) in enumerate(flat) if kind is _TENSOR)
-        self._others_at = tuple(i for i, (_, kind) in enumerate(flat) if kind is not _TENSOR)
-        self._others = tuple(kind for _, kind in flat if kind is not _TENSOR)
-        # dict's own methods are C-level; an optimizer keeping its state in another mapping
-        # type is read through that type's methods
-        self._get = dict.get if all(isinstance(s, dict) for s in self._states) else mapping_get
-        self._values = dict.values if all(isinstance(d, dict) for d in self._dicts) else _values
-
-    def hold(self) -> bool:
-        is_ = operator.is_
-        if not all(map(is_, map(self._get, self._states, self._params), self._dicts_now)):
-            return False
-        dicts = self._dicts
-        if tuple(map(len, dicts)) != self._sizes or not all(
-            map(operator.eq, chain.from_iterable(dicts), self._names)
-        ):
-            return False
-        values = tuple(chain.from_iterable(map(self._values, dicts)))
-        at = values.__getitem__
-        return all(map(isinstance, map(at, self._tensors_at), repeat(Tensor))) and all(
-            map(is_, map(at, self._others_at), self._others)
-        )
 
 
 def mapping_get(mapping, key):
     """``mapping.get(key)`` for an optimizer keeping its state in a mapping other than a dict
     (a dict's own C-level ``dict.get`` is used where every one is a dict)."""
     return mapping.get(key)
-
-
-def _values(mapping):
-    return mapping.values()
 
 
 def _lr_type(params) -> type:
@@ -629,39 +433,9 @@ def _is_rate(value) -> bool:
     return isinstance(value, torch.Tensor) and value.ndim == 0 and value.is_floating_point()
 
 
+def _rate_in(group: dict) -> bool:
+    return _is_rate(group.get("lr"))
+
+
 def _is_number(value) -> bool:
     return isinstance(value, float | int) and not isinstance(value, bool)
-
-
-def _optimizer_structure(opt) -> tuple:
-    groups = []
-    for group in opt.param_groups:
-        hyper = []
-        for name, value in group.items():
-            if name in ("params", "lr"):
-                continue
-            hyper.append((name, _hashable(value)))
-        groups.append(tuple(hyper))
-    state = []
-    for group in opt.param_groups:
-        for p in group["params"]:
-            entries = opt.state.get(p)
-            state.append(
-                tuple(
-                    (name, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
-                    for name, v in (entries or {}).items()
-                )
-            )
-    return type(opt), tuple(groups), tuple(state)
-
-
-def _hashable(value):
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value

@@ -1,18 +1,13 @@
 """What a step reaches: the one object walker, and its rules of what it enters.
 
-A walk starts from named roots (what a function can name: ``function_roots``; the call's
-arguments; a returned object) and yields each object met once, with its path from a root
-(``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth first or breadth
-first, within a depth and a node budget. Where it goes from an object is a rule of its
-consumer: ``reached`` (what a function reaches: containers, the plain objects ``enterable``
-says, a module's parts and public attributes, the functions met and what they name) or
-another (``_objects``: what a returned object holds). It never enters ``ATOMS`` (values that
-hold no tensor) nor tensors.
-
-Its consumers: the state walk (``_discover``, which also keeps a snapshot of what it read,
-and reads these rules: ``function_cells``, ``global_names``, ``fields``, ``enterable``),
-the paths that errors name things by (``_paths``) and the tensors inside returned objects
-(``_objects``).
+A walk starts from named roots (what a function names: ``function_roots``, ``named_by``; the
+call's arguments; a returned object) and yields each object met once, with its path from a
+root (``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth or breadth
+first, within a depth and a node budget. Where it goes from an object is its consumer's rule:
+``reached`` (what a function reaches, for the paths errors name things by: ``_paths``), the
+state walk's (``_discover``, which records what it reads in its snapshot) or what a returned
+object holds (``_objects``). It never enters ``ATOMS`` (values that hold no tensor) nor
+tensors.
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ import dis
 import enum
 import functools
 import logging
-import operator
 import threading
 import types
 from collections import deque
@@ -121,6 +115,10 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     return fields(value) if enterable(value) else []
 
 
+def _call(reader: Callable, *args) -> Any:
+    return reader(*args)
+
+
 def function_roots(fn) -> list[tuple[tuple, Any]]:
     """What ``fn`` names: a partial's arguments, a bound method's object, a module's
     ``self``, its closure cells, the globals its code reads and its default arguments."""
@@ -136,14 +134,23 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
         roots.append(((ROOT, "self"), fn))
         fn = type(fn).forward
     if isinstance(fn, types.FunctionType):
-        for name, cell in function_cells(fn):
-            value = cell_contents(cell)
-            if value is not ABSENT:
-                roots.append(((ROOT, name), value))
-        names = global_names(fn.__code__)
-        roots += [((ROOT, n), fn.__globals__[n]) for n in names if n in fn.__globals__]
-        roots += [((ROOT, n), v) for n, v in default_arguments(fn)]
+        roots += named_by(fn)
     return roots
+
+
+def named_by(fn: types.FunctionType, read: Callable = _call) -> list[tuple[tuple, Any]]:
+    """What ``fn``'s code names: its closure cells, the globals it reads and its default
+    arguments (``def step(model=model)``: what a call that omits them uses), each bound one
+    with its step. Each is read through ``read(reader, *arguments)`` (the state walk's
+    snapshot records those reads: bound or not, and ``fn``'s defaults)."""
+    found = [((ROOT, name), read(cell_contents, cell)) for name, cell in function_cells(fn)]
+    found += [
+        ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT))
+        for name in global_names(fn.__code__)
+    ]
+    if any([read(getattr, fn, "__defaults__"), read(getattr, fn, "__kwdefaults__")]):
+        found += [((ROOT, name), value) for name, value in default_arguments(fn)]
+    return [(step, value) for step, value in found if value is not ABSENT]
 
 
 def default_arguments(fn: types.FunctionType) -> list[tuple[str, Any]]:
@@ -247,7 +254,8 @@ def fields(obj: Any) -> list[tuple[tuple, Any]]:
     classes declare that are set, with their steps."""
     attrs, slots = attributes(obj)
     found = [((ATTR, k), v) for k, v in (attrs or {}).items()]
-    for name, value in zip(slots, slot_values(obj, slots), strict=True):
+    for name in slots:
+        value = slot_value(obj, name)
         if value is not ABSENT:
             found.append(((SLOT, name), value))
     return found
@@ -273,24 +281,16 @@ def slot_names(cls: type) -> list[str]:
     return [n for n in names if n not in ("__dict__", "__weakref__")]
 
 
-def slot_values(obj: Any, names: tuple[str, ...]) -> tuple:
-    """The values of ``obj``'s slots ``names`` (``ABSENT`` for an unset one), read past any
+def slot_value(obj: Any, name: str) -> Any:
+    """The value of ``obj``'s slot ``name`` (``ABSENT`` if unset), read past any
     ``__getattribute__`` of the class."""
-    values = []
-    for name in names:
-        try:
-            values.append(object.__getattribute__(obj, name))
-        except AttributeError:
-            values.append(ABSENT)
-    return tuple(values)
+    try:
+        return object.__getattribute__(obj, name)
+    except AttributeError:
+        return ABSENT
 
 
 ABSENT = object()  # an unset slot, an empty closure cell
-
-
-def same_values(now: tuple, then: tuple) -> bool:
-    """Whether two tuples of values hold the same objects (by identity)."""
-    return len(now) == len(then) and all(map(operator.is_, now, then))
 
 
 def path_text(path: tuple) -> str:

@@ -3,29 +3,29 @@ program would not do on its calls.
 
 A step runs once, while it is traced; its calls run the program. What no torchlax op carries
 into the program happens only in that one run, so it is watched then, through one
-registration per trace: a torch function mode (``TraceWatch``, entered around the step: it
-sees every torch call of the step), one global module forward pre-hook (it sees every
-module call), and the core's op observer (``observing_ops``: each torch function of a torchlax
-Tensor; the watch is that observer), all acting for the tracing thread only. Each tensor it
-sees is noted once, at first sight, with what it held then (``_SeenConstant``,
+registration per trace, each acting for the tracing thread only: a torch function mode
+(``TraceWatch``, entered around the step: every torch call of the step), one global module
+forward pre-hook (every module call) and the core's op observer (``observing_ops``: each torch
+function of a torchlax Tensor; the watch is that observer). Each tensor it sees is noted once,
+at first sight, with what it held then (a ``_Noted`` of each kind: ``_SeenConstant``,
 ``_SeenCpu``); after the step, those it changed are listed (``Changed``) and put back
 (``restore``), so that the caller can refuse the program naming them. What it finds:
 
 - **Constants** (``TraceWatch.constants``): the torchlax Tensors the step reached that hold
   concrete arrays (no state: a ``cfg.mask`` the function reaches through an object its caller
   does not treat as state), not those the traced code made. Reading one is fine: its value is
-  baked in, and checked on each call (``ReadConstants``). Changing one is not: an
-  in-place write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that ``backward()``
-  gives it would happen once, while the program is traced, leaving a value of the finished
-  trace in the user's tensor.
+  baked in, and checked on each call (``ReadConstants``). Changing one is not: an in-place
+  write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that ``backward()`` gives it
+  would happen once, while the program is traced, leaving a value of the finished trace in
+  the user's tensor.
 - **Modules trained that are no state** (``TraceWatch.modules``, a ``ConstantModules``): a
   module called whose parameters require grad and are not among the state's, whose
   parameters' ``.grad``s the step changed (or a refused ``backward()`` would have): its
   parameters are constants of the program, so it would not train.
-- **Plain CPU tensors changed** (``changed_cpu_tensors``): each plain CPU tensor a call of the
-  step receives that the trace did not make (``tmp = torch.zeros(3); tmp.add_(1)`` is fine):
-  a write into one (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one
-  happens once, on the host, while the step is traced (a counter would stop counting). A
+- **Plain CPU tensors changed** (``TraceWatch.cpu``): each plain CPU tensor a call of the step
+  receives that the trace did not make (``tmp = torch.zeros(3); tmp.add_(1)`` is fine): a
+  write into one (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one happens
+  once, on the host, while the step is traced (a counter would stop counting). A
   ``backward()`` of the step that would give such a tensor a ``.grad`` is refused before it
   runs (``refused_leaves``), and so is a ``backward()`` or ``torch.autograd.grad()`` that
   would carry a gradient from a traced torchlax Tensor to any plain CPU tensor, the trace's
@@ -33,14 +33,14 @@ sees is noted once, at first sight, with what it held then (``_SeenConstant``,
   are kept (``host_tensors_requiring_grad``): a backward after the call would give them no
   gradient.
 - **Backward hooks** (``backward_hooks``): a module's backward or backward pre-hook (full or
-  not, its own or PyTorch's global ones) and a hook registered on a tensor of the step
-  (``h.register_hook``) run inside autograd's backward of the traced code. When the step calls
-  ``backward()`` itself that backward is traced and the hooks are part of the program; when
-  the backward runs after the call (a jitted forward), it is ``jax.vjp`` of the program and
-  PyTorch's hooks are not in it, so such calls run where the hooks run.
+  not, its own or PyTorch's global ones) and a hook registered on a tensor of the step run
+  inside autograd's backward of the traced code. When the step calls ``backward()`` itself
+  that backward is traced and the hooks are part of the program; when the backward runs after
+  the call (a jitted forward), it is ``jax.vjp`` of the program and PyTorch's hooks are not
+  in it, so such calls run where the hooks run.
 
 Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
-so its handler skips torchlax Tensors first (what it costs a trace: benchmarks/README.md).
+so its handler skips torchlax Tensors first.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import inspect
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from itertools import repeat
 from typing import Any
 
@@ -79,19 +79,15 @@ _ARRAY = operator.attrgetter("array")
 _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
 _REGISTER_HOOK = torch.Tensor.register_hook
 _REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
-_BACKWARD = torch.Tensor.backward
-_AUTOGRAD_BACKWARD = torch.autograd.backward
 _AUTOGRAD_GRAD = torch.autograd.grad
-_CALL_NAMES = {
-    _AUTOGRAD_GRAD: "torch.autograd.grad()",
-    _AUTOGRAD_BACKWARD: "torch.autograd.backward()",
+# Each call refused: in words, and where it keeps its roots and its inputs (by name: their
+# signatures' own)
+_REFUSED_CALLS = {
+    torch.Tensor.backward: ("backward()", "self", "inputs"),
+    torch.autograd.backward: ("torch.autograd.backward()", "tensors", "inputs"),
+    _AUTOGRAD_GRAD: ("torch.autograd.grad()", "outputs", "inputs"),
 }
-# Where each refused call keeps its roots and its inputs (by name: their signatures' own)
-_ROOTS_AND_INPUTS = {
-    _BACKWARD: ("self", "inputs"),
-    _AUTOGRAD_BACKWARD: ("tensors", "inputs"),
-    _AUTOGRAD_GRAD: ("outputs", "inputs"),
-}
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 class RefusedBackward(RuntimeError):
@@ -113,8 +109,7 @@ class _SeenConstant:
         self.view = view_getter(t)
         self.array = self.storage.array
         self.layout = (tuple(t.shape), t.stride(), t.storage_offset())
-        grad = t.grad if t.is_leaf else None
-        self.grad = grad
+        self.grad = grad = t.grad if t.is_leaf else None
         self.grad_storage = _storage_of(grad) if isinstance(grad, Tensor) else None
         self.grad_array = None if self.grad_storage is None else self.grad_storage.array
 
@@ -131,11 +126,10 @@ class _SeenConstant:
         )
 
     def put_back(self, t: Tensor, written: bool, grad_given: bool) -> None:
-        with torch._C.DisableTorchFunctionSubclass():
+        with _NO_TORCH_FUNCTION():
             if written:
                 if _storage_of(t) is not self.storage:  # ``t.data = other``: its metadata
-                    shape, stride, offset = self.layout
-                    alias = torch.as_strided(Tensor(self.array), shape, stride, offset)
+                    alias = torch.as_strided(Tensor(self.array), *self.layout)
                     torch.Tensor.data.__set__(t, alias)  # pyright: ignore[reportAttributeAccessIssue]  (torch's stubs type Tensor.data as a Tensor, not its descriptor)
                 rebind(t, self.storage, self.view)
                 self.storage.array = self.array
@@ -184,10 +178,10 @@ class _SeenCpu:
                     t.data = self.alias
                 self.alias.copy_(self.value)
             if grad_given:
-                t.grad = self.grad
-                grad, value = self.grad, self.grad_value
-                if grad is not None and value is not None and _version(grad) != self.grad_version:
-                    grad.copy_(value)
+                t.grad = grad = self.grad
+                if grad is not None and self.grad_value is not None:
+                    if _version(grad) != self.grad_version:
+                        grad.copy_(self.grad_value)
 
 
 @dataclasses.dataclass(slots=True)
@@ -211,21 +205,6 @@ class Changed:
     made: bool = False
 
 
-def _changed(seen: Iterable[_SeenConstant | _SeenCpu | None]) -> list[Changed]:
-    """Those of the ``seen`` tensors still alive whose data or ``.grad`` changed since (first
-    seen first)."""
-    found = []
-    with torch._C.DisableTorchFunctionSubclass():
-        for s in seen:
-            t = None if s is None else s.ref()
-            if s is None or t is None:
-                continue
-            written, grad_given = s.written(t), s.grad_changed(t)
-            if written or grad_given:
-                found.append(Changed(s.named(t), written, grad_given, s))
-    return found
-
-
 def restore(changed: list[Changed]) -> None:
     """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
     for c in changed:
@@ -235,41 +214,44 @@ def restore(changed: list[Changed]) -> None:
             seen.put_back(t, c.written, c.grad_given)
 
 
-class _Constants:
-    """The constants the trace reached (``TraceWatch.constants``; see the module docstring)."""
-
-    def __init__(self, seen: dict[int, _SeenConstant | None]):
-        self._seen = seen
-
-    def changed(self) -> list[Changed]:
-        """The constants still alive whose data or ``.grad`` the traced code changed (first
-        seen first). Among them may be tensors the traced code made from host data (an
-        optimizer's new step count: a factory op is no op of the trace to see) and kept
-        where the program returns it from: the caller tells those apart."""
-        return _changed(self._seen.values())
+class _Noted(dict):
+    """The tensors of one kind a trace saw, by id: each one's first sight (``_SeenConstant``,
+    ``_SeenCpu``), or None for one the trace made (a torchlax Tensor holding a tracer too).
+    Ids stay unique: a tensor noted outlives the trace it is seen in."""
 
     restore = staticmethod(restore)
 
+    def alive(self) -> Iterator[tuple[Any, Any]]:
+        for seen in self.values():
+            t = None if seen is None else seen.ref()
+            if t is not None:
+                yield seen, t
+
+    def changed(self) -> list[Changed]:
+        """Those still alive whose data or ``.grad`` the traced code changed (first seen
+        first). Among the constants may be tensors the traced code made from host data (an
+        optimizer's new step count: a factory op is no op of the trace to see) and kept where
+        the program returns it from: the caller tells those apart."""
+        found = []
+        with _NO_TORCH_FUNCTION():
+            for seen, t in self.alive():
+                written, grad_given = seen.written(t), seen.grad_changed(t)
+                if written or grad_given:
+                    found.append(Changed(seen.named(t), written, grad_given, seen))
+        return found
+
     def requiring_grad(self) -> list[Tensor]:
-        """The constants still alive that the traced code read and that require grad (first
-        seen first): a backward of the program (its vjp) gives a constant no gradient, where
-        eager PyTorch's backward would give it one."""
-        with torch._C.DisableTorchFunctionSubclass():
-            return [t for _, t in self._alive() if t.requires_grad]
+        """Those still alive that require grad (first seen first): a backward of the program
+        (its vjp) gives a constant no gradient, where eager PyTorch's would give it one."""
+        with _NO_TORCH_FUNCTION():
+            return [t for _, t in self.alive() if t.requires_grad]
 
     def read(self) -> ReadConstants | None:
         """The constants still alive that the traced code read and left as they were (None
         if there are none), to check on each call that they still are (``ReadConstants``)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            kept = [s for s, t in self._alive() if not s.written(t)]
+        with _NO_TORCH_FUNCTION():
+            kept = [s for s, t in self.alive() if not s.written(t)]
         return ReadConstants(kept) if kept else None
-
-    def _alive(self) -> Iterator[tuple[_SeenConstant, Tensor]]:
-        for seen in self._seen.values():
-            if seen is not None:
-                t = seen.ref()
-                if t is not None:
-                    yield seen, t
 
 
 class ReadConstants:
@@ -350,16 +332,15 @@ class TraceWatch(TorchFunctionMode):
     """The watch over one trace (see the module docstring): enter it around the step, then
     read its findings. ``state_parameters``: the ids of the state's parameters."""
 
+    restore = staticmethod(restore)
+
     def __init__(self, state_parameters: set[int]):
         super().__init__()
         self._thread = threading.get_ident()
         self.modules = ConstantModules(state_parameters)
-        # id -> _SeenCpu of a CPU tensor the trace did not make; None for one it made
-        self._seen: dict[int, _SeenCpu | None] = {}
-        # id -> _SeenConstant of a torchlax Tensor holding a concrete array; None for one that
-        # holds a tracer or that the traced code made (ids stay unique: a constant outlives
-        # the trace it is seen in)
-        self._constants: dict[int, _SeenConstant | None] = {}
+        # The plain CPU tensors the mode saw, and the torchlax Tensors the core's op observer
+        # saw (``see``, ``made``) that hold concrete arrays: the step's constants
+        self.cpu, self.constants = _Noted(), _Noted()
         # Whether a CPU tensor of the trace requires grad (one noted, or one the trace made):
         # only then can a backward() or autograd.grad() reach a CPU tensor
         self._grad_on_host = False
@@ -377,9 +358,6 @@ class TraceWatch(TorchFunctionMode):
         self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
         self._module_handle = None
-        # The torchlax Tensors the step reached that hold concrete arrays (its constants),
-        # seen through the core's op observer (``see``, ``made``) while the watch is entered
-        self.constants = _Constants(self._constants)
         self._observing = observing_ops(self)
 
     def __enter__(self):
@@ -400,19 +378,15 @@ class TraceWatch(TorchFunctionMode):
         finally:
             self._observing.__exit__(*exc)
 
-    # -- findings --------------------------------------------------------------------------
-
     def changed_cpu_tensors(self) -> list[Changed]:
         """The CPU tensors still alive whose data or ``.grad`` the traced step changed."""
-        return _changed(self._seen.values())
-
-    restore = staticmethod(restore)
+        return self.cpu.changed()
 
     def trace_made(self, t: torch.Tensor) -> bool:
         """Whether the trace made the CPU tensor ``t`` (a result of one of its calls)."""
-        return id(t) in self._seen and self._seen[id(t)] is None
+        return id(t) in self.cpu and self.cpu[id(t)] is None
 
-    # -- what the watch sees ---------------------------------------------------------------
+    # -- the module pre-hook and the mode: modules, hooks, plain CPU tensors --------------
 
     def _module_called(self, module: torch.nn.Module, _args) -> None:
         if threading.get_ident() != self._thread or id(module) in self._called_modules:
@@ -420,71 +394,53 @@ class TraceWatch(TorchFunctionMode):
         self._called_modules.add(id(module))
         self.modules.called(module)
         if module._backward_hooks or module._backward_pre_hooks:
-            full = "full " if module._is_full_backward_hook else ""
-            owner = f"of the {type(module).__name__}"
-            self.backward_hooks.extend(
-                f"the {full}backward hook {_name(h)} {owner}"
-                for h in module._backward_hooks.values()
-            )
-            self.backward_hooks.extend(
-                f"the backward pre-hook {_name(h)} {owner}"
-                for h in module._backward_pre_hooks.values()
-            )
+            owner, full = type(module).__name__, "full " if module._is_full_backward_hook else ""
+            for kind, hooks in (
+                (f"{full}backward hook", module._backward_hooks),
+                ("backward pre-hook", module._backward_pre_hooks),
+            ):
+                self.backward_hooks.extend(
+                    f"the {kind} {_name(h)} of the {owner}" for h in hooks.values()
+                )
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if threading.get_ident() == self._thread:
-            self._see(args)
+            self._see_cpu(args)
             if kwargs:
-                self._see(tuple(kwargs.values()))
+                self._see_cpu(kwargs.values())
             if func is _REGISTER_HOOK or func is _REGISTER_POST_ACCUMULATE:  # (no hashing)
                 hook = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
                 self.backward_hooks.append(
                     f"the hook {_name(hook)} registered on a tensor of the step ({func.__name__})"
                 )
-            elif self._grad_on_host and func in _ROOTS_AND_INPUTS:
+            elif self._grad_on_host and func in _REFUSED_CALLS:
                 self._refuse_backward_to_host(func, args, kwargs)
         result = func(*args, **kwargs)
-        if type(result) is torch.Tensor:  # (rare in a trace: most results are torchlax's)
-            if result.requires_grad:  # (``torch.ones(3, requires_grad=True)``, ``w * 2``)
-                self._grad_on_host = True
-            if getattr(func, "__self__", None) is _DATA:
-                # ``t.data``: an alias of t's storage with a version counter of its own, so a
-                # write through it (``t.data.add_(1)``) is t's, and seen as such.
-                origin = self._seen.get(id(args[0]))
-                if origin is not None:
-                    self._seen[id(result)] = _SeenCpu(result, origin.ref)
-                return result
-            self._seen.setdefault(id(result), None)  # the trace's own tensor
-        elif type(result) is tuple or type(result) is list:
-            for r in result:
-                if type(r) is torch.Tensor:
-                    self._seen.setdefault(id(r), None)
-                    if r.requires_grad:
-                        self._grad_on_host = True
+        for r in _each(result):  # (rare in a trace: most results are torchlax's)
+            if type(r) is torch.Tensor:
+                if r.requires_grad:  # (``torch.ones(3, requires_grad=True)``, ``w * 2``)
+                    self._grad_on_host = True
+                if getattr(func, "__self__", None) is not _DATA:
+                    self.cpu.setdefault(id(r), None)  # the trace's own tensor
+                elif (origin := self.cpu.get(id(args[0]))) is not None:
+                    # ``t.data``: an alias of t's storage with a version counter of its own,
+                    # so a write through it (``t.data.add_(1)``) is t's, and seen as such.
+                    self.cpu[id(r)] = _SeenCpu(r, origin.ref)
         return result
 
-    def _see(self, values: tuple) -> None:
-        seen = self._seen
+    def _see_cpu(self, values) -> None:
+        seen = self.cpu
         for a in values:
-            cls = type(a)
-            if cls is Tensor:  # (most arguments of a trace: a torchlax Tensor, skipped first)
+            if type(a) is Tensor:  # (most arguments of a trace: a torchlax Tensor, skipped first)
                 continue
-            if cls is list or cls is tuple:
-                for t in a:
-                    if isinstance(t, torch.Tensor) and not isinstance(t, Tensor):
-                        if id(t) not in seen and t.device.type == "cpu":
-                            self._note(t)
-            elif isinstance(a, torch.Tensor) and not isinstance(a, Tensor):
-                if id(a) not in seen and a.device.type == "cpu":
-                    self._note(a)
-
-    def _note(self, t: torch.Tensor) -> None:
-        self._seen[id(t)] = _SeenCpu(t)
-        if t.requires_grad:
-            self._grad_on_host = True
-            if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
-                self.host_tensors_requiring_grad.append(t)
+            for t in _each(a):
+                if is_plain_cpu(t) and id(t) not in seen:
+                    seen[id(t)] = _SeenCpu(t)
+                    if t.requires_grad:
+                        self._grad_on_host = True
+                        if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
+                            self.host_tensors_requiring_grad.append(t)
 
     def _refuse_backward_to_host(self, func, args: tuple, kwargs: dict) -> None:
         """Raise ``RefusedBackward`` if this ``backward()`` would give a CPU leaf the trace did
@@ -493,93 +449,74 @@ class TraceWatch(TorchFunctionMode):
         torchlax Tensor to a plain CPU tensor, made by the trace or not (it cannot leave the
         traced program). A ``torch.autograd.grad()`` on the host alone (a CPU loss) is fine:
         its result is a value of the trace, as eagerly."""
-        roots_name, inputs_name = _ROOTS_AND_INPUTS[func]
+        call, roots_name, inputs_name = _REFUSED_CALLS[func]
         bound = inspect.signature(func).bind(*args, **kwargs).arguments
         roots, inputs = bound.get(roots_name, ()), bound.get(inputs_name)
-        call = _CALL_NAMES.get(func, "backward()")
-        leaves = (
-            [] if func is _AUTOGRAD_GRAD else leaves_given_grads(roots, inputs, self.trace_made)
-        )
+        leaves = [] if func is _AUTOGRAD_GRAD else _leaves_given_grads(roots, inputs)
+        leaves = [t for t in leaves if is_plain_cpu(t) and not self.trace_made(t)]
         crossing = not leaves
         if crossing:
-            leaves = host_targets_of_traced_roots(roots, inputs)
+            leaves = [t for t in _host_targets_of_traced_roots(roots, inputs) if is_plain_cpu(t)]
         if leaves:
-            self.refused_leaves = leaves
-            self.refused_call = call
-            self.refused_crossing = crossing
+            self.refused_leaves, self.refused_call, self.refused_crossing = leaves, call, crossing
             raise RefusedBackward(
                 f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
                 "jit names the tensor)."
             )
 
-    # -- the core's op observer (each torch function of a torchlax Tensor) ----------------
+    # -- the core's op observer (each torch function of a torchlax Tensor): constants -----
 
     def see(self, args: tuple, kwargs: dict | None) -> None:
         """Note the constants among an op's tensor arguments (and its lists' tensors)."""
-        seen = self._constants
+        seen = self.constants
         for a in (*args, *kwargs.values()) if kwargs else args:
-            if isinstance(a, Tensor):
-                if id(a) not in seen:
-                    seen[id(a)] = _first_sight(a)
-            elif type(a) is list or type(a) is tuple:
-                for t in a:
-                    if isinstance(t, Tensor) and id(t) not in seen:
-                        seen[id(t)] = _first_sight(t)
+            for t in _each(a):
+                if isinstance(t, Tensor) and id(t) not in seen:
+                    if isinstance(_storage_of(t).array, jax.core.Tracer):
+                        seen[id(t)] = None  # an input of the program, or a value it computed
+                    else:
+                        with _NO_TORCH_FUNCTION():
+                            seen[id(t)] = _SeenConstant(t)
 
     def made(self, result) -> None:
         """An op's results are the traced code's own, never constants of the program (an op
         of constants can give a concrete result: the eager op cache computes it)."""
-        seen = self._constants
-        if isinstance(result, Tensor):
-            seen.setdefault(id(result), None)
-        elif type(result) is tuple or type(result) is list:
-            for r in result:
-                if isinstance(r, Tensor):
-                    seen.setdefault(id(r), None)
+        for r in _each(result):
+            if isinstance(r, Tensor):
+                self.constants.setdefault(id(r), None)
 
 
-def _first_sight(t: Tensor) -> _SeenConstant | None:
-    if isinstance(_storage_of(t).array, jax.core.Tracer):
-        return None  # an input of the program, or a value the traced code computed
-    with torch._C.DisableTorchFunctionSubclass():
-        return _SeenConstant(t)
+def _each(value) -> tuple | list:
+    """A torch call's argument or result, or the items of a list or tuple one."""
+    return value if type(value) is list or type(value) is tuple else (value,)
 
 
 def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
 
 
-def leaves_given_grads(roots, inputs, made: Callable[[torch.Tensor], bool]) -> list[torch.Tensor]:
-    """The plain CPU leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would
-    give a ``.grad``, but those ``made`` by the trace itself; found by walking the roots'
-    autograd graph before it runs."""
+def _leaves_given_grads(roots, inputs) -> list[torch.Tensor]:
+    """The leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would give a
+    ``.grad``, found by walking the roots' autograd graph before it runs."""
     leaves, _ = _reached(roots)
-    if inputs is not None:
-        wanted = {id(t) for t in _tensors(inputs)}
-        leaves = {k: t for k, t in leaves.items() if k in wanted}
-    return [t for t in leaves.values() if is_plain_cpu(t) and not made(t)]
+    wanted = None if inputs is None else {id(t) for t in _tensors(inputs)}
+    return [t for k, t in leaves.items() if wanted is None or k in wanted]
 
 
-def host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
-    """The plain CPU tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of
-    ``roots`` would carry a gradient from a traced torchlax Tensor among them: ``inputs``
-    where given (leaves or not), else every leaf reached. Such a gradient would have to leave
-    the traced program for the host while the step is traced, which it cannot (the backward
-    of the device copy fails with an unnamed "Unable to cast")."""
+def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
+    """The tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of ``roots``
+    would carry a gradient from a traced torchlax Tensor among them: ``inputs`` where given
+    (leaves or not), else every leaf reached. To a plain CPU tensor, such a gradient would have
+    to leave the traced program for the host while the step is traced, which it cannot (the
+    backward of the device copy fails with an unnamed "Unable to cast")."""
     traced = [r for r in _tensors(roots) if isinstance(r, Tensor) and _is_traced(r)]
     if not traced:
         return []
     leaves, nodes = _reached(traced)
     if inputs is None:
-        targets = list(leaves.values())
-    else:
-        targets = [
-            t
-            for t in _tensors(inputs)
-            if id(t) in leaves or (t.grad_fn is not None and t.grad_fn in nodes)
-        ]
-    return [t for t in targets if is_plain_cpu(t)]
+        return list(leaves.values())
+    return [t for t in _tensors(inputs) if id(t) in leaves or (t.grad_fn in nodes)]
 
 
 def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
