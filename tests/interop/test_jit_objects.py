@@ -92,6 +92,18 @@ class _Cyclic(Holder):
         self.me = self
 
 
+def _closing_over(value):
+    return lambda: value
+
+
+class _Twice(Holder):
+    """A tensor in a list (where it can be put back) and in a set (where it cannot)."""
+
+    def __init__(self, tensor):
+        super().__init__([tensor], 0)
+        self.again = {tensor}
+
+
 @pytest.mark.parametrize(
     ("returns", "message"),
     [
@@ -110,8 +122,43 @@ class _Cyclic(Holder):
             lambda x: (x, Holder([x.jax() * 2], 0)),  # pyright: ignore[reportAttributeAccessIssue]  (a torchlax Tensor)
             r"Holder at output\[1\]\.tensors\[0\] holds a JAX value computed inside",
         ),
+        (
+            lambda x: (x, Holder({x * 2}, 0)),
+            r"Holder at output\[1\]\.tensors \(inside a set\) holds a tensor the function "
+            r"computed where torchlax cannot put another",
+        ),
+        (
+            lambda x: {"scale": functools.partial(torch.mul, x.jax() * 2)},  # pyright: ignore[reportAttributeAccessIssue]  (a torchlax Tensor)
+            r"partial at output\['scale'\] \(inside a partial\) holds a JAX value computed "
+            r"inside the function\.",
+        ),
+        (
+            lambda x: {"f": functools.partial(print, _closing_over(x * 3))},
+            r"partial at output\['f'\] \(inside a partial\) \(inside a closure\) holds a "
+            r"tensor the function computed",
+        ),
+        (
+            lambda x: (x, _Twice(x * 2)),
+            r"_Twice at output\[1\]\.again \(inside a set\) holds a tensor the function",
+        ),
+        (
+            # more objects than the search for hidden tensors goes through
+            lambda x: (x, Holder({(i,) for i in range(100_001)}, 0)),
+            r"Holder at output\[1\]\.tensors \(inside a set\) is too large to search",
+        ),
     ],
-    ids=["c-field", "closure", "uncopyable", "cycle", "jax-value"],
+    ids=[
+        "c-field",
+        "closure",
+        "uncopyable",
+        "cycle",
+        "jax-value",
+        "set",
+        "hidden-jax-value",
+        "closure-inside-c-field",
+        "also-hidden",
+        "hidden-too-large",
+    ],
 )
 def test_object_whose_tensors_cannot_be_put_back_raises_naming_it(returns, message):
     with pytest.raises(RuntimeError, match=message + ".*register_pytree_node.*use_cache=False"):
