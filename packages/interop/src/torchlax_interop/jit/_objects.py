@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -93,14 +94,15 @@ def find(
 
 class _Search:
     """The walk (``_walk``) through a returned object, by the rule of what an object holds
-    (``_children``): the traced tensors it finds, each at its paths."""
+    (``_children``): the traced tensors it finds, each at its paths; and the walks through
+    what hides in it from Python (by the rule ``_hidden``), which refuse one there."""
 
     def __init__(self, stateful: set, name: Callable[[], str], owner: str, root: Any):
         self.stateful = stateful
         self.name = name
         self.owner = owner
         self.root = root
-        self.hidden: set[int] = set()  # what the search for hidden tensors went through
+        self.hidden: set[int] = set()  # what the searches for hidden tensors went through
 
     def run(self) -> tuple[dict, list]:
         """The trie of paths to the traced tensors ``root`` holds, and those tensors."""
@@ -147,6 +149,9 @@ class _Search:
             visit.path, "is too deep or too large to search for the tensors the function computed"
         )
 
+    def _too_large(self, visit: Visit) -> None:
+        raise self.error(visit.path, "is too large to search for the tensors the function computed")
+
     def _children(self, visit: Visit) -> list:
         node, path = visit.value, visit.path
         if type(node) in (list, tuple) or is_namedtuple(node) or isinstance(node, dict):
@@ -155,8 +160,8 @@ class _Search:
             node = node.__func__
         if isinstance(node, types.FunctionType):
             # Its globals reach the whole program: only what it closes over is searched.
-            for cell in node.__closure__ or ():
-                self._refuse_hidden(cell, (*path, (HIDDEN, "closure")), 0)
+            where = (*path, (HIDDEN, "closure"))
+            self._refuse_hidden([(where, cell) for cell in node.__closure__ or ()])
             return []
         children = fields(node)
         attrs, _ = attributes(node)
@@ -164,32 +169,47 @@ class _Search:
         explained = {id(type(node)), id(attrs), *(id(v) for _, v in children)}
         # What the object holds where Python cannot set it (a C extension's fields, a closure,
         # a set's items): searched only to refuse a traced tensor there.
-        for referent in gc.get_referents(node):
-            if id(referent) not in explained:
-                self._refuse_hidden(referent, (*path, (HIDDEN, type(node).__name__)), 0)
+        where = (*path, (HIDDEN, type(node).__name__))
+        self._refuse_hidden([(where, r) for r in gc.get_referents(node) if id(r) not in explained])
         return children
 
-    def _refuse_hidden(self, node: Any, path: tuple, depth: int) -> None:
-        if isinstance(node, torch.Tensor):
-            if self._traced(node):
+    def _refuse_hidden(self, roots: list) -> None:
+        """Raises at a traced tensor or a JAX value among ``roots`` or what they reach by the
+        rule ``_hidden``, each at its root's path. The walks share what they met (``hidden``)
+        and its bound."""
+        visits = walk(
+            roots,
+            self._hidden,
+            max_depth=sys.maxsize,  # (its steps add none to a path: ``_hidden`` bounds it)
+            max_nodes=_MAX_NODES,
+            too_far=self._too_large,
+            seen=self.hidden,
+        )
+        for visit in visits:
+            value = visit.value
+            if isinstance(value, torch.Tensor) and self._traced(value):
                 raise self.error(
-                    path,
+                    visit.path,
                     "holds a tensor the function computed where torchlax cannot put another "
                     "in its place (a C extension's field, a closure, a set)",
                 )
-            return
-        if isinstance(node, jax.core.Tracer):
-            raise self.error(path, "holds a JAX value computed inside the function")
-        if isinstance(node, ATOMS) or depth > _MAX_DEPTH or id(node) in self.hidden:
-            return
-        self.hidden.add(id(node))
-        if len(self.hidden) > _MAX_NODES:
-            raise self.error(path, "is too large to search for the tensors the function computed")
-        if isinstance(node, (types.FunctionType, types.MethodType)):
-            self._children(Visit(path, node, (), False))  # its closure only
-            return
-        for referent in gc.get_referents(node):
-            self._refuse_hidden(referent, path, depth + 1)
+            if isinstance(value, jax.core.Tracer):
+                raise self.error(visit.path, "holds a JAX value computed inside the function")
+
+    def _hidden(self, visit: Visit) -> list:
+        """What the search for hidden tensors goes to from ``visit.value``: what it holds as
+        the garbage collector sees it (``gc.get_referents``), not named in paths; from a
+        function, its closure (searched from there, as deep again). Within ``_MAX_DEPTH`` of
+        its walk's roots; a tensor or JAX value one step beyond is still checked."""
+        if isinstance(visit.value, types.FunctionType | types.MethodType):
+            self._children(visit)  # its closure only
+            return []
+        deep = len(visit.holders) >= _MAX_DEPTH
+        return [
+            (None, r)
+            for r in gc.get_referents(visit.value)
+            if not deep or isinstance(r, torch.Tensor | jax.core.Tracer)
+        ]
 
     def _traced(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` was computed inside the trace (holds a tracer that is no state)."""

@@ -6,7 +6,8 @@ root (``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth or
 first, within a depth and a node budget. Where it goes from an object is its consumer's rule:
 ``reached`` (what a function reaches, for the paths errors name things by: ``_paths``), the
 state walk's (``_discover``, which records what it reads in its snapshot) or what a returned
-object holds (``_objects``). It never enters ``ATOMS`` (values that hold no tensor) nor
+object holds (``_objects``, with what hides in it from Python: ``gc.get_referents``, in walks
+that share what they met). It never enters ``ATOMS`` (values that hold no tensor) nor
 tensors.
 """
 
@@ -54,19 +55,23 @@ class Visit(NamedTuple):
 
 def walk(
     roots: Iterable[tuple[tuple, Any]],
-    children: Callable[[Visit], Iterable[tuple[tuple, Any]]],
+    children: Callable[[Visit], Iterable[tuple[tuple | None, Any]]],
     *,
     max_depth: int,
     max_nodes: int,
     breadth: bool = False,
     too_far: Callable[[Visit], None] | None = None,
+    seen: set[int] | None = None,
 ) -> Iterator[Visit]:
     """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once
     (an object met again is yielded with ``again`` and not entered), in depth-first order
     (each object's children in their order) or, with ``breadth``, nearest first. Atoms are
-    not yielded. An object whose path has ``max_depth`` steps, or any once ``max_nodes``
-    objects were met, is not entered (``too_far`` is told of it: it may raise)."""
-    seen: set[int] = set()
+    not yielded. A child's step of None (where a value hides from Python: a C extension's
+    field, a set's item) leaves its path its holder's. An object whose path has
+    ``max_depth`` steps, or any once ``max_nodes`` objects were met, is not entered
+    (``too_far`` is told of it: it may raise). ``seen``: the ids of the objects met, to
+    share between walks (each then skips what another met, and counts it)."""
+    seen = set() if seen is None else seen
     pending = deque(Visit(path, value, (), False) for path, value in roots)
     if not breadth:
         pending.reverse()
@@ -89,7 +94,8 @@ def walk(
             continue
         holders = (*visit.holders, value)
         following = [
-            Visit((*visit.path, step), child, holders, False) for step, child in children(visit)
+            Visit(visit.path if step is None else (*visit.path, step), child, holders, False)
+            for step, child in children(visit)
         ]
         pending.extend(following if breadth else reversed(following))
 
