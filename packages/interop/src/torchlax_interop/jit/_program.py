@@ -32,6 +32,7 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     donatable,
+    float32_matmul_precision,
     get_logger,
     returned_in_memory_order,
     state_lock,
@@ -168,10 +169,17 @@ class _Program:
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self._recomputing_backwards: dict = {}
         self.logged_eager = False  # _Jitted._forward_with_backward_hooks logs once
+        # (a trace and the storages it drops) the next trace derives its entry from instead
+        # of tracing the step (without_dead_grads)
+        self.derived: tuple[Entry, tuple[int, ...]] | None = None
 
     # -- tracing --------------------------------------------------------------------------
 
-    def _traced_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+    def _traced_entry(
+        self, derived: tuple | None, state_arrays: list, lr_arrays: list, arrays: list
+    ):
+        if derived is not None:  # (``derived``: see without_dead_grads)
+            return _without(derived[0], derived[1], state_arrays, lr_arrays, arrays)
         return self._traced(state_arrays, lr_arrays, arrays)
 
     def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
@@ -370,7 +378,8 @@ class _Program:
             # The state is donated unless the step runs on lent CPU memory (read when tracing).
             core = self.core
             core.donate_argnums = (0,) if self.jitted.donate_state else ()
-        entry = core.entry(signature, args)
+        entry = core.entry(signature, args, self.derived)
+        self.derived = None
         constants = entry.info.constants
         if constants is not None and not constants.hold():
             self.forget_traces()
@@ -622,27 +631,79 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     return tuple(dead)
 
 
-def dead_grads_key(programs: dict, key: tuple, entry: Entry, dead: tuple[int, ...]) -> tuple:
-    """The program key of a step traced with ``key`` whose ``.grad``s at positions ``dead``
-    (in the state's grads) it discards unread (``entry``: that trace).
+def without_dead_grads(
+    programs: dict, key: tuple, entry: Entry, state: _StateSet, dead: tuple[int, ...]
+) -> tuple:
+    """The program key of a step traced with ``key`` over ``state`` (``entry``: that trace,
+    never compiled: its program is dropped) whose ``.grad``s at positions ``dead`` (in the
+    state's grads) it discards unread: the step's program over the state without them.
 
     It is the key of the same step over the state without those ``.grad``s (``None``) where
     a program of that key computes what ``entry`` does: a resumed process's first call traced
-    it (optimizer state restored from a checkpoint, no ``.grad``s yet), and the steady step,
-    which sets the ``.grad``s to ``None`` before the program runs, is that program (one
-    compilation, not two of the same HLO). Their equations are compared because a step's
-    Python may branch on whether a ``.grad`` is ``None`` before it discards it. Else a key of
-    its own."""
+    it (optimizer state restored, no ``.grad``s yet), and the steady step, which sets the
+    ``.grad``s to ``None`` before the program runs, is that program (one compilation, not two
+    of the same HLO). Their equations are compared because a step's Python may branch on
+    whether a ``.grad`` is ``None`` before it discards it. Else a key of its own, whose
+    program's entry is derived from ``entry`` (``_without``): the step is not traced again."""
+    program = programs.pop(key)
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
     without = (spec, statics, values, (present, static), *rest)
-    program = programs.get(without)
-    if program is not None and entry.jaxpr is not None:
+    other = programs.get(without)
+    if other is not None and entry.jaxpr is not None:
         computes = _equations(entry.jaxpr.jaxpr)
-        for other in program.core.entries():
-            if other.jaxpr is not None and _equations(other.jaxpr.jaxpr) == computes:
+        for e in other.core.entries():
+            if e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes:
                 return without
+    new = programs[(*key, dead)] = _Program(
+        program.jitted,
+        program.in_spec,
+        program.statics,
+        program.static_values,
+        program.checks,
+        program.in_layouts,
+    )
+    new.trains = True
+    dropped = {id(storage_of(state.grads[i].grad)) for i in dead}
+    new.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
     return (*key, dead)
+
+
+def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arrays) -> tuple:
+    """The results and ``_Info`` of ``source``'s program (a step traced over storages that
+    include, at positions ``drop``, ``.grad``s it discards unread) over the state without
+    those storages: its jaxpr evaluated, not the step's Python traced again, with their
+    inputs and outputs left out and the storage indices of its ``_Info`` renumbered."""
+    closed, info = source.jaxpr, source.info
+    assert closed is not None  # (no dead .grads are looked for in checked mode)
+    full = list(state_arrays)
+    for i in drop:
+        full.insert(i, None)  # (never read: _unread_grads)
+    key = closed.in_avals[-1]
+    if source.random:  # (one more split of the call's key: as random, not the same values)
+        key = jax.random.key_data(torchlax_core.current_env().next_prng_key())
+    else:
+        key = jnp.zeros(key.shape, key.dtype)  # pyright: ignore[reportAttributeAccessIssue]  (an aval)
+    if source.precision is not None:  # stale, as its source, once the matmul precision changes
+        float32_matmul_precision()
+    flat = jax_core.jaxpr_as_fun(closed)(*full, *lr_arrays, *arrays, key)
+    n_outs, n_state = info.n_outputs, len(info.changed)
+    kept = {old: new for new, old in enumerate(i for i in range(n_state) if i not in drop)}
+
+    def slot(kind: int, index: int) -> tuple:
+        return kind, kept[index] if kind == _KEPT else index
+
+    info = dataclasses.replace(
+        info,
+        changed=tuple(info.changed[i] for i in kept),
+        grad_slots=tuple(slot(*s) for s in info.grad_slots),
+        opt_slots=tuple(
+            tuple(tuple((name, *slot(kind, i)) for name, kind, i in row) for row in slots)
+            for slots in info.opt_slots
+        ),
+    )
+    storages = flat[n_outs : n_outs + n_state]
+    return (flat[:n_outs], [storages[i] for i in kept], flat[n_outs + n_state :]), info
 
 
 def _equations(jaxpr) -> tuple:
