@@ -268,10 +268,8 @@ class _Jitted:
             ) from None
         if program is None:
             with _trace_lock:
-                in_spec, statics, static_values = configuration
                 program = self.programs.setdefault(
-                    program_key,
-                    _Program(self, in_spec, statics, static_values, run.checks, run.in_layouts),
+                    program_key, _Program(self, configuration, run.checks, run.in_layouts)
                 )
         run.program, run.program_key = program, program_key
         return dead_grads
