@@ -1,10 +1,11 @@
 """The program of one static configuration of a jitted callable: its trace, vjp and donation.
 
-While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_swap_in``), so the
+While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_Swap``), so the
 very objects the user's code names (``model``, ``opt``) compute the program; afterwards they
-get their old arrays back (``_swap_out``). The trace is watched (``_watch``) and what it
-learned is an ``_Info``: which storages, ``.grad``s and optimizer entries the step changed,
-its output structure. A step that trains is compiled with its state donated
+get their old arrays back. The trace is watched (``_watch``) and what it learned is an
+``_Info``: which storages, ``.grad``s and optimizer entries the step changed, its output
+structure. A step's ``.grad``s that it discards unread are left out of its program
+(``without_dead_grads``). A step that trains is compiled with its state donated
 (``core``); a function that only computes has a forward program (``forward_core``) whose
 backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
 ``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call").
@@ -334,7 +335,7 @@ class _Program:
     ):
         # ``precision`` (the float32 matmul precision, which the lowerings read while tracing)
         # is unused here: a static argument, it keys jax.jit's cache on the mode.
-        assert self._state is not None  # info() sets it before tracing
+        assert self._state is not None  # entry() sets it before tracing
         n_state = len(self._state.storages)
 
         def results_only(*inputs):
@@ -364,8 +365,8 @@ class _Program:
             # The state is donated unless the step runs on lent CPU memory (read when tracing).
             core = self.core
             core.donate_argnums = (0,) if self.jitted.donate_state else ()
-        entry = core.entry(signature, args, self.derived)
-        self.derived = None
+        derived, self.derived = self.derived, None
+        entry = core.entry(signature, args, derived)
         constants = entry.info.constants
         if constants is not None and not constants.hold():
             self.forget_traces()
