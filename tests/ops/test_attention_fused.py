@@ -167,3 +167,36 @@ def test_under_torchlax_jit_with_backward():
     for g, e in zip(grads, expected_grads, strict=True):
         assert g is not None
         torch.testing.assert_close(g.cpu(), e, atol=2e-5, rtol=1e-5)
+
+
+def test_backward_recomputes_the_scores_in_one_program():
+    # In one torchlax.jit program the backward's recomputed q k^T must stay a product of its
+    # own: merged with the forward's (XLA's CSE), the forward's float32 (L, S) scores of every
+    # layer would stay alive until the backward (4.5 GiB of GPT-2 small's peak on a TPU).
+    import re
+
+    layers, (batch, heads, length, dim) = 3, (2, 2, 128, 32)
+    with torchlax_core.enable():
+        x = torch.randn(batch, length, heads * dim, dtype=torch.bfloat16, device="jax")
+        weights = [
+            torch.randn(heads * dim, 3 * heads * dim, dtype=torch.bfloat16, device="jax")
+            .div(16)
+            .requires_grad_()
+            for _ in range(layers)
+        ]
+
+    def step():
+        out = x
+        for w in weights:
+            q, k, v = (out @ w).view(batch, length, 3, heads, dim).permute(2, 0, 3, 1, 4)
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = out + attended.transpose(1, 2).reshape(out.shape)
+        out.float().square().mean().backward()
+        return out.detach()
+
+    jitted = torchlax.jit(step)
+    jitted()
+    (program,) = [c for p in jitted.programs.values() for c in p.compiled.values()]
+    scores = rf"= f32\[{batch},{heads},{length},{length}\]\{{[^}}]*\}} (?:dot|convolution)\("
+    # per layer: the forward's q k^T, the backward's recomputed q k^T, and dO v^T
+    assert len(re.findall(scores, program.as_text())) == 3 * layers

@@ -7,6 +7,11 @@ float32 intermediates as residuals: twice the bytes of the activation, or more. 
 runs such a computation under ``jax.checkpoint``, so that what the backward keeps is the
 computation's own (half-precision) array arguments, and the float32 part is recomputed from
 them in the backward pass. The values are the same computation, forward and backward.
+
+The other direction: a backward lowering that recomputes what its forward computed (flash
+attention's scores, from the saved query, key and logsumexp) reads its inputs through
+``fenced``, so that XLA does not merge the two computations into one and keep the forward's
+array alive until the backward (PyTorch's backward ops in one ``torchlax.jit`` program).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import jax
 import jax.core
 from jax._src.interpreters.partial_eval import DynamicJaxprTracer
 
-__all__ = ["recomputed"]
+__all__ = ["fenced", "recomputed"]
 
 
 def recomputed(fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -45,6 +50,17 @@ def recomputed(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*call_args, **call_kwargs)
 
     return jax.checkpoint(run)(*arrays)
+
+
+def fenced(*arrays: Any) -> tuple:
+    """``arrays`` as they are, behind an optimization barrier where any is a tracer: XLA then
+    cannot merge what is computed from them with the same computation elsewhere in the program
+    (as ``jax.checkpoint`` fences its recomputation). Pass the gradient too: nothing computed
+    from the fenced arrays can then run before the backward pass reaches it. (Concrete arrays,
+    eager: no barrier, no extra dispatch.)"""
+    if not any(isinstance(a, jax.core.Tracer) for a in arrays):
+        return arrays
+    return jax.lax.optimization_barrier(arrays)
 
 
 def _differentiable(x: jax.Array) -> bool:

@@ -22,7 +22,7 @@ from .. import _aten
 from .. import _attention_kernels as kernels
 from .._precision import product_precision
 from .._promotion import accumulator, declared
-from .._recompute import recomputed
+from .._recompute import fenced, recomputed
 from .._table import decomposition, lowering
 from .activations import _gelu, safe_softmax
 from .matmul import matmul
@@ -544,6 +544,11 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
         if attn_bias is not None and grad_input_mask[3] and grads[3] is not None:
             grad_bias = _sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
         return (*grads[:3], grad_bias)
+    # The scores are recomputed here, not kept: fenced, or XLA merges them with the forward's
+    # and keeps a float32 (L, S) array per layer alive until the backward.
+    grad_out, query, key, value, attn_bias, logsumexp = fenced(
+        grad_out, query, key, value, attn_bias, logsumexp
+    )
     scores, v = _fused_scores(query, key, value, attn_bias, is_causal, scale)
     weights = jnp.exp(scores - logsumexp[..., None].astype(scores.dtype))
     kept = weights
