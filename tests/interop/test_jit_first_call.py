@@ -205,3 +205,48 @@ def test_a_resumed_step_that_branches_on_a_grad_being_none_keeps_two_programs():
         got = compiled(torchlax.from_torch(x))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
     assert compiled.compilations == 2  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
+
+
+def test_the_steady_step_is_traced_once_with_the_grads_it_discards_left_out():
+    # The first layer's .grads are set to None before they are read (not inputs of the steady
+    # step), the last layer's accumulate (read): the steady program comes from one trace of
+    # the step, those .grads' inputs and outputs left out of it, the positions of the others
+    # renumbered; the step's Python runs twice on the first call (its own program, the
+    # steady one ahead), then only for a new batch size.
+    ref = _model(False)
+    ref_opt = OPTIMIZERS["adamw"](ref.parameters())
+    with torchlax.enable():
+        model = copy.deepcopy(ref).to("jax")
+        opt = OPTIMIZERS["adamw"](model.parameters())
+
+    def step_fn(model, opt, runs):
+        def step(x, y):
+            runs[0] += 1
+            model[0].zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+    runs = [0]
+    reference, compiled = step_fn(ref, ref_opt, [0]), torchlax.jit(step_fn(model, opt, runs))
+    g = torch.Generator().manual_seed(1)
+    per_call = []
+    for batch in (4, 4, 4, 4, 5, 5):
+        x, y = torch.randn(batch, 6, generator=g), torch.randint(0, 3, (batch,), generator=g)
+        want = reference(x, y)
+        before = runs[0]
+        got = compiled(torchlax.from_torch(x), torchlax.from_torch(y))
+        per_call.append(runs[0] - before)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    # (another batch size: the program without those .grads traced for it, once)
+    assert per_call == [2, 0, 0, 0, 1, 0]
+    assert compiled.compilations == 3  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-10, atol=1e-10)
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
+        for key, w in ref_opt.state[p_ref].items():
+            torch.testing.assert_close(opt.state[p][key].cpu(), w, rtol=1e-10, atol=1e-10)

@@ -34,7 +34,7 @@ from . import _first_call
 from ._discover import CpuStateError, cpu_state_tensors, find_state
 from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
-from ._program import _Program, _trace_lock, _unread_grads, dead_grads_key
+from ._program import _Program, _trace_lock, _unread_grads, without_dead_grads
 from ._refusals import _argument_requiring_grad_error
 from ._repeated import _MISSED, _ForwardPlan, _StepPlan
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves
@@ -113,7 +113,7 @@ class _Jitted:
         self._plans: dict[bool, Any] = {}
         # program key -> positions (in the state's grads) of .grads the step discards unread
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
-        # program key -> the key of the program run without those .grads (dead_grads_key)
+        # program key -> the key of the program run without those .grads (without_dead_grads)
         self._dead_keys: dict[Any, tuple] = {}
         # The last call's plan, if the next call may repeat it cheaply (a _ForwardPlan or a
         # _StepPlan): a repeated call is one whose checks and the plan's guard still hold
@@ -181,7 +181,7 @@ class _Jitted:
 
     def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
         """The program, entry and arrays of this call (a step whose first trace finds
-        ``.grad``s it discards unread is traced again without them)."""
+        ``.grad``s it discards unread runs that trace's program without them)."""
         run = _Run(layout, state, tensors_only and not self.static_argnums, (args, kwargs))
         args, kwargs, static_values = self._split_static(args, kwargs)
         if run.plain_args:
@@ -211,14 +211,13 @@ class _Jitted:
                 return run  # (no jaxpr kept in checked mode)
             # The first trace of this step: which .grads does it discard unread? Later calls
             # leave them out, and so does this one: its program (not compiled yet) is
-            # replaced by one traced over the state without them (_find_program).
+            # replaced by one over the state without them (without_dead_grads).
             dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
             if not dead:
                 return run
-            self._dead_keys[run.program_key] = dead_grads_key(
-                self.programs, run.program_key, run.entry, dead
+            self._dead_keys[run.program_key] = without_dead_grads(
+                self.programs, run.program_key, run.entry, run.state, dead
             )
-            del self.programs[run.program_key]  # never compiled: the next one replaces it
             run.state = state
 
     def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
@@ -239,10 +238,8 @@ class _Jitted:
             ) from None
         if program is None:
             with _trace_lock:
-                in_spec, statics, static_values = configuration
                 program = self.programs.setdefault(
-                    program_key,
-                    _Program(self, in_spec, statics, static_values, run.checks, run.in_layouts),
+                    program_key, _Program(self, configuration, run.checks, run.in_layouts)
                 )
         run.program, run.program_key = program, program_key
         return dead_grads

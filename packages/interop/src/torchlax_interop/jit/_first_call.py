@@ -37,7 +37,7 @@ import jax
 from torchlax_core import JitError
 from torchlax_core.internal import op_cache_compiling_nothing
 
-from ._program import _log
+from ._program import _log, held, put_back
 from ._refusals import _owner
 from ._repeated import _HeldInterrupts
 from ._write_back import _write_plan, _write_state
@@ -72,10 +72,10 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
         steady = None
         try:
             first = _compile_ahead(jitted, args, kwargs, FIRST)
-            if first is not None and first.shapes is not None:
+            assert first is not None  # (FIRST raises what fails)
+            if first.shapes is not None:
                 steady = _steady_ahead(jitted, first, args, kwargs)
-            if first is not None:
-                first.run.entry.executable  # noqa: B018  (waits for it here, not in the launch)
+            first.run.entry.executable  # noqa: B018  (waits for it here, not in the launch)
             out = jitted._call(args, kwargs)
         except (JitError, RuntimeError, jax.errors.ConcretizationTypeError) as error:
             _log.info(
@@ -165,17 +165,12 @@ def _steady_ahead(jitted: Any, first: Ahead, args: tuple, kwargs: dict) -> Ahead
     run = first.run
     state, info = run.state, run.info
     _, new_shapes, extra_shapes = first.shapes
-    old = [s.array for s in state.storages]
+    before = held(state)
     new_storages = [
         array if _aval(array) == _aval(shape) else _stand_in(shape, first.sharding)
-        for array, shape in zip(old, new_shapes, strict=True)
+        for array, shape in zip(before[1], new_shapes, strict=True)
     ]
     extra = [_stand_in(shape, first.sharding) for shape in extra_shapes]
-    grads = [p.grad for p in state.grads]
-    dicts = [
-        (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
-        for opt in state.optimizers
-    ]
     layout = jitted._layout
     try:
         _write_state(state, info, new_storages, extra, _write_plan(state, info))
@@ -183,17 +178,7 @@ def _steady_ahead(jitted: Any, first: Ahead, args: tuple, kwargs: dict) -> Ahead
         return _compile_ahead(jitted, args, kwargs, True)
     finally:
         with _HeldInterrupts():  # (a Ctrl-C arriving here waits until all is put back)
-            for storage, array in zip(state.storages, old, strict=True):
-                storage.array = array
-            for p, grad in zip(state.grads, grads, strict=True):
-                if p.grad is not grad:
-                    p.grad = grad
-            for opt, saved, entries in dicts:
-                opt.state.clear()
-                for p, values in saved.items():
-                    values.clear()
-                    values.update(entries[p])
-                    opt.state[p] = values
+            put_back(state, before)
             # (the layout the steady trace found, and its arrays, hold stand-ins)
             jitted._layout = layout
             jitted._last_state = None

@@ -1,10 +1,11 @@
 """The program of one static configuration of a jitted callable: its trace, vjp and donation.
 
-While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_swap_in``), so the
+While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_Swap``), so the
 very objects the user's code names (``model``, ``opt``) compute the program; afterwards they
-get their old arrays back (``_swap_out``). The trace is watched (``_watch``) and what it
-learned is an ``_Info``: which storages, ``.grad``s and optimizer entries the step changed,
-its output structure. A step that trains is compiled with its state donated
+get their old arrays back. The trace is watched (``_watch``) and what it learned is an
+``_Info``: which storages, ``.grad``s and optimizer entries the step changed, its output
+structure. A step's ``.grad``s that it discards unread are left out of its program
+(``without_dead_grads``). A step that trains is compiled with its state donated
 (``core``); a function that only computes has a forward program (``forward_core``) whose
 backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
 ``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call").
@@ -13,6 +14,7 @@ backward recomputes it under ``jax.vjp``, until a first backward; then forwards 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import threading
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from torchlax_core.internal import (
     Entry,
     array_of,
     donatable,
+    float32_matmul_precision,
     get_logger,
     returned_in_memory_order,
     state_lock,
@@ -121,10 +124,11 @@ class _Info:
 class _Program:
     """One static configuration of a jitted callable: its traced function and compiled forms."""
 
-    def __init__(
-        self, jitted: _Jitted, in_spec, statics, static_values, checks: bool, in_layouts=None
-    ):
+    def __init__(self, jitted: _Jitted, configuration: tuple, checks: bool, in_layouts=None):
         self.jitted = jitted
+        # (the tree of the arguments, each leaf's _SLOT / _STATIC / value, the static values)
+        self.configuration = configuration
+        self.in_spec, self.statics, self.static_values = configuration
         # per input array: None (row-major), or (strides it is traced with, so that its
         # results take the strides eager PyTorch gives them; the order its array comes in:
         # see _input_layouts); None when every input is row-major
@@ -133,31 +137,26 @@ class _Program:
         # checkify and raised after the call; the state is then not donated, so a failed call
         # leaves it as it was.
         self.checks = checks
-        self.in_spec = in_spec
-        self.statics = statics
-        self.static_values = static_values
         self._state: _StateSet | None = None
+
         # The signature -> executable cache, key input, donation of the state arrays (the
         # program returns their new values) and checks: the compiled-program core's.
         # The key input is raw key data, made on the host for each call that draws (a typed
         # key would be one more JAX dispatch per call, longer than the launch itself).
-        self.core = CompiledProgram(
-            _owner(jitted),
-            self._traced_entry,
-            donate_argnums=(0,) if jitted.donate_state else (),
-            checks=checks,
-            keep_jaxpr=not checks,
-            key_data=True,
-        )
-        # A function that changes no state but buffers runs this program instead: no
+        # A function that changes no state but buffers runs the forward program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
-        self.forward_core = CompiledProgram(
-            _owner(jitted),
-            self._traced_forward_entry,
-            checks=checks,
-            keep_jaxpr=not checks,
-            key_data=True,
-        )
+        def compiled(fn: Callable, donate: tuple = ()) -> CompiledProgram:
+            return CompiledProgram(
+                _owner(jitted),
+                fn,
+                donate_argnums=donate,
+                checks=checks,
+                keep_jaxpr=not checks,
+                key_data=True,
+            )
+
+        self.core = compiled(self._traced_entry, (0,) if jitted.donate_state else ())
+        self.forward_core = compiled(self._traced_forward_entry)
         self.trains: bool | None = None  # learned by the first trace
         # Autograd: the forward is the plain program; backward() runs one program that
         # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
@@ -168,10 +167,17 @@ class _Program:
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self._recomputing_backwards: dict = {}
         self.logged_eager = False  # _autograd.eager_call logs once
+        # (a trace and the storages it drops) the next trace derives its entry from instead
+        # of tracing the step (without_dead_grads)
+        self.derived: tuple[Entry, tuple[int, ...]] | None = None
 
     # -- tracing --------------------------------------------------------------------------
 
-    def _traced_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
+    def _traced_entry(
+        self, derived: tuple | None, state_arrays: list, lr_arrays: list, arrays: list
+    ):
+        if derived is not None:  # (``derived``: see without_dead_grads)
+            return _without(derived[0], derived[1], state_arrays, lr_arrays, arrays)
         return self._traced(state_arrays, lr_arrays, arrays)
 
     def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
@@ -186,50 +192,29 @@ class _Program:
         with ``all_storages=False``, only those the step changes (``None`` for the others:
         returning an undonated input copies it)."""
         state = self._state
-        assert state is not None  # info() sets it before tracing
-        env = torchlax_core.current_env()
-        saved = _swap_in(state, state_arrays, lr_arrays)
-        recorded = _defer_schedulers(state.schedulers)
+        assert state is not None  # entry() sets it before tracing
+        swap = _Swap(state, state_arrays, lr_arrays)
         try:
-            with tracing(env):
-                n_cpu = len(state.cpu_tensors)
-                tensors = [Tensor(a) for a in arrays]
-                if self.in_layouts is not None:
-                    for k, layout in enumerate(self.in_layouts):
-                        if layout is not None:
-                            tensors[n_cpu + k] = _traced_input(arrays[n_cpu + k], *layout)
-                cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
-                inputs = iter(tensors[n_cpu:])
-                statics = iter(self.static_values)
-                flat = [
-                    next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
-                    for s in self.statics
-                ]
-                args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
+            with tracing(torchlax_core.current_env()):
+                cpu_state, args, kwargs = self._arguments(arrays, state)
                 out, constants, eager_backward, reads_host_grad = self._run_watched(
                     cpu_state, args, kwargs, state
                 )
                 out_flat, out_spec = pytree.tree_flatten(out)
-                out_statics, out_tensors = _output_plan(
-                    out, out_flat, set(saved["storage_ids"]), self.jitted
-                )
+                out_statics, out_tensors = _output_plan(out, out_flat, set(swap.ids), self.jitted)
                 returned = [
                     returned_in_memory_order(x)
                     if isinstance(x, Tensor)
                     else (_traced_array(x), None)
                     for x in out_tensors
                 ]
-                out_arrays = [array for array, _ in returned]
-                out_orders = tuple(order for _, order in returned)
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
-                grad_slots = tuple(_slot(p.grad, saved, extra) for p in state.grads)
-                opt_slots = tuple(_optimizer_slots(opt, saved, extra) for opt in state.optimizers)
+                grad_slots = tuple(swap.slot(p.grad, extra) for p in state.grads)
+                opt_slots = swap.optimizer_slots(extra)
                 cpu_new = [array_of(t) for t in cpu_state.values()]
-                _check_hyperparameters(state, saved)
         finally:
-            _swap_out(state, saved)
-            _undefer_schedulers(state.schedulers)
+            swap.restore()
         changed = tuple(new is not old for new, old in zip(new_storages, state_arrays, strict=True))
         if not all_storages:
             new_storages = [
@@ -237,30 +222,40 @@ class _Program:
             ]
         cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
         extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
-        trains = any(
-            _grad_changed(kind, index, saved["grad_storage"][i], changed)
-            for i, (kind, index) in enumerate(grad_slots)
-        ) or any(
-            kind != _KEPT or changed[index]
-            for slots in opt_slots
-            for entries in slots
-            for _, kind, index in entries
-        )
+        out_orders = tuple(order for _, order in returned)
         info = _Info(
             out_spec,
             out_statics,
             changed,
             grad_slots,
             opt_slots,
-            tuple(recorded[id(s)] for s in state.schedulers),
+            tuple(swap.scheduler_steps[id(s)] for s in state.schedulers),
             cpu_changed,
-            trains,
+            swap.trains(grad_slots, opt_slots, changed),
             out_orders if any(o is not None for o in out_orders) else (),
             constants,
             eager_backward,
             reads_host_grad,
         )
-        return (out_arrays, new_storages, extra), info
+        return ([array for array, _ in returned], new_storages, extra), info
+
+    def _arguments(self, arrays: list, state: _StateSet) -> tuple:
+        """The step's arguments on tracers of ``arrays`` (the state's CPU tensors of a module
+        target, then the inputs, each with the strides it is traced with, if any):
+        ``(cpu_state, args, kwargs)``."""
+        n_cpu = len(state.cpu_tensors)
+        tensors = [Tensor(a) for a in arrays]
+        if self.in_layouts is not None:
+            for k, layout in enumerate(self.in_layouts):
+                if layout is not None:
+                    tensors[n_cpu + k] = _traced_input(arrays[n_cpu + k], *layout)
+        cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
+        inputs, statics = iter(tensors[n_cpu:]), iter(self.static_values)
+        flat = [
+            next(inputs) if s is _SLOT else next(statics) if s is _STATIC else s
+            for s in self.statics
+        ]
+        return cpu_state, *pytree.tree_unflatten(flat, self.in_spec)
 
     def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
         """The step on tracers, refusing what cannot be one program: an optimizer stepped
@@ -277,28 +272,28 @@ class _Program:
             {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
         )
         watch = trace_watch.constants  # the torchlax Tensors it reached (core's op observer)
-        try:
-            try:
-                with trace_watch:
-                    out = jitted._run(cpu_state, args, kwargs)
-            except jax.errors.UnexpectedTracerError as exc:
-                raise _leaked_tracer_error(jitted) from exc
-            finally:
-                unfound.remove()
-        except BaseException:
+
+        def put_back() -> None:  # what the step changed, before a refusal is raised
             watch.restore(watch.changed())
             trace_watch.restore(trace_watch.changed_cpu_tensors())
+
+        try:
+            with trace_watch:
+                out = jitted._run(cpu_state, args, kwargs)
+        except BaseException as exc:
+            put_back()
             if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
                 raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
+            if isinstance(exc, jax.errors.UnexpectedTracerError):
+                raise _leaked_tracer_error(jitted) from exc
             raise
-        if trace_watch.refused_leaves:  # (the step caught the refusal and went on)
-            watch.restore(watch.changed())
-            trace_watch.restore(trace_watch.changed_cpu_tensors())
-            raise _refused_backward_error(trace_watch, jitted, args, kwargs)
-        cpu_changed = trace_watch.changed_cpu_tensors()
-        if cpu_changed:  # a plain CPU tensor the step changed: put back, and named
-            trace_watch.restore(cpu_changed)
-            watch.restore(watch.changed())
+        finally:
+            unfound.remove()
+        cpu_changed = trace_watch.changed_cpu_tensors()  # (plain CPU tensors: named)
+        if trace_watch.refused_leaves or cpu_changed:  # (the step caught a refusal, went on)
+            put_back()
+            if trace_watch.refused_leaves:
+                raise _refused_backward_error(trace_watch, jitted, args, kwargs)
             named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
             raise changed_cpu_tensor_error(owner, named)
         untrained = trace_watch.modules.error(owner, jitted.target, args, kwargs)
@@ -340,7 +335,7 @@ class _Program:
     ):
         # ``precision`` (the float32 matmul precision, which the lowerings read while tracing)
         # is unused here: a static argument, it keys jax.jit's cache on the mode.
-        assert self._state is not None  # info() sets it before tracing
+        assert self._state is not None  # entry() sets it before tracing
         n_state = len(self._state.storages)
 
         def results_only(*inputs):
@@ -370,7 +365,8 @@ class _Program:
             # The state is donated unless the step runs on lent CPU memory (read when tracing).
             core = self.core
             core.donate_argnums = (0,) if self.jitted.donate_state else ()
-        entry = core.entry(signature, args)
+        derived, self.derived = self.derived, None
+        entry = core.entry(signature, args, derived)
         constants = entry.info.constants
         if constants is not None and not constants.hold():
             self.forget_traces()
@@ -418,12 +414,6 @@ class _Program:
         return backward
 
 
-def _grad_changed(kind, index, before, changed) -> bool:
-    if kind == _NONE:
-        return before != -1
-    return kind == _NEW or index != before or changed[index]
-
-
 def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
     """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
     first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
@@ -438,130 +428,149 @@ def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
     )
 
 
-def _slot(value, saved: dict, extra: list) -> tuple:
-    """How a program's final ``.grad`` (or state entry) is returned: none, kept, or new."""
-    if value is None:
-        return _NONE, -1
-    if isinstance(value, Tensor) and id(storage_of(value)) in saved["storage_ids"]:
-        return _KEPT, saved["storage_ids"][id(storage_of(value))]
-    extra.append(_traced_array(value))
-    return _NEW, len(extra) - 1
+def held(state: _StateSet, storages=None) -> tuple:
+    """What a trace (or the first call's stand-ins) changes of the state's objects, for
+    ``put_back``: the arrays of ``storages`` (default: the state's), the ``.grad``s, and each
+    optimizer's state dict and entries."""
+    storages = state.storages if storages is None else storages
+    optimizers = [
+        (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
+        for opt in state.optimizers
+    ]
+    return storages, [s.array for s in storages], [p.grad for p in state.grads], optimizers
 
 
-def _optimizer_slots(opt, saved: dict, extra: list) -> tuple:
-    slots = []
-    for group in opt.param_groups:
-        for p in group["params"]:
-            entries = opt.state.get(p) or {}
-            before = saved["opt_state"][id(opt)].get(p, {})
-            row = []
-            for name, value in entries.items():
-                if isinstance(value, torch.Tensor):
-                    row.append((name, *_slot(value, saved, extra)))
-                elif name not in before or before[name] != value:
-                    raise JitError(
-                        f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
-                        f"state value {name!r} that the compiled step changes; it would be a "
-                        "constant of the program. Keep optimizer state in tensors."
-                    )
-            slots.append(tuple(row))
-    return tuple(slots)
+def put_back(state: _StateSet, held: tuple) -> None:
+    """The state's objects as ``held`` found them (the same dicts: the step's own references
+    to them stay valid)."""
+    storages, arrays, grads, optimizers = held
+    for storage, array in zip(storages, arrays, strict=True):
+        storage.array = array
+    for p, grad in zip(state.grads, grads, strict=True):
+        if p.grad is not grad:
+            p.grad = grad
+    for opt, dicts, entries in optimizers:
+        opt.state.clear()
+        for p, values in dicts.items():
+            values.clear()
+            values.update(entries[p])
+            opt.state[p] = values
 
 
-def _check_hyperparameters(state: _StateSet, saved: dict) -> None:
-    for (group, _), tracer_lr in zip(state.lrs, saved["lr_tensors"], strict=True):
-        if group["lr"] is not tracer_lr:
-            raise JitError(
-                "torchlax.jit: the compiled step assigns param_group['lr'] itself; the new "
-                "value would be a constant of the program. Change learning rates with a "
-                "torch.optim.lr_scheduler scheduler, or outside the compiled function."
-            )
+class _Swap:
+    """The state's objects holding a trace's tracers (``_Program._traced``) until ``restore``:
+    the storages' arrays, the learning rates (tensors of their inputs), the optimizers'
+    ``capturable`` flags and the schedulers' ``step()`` (counted, made after the call). It
+    tells how each ``.grad`` and optimizer entry the trace leaves is returned (``slot``)."""
 
-
-def _swap_in(state: _StateSet, state_arrays, lr_arrays) -> dict:
-    """Put the program's tracers into the state objects; return what to restore."""
-    ids = {id(s): i for i, s in enumerate(state.storages)}
-    saved: dict[str, Any] = {
-        "arrays": [s.array for s in state.storages],
-        "storage_ids": ids,
-        "grads": [p.grad for p in state.grads],
-        "opt_state": {
-            id(opt): {p: dict(v) for p, v in opt.state.items()} for opt in state.optimizers
-        },
-        "opt_dicts": {id(opt): dict(opt.state) for opt in state.optimizers},
-        "lrs": [group["lr"] for group, _ in state.lrs],
-        "capturable": [
+    def __init__(self, state: _StateSet, state_arrays: list, lr_arrays: list):
+        self.state = state
+        self.ids = {id(s): i for i, s in enumerate(state.storages)}
+        # per grad parameter, what its .grad was: None (-1), a storage's (its index), other (-2)
+        self.grad_storage = [
+            -1 if p.grad is None else self.ids.get(id(storage_of(p.grad)), -2) for p in state.grads
+        ]
+        dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
+        self.held = held(state, [*state.storages, *dead])
+        self.lrs = [group["lr"] for group, _ in state.lrs]
+        self.capturable = [
             (group, group["capturable"])
             for opt in state.optimizers
             for group in opt.param_groups
             if "capturable" in group
-        ],
-    }
-    # A .grad the step discards unread is no input: it holds a stand-in of its shape while
-    # tracing (it is not None, so the step's Python takes the path it took when the grad was
-    # fed and found unread).
-    dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
-    saved["dead"] = [(storage, storage.array) for storage in dead]
-    for storage in dead:
-        # (its array may be a jax.ShapeDtypeStruct: the first call's stand-in, _first_call)
-        storage.array = jnp.zeros(storage.array.shape, storage.array.dtype)
-    saved["grad_storage"] = [
-        -1 if p.grad is None else ids.get(id(storage_of(p.grad)), -2) for p in state.grads
-    ]
-    for storage, array in zip(state.storages, state_arrays, strict=True):
-        storage.array = array
-    lr_tensors = []
-    for (group, _), array in zip(state.lrs, lr_arrays, strict=True):
-        group["lr"] = lr = Tensor(array)
-        lr_tensors.append(lr)
-    saved["lr_tensors"] = lr_tensors
-    for group, _ in saved["capturable"]:
-        # The optimizers' capturable code path keeps step counts and learning rates as
-        # tensors (no host reads), as it does for CUDA graphs.
-        group["capturable"] = True
-    return saved
+        ]
+        self.scheduler_steps = {id(s): 0 for s in state.schedulers}
+        for storage, array in zip(state.storages, state_arrays, strict=True):
+            storage.array = array
+        # A .grad the step discards unread is no input: it holds a stand-in of its shape while
+        # tracing (it is not None, so the step's Python takes the path it took when the grad
+        # was fed and found unread). (Its array may be a jax.ShapeDtypeStruct: _first_call.)
+        for storage in dead:
+            storage.array = jnp.zeros(storage.array.shape, storage.array.dtype)
+        self.lr_tensors = [Tensor(array) for array in lr_arrays]
+        for (group, _), lr in zip(state.lrs, self.lr_tensors, strict=True):
+            group["lr"] = lr
+        for group, _ in self.capturable:
+            # The optimizers' capturable code path keeps step counts and learning rates as
+            # tensors (no host reads), as it does for CUDA graphs.
+            group["capturable"] = True
+        for s in state.schedulers:
+            s.step = functools.partial(self._scheduler_step, s)
 
+    def _scheduler_step(self, scheduler, *args, **kwargs) -> None:
+        if args or kwargs:
+            raise JitError(
+                "torchlax.jit: scheduler.step() with arguments (an epoch or a metric) "
+                "inside a compiled step is not supported; call it outside the step."
+            )
+        self.scheduler_steps[id(scheduler)] += 1
 
-def _swap_out(state: _StateSet, saved: dict) -> None:
-    for storage, array in zip(state.storages, saved["arrays"], strict=True):
-        storage.array = array
-    for storage, array in saved["dead"]:
-        storage.array = array
-    for p, grad in zip(state.grads, saved["grads"], strict=True):
-        p.grad = grad
-    for opt in state.optimizers:
-        entries = saved["opt_state"][id(opt)]
-        opt.state.clear()
-        for p, original in saved["opt_dicts"][id(opt)].items():
-            original.clear()
-            original.update(entries[p])
-            opt.state[p] = original
-    for (group, _), lr in zip(state.lrs, saved["lrs"], strict=True):
-        group["lr"] = lr
-    for group, capturable in saved["capturable"]:
-        group["capturable"] = capturable
+    def restore(self) -> None:
+        state = self.state
+        put_back(state, self.held)
+        for (group, _), lr in zip(state.lrs, self.lrs, strict=True):
+            group["lr"] = lr
+        for group, capturable in self.capturable:
+            group["capturable"] = capturable
+        for s in state.schedulers:
+            del s.step
 
+    def slot(self, value, extra: list) -> tuple:
+        """How a program's final ``.grad`` (or state entry) is returned: none, kept (the index
+        of its storage), or new (its index in ``extra``, the program's extra results)."""
+        if value is None:
+            return _NONE, -1
+        index = self.ids.get(id(storage_of(value))) if isinstance(value, Tensor) else None
+        if index is not None:
+            return _KEPT, index
+        extra.append(_traced_array(value))
+        return _NEW, len(extra) - 1
 
-def _defer_schedulers(schedulers) -> dict:
-    """Inside the trace, a scheduler's step() is counted, and run on the host after the call."""
-    recorded = {id(s): 0 for s in schedulers}
-    for s in schedulers:
-
-        def step(*args, _s=s, **kwargs):
-            if args or kwargs:
+    def optimizer_slots(self, extra: list) -> tuple:
+        """Per optimizer, per parameter: ``(name, *slot)`` for each state entry; a non-tensor
+        entry the step changed is refused, as is a learning rate it assigned."""
+        slots = tuple(
+            tuple(self._entries(opt, p, before.get(p, {}), extra) for p in _params(opt))
+            for opt, _, before in self.held[3]
+        )
+        for (group, _), lr in zip(self.state.lrs, self.lr_tensors, strict=True):
+            if group["lr"] is not lr:
                 raise JitError(
-                    "torchlax.jit: scheduler.step() with arguments (an epoch or a metric) "
-                    "inside a compiled step is not supported; call it outside the step."
+                    "torchlax.jit: the compiled step assigns param_group['lr'] itself; the new "
+                    "value would be a constant of the program. Change learning rates with a "
+                    "torch.optim.lr_scheduler scheduler, or outside the compiled function."
                 )
-            recorded[id(_s)] += 1
+        return slots
 
-        s.step = step
-    return recorded
+    def _entries(self, opt, p, before: dict, extra: list) -> tuple:
+        row = []
+        for name, value in (opt.state.get(p) or {}).items():
+            if isinstance(value, torch.Tensor):
+                row.append((name, *self.slot(value, extra)))
+            elif name not in before or before[name] != value:
+                raise JitError(
+                    f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
+                    f"state value {name!r} that the compiled step changes; it would be a "
+                    "constant of the program. Keep optimizer state in tensors."
+                )
+        return tuple(row)
+
+    def trains(self, grad_slots: tuple, opt_slots: tuple, changed: tuple) -> bool:
+        """Whether the step changes a ``.grad`` or optimizer state (it then never runs as a
+        forward that outer autograd differentiates)."""
+        return any(
+            before != -1 if kind == _NONE else kind == _NEW or index != before or changed[index]
+            for (kind, index), before in zip(grad_slots, self.grad_storage, strict=True)
+        ) or any(
+            kind != _KEPT or changed[index]
+            for slots in opt_slots
+            for entries in slots
+            for _, kind, index in entries
+        )
 
 
-def _undefer_schedulers(schedulers) -> None:
-    for s in schedulers:
-        del s.step
+def _params(opt) -> list:
+    return [p for group in opt.param_groups for p in group["params"]]
 
 
 def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
@@ -622,27 +631,74 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     return tuple(dead)
 
 
-def dead_grads_key(programs: dict, key: tuple, entry: Entry, dead: tuple[int, ...]) -> tuple:
-    """The program key of a step traced with ``key`` whose ``.grad``s at positions ``dead``
-    (in the state's grads) it discards unread (``entry``: that trace).
+def without_dead_grads(
+    programs: dict, key: tuple, entry: Entry, state: _StateSet, dead: tuple[int, ...]
+) -> tuple:
+    """The program key of a step traced with ``key`` over ``state`` (``entry``: that trace,
+    never compiled: its program is dropped) whose ``.grad``s at positions ``dead`` (in the
+    state's grads) it discards unread: the step's program over the state without them.
 
     It is the key of the same step over the state without those ``.grad``s (``None``) where
     a program of that key computes what ``entry`` does: a resumed process's first call traced
-    it (optimizer state restored from a checkpoint, no ``.grad``s yet), and the steady step,
-    which sets the ``.grad``s to ``None`` before the program runs, is that program (one
-    compilation, not two of the same HLO). Their equations are compared because a step's
-    Python may branch on whether a ``.grad`` is ``None`` before it discards it. Else a key of
-    its own."""
+    it (optimizer state restored, no ``.grad``s yet), and the steady step, which sets the
+    ``.grad``s to ``None`` before the program runs, is that program (one compilation, not two
+    of the same HLO). Their equations are compared because a step's Python may branch on
+    whether a ``.grad`` is ``None`` before it discards it. Else a key of its own, whose
+    program's entry is derived from ``entry`` (``_without``): the step is not traced again."""
+    program = programs.pop(key)
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
     without = (spec, statics, values, (present, static), *rest)
-    program = programs.get(without)
-    if program is not None and entry.jaxpr is not None:
+    other = programs.get(without)
+    if other is not None and entry.jaxpr is not None:
         computes = _equations(entry.jaxpr.jaxpr)
-        for other in program.core.entries():
-            if other.jaxpr is not None and _equations(other.jaxpr.jaxpr) == computes:
+        for e in other.core.entries():
+            if e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes:
                 return without
+    new = programs[(*key, dead)] = _Program(
+        program.jitted, program.configuration, program.checks, program.in_layouts
+    )
+    new.trains = True
+    dropped = {id(storage_of(state.grads[i].grad)) for i in dead}
+    new.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
     return (*key, dead)
+
+
+def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arrays) -> tuple:
+    """The results and ``_Info`` of ``source``'s program (a step traced over storages that
+    include, at positions ``drop``, ``.grad``s it discards unread) over the state without
+    those storages: its jaxpr evaluated, not the step's Python traced again, with their
+    inputs and outputs left out and the storage indices of its ``_Info`` renumbered."""
+    closed, info = source.jaxpr, source.info
+    assert closed is not None  # (no dead .grads are looked for in checked mode)
+    full = list(state_arrays)
+    for i in drop:
+        full.insert(i, None)  # (never read: _unread_grads)
+    key = closed.in_avals[-1]
+    if source.random:  # (one more split of the call's key: as random, not the same values)
+        key = jax.random.key_data(torchlax_core.current_env().next_prng_key())
+    else:
+        key = jnp.zeros(key.shape, key.dtype)  # pyright: ignore[reportAttributeAccessIssue]  (an aval)
+    if source.precision is not None:  # stale, as its source, once the matmul precision changes
+        float32_matmul_precision()
+    flat = jax_core.jaxpr_as_fun(closed)(*full, *lr_arrays, *arrays, key)
+    n_outs, n_state = info.n_outputs, len(info.changed)
+    kept = {old: new for new, old in enumerate(i for i in range(n_state) if i not in drop)}
+
+    def slot(kind: int, index: int) -> tuple:
+        return kind, kept[index] if kind == _KEPT else index
+
+    info = dataclasses.replace(
+        info,
+        changed=tuple(info.changed[i] for i in kept),
+        grad_slots=tuple(slot(*s) for s in info.grad_slots),
+        opt_slots=tuple(
+            tuple(tuple((name, *slot(kind, i)) for name, kind, i in row) for row in slots)
+            for slots in info.opt_slots
+        ),
+    )
+    storages = flat[n_outs : n_outs + n_state]
+    return (flat[:n_outs], [storages[i] for i in kept], flat[n_outs + n_state :]), info
 
 
 def _equations(jaxpr) -> tuple:
