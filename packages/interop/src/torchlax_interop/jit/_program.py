@@ -33,7 +33,6 @@ from torchlax_core.internal import (
     CompiledProgram,
     Entry,
     array_of,
-    donatable,
     float32_matmul_precision,
     get_logger,
     returned_in_memory_order,
@@ -730,10 +729,3 @@ def _parameter(value) -> Any:
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _distinct(arrays: list) -> list:
-    """The state arrays with each passed twice (two state tensors holding the very same array,
-    one made from the other's ``.jax()``) copied: a buffer donated to the program may be
-    passed once only (the core's ``donatable``)."""
-    return donatable(arrays, [True] * len(arrays))
