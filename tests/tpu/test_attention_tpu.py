@@ -69,6 +69,15 @@ CASES = {
     "causal": (2, 4, 4, 256, 64, {"is_causal": True}),
     "gqa": (2, 8, 2, 256, 64, {"is_causal": True, "enable_gqa": True}),
     "bool_mask": (1, 4, 4, 256, 128, {"attn_mask": torch.rand(256, 256) > 0.2}),
+    # transformers' traced causal mask: the kernel with causal=True, chosen in the program
+    "causal_bool_mask": (
+        2,
+        4,
+        4,
+        256,
+        64,
+        {"attn_mask": torch.ones(256, 256, dtype=torch.bool).tril().expand(2, 1, 256, 256)},
+    ),
     "plain": (2, 4, 4, 128, 64, {}),
 }
 
