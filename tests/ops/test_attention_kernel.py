@@ -148,19 +148,23 @@ def test_a_bad_choice_fails_the_attention_call_not_the_import(monkeypatch):
     assert imported.returncode == 0, imported.stderr
 
 
-def test_auto_takes_the_plain_lowering_at_gpt2_small_s_attention_and_says_why(caplog, monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+def test_auto_takes_the_plain_lowering_for_small_scores_and_says_why(caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "_logged", {})
     monkeypatch.setattr(kernels, "choice", "auto")
     monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+    small = spec(2, 12, 512, 64)
     gpt2 = spec(8, 12, 1024, 64)
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
-        assert not kernels.plan_for(gpt2, gpt2, gpt2, None, 0.0).kernel
-    (message,) = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
-    assert "plain lowering" in message and "384 MiB" in message
+        assert not kernels.plan_for(small, small, small, None, 0.0).kernel
+        assert kernels.plan_for(gpt2, gpt2, gpt2, None, 0.0).kernel  # 384 MiB of scores
+    messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
+    assert "plain lowering" in messages[0] and "24 MiB" in messages[0]
+    assert "flash-attention kernel" in messages[1]
+    assert kernels.seen() == sorted(m.split(": ", 1)[1] for m in messages)
 
 
 def test_the_choice_is_logged_once(caplog, monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     monkeypatch.setattr(kernels, "choice", "always")
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         monkeypatch.setattr(kernels, "platform", lambda: "tpu")
@@ -174,7 +178,7 @@ def test_the_choice_is_logged_once(caplog, monkeypatch):
 
 
 def test_off_a_tpu_the_plain_lowering_runs_and_says_so(caplog, monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     q = torch.randn(1, 2, 128, 64)
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         with torchlax_core.enable():
@@ -275,7 +279,7 @@ BOOL_CAUSAL = spec(8, 1, 2048, 2048, dtype=jnp.bool_)  # what transformers passe
 def test_a_boolean_mask_is_checked_for_causality_in_the_program(
     query, mask, chosen, kernel, check, monkeypatch
 ):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     monkeypatch.setattr(kernels, "choice", chosen)
     monkeypatch.setattr(kernels, "platform", lambda: "tpu")
     assert kernels.plan_for(query, query, query, mask, 0.0) == kernels.Plan(kernel, check)
@@ -300,7 +304,7 @@ def test_the_causal_check_reads_every_row(mask, causal):
 def test_a_causal_check_puts_a_conditional_in_the_program(monkeypatch):
     from torchlax_ops._lowerings import attention
 
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     monkeypatch.setattr(kernels, "choice", "auto")
     monkeypatch.setattr(kernels, "platform", lambda: "tpu")
     q = jax.ShapeDtypeStruct((8, 16, 2048, 128), jnp.bfloat16)

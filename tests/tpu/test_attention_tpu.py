@@ -32,7 +32,7 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     # the cases are small, where TORCHLAX_ATTENTION_KERNEL=auto declines the kernel
     monkeypatch.setattr(kernels, "choice", "always")
     before = torch.get_float32_matmul_precision()

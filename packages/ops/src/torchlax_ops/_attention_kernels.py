@@ -10,9 +10,9 @@ Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at the first attent
 that a bad value fails that call and not the import of the ops: ``auto``, the default;
 ``always``, every call it can compute; ``never``): under ``auto`` it takes the calls whose
 float32 scores, which the plain lowering materializes, would reach ``_SCORES_BYTES``, and no
-call with a mask (the kernel takes a mask as a float32 bias of the scores' full shape, as large
-as what it saves). On a v5e at GPT-2 small's attention the plain lowering was the faster one
-(benchmarks/tpu_attention.py; numbers in benchmarks/README.md).
+call with a mask but a causal one (the kernel takes a mask as a float32 bias of the scores' full
+shape, as large as what it saves). On a v5e at 512-long blocks the kernel is the faster from
+GPT-2 small's attention up (benchmarks/tpu_attention.py; numbers in benchmarks/README.md).
 
 What the kernel takes: bfloat16 q, k, v (float32 too under the "medium" float32 matmul
 precision: the kernel's products are single bfloat16 passes, measured on a v5e) of shape
@@ -66,10 +66,10 @@ _DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # A masked-out position's bias: finite (the kernel's running maximum must stay a number) and far
 # below any score, even divided by a small scale (the kernel scales the bias with the scores).
 _MASKED = -1e30
-_logged: set = set()
+_logged: dict = {}  # (why, plan, shape, dtype) -> what the log line said
 _CHOICES = ("auto", "always", "never")
-_SCORES_BYTES = 1 << 30
-_DEFAULT_BLOCK = 128
+_SCORES_BYTES = 64 << 20
+_DEFAULT_BLOCK = 512
 
 
 def _choice_from_environment() -> str:
@@ -233,7 +233,6 @@ def _log_plan(plan: Plan, why: str | None, query) -> None:
     shape, dtype = tuple(query.shape), jnp.dtype(query.dtype).name
     if (why, plan, shape, dtype) in _logged or len(_logged) >= 256:
         return
-    _logged.add((why, plan, shape, dtype))
     kernel = "the Pallas TPU flash-attention kernel"
     said = kernel if plan.kernel else f"the plain lowering, since {why}"
     if plan.causal_check:
@@ -242,7 +241,13 @@ def _log_plan(plan: Plan, why: str | None, query) -> None:
             f"{kernel} with causal=True where the boolean mask is the causal one (checked in "
             f"the program), else {other}"
         )
+    _logged[why, plan, shape, dtype] = said
     _log.info("scaled_dot_product_attention (%s, query %s): %s", dtype, shape, said)
+
+
+def seen() -> list[str]:
+    """The choices logged so far (each kind of call's once), as the log lines say them."""
+    return sorted(set(_logged.values()))
 
 
 def _flash():
