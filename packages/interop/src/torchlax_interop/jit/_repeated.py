@@ -30,6 +30,8 @@ from torchlax_core.internal import (
     Entry,
     ResultWrappers,
     donatable,
+    is_root_of,
+    result_specs,
     root_values,
     view_getter,
     wrap_results_like,
@@ -38,7 +40,7 @@ from torchlax_core.internal import (
 from torchlax_core.internal import signature as _signature
 
 from ._autograd import differentiable_call, eager_call
-from ._outputs import _plain_result_specs, _returned, _to_tensors
+from ._outputs import _returned, _to_tensors
 from ._program import _Info
 from ._state import _Hashed, _Layout, _StateSet
 from ._watch import ReadConstants
@@ -59,8 +61,8 @@ _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 class _JitPlan(CallPlan):
     """What both of jit's plans keep: the layout and entry they were made for (one plan per
     kind and entry: ``_Jitted._plans``) and, once ``record`` made it the last plan, the
-    recorded call's argument types and how its outputs were wrapped (``out_specs``:
-    ``result_specs`` of root torchlax Tensors, or None: wrapped the general way)."""
+    recorded call's argument types and ``result_specs`` of its outputs where each was a root
+    torchlax Tensor (None: a repeat wraps them the general way)."""
 
     __slots__ = ("layout", "info", "types", "out_specs")
 
@@ -80,16 +82,25 @@ class _JitPlan(CallPlan):
         self.types: tuple = ()
         self.out_specs: list | None = None
 
-    def _general_result(self, jitted: _Jitted, run: Any, out_arrays: list, repeats: bool):
-        """A general call's result; where ``repeats`` (the next call may repeat it), this plan
-        recorded as the last one, over ``run``'s state."""
+    def _general_result(
+        self, jitted: _Jitted, run: Any, out_arrays: Any, repeats: bool, outputs: Any = None
+    ) -> Any:
+        """A general call's result (``outputs``: its tensors, else made of ``out_arrays``); where
+        ``repeats`` (the next call may repeat it), this plan recorded as the last one, over
+        ``run``'s state."""
         info = self.info
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if outputs is None:
+            outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
         if repeats:
             self.types = tuple(map(type, run.inputs))
-            self.out_specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
+            plain = not info.out_orders and all(map(is_root_of, outputs, out_arrays))
+            self.out_specs = result_specs(outputs, out_arrays) if plain else None
             jitted._last.plan = self.record(run.state, run.checks)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        return _result(jitted, info, outputs)
+        if jitted._cpu_outputs and info.rebuilds:  # pyright: ignore[reportPrivateUsage]  (its own module)
+            # A call over lent CPU state returns CPU tensors: those inside returned objects are
+            # put in place as such (the caller converts the leaves).
+            outputs = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
+        return _returned(info, outputs)
 
     def record(self, state: _StateSet, checks: bool) -> _JitPlan:
         """This plan, made the one the next call may repeat, over ``state``, in checked mode
@@ -102,14 +113,6 @@ class _JitPlan(CallPlan):
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
         return _returned(info, wrap_results_like(out_arrays, self.out_specs))
-
-
-def _result(jitted: _Jitted, info: _Info, outputs: list) -> Any:
-    """What the call returns (``_returned``). A call over lent CPU state returns CPU tensors:
-    those inside returned objects are put in place as such (the caller converts the leaves)."""
-    if jitted._cpu_outputs and info.rebuilds:  # pyright: ignore[reportPrivateUsage]  (its own module)
-        outputs = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
-    return _returned(info, outputs)
 
 
 class _ForwardPlan(_JitPlan):
@@ -150,20 +153,20 @@ class _ForwardPlan(_JitPlan):
         if run.differentiable():
             if info.eager_backward:
                 return eager_call(jitted, run)
-            outputs = differentiable_call(self, jitted, run)
-            _step_schedulers(state, info, [0] * len(state.schedulers))
-            return _result(jitted, info, outputs)
-        call_args = (run.state_arrays, run.lr_arrays, run.arrays)
-        out_arrays = self.launched(jitted, state, lambda: self.program.run(self.entry, *call_args))
+            out_arrays, repeats, outputs = None, False, differentiable_call(self, jitted, run)
+        else:
+            call_args = (run.state_arrays, run.lr_arrays, run.arrays)
+            results = self.launched(jitted, state, lambda: self.program.run(self.entry, *call_args))
+            out_arrays, outputs = results[0], None
+            repeats = (
+                not info.writes
+                and not state.lrs
+                and not torch.is_grad_enabled()
+                and run.repeatable()
+                and self.layout.reused(state)
+            )
         _step_schedulers(state, info, [0] * len(state.schedulers))
-        repeats = (
-            not info.writes
-            and not state.lrs
-            and not torch.is_grad_enabled()
-            and run.repeatable()
-            and self.layout.reused(state)
-        )
-        return self._general_result(jitted, run, out_arrays[0], repeats)
+        return self._general_result(jitted, run, out_arrays, repeats, outputs)
 
     def launched(self, jitted: _Jitted, state: _StateSet, launch: Callable[[], Any]) -> Any:
         """``launch()``'s results (the program's), the buffers they change written back into
