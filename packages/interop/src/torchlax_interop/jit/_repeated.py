@@ -124,17 +124,13 @@ class _ForwardPlan(_JitPlan):
     entry. The buffers the program changes are written back all or nothing (``launched``).
 
     ``call`` repeats a ``torch.no_grad()`` forward over tensor arguments only that writes
-    nothing back, over the recorded state. Before the launch it checks, in one pass, the
-    arguments' types, that none is a view, and that each state array is the one recorded (a
-    step may have donated it since); then the core plan's guard (their avals by identity
-    first) and the constants the trace read. It launches through the plan's C++ launcher
-    (``CallPlan.plain``) and checks the rest (the layout, ``_Layout.forward_guard``; checked
-    mode) while XLA computes: a call that fails them drops its results (the program writes
-    nothing) and takes the general path, as does a launch that raises. An entry that draws
-    keys or checks values launches through ``CallPlan.launch`` after every check. One output's
-    tensor comes from ``ResultWrappers`` (made ahead, in batches). Its shape follows what a
-    call costs after an XLA computation left the caches cold (benchmarks/README.md, "the
-    repeated forward touches less"; ``benchmarks/jit_call_parts.py`` times its parts)."""
+    nothing back. What launching needs is checked first (the state arrays may have been
+    donated by a step since); the rest (the layout, ``_Layout.forward_guard``; checked mode)
+    while XLA computes: a call that fails them drops its results (the program writes nothing)
+    and takes the general path, as does a launch that raises. An entry that draws keys or
+    checks values launches through ``CallPlan.launch`` after every check. Its shape follows
+    what a call costs after an XLA computation left the caches cold (benchmarks/README.md,
+    "the repeated forward touches less"; ``benchmarks/jit_call_parts.py`` times its parts)."""
 
     __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
 
@@ -202,10 +198,9 @@ class _ForwardPlan(_JitPlan):
         return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
-        """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
-        switches it on for the general path only): launching a compiled executable does not
-        read it; a view argument's value, a JAX op, is read inside ``x64()``, and a call in
-        checked mode launches inside it (``CallPlan.launch``)."""
+        """The call's result, or ``_MISSED``. Outside JAX's 64-bit mode (``__call__`` switches
+        it on for the general path only), which launching an executable does not read; a view
+        argument's value (a JAX op) and a checked launch are made inside ``x64()``."""
         if torch.is_grad_enabled() or len(args) != len(self.types):
             return _MISSED
         if all(
@@ -270,14 +265,11 @@ class _StepPlan(_JitPlan):
     (``step``), which every step on the general path runs, and the guard of a call that repeats
     the last one over the same state objects (``call``).
 
-    Where the general path would assemble the state anew (every optimizer state value and
-    ``.grad`` read, their storages gathered: a cost per state array), drop the ``.grad``s the
-    step discards unread and look the entry up, ``call`` checks that all of it would come out
-    the same: the layout's guards in full (``_Layout.holds``), each ``.grad`` and optimizer
-    state value the very object the last call left, each storage the array it wrote (an
-    in-place write or a ``.grad`` set by hand takes the general path), the arguments' types,
-    grad mode and the core plan's guard. Checked mode is never repeated (its errors are raised
-    on the general path)."""
+    Where the general path would assemble the state anew (a cost per state array), ``call``
+    checks that it would come out the same: the layout's guards in full (``_Layout.holds``),
+    each ``.grad`` and optimizer state value the very object the last call left, each storage
+    the array it wrote (an in-place write or a ``.grad`` set by hand takes the general path).
+    Checked mode is never repeated (its errors are raised on the general path)."""
 
     __slots__ = (
         "write_plan",
