@@ -193,7 +193,7 @@ def attention_paths() -> list[str]:
         from torchlax_ops import _attention_kernels
     except ImportError:
         return []
-    return sorted({why or "Pallas kernel" for why, _, _ in _attention_kernels._logged})
+    return _attention_kernels.seen()
 
 
 def attention_choice(chosen: str, row: dict) -> None:

@@ -6,7 +6,8 @@ of GPT-2 small's shape, ``out.sum().backward()``; its median time over ``--steps
 two warm-up calls. Cases: ``causal`` (``is_causal=True``), ``mask`` (a boolean causal mask of
 shape (batch, 1, length, length), what transformers passes when it does not skip its mask).
 Runs anywhere; only a TPU takes the kernel (elsewhere both rows are the plain lowering).
-``--block N`` gives the kernel N-sized blocks (the default: JAX's ``BlockSizes.get_default``).
+``--blocks 128,512`` runs the kernel's cases once per largest block (``TORCHLAX_ATTENTION_BLOCK``);
+the mask case's kernel is the causal check's (``_attention_kernels.Plan.causal_check``).
 
     python benchmarks/tpu_attention.py --out results/tpu_attention.json
 """
@@ -20,15 +21,16 @@ import time
 from pathlib import Path
 
 
-def case(mask: bool, kernel: bool, shape: tuple, steps: int) -> dict:
+def case(mask: bool, kernel: bool, shape: tuple, steps: int, block: int) -> dict:
     import torch
     import torch.nn.functional as F
     import torchlax
     from torchlax_ops import _attention_kernels
 
-    chosen = _attention_kernels.choice
+    chosen, largest = _attention_kernels.choice, _attention_kernels.block
     _attention_kernels._logged.clear()
     _attention_kernels.choice = "always" if kernel else "never"
+    _attention_kernels.block = block
     try:
         torch.manual_seed(0)
         batch, heads, length, dim = shape
@@ -61,26 +63,16 @@ def case(mask: bool, kernel: bool, shape: tuple, steps: int) -> dict:
                 g.jax().block_until_ready()
             times.append(time.perf_counter() - t0)
     finally:
-        _attention_kernels.choice = chosen
-    paths = sorted({why or "Pallas kernel" for why, _, _ in _attention_kernels._logged})
+        _attention_kernels.choice, _attention_kernels.block = chosen, largest
+    paths = _attention_kernels.seen()
     return {
         "mask": "boolean (batch, 1, L, L)" if mask else "is_causal",
         "kernel_allowed": kernel,
+        "block": block if kernel else None,
         "median_ms": statistics.median(times) * 1e3,
         "first_s": first,
         "paths_seen": paths,
     }
-
-
-def use_blocks(n: int) -> None:
-    """Every block of the kernel's forward and backward ``n`` long (one batch row a block)."""
-    from torchlax_ops import _attention_kernels
-
-    def blocks(flash, query, key):
-        names = [f for f in flash.BlockSizes.__dataclass_fields__ if f != "block_b"]
-        return flash.BlockSizes(block_b=1, **dict.fromkeys(names, n))
-
-    _attention_kernels._blocks = blocks
 
 
 def main() -> None:
@@ -88,17 +80,16 @@ def main() -> None:
     p.add_argument("--out", default="results/tpu_attention.json")
     p.add_argument("--shape", default="8,12,1024,64", help="batch,heads,length,head_dim")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--block", type=int, default=0, help="the kernel's block sizes (0: JAX's)")
+    p.add_argument("--blocks", default="128", help="the kernel's largest blocks, comma-separated")
     args = p.parse_args()
-    if args.block:
-        use_blocks(args.block)
     shape = tuple(int(n) for n in args.shape.split(","))
     rows = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    blocks = [int(n) for n in args.blocks.split(",")]
     for mask in (False, True):
-        for kernel in (True, False):
-            rows.append(case(mask, kernel, shape, args.steps))
+        for kernel, block in [(False, 128)] + [(True, n) for n in blocks]:
+            rows.append(case(mask, kernel, shape, args.steps, block))
             print("[attention]", rows[-1], flush=True)
             out.write_text(json.dumps({"shape": shape, "rows": rows}, indent=1))
 

@@ -99,8 +99,8 @@ BIG = spec(8, 16, 2048, 128)  # float32 scores of 2 GiB
     [
         (BIG, None, "auto", None),
         (Q, None, "auto", "scores are 4 MiB"),
-        (BIG, spec(2048, 2048, dtype=jnp.bool_), "auto", "a mask"),
-        (BIG, spec(8, 1, 2048, 2048), "auto", "a mask"),
+        (BIG, spec(2048, 1024, dtype=jnp.bool_), "auto", "a mask"),  # not square: never causal
+        (BIG, spec(8, 1, 2048, 2048), "auto", "a mask"),  # a float mask
         (Q, None, "always", None),
         (Q, spec(256, 256, dtype=jnp.bool_), "always", None),
         (BIG, None, "never", "TORCHLAX_ATTENTION_KERNEL=never"),
@@ -136,7 +136,7 @@ def test_a_bad_choice_fails_the_attention_call_not_the_import(monkeypatch):
     monkeypatch.setenv("TORCHLAX_ATTENTION_KERNEL", "sometimes")
     monkeypatch.setattr(kernels, "choice", None)  # not read yet
     with pytest.raises(ValueError, match="TORCHLAX_ATTENTION_KERNEL='sometimes'"):
-        kernels.use_kernel(Q, KV, KV, None, 0.0)
+        kernels.plan_for(Q, KV, KV, None, 0.0)
     env = {**os.environ, "TORCHLAX_ATTENTION_KERNEL": "sometimes", "JAX_PLATFORMS": "cpu"}
     imported = subprocess.run(
         [sys.executable, "-c", "import torchlax_ops._attention_kernels"],
@@ -148,25 +148,29 @@ def test_a_bad_choice_fails_the_attention_call_not_the_import(monkeypatch):
     assert imported.returncode == 0, imported.stderr
 
 
-def test_auto_takes_the_plain_lowering_at_gpt2_small_s_attention_and_says_why(caplog, monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+def test_auto_takes_the_plain_lowering_for_small_scores_and_says_why(caplog, monkeypatch):
+    monkeypatch.setattr(kernels, "_logged", {})
     monkeypatch.setattr(kernels, "choice", "auto")
     monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+    small = spec(2, 12, 512, 64)
     gpt2 = spec(8, 12, 1024, 64)
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
-        assert not kernels.use_kernel(gpt2, gpt2, gpt2, None, 0.0)
-    (message,) = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
-    assert "plain lowering" in message and "384 MiB" in message
+        assert not kernels.plan_for(small, small, small, None, 0.0).kernel
+        assert kernels.plan_for(gpt2, gpt2, gpt2, None, 0.0).kernel  # 384 MiB of scores
+    messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
+    assert "plain lowering" in messages[0] and "24 MiB" in messages[0]
+    assert "flash-attention kernel" in messages[1]
+    assert kernels.seen() == sorted(m.split(": ", 1)[1] for m in messages)
 
 
 def test_the_choice_is_logged_once(caplog, monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     monkeypatch.setattr(kernels, "choice", "always")
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         monkeypatch.setattr(kernels, "platform", lambda: "tpu")
-        assert kernels.use_kernel(Q, KV, KV, None, 0.0)
-        assert kernels.use_kernel(Q, KV, KV, None, 0.0)
-        assert not kernels.use_kernel(Q, KV, KV, None, 0.5)
+        assert kernels.plan_for(Q, KV, KV, None, 0.0).kernel
+        assert kernels.plan_for(Q, KV, KV, None, 0.0).kernel
+        assert not kernels.plan_for(Q, KV, KV, None, 0.5).kernel
     messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
     assert len(messages) == 2, messages
     assert "Pallas TPU flash-attention kernel" in messages[0]
@@ -174,7 +178,7 @@ def test_the_choice_is_logged_once(caplog, monkeypatch):
 
 
 def test_off_a_tpu_the_plain_lowering_runs_and_says_so(caplog, monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     q = torch.randn(1, 2, 128, 64)
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         with torchlax_core.enable():
@@ -208,7 +212,7 @@ def _run(platform, monkeypatch, q, k, v, **kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
-    ["causal_gqa", "bool_mask_with_an_empty_row", "float_mask"],
+    ["causal_gqa", "bool_mask_with_an_empty_row", "float_mask", "causal_bool_mask"],
 )
 def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypatch):
     from jax.experimental.pallas import tpu as pltpu
@@ -220,6 +224,8 @@ def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypa
     v = torch.randn(1, kv_heads, 128, 64, generator=gen)
     if case == "causal_gqa":
         kwargs = {"is_causal": True, "enable_gqa": True}
+    elif case == "causal_bool_mask":  # checked in the program: the kernel with causal=True
+        kwargs = {"attn_mask": torch.ones(128, 128, dtype=torch.bool).tril()[None, None]}
     elif case == "bool_mask_with_an_empty_row":
         mask = torch.rand(128, 128, generator=gen) > 0.3
         mask[5] = False  # a row masked out entirely: zeros, as PyTorch
@@ -246,8 +252,85 @@ def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypa
     finally:
         pltpu.set_tpu_interpret_mode(None)  # (its default: no interpret mode)
         torch.set_float32_matmul_precision(before)
-    assert calls == ["forward", "backward"]
+    # (a square boolean mask traces both of the program's branches: causal, and as given)
+    assert calls == ["forward", "backward"] or calls == ["forward"] * 2 + ["backward"] * 2
     for a, b in zip(kernel, plain, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
     if case == "bool_mask_with_an_empty_row":
         assert kernel[0][0, 0, 5].abs().max() == 0
+
+
+BOOL_CAUSAL = spec(8, 1, 2048, 2048, dtype=jnp.bool_)  # what transformers passes when traced
+
+
+@pytest.mark.parametrize(
+    ("query", "mask", "chosen", "kernel", "check"),
+    [
+        (BIG, BOOL_CAUSAL, "auto", False, True),  # the kernel if causal, else the plain lowering
+        (BIG, spec(2048, 2048, dtype=jnp.bool_), "auto", False, True),
+        (BIG, BOOL_CAUSAL, "always", True, True),  # else the kernel with the mask as its bias
+        (Q, spec(256, 256, dtype=jnp.bool_), "auto", False, False),  # small scores: plain
+        (BIG, spec(8, 1, 2048, 2048), "auto", False, False),  # a float mask
+        (BIG, spec(2048, dtype=jnp.bool_), "always", True, False),  # not (L, S)
+        (BIG, BOOL_CAUSAL, "never", False, False),
+        (BIG, None, "auto", True, False),
+    ],
+)
+def test_a_boolean_mask_is_checked_for_causality_in_the_program(
+    query, mask, chosen, kernel, check, monkeypatch
+):
+    monkeypatch.setattr(kernels, "_logged", {})
+    monkeypatch.setattr(kernels, "choice", chosen)
+    monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+    assert kernels.plan_for(query, query, query, mask, 0.0) == kernels.Plan(kernel, check)
+    # dropout: the plain lowering, with no check
+    assert kernels.plan_for(query, query, query, mask, 0.1) == kernels.Plan(False, False)
+
+
+@pytest.mark.parametrize(
+    ("mask", "causal"),
+    [
+        (torch.ones(6, 6, dtype=torch.bool).tril(), True),
+        (torch.ones(6, 6, dtype=torch.bool).tril().expand(3, 2, 6, 6), True),
+        (torch.ones(6, 6, dtype=torch.bool), False),
+        (torch.ones(6, 6, dtype=torch.bool).tril(-1), False),
+        (torch.stack([torch.ones(6, 6).tril(), torch.ones(6, 6)]).bool()[:, None], False),
+    ],
+)
+def test_the_causal_check_reads_every_row(mask, causal):
+    assert bool(kernels.causal_mask(jnp.asarray(mask.numpy()), 6, 6)) is causal
+
+
+def test_a_causal_check_puts_a_conditional_in_the_program(monkeypatch):
+    from torchlax_ops._lowerings import attention
+
+    monkeypatch.setattr(kernels, "_logged", {})
+    monkeypatch.setattr(kernels, "choice", "auto")
+    monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+    q = jax.ShapeDtypeStruct((8, 16, 2048, 128), jnp.bfloat16)
+
+    def attend(q, k, v, mask):
+        fused = attention._scaled_dot_product_fused_attention_overrideable
+        return fused(q, k, v, mask)[:2]
+
+    jaxpr = str(jax.make_jaxpr(attend)(q, q, q, BOOL_CAUSAL))
+    assert "cond[" in jaxpr and "pallas_call" in jaxpr
+    assert "pallas_call" not in str(jax.make_jaxpr(attend)(q, q, q, spec(8, 1, 2048, 2048)))
+
+
+@pytest.mark.parametrize(
+    ("length", "largest", "block"),
+    [(1024, 512, 512), (384, 512, 128), (768, 512, 256), (2048, 1024, 1024), (128, 512, 128)],
+)
+def test_the_kernel_s_blocks_divide_the_lengths(length, largest, block, monkeypatch):
+    monkeypatch.setattr(kernels, "block", largest)
+    assert kernels._fitting(length, largest) == block
+    blocks = kernels._blocks(kernels._flash(), spec(1, 1, length, 64), spec(1, 1, length, 64))
+    assert blocks.block_q == blocks.block_k_major_dkv == blocks.block_q_dq == block
+
+
+@pytest.mark.parametrize("value", ["100", "0", "big", "-128"])
+def test_a_bad_block_names_the_variable(value, monkeypatch):
+    monkeypatch.setenv("TORCHLAX_ATTENTION_BLOCK", value)
+    with pytest.raises(ValueError, match=f"TORCHLAX_ATTENTION_BLOCK='{value}'.*multiple of 128"):
+        kernels._block_from_environment()

@@ -32,7 +32,7 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    monkeypatch.setattr(kernels, "_logged", set())
+    monkeypatch.setattr(kernels, "_logged", {})
     # the cases are small, where TORCHLAX_ATTENTION_KERNEL=auto declines the kernel
     monkeypatch.setattr(kernels, "choice", "always")
     before = torch.get_float32_matmul_precision()
@@ -69,6 +69,15 @@ CASES = {
     "causal": (2, 4, 4, 256, 64, {"is_causal": True}),
     "gqa": (2, 8, 2, 256, 64, {"is_causal": True, "enable_gqa": True}),
     "bool_mask": (1, 4, 4, 256, 128, {"attn_mask": torch.rand(256, 256) > 0.2}),
+    # transformers' traced causal mask: the kernel with causal=True, chosen in the program
+    "causal_bool_mask": (
+        2,
+        4,
+        4,
+        256,
+        64,
+        {"attn_mask": torch.ones(256, 256, dtype=torch.bool).tril().expand(2, 1, 256, 256)},
+    ),
     "plain": (2, 4, 4, 128, 64, {}),
 }
 

@@ -10,9 +10,9 @@ Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at the first attent
 that a bad value fails that call and not the import of the ops: ``auto``, the default;
 ``always``, every call it can compute; ``never``): under ``auto`` it takes the calls whose
 float32 scores, which the plain lowering materializes, would reach ``_SCORES_BYTES``, and no
-call with a mask (the kernel takes a mask as a float32 bias of the scores' full shape, as large
-as what it saves). On a v5e at GPT-2 small's attention the plain lowering was the faster one
-(benchmarks/tpu_attention.py; numbers in benchmarks/README.md).
+call with a mask but a causal one (the kernel takes a mask as a float32 bias of the scores' full
+shape, as large as what it saves). On a v5e at 512-long blocks the kernel is the faster from
+GPT-2 small's attention up (benchmarks/tpu_attention.py; numbers in benchmarks/README.md).
 
 What the kernel takes: bfloat16 q, k, v (float32 too under the "medium" float32 matmul
 precision: the kernel's products are single bfloat16 passes, measured on a v5e) of shape
@@ -30,10 +30,24 @@ and ``_flash_attention_bwd``: PyTorch's autograd saves the output and the logsum
 its two ops, where the public ``flash_attention`` would recompute the forward in the backward.
 The backward takes the saved logsumexp as the kernel's row maximum and 1 as its row sum (its
 weights are ``exp(s - m) / l``).
+
+A boolean mask of the scores' last two dimensions with as many queries as keys may be the
+causal one: transformers materializes its causal mask whenever it is traced (``torch.compile``,
+``torchlax.jit``), where eagerly it would pass ``is_causal=True``. Such a call (``plan_for``:
+``Plan.causal_check``) compares the mask with the causal one in the program and runs the kernel
+with ``causal=True`` (no bias) where it is (``jax.lax.cond``; the comparison reads the mask's
+bytes once, and XLA shares it between the layers that take the same mask), else what the call
+would run without the check.
+
+The kernel's blocks: ``TORCHLAX_ATTENTION_BLOCK`` (read with the choice; a multiple of 128,
+default ``_DEFAULT_BLOCK``) is the largest block of the forward and backward passes along each
+length; a length it does not divide takes the largest power-of-two multiple of 128 below it
+that does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -44,7 +58,7 @@ from torchlax_core.internal import float32_matmul_precision, get_logger, no_x64
 
 from ._promotion import accumulator
 
-__all__ = ["backward", "forward", "kernel_refusal", "use_kernel"]
+__all__ = ["Plan", "backward", "causal_mask", "forward", "kernel_refusal", "plan_for"]
 
 _log = get_logger("attention")
 _BLOCK = 128
@@ -52,9 +66,10 @@ _DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # A masked-out position's bias: finite (the kernel's running maximum must stay a number) and far
 # below any score, even divided by a small scale (the kernel scales the bias with the scores).
 _MASKED = -1e30
-_logged: set = set()
+_logged: dict = {}  # (why, plan, shape, dtype) -> what the log line said
 _CHOICES = ("auto", "always", "never")
-_SCORES_BYTES = 1 << 30
+_SCORES_BYTES = 64 << 20
+_DEFAULT_BLOCK = 512
 
 
 def _choice_from_environment() -> str:
@@ -68,13 +83,28 @@ def _choice_from_environment() -> str:
     return value
 
 
+def _block_from_environment() -> int:
+    text = os.environ.get("TORCHLAX_ATTENTION_BLOCK", "").strip() or str(_DEFAULT_BLOCK)
+    value = int(text) if text.isdigit() else 0
+    if value < _BLOCK or value % _BLOCK:
+        raise ValueError(
+            f"scaled_dot_product_attention reads TORCHLAX_ATTENTION_BLOCK={text!r}, which is "
+            f"not a positive multiple of {_BLOCK}: set it to 128, 256, 512, ... (the Pallas "
+            f"kernel's largest block; default {_DEFAULT_BLOCK}), or unset it."
+        )
+    return value
+
+
 choice: str | None = None  # None: not read yet (``_chosen``)
+block: int | None = None  # None: not read yet
 
 
 def _chosen() -> str:
-    global choice
+    global choice, block
     if choice is None:
         choice = _choice_from_environment()
+    if block is None:
+        block = _block_from_environment()
     return choice
 
 
@@ -108,7 +138,7 @@ def kernel_refusal(
 
 def _not_worth_it(query, key, attn_bias) -> str | None:
     """Why the kernel does not pay for a call it can compute (``auto``), or None."""
-    if attn_bias is not None:
+    if attn_bias is not None and not may_be_causal(query, key, attn_bias):
         return (
             "a mask (the kernel would take it as a float32 bias of the scores' full shape; "
             "TORCHLAX_ATTENTION_KERNEL=always takes the kernel anyway)"
@@ -153,31 +183,71 @@ def _unsupported(query, key, value, attn_bias, dropout_p, mode: str) -> str | No
     return None
 
 
-def use_kernel(query, key, value, attn_bias, dropout_p) -> bool:
-    """``kernel_refusal`` on this platform, logged once per kind of call."""
+def may_be_causal(query, key, attn_bias) -> bool:
+    """Whether ``attn_bias`` is a boolean mask that may be the causal one (``causal_mask``)."""
+    length, source = query.shape[-2], key.shape[-2]
+    return (
+        jnp.dtype(attn_bias.dtype) == jnp.bool_
+        and length == source
+        and 2 <= len(attn_bias.shape) <= 4
+        and tuple(attn_bias.shape[-2:]) == (length, source)
+    )
+
+
+def causal_mask(attn_bias, length: int, source: int):
+    """Whether the boolean ``attn_bias`` is the causal mask of every batch row and head (a
+    traced boolean scalar)."""
+    return jnp.all(attn_bias == jnp.tril(jnp.ones((length, source), jnp.bool_)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one attention call runs: ``kernel``, the kernel computes it as given (a mask as its
+    bias), else the plain lowering; ``causal_check``, first where its boolean mask is the causal
+    one at run time, the kernel with ``causal=True`` instead."""
+
+    kernel: bool
+    causal_check: bool
+
+
+def plan_for(query, key, value, attn_bias, dropout_p) -> Plan:
+    """The ``Plan`` of this call on this platform (``kernel_refusal``), logged once per kind
+    of call."""
     on = platform()
     # (a float32 call's choice reads the mode, which then keys the caches: torchlax_core)
     f32 = on == "tpu" and jnp.dtype(query.dtype) == jnp.float32
     mode = float32_matmul_precision() if f32 else "highest"
-    why = kernel_refusal(query, key, value, attn_bias, dropout_p, on, mode, _chosen())
+    chosen = _chosen()
+    why = kernel_refusal(query, key, value, attn_bias, dropout_p, on, mode, chosen)
+    check = False
+    if attn_bias is not None and may_be_causal(query, key, attn_bias):
+        check = kernel_refusal(query, key, value, None, dropout_p, on, mode, chosen) is None
+        if check and why is None and chosen == "auto":
+            why = "a mask that is not the causal one"
+    plan = Plan(why is None, check)
+    _log_plan(plan, why, query)
+    return plan
+
+
+def _log_plan(plan: Plan, why: str | None, query) -> None:
     shape, dtype = tuple(query.shape), jnp.dtype(query.dtype).name
-    if (why, shape, dtype) not in _logged and len(_logged) < 256:
-        _logged.add((why, shape, dtype))
-        if why is None:
-            _log.info(
-                "scaled_dot_product_attention (%s, query %s): the Pallas TPU flash-attention "
-                "kernel",
-                dtype,
-                shape,
-            )
-        else:
-            _log.info(
-                "scaled_dot_product_attention (%s, query %s): the plain lowering, since %s",
-                dtype,
-                shape,
-                why,
-            )
-    return why is None
+    if (why, plan, shape, dtype) in _logged or len(_logged) >= 256:
+        return
+    kernel = "the Pallas TPU flash-attention kernel"
+    said = kernel if plan.kernel else f"the plain lowering, since {why}"
+    if plan.causal_check:
+        other = f"{kernel} with the mask as its bias" if plan.kernel else "the plain lowering"
+        said = (
+            f"{kernel} with causal=True where the boolean mask is the causal one (checked in "
+            f"the program), else {other}"
+        )
+    _logged[why, plan, shape, dtype] = said
+    _log.info("scaled_dot_product_attention (%s, query %s): %s", dtype, shape, said)
+
+
+def seen() -> list[str]:
+    """The choices logged so far (each kind of call's once), as the log lines say them."""
+    return sorted(set(_logged.values()))
 
 
 def _flash():
@@ -186,9 +256,30 @@ def _flash():
     return flash_attention
 
 
+def _fitting(length: int, largest: int) -> int:
+    """The largest block of at most ``largest`` that divides ``length`` (a multiple of 128)."""
+    size = largest
+    while length % size:
+        size = max(_BLOCK, size // 2 // _BLOCK * _BLOCK)
+    return size
+
+
 def _blocks(flash, query, key):
-    batch, heads, length, dim = query.shape
-    return flash.BlockSizes.get_default(batch, heads, length, key.shape[-2], dim)
+    largest = block or _block_from_environment()
+    q, k = _fitting(query.shape[-2], largest), _fitting(key.shape[-2], largest)
+    return flash.BlockSizes(
+        block_q=q,
+        block_k_major=k,
+        block_k=k,
+        block_b=1,
+        block_q_major_dkv=q,
+        block_k_major_dkv=k,
+        block_k_dkv=k,
+        block_q_dkv=q,
+        block_k_major_dq=k,
+        block_k_dq=k,
+        block_q_dq=q,
+    )
 
 
 def _repeat(x, heads):
@@ -216,12 +307,12 @@ def _scale(query, scale):
     return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
 
 
-def forward(query, key, value, attn_bias, is_causal, scale):
+def forward(query, key, value, attn_bias, is_causal, scale) -> tuple:
     """(output, logsumexp) of attention by the kernel (``kernel_refusal`` said yes).
 
     Differentiable by JAX too (``torchlax.functional`` under ``jax.grad``): its VJP is
     ``backward``, the output's cotangent alone (PyTorch's backward takes no logsumexp's)."""
-    return _attend(query, key, value, attn_bias, is_causal, _scale(query, scale))
+    return _attend(query, key, value, attn_bias, is_causal, _scale(query, scale))  # pyright: ignore[reportReturnType]  (a pair: custom_vjp's result type is not inferred)
 
 
 def _forward(query, key, value, attn_bias, is_causal, scale):

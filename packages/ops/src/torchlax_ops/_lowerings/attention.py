@@ -459,19 +459,29 @@ def _scaled_dot_product_fused_attention_overrideable(
             f"{query.ndim}-d query; call scaled_dot_product_attention, which takes any shape."
         )
     length, source = query.shape[-2], key.shape[-2]
-    offset = jnp.zeros((), jnp.int64)
-    if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # a TPU (see there)
-        out, logsumexp = kernels.forward(query, key, value, attn_bias, is_causal, scale)  # pyright: ignore[reportGeneralTypeIssues]  (a pair: see kernels.forward)
-        seed = jnp.zeros((), jnp.int64)
-        return out, logsumexp, None, None, length, source, seed, offset, None
-    seed = jnp.zeros((), jnp.int64)
+    offset = seed = jnp.zeros((), jnp.int64)
+    plan = kernels.plan_for(query, key, value, attn_bias, dropout_p)  # a TPU's kernel (see there)
     if dropout_p > 0.0:
         seed = _pack_key(current_env().next_prng_key(None))
-    # Differentiated by JAX, the (L, S) float32 scores and weights are recomputed from q, k, v
-    # in the backward pass instead of kept (_recompute), as the kernels keep none.
-    out, logsumexp = recomputed(
-        _fused_forward, query, key, value, attn_bias, seed, dropout_p, is_causal, scale
-    )
+
+    def given(query, key, value, attn_bias) -> tuple:
+        if plan.kernel:
+            return kernels.forward(query, key, value, attn_bias, is_causal, scale)
+        # Differentiated by JAX, the (L, S) float32 scores and weights are recomputed from q,
+        # k, v in the backward pass instead of kept (_recompute), as the kernels keep none.
+        return recomputed(
+            _fused_forward, query, key, value, attn_bias, seed, dropout_p, is_causal, scale
+        )
+
+    def causal(query, key, value, attn_bias) -> tuple:
+        return kernels.forward(query, key, value, None, True, scale)
+
+    operands = (query, key, value, attn_bias)
+    if plan.causal_check:
+        is_causal_mask = kernels.causal_mask(attn_bias, length, source)
+        out, logsumexp = jax.lax.cond(is_causal_mask, causal, given, *operands)
+    else:
+        out, logsumexp = given(*operands)
     return out, logsumexp, None, None, length, source, seed, offset, None
 
 
@@ -536,7 +546,15 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
     # enter the products as they are (P and dS rounded to them first, as PyTorch's CPU flash
     # kernel does), accumulating in float32; the elementwise parts compute in float32.
     grad_out = grad_out.astype(query.dtype)
-    if kernels.use_kernel(query, key, value, attn_bias, dropout_p):  # as its forward chose
+    plan = kernels.plan_for(query, key, value, attn_bias, dropout_p)  # as its forward's
+    saved = (grad_out, query, key, value, attn_bias, out, logsumexp)
+
+    def given(grad_out, query, key, value, attn_bias, out, logsumexp):
+        if not plan.kernel:
+            return _plain_backward(
+                grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                dropout_p, is_causal, philox_seed, scale,
+            )  # fmt: skip
         grads = kernels.backward(
             grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale
         )
@@ -544,6 +562,32 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
         if attn_bias is not None and grad_input_mask[3] and grads[3] is not None:
             grad_bias = _sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
         return (*grads[:3], grad_bias)
+
+    def causal(grad_out, query, key, value, attn_bias, out, logsumexp):
+        grads = kernels.backward(grad_out, query, key, value, None, out, logsumexp, True, scale)
+        return (*grads[:3], None)
+
+    if plan.causal_check:
+        is_causal_mask = kernels.causal_mask(attn_bias, query.shape[-2], key.shape[-2])
+        return jax.lax.cond(is_causal_mask, causal, given, *saved)
+    return given(*saved)
+
+
+def _plain_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    grad_input_mask,
+    out,
+    logsumexp,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    scale,
+):
+    """The fused op's gradients by the plain lowering (see its backward)."""
     # The scores are recomputed here, not kept: fenced, or XLA merges them with the forward's
     # and keeps a float32 (L, S) array per layer alive until the backward.
     grad_out, query, key, value, attn_bias, logsumexp = fenced(
