@@ -196,6 +196,108 @@ def test_an_interrupt_after_the_launch_still_writes_the_state_back(env):
     np.testing.assert_array_equal(np.asarray(state.jax()), np.ones(3))
 
 
+class _InterruptedOnce(CallPlan):
+    """A caller's plan whose first write-back is interrupted halfway (as a Ctrl-C lands)."""
+
+    __slots__ = ("interrupted",)
+
+    def write_back(self, args, results):
+        if not getattr(self, "interrupted", False):
+            self.interrupted = True
+            raise KeyboardInterrupt
+        super().write_back(args, results)
+
+
+def test_a_trusted_run_interrupted_in_its_write_back_still_writes_it_whole(env):
+    # After its first CHECKED_RUNS runs a plan no longer waits for its results; an interrupt in
+    # the write-back still leaves the state of the run it donated to, not deleted arrays.
+    program = CompiledProgram("step", _incremented, donate_argnums=(0,))
+    state = Tensor(jnp.zeros(3, jnp.float32))
+    x = jnp.ones(3, jnp.float32)
+    arrays = [array_of(state), x]
+    sig = signature(arrays)
+    entry = program.entry(((), sig), arrays)
+    plan = _InterruptedOnce(program, entry, sig, [a.aval for a in arrays], (), 1)
+    plan.written, plan.written_results, plan.written_exclusive = (0,), (0,), (True,)
+    plan.interrupted = True
+    for _ in range(CHECKED_RUNS):
+        plan.run((state,), (array_of(state), x))
+    plan.interrupted = False
+    old = array_of(state)
+    with pytest.raises(KeyboardInterrupt):
+        plan.run((state,), (old, x))
+    assert old.is_deleted() and plan.interrupted
+    np.testing.assert_array_equal(np.asarray(state.jax()), np.full(3, CHECKED_RUNS + 1.0))
+
+
+class _Prepared(CallPlan):
+    """A caller's plan that changes its state before the launch (``prepare``): ``args[1]``, a
+    dict, gets ``"prepared"``, which ``undo`` takes away."""
+
+    __slots__ = ()
+
+    def prepare(self, args):
+        args[1]["prepared"] = True
+
+    def undo(self, args):
+        del args[1]["prepared"]
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["plain", "atomic"])
+def test_what_a_plan_prepared_is_undone_where_its_launch_does_not_happen(env, atomic):
+    program = CompiledProgram("step", _incremented)
+    state = Tensor(jnp.zeros(3, jnp.float32))
+    x = jnp.ones(3, jnp.float32)
+    arrays = [array_of(state), x]
+    sig = signature(arrays)
+    plan = _Prepared(program, program.entry(((), sig), arrays), sig, [a.aval for a in arrays])
+    plan.atomic = atomic
+    changed: dict = {}
+
+    def failing():
+        assert changed == {"prepared": True}  # (prepared before the launch)
+        raise RuntimeError("the launch failed")
+
+    with pytest.raises(RuntimeError, match="the launch failed"):
+        plan.run((state, changed), (), failing)
+    assert changed == {}
+    assert array_of(state) is arrays[0]
+    plan.run((state, changed), (array_of(state), x))
+    assert changed == {"prepared": True}  # (launched: kept)
+
+
+def test_an_atomic_run_holds_a_ctrl_c_until_it_is_written_back(env):
+    import signal
+
+    program = CompiledProgram("step", _incremented, donate_argnums=(0,))
+    state = Tensor(jnp.zeros(3, jnp.float32))
+    x = jnp.ones(3, jnp.float32)
+    written = []
+
+    class CtrlC(CallPlan):
+        __slots__ = ()
+
+        def write_back(self, args, results):
+            if not written:
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C as the write-back starts
+            super().write_back(args, results)
+            written.append(True)
+
+    arrays = [array_of(state), x]
+    sig = signature(arrays)
+    plan = CtrlC(program, program.entry(((), sig), arrays), sig, [a.aval for a in arrays], (), 1)
+    plan.written, plan.written_results, plan.written_exclusive = (0,), (0,), (True,)
+    # Python's own handler (a pytest-xdist worker ignores SIGINT)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            plan.run((state,), (array_of(state), x))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert written == [True]  # delivered once the write-back was done, which ran once
+    np.testing.assert_array_equal(np.asarray(state.jax()), np.ones(3))
+
+
 def test_a_donating_run_holds_the_state_lock_until_written_back(env):
     program = CompiledProgram("step", _incremented, donate_argnums=(0,))
     state = Tensor(jnp.zeros(3, jnp.float32))

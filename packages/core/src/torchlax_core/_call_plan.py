@@ -26,9 +26,13 @@ else: no signature is built, no entry looked up, no result layout worked out aga
   ``finish(args, results)`` (the caller's: its outputs and ``write_back``); a launched run's
   results are written back whole even where an exception or interrupt arrives meanwhile,
   since the donated arrays are gone.
-- ``CallPlan.run``: launch and commit, under the state lock (``_state_lock``) where the plan
-  donates, so that a reader on another thread waits for the write-back instead of failing on
-  a donated array.
+- ``CallPlan.run``: launch and commit, all or nothing where the plan is ``atomic`` (it
+  donates, or its caller says so): under the state lock (``_state_lock``), so that a reader on
+  another thread waits for the write-back instead of failing on a donated array, and with a
+  Ctrl-C held until the write-back is done (``HeldInterrupts``). Before the launch nothing has
+  changed but what the caller's ``prepare`` did, which ``undo`` puts back; once it has
+  returned, the write-back is finished whatever happens. The caller's state holds the values
+  before the call or those after it.
 
 ``LastPlan`` keeps a call site's last plan: ``get`` returns it while its guard holds (a
 repeated call is "the last plan's guard still holds"), else looks the entry up by the call's
@@ -39,7 +43,9 @@ signature (output layout, which tensors the program writes) and overrides ``fini
 
 from __future__ import annotations
 
+import importlib
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from operator import is_
 from typing import Any
@@ -62,6 +68,41 @@ CHECKED_RUNS = 3
 
 _aval = operator.attrgetter("aval")
 
+# The C module behind ``signal`` (no stubs): its getsignal/signal cost ~0.3 us a call against
+# tens of us of ``signal``'s (which convert handlers to and from enums), on every step's call.
+_signal: Any = importlib.import_module("_signal")
+_main_thread = threading.main_thread()
+_SIGINT = 2
+
+
+class HeldInterrupts:
+    """Holds SIGINT while entered (on the main thread, where Python runs signal handlers) and
+    delivers it on exit, to the handler that was installed before."""
+
+    __slots__ = ("_previous", "_caught")
+
+    def __enter__(self) -> HeldInterrupts:
+        self._caught: tuple | None = None
+        self._previous = None
+        if threading.current_thread() is _main_thread:
+            previous = _signal.getsignal(_SIGINT)
+            if callable(previous):  # (SIG_IGN / SIG_DFL, or a handler set from C: left alone)
+                self._previous = previous
+                _signal.signal(_SIGINT, self._catch)
+        return self
+
+    def _catch(self, signum, frame) -> None:
+        self._caught = (signum, frame)
+
+    def __exit__(self, *exc_info) -> None:
+        previous = self._previous
+        if previous is None:
+            return
+        _signal.signal(_SIGINT, previous)
+        caught = self._caught
+        if caught is not None:
+            previous(*caught)  # Python's default handler raises KeyboardInterrupt here
+
 
 class CallPlan:
     """How calls of one signature of ``program`` run: guard, launch, write-back.
@@ -69,7 +110,8 @@ class CallPlan:
     ``entry``: the program's entry for the signature; ``sig`` (``signature(arrays)``) and
     ``avals`` (the arrays' avals) describe the arrays the guard accepts, ``statics`` the static
     values; ``donated``: how many of the caller's tensors a launch consumes (named in errors;
-    the state lock is held from launch to write-back where it is not 0). ``written``: the
+    ``atomic``: whether ``run`` is all or nothing (from ``donated``; a caller that writes
+    state of its own sets it). ``written``: the
     positions in ``run``'s ``args`` of the torchlax Tensors the program updates, taking the
     results at ``written_results``, each marking its storage exclusive where
     ``written_exclusive`` says so (``write_back_all``).
@@ -82,6 +124,7 @@ class CallPlan:
         "avals",
         "statics",
         "donated",
+        "atomic",
         "written",
         "written_results",
         "written_exclusive",
@@ -106,6 +149,7 @@ class CallPlan:
         self.avals = list(avals)
         self.statics = statics
         self.donated = donated
+        self.atomic = bool(donated)
         self.written: tuple[int, ...] = ()
         self.written_results: tuple[int, ...] = ()
         self.written_exclusive: tuple[bool, ...] = ()
@@ -180,27 +224,23 @@ class CallPlan:
         """``finish(args, results)`` once the run is known to have succeeded (its first
         ``CHECKED_RUNS`` runs; later ones are trusted). XLA reports a failed run (out of
         memory allocating its temporaries) only when a result is waited for, and arrays that
-        raise on every read must not become parameters, ``.grad``s or optimizer state."""
-        if self.checked >= CHECKED_RUNS:
-            return self.finish(args, results)
+        raise on every read must not become parameters, ``.grad``s or optimizer state.
+
+        Interrupted (Ctrl-C lands between any two bytecodes) while waiting, while the outputs
+        are made or the state written: the run was launched (its donated inputs are gone), so
+        its results are written back whole (again: ``write_back`` is idempotent) before the
+        interrupt goes on."""
+        failure = None
         try:
-            failure = failure_of(results, self.program.name, self.donated)
+            if self.checked < CHECKED_RUNS:
+                failure = failure_of(results, self.program.name, self.donated)
+                self.checked += failure is None
+            if failure is None:
+                return self.finish(args, results)
         except BaseException:
-            # Interrupted while waiting: the run was launched (its donated inputs are gone),
-            # so its results are written back before the interrupt goes on.
-            self.finish(args, results)
-            raise
-        if failure is not None:
-            raise failure
-        self.checked += 1
-        try:
-            return self.finish(args, results)
-        except BaseException:
-            # Interrupted (Ctrl-C lands between any two bytecodes) while the outputs were
-            # made or the state written: the donated arrays are gone, so the run's state is
-            # written whole (again: idempotent) before the interrupt goes on.
             self.write_back(args, results)
             raise
+        raise failure
 
     def finish(self, args: Sequence, results: Any) -> Any:
         """The call's return value from the run's ``results``, after ``write_back``. This
@@ -217,17 +257,31 @@ class CallPlan:
                 self.written_exclusive,
             )
 
+    def prepare(self, args: Sequence) -> None:
+        """What the caller changes before the launch (``undo`` puts it back)."""
+
+    def undo(self, args: Sequence) -> None:
+        """Put back what ``prepare`` changed, where the launch did not happen."""
+
     # -- the whole call ---------------------------------------------------------------------
 
-    def run(self, args: Sequence, call_args: tuple) -> Any:
-        """Launch on ``call_args`` and commit into ``args`` (the caller's tensors), under the
-        state lock where the plan donates."""
-        if self.donated:
-            # From the launch (which deletes the donated arrays) to the write-back: an eager
-            # op on another thread that took one of them waits for this and runs again.
-            with state_lock:
-                return self.commit(args, self.launch(call_args))
-        return self.commit(args, self.launch(call_args))
+    def run(self, args: Sequence, call_args: tuple, launch: Callable[[], Any] | None = None):
+        """Launch on ``call_args`` (or ``launch()``: the caller's own launch) and commit into
+        ``args`` (the caller's tensors or state), all or nothing where the plan is atomic."""
+        if not self.atomic:
+            return self.commit(args, self._launched(args, call_args, launch))
+        # From the launch (which deletes the donated arrays) to the write-back: an eager op
+        # on another thread that took one of them waits for this and runs again.
+        with state_lock, HeldInterrupts():
+            return self.commit(args, self._launched(args, call_args, launch))
+
+    def _launched(self, args: Sequence, call_args: tuple, launch: Callable[[], Any] | None):
+        try:
+            self.prepare(args)
+            return self.launch(call_args) if launch is None else launch()
+        except BaseException:
+            self.undo(args)  # (nothing launched: the call changed nothing else)
+            raise
 
 
 class LastPlan:

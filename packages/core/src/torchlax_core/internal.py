@@ -25,6 +25,7 @@ from ._call_plan import MISS_SIGNATURE as MISS_SIGNATURE
 from ._call_plan import MISS_STALE as MISS_STALE
 from ._call_plan import MISS_STATICS as MISS_STATICS
 from ._call_plan import CallPlan as CallPlan
+from ._call_plan import HeldInterrupts as HeldInterrupts
 from ._call_plan import LastPlan as LastPlan
 from ._compilation_cache import directory as compilation_cache_directory
 from ._compilation_cache import entries as compilation_cache_entries
@@ -76,6 +77,7 @@ from ._x64 import x64_flag as x64_flag
 __all__ = [
     "CHECKED_RUNS",
     "CallPlan",
+    "HeldInterrupts",
     "LastPlan",
     "MISS_SIGNATURE",
     "MISS_STALE",

@@ -108,19 +108,14 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._tensor_args_specs: dict[int, tuple] = {}
         self._last_state: tuple | None = None  # (state arrays, their signature)
-        # run.forward -> the plan of the last forward's or step's layout and entry, which the
-        # next call of that kind on the general path runs too (_plan)
-        self._plans: dict[bool, Any] = {}
-        # program key -> positions (in the state's grads) of .grads the step discards unread
+        self._plans: dict[bool, Any] = {}  # run.forward -> the last plan of that kind (_plan)
+        # program key -> positions (in the state's grads) of .grads the step discards unread,
+        # and the key of the program run without them (without_dead_grads)
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
-        # program key -> the key of the program run without those .grads (without_dead_grads)
         self._dead_keys: dict[Any, tuple] = {}
-        # The last call's plan, if the next call may repeat it cheaply (a _ForwardPlan or a
-        # _StepPlan): a repeated call is one whose checks and the plan's guard still hold
-        self._last = LastPlan()
+        self._last = LastPlan()  # the plan a repeated call may take (_repeated)
         self._cpu_outputs = False  # set while a call over lent CPU state runs
-        # set while the first call compiles the next call's program ahead (_first_call.py)
-        self._compile_only = False
+        self._compile_only = False  # set while the first call compiles ahead (_first_call)
         self.__wrapped__ = target
 
     @property
@@ -284,10 +279,9 @@ class _Jitted:
         return plan
 
     def _eager(self, args, kwargs, optimizers=()):
-        """The call run eagerly, by PyTorch's own code (a first call whose trace failed:
-        ``_first_call``; a forward whose backward the program cannot run: ``eager_call``);
-        step counts that the ``optimizers`` create are kept
-        on the jax device, as the program keeps them."""
+        """The call run eagerly, by PyTorch's own code (``_first_call``; ``eager_call``); step
+        counts that the ``optimizers`` create are kept on the jax device, as the program
+        keeps them."""
         groups = [
             (g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g
         ]

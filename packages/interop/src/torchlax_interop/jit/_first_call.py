@@ -35,11 +35,11 @@ from typing import Any
 
 import jax
 from torchlax_core import JitError
+from torchlax_core.internal import HeldInterrupts as _HeldInterrupts
 from torchlax_core.internal import op_cache_compiling_nothing
 
 from ._program import _log, held, put_back
 from ._refusals import _owner
-from ._repeated import _HeldInterrupts
 from ._write_back import _write_plan, _write_state
 
 # ``_Jitted._compile_only`` while the first call traces its own program (``compile_only``

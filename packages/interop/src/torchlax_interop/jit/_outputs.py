@@ -11,12 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.utils import _pytree as pytree
-from torchlax_core.internal import (
-    is_root_of,
-    output_tensors,
-    result_specs,
-    viewed_back,
-)
+from torchlax_core.internal import output_tensors, viewed_back
 
 from .._call_jax import _give_back
 from ._inputs import _SLOT
@@ -76,14 +71,6 @@ def _leaf_name(out, i: int) -> str:
     except Exception:  # a node type registered without key paths
         return f"output leaf {i}"
     return "output" + pytree.keystr(path)
-
-
-def _plain_result_specs(outputs: list, out_arrays: list) -> list | None:
-    """``result_specs`` of a call's outputs when each is a root torchlax Tensor of its array
-    (what ``wrap_results_like`` makes), else None."""
-    if all(map(is_root_of, outputs, out_arrays)):
-        return result_specs(outputs, out_arrays)
-    return None
 
 
 def _to_tensors(arrays, on_jax: bool, inputs, orders: tuple = ()) -> list[torch.Tensor]:

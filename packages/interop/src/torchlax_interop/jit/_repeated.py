@@ -7,19 +7,16 @@ jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still 
 jit's own checks (layout, state objects, argument types, grad and checked mode) beside the core
 plan's (``CallPlan.miss``). A check that fails returns ``_MISSED``: the general path runs.
 
-Launch and write-back are all or nothing (``launch_and_write``): a step's program consumes its
-donated state and returns the new one, so once the launch has returned the write-back is
-finished whatever happens (an exception or ``KeyboardInterrupt`` in it writes the whole new
-state again; a Ctrl-C during launch and write-back is held until they are done:
-``_HeldInterrupts``), and before it nothing has changed but what ``undo`` puts back. The model
+Launch and write-back are the core's ``CallPlan.run``, all or nothing: a step's program
+consumes its donated state and returns the new one, so once the launch has returned the
+write-back (``write_back``: ``_write_back``'s, idempotent) is finished whatever happens, and
+before it nothing has changed but the ``.grad``s it drops, which ``undo`` puts back. The model
 and optimizer hold either the values before the call or those after it (#37, item 2).
 """
 
 from __future__ import annotations
 
-import importlib
 import operator
-import threading
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import is_
@@ -33,6 +30,8 @@ from torchlax_core.internal import (
     Entry,
     ResultWrappers,
     donatable,
+    is_root_of,
+    result_specs,
     root_values,
     view_getter,
     wrap_results_like,
@@ -41,7 +40,7 @@ from torchlax_core.internal import (
 from torchlax_core.internal import signature as _signature
 
 from ._autograd import differentiable_call, eager_call
-from ._outputs import _plain_result_specs, _returned, _to_tensors
+from ._outputs import _returned, _to_tensors
 from ._program import _Info
 from ._state import _Hashed, _Layout, _StateSet
 from ._watch import ReadConstants
@@ -49,68 +48,6 @@ from ._write_back import _write_changed, _write_plan, _write_state
 
 if TYPE_CHECKING:
     from ._call import _Jitted
-
-
-# The C module behind ``signal`` (no stubs): its getsignal/signal cost ~0.3 us a call against
-# tens of us of ``signal``'s (which convert handlers to and from enums), on every step's call.
-_signal: Any = importlib.import_module("_signal")
-
-_main_thread = threading.main_thread()
-_SIGINT = 2
-
-
-class _HeldInterrupts:
-    """Holds SIGINT while entered (on the main thread, where Python runs signal handlers) and
-    delivers it on exit, to the handler that was installed before."""
-
-    __slots__ = ("_previous", "_caught")
-
-    def __enter__(self) -> _HeldInterrupts:
-        self._caught: tuple | None = None
-        self._previous = None
-        if threading.current_thread() is _main_thread:
-            previous = _signal.getsignal(_SIGINT)
-            if callable(previous):  # (SIG_IGN / SIG_DFL, or a handler set from C: left alone)
-                self._previous = previous
-                _signal.signal(_SIGINT, self._catch)
-        return self
-
-    def _catch(self, signum, frame) -> None:
-        self._caught = (signum, frame)
-
-    def __exit__(self, *exc_info) -> None:
-        previous = self._previous
-        if previous is None:
-            return
-        _signal.signal(_SIGINT, previous)
-        caught = self._caught
-        if caught is not None:
-            previous(*caught)  # Python's default handler raises KeyboardInterrupt here
-
-
-def launch_and_write(
-    launch: Callable[[list], None],
-    write: Callable[[Any], None],
-    undo: Callable[[], None] | None = None,
-) -> Any:
-    """The results that ``launch(out)`` appends to ``out`` (in the statement that launches:
-    nothing can interrupt it between the two), written with ``write(results)``; all or
-    nothing.
-
-    ``write`` must be safe to run twice (the second run completes an interrupted first).
-    ``undo`` puts back what was changed before the launch, if the launch does not happen."""
-    out: list = []
-    with _HeldInterrupts():
-        try:
-            launch(out)
-            write(out[0])
-        except BaseException:
-            if out:
-                write(out[0])  # the launch consumed the old state: finish the new one
-            elif undo is not None:
-                undo()
-            raise
-    return out[0]
 
 
 _MISSED = object()  # a plan's call: this call is no repeat (take the general path)
@@ -124,8 +61,8 @@ _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 class _JitPlan(CallPlan):
     """What both of jit's plans keep: the layout and entry they were made for (one plan per
     kind and entry: ``_Jitted._plans``) and, once ``record`` made it the last plan, the
-    recorded call's argument types and how its outputs were wrapped (``out_specs``:
-    ``result_specs`` of root torchlax Tensors, or None: wrapped the general way)."""
+    recorded call's argument types and ``result_specs`` of its outputs where each was a root
+    torchlax Tensor (None: a repeat wraps them the general way)."""
 
     __slots__ = ("layout", "info", "types", "out_specs")
 
@@ -145,16 +82,25 @@ class _JitPlan(CallPlan):
         self.types: tuple = ()
         self.out_specs: list | None = None
 
-    def _general_result(self, jitted: _Jitted, run: Any, out_arrays: list, repeats: bool):
-        """A general call's result; where ``repeats`` (the next call may repeat it), this plan
-        recorded as the last one, over ``run``'s state."""
+    def _general_result(
+        self, jitted: _Jitted, run: Any, out_arrays: Any, repeats: bool, outputs: Any = None
+    ) -> Any:
+        """A general call's result (``outputs``: its tensors, else made of ``out_arrays``); where
+        ``repeats`` (the next call may repeat it), this plan recorded as the last one, over
+        ``run``'s state."""
         info = self.info
-        outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
+        if outputs is None:
+            outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
         if repeats:
             self.types = tuple(map(type, run.inputs))
-            self.out_specs = None if info.out_orders else _plain_result_specs(outputs, out_arrays)
+            plain = not info.out_orders and all(map(is_root_of, outputs, out_arrays))
+            self.out_specs = result_specs(outputs, out_arrays) if plain else None
             jitted._last.plan = self.record(run.state, run.checks)  # pyright: ignore[reportPrivateUsage]  (its own module)
-        return _result(jitted, info, outputs)
+        if jitted._cpu_outputs and info.rebuilds:  # pyright: ignore[reportPrivateUsage]  (its own module)
+            # A call over lent CPU state returns CPU tensors: those inside returned objects are
+            # put in place as such (the caller converts the leaves).
+            outputs = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
+        return _returned(info, outputs)
 
     def record(self, state: _StateSet, checks: bool) -> _JitPlan:
         """This plan, made the one the next call may repeat, over ``state``, in checked mode
@@ -169,14 +115,6 @@ class _JitPlan(CallPlan):
         return _returned(info, wrap_results_like(out_arrays, self.out_specs))
 
 
-def _result(jitted: _Jitted, info: _Info, outputs: list) -> Any:
-    """What the call returns (``_returned``). A call over lent CPU state returns CPU tensors:
-    those inside returned objects are put in place as such (the caller converts the leaves)."""
-    if jitted._cpu_outputs and info.rebuilds:  # pyright: ignore[reportPrivateUsage]  (its own module)
-        outputs = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
-    return _returned(info, outputs)
-
-
 class _ForwardPlan(_JitPlan):
     """The plan of a forward program's entry (a call that changes no state, buffers aside).
 
@@ -186,17 +124,13 @@ class _ForwardPlan(_JitPlan):
     entry. The buffers the program changes are written back all or nothing (``launched``).
 
     ``call`` repeats a ``torch.no_grad()`` forward over tensor arguments only that writes
-    nothing back, over the recorded state. Before the launch it checks, in one pass, the
-    arguments' types, that none is a view, and that each state array is the one recorded (a
-    step may have donated it since); then the core plan's guard (their avals by identity
-    first) and the constants the trace read. It launches through the plan's C++ launcher
-    (``CallPlan.plain``) and checks the rest (the layout, ``_Layout.forward_guard``; checked
-    mode) while XLA computes: a call that fails them drops its results (the program writes
-    nothing) and takes the general path, as does a launch that raises. An entry that draws
-    keys or checks values launches through ``CallPlan.launch`` after every check. One output's
-    tensor comes from ``ResultWrappers`` (made ahead, in batches). Its shape follows what a
-    call costs after an XLA computation left the caches cold (benchmarks/README.md, "the
-    repeated forward touches less"; ``benchmarks/jit_call_parts.py`` times its parts)."""
+    nothing back. What launching needs is checked first (the state arrays may have been
+    donated by a step since); the rest (the layout, ``_Layout.forward_guard``; checked mode)
+    while XLA computes: a call that fails them drops its results (the program writes nothing)
+    and takes the general path, as does a launch that raises. An entry that draws keys or
+    checks values launches through ``CallPlan.launch`` after every check. Its shape follows
+    what a call costs after an XLA computation left the caches cold (benchmarks/README.md,
+    "the repeated forward touches less"; ``benchmarks/jit_call_parts.py`` times its parts)."""
 
     __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
 
@@ -205,6 +139,7 @@ class _ForwardPlan(_JitPlan):
     ):
         super().__init__(program, entry, sig, arrays, layout)
         self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
+        self.atomic = bool(self.info.writes)
         self.constants: ReadConstants | None = self.info.constants
 
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
@@ -214,35 +149,35 @@ class _ForwardPlan(_JitPlan):
         if run.differentiable():
             if info.eager_backward:
                 return eager_call(jitted, run)
-            outputs = differentiable_call(self, jitted, run)
-            _step_schedulers(state, info, [0] * len(state.schedulers))
-            return _result(jitted, info, outputs)
-        call_args = (run.state_arrays, run.lr_arrays, run.arrays)
-        out_arrays = self.launched(jitted, state, lambda: self.program.run(self.entry, *call_args))
+            out_arrays, repeats, outputs = None, False, differentiable_call(self, jitted, run)
+        else:
+            call_args = (run.state_arrays, run.lr_arrays, run.arrays)
+            results = self.launched(jitted, state, lambda: self.program.run(self.entry, *call_args))
+            out_arrays, outputs = results[0], None
+            repeats = (
+                not info.writes
+                and not state.lrs
+                and not torch.is_grad_enabled()
+                and run.repeatable()
+                and self.layout.reused(state)
+            )
         _step_schedulers(state, info, [0] * len(state.schedulers))
-        repeats = (
-            not info.writes
-            and not state.lrs
-            and not torch.is_grad_enabled()
-            and run.repeatable()
-            and self.layout.reused(state)
-        )
-        return self._general_result(jitted, run, out_arrays[0], repeats)
+        return self._general_result(jitted, run, out_arrays, repeats, outputs)
 
     def launched(self, jitted: _Jitted, state: _StateSet, launch: Callable[[], Any]) -> Any:
         """``launch()``'s results (the program's), the buffers they change written back into
-        ``state``, all or nothing. The launch donates nothing, so it stays interruptible (a
-        first call's trace, autograd's ``jax.vjp``): interrupted, it has changed nothing."""
-        info = self.info
+        ``state``, all or nothing (``CallPlan.run``). The launch donates nothing, so it stays
+        interruptible (a first call's trace, autograd's ``jax.vjp``): interrupted, it has
+        changed nothing."""
         results = launch()
-        if not info.writes:
+        if not self.info.writes:
             return results
+        return self.run((jitted, state), (), lambda: results)
 
-        def write_changed(results) -> None:
-            jitted._last_state = None  # pyright: ignore[reportPrivateUsage]  (its own module)
-            _write_changed(state, info, results[1], results[2])
-
-        return launch_and_write(lambda out: out.append(results), write_changed)
+    def write_back(self, args: Sequence, results: Any) -> None:
+        """The buffers the forward changed (``args``: the jitted callable, the call's state)."""
+        args[0]._last_state = None
+        _write_changed(args[1], self.info, results[1], results[2])
 
     def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
         if self.plain is None:  # (launched now: its C++ launcher may be known)
@@ -263,10 +198,9 @@ class _ForwardPlan(_JitPlan):
         return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
-        """The call's result, or ``_MISSED``. It runs outside JAX's 64-bit mode (``__call__``
-        switches it on for the general path only): launching a compiled executable does not
-        read it; a view argument's value, a JAX op, is read inside ``x64()``, and a call in
-        checked mode launches inside it (``CallPlan.launch``)."""
+        """The call's result, or ``_MISSED``. Outside JAX's 64-bit mode (``__call__`` switches
+        it on for the general path only), which launching an executable does not read; a view
+        argument's value (a JAX op) and a checked launch are made inside ``x64()``."""
         if torch.is_grad_enabled() or len(args) != len(self.types):
             return _MISSED
         if all(
@@ -331,14 +265,11 @@ class _StepPlan(_JitPlan):
     (``step``), which every step on the general path runs, and the guard of a call that repeats
     the last one over the same state objects (``call``).
 
-    Where the general path would assemble the state anew (every optimizer state value and
-    ``.grad`` read, their storages gathered: a cost per state array), drop the ``.grad``s the
-    step discards unread and look the entry up, ``call`` checks that all of it would come out
-    the same: the layout's guards in full (``_Layout.holds``), each ``.grad`` and optimizer
-    state value the very object the last call left, each storage the array it wrote (an
-    in-place write or a ``.grad`` set by hand takes the general path), the arguments' types,
-    grad mode and the core plan's guard. Checked mode is never repeated (its errors are raised
-    on the general path)."""
+    Where the general path would assemble the state anew (a cost per state array), ``call``
+    checks that it would come out the same: the layout's guards in full (``_Layout.holds``),
+    each ``.grad`` and optimizer state value the very object the last call left, each storage
+    the array it wrote (an in-place write or a ``.grad`` set by hand takes the general path).
+    Checked mode is never repeated (its errors are raised on the general path)."""
 
     __slots__ = (
         "write_plan",
@@ -365,6 +296,7 @@ class _StepPlan(_JitPlan):
     ):
         super().__init__(program, entry, sig, arrays, layout, donated)
         self.write_plan = _write_plan(state, self.info)  # holds while the layout does
+        self.atomic = True  # (also where it donates nothing: donate_state=False)
         # The signature of the state arrays the program returns (the same every call, known
         # after the first): the next call's state is not re-read (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
@@ -385,34 +317,31 @@ class _StepPlan(_JitPlan):
 
     def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
-        all or nothing; returns the program's output arrays. The ``.grad``s of ``dead`` (the
-        step discards them unread) are dropped before the launch, and put back if it does not
-        happen. A donated state array that is not exclusive or passed twice is copied
-        (``donatable``)."""
-        dead_grads = list(map(_GRAD, dead))
-        args = (jitted, state, [0] * len(state.schedulers))
+        all or nothing (``CallPlan.run``); returns the program's output arrays. The
+        ``.grad``s of ``dead`` (the step discards them unread) are dropped before the launch
+        (``prepare``), and put back if it does not happen (``undo``). A donated state array
+        that is not exclusive or passed twice is copied (``donatable``)."""
         if self.donated:
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
+        args = (jitted, state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
+        with x64():  # the learning rates are numpy scalars: float64 ones stay float64
+            return self.run(args, call_args)[0]
 
-        def launch(out: list) -> None:
-            for p in dead:
-                p.grad = None  # dropped before the program runs: not alive in it
-            with x64():  # the learning rates are numpy scalars: float64 ones stay float64
-                out.append(self.launch(call_args))
+    def prepare(self, args: Sequence) -> None:
+        for p in args[3]:
+            p.grad = None  # dropped before the program runs: not alive in it
 
-        return launch_and_write(
-            launch,
-            lambda results: self.finish(args, results),
-            lambda: _put_grads(dead, dead_grads),
-        )[0]
+    def undo(self, args: Sequence) -> None:
+        for p, grad in zip(args[3], args[4], strict=True):
+            if p.grad is not grad:
+                p.grad = grad
 
-    def finish(self, args: Sequence, results: Any) -> Any:
+    def write_back(self, args: Sequence, results: Any) -> None:
         """Write the run's new state, remember what it left for the next call's guard, and make
-        the schedulers' deferred ``step()``s. Safe to run twice (the second completes an
-        interrupted first). ``args``: (the jitted callable, the call's state, the schedulers'
-        steps made so far)."""
-        jitted, state, stepped = args
+        the schedulers' deferred ``step()``s (``args``: ``step``'s). Safe to run twice (the
+        second completes an interrupted first)."""
+        jitted, state, stepped = args[:3]
         new_storages = results[1]
         grads = _write_state(
             state, self.info, new_storages, results[2], self.write_plan, bool(self.donated)
@@ -420,10 +349,9 @@ class _StepPlan(_JitPlan):
         out_sig = self.out_sig
         if out_sig is None:
             out_sig = self.out_sig = _Hashed(_signature(new_storages))
-        jitted._last_state = (new_storages, out_sig)  # pyright: ignore[reportPrivateUsage]  (its own module)
+        jitted._last_state = (new_storages, out_sig)
         self._remember(new_storages, grads)  # (what _write_state put in the storages)
         _step_schedulers(state, self.info, stepped)
-        return results
 
     def _remember(self, written: list, grads: list) -> None:
         # What the call left, re-checked by identity on the next: the arrays it wrote into the
@@ -473,12 +401,6 @@ class _StepPlan(_JitPlan):
         ]
         out_arrays = self.step(jitted, state, self.dead, (self.written_arrays, lr_arrays, arrays))
         return self._outputs(out_arrays, arrays)
-
-
-def _put_grads(params, grads) -> None:
-    for p, grad in zip(params, grads, strict=True):
-        if p.grad is not grad:
-            p.grad = grad
 
 
 def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:

@@ -1,8 +1,8 @@
 """Where one call's new state goes: storages, ``.grad``s, optimizer state entries, buffers.
 
 ``_write_plan`` is computed once per program from its ``_Info``; ``_write_state`` puts each
-call's new arrays into the objects they belong to (run inside the all-or-nothing write-back
-of ``_repeated.launch_and_write``).
+call's new arrays into the objects they belong to (a plan's ``write_back``, which the core's
+``CallPlan.run`` makes all or nothing).
 """
 
 from __future__ import annotations
