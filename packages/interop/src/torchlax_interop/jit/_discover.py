@@ -55,7 +55,7 @@ from ._walk import (
 # How deep the walk goes from the function (a closure cell, a global, a bound method's object
 # and each container is one level), and the most items it reads from one list, tuple or dict:
 # what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``_program._refuse_unfound_optimizers``) instead of keeping its state inside the program.
+# traced (``_watch.TraceWatch``) instead of keeping its state inside the program.
 MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
 MAX_WALKED_ITEMS = 1024  # over all the containers of one walk

@@ -4,7 +4,7 @@ A walk starts from named roots (what a function names: ``function_roots``, ``nam
 call's arguments; a returned object) and yields each object met once, with its path from a
 root (``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth or breadth
 first, within a depth and a node budget. Where it goes from an object is its consumer's rule:
-``reached`` (what a function reaches, for the paths errors name things by: ``_paths``), the
+``reached`` (what a function reaches, for the paths errors name things by: ``path_to``), the
 state walk's (``_discover``, which records what it reads in its snapshot) or what a returned
 object holds (``_objects``, with what hides in it from Python: ``gc.get_referents``, in walks
 that share what they met). It never enters ``ATOMS`` (values that hold no tensor) nor
@@ -119,6 +119,33 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     if is_container(value):
         return items(value)
     return fields(value) if enterable(value) else []
+
+
+# How far the search for a path goes (it runs only to word an error: wider than the state walk).
+_SEARCH_DEPTH = 8
+_SEARCH_NODES = 20_000
+
+
+def path_to(target_obj, fn, args: tuple, kwargs: dict) -> str | None:
+    """The shortest path by which ``fn`` (called with ``args``/``kwargs``) reaches
+    ``target_obj`` (``'cfg.w'``), by the rule ``reached``, or None if the search does not
+    find it."""
+    roots = [
+        *function_roots(fn),
+        *(((ROOT, f"argument {i}"), a) for i, a in enumerate(args)),
+        *(((ROOT, f"argument {k!r}"), a) for k, a in kwargs.items()),
+    ]
+    return _search([((step,), value) for step, value in roots], target_obj)
+
+
+def reaches(root, target_obj) -> bool:
+    """Whether ``target_obj`` is ``root`` or inside it (searched as ``path_to`` does)."""
+    return _search([((), root)], target_obj) is not None
+
+
+def _search(roots: list, target_obj) -> str | None:
+    visits = walk(roots, reached, max_depth=_SEARCH_DEPTH, max_nodes=_SEARCH_NODES, breadth=True)
+    return next((path_text(v.path) for v in visits if v.value is target_obj), None)
 
 
 def _call(reader: Callable, *args) -> Any:
