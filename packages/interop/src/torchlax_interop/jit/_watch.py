@@ -2,33 +2,29 @@
 the compiled program would not do on its calls, and the refusals it leads to (``run_watched``).
 
 A step runs once, while it is traced; its calls run the program. What no torchlax op carries
-into the program happens only in that one run, so it is watched then by ``TraceWatch``, whose
-registrations act for the tracing thread only: a torch function mode (every torch call of the
-step), a global module forward pre-hook (every module call), a global optimizer step pre-hook
-and the core's op observer (``observing_ops``: each torch function of a torchlax Tensor). Each
-tensor it sees is noted once, at first sight, with what it held then (``_SeenConstant``,
-``_SeenCpu``); after the step, those it changed are listed (``Changed``) and put back
-(``restore``), and the jit refuses the program naming them (``_refusals``). What it finds:
+into the program happens only in that one run, so ``TraceWatch`` watches it then, for the
+tracing thread only: a torch function mode (every torch call), global module forward and
+optimizer step pre-hooks, and the core's op observer (``observing_ops``: each torch function
+of a torchlax Tensor). Each tensor seen is noted once, with what it held then
+(``_SeenConstant``, ``_SeenCpu``); after the step, those it changed are listed (``Changed``),
+put back (``restore``) and named in a refusal (``_refusals``). What it finds:
 
-- **Constants** (``constants``): the torchlax Tensors the step reached that hold concrete
-  arrays (a ``cfg.mask`` its caller does not treat as state), not those the trace made.
-  Reading one is fine: its value is baked in, and checked on each call (``ReadConstants``).
-  Changing one is not: a write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that
-  ``backward()`` gives it would happen once, while the program is traced.
-- **Modules trained and optimizers stepped that are no state** (``untrained_module``, the
-  optimizer pre-hook): a module's parameters would be constants of the program, so it would
-  not train; an optimizer's state would be created inside the program and kept outside it.
-- **Plain CPU tensors changed** (``cpu``): a write into one a call of the step receives that
-  the trace did not make (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to
-  one happens once, on the host (a counter would stop counting). A ``backward()`` that would
-  give such a tensor a ``.grad``, or one or a ``torch.autograd.grad()`` that would carry a
-  gradient from a traced torchlax Tensor to any plain CPU tensor, is refused before it runs
-  (``refused_leaves``). Those requiring grad that the step reads with grad on are kept
-  (``host_tensors_requiring_grad``): a backward after the call would give them no gradient.
-- **Backward hooks** (``backward_hooks``): a module's backward (pre-)hooks, PyTorch's global
-  ones and those registered on a tensor of the step run in autograd's backward of the traced
-  code; a backward after the call is ``jax.vjp`` of the program, without them, so such calls
-  run where the hooks run (``_autograd.eager_call``).
+- **Constants** (``constants``): torchlax Tensors the step reached that hold concrete arrays
+  (a ``cfg.mask`` that is no state). Read, they are baked in and checked on each call
+  (``ReadConstants``); written (``buf.add_(1)``, ``w.data -= ...``) or given a ``.grad``,
+  the change would happen once, while the program is traced.
+- **Modules trained and optimizers stepped that are no state**: the module's parameters would
+  be constants (it would not train); the optimizer's state would be kept outside the program.
+- **Plain CPU tensors changed** (``cpu``): a write into one the trace did not make
+  (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one happens once, on the
+  host. A ``backward()`` that would give one a ``.grad``, or a ``backward()`` or
+  ``torch.autograd.grad()`` that would carry a gradient from a traced torchlax Tensor to one,
+  is refused before it runs (``refused``). Those requiring grad the step reads with grad on
+  (``host_tensors_requiring_grad``) would get no gradient from a backward after the call.
+- **Backward hooks** (``backward_hooks``): a module's, PyTorch's global ones and those on a
+  tensor of the step run in autograd's backward of the traced code, not in ``jax.vjp`` of
+  the program: a forward whose backward runs after the call runs eagerly
+  (``_autograd.eager_call``).
 
 Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
 so its handler skips torchlax Tensors first.
@@ -94,10 +90,8 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 class RefusedBackward(RuntimeError):
-    """A ``backward()`` of the traced step would give plain CPU leaves a ``.grad``, or it or a
-    ``torch.autograd.grad()`` would carry a gradient from the traced program to a plain CPU
-    tensor: raised in the step, before that call runs; the jit replaces it with an error
-    naming them (``TraceWatch.refused_leaves``)."""
+    """Raised in the step before a refused ``backward()`` or ``torch.autograd.grad()`` runs
+    (``TraceWatch.refused``); ``run_watched`` replaces it with an error naming the tensors."""
 
 
 class _SeenConstant:
@@ -308,11 +302,8 @@ class TraceWatch(TorchFunctionMode):
         # only then can a backward() or autograd.grad() reach a CPU tensor
         self._grad_on_host = False
         # The CPU tensors a refused backward() would have given a .grad, or toward which it or
-        # a refused autograd.grad() would have carried a gradient from the traced program;
-        # the call refused, in words; whether it was refused for the latter (``crossing``)
-        self.refused_leaves: list[torch.Tensor] = []
-        self.refused_call = "backward()"
-        self.refused_crossing = False
+        # a refused autograd.grad() would have carried a gradient from the traced program
+        self.refused: list[Changed] = []
         # What runs in autograd's backward of the traced code, in words ("the full backward
         # hook 'halve' of the Linear"), first met first
         self.backward_hooks: list[str] = []
@@ -444,7 +435,10 @@ class TraceWatch(TorchFunctionMode):
         if crossing:
             leaves = [t for t in _host_targets_of_traced_roots(roots, inputs) if is_plain_cpu(t)]
         if leaves:
-            self.refused_leaves, self.refused_call, self.refused_crossing = leaves, call, crossing
+            made = self.trace_made
+            self.refused = [
+                Changed(t, False, True, None, True, call, crossing, made(t)) for t in leaves
+            ]
             raise RefusedBackward(
                 f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
@@ -497,17 +491,15 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
             out = jitted._run(cpu_state, args, kwargs)
     except BaseException as exc:
         put_back()
-        if watch.refused_leaves:  # a backward() that would give CPU leaves .grads
-            raise _refused_backward_error(watch, owner, path) from None
+        if watch.refused:  # a backward() that would give CPU leaves .grads
+            raise _cpu_tensor_error(watch, watch.refused, owner, path) from None
         if isinstance(exc, jax.errors.UnexpectedTracerError):
             raise _leaked_tracer_error(jitted) from exc
         raise
-    cpu_changed = watch.cpu.changed()
-    if watch.refused_leaves or cpu_changed:  # (the step caught a refusal, went on)
+    cpu_changed = watch.refused or watch.cpu.changed()  # (a refusal the step caught first)
+    if cpu_changed:
         put_back()
-        if watch.refused_leaves:
-            raise _refused_backward_error(watch, owner, path)
-        raise changed_cpu_tensor_error(owner, [(c, path(c.tensor)) for c in cpu_changed])
+        raise _cpu_tensor_error(watch, cpu_changed, owner, path)
     untrained = watch.untrained_module()
     # A changed tensor the function reaches is a constant of the user's: put back, and
     # named. Any other is one the step made from host data (torch.tensor(...)): its
@@ -535,20 +527,15 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     return out, constants.read(), eager_backward, bool(host_grad)
 
 
-def _refused_backward_error(watch: TraceWatch, owner: str, path: Callable) -> JitError:
-    """The error for a refused ``backward()`` or ``torch.autograd.grad()``
-    (``TraceWatch.refused_leaves``): naming the module, where a leaf it would give a ``.grad``
-    is the parameter of a module called that is no state, else the first tensor, by its path
-    (or as the step's own)."""
-    if not watch.refused_crossing:
-        untrained = watch.untrained_module({id(t) for t in watch.refused_leaves})
+def _cpu_tensor_error(watch: TraceWatch, changed: list, owner: str, path: Callable) -> JitError:
+    """The error for the plain CPU tensors the step changed, or a refused ``backward()``
+    would have: naming the module, where such a leaf is the parameter of a module called that
+    is no state, else the first tensor, by its path (or as the step's own)."""
+    if changed[0].by_backward and not changed[0].crossing:
+        untrained = watch.untrained_module({id(c.tensor) for c in changed})
         if untrained is not None:
             return untrained_module_error(owner, untrained, path(untrained))
-    call, crossing, made = watch.refused_call, watch.refused_crossing, watch.trace_made
-    named = [
-        (Changed(t, False, True, None, True, call, crossing, made(t)), None if made(t) else path(t))
-        for t in watch.refused_leaves
-    ]
+    named = [(c, None if c.made else path(c.tensor)) for c in changed]
     return changed_cpu_tensor_error(owner, named)
 
 
@@ -587,7 +574,11 @@ def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
     (leaves or not), else every leaf reached. To a plain CPU tensor, such a gradient would have
     to leave the traced program for the host while the step is traced, which it cannot (the
     backward of the device copy fails with an unnamed "Unable to cast")."""
-    traced = [r for r in _tensors(roots) if isinstance(r, Tensor) and _is_traced(r)]
+    traced = [
+        r
+        for r in _tensors(roots)
+        if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
+    ]
     if not traced:
         return []
     leaves, nodes = _reached(traced)
@@ -626,10 +617,6 @@ def _tensors(values) -> list[torch.Tensor]:
     if isinstance(values, dict):
         values = values.values()
     return [t for t in values if isinstance(t, torch.Tensor)]
-
-
-def _is_traced(t: Tensor) -> bool:
-    return isinstance(array_of(t), jax.core.Tracer)
 
 
 def is_plain_cpu(t) -> bool:
