@@ -9,7 +9,7 @@ such a tensor (``buf.add_(1)``, ``w.data -= ...``) or whose ``backward()`` gives
 or count. The trace watch (``_watch``) finds what the step did and puts it back; this module
 words the errors: a constant or a plain CPU tensor changed, a module trained or an optimizer
 stepped that is no state, an argument requiring grad passed to a training step, a leaked
-tracer.
+tracer, a returned object whose tensors cannot be returned (``_objects``).
 """
 
 from __future__ import annotations
@@ -116,6 +116,17 @@ def unfound_optimizer_error(owner: str, opt) -> JitError:
         f"{owner}: the step calls {type(opt).__name__}.step() on an optimizer that is not "
         f"part of the compiled step's state. {_STATE_IS_FOUND}. Close over the optimizer "
         "directly, or pass it as an argument of the jitted function."
+    )
+
+
+def returned_object_error(owner: str, obj, where: str, what: str) -> JitError:
+    """The error for a returned object (``_objects``) at ``where`` in the output whose traced
+    tensors the program cannot return: ``what`` it holds, or why it cannot be rebuilt."""
+    return JitError(
+        f"{owner}: the returned {type(obj).__qualname__} at {where} {what}. The program can "
+        "only return tensors it can find and put back. Return tensors or a pytree of them "
+        "instead, register the type with torch.utils._pytree.register_pytree_node, or, for a "
+        "transformers model's cache, call it with use_cache=False."
     )
 
 

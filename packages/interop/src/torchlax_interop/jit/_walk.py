@@ -173,33 +173,24 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
 
 def named_by(fn: types.FunctionType, read: Callable = _call) -> list[tuple[tuple, Any]]:
     """What ``fn``'s code names: its closure cells, the globals it reads and its default
-    arguments (``def step(model=model)``: what a call that omits them uses), each bound one
-    with its step. Each is read through ``read(reader, *arguments)`` (the state walk's
-    snapshot records those reads: bound or not, and ``fn``'s defaults)."""
-    found = [((ROOT, name), read(cell_contents, cell)) for name, cell in function_cells(fn)]
+    arguments, positional then keyword-only (``def step(model=model)``: what a call that
+    omits them uses; ``default argument 'model'``), each bound one with its step. Each is read
+    through ``read(reader, *arguments)`` (the state walk's snapshot records those reads: bound
+    or not, and ``fn``'s defaults)."""
+    code = fn.__code__
+    cells = zip(code.co_freevars, fn.__closure__ or (), strict=False)
+    found = [((ROOT, name), read(cell_contents, cell)) for name, cell in cells]
     found += [
-        ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT))
-        for name in global_names(fn.__code__)
+        ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT)) for name in global_names(code)
     ]
     if any([read(getattr, fn, "__defaults__"), read(getattr, fn, "__kwdefaults__")]):
-        found += [((ROOT, name), value) for name, value in default_arguments(fn)]
+        defaults = fn.__defaults__ or ()
+        named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
+        found += [
+            ((ROOT, f"default argument {n!r}"), v)
+            for n, v in (*zip(named, defaults, strict=True), *(fn.__kwdefaults__ or {}).items())
+        ]
     return [(step, value) for step, value in found if value is not ABSENT]
-
-
-def default_arguments(fn: types.FunctionType) -> list[tuple[str, Any]]:
-    """``fn``'s default arguments, positional then keyword-only, each with its name in words
-    (``default argument 'w'``)."""
-    code, defaults = fn.__code__, fn.__defaults__ or ()
-    named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
-    kwdefaults = (fn.__kwdefaults__ or {}).items()
-    return [
-        (f"default argument {n!r}", v) for n, v in (*zip(named, defaults, strict=True), *kwdefaults)
-    ]
-
-
-def function_cells(fn: types.FunctionType) -> list[tuple[str, Any]]:
-    """``fn``'s closure cells, each with the name of its variable."""
-    return list(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
 
 
 def cell_contents(cell):
