@@ -16,6 +16,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -334,3 +335,39 @@ def test_a_bad_block_names_the_variable(value, monkeypatch):
     monkeypatch.setenv("TORCHLAX_ATTENTION_BLOCK", value)
     with pytest.raises(ValueError, match=f"TORCHLAX_ATTENTION_BLOCK='{value}'.*multiple of 128"):
         kernels._block_from_environment()
+
+
+@pytest.mark.slow
+def test_jax_differentiates_through_the_causal_check_in_interpret_mode(monkeypatch):
+    # torchlax.functional under jax.grad: JAX's autodiff goes through the cond, the kernel's
+    # custom VJP in one branch and the plain lowering's checkpoint in the other.
+    from jax.experimental.pallas import tpu as pltpu
+    from torchlax_ops._lowerings import attention
+
+    gen = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(gen.standard_normal((1, 2, 128, 64)), jnp.float32) for _ in range(3))
+    weights = jnp.asarray(gen.standard_normal((1, 2, 128, 64)), jnp.float32)
+    causal = jnp.tril(jnp.ones((128, 128), jnp.bool_))[None, None]
+    other = causal.at[..., 5, 0].set(False)
+
+    def loss(q, k, v, mask):
+        out = attention._scaled_dot_product_fused_attention_overrideable(q, k, v, mask)[0]
+        return jnp.sum(out * weights)
+
+    grad = jax.grad(loss, argnums=(0, 1, 2))
+    monkeypatch.setattr(kernels, "_logged", {})
+    monkeypatch.setattr(kernels, "choice", "always")
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")  # (float32 takes the kernel only then)
+    try:
+        want = {name: grad(q, k, v, m) for name, m in (("causal", causal), ("other", other))}
+        monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+        pltpu.set_tpu_interpret_mode()
+        assert kernels.plan_for(q, k, v, causal, 0.0) == kernels.Plan(True, True)
+        got = {name: grad(q, k, v, m) for name, m in (("causal", causal), ("other", other))}
+    finally:
+        pltpu.set_tpu_interpret_mode(None)
+        torch.set_float32_matmul_precision(before)
+    for name in want:
+        for a, b in zip(got[name], want[name], strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=2e-5)
