@@ -282,6 +282,32 @@ def test_grad_enabled_forward_runs_the_plain_program_and_backward_recomputes_it(
     torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
 
 
+def test_checked_mode_differentiable_forward_raises_before_writing_and_grads_match():
+    # Checked mode: the forward is the plain (checked) program, its backward recomputes it,
+    # then forwards save residuals (from the entry's jaxpr, checks included): both raise.
+    reference = torch.nn.Embedding(4, 3)
+    with torchlax_core.enable():
+        emb = copy.deepcopy(reference).to("jax")
+    jitted = jit(lambda ids, w: (emb(ids) * w).sum())
+    w = torch.randn(3, requires_grad=True)
+    env = torchlax_core.current_env()
+    env.config.checked = True
+    try:
+        for call in range(3):
+            w_jax = _jax(w.detach()).requires_grad_()
+            with pytest.raises(IndexError, match="index out of range"):
+                jitted(_jax(torch.tensor([0, 7, 2])), w_jax)
+            ids = torch.tensor([call, 3, 1])
+            jitted(_jax(ids), w_jax).backward()
+            (reference(ids) * w).sum().backward()
+            torch.testing.assert_close(_cpu(emb.weight.grad), reference.weight.grad)
+            torch.testing.assert_close(_cpu(w_jax.grad), w.grad)
+            w.grad = None
+        assert all(p.saves_residuals for p in jitted.programs.values())
+    finally:
+        env.config.checked = False
+
+
 def test_recomputed_backward_sees_the_forwards_dropout_mask():
     with torchlax_core.enable():
         scale = torch.nn.Parameter(torch.tensor(3.0, device="jax"))

@@ -23,7 +23,7 @@ from torchlax_core.internal import x64
 from .._call_jax import _borrow, _give_back
 from ._inputs import _inexact
 from ._outputs import _to_tensors
-from ._program import _log, _trace_lock
+from ._program import _log
 from ._refusals import _owner
 
 
@@ -74,22 +74,19 @@ class _JitFunction(torch.autograd.Function):
     def forward(ctx, call: _Call, *diff_tensors):
         run = call.run
         program, info = run.program, run.info
-        n_state = len(run.state.storages)
-        state_arrays, arrays = call.arrays[:n_state], call.arrays[n_state:]
 
         def launch():
             if not program.saves_residuals:
                 # The plain forward; backward() recomputes it (this call's key: same dropout).
                 return call.plan.program.run(
-                    run.entry, state_arrays, run.lr_arrays, arrays, key=call.key
+                    run.entry, run.state_arrays, run.lr_arrays, run.arrays, key=call.key
                 )
             diff, other = _masked(call.arrays, call.mask)
             precision = torch.get_float32_matmul_precision()
-            with _trace_lock:
-                program._state = run.state
-                *results, error, call.vjp = program.forward_vjp(
-                    call.mask, precision, diff, other, run.lr_arrays, arrays, call.key
-                )
+            program.vjp_entry = run.entry  # (the call holds _trace_lock)
+            *results, error, call.vjp = program.forward_vjp(
+                call.mask, precision, diff, other, run.lr_arrays, call.key
+            )
             if error is not None:
                 raise_error(error)  # before any output or state is written back
             return results

@@ -28,7 +28,7 @@ from jax.extend import core as jax_core
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
-from torchlax_core import JitError, Tensor, checked
+from torchlax_core import JitError, Tensor
 from torchlax_core.internal import (
     CompiledProgram,
     Entry,
@@ -144,25 +144,27 @@ class _Program:
         # key would be one more JAX dispatch per call, longer than the launch itself).
         # A function that changes no state but buffers runs the forward program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
-        def compiled(fn: Callable, donate: tuple = ()) -> CompiledProgram:
+        # Its jaxprs are kept in checked mode too: autograd differentiates them (_vjp).
+        def compiled(fn: Callable, donate: tuple = (), keep_jaxpr: bool = not checks):
             return CompiledProgram(
                 _owner(jitted),
                 fn,
                 donate_argnums=donate,
                 checks=checks,
-                keep_jaxpr=not checks,
+                keep_jaxpr=keep_jaxpr,
                 key_data=True,
             )
 
         self.core = compiled(self._traced_entry, (0,) if jitted.donate_state else ())
-        self.forward_core = compiled(self._traced_forward_entry)
+        self.forward_core = compiled(self._traced_forward_entry, keep_jaxpr=True)
         self.trains: bool | None = None  # learned by the first trace
         # Autograd: the forward is the plain program; backward() runs one program that
         # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
         # has run, later calls save jax.vjp's residuals in the forward instead (a training
-        # loop then computes the forward once).
-        self.saves_residuals = checks  # checked mode: checkify's errors come from the forward
+        # loop then computes the forward once): forward_vjp, of the entry's jaxpr too.
+        self.saves_residuals = False
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
+        self.vjp_entry: Entry | None = None  # the entry forward_vjp differentiates
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
         self._recomputing_backwards: dict = {}
         self.logged_eager = False  # _autograd.eager_call logs once
@@ -322,37 +324,33 @@ class _Program:
         ) + tuple(host_grad)
         return out, watch.read(), eager_backward, bool(host_grad)
 
-    def _traced_vjp(
-        self,
-        mask: tuple[bool, ...],
-        precision: str,
-        diff: list,
-        other: list,
-        lr_arrays,
-        arrays,
-        key,
-    ):
-        # ``precision`` (the float32 matmul precision, which the lowerings read while tracing)
-        # is unused here: a static argument, it keys jax.jit's cache on the mode.
-        assert self._state is not None  # entry() sets it before tracing
-        n_state = len(self._state.storages)
+    def _traced_vjp(self, mask: tuple[bool, ...], precision: str, diff, other, lr_arrays, key):
+        """``vjp_entry``'s outputs, its vjp by the ``diff`` arrays and its other results.
 
-        def results_only(*inputs):
-            return self._traced(*inputs)[0]
+        ``precision`` (the float32 matmul precision the entry was traced under) is unused: a
+        static argument, it keys jax.jit's cache on the mode, as the entry is keyed."""
+        assert self.vjp_entry is not None  # _autograd sets it before the call
+        outs, vjp, (new_storages, extra, error) = self._vjp(
+            self.vjp_entry, mask, diff, other, lr_arrays, key
+        )
+        return outs, new_storages, extra, error, vjp
 
-        traced = checked(results_only) if self.checks else results_only
-        env = torchlax_core.current_env()
+    def _vjp(self, entry: Entry, mask: tuple[bool, ...], diff, other, lr_arrays, key) -> tuple:
+        """``jax.vjp`` of ``entry``'s program (its jaxpr, a pure function: no Python is traced
+        again) by the arrays ``mask`` selects of the state and inputs (``diff``; the others:
+        ``other``): ``(outputs, vjp, (new storages, extra results, check error))``."""
+        program = jax_core.jaxpr_as_fun(entry.jaxpr)
+        n_state = len(entry.info.changed)
+        checks = self.checks
 
-        def differentiable(diff):
+        def forward(diff):
             merged = _merge(mask, diff, other)
-            with env.prng_key_scope(jax.random.wrap_key_data(key)):
-                results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
-            checked = results if self.checks else (None, results)
-            error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
+            flat = program(*merged[:n_state], *lr_arrays, *merged[n_state:], key)
+            results = jax.tree.unflatten(entry.out_tree, flat)
+            error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
 
-        outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
-        return outs, new_storages, extra, error, vjp
+        return jax.vjp(forward, diff, has_aux=True)
 
     def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
         """This signature's entry (traced now if new: its ``info`` says what the step does):
@@ -387,24 +385,13 @@ class _Program:
 
     def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
         """One program computing the input gradients of ``entry``'s outputs: it reruns the
-        forward (the entry's jaxpr, a pure function: no Python is traced again) under
-        ``jax.vjp`` and applies the cotangents."""
+        forward under ``jax.vjp`` (``_vjp``) and applies the cotangents."""
         backward = self._recomputing_backwards.get((entry, mask))
         if backward is not None:
             return backward
-        assert entry.jaxpr is not None  # forward_core keeps jaxprs unless checks are on
-        forward_fn = jax_core.jaxpr_as_fun(entry.jaxpr)
-        n_state = len(entry.info.changed)
-        n_outs = entry.info.n_outputs
 
         def backward_program(diff, other, lr_arrays, key, cotangents):
-            def forward(diff):
-                merged = _merge(mask, diff, other)
-                flat = [*merged[:n_state], *lr_arrays, *merged[n_state:], key]
-                return forward_fn(*flat)[:n_outs]
-
-            _, vjp = jax.vjp(forward, diff)
-            return vjp(cotangents)[0]
+            return self._vjp(entry, mask, diff, other, lr_arrays, key)[1](cotangents)[0]
 
         backward = jax.jit(backward_program)
         if len(self._recomputing_backwards) >= self.forward_core.max_signatures:
