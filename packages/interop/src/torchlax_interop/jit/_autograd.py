@@ -37,10 +37,6 @@ class _Call:
     mask: tuple[bool, ...]  # per tensor: whether the call is differentiated by it
     arrays: list  # state arrays, then CPU module tensors and inputs
     key: Any
-    tensors: list
-    # per tensor: the memory order its array was passed in (its gradient comes in that order),
-    # or None; empty when every array is a value
-    orders: tuple = ()
     vjp: Any = None
     out_arrays: Any = None
 
@@ -49,15 +45,7 @@ def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
     """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``."""
     tensors = run.tensors()
     mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
-    layouts = run.in_layouts
-    orders = (
-        ()
-        if layouts is None
-        else (None,) * (len(tensors) - len(run.inputs))
-        + tuple(None if layout is None else layout[1] for layout in layouts)
-    )
-    arrays = run.state_arrays + run.arrays
-    call = _Call(plan, jitted, run, mask, arrays, run.entry.key(), tensors, orders)
+    call = _Call(plan, jitted, run, mask, run.state_arrays + run.arrays, run.entry.key())
     return _JitFunction.apply(call, *_masked(tensors, mask)[0])
 
 
@@ -125,15 +113,15 @@ class _JitFunction(torch.autograd.Function):
                 backward = run.program.recomputing_backward(run.entry, call.mask)
                 diff, other = _masked(call.arrays, call.mask)
                 grad_arrays = backward(diff, other, run.lr_arrays, call.key, cotangents)
-        diff = _masked(call.tensors, call.mask)[0]
-        if call.orders:
-            orders = _masked(list(call.orders), call.mask)[0]
-            grad_arrays = [
-                g if o is None else jnp.transpose(g, [int(d) for d in np.argsort(o)])
-                for g, o in zip(grad_arrays, orders, strict=True)
-            ]
+        # Per tensor, the memory order its array was passed in (its gradient comes in that
+        # order), or None (its value was passed).
+        tensors, layouts = run.tensors(), run.in_layouts or ()
+        orders = [None] * (len(tensors) - len(layouts)) + [x and x[1] for x in layouts]
         results = []
-        for grad, tensor in zip(grad_arrays, diff, strict=True):
+        diff = _masked(list(zip(tensors, orders, strict=True)), call.mask)[0]
+        for grad, (tensor, order) in zip(grad_arrays, diff, strict=True):
+            if order is not None:
+                grad = jnp.transpose(grad, [int(d) for d in np.argsort(order)])
             if isinstance(tensor, Tensor):
                 results.append(torchlax_core.wrap(grad))
             else:

@@ -1,31 +1,27 @@
 """``torchlax.jit``'s first call of a step that creates state: its program and the next
 call's compiled at once.
 
-A training step's first call finds state missing that the step itself creates: the
-optimizers' entries (``exp_avg``, ``exp_avg_sq``, ``step``, momentum buffers, ...) and the
-``.grad``s its ``backward()`` fills. That call is traced and compiled like any other (no eager
-pass over the model): what the step creates comes out of the program (``_NEW`` slots of
-``_Info``) and is written into the very objects that name it, so from then on it is state,
-an input of the program. The state after that call has another structure than before it
-(entries that were missing are there), so the steady step is another program, which the
-first call also traces and compiles (``_Jitted._compile_only``: traced, compiled, not run),
-so that the second and later calls compile nothing.
+A training step's first call finds state missing that the step itself creates (the
+optimizers' ``exp_avg``, ``step``, momentum buffers, ...; the ``.grad``s its ``backward()``
+fills). That call is traced and compiled like any other, with no eager pass over the model:
+what the step creates comes out of the program (``_NEW`` slots of ``_Info``) and becomes state,
+an input of the next calls' program. That steady program has another state structure, so the
+first call also traces and compiles it (``_Jitted._compile_only``: traced, compiled, not run),
+and the second and later calls compile nothing.
 
-The two compilations run at once (XLA's compiler releases the GIL): the first call's program
-is traced and its compilation started in another thread; the steady step is then traced over
-the state the first call will leave, with abstract arrays (``jax.ShapeDtypeStruct``s of the
-program's outputs) standing in for what it creates, and compiled in a third thread; the state
-is put back as it was, the first program runs once compiled, and the call returns when the
-steady program is compiled too. So the first call costs about one compilation, not two in a
-row. Where the stand-ins cannot say what the state will be (state on several devices, CPU
+The two compilations run at once (XLA's compiler releases the GIL): the first program's
+compilation starts in another thread right after its trace; the steady step is traced
+meanwhile over the state the first call will leave, abstract arrays (``jax.ShapeDtypeStruct``s
+of the first program's outputs) standing in for what it creates, and compiled in a third
+thread; the state is put back, the first program runs, and the call returns when both are
+compiled. Where stand-ins cannot say what the state will be (state on several devices, CPU
 state lent to the program, a first call that trains nothing), the steady step is traced after
-the first call has run, as before. Ops that the first trace runs on concrete values (a step
-count PyTorch creates with ``torch.tensor(0.0)`` and increments) compile nothing in the op
-cache: they run once.
+the first call ran. Ops the first trace runs on concrete values (a step count made with
+``torch.tensor(0.0)``) compile nothing in the op cache: they run once.
 
-The one first call that runs eagerly is one whose trace fails (``first_call``: refused, or
-reading a value on the host, as Rprop's state creation does): PyTorch runs it once, as
-before, and the next call traces the steady step.
+A first call whose trace fails (refused, or reading a value on the host, as Rprop's state
+creation does) runs eagerly, once, as PyTorch runs it, with a log line; the next call traces
+the steady step.
 """
 
 from __future__ import annotations
@@ -59,15 +55,11 @@ class Ahead:
 
 def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
     """The first call of a step whose optimizers have no state yet (or parameters no
-    ``.grad``): run compiled, and the next call's program compiled by the time it returns,
-    the two compilations running at once (the module's docstring says how).
+    ``.grad``), run compiled, the next call's program compiled by the time it returns.
 
-    A first call whose trace is refused (a ``JitError``: the step writes a plain CPU tensor,
-    gives a CPU leaf a ``.grad``, stores non-tensor optimizer state it changes, ...) or
-    needs a value on the host (Rprop creates its ``step_size`` from ``lr.item()``: a
-    ``RuntimeError`` under the trace) runs eagerly instead, once, as PyTorch runs it (the
-    trace put back what it changed), and says so in a log line; the next call traces the
-    steady step (and raises a refusal that still holds)."""
+    Its trace refused (a ``JitError``) or needing a value on the host (Rprop's ``lr.item()``:
+    a ``RuntimeError`` under the trace), it runs eagerly (the trace put back what it
+    changed); the next call traces the steady step and raises a refusal that still holds."""
     with op_cache_compiling_nothing():
         steady = None
         try:

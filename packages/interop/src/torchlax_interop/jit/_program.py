@@ -107,17 +107,13 @@ class _Info:
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
     single_output: bool = dataclasses.field(init=False)
-    # Whether an output is an object rebuilt around its tensors (_objects), and how many
-    # arrays the program outputs (its tensors count).
+    # Whether an output is an object rebuilt around its tensors (_objects)
     rebuilds: bool = dataclasses.field(init=False)
-    n_outputs: int = dataclasses.field(init=False)
 
     def __post_init__(self):
         self.writes = any(self.changed) or any(self.cpu_changed)
         self.single_output = self.out_spec.is_leaf() and self.out_statics[0] is _SLOT
-        objects = [s.n for s in self.out_statics if isinstance(s, ObjectOutput)]
-        self.rebuilds = bool(objects)
-        self.n_outputs = sum(s is _SLOT for s in self.out_statics) + sum(objects)
+        self.rebuilds = any(isinstance(s, ObjectOutput) for s in self.out_statics)
 
 
 class _Program:
@@ -330,23 +326,19 @@ class _Program:
         ``precision`` (the float32 matmul precision the entry was traced under) is unused: a
         static argument, it keys jax.jit's cache on the mode, as the entry is keyed."""
         assert self.vjp_entry is not None  # _autograd sets it before the call
-        outs, vjp, (new_storages, extra, error) = self._vjp(
-            self.vjp_entry, mask, diff, other, lr_arrays, key
-        )
-        return outs, new_storages, extra, error, vjp
+        outs, vjp, aux = self._vjp(self.vjp_entry, mask, diff, other, lr_arrays, key)
+        return outs, *aux, vjp
 
     def _vjp(self, entry: Entry, mask: tuple[bool, ...], diff, other, lr_arrays, key) -> tuple:
         """``jax.vjp`` of ``entry``'s program (its jaxpr, a pure function: no Python is traced
         again) by the arrays ``mask`` selects of the state and inputs (``diff``; the others:
         ``other``): ``(outputs, vjp, (new storages, extra results, check error))``."""
-        program = jax_core.jaxpr_as_fun(entry.jaxpr)
         n_state = len(entry.info.changed)
         checks = self.checks
 
         def forward(diff):
             merged = _merge(mask, diff, other)
-            flat = program(*merged[:n_state], *lr_arrays, *merged[n_state:], key)
-            results = jax.tree.unflatten(entry.out_tree, flat)
+            results = _evaluated(entry, merged[:n_state], lr_arrays, merged[n_state:], key)
             error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
 
@@ -591,13 +583,12 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     assert entry.jaxpr is not None
     jaxpr = entry.jaxpr.jaxpr
     info: _Info = entry.info
-    n_state = len(state.storages)
-    n_outs = info.n_outputs
-    invars = jaxpr.invars[:n_state]
+    invars = jaxpr.invars[: len(state.storages)]
     read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
-    for i, v in enumerate(jaxpr.outvars):
-        if not n_outs <= i < n_outs + n_state or v is not invars[i - n_outs]:
-            read.add(id(v))  # an output other than its own storage's unchanged value
+    outs, new_storages, extra = jax.tree.unflatten(entry.out_tree, jaxpr.outvars)
+    read.update(id(v) for v in (*outs, *extra))
+    # (a storage's output reads it unless it is its own unchanged value)
+    read.update(id(v) for v, old in zip(new_storages, invars, strict=True) if v is not old)
     kept = {index for kind, index in info.grad_slots if kind == _KEPT}
     kept.update(
         index
@@ -667,8 +658,8 @@ def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arra
         key = jnp.zeros(key.shape, key.dtype)  # pyright: ignore[reportAttributeAccessIssue]  (an aval)
     if source.precision is not None:  # stale, as its source, once the matmul precision changes
         float32_matmul_precision()
-    flat = jax_core.jaxpr_as_fun(closed)(*full, *lr_arrays, *arrays, key)
-    n_outs, n_state = info.n_outputs, len(info.changed)
+    outs, storages, extra = _evaluated(source, full, lr_arrays, arrays, key)
+    n_state = len(info.changed)
     kept = {old: new for new, old in enumerate(i for i in range(n_state) if i not in drop)}
 
     def slot(kind: int, index: int) -> tuple:
@@ -683,8 +674,15 @@ def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arra
             for slots in info.opt_slots
         ),
     )
-    storages = flat[n_outs : n_outs + n_state]
-    return (flat[:n_outs], [storages[i] for i in kept], flat[n_outs + n_state :]), info
+    return (outs, [storages[i] for i in kept], extra), info
+
+
+def _evaluated(entry: Entry, state_arrays, lr_arrays, arrays, key) -> Any:
+    """The results of ``entry``'s program on these inputs from its jaxpr (a pure function:
+    the step's Python is not traced again), as the pytree the program returns."""
+    assert entry.jaxpr is not None  # (kept by forward_core, and by core unless checked)
+    flat = jax_core.jaxpr_as_fun(entry.jaxpr)(*state_arrays, *lr_arrays, *arrays, key)
+    return jax.tree.unflatten(entry.out_tree, flat)
 
 
 def _equations(jaxpr) -> tuple:

@@ -49,7 +49,7 @@ _GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, ne
 )
 
 
-# PyTorch's check for a __torch_function__ override skipped (see _Layout._guard)
+# PyTorch's check for a __torch_function__ override skipped (see _Layout.forward_guard)
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
@@ -145,7 +145,7 @@ class _Snapshot:
     what it returned), sequences read live (``items``: a list's items, a dict's keys: the
     same objects in the same order) and mapping entries that need only hold some torchlax
     Tensor (``tensor_at``: an optimizer state value each step replaces). ``flat`` lays them
-    out for ``_Layout._guard``'s C-level passes: one ``map`` per reader (``getattr``,
+    out for ``_Layout.forward_guard``'s C-level passes: one ``map`` per reader (``getattr``,
     ``dict.get``, a storage getter, ...), not a Python loop per object."""
 
     def __init__(self):
@@ -173,7 +173,7 @@ class _Snapshot:
     def flat(self, extra: tuple = ()) -> tuple:
         """The sequences, their lengths, those not empty, the reads as rows (reader,
         *argument columns), the tensor entries' mappings and keys, and every object expected,
-        in the order ``_Layout._guard`` reads them; ``extra``: more reads, (reader,
+        in the order ``_Layout.forward_guard`` reads them; ``extra``: more reads, (reader,
         arguments, values)."""
         reads = [(reader, *zip(*rows)) for (reader, _), rows in self.reads.items()]
         reads += extra
@@ -225,12 +225,12 @@ class _Layout:
     # assemble()'s last state, kept while it has no optimizers and no .grads
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
-    _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # _guard(None)
+    _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # forward_guard
 
     def seal(self) -> None:
         """Make the checks of the layout as found (after the walk)."""
         self._nones = (None,) * len(self.grads)
-        self._holds = self._guard(None)
+        self._holds = self.forward_guard(None)
 
     @property
     def globals(self) -> list:
@@ -259,24 +259,14 @@ class _Layout:
         ]
         if len(args) != len(self.arg_objects) or not all(map(is_, args, self.arg_objects)):
             return False
-        return self.holds_reached()
-
-    def holds_reached(self) -> bool:
-        """``holds()`` less its check of the arguments."""
         return self._holds()
 
-    def forward_guard(self, state: _StateSet) -> Callable[[], bool]:
-        """``holds_reached() and reused(state)`` as one function made for this layout and
-        ``state``, for a caller that asks it on every call (``torchlax.jit``'s repeated
-        forward; whether each storage of ``state`` still holds the array it recorded is its
-        own check, made before the launch)."""
-        return self._guard(state)
-
-    def _guard(self, state: _StateSet | None) -> Callable[[], bool]:
-        """The snapshot's check as one function over local names, in C-level passes (bools
-        and None are singletons, so every read is compared by identity); with ``state``
-        (``forward_guard``) also: the layout still assembles ``state``, and no parameter has
-        a ``.grad``.
+    def forward_guard(self, state: _StateSet | None) -> Callable[[], bool]:
+        """The snapshot's check (``holds()`` less its check of the arguments) as one function
+        over local names, in C-level passes (bools and None are singletons, so every read is
+        compared by identity). With ``state``, for ``torchlax.jit``'s repeated forward, which
+        asks it on every call: also ``reused(state)`` (whether each storage of ``state``
+        still holds the array it recorded is its own check, made before the launch).
 
         One frame over local names: each call runs it with cold caches (XLA ran since the last
         one), where every frame and attribute lookup costs several times its warm cost
