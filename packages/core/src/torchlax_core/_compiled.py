@@ -130,14 +130,6 @@ class Entry:
             executable = self._program._compile(self)
         return executable
 
-    def result_shapes(self) -> Any:
-        """The pytree of ``jax.ShapeDtypeStruct`` its program returns (weak types included), read
-        from its trace: only before it is compiled (the trace is dropped then)."""
-        traced = self._traced
-        if traced is None:
-            raise RuntimeError(f"{self._program.name}: the entry is compiled; its trace is gone")
-        return traced.out_info
-
     def compile_ahead(self, *, progress: bool = True) -> None:
         """Start compiling it in another thread (``CompiledProgram.compile_ahead``)."""
         self._program.compile_ahead(self, progress=progress)
