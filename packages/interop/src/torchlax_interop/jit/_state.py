@@ -144,9 +144,9 @@ class _Snapshot:
     same objects, by identity: reads (``read``: a reader and its arguments, recorded with
     what it returned), sequences read live (``items``: a list's items, a dict's keys: the
     same objects in the same order) and mapping entries that need only hold some torchlax
-    Tensor (``tensor_at``: an optimizer state value each step replaces). ``flat`` lays them
-    out for ``_Layout.forward_guard``'s C-level passes: one ``map`` per reader (``getattr``,
-    ``dict.get``, a storage getter, ...), not a Python loop per object."""
+    Tensor (``tensor_at``: an optimizer state value each step replaces). Reads are grouped by
+    reader for ``_Layout.forward_guard``'s C-level passes: one ``map`` per reader
+    (``getattr``, ``dict.get``, a storage getter, ...), not a Python loop per object."""
 
     def __init__(self):
         self.reads: dict[tuple, list] = {}  # (reader, its arity) -> [(*arguments, value)]
@@ -169,29 +169,6 @@ class _Snapshot:
 
     def tensor_at(self, mapping, key) -> None:
         self.tensor_entries.append((mapping, key))
-
-    def flat(self, extra: tuple = ()) -> tuple:
-        """The sequences, their lengths, those not empty, the reads as rows (reader,
-        *argument columns), the tensor entries' mappings and keys, and every object expected,
-        in the order ``_Layout.forward_guard`` reads them; ``extra``: more reads, (reader,
-        arguments, values)."""
-        reads = [(reader, *zip(*rows)) for (reader, _), rows in self.reads.items()]
-        reads += extra
-        mappings, keys = tuple(zip(*self.tensor_entries)) or ((), ())
-        expected = (
-            *chain.from_iterable(items for _, items in self.sequences),
-            *chain.from_iterable(columns[-1] for columns in reads),
-            *repeat(True, len(mappings)),
-        )
-        return (
-            tuple(s for s, _ in self.sequences),
-            tuple(len(items) for _, items in self.sequences),
-            tuple(s for s, items in self.sequences if items),
-            tuple(columns[:-1] for columns in reads),
-            mappings,
-            keys,
-            expected,
-        )
 
 
 @dataclasses.dataclass
@@ -273,9 +250,21 @@ class _Layout:
         (benchmarks/README.md). The tensors' flags are read with ``__torch_function__`` off:
         each such read of a Tensor subclass otherwise first looks the attribute up on the
         tensor (PyTorch's check for an override)."""
-        layout, forward = self, state is not None
-        extra = ((_GRAD, tuple(self.grads), self._nones),) if forward else ()
-        sequences, lengths, filled, table, mappings, keys, expected = self.snapshot.flat(extra)
+        layout, forward, snapshot = self, state is not None, self.snapshot
+        # Each reader's rows as columns: (reader, *argument columns, values expected)
+        reads = [(reader, *zip(*rows)) for (reader, _), rows in snapshot.reads.items()]
+        if forward:
+            reads.append((_GRAD, tuple(self.grads), self._nones))
+        table = tuple(columns[:-1] for columns in reads)
+        sequences = tuple(s for s, _ in snapshot.sequences)
+        lengths = tuple(len(items) for _, items in snapshot.sequences)
+        filled = tuple(s for s, items in snapshot.sequences if items)
+        mappings, keys = tuple(zip(*snapshot.tensor_entries)) or ((), ())
+        expected = (  # in the order holds() reads them
+            *chain.from_iterable(items for s, items in snapshot.sequences if items),
+            *chain.from_iterable(columns[-1] for columns in reads),
+            *repeat(True, len(mappings)),
+        )
 
         def holds() -> bool:
             if forward and layout._assembled is not state:
