@@ -12,12 +12,13 @@ and the second and later calls compile nothing.
 The two compilations run at once (XLA's compiler releases the GIL): the first program's
 compilation starts in another thread right after its trace; the steady step is traced
 meanwhile over the state the first call will leave, abstract arrays (``jax.ShapeDtypeStruct``s
-of the types of the first program's kept jaxpr) standing in for what it creates, and compiled in a third
-thread; the state is put back, the first program runs, and the call returns when both are
-compiled. Where stand-ins cannot say what the state will be (state on several devices, CPU
-state lent to the program, a first call that trains nothing, checked mode: no jaxpr kept),
-the steady step is traced after the first call ran. Ops the first trace runs on concrete values (a step count made with
-``torch.tensor(0.0)``) compile nothing in the op cache: they run once.
+of the types in the first program's kept jaxpr) standing in for what it creates, and compiled
+in a third thread; the state is put back, the first program runs, and the call returns when
+both are compiled. Where stand-ins cannot say what the state will be (state on several
+devices, CPU state lent to the program, a first call that trains nothing, checked mode: no
+jaxpr kept), the steady step is traced after the first call ran. Ops the first trace runs on
+concrete values (a step count made with ``torch.tensor(0.0)``) compile nothing in the op
+cache: they run once.
 
 A first call whose trace fails (refused, or reading a value on the host, as Rprop's state
 creation does) runs eagerly, once, as PyTorch runs it, with a log line; the next call traces
