@@ -282,6 +282,31 @@ def test_grad_enabled_forward_runs_the_plain_program_and_backward_recomputes_it(
     torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
 
 
+def test_residual_saving_forward_differentiates_the_traced_program_without_tracing_again():
+    # After a first backward, forwards save jax.vjp's residuals: a program derived from the
+    # forward's kept jaxpr, so the module's Python runs once (the first trace), not per mode.
+    runs = []
+
+    class Counted(torch.nn.Linear):
+        def forward(self, x):
+            runs.append(1)
+            return torch.tanh(super().forward(x))
+
+    torch.manual_seed(0)
+    reference = Counted(3, 2)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        jitted(_jax(x)).sum().backward()
+        reference(x).sum().backward()
+        torch.testing.assert_close(_cpu(model.weight.grad), reference.weight.grad)
+        model.zero_grad()
+        reference.zero_grad()
+    assert len(runs) == 1 + 3  # (the jitted one's trace, then the reference's three calls)
+
+
 def test_checked_mode_differentiable_forward_raises_before_writing_and_grads_match():
     # Checked mode: the forward is the plain (checked) program, its backward recomputes it,
     # then forwards save residuals (from the entry's jaxpr, checks included): both raise.
