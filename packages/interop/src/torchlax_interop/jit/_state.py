@@ -310,7 +310,7 @@ class _Layout:
         returns while ``holds()`` is true: the last such state is reused (it holds nothing
         the module does not hold itself)."""
         memo = self._assembled
-        no_grads = all(map(operator.is_, map(_GRAD, self.grads), self._nones))
+        no_grads = self._no_grads()
         if memo is not None and no_grads:
             return memo
         state = self._assemble()
@@ -319,9 +319,10 @@ class _Layout:
 
     def reused(self, state: _StateSet) -> bool:
         """Whether ``assemble()`` would now return ``state`` (the state it keeps)."""
-        return self._assembled is state and all(
-            map(operator.is_, map(_GRAD, self.grads), self._nones)
-        )
+        return self._assembled is state and self._no_grads()
+
+    def _no_grads(self) -> bool:
+        return all(map(operator.is_, map(_GRAD, self.grads), self._nones))
 
     def _assemble(self) -> _StateSet:
         storages, owners = list(self.fixed_storages), list(self.fixed_owners)
@@ -402,19 +403,12 @@ def _lr_type(params) -> type:
     return np.float64 if any(p.dtype in wide for p in params) else np.float32
 
 
-def _is_rate(value) -> bool:
+def _rate_in(group: dict) -> bool:
     """Whether a group's learning rate is an input of the program: a Python number, or a 0-d
     floating tensor (``SGD(params, lr=torch.tensor(0.1))``, which a scheduler changes in place
     with ``fill_``: baked in, a CPU one would silently keep its first value, a jax one compile
     the step again on each change). Either is passed as its value, in the group's precision."""
-    if _is_number(value):
-        return True
+    value = group.get("lr")
+    if isinstance(value, float | int):
+        return not isinstance(value, bool)
     return isinstance(value, torch.Tensor) and value.ndim == 0 and value.is_floating_point()
-
-
-def _rate_in(group: dict) -> bool:
-    return _is_rate(group.get("lr"))
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, float | int) and not isinstance(value, bool)
