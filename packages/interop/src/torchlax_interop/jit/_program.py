@@ -8,7 +8,9 @@ structure. A step's ``.grad``s that it discards unread are left out of its progr
 (``without_dead_grads``). A step that trains is compiled with its state donated
 (``core``); a function that only computes has a forward program (``forward_core``) whose
 backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
-``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call").
+``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call"). Those autograd
+programs and the step less its dead ``.grad``s are derived from a traced entry's jaxpr
+(``_evaluated``): the step's Python runs once per entry.
 """
 
 from __future__ import annotations
