@@ -2,6 +2,7 @@
 
 import copy
 
+import jax
 import pytest
 import torch
 import torchlax_core
@@ -305,6 +306,34 @@ def test_residual_saving_forward_differentiates_the_traced_program_without_traci
         model.zero_grad()
         reference.zero_grad()
     assert len(runs) == 1 + 3  # (the jitted one's trace, then the reference's three calls)
+
+
+def test_a_differentiated_forward_compiles_nothing_after_its_first_backward(caplog):
+    # The first backward runs the residual-saving forward on the call's inputs and key, then
+    # its vjp: the programs the later calls run, so those compile none of their own.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    compiled = []  # per call, the compilations of the residual-saving forward
+    jax.config.update("jax_log_compiles", True)
+    try:
+        for _ in range(3):
+            caplog.clear()
+            x = torch.randn(8, 3)
+            jitted(_jax(x)).pow(2).sum().backward()
+            reference(x).pow(2).sum().backward()
+            for p, r in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6)
+            model.zero_grad()
+            reference.zero_grad()
+            compiled.append(
+                sum("Compiling jit(_traced_vjp)" in r.getMessage() for r in caplog.records)
+            )
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    assert compiled == [1, 0, 0]
 
 
 def test_checked_mode_differentiable_forward_raises_before_writing_and_grads_match():

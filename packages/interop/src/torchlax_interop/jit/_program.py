@@ -142,7 +142,7 @@ class _Program:
         # key would be one more JAX dispatch per call, longer than the launch itself).
         # A function that changes no state but buffers runs the forward program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
-        # Its jaxprs are kept in checked mode too: autograd differentiates them (_vjp).
+        # Its jaxprs are kept in checked mode too: autograd differentiates them.
         def compiled(fn: Callable, donate: tuple = (), keep_jaxpr: bool = not checks):
             return CompiledProgram(
                 _owner(jitted),
@@ -156,15 +156,13 @@ class _Program:
         self.core = compiled(self._traced_entry, (0,) if jitted.donate_state else ())
         self.forward_core = compiled(self._traced_forward_entry, keep_jaxpr=True)
         self.trains: bool | None = None  # learned by the first trace
-        # Autograd: the forward is the plain program; backward() runs one program that
-        # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
-        # has run, later calls save jax.vjp's residuals in the forward instead (a training
-        # loop then computes the forward once): forward_vjp, of the entry's jaxpr too.
+        # Autograd: the forward is the plain program; until a first backward() nothing is
+        # saved for one. backward() then runs forward_vjp on the call's inputs and key (the
+        # same values) and applies its vjp, and later forwards run forward_vjp themselves (a
+        # training loop computes its forward once): the entry's jaxpr under jax.vjp.
         self.saves_residuals = False
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
-        self.vjp_entry: Entry | None = None  # the entry forward_vjp differentiates
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
-        self._recomputing_backwards: dict = {}
         self.logged_eager = False  # _autograd.eager_call logs once
         # (a trace and the storages it drops) the next trace derives its entry from instead
         # of tracing the step (without_dead_grads)
@@ -322,19 +320,23 @@ class _Program:
         ) + tuple(host_grad)
         return out, watch.read(), eager_backward, bool(host_grad)
 
-    def _traced_vjp(self, mask: tuple[bool, ...], precision: str, diff, other, lr_arrays, key):
-        """``vjp_entry``'s outputs, its vjp by the ``diff`` arrays and its other results.
+    def differentiated(
+        self, entry: Entry, mask: tuple, precision: str, arrays: list, lr_arrays, key
+    ):
+        """``entry``'s program on ``arrays`` (state, then CPU tensors and inputs) under
+        ``jax.vjp`` by the arrays ``mask`` selects: ``[outputs, new storages, extra results,
+        check error, vjp]``. ``precision``: the float32 matmul precision ``entry`` was traced
+        under."""
+        diff = [a for a, m in zip(arrays, mask, strict=True) if m]
+        other = [a for a, m in zip(arrays, mask, strict=True) if not m]
+        return self.forward_vjp((mask, entry), precision, diff, other, lr_arrays, key)
 
-        ``precision`` (the float32 matmul precision the entry was traced under) is unused: a
-        static argument, it keys jax.jit's cache on the mode, as the entry is keyed."""
-        assert self.vjp_entry is not None  # _autograd sets it before the call
-        outs, vjp, aux = self._vjp(self.vjp_entry, mask, diff, other, lr_arrays, key)
-        return outs, *aux, vjp
-
-    def _vjp(self, entry: Entry, mask: tuple[bool, ...], diff, other, lr_arrays, key) -> tuple:
-        """``jax.vjp`` of ``entry``'s program (its jaxpr, a pure function: no Python is traced
-        again) by the arrays ``mask`` selects of the state and inputs (``diff``; the others:
-        ``other``): ``(outputs, vjp, (new storages, extra results, check error))``."""
+    def _traced_vjp(self, selection: tuple, precision: str, diff, other, lr_arrays, key):
+        """The outputs of ``selection``'s entry (``(mask, entry)``, static: keyed by the
+        entry's identity), its vjp by the ``diff`` arrays and its other results, from its
+        jaxpr (a pure function: no Python is traced again). ``precision`` is unused: a static
+        argument, it keys jax.jit's cache on the mode, as the entry is."""
+        mask, entry = selection
         n_state = len(entry.info.changed)
         checks = self.checks
 
@@ -344,7 +346,8 @@ class _Program:
             error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
 
-        return jax.vjp(forward, diff, has_aux=True)
+        outs, vjp, aux = jax.vjp(forward, diff, has_aux=True)
+        return outs, *aux, vjp
 
     def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
         """This signature's entry (traced now if new: its ``info`` says what the step does):
@@ -370,28 +373,11 @@ class _Program:
         self.core.clear()
         self.forward_core.clear()
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
-        self._recomputing_backwards.clear()
 
     @property
     def compiled(self) -> dict:
         """Signature -> executable, for this program's compiled signatures."""
         return {**self.core.executables(), **self.forward_core.executables()}
-
-    def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
-        """One program computing the input gradients of ``entry``'s outputs: it reruns the
-        forward under ``jax.vjp`` (``_vjp``) and applies the cotangents."""
-        backward = self._recomputing_backwards.get((entry, mask))
-        if backward is not None:
-            return backward
-
-        def backward_program(diff, other, lr_arrays, key, cotangents):
-            return self._vjp(entry, mask, diff, other, lr_arrays, key)[1](cotangents)[0]
-
-        backward = jax.jit(backward_program)
-        if len(self._recomputing_backwards) >= self.forward_core.max_signatures:
-            self._recomputing_backwards.pop(next(iter(self._recomputing_backwards)))
-        self._recomputing_backwards[(entry, mask)] = backward
-        return backward
 
 
 def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
