@@ -67,6 +67,47 @@ def test_a_value_kept_from_an_earlier_trace_is_a_jit_error():
             compiled(torch.ones(4, device="jax"))
 
 
+def test_refusals_of_what_the_state_walk_did_not_find_say_alike_where_it_looks():
+    # An optimizer stepped, a module trained and a tensor written that the walk did not find
+    # (deeper than it goes): each error says, in the same words, where torchlax.jit looks for
+    # state and how far.
+    with torchlax.enable():
+        model, hidden = nn.Linear(3, 1).to("jax"), nn.Linear(3, 1).to("jax")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        buf = torch.zeros(3, device="jax")
+        x = torch.randn(2, 3, device="jax")
+    deep = [[[[{"opt": opt, "net": hidden, "buf": buf}]]]]
+
+    def steps_an_optimizer(x):
+        model(x).sum().backward()
+        deep[0][0][0][0]["opt"].step()
+
+    def trains_a_module(x):
+        deep[0][0][0][0]["net"](x).sum().backward()
+
+    def writes_a_tensor(x):
+        deep[0][0][0][0]["buf"].add_(1)
+        return model(x)
+
+    said = {}
+    for step, what in (
+        (steps_an_optimizer, r"calls SGD\.step\(\) on an optimizer that is not"),
+        (trains_a_module, r"Linear at deep\[0\]\[0\]\[0\]\[0\]\['net'\]"),
+        (writes_a_tensor, r"writes into the float32 tensor of shape \(3,\) at deep"),
+    ):
+        with pytest.raises(torchlax.JitError, match=what) as caught:
+            torchlax.jit(step)(x)
+        message = str(caught.value)
+        start = message.index("torchlax.jit makes state of")
+        said[step.__name__] = message[start : message.index("docs/training.md)", start)]
+    assert len(set(said.values())) == 1, said
+    assert (
+        "up to 4 levels deep, 64 items per container or object and 1024 in all"
+        in said["steps_an_optimizer"]
+    )
+    assert buf.cpu().tolist() == [0.0, 0.0, 0.0]  # (put back)
+
+
 def _sources(package: str) -> list[Path]:
     spec = importlib.util.find_spec(package)
     assert spec is not None and spec.origin is not None

@@ -55,7 +55,7 @@ from ._walk import (
 # How deep the walk goes from the function (a closure cell, a global, a bound method's object
 # and each container is one level), and the most items it reads from one list, tuple or dict:
 # what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``_program._refuse_unfound_optimizers``) instead of keeping its state inside the program.
+# traced (``_watch.TraceWatch``) instead of keeping its state inside the program.
 MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
 MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
@@ -268,22 +268,18 @@ class _StateWalk:
     ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
     state (``keep``), for a later call to check (``_Layout.holds``).
 
-    From a function: its closure cells, the globals its code loads and its default arguments
-    (each kept, bound or not); from a bound method: its function and its object; from a
-    partial: its function and arguments. Through lists, tuples and dicts (but one over
-    ``MAX_CONTAINER_ITEMS``: a data set is no state): their items, the snapshot keeping a
-    list's items and a dict's keys and values (``opts[1] = other`` walks again). Through an
-    object's attributes (``__dict__``, ``__slots__``: ``self.cfg.model``) only modules,
-    optimizers and schedulers are state, and what leads to them: a list of tensors there is
-    more likely a history the loop appends to. The jitted bound method's object is the
-    exception (its tensor attributes are state, ``self.scale``, and it is entered whatever
-    its size); a module's, its public attributes that are no parameters, buffers or
-    submodules are entered (a Lightning-style ``self.optimizer``). An object's snapshot keeps
-    its attribute names and, by identity, the values that lead to state or are None (an
-    optional scheduler set later); a container or object under an attribute that leads to no
-    state leaves nothing in the snapshot (a loss history, an object the step keeps its last
-    outputs in, would make each call walk again), an empty container stays (it may be filled
-    with modules later: ``self.models.append(m)``)."""
+    A function's names (each read kept, bound or not), a bound method's function and object,
+    a partial's function and arguments; the items of lists, tuples and dicts up to
+    ``MAX_CONTAINER_ITEMS`` (a data set is no state; a list's items and a dict's keys and
+    values are kept: ``opts[1] = other`` walks again). Under an object's attributes only
+    modules, optimizers and schedulers are state, and what leads to them: a list of tensors
+    there is more likely a history the loop appends to. The jitted bound method's object is
+    the exception (its tensors are state, ``self.scale``, whatever its size); a module's public
+    attributes that are no parameters, buffers or submodules are entered (a Lightning-style
+    ``self.optimizer``). An object's snapshot keeps its attribute names and the values that
+    lead to state or are None (a scheduler set later); what leads to no state under an
+    attribute leaves nothing (a loss history would make each call walk again), but an empty
+    container stays (``self.models.append(m)`` later)."""
 
     def __init__(self, snapshot: _Snapshot):
         self.snapshot = snapshot
@@ -325,7 +321,7 @@ class _StateWalk:
         children = items(visit.value)
         if not self._within_budget(len(children)):
             return []
-        if not tensors and children and not any(_holds_state(v) for _, v in children):
+        if not tensors and children and not any(_leads_to_state(v, False) for _, v in children):
             return []  # (a history of tensors, numbers or tuples of them)
         self.entered.append((visit, tensors, None))
         wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
@@ -398,10 +394,6 @@ def _leads_to_state(value, own: bool) -> bool:
 
 def _leads_on(value) -> bool:
     return is_container(value) or enterable(value)
-
-
-def _holds_state(value) -> bool:
-    return isinstance(value, _STATEFUL) or _leads_on(value)
 
 
 def _arg_holders(leaves) -> list:

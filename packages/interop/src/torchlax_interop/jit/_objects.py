@@ -27,6 +27,7 @@ from torchlax_core import JitError, Tensor
 from torchlax_core.internal import storage_of
 
 from .._views import is_namedtuple
+from ._refusals import returned_object_error
 from ._walk import (
     ATOMS,
     ATTR,
@@ -221,13 +222,7 @@ class _Search:
         )
 
     def error(self, path: tuple, what: str) -> JitError:
-        return JitError(
-            f"{self.owner}: the returned {type(self.root).__qualname__} at {self.name()}"
-            f"{path_text(path)} {what}. The program can only return tensors it can find and "
-            "put back. Return tensors or a pytree of them instead, register the type with "
-            "torch.utils._pytree.register_pytree_node, or, for a transformers model's "
-            "cache, call it with use_cache=False."
-        )
+        return returned_object_error(self.owner, self.root, self.name() + path_text(path), what)
 
 
 def _insert(trie: dict, path: tuple, index: int) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +26,7 @@ import jax.numpy as jnp
 import torch
 import torchlax_core
 from jax.extend import core as jax_core
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils import _pytree as pytree
-from torch.utils.hooks import RemovableHandle
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import (
     CompiledProgram,
@@ -43,22 +40,12 @@ from torchlax_core.internal import (
     tracing,
 )
 
-from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
 from ._inputs import _SLOT, _STATIC, _merge, _traced_array, _traced_input
 from ._objects import ObjectOutput
 from ._outputs import _output_plan
-from ._paths import path_to, reaches
-from ._refusals import (
-    _leaked_tracer_error,
-    _owner,
-    _refused_backward_error,
-    changed_constant_error,
-    changed_cpu_tensor_error,
-    described_tensor,
-    where_held,
-)
+from ._refusals import _owner
 from ._state import _StateSet
-from ._watch import ReadConstants, TraceWatch
+from ._watch import ReadConstants, run_watched
 
 if TYPE_CHECKING:
     from ._call import _Jitted
@@ -194,8 +181,8 @@ class _Program:
         try:
             with tracing(torchlax_core.current_env()):
                 cpu_state, args, kwargs = self._arguments(arrays, state)
-                out, constants, eager_backward, reads_host_grad = self._run_watched(
-                    cpu_state, args, kwargs, state
+                out, constants, eager_backward, reads_host_grad = run_watched(
+                    self.jitted, cpu_state, args, kwargs, state
                 )
                 out_flat, out_spec = pytree.tree_flatten(out)
                 out_statics, out_tensors = _output_plan(out, out_flat, set(swap.ids), self.jitted)
@@ -253,72 +240,6 @@ class _Program:
             for s in self.statics
         ]
         return cpu_state, *pytree.tree_unflatten(flat, self.in_spec)
-
-    def _run_watched(self, cpu_state: dict, args, kwargs, state: _StateSet):
-        """The step on tracers, refusing what cannot be one program: an optimizer stepped
-        that is no state, a module trained that is no state, a constant (a tensor that is no
-        state) or a plain CPU tensor changed. What the step changed is put back before it
-        raises. Returns the step's output, the constants it read (``ReadConstants``, or None),
-        what its backward after the call would do only eagerly (``_Info.eager_backward``:
-        the backward hooks it met, the plain CPU tensors requiring grad it read) and whether
-        it read such a tensor."""
-        jitted = self.jitted
-        owner = _owner(jitted)
-        unfound = _refuse_unfound_optimizers(state, jitted)
-        trace_watch = TraceWatch(
-            {id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())}
-        )
-        watch = trace_watch.constants  # the torchlax Tensors it reached (core's op observer)
-
-        def put_back() -> None:  # what the step changed, before a refusal is raised
-            watch.restore(watch.changed())
-            trace_watch.restore(trace_watch.changed_cpu_tensors())
-
-        try:
-            with trace_watch:
-                out = jitted._run(cpu_state, args, kwargs)
-        except BaseException as exc:
-            put_back()
-            if trace_watch.refused_leaves:  # a backward() that would give CPU leaves .grads
-                raise _refused_backward_error(trace_watch, jitted, args, kwargs) from None
-            if isinstance(exc, jax.errors.UnexpectedTracerError):
-                raise _leaked_tracer_error(jitted) from exc
-            raise
-        finally:
-            unfound.remove()
-        cpu_changed = trace_watch.changed_cpu_tensors()  # (plain CPU tensors: named)
-        if trace_watch.refused_leaves or cpu_changed:  # (the step caught a refusal, went on)
-            put_back()
-            if trace_watch.refused_leaves:
-                raise _refused_backward_error(trace_watch, jitted, args, kwargs)
-            named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in cpu_changed]
-            raise changed_cpu_tensor_error(owner, named)
-        untrained = trace_watch.modules.error(owner, jitted.target, args, kwargs)
-        # A changed tensor the function reaches is a constant of the user's: put back, and
-        # named. Any other is one the step made from host data (torch.tensor(...)): its
-        # own, left alone where the program returns it from (a new optimizer state entry or
-        # .grad, the output), else put back (an output's autograd graph may save it).
-        changed = [c for c in watch.changed() if not _kept_as_state(c.tensor, state)]
-        named = [(c, path_to(c.tensor, jitted.target, args, kwargs)) for c in changed]
-        named = [(c, path) for c, path in named if path is not None]
-        if named or untrained is not None:
-            watch.restore(changed)
-        else:
-            watch.restore([c for c in changed if not reaches(out, c.tensor)])
-        if untrained is not None:
-            raise untrained
-        if named:
-            raise changed_constant_error(owner, named)
-        host_grad = [
-            f"{described_tensor(t, cpu=t.device.type == 'cpu')} "
-            f"{where_held(path_to(t, jitted.target, args, kwargs))}, which requires grad: a "
-            "constant of the program, given its gradient by PyTorch's backward only"
-            for t in (*trace_watch.host_tensors_requiring_grad, *watch.requiring_grad())
-        ]
-        eager_backward = tuple(
-            f"{hook}, which PyTorch runs in its backward" for hook in trace_watch.backward_hooks
-        ) + tuple(host_grad)
-        return out, watch.read(), eager_backward, bool(host_grad)
 
     def differentiated(
         self, entry: Entry, mask: tuple, precision: str, arrays: list, lr_arrays, key
@@ -378,20 +299,6 @@ class _Program:
     def compiled(self) -> dict:
         """Signature -> executable, for this program's compiled signatures."""
         return {**self.core.executables(), **self.forward_core.executables()}
-
-
-def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
-    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
-    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
-    the step made (a new optimizer's step count), which the program returns."""
-    if any(p.grad is t for p in state.grads):
-        return True
-    return any(
-        v is t
-        for opt in state.optimizers
-        for entries in opt.state.values()
-        for v in entries.values()
-    )
 
 
 def held(state: _StateSet, storages=None) -> tuple:
@@ -537,32 +444,6 @@ class _Swap:
 
 def _params(opt) -> list:
     return [p for group in opt.param_groups for p in group["params"]]
-
-
-def _refuse_unfound_optimizers(state: _StateSet, jitted) -> RemovableHandle:
-    """While the step is traced: an optimizer stepped that is not among the state raises.
-
-    Its state tensors would be created or written inside the program without being its
-    inputs or outputs: JAX values of a finished trace kept in ``opt.state`` (the next trace
-    would read them as extra inputs the call does not pass). Checked once per trace, by a
-    global optimizer pre-hook that only this thread's steps trip."""
-    known = {id(opt) for opt in state.optimizers}
-    thread = threading.get_ident()
-
-    def refuse(opt, _args, _kwargs) -> None:
-        if id(opt) not in known and threading.get_ident() == thread:
-            raise JitError(
-                f"{_owner(jitted)}: the step calls {type(opt).__name__}.step() on an optimizer "
-                "that is not part of the compiled step's state: torchlax.jit finds optimizers "
-                "and modules the function closes over, names as globals or receives as "
-                "arguments, and those in the lists, tuples, dicts and objects' attributes "
-                f"these hold (up to {MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items "
-                f"per container or object and {MAX_WALKED_ITEMS} in all; not inside data "
-                "loaders, datasets, loggers or threads). Close over the optimizer directly, or "
-                "pass it as an argument of the jitted function."
-            )
-
-    return register_optimizer_step_pre_hook(refuse)
 
 
 def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:

@@ -1,23 +1,38 @@
 """The errors by which ``torchlax.jit`` refuses a step, each naming what the step did and what
 to do (all ``JitError``s; ``JitArgumentError`` for an argument).
 
-Most name a tensor by the path the function reaches it by (``_paths``: ``cfg.w``, ``default
-argument 'w'``). A torchlax Tensor the step reaches that the state walk did not find is a
-constant of the program: its value is baked in. A step that writes into such a tensor
-(``buf.add_(1)``, ``w.data -= ...``, ``w.copy_(...)``) or whose ``backward()`` gives it a
-``.grad`` would do so once, while it is traced, and never again: the tensor would not train or
-count. The trace watch (``_watch``) finds those tensors and
-puts back what they held; this module words the errors, and those for a refused
-``backward()``, an argument requiring grad passed to a training step, and a leaked tracer.
+Most name a tensor or module by the path the function reaches it by (``_walk.path_to``:
+``cfg.w``, ``default argument 'w'``). A torchlax Tensor the step reaches that the state walk
+did not find is a constant of the program: its value is baked in. A step that writes into
+such a tensor (``buf.add_(1)``, ``w.data -= ...``) or whose ``backward()`` gives it a
+``.grad`` would do so once, while it is traced, and never again: the tensor would not train
+or count. The trace watch (``_watch``) finds what the step did and puts it back; this module
+words the errors: a constant or a plain CPU tensor changed, a module trained or an optimizer
+stepped that is no state, an argument requiring grad passed to a training step, a leaked
+tracer, a returned object whose tensors cannot be returned (``_objects``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torchlax_core import JitError
 
-from ._discover import MAX_STATE_DEPTH
-from ._paths import path_to
-from ._watch import Changed, TraceWatch
+from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
+
+if TYPE_CHECKING:
+    from ._watch import Changed
+
+# Where the state walk (``_discover``) looks, for the errors about what it did not find.
+_STATE_IS_FOUND = (
+    "torchlax.jit makes state of the tensors the function closes over or receives as "
+    "arguments and of the modules and optimizers it reaches (through closures, globals, "
+    "arguments, a bound method's object, and the lists, tuples, dicts and objects' attributes "
+    f"these hold, up to {MAX_STATE_DEPTH} levels deep, {MAX_CONTAINER_ITEMS} items per "
+    f"container or object and {MAX_WALKED_ITEMS} in all; not inside data loaders, datasets, "
+    "loggers or threads; a plain object's own tensors are not state, see docs/training.md)"
+)
+_NOT_STATE = "which is not part of the compiled step's state"
 
 
 def changed_constant_error(owner: str, changed: list[tuple[Changed, str]]) -> JitError:
@@ -25,46 +40,39 @@ def changed_constant_error(owner: str, changed: list[tuple[Changed, str]]) -> Ji
     reaches it by (the first one named, the number of others said)."""
     first, path = changed[0]
     t = first.tensor
-    where = where_held(path)
-    described = described_tensor(t)
+    held = f"{described_tensor(t)} {where_held(path)}"
     if first.grad_given and not first.written:
         what = (
-            f"the step's backward() gives a .grad to {described} {where} (requires_grad="
-            f"{t.requires_grad}), which is not part of the compiled step's state: it is a "
-            "constant of the program, so it would not train, and its .grad would be a value "
-            "of the finished trace"
+            f"the step's backward() gives a .grad to {held} (requires_grad={t.requires_grad}), "
+            f"{_NOT_STATE}: it is a constant of the program, so it would not train, and its "
+            ".grad would be a value of the finished trace"
         )
     else:
         what = (
-            f"the step writes into {described} {where} (in place, or through .data), which "
-            "is not part of the compiled step's state: it is a constant of the program, so "
-            "the write would happen once, while the step is traced, not on each call"
+            f"the step writes into {held} (in place, or through .data), {_NOT_STATE}: it is a "
+            "constant of the program, so the write would happen once, while the step is "
+            "traced, not on each call"
         )
     return JitError(
-        f"{owner}: {what}{_others(changed)}. torchlax.jit makes state of the tensors the function closes "
-        "over or receives as arguments, of the parameters and buffers of the modules and the "
-        "parameters of the optimizers it reaches (through closures, globals, arguments, a "
-        "bound method's object, and the lists, tuples, dicts and objects' attributes these "
-        f"hold, up to {MAX_STATE_DEPTH} levels deep; a plain object's own tensors are not "
-        "state, see docs/training.md). Pass the tensor as an argument, close over it directly, "
-        "register it in a module the step uses (nn.Parameter or register_buffer), or give it "
-        "to an optimizer the step steps. The tensor was left as it was before the call."
+        f"{owner}: {what}{_others(changed)}. {_STATE_IS_FOUND}. Pass the tensor as an argument, "
+        "close over it directly, register it in a module the step uses (nn.Parameter or "
+        "register_buffer), or give it to an optimizer the step steps. The tensor was left as "
+        "it was before the call."
     )
 
 
 def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None]]) -> JitError:
-    """The error for the plain CPU tensors a traced step changed (``_watch``), each
-    with the path the function reaches it by, or None where the search does not find it."""
+    """The error for the plain CPU tensors a traced step changed (or a refused ``backward()``
+    would have), each with the path the function reaches it by, or None."""
     first, path = changed[0]
-    where = "that the step makes itself" if first.made else where_held(path)
-    described = described_tensor(first.tensor, cpu=True)
+    held = described_tensor(first.tensor, cpu=True) + " " + where_held(path, first.made)
     if first.crossing:
         return JitError(
             f"{owner}: the step's {first.call} would carry the gradient of a traced torchlax "
-            f"Tensor to {described} {where}{_others(changed)}. That gradient would have to "
-            "leave the compiled program for the host while the step is traced, which it "
-            "cannot (eagerly PyTorch computes it on the CPU). Move the tensor to the 'jax' "
-            "device (tensor.to('jax') inside torchlax.enable(); "
+            f"Tensor to {held}{_others(changed)}. That gradient would have to leave the "
+            "compiled program for the host while the step is traced, which it cannot "
+            "(eagerly PyTorch computes it on the CPU). Move the tensor to the 'jax' device "
+            "(tensor.to('jax') inside torchlax.enable(); "
             + (
                 "make it there, torch.ones(..., device='jax')"
                 if first.made
@@ -74,25 +82,59 @@ def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None
             "outside the jitted function. Nothing was changed."
         )
     if first.by_backward:
-        what = f"the step's {first.call} gives a .grad to {described} {where}"
+        what = f"the step's {first.call} gives a .grad to {held}"
     elif first.grad_given and not first.written:
-        what = f"the step gives a .grad to {described} {where}"
+        what = f"the step gives a .grad to {held}"
     else:
-        what = f"the step writes into {described} {where} (in place, or through .data)"
+        what = f"the step writes into {held} (in place, or through .data)"
     return JitError(
-        f"{owner}: {what}{_others(changed)}. A plain CPU tensor is no part of the compiled program: the "
-        "change would happen once, on the host, while the step is traced, and never on the "
-        "program's calls (a counter would stop counting). Move the tensor to the 'jax' device "
-        "(tensor.to('jax') inside torchlax.enable()) and keep it where the step's state is "
-        "found (close over it, pass it as an argument, or register it as a module's buffer), "
-        "or change it outside the jitted function. The tensor was left as it was before the "
-        "call."
+        f"{owner}: {what}{_others(changed)}. A plain CPU tensor is no part of the compiled "
+        "program: the change would happen once, on the host, while the step is traced, and "
+        "never on the program's calls (a counter would stop counting). Move the tensor to the "
+        "'jax' device (tensor.to('jax') inside torchlax.enable()) and keep it where the step's "
+        "state is found (close over it, pass it as an argument, or register it as a module's "
+        "buffer), or change it outside the jitted function. The tensor was left as it was "
+        "before the call."
     )
 
 
-def where_held(path: str | None) -> str:
-    """Where the function holds a tensor, in words, from its path (``_paths.path_to``;
-    None: the search does not find it)."""
+def untrained_module_error(owner: str, module, path: str | None) -> JitError:
+    """The error for a module the step computes gradients for that is no state."""
+    where = "called inside the step " + where_held(path) if path is None else where_held(path)
+    return JitError(
+        f"{owner}: the step computes gradients for the parameters of the "
+        f"{type(module).__name__} {where}, {_NOT_STATE}: its parameters would be constants of "
+        f"the program, and it would not train. {_STATE_IS_FOUND}. Close over the module (or "
+        "its optimizer) directly, or pass it as an argument of the jitted function."
+    )
+
+
+def unfound_optimizer_error(owner: str, opt) -> JitError:
+    """The error for an optimizer the step steps that is no state: its state tensors would be
+    created or written inside the program without being its inputs or outputs."""
+    return JitError(
+        f"{owner}: the step calls {type(opt).__name__}.step() on an optimizer that is not "
+        f"part of the compiled step's state. {_STATE_IS_FOUND}. Close over the optimizer "
+        "directly, or pass it as an argument of the jitted function."
+    )
+
+
+def returned_object_error(owner: str, obj, where: str, what: str) -> JitError:
+    """The error for a returned object (``_objects``) at ``where`` in the output whose traced
+    tensors the program cannot return: ``what`` it holds, or why it cannot be rebuilt."""
+    return JitError(
+        f"{owner}: the returned {type(obj).__qualname__} at {where} {what}. The program can "
+        "only return tensors it can find and put back. Return tensors or a pytree of them "
+        "instead, register the type with torch.utils._pytree.register_pytree_node, or, for a "
+        "transformers model's cache, call it with use_cache=False."
+    )
+
+
+def where_held(path: str | None, made: bool = False) -> str:
+    """Where the function holds a tensor, in words, from its path (``_walk.path_to``; None:
+    the search does not find it; ``made``: the step made it)."""
+    if made:
+        return "that the step makes itself"
     if path is None:
         return "(the function does not reach it within the search)"
     if path.startswith("default argument"):
@@ -112,41 +154,17 @@ def described_tensor(t, *, cpu: bool = False) -> str:
     return f"the {device}{str(t.dtype).removeprefix('torch.')} tensor of shape {tuple(t.shape)}"
 
 
-def _refused_backward_error(trace: TraceWatch, jitted, args, kwargs) -> JitError:
-    """The error for a ``backward()`` of the step that would give plain CPU leaves ``.grad``s,
-    or a ``backward()`` or ``torch.autograd.grad()`` that would carry a gradient from the
-    traced program to a plain CPU tensor (refused before it ran): naming the module, where a
-    leaf given a ``.grad`` is the parameter of a module the trace called that is no state,
-    else the first tensor, by the path the function reaches it (or as the step's own)."""
-    owner = _owner(jitted)
-    if not trace.refused_crossing:
-        refused = {id(t) for t in trace.refused_leaves}
-        untrained = trace.modules.error(owner, jitted.target, args, kwargs, refused)
-        if untrained is not None:
-            return untrained
-    made, call, crossing = trace.trace_made, trace.refused_call, trace.refused_crossing
-    named = [
-        (
-            Changed(t, False, True, None, True, call, crossing, made(t)),
-            None if made(t) else path_to(t, jitted.target, args, kwargs),
-        )
-        for t in trace.refused_leaves
-    ]
-    return changed_cpu_tensor_error(owner, named)
-
-
 def _argument_requiring_grad_error(jitted, inputs: list) -> JitError:
     """The error for a step that trains called with a tensor argument that requires grad."""
     k, t = next((k, t) for k, t in enumerate(inputs) if t.requires_grad)
-    described = described_tensor(t)
     return JitError(
-        f"{_owner(jitted)}: tensor argument {k} ({described}) requires grad, and the step "
-        "trains: eagerly its backward() would give that tensor a .grad (or carry gradients "
-        "into the graph it was computed by), but an argument is an input of the compiled "
-        "program, traced as a value that does not require grad, and no gradient is given back "
-        "to it. Close over the tensor or register it in a module as a parameter (then it is "
-        "part of the step's state and its .grad is written back), or pass it detached "
-        "(tensor.detach())."
+        f"{_owner(jitted)}: tensor argument {k} ({described_tensor(t)}) requires grad, and the "
+        "step trains: eagerly its backward() would give that tensor a .grad (or carry "
+        "gradients into the graph it was computed by), but an argument is an input of the "
+        "compiled program, traced as a value that does not require grad, and no gradient is "
+        "given back to it. Close over the tensor or register it in a module as a parameter "
+        "(then it is part of the step's state and its .grad is written back), or pass it "
+        "detached (tensor.detach())."
     )
 
 

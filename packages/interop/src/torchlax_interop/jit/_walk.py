@@ -4,7 +4,7 @@ A walk starts from named roots (what a function names: ``function_roots``, ``nam
 call's arguments; a returned object) and yields each object met once, with its path from a
 root (``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth or breadth
 first, within a depth and a node budget. Where it goes from an object is its consumer's rule:
-``reached`` (what a function reaches, for the paths errors name things by: ``_paths``), the
+``reached`` (what a function reaches, for the paths errors name things by: ``path_to``), the
 state walk's (``_discover``, which records what it reads in its snapshot) or what a returned
 object holds (``_objects``, with what hides in it from Python: ``gc.get_referents``, in walks
 that share what they met). It never enters ``ATOMS`` (values that hold no tensor) nor
@@ -121,6 +121,33 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     return fields(value) if enterable(value) else []
 
 
+# How far the search for a path goes (it runs only to word an error: wider than the state walk).
+_SEARCH_DEPTH = 8
+_SEARCH_NODES = 20_000
+
+
+def path_to(target_obj, fn, args: tuple, kwargs: dict) -> str | None:
+    """The shortest path by which ``fn`` (called with ``args``/``kwargs``) reaches
+    ``target_obj`` (``'cfg.w'``), by the rule ``reached``, or None if the search does not
+    find it."""
+    roots = [
+        *function_roots(fn),
+        *(((ROOT, f"argument {i}"), a) for i, a in enumerate(args)),
+        *(((ROOT, f"argument {k!r}"), a) for k, a in kwargs.items()),
+    ]
+    return _search([((step,), value) for step, value in roots], target_obj)
+
+
+def reaches(root, target_obj) -> bool:
+    """Whether ``target_obj`` is ``root`` or inside it (searched as ``path_to`` does)."""
+    return _search([((), root)], target_obj) is not None
+
+
+def _search(roots: list, target_obj) -> str | None:
+    visits = walk(roots, reached, max_depth=_SEARCH_DEPTH, max_nodes=_SEARCH_NODES, breadth=True)
+    return next((path_text(v.path) for v in visits if v.value is target_obj), None)
+
+
 def _call(reader: Callable, *args) -> Any:
     return reader(*args)
 
@@ -146,33 +173,24 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
 
 def named_by(fn: types.FunctionType, read: Callable = _call) -> list[tuple[tuple, Any]]:
     """What ``fn``'s code names: its closure cells, the globals it reads and its default
-    arguments (``def step(model=model)``: what a call that omits them uses), each bound one
-    with its step. Each is read through ``read(reader, *arguments)`` (the state walk's
-    snapshot records those reads: bound or not, and ``fn``'s defaults)."""
-    found = [((ROOT, name), read(cell_contents, cell)) for name, cell in function_cells(fn)]
+    arguments, positional then keyword-only (``def step(model=model)``: what a call that
+    omits them uses; ``default argument 'model'``), each bound one with its step. Each is read
+    through ``read(reader, *arguments)`` (the state walk's snapshot records those reads: bound
+    or not, and ``fn``'s defaults)."""
+    code = fn.__code__
+    cells = zip(code.co_freevars, fn.__closure__ or (), strict=False)
+    found = [((ROOT, name), read(cell_contents, cell)) for name, cell in cells]
     found += [
-        ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT))
-        for name in global_names(fn.__code__)
+        ((ROOT, name), read(dict.get, fn.__globals__, name, ABSENT)) for name in global_names(code)
     ]
     if any([read(getattr, fn, "__defaults__"), read(getattr, fn, "__kwdefaults__")]):
-        found += [((ROOT, name), value) for name, value in default_arguments(fn)]
+        defaults = fn.__defaults__ or ()
+        named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
+        found += [
+            ((ROOT, f"default argument {n!r}"), v)
+            for n, v in (*zip(named, defaults, strict=True), *(fn.__kwdefaults__ or {}).items())
+        ]
     return [(step, value) for step, value in found if value is not ABSENT]
-
-
-def default_arguments(fn: types.FunctionType) -> list[tuple[str, Any]]:
-    """``fn``'s default arguments, positional then keyword-only, each with its name in words
-    (``default argument 'w'``)."""
-    code, defaults = fn.__code__, fn.__defaults__ or ()
-    named = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
-    kwdefaults = (fn.__kwdefaults__ or {}).items()
-    return [
-        (f"default argument {n!r}", v) for n, v in (*zip(named, defaults, strict=True), *kwdefaults)
-    ]
-
-
-def function_cells(fn: types.FunctionType) -> list[tuple[str, Any]]:
-    """``fn``'s closure cells, each with the name of its variable."""
-    return list(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
 
 
 def cell_contents(cell):

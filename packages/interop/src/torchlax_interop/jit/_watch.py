@@ -1,43 +1,30 @@
-"""One watch over a step while ``torchlax.jit`` traces it: what the step does that the compiled
-program would not do on its calls.
+"""The capture while ``torchlax.jit`` traces a step: one watch over what the step does that
+the compiled program would not do on its calls, and the refusals it leads to (``run_watched``).
 
 A step runs once, while it is traced; its calls run the program. What no torchlax op carries
-into the program happens only in that one run, so it is watched then, through one
-registration per trace, each acting for the tracing thread only: a torch function mode
-(``TraceWatch``, entered around the step: every torch call of the step), one global module
-forward pre-hook (every module call) and the core's op observer (``observing_ops``: each torch
-function of a torchlax Tensor; the watch is that observer). Each tensor it sees is noted once,
-at first sight, with what it held then (a ``_Noted`` of each kind: ``_SeenConstant``,
-``_SeenCpu``); after the step, those it changed are listed (``Changed``) and put back
-(``restore``), so that the caller can refuse the program naming them. What it finds:
+into the program happens only in that one run, so ``TraceWatch`` watches it then, for the
+tracing thread only: a torch function mode (every torch call), global module forward and
+optimizer step pre-hooks, and the core's op observer (``observing_ops``: each torch function
+of a torchlax Tensor). Each tensor seen is noted once, with what it held then
+(``_SeenConstant``, ``_SeenCpu``); after the step, those it changed are listed (``Changed``),
+put back (``restore``) and named in a refusal (``_refusals``). What it finds:
 
-- **Constants** (``TraceWatch.constants``): the torchlax Tensors the step reached that hold
-  concrete arrays (no state: a ``cfg.mask`` the function reaches through an object its caller
-  does not treat as state), not those the traced code made. Reading one is fine: its value is
-  baked in, and checked on each call (``ReadConstants``). Changing one is not: an in-place
-  write (``buf.add_(1)``, ``w.data -= ...``) or a ``.grad`` that ``backward()`` gives it
-  would happen once, while the program is traced, leaving a value of the finished trace in
-  the user's tensor.
-- **Modules trained that are no state** (``TraceWatch.modules``, a ``ConstantModules``): a
-  module called whose parameters require grad and are not among the state's, whose
-  parameters' ``.grad``s the step changed (or a refused ``backward()`` would have): its
-  parameters are constants of the program, so it would not train.
-- **Plain CPU tensors changed** (``TraceWatch.cpu``): each plain CPU tensor a call of the step
-  receives that the trace did not make (``tmp = torch.zeros(3); tmp.add_(1)`` is fine): a
-  write into one (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one happens
-  once, on the host, while the step is traced (a counter would stop counting). A
-  ``backward()`` of the step that would give such a tensor a ``.grad`` is refused before it
-  runs (``refused_leaves``), and so is a ``backward()`` or ``torch.autograd.grad()`` that
-  would carry a gradient from a traced torchlax Tensor to any plain CPU tensor, the trace's
-  own too (it cannot leave the program). Those requiring grad that the step reads with grad on
-  are kept (``host_tensors_requiring_grad``): a backward after the call would give them no
-  gradient.
-- **Backward hooks** (``backward_hooks``): a module's backward or backward pre-hook (full or
-  not, its own or PyTorch's global ones) and a hook registered on a tensor of the step run
-  inside autograd's backward of the traced code. When the step calls ``backward()`` itself
-  that backward is traced and the hooks are part of the program; when the backward runs after
-  the call (a jitted forward), it is ``jax.vjp`` of the program and PyTorch's hooks are not
-  in it, so such calls run where the hooks run.
+- **Constants** (``constants``): torchlax Tensors the step reached that hold concrete arrays
+  (a ``cfg.mask`` that is no state). Read, they are baked in and checked on each call
+  (``ReadConstants``); written (``buf.add_(1)``, ``w.data -= ...``) or given a ``.grad``,
+  the change would happen once, while the program is traced.
+- **Modules trained and optimizers stepped that are no state**: the module's parameters would
+  be constants (it would not train); the optimizer's state would be kept outside the program.
+- **Plain CPU tensors changed** (``cpu``): a write into one the trace did not make
+  (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one happens once, on the
+  host. A ``backward()`` that would give one a ``.grad``, or a ``backward()`` or
+  ``torch.autograd.grad()`` that would carry a gradient from a traced torchlax Tensor to one,
+  is refused before it runs (``refused``). Those requiring grad the step reads with grad on
+  (``host_tensors_requiring_grad``) would get no gradient from a backward after the call.
+- **Backward hooks** (``backward_hooks``): a module's, PyTorch's global ones and those on a
+  tensor of the step run in autograd's backward of the traced code, not in ``jax.vjp`` of
+  the program: a forward whose backward runs after the call runs eagerly
+  (``_autograd.eager_call``).
 
 Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
 so its handler skips torchlax Tensors first.
@@ -50,14 +37,16 @@ import inspect
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from itertools import repeat
 from typing import Any
 
+import jax
 import jax.core
 import torch
 from torch.nn.modules import module as _torch_module
 from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import (
@@ -69,8 +58,18 @@ from torchlax_core.internal import (
     view_getter,
 )
 
-from ._discover import MAX_STATE_DEPTH
-from ._paths import path_to
+from ._refusals import (
+    _leaked_tracer_error,
+    _owner,
+    changed_constant_error,
+    changed_cpu_tensor_error,
+    described_tensor,
+    unfound_optimizer_error,
+    untrained_module_error,
+    where_held,
+)
+from ._state import _StateSet
+from ._walk import path_to, reaches
 
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
 _storage_of: Callable[[Tensor], Any] = storage_of
@@ -91,10 +90,8 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 class RefusedBackward(RuntimeError):
-    """A ``backward()`` of the traced step would give plain CPU leaves a ``.grad``, or it or a
-    ``torch.autograd.grad()`` would carry a gradient from the traced program to a plain CPU
-    tensor: raised in the step, before that call runs; the jit replaces it with an error
-    naming them (``TraceWatch.refused_leaves``)."""
+    """Raised in the step before a refused ``backward()`` or ``torch.autograd.grad()`` runs
+    (``TraceWatch.refused``); ``run_watched`` replaces it with an error naming the tensors."""
 
 
 class _SeenConstant:
@@ -219,8 +216,6 @@ class _Noted(dict):
     ``_SeenCpu``), or None for one the trace made (a torchlax Tensor holding a tracer too).
     Ids stay unique: a tensor noted outlives the trace it is seen in."""
 
-    restore = staticmethod(restore)
-
     def alive(self) -> Iterator[tuple[Any, Any]]:
         for seen in self.values():
             t = None if seen is None else seen.ref()
@@ -286,58 +281,20 @@ class ReadConstants:
         return len(self._refs)
 
 
-class ConstantModules:
-    """The modules a trace called whose parameters are no state: ``called(module)`` for each
-    module's first call, then ``error(...)`` after the step ran."""
-
-    def __init__(self, state_parameters: set[int]):
-        self._known = state_parameters  # ids of the state's parameters
-        self._noted: set[int] = set()  # ids of the parameters noted (shared ones once)
-        self._watched: list = []  # (module, parameter, its .grad before the step)
-
-    def called(self, module: torch.nn.Module) -> None:
-        for p in module.parameters():
-            if p.requires_grad and id(p) not in self._known and id(p) not in self._noted:
-                self._noted.add(id(p))
-                self._watched.append((module, p, p.grad))
-
-    def error(
-        self, owner: str, target, args: tuple, kwargs: dict, refused: Collection[int] = ()
-    ) -> JitError | None:
-        """The error to raise if the step gave a watched parameter a new ``.grad`` (read
-        before the constants' watch puts the old ``.grad``s back), or a refused ``backward()``
-        would have (``refused``: the ids of the leaves it would have given one), else None."""
-        for module, p, grad in self._watched:
-            if p.grad is not grad or id(p) in refused:
-                path = path_to(module, target, args, kwargs)
-                where = (
-                    "called inside the step (the function does not reach it within the search)"
-                    if path is None
-                    else f"at {path}"
-                )
-                return JitError(
-                    f"{owner}: the step computes gradients for the parameters of the "
-                    f"{type(module).__name__} {where}, which is not part of the compiled "
-                    "step's state: its parameters would be constants of the program, and it "
-                    "would not train. torchlax.jit finds modules and optimizers the function "
-                    "closes over, names as globals or receives as arguments, and those these "
-                    "hold in lists, tuples, dicts and objects' attributes, up to "
-                    f"{MAX_STATE_DEPTH} levels deep. Close over the module (or its optimizer) directly, or pass it as "
-                    "an argument of the jitted function."
-                )
-        return None
-
-
 class TraceWatch(TorchFunctionMode):
     """The watch over one trace (see the module docstring): enter it around the step, then
-    read its findings. ``state_parameters``: the ids of the state's parameters."""
+    read its findings. ``state``: the call's state (its parameters and optimizers are no
+    constants); ``owner``: ``torchlax.jit(fn)``, for the errors it raises in the step."""
 
-    restore = staticmethod(restore)
-
-    def __init__(self, state_parameters: set[int]):
+    def __init__(self, state: _StateSet, cpu_state: dict, owner: str):
         super().__init__()
         self._thread = threading.get_ident()
-        self.modules = ConstantModules(state_parameters)
+        self._owner = owner
+        # ids of the state's parameters and optimizers
+        self._state_parameters = {
+            id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())
+        }
+        self._state_optimizers = {id(opt) for opt in state.optimizers}
         # The plain CPU tensors the mode saw, and the torchlax Tensors the core's op observer
         # saw (``see``, ``made``) that hold concrete arrays: the step's constants
         self.cpu, self.constants = _Noted(), _Noted()
@@ -345,11 +302,8 @@ class TraceWatch(TorchFunctionMode):
         # only then can a backward() or autograd.grad() reach a CPU tensor
         self._grad_on_host = False
         # The CPU tensors a refused backward() would have given a .grad, or toward which it or
-        # a refused autograd.grad() would have carried a gradient from the traced program;
-        # the call refused, in words; whether it was refused for the latter (``crossing``)
-        self.refused_leaves: list[torch.Tensor] = []
-        self.refused_call = "backward()"
-        self.refused_crossing = False
+        # a refused autograd.grad() would have carried a gradient from the traced program
+        self.refused: list[Changed] = []
         # What runs in autograd's backward of the traced code, in words ("the full backward
         # hook 'halve' of the Linear"), first met first
         self.backward_hooks: list[str] = []
@@ -357,12 +311,18 @@ class TraceWatch(TorchFunctionMode):
         # program, which a backward after the call (jax.vjp of it) would give no gradient
         self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
-        self._module_handle = None
+        # (module, parameter, its .grad before the step) of each parameter requiring grad of
+        # a module called that is no state (shared ones once)
+        self._untrained: dict[int, tuple] = {}
+        self._handles: list = []
         self._observing = observing_ops(self)
 
     def __enter__(self):
         self._observing.__enter__()
-        self._module_handle = register_module_forward_pre_hook(self._module_called)
+        self._handles = [
+            register_module_forward_pre_hook(self._module_called),
+            register_optimizer_step_pre_hook(self._optimizer_stepped),
+        ]
         for kind, hooks in (
             ("global full backward", _torch_module._global_backward_hooks),
             ("global backward pre-", _torch_module._global_backward_pre_hooks),
@@ -371,28 +331,39 @@ class TraceWatch(TorchFunctionMode):
         return super().__enter__()
 
     def __exit__(self, *exc):
-        assert self._module_handle is not None
-        self._module_handle.remove()
+        for handle in self._handles:
+            handle.remove()
         try:
             return super().__exit__(*exc)
         finally:
             self._observing.__exit__(*exc)
 
-    def changed_cpu_tensors(self) -> list[Changed]:
-        """The CPU tensors still alive whose data or ``.grad`` the traced step changed."""
-        return self.cpu.changed()
-
     def trace_made(self, t: torch.Tensor) -> bool:
         """Whether the trace made the CPU tensor ``t`` (a result of one of its calls)."""
         return id(t) in self.cpu and self.cpu[id(t)] is None
 
-    # -- the module pre-hook and the mode: modules, hooks, plain CPU tensors --------------
+    def untrained_module(self, refused: set[int] | frozenset = frozenset()):
+        """The first module called that is no state whose parameter the step gave a new
+        ``.grad`` (read before the constants are put back), or a refused ``backward()`` would
+        have (``refused``: the ids of the leaves it would have given one), else None."""
+        return next(
+            (
+                m
+                for m, p, grad in self._untrained.values()
+                if p.grad is not grad or id(p) in refused
+            ),
+            None,
+        )
+
+    # -- the hooks and the mode: modules, optimizers, hooks, plain CPU tensors ------------
 
     def _module_called(self, module: torch.nn.Module, _args) -> None:
         if threading.get_ident() != self._thread or id(module) in self._called_modules:
             return
         self._called_modules.add(id(module))
-        self.modules.called(module)
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in self._state_parameters:
+                self._untrained.setdefault(id(p), (module, p, p.grad))
         if module._backward_hooks or module._backward_pre_hooks:
             owner, full = type(module).__name__, "full " if module._is_full_backward_hook else ""
             for kind, hooks in (
@@ -402,6 +373,12 @@ class TraceWatch(TorchFunctionMode):
                 self.backward_hooks.extend(
                     f"the {kind} {_name(h)} of the {owner}" for h in hooks.values()
                 )
+
+    def _optimizer_stepped(self, opt, _args, _kwargs) -> None:
+        # Its state tensors would be created or written inside the program without being its
+        # inputs or outputs: values of a finished trace kept in ``opt.state``.
+        if id(opt) not in self._state_optimizers and threading.get_ident() == self._thread:
+            raise unfound_optimizer_error(self._owner, opt)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -458,7 +435,10 @@ class TraceWatch(TorchFunctionMode):
         if crossing:
             leaves = [t for t in _host_targets_of_traced_roots(roots, inputs) if is_plain_cpu(t)]
         if leaves:
-            self.refused_leaves, self.refused_call, self.refused_crossing = leaves, call, crossing
+            made = self.trace_made
+            self.refused = [
+                Changed(t, False, True, None, True, call, crossing, made(t)) for t in leaves
+            ]
             raise RefusedBackward(
                 f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
@@ -487,6 +467,90 @@ class TraceWatch(TorchFunctionMode):
                 self.constants.setdefault(id(r), None)
 
 
+def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
+    """The step (``jitted``) on tracers under a ``TraceWatch``, refusing what cannot be one
+    program: an optimizer stepped or a module trained that is no state, a constant or a plain
+    CPU tensor changed, a refused ``backward()``. What the step changed is put back before it
+    raises. Returns the step's output, the constants it read (``ReadConstants``, or None),
+    what its backward after the call would do only eagerly (``_Info.eager_backward``: the
+    backward hooks it met, the tensors requiring grad it read that are no state) and whether
+    it read such a tensor."""
+    owner = _owner(jitted)
+    watch = TraceWatch(state, cpu_state, owner)
+    constants = watch.constants
+
+    def path(t) -> str | None:
+        return path_to(t, jitted.target, args, kwargs)
+
+    def put_back() -> None:  # what the step changed, before a refusal is raised
+        restore(constants.changed())
+        restore(watch.cpu.changed())
+
+    try:
+        with watch:
+            out = jitted._run(cpu_state, args, kwargs)
+    except BaseException as exc:
+        put_back()
+        if watch.refused:  # a backward() that would give CPU leaves .grads
+            raise _cpu_tensor_error(watch, watch.refused, owner, path) from None
+        if isinstance(exc, jax.errors.UnexpectedTracerError):
+            raise _leaked_tracer_error(jitted) from exc
+        raise
+    cpu_changed = watch.refused or watch.cpu.changed()  # (a refusal the step caught first)
+    if cpu_changed:
+        put_back()
+        raise _cpu_tensor_error(watch, cpu_changed, owner, path)
+    untrained = watch.untrained_module()
+    # A changed tensor the function reaches is a constant of the user's: put back, and
+    # named. Any other is one the step made from host data (torch.tensor(...)): its
+    # own, left alone where the program returns it from (a new optimizer state entry or
+    # .grad, the output), else put back (an output's autograd graph may save it).
+    changed = [c for c in constants.changed() if not _kept_as_state(c.tensor, state)]
+    named = [(c, p) for c in changed if (p := path(c.tensor)) is not None]
+    restore(
+        changed
+        if named or untrained is not None
+        else [c for c in changed if not reaches(out, c.tensor)]
+    )
+    if untrained is not None:
+        raise untrained_module_error(owner, untrained, path(untrained))
+    if named:
+        raise changed_constant_error(owner, named)
+    host_grad = [
+        f"{described_tensor(t, cpu=t.device.type == 'cpu')} {where_held(path(t))}, which "
+        "requires grad: a constant of the program, given its gradient by PyTorch's backward only"
+        for t in (*watch.host_tensors_requiring_grad, *constants.requiring_grad())
+    ]
+    eager_backward = tuple(
+        f"{hook}, which PyTorch runs in its backward" for hook in watch.backward_hooks
+    ) + tuple(host_grad)
+    return out, constants.read(), eager_backward, bool(host_grad)
+
+
+def _cpu_tensor_error(watch: TraceWatch, changed: list, owner: str, path: Callable) -> JitError:
+    """The error for the plain CPU tensors the step changed, or a refused ``backward()``
+    would have: naming the module, where such a leaf is the parameter of a module called that
+    is no state, else the first tensor, by its path (or as the step's own)."""
+    if changed[0].by_backward and not changed[0].crossing:
+        untrained = watch.untrained_module({id(c.tensor) for c in changed})
+        if untrained is not None:
+            return untrained_module_error(owner, untrained, path(untrained))
+    named = [(c, None if c.made else path(c.tensor)) for c in changed]
+    return changed_cpu_tensor_error(owner, named)
+
+
+def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
+    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
+    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
+    the step made (a new optimizer's step count), which the program returns."""
+    return any(p.grad is t for p in state.grads) or any(
+        v is t
+        for opt in state.optimizers
+        for entries in opt.state.values()
+        for v in entries.values()
+    )
+
+
 def _each(value) -> tuple | list:
     """A torch call's argument or result, or the items of a list or tuple one."""
     return value if type(value) is list or type(value) is tuple else (value,)
@@ -510,7 +574,11 @@ def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
     (leaves or not), else every leaf reached. To a plain CPU tensor, such a gradient would have
     to leave the traced program for the host while the step is traced, which it cannot (the
     backward of the device copy fails with an unnamed "Unable to cast")."""
-    traced = [r for r in _tensors(roots) if isinstance(r, Tensor) and _is_traced(r)]
+    traced = [
+        r
+        for r in _tensors(roots)
+        if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
+    ]
     if not traced:
         return []
     leaves, nodes = _reached(traced)
@@ -549,10 +617,6 @@ def _tensors(values) -> list[torch.Tensor]:
     if isinstance(values, dict):
         values = values.values()
     return [t for t in values if isinstance(t, torch.Tensor)]
-
-
-def _is_traced(t: Tensor) -> bool:
-    return isinstance(array_of(t), jax.core.Tracer)
 
 
 def is_plain_cpu(t) -> bool:
