@@ -2,6 +2,7 @@
 
 import copy
 
+import jax
 import pytest
 import torch
 import torchlax_core
@@ -280,6 +281,85 @@ def test_grad_enabled_forward_runs_the_plain_program_and_backward_recomputes_it(
     ):
         torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6, msg=name)
     torch.testing.assert_close(_cpu(model[1].running_mean), reference[1].running_mean)
+
+
+def test_residual_saving_forward_differentiates_the_traced_program_without_tracing_again():
+    # After a first backward, forwards save jax.vjp's residuals: a program derived from the
+    # forward's kept jaxpr, so the module's Python runs once (the first trace), not per mode.
+    runs = []
+
+    class Counted(torch.nn.Linear):
+        def forward(self, x):
+            runs.append(1)
+            return torch.tanh(super().forward(x))
+
+    torch.manual_seed(0)
+    reference = Counted(3, 2)
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        jitted(_jax(x)).sum().backward()
+        reference(x).sum().backward()
+        torch.testing.assert_close(_cpu(model.weight.grad), reference.weight.grad)
+        model.zero_grad()
+        reference.zero_grad()
+    assert len(runs) == 1 + 3  # (the jitted one's trace, then the reference's three calls)
+
+
+def test_a_differentiated_forward_compiles_nothing_after_its_first_backward(caplog):
+    # The first backward runs the residual-saving forward on the call's inputs and key, then
+    # its vjp: the programs the later calls run, so those compile none of their own.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    with torchlax_core.enable():
+        model = copy.deepcopy(reference).to("jax")
+    jitted = jit(model)
+    compiled = []  # per call, the compilations of the residual-saving forward
+    jax.config.update("jax_log_compiles", True)
+    try:
+        for _ in range(3):
+            caplog.clear()
+            x = torch.randn(8, 3)
+            jitted(_jax(x)).pow(2).sum().backward()
+            reference(x).pow(2).sum().backward()
+            for p, r in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(_cpu(p.grad), r.grad, rtol=1e-4, atol=1e-6)
+            model.zero_grad()
+            reference.zero_grad()
+            compiled.append(
+                sum("Compiling jit(_traced_vjp)" in r.getMessage() for r in caplog.records)
+            )
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    assert compiled == [1, 0, 0]
+
+
+def test_checked_mode_differentiable_forward_raises_before_writing_and_grads_match():
+    # Checked mode: the forward is the plain (checked) program, its backward recomputes it,
+    # then forwards save residuals (from the entry's jaxpr, checks included): both raise.
+    reference = torch.nn.Embedding(4, 3)
+    with torchlax_core.enable():
+        emb = copy.deepcopy(reference).to("jax")
+    jitted = jit(lambda ids, w: (emb(ids) * w).sum())
+    w = torch.randn(3, requires_grad=True)
+    env = torchlax_core.current_env()
+    env.config.checked = True
+    try:
+        for call in range(3):
+            w_jax = _jax(w.detach()).requires_grad_()
+            with pytest.raises(IndexError, match="index out of range"):
+                jitted(_jax(torch.tensor([0, 7, 2])), w_jax)
+            ids = torch.tensor([call, 3, 1])
+            jitted(_jax(ids), w_jax).backward()
+            (reference(ids) * w).sum().backward()
+            torch.testing.assert_close(_cpu(emb.weight.grad), reference.weight.grad)
+            torch.testing.assert_close(_cpu(w_jax.grad), w.grad)
+            w.grad = None
+        assert all(p.saves_residuals for p in jitted.programs.values())
+    finally:
+        env.config.checked = False
 
 
 def test_recomputed_backward_sees_the_forwards_dropout_mask():

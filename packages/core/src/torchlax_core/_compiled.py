@@ -68,6 +68,7 @@ class Entry:
         "info",
         "random",
         "jaxpr",
+        "out_tree",
         "_traced",
         "_jitted",
         "_executable",
@@ -92,8 +93,9 @@ class Entry:
         self.precision = precision
         # The traced program as a closed jaxpr (only with ``keep_jaxpr``): a pure function of
         # the flat inputs and key, which callers can transform (differentiate) without
-        # running the traced Python again.
+        # running the traced Python again; ``out_tree`` is its results' pytree structure.
         self.jaxpr = traced.jaxpr if program.keep_jaxpr else None
+        self.out_tree = traced.out_tree if program.keep_jaxpr else None
         self._traced = traced  # jax's Traced stage, until compiled
         self._jitted = jitted  # the jax.jit function (the fallback for inputs on other devices)
         self._executable = None
@@ -127,14 +129,6 @@ class Entry:
         if executable is None:
             executable = self._program._compile(self)
         return executable
-
-    def result_shapes(self) -> Any:
-        """The pytree of ``jax.ShapeDtypeStruct`` its program returns (weak types included), read
-        from its trace: only before it is compiled (the trace is dropped then)."""
-        traced = self._traced
-        if traced is None:
-            raise RuntimeError(f"{self._program.name}: the entry is compiled; its trace is gone")
-        return traced.out_info
 
     def compile_ahead(self, *, progress: bool = True) -> None:
         """Start compiling it in another thread (``CompiledProgram.compile_ahead``)."""
@@ -187,7 +181,7 @@ class CompiledProgram:
     a pytree of arrays, ``info`` whatever the caller wants to remember about this signature
     (plain Python, learned while tracing). ``static`` is the caller's per-signature static
     value (``None`` if it has none). ``donate_argnums`` index ``arrays``. ``keep_jaxpr``
-    keeps each entry's traced program as ``Entry.jaxpr``.
+    keeps each entry's traced program as ``Entry.jaxpr`` (and ``Entry.out_tree``).
     """
 
     def __init__(

@@ -23,7 +23,7 @@ from torchlax_core.internal import x64
 from .._call_jax import _borrow, _give_back
 from ._inputs import _inexact
 from ._outputs import _to_tensors
-from ._program import _log, _trace_lock
+from ._program import _log
 from ._refusals import _owner
 
 
@@ -37,10 +37,7 @@ class _Call:
     mask: tuple[bool, ...]  # per tensor: whether the call is differentiated by it
     arrays: list  # state arrays, then CPU module tensors and inputs
     key: Any
-    tensors: list
-    # per tensor: the memory order its array was passed in (its gradient comes in that order),
-    # or None; empty when every array is a value
-    orders: tuple = ()
+    precision: str  # the float32 matmul precision its entry was traced under
     vjp: Any = None
     out_arrays: Any = None
 
@@ -49,24 +46,14 @@ def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
     """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``."""
     tensors = run.tensors()
     mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
-    layouts = run.in_layouts
-    orders = (
-        ()
-        if layouts is None
-        else (None,) * (len(tensors) - len(run.inputs))
-        + tuple(None if layout is None else layout[1] for layout in layouts)
-    )
-    arrays = run.state_arrays + run.arrays
-    call = _Call(plan, jitted, run, mask, arrays, run.entry.key(), tensors, orders)
-    return _JitFunction.apply(call, *_masked(tensors, mask)[0])
+    arrays, precision = run.state_arrays + run.arrays, torch.get_float32_matmul_precision()
+    call = _Call(plan, jitted, run, mask, arrays, run.entry.key(), precision)
+    return _JitFunction.apply(call, *_masked(tensors, mask))
 
 
-def _masked(values: list, mask: tuple) -> tuple[list, list]:
-    """``values`` where ``mask`` is true, and the others."""
-    return (
-        [v for v, m in zip(values, mask, strict=True) if m],
-        [v for v, m in zip(values, mask, strict=True) if not m],
-    )
+def _masked(values: list, mask: tuple) -> list:
+    """``values`` where ``mask`` is true."""
+    return [v for v, m in zip(values, mask, strict=True) if m]
 
 
 class _JitFunction(torch.autograd.Function):
@@ -74,22 +61,16 @@ class _JitFunction(torch.autograd.Function):
     def forward(ctx, call: _Call, *diff_tensors):
         run = call.run
         program, info = run.program, run.info
-        n_state = len(run.state.storages)
-        state_arrays, arrays = call.arrays[:n_state], call.arrays[n_state:]
 
         def launch():
             if not program.saves_residuals:
                 # The plain forward; backward() recomputes it (this call's key: same dropout).
                 return call.plan.program.run(
-                    run.entry, state_arrays, run.lr_arrays, arrays, key=call.key
+                    run.entry, run.state_arrays, run.lr_arrays, run.arrays, key=call.key
                 )
-            diff, other = _masked(call.arrays, call.mask)
-            precision = torch.get_float32_matmul_precision()
-            with _trace_lock:
-                program._state = run.state
-                *results, error, call.vjp = program.forward_vjp(
-                    call.mask, precision, diff, other, run.lr_arrays, arrays, call.key
-                )
+            *results, error, call.vjp = program.differentiated(
+                run.entry, call.mask, call.precision, call.arrays, run.lr_arrays, call.key
+            )
             if error is not None:
                 raise_error(error)  # before any output or state is written back
             return results
@@ -121,22 +102,22 @@ class _JitFunction(torch.autograd.Function):
                 _cotangent(out, g, order)
                 for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
             ]
-            if call.vjp is not None:
-                (grad_arrays,) = run.program.backward(call.vjp, cotangents)
-            else:
+            vjp = call.vjp
+            if vjp is None:  # the plain forward ran: its residuals now (its inputs and key)
                 run.program.saves_residuals = True  # a backward follows this forward
-                backward = run.program.recomputing_backward(run.entry, call.mask)
-                diff, other = _masked(call.arrays, call.mask)
-                grad_arrays = backward(diff, other, run.lr_arrays, call.key, cotangents)
-        diff = _masked(call.tensors, call.mask)[0]
-        if call.orders:
-            orders = _masked(list(call.orders), call.mask)[0]
-            grad_arrays = [
-                g if o is None else jnp.transpose(g, [int(d) for d in np.argsort(o)])
-                for g, o in zip(grad_arrays, orders, strict=True)
-            ]
+                vjp = run.program.differentiated(
+                    run.entry, call.mask, call.precision, call.arrays, run.lr_arrays, call.key
+                )[-1]
+            (grad_arrays,) = run.program.backward(vjp, cotangents)
+        # Per tensor, the memory order its array was passed in (its gradient comes in that
+        # order), or None (its value was passed).
+        tensors, layouts = run.tensors(), run.in_layouts or ()
+        orders = [None] * (len(tensors) - len(layouts)) + [x and x[1] for x in layouts]
         results = []
-        for grad, tensor in zip(grad_arrays, diff, strict=True):
+        diff = _masked(list(zip(tensors, orders, strict=True)), call.mask)
+        for grad, (tensor, order) in zip(grad_arrays, diff, strict=True):
+            if order is not None:
+                grad = jnp.transpose(grad, [int(d) for d in np.argsort(order)])
             if isinstance(tensor, Tensor):
                 results.append(torchlax_core.wrap(grad))
             else:

@@ -1,36 +1,32 @@
 """``torchlax.jit``'s first call of a step that creates state: its program and the next
 call's compiled at once.
 
-A training step's first call finds state missing that the step itself creates: the
-optimizers' entries (``exp_avg``, ``exp_avg_sq``, ``step``, momentum buffers, ...) and the
-``.grad``s its ``backward()`` fills. That call is traced and compiled like any other (no eager
-pass over the model): what the step creates comes out of the program (``_NEW`` slots of
-``_Info``) and is written into the very objects that name it, so from then on it is state,
-an input of the program. The state after that call has another structure than before it
-(entries that were missing are there), so the steady step is another program, which the
-first call also traces and compiles (``_Jitted._compile_only``: traced, compiled, not run),
-so that the second and later calls compile nothing.
+A training step's first call finds state missing that the step itself creates (the
+optimizers' ``exp_avg``, ``step``, momentum buffers, ...; the ``.grad``s its ``backward()``
+fills). That call is traced and compiled like any other, with no eager pass over the model:
+what the step creates comes out of the program (``_NEW`` slots of ``_Info``) and becomes state,
+an input of the next calls' program. That steady program has another state structure, so the
+first call also traces and compiles it (``_Jitted._compile_only``: traced, compiled, not run),
+and the second and later calls compile nothing.
 
-The two compilations run at once (XLA's compiler releases the GIL): the first call's program
-is traced and its compilation started in another thread; the steady step is then traced over
-the state the first call will leave, with abstract arrays (``jax.ShapeDtypeStruct``s of the
-program's outputs) standing in for what it creates, and compiled in a third thread; the state
-is put back as it was, the first program runs once compiled, and the call returns when the
-steady program is compiled too. So the first call costs about one compilation, not two in a
-row. Where the stand-ins cannot say what the state will be (state on several devices, CPU
-state lent to the program, a first call that trains nothing), the steady step is traced after
-the first call has run, as before. Ops that the first trace runs on concrete values (a step
-count PyTorch creates with ``torch.tensor(0.0)`` and increments) compile nothing in the op
+The two compilations run at once (XLA's compiler releases the GIL): the first program's
+compilation starts in another thread right after its trace; the steady step is traced
+meanwhile over the state the first call will leave, abstract arrays (``jax.ShapeDtypeStruct``s
+of the types in the first program's kept jaxpr) standing in for what it creates, and compiled
+in a third thread; the state is put back, the first program runs, and the call returns when
+both are compiled. Where stand-ins cannot say what the state will be (state on several
+devices, CPU state lent to the program, a first call that trains nothing, checked mode: no
+jaxpr kept), the steady step is traced after the first call ran. Ops the first trace runs on
+concrete values (a step count made with ``torch.tensor(0.0)``) compile nothing in the op
 cache: they run once.
 
-The one first call that runs eagerly is one whose trace fails (``first_call``: refused, or
-reading a value on the host, as Rprop's state creation does): PyTorch runs it once, as
-before, and the next call traces the steady step.
+A first call whose trace fails (refused, or reading a value on the host, as Rprop's state
+creation does) runs eagerly, once, as PyTorch runs it, with a log line; the next call traces
+the steady step.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -42,40 +38,26 @@ from ._program import _log, held, put_back
 from ._refusals import _owner
 from ._write_back import _write_plan, _write_state
 
-# ``_Jitted._compile_only`` while the first call traces its own program (``compile_only``
-# then also reads what the program returns, for the stand-ins of the state it creates).
+# ``_Jitted._compile_only`` while the first call traces its own program (whose trace errors
+# are the call's, and whose compilation shows a progress line on a terminal: one at a time)
 FIRST = "first"
-
-
-@dataclasses.dataclass
-class Ahead:
-    """A program traced and compiling in another thread (``_Jitted._call`` returns it under
-    ``_compile_only``): the call's ``_Run``, and what stands in for the state it leaves."""
-
-    run: Any  # _Call._Run
-    shapes: Any = None  # the program's results as jax.ShapeDtypeStructs (FIRST only)
-    sharding: Any = None  # the one device's sharding of all its arrays (FIRST only)
 
 
 def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
     """The first call of a step whose optimizers have no state yet (or parameters no
-    ``.grad``): run compiled, and the next call's program compiled by the time it returns,
-    the two compilations running at once (the module's docstring says how).
+    ``.grad``), run compiled, the next call's program compiled by the time it returns.
 
-    A first call whose trace is refused (a ``JitError``: the step writes a plain CPU tensor,
-    gives a CPU leaf a ``.grad``, stores non-tensor optimizer state it changes, ...) or
-    needs a value on the host (Rprop creates its ``step_size`` from ``lr.item()``: a
-    ``RuntimeError`` under the trace) runs eagerly instead, once, as PyTorch runs it (the
-    trace put back what it changed), and says so in a log line; the next call traces the
-    steady step (and raises a refusal that still holds)."""
+    Its trace refused (a ``JitError``) or needing a value on the host (Rprop's ``lr.item()``:
+    a ``RuntimeError`` under the trace), it runs eagerly (the trace put back what it
+    changed); the next call traces the steady step and raises a refusal that still holds."""
     with op_cache_compiling_nothing():
         steady = None
         try:
             first = _compile_ahead(jitted, args, kwargs, FIRST)
-            assert first is not None  # (FIRST raises what fails)
-            if first.shapes is not None:
-                steady = _steady_ahead(jitted, first, args, kwargs)
-            first.run.entry.executable  # noqa: B018  (waits for it here, not in the launch)
+            sharding = _one_device(jitted, first)
+            if sharding is not None:
+                steady = _steady_ahead(jitted, first, sharding, args, kwargs)
+            first.entry.executable  # noqa: B018  (waits for it here, not in the launch)
             out = jitted._call(args, kwargs)
         except (JitError, RuntimeError, jax.errors.ConcretizationTypeError) as error:
             _log.info(
@@ -89,7 +71,7 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
         if steady is None:  # (no stand-ins: traced over the state the call left)
             steady = _compile_ahead(jitted, args, kwargs, True)
         if steady is not None:
-            error = steady.run.entry.wait_compiled()
+            error = steady.entry.wait_compiled()
             if error is not None:  # raised by the next call, which needs the program
                 _log.info(
                     "torchlax.jit: the steady step's program failed to compile (%s: %s); the "
@@ -100,16 +82,16 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
     return out
 
 
-def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Ahead | None:
-    """Trace the program a call with these arguments would run now, over the state there is
-    now, and start compiling it in another thread, without running it.
+def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Any:
+    """The ``_Run`` of the program a call with these arguments would run now, over the state
+    there is now: traced, compiling in another thread (``compile_only``), not run.
 
     ``mode`` FIRST: the first call's own program, whose trace errors are the call's. Else the
     steady step's: a failure here (its trace refused) is not the first call's: it is logged,
     None is returned, and the next call, which traces the same program, raises it."""
     jitted._compile_only = mode
     try:
-        ahead = jitted._call(args, kwargs)
+        return jitted._call(args, kwargs)
     except Exception as error:
         if mode is FIRST:
             raise
@@ -122,35 +104,25 @@ def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Ahea
         return None
     finally:
         jitted._compile_only = False
-    assert isinstance(ahead, Ahead)
-    return ahead
 
 
-def compile_only(jitted: Any, run: Any) -> Ahead:
+def compile_only(jitted: Any, run: Any) -> Any:
     """What ``_Jitted._call`` does instead of launching ``run.entry`` under ``_compile_only``:
-    start compiling it in another thread (the first call's own program with a progress line
-    on a terminal, the steady one without: one line at a time)."""
-    ahead = Ahead(run)
-    first = jitted._compile_only is FIRST
-    if first:
-        ahead.sharding = _one_device(jitted, run)
-        if ahead.sharding is not None:
-            # (read before it compiles: the compilation drops the trace)
-            shapes = run.entry.result_shapes()
-            ahead.shapes = shapes[1] if run.checks else shapes  # (checks: (error, results))
-    run.entry.compile_ahead(progress=first)
-    return ahead
+    start compiling it in another thread; ``run`` is returned."""
+    run.entry.compile_ahead(progress=jitted._compile_only is FIRST)
+    return run
 
 
 def _one_device(jitted: Any, run: Any) -> Any:
     """The sharding of the one device that holds every array of a training step's call (the
     stand-ins of the state it creates go there too), or None where stand-ins cannot say what
     the state after the call is: a call that trains nothing, lent CPU state, CPU buffers of a
-    module target, arrays on several devices or sharded."""
+    module target, arrays on several devices or sharded; or where the program's result types
+    are not kept (checked mode keeps no jaxpr of a step)."""
     if run.forward or not run.info.trains or jitted._cpu_outputs or run.cpu_tensors:
         return None
     shardings = {getattr(a, "sharding", None) for a in (*run.state_arrays, *run.arrays)}
-    if len(shardings) != 1:
+    if len(shardings) != 1 or run.entry.jaxpr is None:
         return None
     (sharding,) = shardings
     if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
@@ -158,19 +130,18 @@ def _one_device(jitted: Any, run: Any) -> Any:
     return sharding
 
 
-def _steady_ahead(jitted: Any, first: Ahead, args: tuple, kwargs: dict) -> Ahead | None:
-    """Trace the steady step over the state the first call will leave, with stand-ins for
-    the arrays it creates, and start compiling it; the state is put back as it was after
-    (also if this raises or is interrupted)."""
-    run = first.run
-    state, info = run.state, run.info
-    _, new_shapes, extra_shapes = first.shapes
+def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: dict) -> Any:
+    """Trace the steady step over the state the first call (``first``, its ``_Run``) will
+    leave, with stand-ins on ``sharding`` for the arrays it creates, and start compiling it;
+    the state is put back as it was after (also if this raises or is interrupted)."""
+    state, info, entry = first.state, first.info, first.entry
+    _, new_types, extra_types = jax.tree.unflatten(entry.out_tree, entry.jaxpr.out_avals)
     before = held(state)
     new_storages = [
-        array if _aval(array) == _aval(shape) else _stand_in(shape, first.sharding)
-        for array, shape in zip(before[1], new_shapes, strict=True)
+        array if _aval(array) == _aval(aval) else _stand_in(aval, sharding)
+        for array, aval in zip(before[1], new_types, strict=True)
     ]
-    extra = [_stand_in(shape, first.sharding) for shape in extra_shapes]
+    extra = [_stand_in(aval, sharding) for aval in extra_types]
     layout = jitted._layout
     try:
         _write_state(state, info, new_storages, extra, _write_plan(state, info))
@@ -188,7 +159,5 @@ def _aval(x: Any) -> tuple:
     return (tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False)))
 
 
-def _stand_in(shape: Any, sharding: Any) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(
-        shape.shape, shape.dtype, weak_type=shape.weak_type, sharding=sharding
-    )
+def _stand_in(aval: Any, sharding: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=sharding)

@@ -8,7 +8,9 @@ structure. A step's ``.grad``s that it discards unread are left out of its progr
 (``without_dead_grads``). A step that trains is compiled with its state donated
 (``core``); a function that only computes has a forward program (``forward_core``) whose
 backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
-``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call").
+``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call"). Those autograd
+programs and the step less its dead ``.grad``s are derived from a traced entry's jaxpr
+(``_evaluated``): the step's Python runs once per entry.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 import torchlax_core
 from jax.extend import core as jax_core
 from torch.utils import _pytree as pytree
-from torchlax_core import JitError, Tensor, checked
+from torchlax_core import JitError, Tensor
 from torchlax_core.internal import (
     CompiledProgram,
     Entry,
@@ -94,17 +96,13 @@ class _Info:
     # changes, and whether the output is one tensor.
     writes: bool = dataclasses.field(init=False)
     single_output: bool = dataclasses.field(init=False)
-    # Whether an output is an object rebuilt around its tensors (_objects), and how many
-    # arrays the program outputs (its tensors count).
+    # Whether an output is an object rebuilt around its tensors (_objects)
     rebuilds: bool = dataclasses.field(init=False)
-    n_outputs: int = dataclasses.field(init=False)
 
     def __post_init__(self):
         self.writes = any(self.changed) or any(self.cpu_changed)
         self.single_output = self.out_spec.is_leaf() and self.out_statics[0] is _SLOT
-        objects = [s.n for s in self.out_statics if isinstance(s, ObjectOutput)]
-        self.rebuilds = bool(objects)
-        self.n_outputs = sum(s is _SLOT for s in self.out_statics) + sum(objects)
+        self.rebuilds = any(isinstance(s, ObjectOutput) for s in self.out_statics)
 
 
 class _Program:
@@ -131,27 +129,27 @@ class _Program:
         # key would be one more JAX dispatch per call, longer than the launch itself).
         # A function that changes no state but buffers runs the forward program instead: no
         # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
-        def compiled(fn: Callable, donate: tuple = ()) -> CompiledProgram:
+        # Its jaxprs are kept in checked mode too: autograd differentiates them.
+        def compiled(fn: Callable, donate: tuple = (), keep_jaxpr: bool = not checks):
             return CompiledProgram(
                 _owner(jitted),
                 fn,
                 donate_argnums=donate,
                 checks=checks,
-                keep_jaxpr=not checks,
+                keep_jaxpr=keep_jaxpr,
                 key_data=True,
             )
 
         self.core = compiled(self._traced_entry, (0,) if jitted.donate_state else ())
-        self.forward_core = compiled(self._traced_forward_entry)
+        self.forward_core = compiled(self._traced_forward_entry, keep_jaxpr=True)
         self.trains: bool | None = None  # learned by the first trace
-        # Autograd: the forward is the plain program; backward() runs one program that
-        # recomputes the forward from the entry's jaxpr and applies its vjp. Once a backward
-        # has run, later calls save jax.vjp's residuals in the forward instead (a training
-        # loop then computes the forward once).
-        self.saves_residuals = checks  # checked mode: checkify's errors come from the forward
+        # Autograd: the forward is the plain program; until a first backward() nothing is
+        # saved for one. backward() then runs forward_vjp on the call's inputs and key (the
+        # same values) and applies its vjp, and later forwards run forward_vjp themselves (a
+        # training loop computes its forward once): the entry's jaxpr under jax.vjp.
+        self.saves_residuals = False
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
-        self._recomputing_backwards: dict = {}
         self.logged_eager = False  # _autograd.eager_call logs once
         # (a trace and the storages it drops) the next trace derives its entry from instead
         # of tracing the step (without_dead_grads)
@@ -243,37 +241,34 @@ class _Program:
         ]
         return cpu_state, *pytree.tree_unflatten(flat, self.in_spec)
 
-    def _traced_vjp(
-        self,
-        mask: tuple[bool, ...],
-        precision: str,
-        diff: list,
-        other: list,
-        lr_arrays,
-        arrays,
-        key,
+    def differentiated(
+        self, entry: Entry, mask: tuple, precision: str, arrays: list, lr_arrays, key
     ):
-        # ``precision`` (the float32 matmul precision, which the lowerings read while tracing)
-        # is unused here: a static argument, it keys jax.jit's cache on the mode.
-        assert self._state is not None  # entry() sets it before tracing
-        n_state = len(self._state.storages)
+        """``entry``'s program on ``arrays`` (state, then CPU tensors and inputs) under
+        ``jax.vjp`` by the arrays ``mask`` selects: ``[outputs, new storages, extra results,
+        check error, vjp]``. ``precision``: the float32 matmul precision ``entry`` was traced
+        under."""
+        diff = [a for a, m in zip(arrays, mask, strict=True) if m]
+        other = [a for a, m in zip(arrays, mask, strict=True) if not m]
+        return self.forward_vjp((mask, entry), precision, diff, other, lr_arrays, key)
 
-        def results_only(*inputs):
-            return self._traced(*inputs)[0]
+    def _traced_vjp(self, selection: tuple, precision: str, diff, other, lr_arrays, key):
+        """The outputs of ``selection``'s entry (``(mask, entry)``, static: keyed by the
+        entry's identity), its vjp by the ``diff`` arrays and its other results, from its
+        jaxpr (a pure function: no Python is traced again). ``precision`` is unused: a static
+        argument, it keys jax.jit's cache on the mode, as the entry is."""
+        mask, entry = selection
+        n_state = len(entry.info.changed)
+        checks = self.checks
 
-        traced = checked(results_only) if self.checks else results_only
-        env = torchlax_core.current_env()
-
-        def differentiable(diff):
+        def forward(diff):
             merged = _merge(mask, diff, other)
-            with env.prng_key_scope(jax.random.wrap_key_data(key)):
-                results = traced(merged[:n_state], lr_arrays, merged[n_state:], False)
-            checked = results if self.checks else (None, results)
-            error, (outs, new_storages, extra) = checked  # pyright: ignore[reportAssignmentType]  (results is (error, results) exactly when self.checks)
+            results = _evaluated(entry, merged[:n_state], lr_arrays, merged[n_state:], key)
+            error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
 
-        outs, vjp, (new_storages, extra, error) = jax.vjp(differentiable, diff, has_aux=True)
-        return outs, new_storages, extra, error, vjp
+        outs, vjp, aux = jax.vjp(forward, diff, has_aux=True)
+        return outs, *aux, vjp
 
     def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
         """This signature's entry (traced now if new: its ``info`` says what the step does):
@@ -299,39 +294,11 @@ class _Program:
         self.core.clear()
         self.forward_core.clear()
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
-        self._recomputing_backwards.clear()
 
     @property
     def compiled(self) -> dict:
         """Signature -> executable, for this program's compiled signatures."""
         return {**self.core.executables(), **self.forward_core.executables()}
-
-    def recomputing_backward(self, entry: Entry, mask: tuple[bool, ...]) -> Callable:
-        """One program computing the input gradients of ``entry``'s outputs: it reruns the
-        forward (the entry's jaxpr, a pure function: no Python is traced again) under
-        ``jax.vjp`` and applies the cotangents."""
-        backward = self._recomputing_backwards.get((entry, mask))
-        if backward is not None:
-            return backward
-        assert entry.jaxpr is not None  # forward_core keeps jaxprs unless checks are on
-        forward_fn = jax_core.jaxpr_as_fun(entry.jaxpr)
-        n_state = len(entry.info.changed)
-        n_outs = entry.info.n_outputs
-
-        def backward_program(diff, other, lr_arrays, key, cotangents):
-            def forward(diff):
-                merged = _merge(mask, diff, other)
-                flat = [*merged[:n_state], *lr_arrays, *merged[n_state:], key]
-                return forward_fn(*flat)[:n_outs]
-
-            _, vjp = jax.vjp(forward, diff)
-            return vjp(cotangents)[0]
-
-        backward = jax.jit(backward_program)
-        if len(self._recomputing_backwards) >= self.forward_core.max_signatures:
-            self._recomputing_backwards.pop(next(iter(self._recomputing_backwards)))
-        self._recomputing_backwards[(entry, mask)] = backward
-        return backward
 
 
 def held(state: _StateSet, storages=None) -> tuple:
@@ -485,13 +452,12 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     assert entry.jaxpr is not None
     jaxpr = entry.jaxpr.jaxpr
     info: _Info = entry.info
-    n_state = len(state.storages)
-    n_outs = info.n_outputs
-    invars = jaxpr.invars[:n_state]
+    invars = jaxpr.invars[: len(state.storages)]
     read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
-    for i, v in enumerate(jaxpr.outvars):
-        if not n_outs <= i < n_outs + n_state or v is not invars[i - n_outs]:
-            read.add(id(v))  # an output other than its own storage's unchanged value
+    outs, new_storages, extra = jax.tree.unflatten(entry.out_tree, jaxpr.outvars)
+    read.update(id(v) for v in (*outs, *extra))
+    # (a storage's output reads it unless it is its own unchanged value)
+    read.update(id(v) for v, old in zip(new_storages, invars, strict=True) if v is not old)
     kept = {index for kind, index in info.grad_slots if kind == _KEPT}
     kept.update(
         index
@@ -561,8 +527,8 @@ def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arra
         key = jnp.zeros(key.shape, key.dtype)  # pyright: ignore[reportAttributeAccessIssue]  (an aval)
     if source.precision is not None:  # stale, as its source, once the matmul precision changes
         float32_matmul_precision()
-    flat = jax_core.jaxpr_as_fun(closed)(*full, *lr_arrays, *arrays, key)
-    n_outs, n_state = info.n_outputs, len(info.changed)
+    outs, storages, extra = _evaluated(source, full, lr_arrays, arrays, key)
+    n_state = len(info.changed)
     kept = {old: new for new, old in enumerate(i for i in range(n_state) if i not in drop)}
 
     def slot(kind: int, index: int) -> tuple:
@@ -577,8 +543,15 @@ def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arra
             for slots in info.opt_slots
         ),
     )
-    storages = flat[n_outs : n_outs + n_state]
-    return (flat[:n_outs], [storages[i] for i in kept], flat[n_outs + n_state :]), info
+    return (outs, [storages[i] for i in kept], extra), info
+
+
+def _evaluated(entry: Entry, state_arrays, lr_arrays, arrays, key) -> Any:
+    """The results of ``entry``'s program on these inputs from its jaxpr (a pure function:
+    the step's Python is not traced again), as the pytree the program returns."""
+    assert entry.jaxpr is not None  # (kept by forward_core, and by core unless checked)
+    flat = jax_core.jaxpr_as_fun(entry.jaxpr)(*state_arrays, *lr_arrays, *arrays, key)
+    return jax.tree.unflatten(entry.out_tree, flat)
 
 
 def _equations(jaxpr) -> tuple:

@@ -49,7 +49,7 @@ _GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, ne
 )
 
 
-# PyTorch's check for a __torch_function__ override skipped (see _Layout._guard)
+# PyTorch's check for a __torch_function__ override skipped (see _Layout.forward_guard)
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
@@ -144,9 +144,9 @@ class _Snapshot:
     same objects, by identity: reads (``read``: a reader and its arguments, recorded with
     what it returned), sequences read live (``items``: a list's items, a dict's keys: the
     same objects in the same order) and mapping entries that need only hold some torchlax
-    Tensor (``tensor_at``: an optimizer state value each step replaces). ``flat`` lays them
-    out for ``_Layout._guard``'s C-level passes: one ``map`` per reader (``getattr``,
-    ``dict.get``, a storage getter, ...), not a Python loop per object."""
+    Tensor (``tensor_at``: an optimizer state value each step replaces). Reads are grouped by
+    reader for ``_Layout.forward_guard``'s C-level passes: one ``map`` per reader
+    (``getattr``, ``dict.get``, a storage getter, ...), not a Python loop per object."""
 
     def __init__(self):
         self.reads: dict[tuple, list] = {}  # (reader, its arity) -> [(*arguments, value)]
@@ -169,29 +169,6 @@ class _Snapshot:
 
     def tensor_at(self, mapping, key) -> None:
         self.tensor_entries.append((mapping, key))
-
-    def flat(self, extra: tuple = ()) -> tuple:
-        """The sequences, their lengths, those not empty, the reads as rows (reader,
-        *argument columns), the tensor entries' mappings and keys, and every object expected,
-        in the order ``_Layout._guard`` reads them; ``extra``: more reads, (reader,
-        arguments, values)."""
-        reads = [(reader, *zip(*rows)) for (reader, _), rows in self.reads.items()]
-        reads += extra
-        mappings, keys = tuple(zip(*self.tensor_entries)) or ((), ())
-        expected = (
-            *chain.from_iterable(items for _, items in self.sequences),
-            *chain.from_iterable(columns[-1] for columns in reads),
-            *repeat(True, len(mappings)),
-        )
-        return (
-            tuple(s for s, _ in self.sequences),
-            tuple(len(items) for _, items in self.sequences),
-            tuple(s for s, items in self.sequences if items),
-            tuple(columns[:-1] for columns in reads),
-            mappings,
-            keys,
-            expected,
-        )
 
 
 @dataclasses.dataclass
@@ -225,12 +202,12 @@ class _Layout:
     # assemble()'s last state, kept while it has no optimizers and no .grads
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
-    _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # _guard(None)
+    _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # forward_guard
 
     def seal(self) -> None:
         """Make the checks of the layout as found (after the walk)."""
         self._nones = (None,) * len(self.grads)
-        self._holds = self._guard(None)
+        self._holds = self.forward_guard(None)
 
     @property
     def globals(self) -> list:
@@ -259,33 +236,35 @@ class _Layout:
         ]
         if len(args) != len(self.arg_objects) or not all(map(is_, args, self.arg_objects)):
             return False
-        return self.holds_reached()
-
-    def holds_reached(self) -> bool:
-        """``holds()`` less its check of the arguments."""
         return self._holds()
 
-    def forward_guard(self, state: _StateSet) -> Callable[[], bool]:
-        """``holds_reached() and reused(state)`` as one function made for this layout and
-        ``state``, for a caller that asks it on every call (``torchlax.jit``'s repeated
-        forward; whether each storage of ``state`` still holds the array it recorded is its
-        own check, made before the launch)."""
-        return self._guard(state)
-
-    def _guard(self, state: _StateSet | None) -> Callable[[], bool]:
-        """The snapshot's check as one function over local names, in C-level passes (bools
-        and None are singletons, so every read is compared by identity); with ``state``
-        (``forward_guard``) also: the layout still assembles ``state``, and no parameter has
-        a ``.grad``.
+    def forward_guard(self, state: _StateSet | None) -> Callable[[], bool]:
+        """The snapshot's check (``holds()`` less its check of the arguments) as one function
+        over local names, in C-level passes (bools and None are singletons, so every read is
+        compared by identity). With ``state``, for ``torchlax.jit``'s repeated forward, which
+        asks it on every call: also ``reused(state)`` (whether each storage of ``state``
+        still holds the array it recorded is its own check, made before the launch).
 
         One frame over local names: each call runs it with cold caches (XLA ran since the last
         one), where every frame and attribute lookup costs several times its warm cost
         (benchmarks/README.md). The tensors' flags are read with ``__torch_function__`` off:
         each such read of a Tensor subclass otherwise first looks the attribute up on the
         tensor (PyTorch's check for an override)."""
-        layout, forward = self, state is not None
-        extra = ((_GRAD, tuple(self.grads), self._nones),) if forward else ()
-        sequences, lengths, filled, table, mappings, keys, expected = self.snapshot.flat(extra)
+        layout, forward, snapshot = self, state is not None, self.snapshot
+        # Each reader's rows as columns: (reader, *argument columns, values expected)
+        reads = [(reader, *zip(*rows)) for (reader, _), rows in snapshot.reads.items()]
+        if forward:
+            reads.append((_GRAD, tuple(self.grads), self._nones))
+        table = tuple(columns[:-1] for columns in reads)
+        sequences = tuple(s for s, _ in snapshot.sequences)
+        lengths = tuple(len(items) for _, items in snapshot.sequences)
+        filled = tuple(s for s, items in snapshot.sequences if items)
+        mappings, keys = tuple(zip(*snapshot.tensor_entries)) or ((), ())
+        expected = (  # in the order holds() reads them
+            *chain.from_iterable(items for s, items in snapshot.sequences if items),
+            *chain.from_iterable(columns[-1] for columns in reads),
+            *repeat(True, len(mappings)),
+        )
 
         def holds() -> bool:
             if forward and layout._assembled is not state:
@@ -331,7 +310,7 @@ class _Layout:
         returns while ``holds()`` is true: the last such state is reused (it holds nothing
         the module does not hold itself)."""
         memo = self._assembled
-        no_grads = all(map(operator.is_, map(_GRAD, self.grads), self._nones))
+        no_grads = self._no_grads()
         if memo is not None and no_grads:
             return memo
         state = self._assemble()
@@ -340,9 +319,10 @@ class _Layout:
 
     def reused(self, state: _StateSet) -> bool:
         """Whether ``assemble()`` would now return ``state`` (the state it keeps)."""
-        return self._assembled is state and all(
-            map(operator.is_, map(_GRAD, self.grads), self._nones)
-        )
+        return self._assembled is state and self._no_grads()
+
+    def _no_grads(self) -> bool:
+        return all(map(operator.is_, map(_GRAD, self.grads), self._nones))
 
     def _assemble(self) -> _StateSet:
         storages, owners = list(self.fixed_storages), list(self.fixed_owners)
@@ -423,19 +403,12 @@ def _lr_type(params) -> type:
     return np.float64 if any(p.dtype in wide for p in params) else np.float32
 
 
-def _is_rate(value) -> bool:
+def _rate_in(group: dict) -> bool:
     """Whether a group's learning rate is an input of the program: a Python number, or a 0-d
     floating tensor (``SGD(params, lr=torch.tensor(0.1))``, which a scheduler changes in place
     with ``fill_``: baked in, a CPU one would silently keep its first value, a jax one compile
     the step again on each change). Either is passed as its value, in the group's precision."""
-    if _is_number(value):
-        return True
+    value = group.get("lr")
+    if isinstance(value, float | int):
+        return not isinstance(value, bool)
     return isinstance(value, torch.Tensor) and value.ndim == 0 and value.is_floating_point()
-
-
-def _rate_in(group: dict) -> bool:
-    return _is_rate(group.get("lr"))
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, float | int) and not isinstance(value, bool)
