@@ -541,10 +541,8 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
     *,
     scale=None,
 ):
-    # Flash attention's backward: the weights recomputed from the saved logsumexp (one pass
-    # over the scores, no softmax re-run), then dS = P * (dP - rowsum(dO * O)). Half operands
-    # enter the products as they are (P and dS rounded to them first, as PyTorch's CPU flash
-    # kernel does), accumulating in float32; the elementwise parts compute in float32.
+    # The kernel's backward where its forward ran (and the same causal check), else the plain
+    # lowering's.
     grad_out = grad_out.astype(query.dtype)
     plan = kernels.plan_for(query, key, value, attn_bias, dropout_p)  # as its forward's
     saved = (grad_out, query, key, value, attn_bias, out, logsumexp)
@@ -587,7 +585,11 @@ def _plain_backward(
     philox_seed,
     scale,
 ):
-    """The fused op's gradients by the plain lowering (see its backward)."""
+    """The fused op's gradients by the plain lowering: flash attention's backward, the weights
+    recomputed from the saved logsumexp (one pass over the scores, no softmax re-run), then
+    dS = P * (dP - rowsum(dO * O)). Half operands enter the products as they are (P and dS
+    rounded to them first, as PyTorch's CPU flash kernel does), accumulating in float32; the
+    elementwise parts compute in float32."""
     # The scores are recomputed here, not kept: fenced, or XLA merges them with the forward's
     # and keeps a float32 (L, S) array per layer alive until the backward.
     grad_out, query, key, value, attn_bias, logsumexp = fenced(
