@@ -58,7 +58,16 @@ from torchlax_core.internal import float32_matmul_precision, get_logger, no_x64
 
 from ._promotion import accumulator
 
-__all__ = ["Plan", "backward", "causal_mask", "forward", "kernel_refusal", "plan_for"]
+__all__ = [
+    "Plan",
+    "backward",
+    "causal_mask",
+    "forward",
+    "kernel_refusal",
+    "may_be_causal",
+    "plan_for",
+    "seen",
+]
 
 _log = get_logger("attention")
 _BLOCK = 128
