@@ -67,6 +67,7 @@ __all__ = [
     "may_be_causal",
     "plan_for",
     "seen",
+    "sum_to",
 ]
 
 _log = get_logger("attention")
@@ -365,15 +366,16 @@ def _attend_backward(is_causal, scale, saved, cotangents):
     grads = backward(cotangents[0], query, key, value, attn_bias, out, logsumexp, is_causal, scale)
     grad_bias = None
     if attn_bias is not None and jnp.issubdtype(attn_bias.dtype, jnp.floating):
-        grad_bias = _sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
+        grad_bias = sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
     return (*grads[:3], grad_bias)
 
 
 _attend.defvjp(_attend_forward, _attend_backward)
 
 
-def _sum_to(grad, shape):
-    """``grad`` summed over the dimensions broadcasting gave a bias of ``shape``."""
+def sum_to(grad, shape):
+    """``grad`` summed over the dimensions broadcasting gave an operand of ``shape`` (a bias,
+    here and in the plain lowering's backward)."""
     lead = grad.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1

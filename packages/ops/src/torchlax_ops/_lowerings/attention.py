@@ -503,15 +503,6 @@ def _fused_forward(query, key, value, attn_bias, seed, dropout_p, is_causal, sca
     return out.astype(query.dtype), logsumexp
 
 
-def _sum_to(grad, shape):
-    """``grad`` summed over the dimensions broadcasting added to an operand of ``shape``."""
-    lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
-    )
-    return jnp.sum(grad, axis=axes).reshape(shape) if axes else grad
-
-
 def _ungroup(grad, heads):
     """A gradient with respect to repeated key/value heads, summed back over each group."""
     if grad.shape[-3] == heads:
@@ -558,7 +549,7 @@ def _scaled_dot_product_fused_attention_overrideable_backward(
         )
         grad_bias = None
         if attn_bias is not None and grad_input_mask[3] and grads[3] is not None:
-            grad_bias = _sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
+            grad_bias = kernels.sum_to(grads[3], attn_bias.shape).astype(attn_bias.dtype)
         return (*grads[:3], grad_bias)
 
     def causal(grad_out, query, key, value, attn_bias, out, logsumexp):
@@ -614,7 +605,7 @@ def _plain_backward(
     grad_value = _dot(jnp.swapaxes(kept, -1, -2).astype(dtype), grad_out)
     grad_bias = None
     if attn_bias is not None and grad_input_mask[3]:
-        grad_bias = _sum_to(grad_scores, attn_bias.shape).astype(attn_bias.dtype)
+        grad_bias = kernels.sum_to(grad_scores, attn_bias.shape).astype(attn_bias.dtype)
     grad_key = _ungroup(grad_key, key.shape[-3]).astype(key.dtype)
     return (
         grad_query,
