@@ -61,7 +61,6 @@ from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
 from ._precision import float32_matmul_precision as float32_matmul_precision
-from ._program import observing_ops as observing_ops
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
@@ -124,7 +123,6 @@ __all__ = [
     "storage_of",
     "stored_in_order",
     "tables_of",
-    "observing_ops",
     "tracing",
     "unused_key",
     "rebind",
