@@ -19,6 +19,8 @@ import operator
 from typing import Any
 
 from . import _tensor
+from ._autograd_graph import graph_leaf as graph_leaf
+from ._autograd_graph import graph_nodes as graph_nodes
 from ._builtins import cuda_device as cuda_device
 from ._call_plan import CHECKED_RUNS as CHECKED_RUNS
 from ._call_plan import MISS_SIGNATURE as MISS_SIGNATURE
@@ -107,6 +109,8 @@ __all__ = [
     "refuse_if_too_large",
     "from_torch_data",
     "get_logger",
+    "graph_leaf",
+    "graph_nodes",
     "graph_break",
     "compilation_cache_directory",
     "compilation_cache_entries",

@@ -49,6 +49,8 @@ from torch.overrides import TorchFunctionMode
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import (
     array_of,
+    graph_leaf,
+    graph_nodes,
     rebind,
     storage_getter,
     storage_of,
@@ -579,24 +581,15 @@ def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
 
 def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
     """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches."""
-    reached: dict[int, torch.Tensor] = {}
-    stack = []
-    for r in _tensors(roots):
-        if r.grad_fn is not None:
-            stack.append(r.grad_fn)
-        elif r.requires_grad:  # ``w.backward(...)`` of a leaf itself
-            reached[id(r)] = r
-    visited: set = set()
-    while stack:
-        node = stack.pop()
-        if node in visited:
-            continue
-        visited.add(node)
-        leaf = getattr(node, "variable", None)  # (an AccumulateGrad node: a leaf's)
-        if isinstance(leaf, torch.Tensor):
+    tensors = _tensors(roots)
+    # (``w.backward(...)`` of a leaf itself)
+    reached = {id(r): r for r in tensors if r.grad_fn is None and r.requires_grad}
+    nodes = set()
+    for node in graph_nodes(r.grad_fn for r in tensors):
+        nodes.add(node)
+        if (leaf := graph_leaf(node)) is not None:
             reached[id(leaf)] = leaf
-        stack.extend(n for n, _ in node.next_functions if n is not None)
-    return reached, visited
+    return reached, nodes
 
 
 def _tensors(values) -> list[torch.Tensor]:
