@@ -48,6 +48,7 @@ from ._walk import (
     is_container,
     items,
     named_by,
+    read_directly,
     slot_value,
     walk,
 )
@@ -73,7 +74,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     # Read before the hook dicts: a hook registered during the walk is then seen next call.
     layout._hook_id = RemovableHandle.next_id
     found = _reached(target, arg_leaves, layout)
-    modules, optimizers, schedulers, tensors = _sorted(found, layout)
+    modules, optimizers, schedulers, tensors = _sorted(found, layout.snapshot.read)
     trainings: list = []  # (module, training) of each module and submodule
     hooks = [_add_module(layout, m, m is module, trainings) for m in modules]
     # PyTorch's global module hooks run in every module's call: in the same snapshot, and in
@@ -110,8 +111,9 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     return layout
 
 
-def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
-    """``found`` by kind: modules, optimizers (a scheduler's too), schedulers, tensors."""
+def _sorted(found: list, read=read_directly) -> tuple[list, list, list, list]:
+    """``found`` by kind: modules, optimizers (a scheduler's too, read by ``read``),
+    schedulers, tensors."""
     modules, optimizers, schedulers, tensors = [], [], [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
@@ -120,7 +122,7 @@ def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
             optimizers.append(obj)
         elif isinstance(obj, _Scheduler):
             schedulers.append(obj)
-            opt = layout.snapshot.read(getattr, obj, "optimizer")
+            opt = read(getattr, obj, "optimizer")
             if all(opt is not o for o in optimizers):
                 optimizers.append(opt)
         elif isinstance(obj, Tensor):
@@ -432,14 +434,8 @@ class CpuStateError(RuntimeError):
 def cpu_state_tensors(found: list) -> tuple[list, list]:
     """The CPU tensors of a step over CPU state (parameters, buffers, optimizer state), and
     its optimizers, among the objects ``find_state`` reached (``CpuStateError.found``)."""
-    optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
-    optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
-    held = [
-        t
-        for m in found
-        if isinstance(m, torch.nn.Module)
-        for t in chain(m.parameters(), m.buffers())
-    ]
+    modules, optimizers, _, _ = _sorted(found)
+    held = [t for m in modules for t in chain(m.parameters(), m.buffers())]
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:

@@ -148,7 +148,7 @@ def _search(roots: list, target_obj) -> str | None:
     return next((path_text(v.path) for v in visits if v.value is target_obj), None)
 
 
-def _call(reader: Callable, *args) -> Any:
+def read_directly(reader: Callable, *args) -> Any:
     return reader(*args)
 
 
@@ -171,7 +171,7 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
     return roots
 
 
-def named_by(fn: types.FunctionType, read: Callable = _call) -> list[tuple[tuple, Any]]:
+def named_by(fn: types.FunctionType, read: Callable = read_directly) -> list[tuple[tuple, Any]]:
     """What ``fn``'s code names: its closure cells, the globals it reads and its default
     arguments, positional then keyword-only (``def step(model=model)``: what a call that
     omits them uses; ``default argument 'model'``), each bound one with its step. Each is read
