@@ -1,13 +1,11 @@
 """The state a ``torchlax.jit`` call reaches: what the walk finds, laid out as program inputs.
 
 ``find_state`` walks (``_walk.walk``, by the rule ``_StateWalk``) from what the function can
-name (a module target, a bound method's object, closure cells, the globals its code reads, the
-call's arguments) through lists, tuples, dicts and the plain objects ``_walk.enterable``
-admits, to every module, optimizer and scheduler and every torchlax Tensor it holds, within
-bounds (``MAX_STATE_DEPTH``, ``MAX_CONTAINER_ITEMS``, ``MAX_WALKED_ITEMS``), and records in a
-``_Layout`` (``_state``) what it found and, in its ``_Snapshot``, what it read on the way.
-State held in plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the
-program instead: ``cpu_state_tensors``).
+name and the call's arguments to every module, optimizer, scheduler and torchlax Tensor it
+holds, within bounds, and records in a ``_Layout`` (``_state``) what it found and, in its
+``_Snapshot``, what it read on the way. State in plain CPU tensors raises ``CpuStateError``
+(the caller lends it to the program: ``cpu_state_tensors``). What the walk enters, and why:
+docs/architecture.md, "What the state walk enters".
 """
 
 from __future__ import annotations
@@ -268,20 +266,8 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
 class _StateWalk:
     """The state walk's rule (``children``): where it goes from each object, within
     ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
-    state (``keep``), for a later call to check (``_Layout.holds``).
-
-    A function's names (each read kept, bound or not), a bound method's function and object,
-    a partial's function and arguments; the items of lists, tuples and dicts up to
-    ``MAX_CONTAINER_ITEMS`` (a data set is no state; a list's items and a dict's keys and
-    values are kept: ``opts[1] = other`` walks again). Under an object's attributes only
-    modules, optimizers and schedulers are state, and what leads to them: a list of tensors
-    there is more likely a history the loop appends to. The jitted bound method's object is
-    the exception (its tensors are state, ``self.scale``, whatever its size); a module's public
-    attributes that are no parameters, buffers or submodules are entered (a Lightning-style
-    ``self.optimizer``). An object's snapshot keeps its attribute names and the values that
-    lead to state or are None (a scheduler set later); what leads to no state under an
-    attribute leaves nothing (a loss history would make each call walk again), but an empty
-    container stays (``self.models.append(m)`` later)."""
+    state (``keep``), for a later call to check (``_Layout.holds``). Its rules:
+    docs/architecture.md, "What the state walk enters"."""
 
     def __init__(self, snapshot: _Snapshot):
         self.snapshot = snapshot

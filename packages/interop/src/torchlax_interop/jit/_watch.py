@@ -1,31 +1,9 @@
-"""The capture while ``torchlax.jit`` traces a step: one watch over what the step does that
-the compiled program would not do on its calls, and the refusals it leads to (``run_watched``).
-
-A step runs once, while it is traced; its calls run the program. What no torchlax op carries
-into the program happens only in that one run, so ``TraceWatch`` watches it then, for the
-tracing thread only: a torch function mode (every torch call) and global module forward and
-optimizer step pre-hooks. Each tensor seen is noted once, with what it held then
-(``_SeenConstant``, ``_SeenCpu``); after the step, those it changed are listed (``Changed``),
-put back (``restore``) and named in a refusal (``_refusals``). What it finds:
-
-- **Constants** (``constants``): torchlax Tensors the step reached that hold concrete arrays
-  (a ``cfg.mask`` that is no state). Read, they are baked in and checked on each call
-  (``ReadConstants``); written (``buf.add_(1)``, ``w.data -= ...``) or given a ``.grad``,
-  the change would happen once, while the program is traced.
-- **Modules trained and optimizers stepped that are no state**: the module's parameters would
-  be constants (it would not train); the optimizer's state would be kept outside the program.
-- **Plain CPU tensors changed** (``cpu``): a write into one the trace did not make
-  (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one happens once, on the
-  host. A ``backward()`` that would give one a ``.grad``, or a ``backward()`` or
-  ``torch.autograd.grad()`` that would carry a gradient from a traced torchlax Tensor to one,
-  is refused before it runs (``refused``). Those requiring grad the step reads with grad on
-  (``host_tensors_requiring_grad``) would get no gradient from a backward after the call.
-- **Backward hooks** (``backward_hooks``): a module's, PyTorch's global ones and those on a
-  tensor of the step run in autograd's backward of the traced code, not in ``jax.vjp`` of
-  the program: a forward whose backward runs after the call runs eagerly
-  (``_autograd.eager_call``).
-
-Trace time only: a program's calls never see it.
+"""The capture while ``torchlax.jit`` traces a step: one watch (``TraceWatch``: a torch
+function mode and module and optimizer pre-hooks) over what the step does that the compiled
+program would not do on its calls: constants read or changed, modules trained and optimizers
+stepped that are no state, plain CPU tensors changed, refused ``backward()``s, backward hooks;
+and the refusals it leads to (``run_watched``). Trace time only: a program's calls never see
+it. What it watches, and why: docs/architecture.md, "What the capture watches".
 """
 
 from __future__ import annotations
