@@ -1175,6 +1175,27 @@ def test_constant_changed_between_repeated_forwards_is_seen():
         assert forward(x).cpu().tolist() == [0.0, 3.0, 6.0]
 
 
+def test_constants_in_a_list_or_keyword_argument_are_checked_on_each_call():
+    # A constant is seen wherever a torch call takes it: inside a list argument, or as a
+    # keyword argument; changed between calls, the next call traces the step again.
+    with torchlax.enable():
+        cfg = types.SimpleNamespace(
+            pad=torch.full((2,), 5.0, device="jax"), bias=torch.ones(4, device="jax")
+        )
+
+    def f(x):
+        return torch.add(torch.cat([x, cfg.pad]), other=cfg.bias)
+
+    forward = torchlax.jit(f)
+    x = torchlax.from_torch(torch.arange(2.0))
+    with torch.no_grad():
+        assert forward(x).cpu().tolist() == [1.0, 2.0, 6.0, 6.0]
+        cfg.pad.fill_(7.0)
+        assert forward(x).cpu().tolist() == [1.0, 2.0, 8.0, 8.0]
+        cfg.bias.data = torch.full((4,), 2.0, device="jax")
+        assert forward(x).cpu().tolist() == [2.0, 3.0, 9.0, 9.0]
+
+
 @pytest.mark.parametrize("device", ["cpu", "jax"])
 def test_tensor_learning_rate_changed_by_a_scheduler_is_an_input(device):
     # SGD(lr=torch.tensor(...)): StepLR changes the tensor in place (fill_) after each call.

@@ -13,10 +13,6 @@ traced JAX function. Three questions come up in all of them and are answered her
   environment, JAX's 64-bit mode, and PyTorch's "compiling" flag, which makes torch.optim,
   Hugging Face and torch.nn take the paths they take under ``torch.compile`` (tensor-valued
   step counts and learning rates, no host reads).
-- An observer. A front end that must know what the traced code reads and makes (``torchlax.jit``:
-  which tensors are constants of the program) registers one for its trace with
-  ``observing_ops(observer)``: each torch function of a torchlax Tensor calls
-  ``observer.see(args, kwargs)`` before it runs and ``observer.made(result)`` after.
 - Traced scalars. Where PyTorch wants a Python number (``add_(g, alpha=-lr)``) and the code
   passes a 0-d tensor, PyTorch reads it on the host, which a traced value cannot be: while
   tracing, the few functions optimizers call that way get the tensor multiplied in instead
@@ -27,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Iterator
 
 import jax
@@ -111,21 +106,6 @@ def staging() -> bool:
     return False
 
 
-_observing = threading.local()  # .observer: this thread's op observer while one is registered
-
-
-@contextlib.contextmanager
-def observing_ops(observer) -> Iterator[None]:
-    """Show ``observer`` every torch function of a torchlax Tensor traced on this thread in this
-    block (its ``see(args, kwargs)`` before the function, ``made(result)`` after)."""
-    before = getattr(_observing, "observer", None)
-    _observing.observer = observer
-    try:
-        yield
-    finally:
-        _observing.observer = before
-
-
 @contextlib.contextmanager
 def tracing(env) -> Iterator[None]:
     """What code traced into one torchlax program runs under (see the module docstring)."""
@@ -144,16 +124,6 @@ def tracing(env) -> Iterator[None]:
 
 
 def _torch_function_while_tracing(cls, func, types, args=(), kwargs=None):
-    observer = getattr(_observing, "observer", None)
-    if observer is None:
-        return _traced_function(cls, func, types, args, kwargs)
-    observer.see(args, kwargs)
-    result = _traced_function(cls, func, types, args, kwargs)
-    observer.made(result)
-    return result
-
-
-def _traced_function(cls, func, types, args, kwargs):
     kwargs = kwargs or {}
     try:
         rewrite = _SCALAR_REWRITES.get(func)

@@ -19,6 +19,8 @@ import operator
 from typing import Any
 
 from . import _tensor
+from ._autograd_graph import graph_leaf as graph_leaf
+from ._autograd_graph import graph_nodes as graph_nodes
 from ._builtins import cuda_device as cuda_device
 from ._call_plan import CHECKED_RUNS as CHECKED_RUNS
 from ._call_plan import MISS_SIGNATURE as MISS_SIGNATURE
@@ -61,7 +63,6 @@ from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
 from ._precision import float32_matmul_precision as float32_matmul_precision
-from ._program import observing_ops as observing_ops
 from ._program import tracing as tracing
 from ._program import unused_key as unused_key
 from ._registry import Tables as Tables
@@ -108,6 +109,8 @@ __all__ = [
     "refuse_if_too_large",
     "from_torch_data",
     "get_logger",
+    "graph_leaf",
+    "graph_nodes",
     "graph_break",
     "compilation_cache_directory",
     "compilation_cache_entries",
@@ -124,7 +127,6 @@ __all__ = [
     "storage_of",
     "stored_in_order",
     "tables_of",
-    "observing_ops",
     "tracing",
     "unused_key",
     "rebind",

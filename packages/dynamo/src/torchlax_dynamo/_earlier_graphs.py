@@ -37,6 +37,7 @@ from torch._dynamo.exc import unimplemented
 from torch._dynamo.variables.base import Method
 from torch._dynamo.variables.tensor import TensorVariable
 from torchlax_core import JitError
+from torchlax_core.internal import graph_leaf, graph_nodes
 
 _original_backward: list[Callable[..., Any]] = []
 
@@ -61,21 +62,15 @@ def untraceable_backward(loss: Any, tx: Any) -> str | None:
         for node in (t.grad_fn, t._base.grad_fn if t._base is not None else None):
             if node is not None:
                 ends[node] = name
-    stack, visited = [fake.grad_fn], set()
-    while stack:
-        node = stack.pop()
+    for node in graph_nodes([fake.grad_fn]):
         if node in ends:
             return f"the loss's autograd graph reaches the grad_fn of {ends[node]}"
-        if node in visited:
-            continue
-        visited.add(node)
-        leaf = getattr(node, "variable", None)  # (an AccumulateGrad node: a leaf's)
-        if isinstance(leaf, torch.Tensor) and leaf.device.type != fake.device.type:
+        leaf = graph_leaf(node)
+        if leaf is not None and leaf.device.type != fake.device.type:
             return (
                 f"the loss is on {fake.device.type} and a leaf of its autograd graph on "
                 f"{leaf.device.type}"
             )
-        stack.extend(n for n, _ in node.next_functions if n is not None)
     return None
 
 

@@ -1,13 +1,11 @@
 """The state a ``torchlax.jit`` call reaches: what the walk finds, laid out as program inputs.
 
 ``find_state`` walks (``_walk.walk``, by the rule ``_StateWalk``) from what the function can
-name (a module target, a bound method's object, closure cells, the globals its code reads, the
-call's arguments) through lists, tuples, dicts and the plain objects ``_walk.enterable``
-admits, to every module, optimizer and scheduler and every torchlax Tensor it holds, within
-bounds (``MAX_STATE_DEPTH``, ``MAX_CONTAINER_ITEMS``, ``MAX_WALKED_ITEMS``), and records in a
-``_Layout`` (``_state``) what it found and, in its ``_Snapshot``, what it read on the way.
-State held in plain CPU tensors is refused with ``CpuStateError`` (the caller lends it to the
-program instead: ``cpu_state_tensors``).
+name and the call's arguments to every module, optimizer, scheduler and torchlax Tensor it
+holds, within bounds, and records in a ``_Layout`` (``_state``) what it found and, in its
+``_Snapshot``, what it read on the way. State in plain CPU tensors raises ``CpuStateError``
+(the caller lends it to the program: ``cpu_state_tensors``). What the walk enters, and why:
+docs/architecture.md, "What the state walk enters".
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ from ._walk import (
     is_container,
     items,
     named_by,
+    read_directly,
     slot_value,
     walk,
 )
@@ -73,7 +72,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     # Read before the hook dicts: a hook registered during the walk is then seen next call.
     layout._hook_id = RemovableHandle.next_id
     found = _reached(target, arg_leaves, layout)
-    modules, optimizers, schedulers, tensors = _sorted(found, layout)
+    modules, optimizers, schedulers, tensors = _sorted(found, layout.snapshot.read)
     trainings: list = []  # (module, training) of each module and submodule
     hooks = [_add_module(layout, m, m is module, trainings) for m in modules]
     # PyTorch's global module hooks run in every module's call: in the same snapshot, and in
@@ -110,8 +109,9 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     return layout
 
 
-def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
-    """``found`` by kind: modules, optimizers (a scheduler's too), schedulers, tensors."""
+def _sorted(found: list, read=read_directly) -> tuple[list, list, list, list]:
+    """``found`` by kind: modules, optimizers (a scheduler's too, read by ``read``),
+    schedulers, tensors."""
     modules, optimizers, schedulers, tensors = [], [], [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
@@ -120,7 +120,7 @@ def _sorted(found: list, layout: _Layout) -> tuple[list, list, list, list]:
             optimizers.append(obj)
         elif isinstance(obj, _Scheduler):
             schedulers.append(obj)
-            opt = layout.snapshot.read(getattr, obj, "optimizer")
+            opt = read(getattr, obj, "optimizer")
             if all(opt is not o for o in optimizers):
                 optimizers.append(opt)
         elif isinstance(obj, Tensor):
@@ -266,20 +266,8 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
 class _StateWalk:
     """The state walk's rule (``children``): where it goes from each object, within
     ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
-    state (``keep``), for a later call to check (``_Layout.holds``).
-
-    A function's names (each read kept, bound or not), a bound method's function and object,
-    a partial's function and arguments; the items of lists, tuples and dicts up to
-    ``MAX_CONTAINER_ITEMS`` (a data set is no state; a list's items and a dict's keys and
-    values are kept: ``opts[1] = other`` walks again). Under an object's attributes only
-    modules, optimizers and schedulers are state, and what leads to them: a list of tensors
-    there is more likely a history the loop appends to. The jitted bound method's object is
-    the exception (its tensors are state, ``self.scale``, whatever its size); a module's public
-    attributes that are no parameters, buffers or submodules are entered (a Lightning-style
-    ``self.optimizer``). An object's snapshot keeps its attribute names and the values that
-    lead to state or are None (a scheduler set later); what leads to no state under an
-    attribute leaves nothing (a loss history would make each call walk again), but an empty
-    container stays (``self.models.append(m)`` later)."""
+    state (``keep``), for a later call to check (``_Layout.holds``). Its rules:
+    docs/architecture.md, "What the state walk enters"."""
 
     def __init__(self, snapshot: _Snapshot):
         self.snapshot = snapshot
@@ -432,14 +420,8 @@ class CpuStateError(RuntimeError):
 def cpu_state_tensors(found: list) -> tuple[list, list]:
     """The CPU tensors of a step over CPU state (parameters, buffers, optimizer state), and
     its optimizers, among the objects ``find_state`` reached (``CpuStateError.found``)."""
-    optimizers = [o for o in found if isinstance(o, torch.optim.Optimizer)]
-    optimizers += [s.optimizer for s in found if isinstance(s, _Scheduler)]
-    held = [
-        t
-        for m in found
-        if isinstance(m, torch.nn.Module)
-        for t in chain(m.parameters(), m.buffers())
-    ]
+    modules, optimizers, _, _ = _sorted(found)
+    held = [t for m in modules for t in chain(m.parameters(), m.buffers())]
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:

@@ -1,13 +1,7 @@
-"""Returned objects that are not pytree nodes but hold tensors the jitted function computed.
-
-``torchlax.jit`` flattens its function's result with ``torch.utils._pytree``; a leaf that is
-neither a tensor nor a constant (a transformers ``DynamicCache``, a user's class) would be kept
-as a constant of the trace, its tensors holding tracers that the program never outputs. Such a
-leaf is searched once, when its signature is traced (``find``): the torchlax Tensors computed
-inside the trace that it holds (in attributes, ``__slots__``, lists, tuples and dicts) become
-program outputs, and each call hands out a fresh copy of the object with that call's results
-in their places (``ObjectOutput.rebuilt``: ``copy.copy`` along the paths to them only), as an
-eager call hands out a new object each time. What cannot be rebuilt so raises at trace time.
+"""Returned objects that are not pytree nodes but hold tensors the jitted function computed:
+searched once, when the signature is traced (``find``), their computed tensors become program
+outputs, and each call hands out a fresh copy with that call's results in their places
+(``ObjectOutput.rebuilt``). See docs/architecture.md, "Returned objects".
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""What a step reaches: the one object walker, and its rules of what it enters.
-
-A walk starts from named roots (what a function names: ``function_roots``, ``named_by``; the
-call's arguments; a returned object) and yields each object met once, with its path from a
-root (``Visit``: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``), depth or breadth
-first, within a depth and a node budget. Where it goes from an object is its consumer's rule:
-``reached`` (what a function reaches, for the paths errors name things by: ``path_to``), the
-state walk's (``_discover``, which records what it reads in its snapshot) or what a returned
-object holds (``_objects``, with what hides in it from Python: ``gc.get_referents``, in walks
-that share what they met). It never enters ``ATOMS`` (values that hold no tensor) nor
-tensors.
+"""What a step reaches: the one object walker (``walk``: each object once, with its path from
+a root), and its rules of what it enters: ``reached`` (what a function reaches, for the paths
+errors name things by: ``path_to``) and those the state walk (``_discover``) and the search of
+returned objects (``_objects``) build on. See docs/architecture.md, "What the state walk
+enters".
 """
 
 from __future__ import annotations
@@ -148,7 +142,7 @@ def _search(roots: list, target_obj) -> str | None:
     return next((path_text(v.path) for v in visits if v.value is target_obj), None)
 
 
-def _call(reader: Callable, *args) -> Any:
+def read_directly(reader: Callable, *args) -> Any:
     return reader(*args)
 
 
@@ -171,7 +165,7 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
     return roots
 
 
-def named_by(fn: types.FunctionType, read: Callable = _call) -> list[tuple[tuple, Any]]:
+def named_by(fn: types.FunctionType, read: Callable = read_directly) -> list[tuple[tuple, Any]]:
     """What ``fn``'s code names: its closure cells, the globals it reads and its default
     arguments, positional then keyword-only (``def step(model=model)``: what a call that
     omits them uses; ``default argument 'model'``), each bound one with its step. Each is read

@@ -1,33 +1,9 @@
-"""The capture while ``torchlax.jit`` traces a step: one watch over what the step does that
-the compiled program would not do on its calls, and the refusals it leads to (``run_watched``).
-
-A step runs once, while it is traced; its calls run the program. What no torchlax op carries
-into the program happens only in that one run, so ``TraceWatch`` watches it then, for the
-tracing thread only: a torch function mode (every torch call), global module forward and
-optimizer step pre-hooks, and the core's op observer (``observing_ops``: each torch function
-of a torchlax Tensor). Each tensor seen is noted once, with what it held then
-(``_SeenConstant``, ``_SeenCpu``); after the step, those it changed are listed (``Changed``),
-put back (``restore``) and named in a refusal (``_refusals``). What it finds:
-
-- **Constants** (``constants``): torchlax Tensors the step reached that hold concrete arrays
-  (a ``cfg.mask`` that is no state). Read, they are baked in and checked on each call
-  (``ReadConstants``); written (``buf.add_(1)``, ``w.data -= ...``) or given a ``.grad``,
-  the change would happen once, while the program is traced.
-- **Modules trained and optimizers stepped that are no state**: the module's parameters would
-  be constants (it would not train); the optimizer's state would be kept outside the program.
-- **Plain CPU tensors changed** (``cpu``): a write into one the trace did not make
-  (``counter.add_(1)``, ``t.data = other``) or a ``.grad`` given to one happens once, on the
-  host. A ``backward()`` that would give one a ``.grad``, or a ``backward()`` or
-  ``torch.autograd.grad()`` that would carry a gradient from a traced torchlax Tensor to one,
-  is refused before it runs (``refused``). Those requiring grad the step reads with grad on
-  (``host_tensors_requiring_grad``) would get no gradient from a backward after the call.
-- **Backward hooks** (``backward_hooks``): a module's, PyTorch's global ones and those on a
-  tensor of the step run in autograd's backward of the traced code, not in ``jax.vjp`` of
-  the program: a forward whose backward runs after the call runs eagerly
-  (``_autograd.eager_call``).
-
-Trace time only: a program's calls never see it. The mode sees every torch call of the trace,
-so its handler skips torchlax Tensors first.
+"""The capture while ``torchlax.jit`` traces a step: one watch (``TraceWatch``: a torch
+function mode and module and optimizer pre-hooks) over what the step does that the compiled
+program would not do on its calls: constants read or changed, modules trained and optimizers
+stepped that are no state, plain CPU tensors changed, refused ``backward()``s, backward hooks;
+and the refusals it leads to (``run_watched``). Trace time only: a program's calls never see
+it. What it watches, and why: docs/architecture.md, "What the capture watches".
 """
 
 from __future__ import annotations
@@ -51,7 +27,8 @@ from torch.overrides import TorchFunctionMode
 from torchlax_core import JitError, Tensor
 from torchlax_core.internal import (
     array_of,
-    observing_ops,
+    graph_leaf,
+    graph_nodes,
     rebind,
     storage_getter,
     storage_of,
@@ -295,8 +272,8 @@ class TraceWatch(TorchFunctionMode):
             id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())
         }
         self._state_optimizers = {id(opt) for opt in state.optimizers}
-        # The plain CPU tensors the mode saw, and the torchlax Tensors the core's op observer
-        # saw (``see``, ``made``) that hold concrete arrays: the step's constants
+        # The plain CPU tensors the mode saw, and the torchlax Tensors it saw that hold
+        # concrete arrays: the step's constants
         self.cpu, self.constants = _Noted(), _Noted()
         # Whether a CPU tensor of the trace requires grad (one noted, or one the trace made):
         # only then can a backward() or autograd.grad() reach a CPU tensor
@@ -315,10 +292,8 @@ class TraceWatch(TorchFunctionMode):
         # a module called that is no state (shared ones once)
         self._untrained: dict[int, tuple] = {}
         self._handles: list = []
-        self._observing = observing_ops(self)
 
     def __enter__(self):
-        self._observing.__enter__()
         self._handles = [
             register_module_forward_pre_hook(self._module_called),
             register_optimizer_step_pre_hook(self._optimizer_stepped),
@@ -333,10 +308,7 @@ class TraceWatch(TorchFunctionMode):
     def __exit__(self, *exc):
         for handle in self._handles:
             handle.remove()
-        try:
-            return super().__exit__(*exc)
-        finally:
-            self._observing.__exit__(*exc)
+        return super().__exit__(*exc)
 
     def trace_made(self, t: torch.Tensor) -> bool:
         """Whether the trace made the CPU tensor ``t`` (a result of one of its calls)."""
@@ -382,10 +354,11 @@ class TraceWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        traced = False  # whether a torchlax Tensor is among the arguments
         if threading.get_ident() == self._thread:
-            self._see_cpu(args)
+            traced = self._see(args)
             if kwargs:
-                self._see_cpu(kwargs.values())
+                traced = self._see(kwargs.values()) or traced
             if func is _REGISTER_HOOK or func is _REGISTER_POST_ACCUMULATE:  # (no hashing)
                 hook = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
                 self.backward_hooks.append(
@@ -394,8 +367,13 @@ class TraceWatch(TorchFunctionMode):
             elif self._grad_on_host and func in _REFUSED_CALLS:
                 self._refuse_backward_to_host(func, args, kwargs)
         result = func(*args, **kwargs)
-        for r in _each(result):  # (rare in a trace: most results are torchlax's)
-            if type(r) is torch.Tensor:
+        for r in _each(result):
+            if traced and isinstance(r, Tensor):
+                # The traced code's own, never a constant of the program (an op of constants
+                # can give a concrete result: the eager op cache computes it). A factory's
+                # result is not: a constant first read by an op, it is refused if changed.
+                self.constants.setdefault(id(r), None)
+            elif type(r) is torch.Tensor:  # (rare in a trace: most results are torchlax's)
                 if r.requires_grad:  # (``torch.ones(3, requires_grad=True)``, ``w * 2``)
                     self._grad_on_host = True
                 if getattr(func, "__self__", None) is not _DATA:
@@ -406,18 +384,31 @@ class TraceWatch(TorchFunctionMode):
                     self.cpu[id(r)] = _SeenCpu(r, origin.ref)
         return result
 
-    def _see_cpu(self, values) -> None:
-        seen = self.cpu
+    def _see(self, values) -> bool:
+        """Note the constants (torchlax Tensors holding concrete arrays) and the plain CPU
+        tensors among a call's arguments (and their lists' items); whether a torchlax Tensor
+        is among them."""
+        traced = False
         for a in values:
-            if type(a) is Tensor:  # (most arguments of a trace: a torchlax Tensor, skipped first)
-                continue
             for t in _each(a):
-                if is_plain_cpu(t) and id(t) not in seen:
-                    seen[id(t)] = _SeenCpu(t)
+                if isinstance(t, Tensor):
+                    traced = True
+                    if id(t) not in self.constants:
+                        self._see_constant(t)
+                elif is_plain_cpu(t) and id(t) not in self.cpu:
+                    self.cpu[id(t)] = _SeenCpu(t)
                     if t.requires_grad:
                         self._grad_on_host = True
                         if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
                             self.host_tensors_requiring_grad.append(t)
+        return traced
+
+    def _see_constant(self, t: Tensor) -> None:
+        if isinstance(_storage_of(t).array, jax.core.Tracer):
+            self.constants[id(t)] = None  # an input of the program, or a value it computed
+        else:
+            with _NO_TORCH_FUNCTION():
+                self.constants[id(t)] = _SeenConstant(t)
 
     def _refuse_backward_to_host(self, func, args: tuple, kwargs: dict) -> None:
         """Raise ``RefusedBackward`` if this ``backward()`` would give a CPU leaf the trace did
@@ -444,27 +435,6 @@ class TraceWatch(TorchFunctionMode):
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
                 "jit names the tensor)."
             )
-
-    # -- the core's op observer (each torch function of a torchlax Tensor): constants -----
-
-    def see(self, args: tuple, kwargs: dict | None) -> None:
-        """Note the constants among an op's tensor arguments (and its lists' tensors)."""
-        seen = self.constants
-        for a in (*args, *kwargs.values()) if kwargs else args:
-            for t in _each(a):
-                if isinstance(t, Tensor) and id(t) not in seen:
-                    if isinstance(_storage_of(t).array, jax.core.Tracer):
-                        seen[id(t)] = None  # an input of the program, or a value it computed
-                    else:
-                        with _NO_TORCH_FUNCTION():
-                            seen[id(t)] = _SeenConstant(t)
-
-    def made(self, result) -> None:
-        """An op's results are the traced code's own, never constants of the program (an op
-        of constants can give a concrete result: the eager op cache computes it)."""
-        for r in _each(result):
-            if isinstance(r, Tensor):
-                self.constants.setdefault(id(r), None)
 
 
 def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
@@ -589,24 +559,15 @@ def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
 
 def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
     """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches."""
-    reached: dict[int, torch.Tensor] = {}
-    stack = []
-    for r in _tensors(roots):
-        if r.grad_fn is not None:
-            stack.append(r.grad_fn)
-        elif r.requires_grad:  # ``w.backward(...)`` of a leaf itself
-            reached[id(r)] = r
-    visited: set = set()
-    while stack:
-        node = stack.pop()
-        if node in visited:
-            continue
-        visited.add(node)
-        leaf = getattr(node, "variable", None)  # (an AccumulateGrad node: a leaf's)
-        if isinstance(leaf, torch.Tensor):
+    tensors = _tensors(roots)
+    # (``w.backward(...)`` of a leaf itself)
+    reached = {id(r): r for r in tensors if r.grad_fn is None and r.requires_grad}
+    nodes = set()
+    for node in graph_nodes(r.grad_fn for r in tensors):
+        nodes.add(node)
+        if (leaf := graph_leaf(node)) is not None:
             reached[id(leaf)] = leaf
-        stack.extend(n for n, _ in node.next_functions if n is not None)
-    return reached, visited
+    return reached, nodes
 
 
 def _tensors(values) -> list[torch.Tensor]:
