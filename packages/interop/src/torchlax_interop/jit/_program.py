@@ -554,32 +554,11 @@ def _evaluated(entry: Entry, state_arrays, lr_arrays, arrays, key) -> Any:
     return jax.tree.unflatten(entry.out_tree, flat)
 
 
-def _equations(jaxpr) -> tuple:
-    """What a jaxpr computes, its inputs aside: each equation's primitive, parameters, operand
-    types (literals by value) and result types, sub-jaxprs alike."""
-    return tuple(
-        (
-            eqn.primitive.name,
-            tuple(
-                repr(v.val) if isinstance(v, jax_core.Literal) else str(v.aval) for v in eqn.invars
-            ),
-            tuple(str(v.aval) for v in eqn.outvars),
-            tuple((name, _parameter(value)) for name, value in sorted(eqn.params.items())),
-        )
-        for eqn in jaxpr.eqns
-    )
-
-
-def _parameter(value) -> Any:
-    if isinstance(value, jax_core.ClosedJaxpr):
-        return _equations(value.jaxpr), tuple(map(str, value.in_avals))
-    if isinstance(value, jax_core.Jaxpr):
-        return _equations(value), tuple(str(v.aval) for v in value.invars)
-    if isinstance(value, tuple | list):
-        return tuple(map(_parameter, value))
-    if callable(value) and not isinstance(value, type):  # (a custom rule: a new one each trace)
-        return getattr(value, "__qualname__", type(value).__qualname__)
-    return _ADDRESS.sub("", repr(value))
+def _equations(jaxpr) -> str:
+    """What a jaxpr computes, its inputs and outputs aside: its equations printed, variables
+    named in the order they are used (an unread input takes no name), object addresses
+    dropped (a custom rule is a new function each trace)."""
+    return _ADDRESS.sub("", str(jax_core.Jaxpr(jaxpr.constvars, [], [], jaxpr.eqns)))
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
