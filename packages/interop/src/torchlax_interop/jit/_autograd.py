@@ -51,9 +51,18 @@ def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
     return _JitFunction.apply(call, *_masked(tensors, mask))
 
 
-def _masked(values: list, mask: tuple) -> list:
-    """``values`` where ``mask`` is true."""
-    return [v for v, m in zip(values, mask, strict=True) if m]
+def _masked(values: list, mask: tuple, where: bool = True) -> list:
+    """``values`` where ``mask`` is ``where``."""
+    return [v for v, m in zip(values, mask, strict=True) if m == where]
+
+
+def _differentiated(call: _Call) -> list:
+    """The call's entry under ``jax.vjp`` by the arrays its mask selects (the program's
+    ``forward_vjp``): ``[outputs, new storages, extra results, check error, vjp]``."""
+    run, mask = call.run, call.mask
+    diff, other = _masked(call.arrays, mask), _masked(call.arrays, mask, False)
+    selection = (mask, run.entry)
+    return run.program.forward_vjp(selection, call.precision, diff, other, run.lr_arrays, call.key)
 
 
 class _JitFunction(torch.autograd.Function):
@@ -68,9 +77,7 @@ class _JitFunction(torch.autograd.Function):
                 return call.plan.program.run(
                     run.entry, run.state_arrays, run.lr_arrays, run.arrays, key=call.key
                 )
-            *results, error, call.vjp = program.differentiated(
-                run.entry, call.mask, call.precision, call.arrays, run.lr_arrays, call.key
-            )
+            *results, error, call.vjp = _differentiated(call)
             if error is not None:
                 raise_error(error)  # before any output or state is written back
             return results
@@ -105,9 +112,7 @@ class _JitFunction(torch.autograd.Function):
             vjp = call.vjp
             if vjp is None:  # the plain forward ran: its residuals now (its inputs and key)
                 run.program.saves_residuals = True  # a backward follows this forward
-                vjp = run.program.differentiated(
-                    run.entry, call.mask, call.precision, call.arrays, run.lr_arrays, call.key
-                )[-1]
+                vjp = _differentiated(call)[-1]
             (grad_arrays,) = run.program.backward(vjp, cotangents)
         # Per tensor, the memory order its array was passed in (its gradient comes in that
         # order), or None (its value was passed).

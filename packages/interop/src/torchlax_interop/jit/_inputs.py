@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import torch
 from torchlax_core import Tensor
-from torchlax_core.internal import (
-    laid_out,
-    memory_order,
-    memory_ordered_array,
-    stored_in_order,
-    traced_strides,
-)
+from torchlax_core.internal import memory_order, memory_ordered_array, traced_strides
 
 from .._call_jax import _borrow
 from .._dlpack import from_torch
 
 _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
-
-
-def _merge(mask, diff, other) -> list:
-    diff, other = iter(diff), iter(other)
-    return [next(diff) if m else next(other) for m in mask]
 
 
 def _input_layouts(inputs: list) -> tuple | None:
@@ -72,14 +61,6 @@ def _input_arrays(inputs: list, layouts: tuple | None) -> list:
         else:
             arrays.append(t.jax() if isinstance(t, Tensor) else _borrow(t))
     return arrays
-
-
-def _traced_input(array, strides: tuple[int, ...], order: tuple[int, ...] | None) -> Tensor:
-    """An input inside the trace, laid out with ``strides``; ``array`` holds its elements in
-    memory ``order`` when that is given, else its value."""
-    if order is None:
-        return laid_out(array, strides)
-    return stored_in_order(array, order, strides)
 
 
 def _traced_array(x: torch.Tensor):

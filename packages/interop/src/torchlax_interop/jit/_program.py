@@ -34,13 +34,15 @@ from torchlax_core.internal import (
     array_of,
     float32_matmul_precision,
     get_logger,
+    laid_out,
     returned_in_memory_order,
     state_lock,
     storage_of,
+    stored_in_order,
     tracing,
 )
 
-from ._inputs import _SLOT, _STATIC, _merge, _traced_array, _traced_input
+from ._inputs import _SLOT, _STATIC, _traced_array
 from ._objects import ObjectOutput
 from ._outputs import _output_plan
 from ._refusals import _owner
@@ -140,8 +142,10 @@ class _Program:
                 key_data=True,
             )
 
-        self.core = compiled(self._traced_entry, (0,) if jitted.donate_state else ())
-        self.forward_core = compiled(self._traced_forward_entry, keep_jaxpr=True)
+        self.core = compiled(self._traced, (0,) if jitted.donate_state else ())
+        self.forward_core = compiled(
+            functools.partial(self._traced, all_storages=False), keep_jaxpr=True
+        )
         self.trains: bool | None = None  # learned by the first trace
         # Autograd: the forward is the plain program; until a first backward() nothing is
         # saved for one. backward() then runs forward_vjp on the call's inputs and key (the
@@ -157,24 +161,17 @@ class _Program:
 
     # -- tracing --------------------------------------------------------------------------
 
-    def _traced_entry(
-        self, derived: tuple | None, state_arrays: list, lr_arrays: list, arrays: list
-    ):
-        if derived is not None:  # (``derived``: see without_dead_grads)
-            return _without(derived[0], derived[1], state_arrays, lr_arrays, arrays)
-        return self._traced(state_arrays, lr_arrays, arrays)
-
-    def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
-        return self._traced(state_arrays, lr_arrays, arrays, all_storages=False)
-
     def _traced(
-        self, state_arrays: list, lr_arrays: list, arrays: list, all_storages: bool = True
+        self, derived: tuple | None, state_arrays, lr_arrays, arrays: list, all_storages=True
     ) -> tuple:
-        """The step on tracers, inside the caller's key scope: its results and ``_Info``.
+        """The step on tracers, inside the caller's key scope: its results and ``_Info``; or,
+        given ``derived`` (``without_dead_grads``), those of that trace less its dead grads.
 
         The new storages are all returned (donated state: each input buffer comes back), or,
         with ``all_storages=False``, only those the step changes (``None`` for the others:
         returning an undonated input copies it)."""
+        if derived is not None:
+            return _without(derived[0], derived[1], state_arrays, lr_arrays, arrays)
         state = self._state
         assert state is not None  # entry() sets it before tracing
         swap = _Swap(state, state_arrays, lr_arrays)
@@ -229,10 +226,15 @@ class _Program:
         ``(cpu_state, args, kwargs)``."""
         n_cpu = len(state.cpu_tensors)
         tensors = [Tensor(a) for a in arrays]
-        if self.in_layouts is not None:
-            for k, layout in enumerate(self.in_layouts):
-                if layout is not None:
-                    tensors[n_cpu + k] = _traced_input(arrays[n_cpu + k], *layout)
+        layouts: tuple = self.in_layouts or ()
+        for k, layout in enumerate(layouts):
+            if layout is not None:  # (strides, the order its elements come in, or None)
+                (strides, order), array = layout, arrays[n_cpu + k]
+                tensors[n_cpu + k] = (
+                    laid_out(array, strides)
+                    if order is None
+                    else stored_in_order(array, order, strides)
+                )
         cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
         inputs, statics = iter(tensors[n_cpu:]), iter(self.static_values)
         flat = [
@@ -240,17 +242,6 @@ class _Program:
             for s in self.statics
         ]
         return cpu_state, *pytree.tree_unflatten(flat, self.in_spec)
-
-    def differentiated(
-        self, entry: Entry, mask: tuple, precision: str, arrays: list, lr_arrays, key
-    ):
-        """``entry``'s program on ``arrays`` (state, then CPU tensors and inputs) under
-        ``jax.vjp`` by the arrays ``mask`` selects: ``[outputs, new storages, extra results,
-        check error, vjp]``. ``precision``: the float32 matmul precision ``entry`` was traced
-        under."""
-        diff = [a for a, m in zip(arrays, mask, strict=True) if m]
-        other = [a for a, m in zip(arrays, mask, strict=True) if not m]
-        return self.forward_vjp((mask, entry), precision, diff, other, lr_arrays, key)
 
     def _traced_vjp(self, selection: tuple, precision: str, diff, other, lr_arrays, key):
         """The outputs of ``selection``'s entry (``(mask, entry)``, static: keyed by the
@@ -262,7 +253,8 @@ class _Program:
         checks = self.checks
 
         def forward(diff):
-            merged = _merge(mask, diff, other)
+            diff_, other_ = iter(diff), iter(other)
+            merged = [next(diff_) if m else next(other_) for m in mask]
             results = _evaluated(entry, merged[:n_state], lr_arrays, merged[n_state:], key)
             error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
