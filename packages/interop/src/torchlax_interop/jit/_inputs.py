@@ -1,8 +1,7 @@
 """How an argument tensor enters the program: its array, and the memory order it is passed in.
 
-An input eager PyTorch lays out transposed (a ``.t()`` of a contiguous tensor) is passed as
-its array in memory order and viewed back inside the trace (``_traced_input``), so the
-program sees the strides eager code would; a row-major input is passed as it is.
+An input laid out other than row-major (``x.t()``) is passed in memory order and laid out with
+its strides inside the trace (``_Program._arguments``), so the program sees eager's strides.
 """
 
 from __future__ import annotations
@@ -20,18 +19,17 @@ _STATIC = object()  # a static_argnums/static_argnames argument's place
 
 def _input_layouts(inputs: list) -> tuple | None:
     """Per input tensor, None (row-major) or ``(strides, order)``: the strides it is traced
-    with (the core's ``traced_strides``) and, for a torchlax Tensor densely laid out other than
-    row-major (``x.t()``), the memory order its array is passed in (its storage array: no
-    transpose, in or out of the program), else None (its value is passed). None when every
-    input is row-major (the common call: one ``is_contiguous`` per input)."""
+    with (``traced_strides``) and, for a torchlax Tensor laid out densely, the memory order its
+    storage array is passed in (no transpose), else None (its value is passed). None when
+    every input is row-major (the common call: one ``is_contiguous`` per input)."""
     if all(t.is_contiguous() for t in inputs):
         return None
     layouts = tuple(None if t.is_contiguous() else _input_layout(t) for t in inputs)
     return layouts if any(s is not None for s in layouts) else None
 
 
-# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (``memory_order`` is
-# Python arithmetic, ~15 us: a call with transposed inputs must not pay it each time)
+# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (memory_order is
+# Python arithmetic: not paid on each call)
 _input_layout_cache: dict = {}
 
 
