@@ -49,15 +49,9 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
             return jitted._eager(args, kwargs, state.optimizers)
         if steady is None:  # (no stand-ins: traced over the state the call left)
             steady = _compile_ahead(jitted, args, kwargs, True)
-        if steady is not None:
-            error = steady.entry.wait_compiled()
-            if error is not None:  # raised by the next call, which needs the program
-                _log.info(
-                    "torchlax.jit: the steady step's program failed to compile (%s: %s); the "
-                    "next call raises it",
-                    type(error).__name__,
-                    error,
-                )
+        error = steady and steady.entry.wait_compiled()
+        if error is not None:
+            _not_ahead(error)
     return out
 
 
@@ -72,15 +66,19 @@ def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Any:
     except Exception as error:
         if mode is FIRST:
             raise
-        _log.info(
-            "torchlax.jit: the steady step's program was not compiled ahead of its first "
-            "call (%s: %s); the next call traces it",
-            type(error).__name__,
-            error,
-        )
+        _not_ahead(error)
         return None
     finally:
         jitted._compile_only = False
+
+
+def _not_ahead(error: BaseException) -> None:
+    _log.info(
+        "torchlax.jit: the steady step's program was not compiled ahead of its first call "
+        "(%s: %s); the next call, which needs it, raises that error where it still holds",
+        type(error).__name__,
+        error,
+    )
 
 
 def compile_only(jitted: Any, run: Any) -> Any:
