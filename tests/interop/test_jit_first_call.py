@@ -250,3 +250,28 @@ def test_the_steady_step_is_traced_once_with_the_grads_it_discards_left_out():
         torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-10, atol=1e-10)
         for key, w in ref_opt.state[p_ref].items():
             torch.testing.assert_close(opt.state[p][key].cpu(), w, rtol=1e-10, atol=1e-10)
+
+
+def test_the_dead_grad_match_compares_equations_not_unread_inputs_or_rule_objects():
+    # A resumed step's first program is the steady one where the two traces' equations match
+    # (_program._equations): an input the trace never reads, and a custom rule made anew in
+    # each trace (another function object), change nothing; another constant, or another
+    # value read where the other read one already used, is another program.
+    from jax import numpy as jnp
+    from torchlax_interop.jit._program import _equations
+
+    def sine():
+        @jax.custom_vjp
+        def f(x):
+            return jnp.sin(x)
+
+        f.defvjp(lambda x: (f(x), x), lambda r, g: (g * jnp.cos(r),))
+        return f
+
+    def equations(fn, *args):
+        return _equations(jax.make_jaxpr(fn)(*args).jaxpr)
+
+    steady = equations(lambda a, b: sine()(a) * b * 2.0, 1.0, 3.0)
+    assert equations(lambda a, unread, b: sine()(a) * b * 2.0, 1.0, 2.0, 3.0) == steady
+    assert equations(lambda a, b: sine()(a) * b * 3.0, 1.0, 3.0) != steady
+    assert equations(lambda a, b: sine()(a) * a * 2.0, 1.0, 3.0) != steady

@@ -1,10 +1,6 @@
-"""Autograd across a call: a differentiable forward as one ``torch.autograd.Function``.
-
-A call of a function that changes no state, with grad on and a parameter or argument that
-requires grad, is ``_JitFunction``: its forward launches the forward program through its plan
-(``_ForwardPlan.launched``), its backward is ``jax.vjp`` of it (recomputed, or from saved
-residuals once a backward has run). One whose backward would do what that cannot (PyTorch's
-backward hooks, a CPU tensor requiring grad) runs eagerly (``eager_call``).
+"""Autograd across a call: a differentiable forward as one ``torch.autograd.Function``
+whose backward is ``jax.vjp`` of the program (docs/interop.md, "Autograd across a jitted
+call"), or run eagerly where that backward would miss what PyTorch's does (``eager_call``).
 """
 
 from __future__ import annotations
@@ -51,9 +47,18 @@ def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
     return _JitFunction.apply(call, *_masked(tensors, mask))
 
 
-def _masked(values: list, mask: tuple) -> list:
-    """``values`` where ``mask`` is true."""
-    return [v for v, m in zip(values, mask, strict=True) if m]
+def _masked(values: list, mask: tuple, where: bool = True) -> list:
+    """``values`` where ``mask`` is ``where``."""
+    return [v for v, m in zip(values, mask, strict=True) if m == where]
+
+
+def _differentiated(call: _Call) -> list:
+    """The call's entry under ``jax.vjp`` by the arrays its mask selects (the program's
+    ``forward_vjp``): ``[outputs, new storages, extra results, check error, vjp]``."""
+    run, mask = call.run, call.mask
+    diff, other = _masked(call.arrays, mask), _masked(call.arrays, mask, False)
+    selection = (mask, run.entry)
+    return run.program.forward_vjp(selection, call.precision, diff, other, run.lr_arrays, call.key)
 
 
 class _JitFunction(torch.autograd.Function):
@@ -68,9 +73,7 @@ class _JitFunction(torch.autograd.Function):
                 return call.plan.program.run(
                     run.entry, run.state_arrays, run.lr_arrays, run.arrays, key=call.key
                 )
-            *results, error, call.vjp = program.differentiated(
-                run.entry, call.mask, call.precision, call.arrays, run.lr_arrays, call.key
-            )
+            *results, error, call.vjp = _differentiated(call)
             if error is not None:
                 raise_error(error)  # before any output or state is written back
             return results
@@ -94,10 +97,7 @@ class _JitFunction(torch.autograd.Function):
                 "torchlax.jit for higher-order gradients, or use jax.grad via torchlax.call_torch."
             )
         orders = run.info.out_orders or (None,) * len(grads)
-        # Inside JAX's 64-bit mode, as the forward ran: backward() runs after the call, outside
-        # its x64() (on the CPU, on the caller's thread), where a float64 cotangent (its
-        # astype, or the zeros of an output with no gradient) would narrow to float32.
-        with x64():
+        with x64():  # (as the forward ran: outside it a float64 cotangent narrows to float32)
             cotangents = [
                 _cotangent(out, g, order)
                 for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
@@ -105,12 +105,9 @@ class _JitFunction(torch.autograd.Function):
             vjp = call.vjp
             if vjp is None:  # the plain forward ran: its residuals now (its inputs and key)
                 run.program.saves_residuals = True  # a backward follows this forward
-                vjp = run.program.differentiated(
-                    run.entry, call.mask, call.precision, call.arrays, run.lr_arrays, call.key
-                )[-1]
+                vjp = _differentiated(call)[-1]
             (grad_arrays,) = run.program.backward(vjp, cotangents)
-        # Per tensor, the memory order its array was passed in (its gradient comes in that
-        # order), or None (its value was passed).
+        # Per tensor, the memory order its array was passed in (its gradient's), or None
         tensors, layouts = run.tensors(), run.in_layouts or ()
         orders = [None] * (len(tensors) - len(layouts)) + [x and x[1] for x in layouts]
         results = []
@@ -139,11 +136,8 @@ def _cotangent(out, grad, order=None):
 
 def eager_call(jitted: Any, run: Any) -> Any:
     """A differentiable call of a forward that met backward hooks or read a plain CPU tensor
-    requiring grad (``_Info.eager_backward``), run eagerly: its ``backward()`` would be
-    ``jax.vjp`` of the program, where no PyTorch hook runs (a full backward hook scaling
-    ``grad_input`` would silently not scale it) and a CPU tensor is a constant (it would get no
-    ``.grad``). Calls without grad, and steps that call ``backward()`` themselves (the backward
-    is then traced, hooks included), stay compiled."""
+    requiring grad (``_Info.eager_backward``), run eagerly: ``jax.vjp`` of the program would
+    run no hook and give that tensor no ``.grad``."""
     reason = run.info.eager_backward[0]
     if jitted._cpu_outputs:
         raise JitError(

@@ -1,21 +1,14 @@
 """How an argument tensor enters the program: its array, and the memory order it is passed in.
 
-An input eager PyTorch lays out transposed (a ``.t()`` of a contiguous tensor) is passed as
-its array in memory order and viewed back inside the trace (``_traced_input``), so the
-program sees the strides eager code would; a row-major input is passed as it is.
+An input laid out other than row-major (``x.t()``) is passed in memory order and laid out with
+its strides inside the trace (``_Program._arguments``), so the program sees eager's strides.
 """
 
 from __future__ import annotations
 
 import torch
 from torchlax_core import Tensor
-from torchlax_core.internal import (
-    laid_out,
-    memory_order,
-    memory_ordered_array,
-    stored_in_order,
-    traced_strides,
-)
+from torchlax_core.internal import memory_order, memory_ordered_array, traced_strides
 
 from .._call_jax import _borrow
 from .._dlpack import from_torch
@@ -24,25 +17,19 @@ _SLOT = object()  # a tensor's place among the flattened arguments
 _STATIC = object()  # a static_argnums/static_argnames argument's place
 
 
-def _merge(mask, diff, other) -> list:
-    diff, other = iter(diff), iter(other)
-    return [next(diff) if m else next(other) for m in mask]
-
-
 def _input_layouts(inputs: list) -> tuple | None:
     """Per input tensor, None (row-major) or ``(strides, order)``: the strides it is traced
-    with (the core's ``traced_strides``) and, for a torchlax Tensor densely laid out other than
-    row-major (``x.t()``), the memory order its array is passed in (its storage array: no
-    transpose, in or out of the program), else None (its value is passed). None when every
-    input is row-major (the common call: one ``is_contiguous`` per input)."""
+    with (``traced_strides``) and, for a torchlax Tensor laid out densely, the memory order its
+    storage array is passed in (no transpose), else None (its value is passed). None when
+    every input is row-major (the common call: one ``is_contiguous`` per input)."""
     if all(t.is_contiguous() for t in inputs):
         return None
     layouts = tuple(None if t.is_contiguous() else _input_layout(t) for t in inputs)
     return layouts if any(s is not None for s in layouts) else None
 
 
-# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (``memory_order`` is
-# Python arithmetic, ~15 us: a call with transposed inputs must not pay it each time)
+# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (memory_order is
+# Python arithmetic: not paid on each call)
 _input_layout_cache: dict = {}
 
 
@@ -72,14 +59,6 @@ def _input_arrays(inputs: list, layouts: tuple | None) -> list:
         else:
             arrays.append(t.jax() if isinstance(t, Tensor) else _borrow(t))
     return arrays
-
-
-def _traced_input(array, strides: tuple[int, ...], order: tuple[int, ...] | None) -> Tensor:
-    """An input inside the trace, laid out with ``strides``; ``array`` holds its elements in
-    memory ``order`` when that is given, else its value."""
-    if order is None:
-        return laid_out(array, strides)
-    return stored_in_order(array, order, strides)
 
 
 def _traced_array(x: torch.Tensor):

@@ -1,8 +1,6 @@
-"""What a call returns: the program's output arrays as tensors in the function's result.
-
-The output tensors are laid out as eager PyTorch lays them out (``_to_tensors``), put into
-the output structure the trace recorded (``_output_plan``, ``_returned``), and objects that
-hold returned tensors are rebuilt around them (``_objects``).
+"""What a call returns: the program's output arrays as tensors laid out as eagerly
+(``_to_tensors``), in the structure the trace recorded (``_output_plan``, ``_returned``),
+objects holding them rebuilt around them (``_objects``).
 """
 
 from __future__ import annotations
@@ -30,17 +28,15 @@ def _returned(info: _Info, outputs: list):
         return outputs[0]
     if info.out_spec.is_leaf() and not info.rebuilds:
         return info.out_statics[0]
-    flat_out = []
-    at = 0
-    for s in info.out_statics:
-        if s is _SLOT:
-            flat_out.append(outputs[at])
-            at += 1
-        elif isinstance(s, ObjectOutput):
-            flat_out.append(s.rebuilt(outputs[at : at + s.n]))
-            at += s.n
-        else:
-            flat_out.append(s)
+    tensors = iter(outputs)
+    flat_out = [
+        next(tensors)
+        if s is _SLOT
+        else s.rebuilt([next(tensors) for _ in range(s.n)])
+        if isinstance(s, ObjectOutput)
+        else s
+        for s in info.out_statics
+    ]
     return pytree.tree_unflatten(flat_out, info.out_spec)
 
 

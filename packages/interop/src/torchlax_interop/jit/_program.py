@@ -1,16 +1,10 @@
 """The program of one static configuration of a jitted callable: its trace, vjp and donation.
 
-While ``jax.jit`` traces, each state tensor's storage holds a tracer (``_Swap``), so the
-very objects the user's code names (``model``, ``opt``) compute the program; afterwards they
-get their old arrays back. The trace is watched (``_watch``) and what it learned is an
-``_Info``: which storages, ``.grad``s and optimizer entries the step changed, its output
-structure. A step's ``.grad``s that it discards unread are left out of its program
-(``without_dead_grads``). A step that trains is compiled with its state donated
-(``core``); a function that only computes has a forward program (``forward_core``) whose
-backward recomputes it under ``jax.vjp``, until a first backward; then forwards save
-``jax.vjp``'s residuals (docs/interop.md, "Autograd across a jitted call"). Those autograd
-programs and the step less its dead ``.grad``s are derived from a traced entry's jaxpr
-(``_evaluated``): the step's Python runs once per entry.
+While ``jax.jit`` traces, the state's objects hold tracers (``_Swap``) and the step runs
+watched (``_watch``); what it learned is an ``_Info``. A step that trains is compiled with its
+state donated (``core``), a function that only computes without (``forward_core``). Autograd's
+vjp and the step less the ``.grad``s it discards unread (``without_dead_grads``) are derived
+from a traced entry's jaxpr (``_evaluated``): the step's Python runs once per entry.
 """
 
 from __future__ import annotations
@@ -34,13 +28,15 @@ from torchlax_core.internal import (
     array_of,
     float32_matmul_precision,
     get_logger,
+    laid_out,
     returned_in_memory_order,
     state_lock,
     storage_of,
+    stored_in_order,
     tracing,
 )
 
-from ._inputs import _SLOT, _STATIC, _merge, _traced_array, _traced_input
+from ._inputs import _SLOT, _STATIC, _traced_array
 from ._objects import ObjectOutput
 from ._outputs import _output_plan
 from ._refusals import _owner
@@ -54,12 +50,10 @@ if TYPE_CHECKING:
 _NONE, _KEPT, _NEW = 0, 1, 2  # what a .grad / optimizer state entry became in the program
 
 
-# One trace at a time, and no call while one runs: tracing swaps tracers into shared objects
-# (a module's parameters), so another thread's trace, or its call reading the same module's
-# state, would read those tracers (an UnexpectedTracerError, seen with four threads making
-# their first calls at once). Calls hold it while they read and write state; the program
-# itself is dispatched asynchronously, so the hold is short.
-_trace_lock = state_lock  # (readers of the state in other threads wait on it: see there)
+# One trace at a time, and no call while one runs: another thread would read the tracers
+# swapped into shared objects (an UnexpectedTracerError). Calls hold it while they read and
+# write state (the program is dispatched asynchronously: the hold is short).
+_trace_lock = state_lock
 
 
 _log = get_logger("jit")
@@ -77,26 +71,18 @@ class _Info:
     scheduler_steps: tuple[int, ...]
     cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
     trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
-    # per output array: the dimension order it is returned in (a result eager PyTorch lays out
-    # transposed: the core's returned_in_memory_order), or None (row-major)
+    # per output array: the order it is returned in (returned_in_memory_order), or None
     out_orders: tuple = ()
-    # The tensors that are no state the step read: their values are baked in, so a call
-    # after one of them changed (the user wrote into it) traces the program again.
-    constants: ReadConstants | None = None
-    # What autograd's backward of the traced code does that jax.vjp of the program would not,
-    # in words: the backward hooks the step met (PyTorch runs them in its backward), the plain
-    # CPU tensors requiring grad it read (constants of the program: eagerly the backward
-    # gives them gradients). A call whose backward runs after it (a differentiable forward)
-    # is run eagerly instead (``_autograd.eager_call``).
+    constants: ReadConstants | None = None  # tensors read, no state: baked in (checked)
+    # What a backward after the call would do that jax.vjp of the program cannot (backward
+    # hooks met, plain CPU tensors requiring grad read), in words: such a differentiable
+    # forward runs eagerly (``_autograd.eager_call``)
     eager_backward: tuple[str, ...] = ()
-    # Whether such a CPU tensor is among them: the call's output requires grad eagerly even
-    # where no state or input does
-    reads_host_grad: bool = False
-    # Precomputed for each call's write-back and output: whether any storage or CPU buffer
-    # changes, and whether the output is one tensor.
+    reads_host_grad: bool = False  # such a CPU tensor read: the output requires grad
+    # Precomputed for each call: any storage or CPU buffer written, one tensor returned, an
+    # object rebuilt around its tensors (_objects)
     writes: bool = dataclasses.field(init=False)
     single_output: bool = dataclasses.field(init=False)
-    # Whether an output is an object rebuilt around its tensors (_objects)
     rebuilds: bool = dataclasses.field(init=False)
 
     def __post_init__(self):
@@ -113,23 +99,13 @@ class _Program:
         # (the tree of the arguments, each leaf's _SLOT / _STATIC / value, the static values)
         self.configuration = configuration
         self.in_spec, self.statics, self.static_values = configuration
-        # per input array: None (row-major), or (strides it is traced with, so that its
-        # results take the strides eager PyTorch gives them; the order its array comes in:
-        # see _input_layouts); None when every input is row-major
-        self.in_layouts = in_layouts
-        # Config.checked: value checks inside (an index out of range, ...) are recorded with
-        # checkify and raised after the call; the state is then not donated, so a failed call
-        # leaves it as it was.
-        self.checks = checks
+        self.in_layouts = in_layouts  # per input: None or (strides, order): _input_layouts
+        self.checks = checks  # Config.checked (checkify; the state is then not donated)
         self._state: _StateSet | None = None
 
-        # The signature -> executable cache, key input, donation of the state arrays (the
-        # program returns their new values) and checks: the compiled-program core's.
-        # The key input is raw key data, made on the host for each call that draws (a typed
-        # key would be one more JAX dispatch per call, longer than the launch itself).
-        # A function that changes no state but buffers runs the forward program instead: no
-        # donation, and only the storages it changes come back (docs/interop.md, "Autograd").
-        # Its jaxprs are kept in checked mode too: autograd differentiates them.
+        # The key input is raw key data, made on the host (a typed key would be one more JAX
+        # dispatch per call). The forward's jaxprs are kept in checked mode too: autograd
+        # differentiates them.
         def compiled(fn: Callable, donate: tuple = (), keep_jaxpr: bool = not checks):
             return CompiledProgram(
                 _owner(jitted),
@@ -140,13 +116,13 @@ class _Program:
                 key_data=True,
             )
 
-        self.core = compiled(self._traced_entry, (0,) if jitted.donate_state else ())
-        self.forward_core = compiled(self._traced_forward_entry, keep_jaxpr=True)
+        self.core = compiled(self._traced, (0,) if jitted.donate_state else ())
+        self.forward_core = compiled(
+            functools.partial(self._traced, all_storages=False), keep_jaxpr=True
+        )
         self.trains: bool | None = None  # learned by the first trace
-        # Autograd: the forward is the plain program; until a first backward() nothing is
-        # saved for one. backward() then runs forward_vjp on the call's inputs and key (the
-        # same values) and applies its vjp, and later forwards run forward_vjp themselves (a
-        # training loop computes its forward once): the entry's jaxpr under jax.vjp.
+        # Autograd: forwards run the plain program until a first backward() (which recomputes
+        # it under forward_vjp), then forward_vjp (saving residuals: _autograd)
         self.saves_residuals = False
         self.forward_vjp = jax.jit(self._traced_vjp, static_argnums=(0, 1))
         self.backward = jax.jit(lambda vjp, cotangents: vjp(cotangents))
@@ -157,24 +133,17 @@ class _Program:
 
     # -- tracing --------------------------------------------------------------------------
 
-    def _traced_entry(
-        self, derived: tuple | None, state_arrays: list, lr_arrays: list, arrays: list
-    ):
-        if derived is not None:  # (``derived``: see without_dead_grads)
-            return _without(derived[0], derived[1], state_arrays, lr_arrays, arrays)
-        return self._traced(state_arrays, lr_arrays, arrays)
-
-    def _traced_forward_entry(self, _static, state_arrays: list, lr_arrays: list, arrays: list):
-        return self._traced(state_arrays, lr_arrays, arrays, all_storages=False)
-
     def _traced(
-        self, state_arrays: list, lr_arrays: list, arrays: list, all_storages: bool = True
+        self, derived: tuple | None, state_arrays, lr_arrays, arrays: list, all_storages=True
     ) -> tuple:
-        """The step on tracers, inside the caller's key scope: its results and ``_Info``.
+        """The step on tracers, inside the caller's key scope: its results and ``_Info``; or,
+        given ``derived`` (``without_dead_grads``), those of that trace less its dead grads.
 
         The new storages are all returned (donated state: each input buffer comes back), or,
         with ``all_storages=False``, only those the step changes (``None`` for the others:
         returning an undonated input copies it)."""
+        if derived is not None:
+            return _without(derived[0], derived[1], state_arrays, lr_arrays, arrays)
         state = self._state
         assert state is not None  # entry() sets it before tracing
         swap = _Swap(state, state_arrays, lr_arrays)
@@ -229,10 +198,15 @@ class _Program:
         ``(cpu_state, args, kwargs)``."""
         n_cpu = len(state.cpu_tensors)
         tensors = [Tensor(a) for a in arrays]
-        if self.in_layouts is not None:
-            for k, layout in enumerate(self.in_layouts):
-                if layout is not None:
-                    tensors[n_cpu + k] = _traced_input(arrays[n_cpu + k], *layout)
+        layouts: tuple = self.in_layouts or ()
+        for k, layout in enumerate(layouts):
+            if layout is not None:  # (strides, the order its elements come in, or None)
+                (strides, order), array = layout, arrays[n_cpu + k]
+                tensors[n_cpu + k] = (
+                    laid_out(array, strides)
+                    if order is None
+                    else stored_in_order(array, order, strides)
+                )
         cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
         inputs, statics = iter(tensors[n_cpu:]), iter(self.static_values)
         flat = [
@@ -240,17 +214,6 @@ class _Program:
             for s in self.statics
         ]
         return cpu_state, *pytree.tree_unflatten(flat, self.in_spec)
-
-    def differentiated(
-        self, entry: Entry, mask: tuple, precision: str, arrays: list, lr_arrays, key
-    ):
-        """``entry``'s program on ``arrays`` (state, then CPU tensors and inputs) under
-        ``jax.vjp`` by the arrays ``mask`` selects: ``[outputs, new storages, extra results,
-        check error, vjp]``. ``precision``: the float32 matmul precision ``entry`` was traced
-        under."""
-        diff = [a for a, m in zip(arrays, mask, strict=True) if m]
-        other = [a for a, m in zip(arrays, mask, strict=True) if not m]
-        return self.forward_vjp((mask, entry), precision, diff, other, lr_arrays, key)
 
     def _traced_vjp(self, selection: tuple, precision: str, diff, other, lr_arrays, key):
         """The outputs of ``selection``'s entry (``(mask, entry)``, static: keyed by the
@@ -262,7 +225,8 @@ class _Program:
         checks = self.checks
 
         def forward(diff):
-            merged = _merge(mask, diff, other)
+            diff_, other_ = iter(diff), iter(other)
+            merged = [next(diff_) if m else next(other_) for m in mask]
             results = _evaluated(entry, merged[:n_state], lr_arrays, merged[n_state:], key)
             error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
@@ -434,16 +398,16 @@ class _Swap:
         return any(
             before != -1 if kind == _NONE else kind == _NEW or index != before or changed[index]
             for (kind, index), before in zip(grad_slots, self.grad_storage, strict=True)
-        ) or any(
-            kind != _KEPT or changed[index]
-            for slots in opt_slots
-            for entries in slots
-            for _, kind, index in entries
-        )
+        ) or any(kind != _KEPT or changed[index] for kind, index in _entry_slots(opt_slots))
 
 
 def _params(opt) -> list:
     return [p for group in opt.param_groups for p in group["params"]]
+
+
+def _entry_slots(opt_slots: tuple) -> list:
+    """The ``(kind, index)`` of each optimizer state entry of ``_Info.opt_slots``."""
+    return [(kind, i) for slots in opt_slots for entries in slots for _, kind, i in entries]
 
 
 def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
@@ -458,14 +422,8 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     read.update(id(v) for v in (*outs, *extra))
     # (a storage's output reads it unless it is its own unchanged value)
     read.update(id(v) for v, old in zip(new_storages, invars, strict=True) if v is not old)
-    kept = {index for kind, index in info.grad_slots if kind == _KEPT}
-    kept.update(
-        index
-        for slots in info.opt_slots
-        for entries in slots
-        for _, kind, index in entries
-        if kind == _KEPT
-    )
+    slots = (*info.grad_slots, *_entry_slots(info.opt_slots))
+    kept = {index for kind, index in slots if kind == _KEPT}
     index = {id(s): i for i, s in enumerate(state.storages)}
     dead = []
     for position, p in enumerate(state.grads):
@@ -480,17 +438,11 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
 def without_dead_grads(
     programs: dict, key: tuple, entry: Entry, state: _StateSet, dead: tuple[int, ...]
 ) -> tuple:
-    """The program key of a step traced with ``key`` over ``state`` (``entry``: that trace,
-    never compiled: its program is dropped) whose ``.grad``s at positions ``dead`` (in the
-    state's grads) it discards unread: the step's program over the state without them.
-
-    It is the key of the same step over the state without those ``.grad``s (``None``) where
-    a program of that key computes what ``entry`` does: a resumed process's first call traced
-    it (optimizer state restored, no ``.grad``s yet), and the steady step, which sets the
-    ``.grad``s to ``None`` before the program runs, is that program (one compilation, not two
-    of the same HLO). Their equations are compared because a step's Python may branch on
-    whether a ``.grad`` is ``None`` before it discards it. Else a key of its own, whose
-    program's entry is derived from ``entry`` (``_without``): the step is not traced again."""
+    """The program key of the step traced with ``key`` over ``state`` (``entry``: that trace,
+    its program dropped) less the ``.grad``s at positions ``dead`` it discards unread: the key
+    of the state without them where a program there computes the same equations (a resumed
+    process's first call; the step's Python may branch on a ``.grad`` being ``None``), else a
+    key of its own whose entry is derived from ``entry`` (``_without``), not traced again."""
     program = programs.pop(key)
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
@@ -511,10 +463,8 @@ def without_dead_grads(
 
 
 def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arrays) -> tuple:
-    """The results and ``_Info`` of ``source``'s program (a step traced over storages that
-    include, at positions ``drop``, ``.grad``s it discards unread) over the state without
-    those storages: its jaxpr evaluated, not the step's Python traced again, with their
-    inputs and outputs left out and the storage indices of its ``_Info`` renumbered."""
+    """The results and ``_Info`` of ``source``'s program over the state less the storages at
+    ``drop`` (``.grad``s it discards unread): its jaxpr evaluated, storage indices renumbered."""
     closed, info = source.jaxpr, source.info
     assert closed is not None  # (no dead .grads are looked for in checked mode)
     full = list(state_arrays)
@@ -554,32 +504,11 @@ def _evaluated(entry: Entry, state_arrays, lr_arrays, arrays, key) -> Any:
     return jax.tree.unflatten(entry.out_tree, flat)
 
 
-def _equations(jaxpr) -> tuple:
-    """What a jaxpr computes, its inputs aside: each equation's primitive, parameters, operand
-    types (literals by value) and result types, sub-jaxprs alike."""
-    return tuple(
-        (
-            eqn.primitive.name,
-            tuple(
-                repr(v.val) if isinstance(v, jax_core.Literal) else str(v.aval) for v in eqn.invars
-            ),
-            tuple(str(v.aval) for v in eqn.outvars),
-            tuple((name, _parameter(value)) for name, value in sorted(eqn.params.items())),
-        )
-        for eqn in jaxpr.eqns
-    )
-
-
-def _parameter(value) -> Any:
-    if isinstance(value, jax_core.ClosedJaxpr):
-        return _equations(value.jaxpr), tuple(map(str, value.in_avals))
-    if isinstance(value, jax_core.Jaxpr):
-        return _equations(value), tuple(str(v.aval) for v in value.invars)
-    if isinstance(value, tuple | list):
-        return tuple(map(_parameter, value))
-    if callable(value) and not isinstance(value, type):  # (a custom rule: a new one each trace)
-        return getattr(value, "__qualname__", type(value).__qualname__)
-    return _ADDRESS.sub("", repr(value))
+def _equations(jaxpr) -> str:
+    """What a jaxpr computes, its inputs and outputs aside: its equations printed, variables
+    named in the order they are used (an unread input takes no name), object addresses
+    dropped (a custom rule is a new function each trace)."""
+    return _ADDRESS.sub("", str(jax_core.Jaxpr(jaxpr.constvars, [], [], jaxpr.eqns)))
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
