@@ -1,17 +1,10 @@
-"""``torchlax.jit``'s call plans (the core's ``CallPlan``): ``_StepPlan`` for a training step,
-``_ForwardPlan`` for a forward.
+"""``torchlax.jit``'s call plans (the core's ``CallPlan``), ``_StepPlan`` for a training step and
+``_ForwardPlan`` for a forward, and the write-back of a call's new state into its objects.
 
-Every call on the general path (``_call``) ends in the plan of its program entry
-(``run_general``): launch, write-back, outputs. A plan the next call may repeat is kept in the
-jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still holds" (``call``):
-jit's own checks (layout, state objects, argument types, grad and checked mode) beside the core
-plan's (``CallPlan.miss``). A check that fails returns ``_MISSED``: the general path runs.
-
-Launch and write-back are the core's ``CallPlan.run``, all or nothing: a step's program
-consumes its donated state and returns the new one, so once the launch has returned the
-write-back (``write_back``: ``_write_back``'s, idempotent) is finished whatever happens, and
-before it nothing has changed but the ``.grad``s it drops, which ``undo`` puts back. The model
-and optimizer hold either the values before the call or those after it (#37, item 2).
+Every general call (``_call``) ends in its entry's plan (``run_general``); one the next call may
+repeat is kept in ``_Jitted._last``, and a repeated call is "the last plan's guard still holds"
+(``call``: jit's checks beside ``CallPlan.miss``; ``_MISSED`` where one fails). Launch and
+write-back are ``CallPlan.run``'s, all or nothing (docs/architecture.md, the call stage).
 """
 
 from __future__ import annotations
@@ -22,8 +15,10 @@ from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
+import jax.numpy as jnp
 import torch
 import torchlax_core
+from torchlax_core import Tensor
 from torchlax_core.internal import (
     CallPlan,
     CompiledProgram,
@@ -33,6 +28,7 @@ from torchlax_core.internal import (
     is_root_of,
     result_specs,
     root_values,
+    set_exclusive,
     view_getter,
     wrap_results_like,
     x64,
@@ -41,10 +37,9 @@ from torchlax_core.internal import signature as _signature
 
 from ._autograd import differentiable_call, eager_call
 from ._outputs import _returned, _to_tensors
-from ._program import _Info
-from ._state import _Hashed, _Layout, _StateSet
+from ._program import _KEPT, _NEW, _NONE, _Info
+from ._state import _Hashed, _Layout, _StateSet, mapping_get
 from ._watch import ReadConstants
-from ._write_back import _write_changed, _write_plan, _write_state
 
 if TYPE_CHECKING:
     from ._call import _Jitted
@@ -435,3 +430,91 @@ def _state_values(layout: _Layout) -> list:
     """Every optimizer state value, in the layout's order of their dicts (what ``assemble``
     reads the storages of)."""
     return list(chain.from_iterable(map(dict.values, layout.entry_dicts)))
+
+
+def _write_state(
+    state: _StateSet, info: _Info, new_storages, extra, plan: list, fresh: bool = False
+) -> list:
+    """Put one call's new state into the objects it belongs to (``plan``: ``_write_plan``).
+    Returns the ``.grad`` it leaves on each parameter of ``state.grads`` (reading them back
+    costs a property read per parameter). ``fresh``: the arrays are a donating program's own
+    results, which no one else holds: their storages are marked exclusive (the next step
+    donates them as they are: the core's ``donatable``)."""
+    for storage, array in zip(state.storages, new_storages, strict=True):
+        storage.array = array  # changed, or donated: the program's output is the live array
+        if fresh:
+            storage.exclusive = True
+    owners = state.owners
+    grads = []
+    for p, kind, index in plan[0]:
+        if kind == _NEW:
+            grad = Tensor(extra[index])
+            if fresh:
+                set_exclusive(grad)
+            p.grad = grad  # (a new tensor: no need to read whether p holds it already)
+        else:
+            grad = None if kind == _NONE else owners[index]
+            if p.grad is not grad:  # the setter's checks cost more than this test
+                p.grad = grad
+        grads.append(grad)
+    dicts, names, kept, get = plan[2]
+    if not all(map(is_, map(get, dicts, names), map(owners.__getitem__, kept))):
+        for values, name, index in zip(dicts, names, kept, strict=True):
+            if values.get(name) is not owners[index]:
+                values[name] = owners[index]
+    for values, name, kind, index in plan[1]:
+        value = None if kind == _NONE else Tensor(extra[index])
+        if fresh and value is not None:
+            set_exclusive(value)
+        if values.get(name) is not value:
+            values[name] = value
+    _write_cpu_buffers(state, info, extra)
+    return grads
+
+
+def _write_plan(state: _StateSet, info: _Info) -> list:
+    """Where ``_write_state`` puts each ``.grad`` and optimizer state value of ``info``'s
+    program: ``[(param, kind, index), ...]``, ``[(state dict, name, kind, index), ...]`` of
+    the entries that become ``None`` or new tensors, and ``(state dicts, names, indices, their
+    get)`` of those that keep their tensors (the state's owner at each index; flat, so that a step
+    checks them all in one C-level pass: they are in place already after the first call).
+    It holds while the state's layout does (which checks the optimizers' state dicts)."""
+    grads = [
+        (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
+    ]
+    entries = []
+    for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        for p, row in zip(params, slots, strict=True):
+            if row:
+                values = opt.state[p]
+                entries.extend((values, name, kind, index) for name, kind, index in row)
+    kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
+    others = [entry for entry in entries if entry[2] != _KEPT]
+    dicts = tuple(values for values, _, _ in kept)
+    flat_kept = (
+        dicts,
+        tuple(name for _, name, _ in kept),
+        tuple(index for _, _, index in kept),
+        # (an optimizer keeping its state in another mapping type: that type's get)
+        dict.get if all(isinstance(d, dict) for d in dicts) else mapping_get,
+    )
+    return [grads, others, flat_kept]
+
+
+def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
+    """A forward's new state: the storages it changed (buffers) and CPU module buffers."""
+    for storage, array, changed in zip(state.storages, new_storages, info.changed, strict=True):
+        if changed:  # BatchNorm's running statistics
+            storage.array = array
+    _write_cpu_buffers(state, info, extra)
+
+
+def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
+    if not state.cpu_tensors:
+        return
+    cpu_new = iter(extra[len(extra) - sum(info.cpu_changed) :])
+    with torch.no_grad():
+        for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
+            if changed:
+                t.copy_(torch.from_dlpack(jnp.array(next(cpu_new), copy=True)))
