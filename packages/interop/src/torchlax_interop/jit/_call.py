@@ -30,7 +30,7 @@ from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
 from ._program import _Program, _trace_lock, _unread_grads, without_dead_grads
 from ._refusals import _argument_requiring_grad_error
 from ._repeated import _MISSED, _ForwardPlan, _StepPlan
-from ._state import _Hashed, _Layout, _StateSet, arg_leaves
+from ._state import _Hashed, _Layout, _StateSet, arg_leaves, set_capturable
 
 
 def jit(
@@ -243,24 +243,15 @@ class _Jitted:
         """The plan of ``run``'s entry and layout (one kept per kind: forward, step)."""
         plan = self._plans.get(run.forward)
         if plan is None or plan.entry is not run.entry or plan.layout is not run.layout:
-            sig, layout = run.signature[1], run.layout
-            if run.forward:
-                plan = _ForwardPlan(run.program.forward_core, run.entry, sig, run.arrays, layout)
-            else:
-                donated = len(run.state_arrays) if self.donate_state else 0
-                core = run.program.core
-                plan = _StepPlan(core, run.entry, sig, run.arrays, layout, run.state, donated)
+            plan = _ForwardPlan(run) if run.forward else _StepPlan(run, self.donate_state)
             self._plans[run.forward] = plan
+
         return plan
 
     def _eager(self, args, kwargs, optimizers=()):
         """The call run eagerly (``_first_call``; ``eager_call``), the step counts the
         ``optimizers`` create on the jax device, as the program keeps them."""
-        groups = [
-            (g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g
-        ]
-        for g, _ in groups:
-            g["capturable"] = True
+        groups = set_capturable(optimizers)
         try:
             with torchlax_core.enable(torchlax_core.current_env()):
                 return self.target(*args, **kwargs)

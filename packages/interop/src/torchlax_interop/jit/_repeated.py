@@ -22,7 +22,6 @@ from torchlax_core import Tensor
 from torchlax_core.internal import (
     CallPlan,
     CompiledProgram,
-    Entry,
     ResultWrappers,
     donatable,
     is_root_of,
@@ -42,7 +41,7 @@ from ._state import _GRAD, _REQUIRES_GRAD, _Hashed, _Layout, _StateSet, mapping_
 from ._watch import ReadConstants
 
 if TYPE_CHECKING:
-    from ._call import _Jitted
+    from ._call import _Jitted, _Run
 
 
 _MISSED = object()  # a plan's call: this call is no repeat (take the general path)
@@ -58,19 +57,11 @@ class _JitPlan(CallPlan):
 
     __slots__ = ("layout", "info", "types", "out_specs")
 
-    def __init__(
-        self,
-        program: CompiledProgram,
-        entry: Entry,
-        sig: tuple,
-        arrays: list,
-        layout: _Layout,
-        donated: int = 0,
-    ):
-        avals = [getattr(a, "aval", None) for a in arrays]
-        super().__init__(program, entry, sig, avals, (), donated)
-        self.layout = layout
-        self.info: _Info = entry.info
+    def __init__(self, program: CompiledProgram, run: _Run, donated: int = 0):
+        avals = [getattr(a, "aval", None) for a in run.arrays]
+        super().__init__(program, run.entry, run.signature[1], avals, (), donated)
+        self.layout: _Layout = run.layout
+        self.info: _Info = run.entry.info
         self.types: tuple = ()
         self.out_specs: list | None = None
 
@@ -113,10 +104,8 @@ class _ForwardPlan(_JitPlan):
 
     __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
 
-    def __init__(
-        self, program: CompiledProgram, entry: Entry, sig: tuple, arrays: list, layout: _Layout
-    ):
-        super().__init__(program, entry, sig, arrays, layout)
+    def __init__(self, run: _Run):
+        super().__init__(run.program.forward_core, run)
         self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
         self.atomic = bool(self.info.writes)
         self.constants: ReadConstants | None = self.info.constants
@@ -248,22 +237,11 @@ class _StepPlan(_JitPlan):
         "grads",
         "values",
         "dead",
-        "lr_groups",
-        "lr_types",
     )
 
-    def __init__(
-        self,
-        program: CompiledProgram,
-        entry: Entry,
-        sig: tuple,
-        arrays: list,
-        layout: _Layout,
-        state: _StateSet,
-        donated: int,
-    ):
-        super().__init__(program, entry, sig, arrays, layout, donated)
-        self.write_plan = _write_plan(state, self.info)  # holds while the layout does
+    def __init__(self, run: _Run, donate: bool):
+        super().__init__(run.program.core, run, len(run.state_arrays) if donate else 0)
+        self.write_plan = _write_plan(run.state, self.info)  # holds while the layout does
         self.atomic = True  # (also where it donates nothing: donate_state=False)
         # the state arrays' signature, the same every call (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
@@ -325,8 +303,6 @@ class _StepPlan(_JitPlan):
         self.state = state
         self.grad_enabled = torch.is_grad_enabled()
         self.dead = tuple(state.grads[i] for i in state.dead_grads)  # (their .grads dropped)
-        self.lr_groups = [group for group, _ in state.lrs]
-        self.lr_types = state.lr_types
         self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
         return self
 
@@ -355,7 +331,7 @@ class _StepPlan(_JitPlan):
         ):
             return _MISSED
         lr_arrays = [
-            to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
+            to(group["lr"]) for group, to in zip(layout.lr_groups, layout.lr_types, strict=True)
         ]
         out_arrays = self.step(jitted, state, self.dead, (self.written_arrays, lr_arrays, arrays))
         return self._outputs(out_arrays, arrays)

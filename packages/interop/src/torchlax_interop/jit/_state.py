@@ -348,6 +348,15 @@ def _snapshot_hooks(layout: _Layout, hook_dicts) -> None:
             layout.unused_hook_dicts.append(d)
 
 
+def set_capturable(optimizers) -> list:
+    """Set each group's ``capturable`` flag (its code path keeps step counts and learning rates
+    as tensors, no host reads, as for CUDA graphs); the ``(group, flag before)`` pairs."""
+    groups = [(g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g]
+    for group, _ in groups:
+        group["capturable"] = True
+    return groups
+
+
 def mapping_get(mapping, key):
     """``mapping.get(key)`` for an optimizer keeping its state in a mapping other than a dict
     (a dict's own C-level ``dict.get`` is used where every one is a dict)."""
