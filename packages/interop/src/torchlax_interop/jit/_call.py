@@ -1,8 +1,8 @@
 """``jit()`` and the jitted callable: the path one call takes. A repeated call runs the last
 plan where its guard holds (``_repeated``); the general path (``_Jitted._call``) finds the
 state (``_state``), the program for the call's static configuration (``_program``) and its
-entry for the signature (``_Run``), and runs that entry's plan (docs/architecture.md, "the
-stages"). A step over CPU parameters lends them to the program (``_lent``).
+entry for the signature (``_Run``), and runs that entry's plan (docs/architecture.md,
+"torchlax.jit's stages"). A step over CPU parameters lends them to the program (``_lent``).
 """
 
 from __future__ import annotations

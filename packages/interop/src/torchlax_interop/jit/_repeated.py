@@ -4,7 +4,7 @@
 Every general call (``_call``) ends in its entry's plan (``run_general``); one the next call may
 repeat is kept in ``_Jitted._last``, and a repeated call is "the last plan's guard still holds"
 (``call``: jit's checks beside ``CallPlan.miss``; ``_MISSED`` where one fails). Launch and
-write-back are ``CallPlan.run``'s, all or nothing (docs/architecture.md, the call stage).
+write-back are ``CallPlan.run``'s, all or nothing (docs/architecture.md, "A repeated call").
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class _ForwardPlan(_JitPlan):
     """The plan of a forward's entry (a call that changes no state, buffers aside): every
     general forward (``run_general``: autograd's, ``_autograd``, or a launch), and the repeat
     of a ``torch.no_grad()`` forward over tensor arguments that writes nothing (``call``:
-    launched before the layout's guard is asked; docs/architecture.md, the call stage)."""
+    launched before the layout's guard is asked: docs/architecture.md, "A repeated call")."""
 
     __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
 

@@ -1,7 +1,7 @@
 """The state a ``torchlax.jit`` call reaches as found (``_Layout``, by ``_discover``), its guard
 (``_Layout.holds``: every read of the walk, its ``_Snapshot``, checked by identity) and one
 call's state (``_StateSet``, ``_Layout.assemble``: what each step replaces read anew). Any
-difference makes the next call walk again (docs/architecture.md, stage 1).
+difference makes the next call walk again (docs/architecture.md, "The walk's guard").
 """
 
 from __future__ import annotations
