@@ -280,3 +280,20 @@ def test_a_cpu_module_goes_to_the_jax_device_when_that_is_not_the_host():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     result = fresh_python.run(["-c", _ACCELERATOR_STANDIN], env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "pool", [torch.nn.MaxPool2d(2), torch.nn.AdaptiveMaxPool2d(3)], ids=["max", "adaptive_max"]
+)
+def test_max_pooling_grad_under_jax_jit_without_64_bit_mode(pool):
+    # The pooling's int64 indices stay inside the program: a ResNet trains under the caller's
+    # jax.jit in JAX's default 32-bit mode (docs/interop.md says what does need 64-bit mode).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), pool, torch.nn.Flatten())
+    x = torch.randn(2, 3, 9, 9)
+    params, _, fn = functional(model)
+    assert not jax.config.jax_enable_x64
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(fn(p, x.numpy()) ** 2)))(params)
+    model(x).square().sum().backward()
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(np.asarray(grads[name]), p.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -61,6 +61,7 @@ CASES = {
     "matmul": (torch.matmul, [(2, 3, 8), (8, 5)]),
     "bmm": (torch.bmm, [(2, 3, 8), (2, 8, 5)]),
     "linear": (F.linear, [(3, 8), (5, 8), (5,)]),
+    "linear_nd": (F.linear, [(2, 3, 8), (5, 8), (5,)]),
     "addmm": (lambda c, a, b: torch.addmm(c, a, b, beta=0.5), [(3, 5), (3, 8), (8, 5)]),
     "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b), [(2, 3, 5), (2, 3, 8), (2, 8, 5)]),
     "conv2d": (_conv, [(2, 3, 6, 6), (4, 3, 3, 3), (4,)]),

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     linalg_ldl,
     linalg_lstsq,
     linalg_matrix_exp,
+    linear,
     losses,
     matmul,
     normalization,

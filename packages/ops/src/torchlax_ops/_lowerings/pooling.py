@@ -86,7 +86,8 @@ def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, n):
     valid = np.all((positions >= 0) & (positions < spatial), axis=-1)
     flat = np.sum(positions * np.concatenate([np.cumprod(spatial[::-1])[::-1][1:], [1]]), axis=-1)
     values = jnp.where(valid, values, _lowest(self.dtype))
-    best = jnp.argmax(values, axis=-1)
+    # (index_dtype int32: a 64-bit one is narrowed when a caller's jax.jit lowers without x64)
+    best = jax.lax.argmax(values, values.ndim - 1, jnp.int32)
     out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
     indices = jnp.take_along_axis(
         jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape), best[..., None], axis=-1
@@ -283,7 +284,8 @@ def _adaptive_max(self, output_size):
     valid = valid.reshape(*output_size, -1)
     flat = flat.reshape(*output_size, -1)
     values = jnp.where(valid, values, _lowest(self.dtype))
-    best = jnp.argmax(values, axis=-1)
+    # (index_dtype int32: a 64-bit one is narrowed when a caller's jax.jit lowers without x64)
+    best = jax.lax.argmax(values, values.ndim - 1, jnp.int32)
     out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
     indices = jnp.take_along_axis(
         jnp.broadcast_to(jnp.asarray(flat), values.shape), best[..., None], axis=-1
