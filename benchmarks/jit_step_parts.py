@@ -122,11 +122,6 @@ def _timed_parts() -> tuple[dict[str, list[int]], Callable[[], None]]:
 
     wrap(_jit._Jitted, "__call__", "whole call")
     wrap(_jit_state._Layout, "holds", "guards (_Layout.holds)")
-    wrap(
-        _jit_state._Layout,
-        "holds_reached",
-        "  of which the snapshot (modules, flags, storages, groups, entries)",
-    )
     if hasattr(_repeated, "_StepPlan"):  # (after issue 14's repeated step)
         wrap(_repeated._StepPlan, "call", "repeated step (its own checks and all)")
     wrap(_jit_state._Layout, "assemble", "state (_Layout.assemble)")

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 import torchlax
 from torch import nn
-from torchlax_core import ProgramOutOfMemoryError
-from torchlax_core.internal import CallPlan
+from torchlax_core import ProgramFailedError, ProgramOutOfMemoryError
+from torchlax_core.internal import CallPlan, array_of
 
 
 def _setup():
@@ -107,3 +107,27 @@ def test_every_forward_runs_the_plan_of_its_entry_which_a_repeat_takes(monkeypat
         assert forward._last.plan is ran[1]  # pyright: ignore[reportFunctionMemberAccess]  (recorded)
         torch.testing.assert_close(forward(x).cpu(), want.cpu())  # the repeat: that plan
     assert len(ran) == 2
+
+
+def test_a_steps_run_that_fails_while_it_runs_is_waited_for_and_written_nowhere():
+    """XLA reports a run's failure when a result is waited for: a step's first runs are waited
+    for (the core's ``failure_of``, inside jit's nested results) before the write-back."""
+    model, opt, jstep, (x, y) = _setup()
+    for _ in range(3):
+        jstep(x, y)
+    plan = jstep._last.plan  # pyright: ignore[reportFunctionMemberAccess]  (the jitted callable's)
+    launcher, key = plan.plain
+    ran = []
+
+    def failing(*args):
+        results = launcher(*args)
+        ran.extend(jax.tree.leaves(results))
+        for array in ran:
+            array.delete()  # (such an array raises when waited for, as a failed run's do)
+        return results
+
+    plan.plain, plan.checked = (failing, key), 0
+    with pytest.raises(ProgramFailedError, match="failed while it ran"):
+        jstep(x, y)
+    held = {id(array_of(p)) for p in model.parameters()}  # pyright: ignore[reportArgumentType]  (torchlax Tensors)
+    assert ran and not any(id(a) in held for a in ran)  # no result became a parameter

@@ -1278,3 +1278,24 @@ def test_a_closed_over_leaf_that_is_no_parameter_gets_its_grad_as_eagerly(held):
         torch.testing.assert_close(w.grad.cpu(), ref_w.grad, rtol=1e-10, atol=1e-10)
     _assert_same_parameters(ref, model)
     assert compiled.compilations == 2  # the first call's program and the steady one, ahead
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.Rprop])
+def test_the_optimizers_capturable_flag_is_left_as_it_was(optimizer):
+    """The trace (Adam) and the eager first call (Rprop reads a value on the host) run the
+    optimizer's capturable code path, and put each group's flag back after the call."""
+    torch.manual_seed(0)
+    with torchlax.enable():
+        model = nn.Linear(4, 2).to("jax")
+        opt = optimizer(model.parameters(), lr=0.01)
+        x = torch.randn(3, 4).to("jax")
+
+    def step(x):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+
+    jstep = torchlax.jit(step)
+    for _ in range(3):
+        jstep(x)
+        assert opt.param_groups[0]["capturable"] is False

@@ -99,18 +99,27 @@ def refuse_if_too_large(executable, name: str, device) -> None:
 
 
 def failure_of(results, name: str, donated: int = 0) -> ProgramFailedError | None:
-    """Wait for ``results`` (arrays of one run); the run's failure as a torchlax error, or None.
+    """Wait for ``results`` (arrays of one run, or lists and tuples of them: ``torchlax.jit``'s
+    outputs, new state and extra results); the run's failure as a torchlax error, or None.
 
     ``donated``: how many of the caller's tensors the run was given to update in place."""
-    for array in results:
-        if isinstance(array, jax.core.Tracer):
-            return None  # inlined into a JAX trace: the outer program runs, and fails, later
-        if isinstance(array, jax.Array):
-            try:
-                array.block_until_ready()
-            except jax.errors.JaxRuntimeError as exc:
-                return launch_error(exc, name, donated)
-            return None
+    array = _first_array(results)
+    if array is None or isinstance(array, jax.core.Tracer):
+        return None  # (inlined into a JAX trace: the outer program runs, and fails, later)
+    try:
+        array.block_until_ready()
+    except jax.errors.JaxRuntimeError as exc:
+        return launch_error(exc, name, donated)
+    return None
+
+
+def _first_array(results) -> jax.Array | None:
+    """The first array (or tracer) in ``results``, looking inside lists and tuples."""
+    for value in results:
+        if isinstance(value, list | tuple):
+            value = _first_array(value)
+        if isinstance(value, jax.Array | jax.core.Tracer):
+            return value
     return None
 
 

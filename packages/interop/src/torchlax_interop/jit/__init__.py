@@ -3,8 +3,8 @@
 One module per stage of a call (docs/architecture.md draws them in one picture):
 
 - ``_call``: ``jit()`` and the jitted callable; which path a call takes.
-- ``_repeated``: the call plans (guard, launch, write-back, all or nothing) that run every
-  forward and step; a call that repeats the last one (the last plan's guard still holds).
+- ``_repeated``: the call plans (guard, launch, write-back into the state's objects, all or
+  nothing) that run every forward and step; a repeated call (the last plan's guard holds).
 - What the step reaches: ``_walk`` (the one object walker, its rules, and the paths errors
   name things by), ``_discover`` (the state it finds), ``_state`` (the layout found, its
   guard, one call's state).
@@ -12,8 +12,8 @@ One module per stage of a call (docs/architecture.md draws them in one picture):
 - The capture while it is traced: ``_watch`` (the one observer, the constants it read,
   checked on each call, and the refusals its findings lead to).
 - Refusals: ``_refusals`` (the errors, each naming what the step did and what to do).
-- The call: ``_write_back`` (the new state into its objects), ``_autograd`` (autograd
-  across the call), ``_first_call`` (the first call of a step that creates state).
+- The call: ``_autograd`` (autograd across the call), ``_first_call`` (the first call of a
+  step that creates state).
 - Outputs: ``_outputs``, ``_objects`` (tensors inside returned objects, by the walker).
 """
 

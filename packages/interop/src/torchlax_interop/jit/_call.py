@@ -1,15 +1,8 @@
-"""``jit()`` and the jitted callable: the path one call takes.
-
-One call runs one XLA program. Its inputs are the argument tensors, a PRNG key, and the
-*state* the function reaches (``_state``): the parameters and buffers of every module it is
-given or closes over, their ``.grad``s, every optimizer's state tensors and learning rates,
-and torchlax Tensors it closes over. ``_Jitted._call`` finds the state (or re-checks the last
-walk), picks the program for the call's static configuration (``_program``) and its entry for
-the input signature (``_Run``), and runs the plan of that entry (``_repeated``): a step's
-(``_StepPlan``) or a forward's (``_ForwardPlan``, autograd's across the call included). A call
-that repeats the last one (the last plan's guard still holds) runs that plan at once. The
-first call of a step that creates state compiles its program and the steady one
-(``_first_call``); a step over CPU parameters lends them to the program (``_lent``).
+"""``jit()`` and the jitted callable: the path one call takes. A repeated call runs the last
+plan where its guard holds (``_repeated``); the general path (``_Jitted._call``) finds the
+state (``_state``), the program for the call's static configuration (``_program``) and its
+entry for the signature (``_Run``), and runs that entry's plan (docs/architecture.md,
+"torchlax.jit's stages"). A step over CPU parameters lends them to the program (``_lent``).
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
 from ._program import _Program, _trace_lock, _unread_grads, without_dead_grads
 from ._refusals import _argument_requiring_grad_error
 from ._repeated import _MISSED, _ForwardPlan, _StepPlan
-from ._state import _Hashed, _Layout, _StateSet, arg_leaves
+from ._state import _Hashed, _Layout, _StateSet, arg_leaves, set_capturable
 
 
 def jit(
@@ -49,17 +42,14 @@ def jit(
 ) -> Callable:
     """Compile ``fn_or_module`` with ``jax.jit``; the result is called like the original.
 
-    It takes and returns torchlax Tensors (and also plain CPU tensors: then the results are CPU
-    tensors, shared with XLA through DLPack; a model and optimizer on the CPU are lent to the
-    program for each call and their new values written back in place). Tensors anywhere in the arguments are program
-    inputs; other argument leaves (ints, floats, strings, ...) are static: a new value
-    compiles a new program, as do new shapes or dtypes. ``static_argnums``/``static_argnames``
-    name further arguments passed unchanged as static values (they must be hashable).
+    It takes and returns torchlax Tensors (or CPU tensors: then a CPU model and optimizer are
+    lent to the program for each call and written back in place). Tensors in the arguments are
+    program inputs; other leaves are static (a new value, shape or dtype compiles a new
+    program), as are the arguments ``static_argnums``/``static_argnames`` name (hashable).
 
-    State is an input, not a constant: the parameters and buffers of the module (or of every
-    module the function receives or closes over), the ``.grad`` of each parameter, and, for
-    each ``torch.optim`` optimizer it reaches, its state tensors and learning rates. So a whole
-    training step compiles into one program::
+    State is an input, not a constant: the parameters, buffers and ``.grad``s of every module
+    the function receives or closes over, and each optimizer's state tensors and learning
+    rates. So a whole training step compiles into one program::
 
         def step(x, y):
             opt.zero_grad()
@@ -71,26 +61,15 @@ def jit(
 
         step = torchlax.jit(step)
 
-    What the program changes is written back after the call (the old buffers are donated to
-    it, so peak memory holds one copy of the state; pass ``donate_state=False`` to keep
-    arrays you hold from ``tensor.jax()`` alive). Changing a learning rate, by hand or with a
-    ``torch.optim.lr_scheduler`` scheduler, compiles nothing; changing another
-    hyperparameter (momentum, weight decay, betas) compiles a new program. A scheduler's
-    ``step()`` inside the function runs after the program, on the host (it only computes
-    Python numbers). The first call of a function whose optimizers have no state yet is
-    compiled too: the state it creates comes out of its program, and the program of the
-    later calls is compiled along with it.
-
-    Random ops get their keys from a key drawn for each call from torch's generator, so dropout
-    differs per call and ``torch.manual_seed`` reproduces it. Switching ``train()``/``eval()``
-    selects another program.
-
-    Autograd works across the call: if grad mode is on and a parameter or tensor argument
-    requires grad, a function that changes no state is one ``torch.autograd.Function`` whose
-    backward is ``jax.vjp`` of the program, so ``loss.backward()`` fills ``.grad`` as usual. A
-    forward that is never differentiated costs what a ``torch.no_grad()`` call costs.
-    JAX runs with 64-bit types enabled, so int64 stays int64.
+    What the program changes is written back after the call; the old buffers are donated to it
+    (``donate_state=False`` keeps arrays you hold from ``tensor.jax()`` alive). A new learning
+    rate compiles nothing, another hyperparameter a new program; a scheduler's ``step()`` runs
+    after the program, on the host. Random ops draw a key per call from torch's generator
+    (``torch.manual_seed`` reproduces them); ``train()``/``eval()`` select another program.
+    Autograd works across a call that changes no state (``jax.vjp`` of the program). More in
+    docs/training.md.
     """
+
     static_argnums = check_static_argnums(static_argnums)
     static_argnames = check_static_argnames(static_argnames)
     return _Jitted(fn_or_module, static_argnums, static_argnames, donate_state)
@@ -175,8 +154,8 @@ class _Jitted:
         return self._plan(run).run_general(self, run)
 
     def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
-        """The program, entry and arrays of this call (a step whose first trace finds
-        ``.grad``s it discards unread runs that trace's program without them)."""
+        """The program, entry and arrays of this call (without the ``.grad``s a step's first
+        trace found it discards unread)."""
         run = _Run(layout, state, tensors_only and not self.static_argnums, (args, kwargs))
         args, kwargs, static_values = self._split_static(args, kwargs)
         if run.plain_args:
@@ -204,9 +183,8 @@ class _Jitted:
                 raise _argument_requiring_grad_error(self, inputs)
             if not info.trains or run.entry.jaxpr is None or dead_grads is not None:
                 return run  # (no jaxpr kept in checked mode)
-            # The first trace of this step: which .grads does it discard unread? Later calls
-            # leave them out, and so does this one: its program (not compiled yet) is
-            # replaced by one over the state without them (without_dead_grads).
+            # The first trace of this step: the .grads it discards unread are left out, by this
+            # call (its program not compiled yet) and later ones (without_dead_grads).
             dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
             if not dead:
                 return run
@@ -216,8 +194,8 @@ class _Jitted:
             run.state = state
 
     def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
-        """Set ``run.program`` (made for a new key) and, for a step whose discarded ``.grad``s
-        are known, the state without them; returns those (None before they are known)."""
+        """Set ``run.program`` and, where known, the state less the discarded ``.grad``s;
+        returns those (None before they are known)."""
         try:
             # (a forward never has dead .grads: no second hash of its key)
             dead_grads = self._dead_grads.get(program_key) if self._dead_grads else None
@@ -250,10 +228,8 @@ class _Jitted:
         )
         run.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in run.inputs)
         run.signature = (self._state_signature(run.state_arrays), _signature(run.arrays))
-        # A step that trains runs the donating program (whose launch copies a state array
-        # passed twice: donatable), a function that only computes the forward one. Which is
-        # learned by the first trace (guessed from whether there are optimizers) and checked
-        # on each new signature.
+        # A step that trains runs the donating program, a forward the other: guessed from the
+        # optimizers until the first trace tells, and checked on each new signature.
         forward = program.trains is False or (program.trains is None and not state.optimizers)
         call_args = (run.state_arrays, run.lr_arrays, run.arrays)
         run.entry = program.entry(run.signature, state, call_args, forward)
@@ -264,29 +240,18 @@ class _Jitted:
         program.trains = run.info.trains
 
     def _plan(self, run: _Run) -> _ForwardPlan | _StepPlan:
-        """The plan of ``run``'s entry and layout, which runs the call (``run_general``); one
-        is kept per kind (forward, step) while its entry and layout are the call's."""
+        """The plan of ``run``'s entry and layout (one kept per kind: forward, step)."""
         plan = self._plans.get(run.forward)
         if plan is None or plan.entry is not run.entry or plan.layout is not run.layout:
-            sig, layout = run.signature[1], run.layout
-            if run.forward:
-                plan = _ForwardPlan(run.program.forward_core, run.entry, sig, run.arrays, layout)
-            else:
-                donated = len(run.state_arrays) if self.donate_state else 0
-                core = run.program.core
-                plan = _StepPlan(core, run.entry, sig, run.arrays, layout, run.state, donated)
+            plan = _ForwardPlan(run) if run.forward else _StepPlan(run, self.donate_state)
             self._plans[run.forward] = plan
+
         return plan
 
     def _eager(self, args, kwargs, optimizers=()):
-        """The call run eagerly, by PyTorch's own code (``_first_call``; ``eager_call``); step
-        counts that the ``optimizers`` create are kept on the jax device, as the program
-        keeps them."""
-        groups = [
-            (g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g
-        ]
-        for g, _ in groups:
-            g["capturable"] = True
+        """The call run eagerly (``_first_call``; ``eager_call``), the step counts the
+        ``optimizers`` create on the jax device, as the program keeps them."""
+        groups = set_capturable(optimizers)
         try:
             with torchlax_core.enable(torchlax_core.current_env()):
                 return self.target(*args, **kwargs)
@@ -297,9 +262,7 @@ class _Jitted:
                 move_cpu_state_to_jax(opt)
 
     def _state_signature(self, arrays: list) -> _Hashed:
-        # The state's arrays are those of the last call unless a step or the user replaced
-        # one: then their signature is too (kept only while they are the live state, so no
-        # replaced array is held alive).
+        # The last call's state signature while its arrays are the live state.
         last = self._last_state
         if last is not None and len(last[0]) == len(arrays) and all(map(is_, arrays, last[0])):
             return last[1]
@@ -334,9 +297,8 @@ class _Jitted:
 
 @contextlib.contextmanager
 def _lent(jitted: _Jitted, found: list):
-    """A step over CPU parameters (``found``: what ``find_state`` reached): while entered,
-    their memory is lent to the program (DLPack); on exit the new state is written back into
-    the same tensor objects, as an in-place step does."""
+    """A step over CPU parameters (``found``: what ``find_state`` reached): their memory lent
+    to the program (DLPack) while entered, the new state written into them in place on exit."""
     tensors, optimizers = cpu_state_tensors(found)
     # The program must not reuse memory that torch owns.
     jitted.donate_state = False
@@ -347,8 +309,7 @@ def _lent(jitted: _Jitted, found: list):
             grad = t.grad if t.is_leaf else None
             array = _borrow(t)
             promoted = Tensor(array, requires_grad=t.requires_grad)
-            # The very objects the model and optimizer name become torchlax Tensors for
-            # the call (identity, opt.state keys and module attributes unchanged).
+            # the very objects become torchlax Tensors (identity, opt.state keys unchanged)
             t.grad = None
             try:
                 torch.utils.swap_tensors(t, promoted)
@@ -392,8 +353,7 @@ def _borrowed(args_kwargs: tuple) -> tuple:
 
 
 def _optimizer_state_missing(optimizers) -> bool:
-    """Whether a first step would create optimizer state or gradients (then it is a first call:
-    ``_first_call.first_call``)."""
+    """Whether a first step would create optimizer state or gradients (``_first_call``)."""
     return any(
         not opt.state.get(p) or p.grad is None
         for opt in optimizers
@@ -426,8 +386,7 @@ class _Run:
     info: Any = None  # _Info
 
     def differentiable(self) -> bool:
-        """Whether autograd needs the call (a forward with grad on over tensors requiring
-        grad, or reading a plain CPU tensor that requires grad)."""
+        """Whether autograd needs the call (a forward with grad on over tensors requiring it)."""
         if self.info.trains or not torch.is_grad_enabled():
             return False
         return self.info.reads_host_grad or any(
@@ -439,8 +398,9 @@ class _Run:
         return list(self.state.owners) + self.cpu_tensors + self.inputs
 
     def repeatable(self) -> bool:
-        """Whether a repeat of this call can check its arguments cheaply (plain torchlax
-        Tensors, row-major, positionally) and has no CPU state to lend."""
+        """Whether a repeat can check the arguments cheaply (row-major torchlax Tensors,
+        positionally) and lends no CPU state."""
+
         return (
             self.plain_args
             and not self.cpu_tensors

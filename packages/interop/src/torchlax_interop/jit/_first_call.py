@@ -18,7 +18,7 @@ from torchlax_core.internal import op_cache_compiling_nothing
 
 from ._program import _log, held, put_back
 from ._refusals import _owner
-from ._write_back import _write_plan, _write_state
+from ._repeated import _write_plan, _write_state
 
 # ``_Jitted._compile_only`` while the first call traces its own program (whose trace errors
 # are the call's, and whose compilation shows a progress line on a terminal: one at a time)

@@ -40,7 +40,7 @@ from ._inputs import _SLOT, _STATIC, _traced_array
 from ._objects import ObjectOutput
 from ._outputs import _output_plan
 from ._refusals import _owner
-from ._state import _StateSet
+from ._state import _StateSet, set_capturable
 from ._watch import ReadConstants, run_watched
 
 if TYPE_CHECKING:
@@ -310,12 +310,6 @@ class _Swap:
         dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
         self.held = held(state, [*state.storages, *dead])
         self.lrs = [group["lr"] for group, _ in state.lrs]
-        self.capturable = [
-            (group, group["capturable"])
-            for opt in state.optimizers
-            for group in opt.param_groups
-            if "capturable" in group
-        ]
         self.scheduler_steps = {id(s): 0 for s in state.schedulers}
         for storage, array in zip(state.storages, state_arrays, strict=True):
             storage.array = array
@@ -327,10 +321,7 @@ class _Swap:
         self.lr_tensors = [Tensor(array) for array in lr_arrays]
         for (group, _), lr in zip(state.lrs, self.lr_tensors, strict=True):
             group["lr"] = lr
-        for group, _ in self.capturable:
-            # The optimizers' capturable code path keeps step counts and learning rates as
-            # tensors (no host reads), as it does for CUDA graphs.
-            group["capturable"] = True
+        self.capturable = set_capturable(state.optimizers)
         for s in state.schedulers:
             s.step = functools.partial(self._scheduler_step, s)
 

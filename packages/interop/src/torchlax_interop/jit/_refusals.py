@@ -1,15 +1,7 @@
-"""The errors by which ``torchlax.jit`` refuses a step, each naming what the step did and what
-to do (all ``JitError``s; ``JitArgumentError`` for an argument).
-
-Most name a tensor or module by the path the function reaches it by (``_walk.path_to``:
-``cfg.w``, ``default argument 'w'``). A torchlax Tensor the step reaches that the state walk
-did not find is a constant of the program: its value is baked in. A step that writes into
-such a tensor (``buf.add_(1)``, ``w.data -= ...``) or whose ``backward()`` gives it a
-``.grad`` would do so once, while it is traced, and never again: the tensor would not train
-or count. The trace watch (``_watch``) finds what the step did and puts it back; this module
-words the errors: a constant or a plain CPU tensor changed, a module trained or an optimizer
-stepped that is no state, an argument requiring grad passed to a training step, a leaked
-tracer, a returned object whose tensors cannot be returned (``_objects``).
+"""The errors by which ``torchlax.jit`` refuses a step (``JitError``s), each naming what the step
+did, the tensor or module by the path the function reaches it by (``_walk.path_to``), and what
+to do. The trace watch (``_watch``) finds what the step did and puts it back; this module only
+words the errors.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ _NOT_STATE = "which is not part of the compiled step's state"
 
 
 def changed_constant_error(owner: str, changed: list[tuple[Changed, str]]) -> JitError:
-    """The error for the constants a traced step changed, each with the path the function
-    reaches it by (the first one named, the number of others said)."""
+    """The error for the constants a traced step changed (the first one named by its path)."""
     first, path = changed[0]
     t = first.tensor
     held = f"{described_tensor(t)} {where_held(path)}"
@@ -63,7 +54,7 @@ def changed_constant_error(owner: str, changed: list[tuple[Changed, str]]) -> Ji
 
 def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None]]) -> JitError:
     """The error for the plain CPU tensors a traced step changed (or a refused ``backward()``
-    would have), each with the path the function reaches it by, or None."""
+    would have), each with its path or None."""
     first, path = changed[0]
     held = described_tensor(first.tensor, cpu=True) + " " + where_held(path, first.made)
     if first.crossing:
@@ -110,8 +101,7 @@ def untrained_module_error(owner: str, module, path: str | None) -> JitError:
 
 
 def unfound_optimizer_error(owner: str, opt) -> JitError:
-    """The error for an optimizer the step steps that is no state: its state tensors would be
-    created or written inside the program without being its inputs or outputs."""
+    """The error for an optimizer the step steps that is no state."""
     return JitError(
         f"{owner}: the step calls {type(opt).__name__}.step() on an optimizer that is not "
         f"part of the compiled step's state. {_STATE_IS_FOUND}. Close over the optimizer "
@@ -120,8 +110,8 @@ def unfound_optimizer_error(owner: str, opt) -> JitError:
 
 
 def returned_object_error(owner: str, obj, where: str, what: str) -> JitError:
-    """The error for a returned object (``_objects``) at ``where`` in the output whose traced
-    tensors the program cannot return: ``what`` it holds, or why it cannot be rebuilt."""
+    """The error for a returned object at ``where`` whose tensors the program cannot return
+    (``what``: what it holds, or why it cannot be rebuilt)."""
     return JitError(
         f"{owner}: the returned {type(obj).__qualname__} at {where} {what}. The program can "
         "only return tensors it can find and put back. Return tensors or a pytree of them "
@@ -131,8 +121,9 @@ def returned_object_error(owner: str, obj, where: str, what: str) -> JitError:
 
 
 def where_held(path: str | None, made: bool = False) -> str:
-    """Where the function holds a tensor, in words, from its path (``_walk.path_to``; None:
-    the search does not find it; ``made``: the step made it)."""
+    """Where the function holds a tensor, in words, from its path (None: not found; ``made``:
+    the step made it)."""
+
     if made:
         return "that the step makes itself"
     if path is None:

@@ -1,17 +1,10 @@
-"""``torchlax.jit``'s call plans (the core's ``CallPlan``): ``_StepPlan`` for a training step,
-``_ForwardPlan`` for a forward.
+"""``torchlax.jit``'s call plans (the core's ``CallPlan``), ``_StepPlan`` for a training step and
+``_ForwardPlan`` for a forward, and the write-back of a call's new state into its objects.
 
-Every call on the general path (``_call``) ends in the plan of its program entry
-(``run_general``): launch, write-back, outputs. A plan the next call may repeat is kept in the
-jitted callable's ``LastPlan``; a repeated call is "the last plan's guard still holds" (``call``):
-jit's own checks (layout, state objects, argument types, grad and checked mode) beside the core
-plan's (``CallPlan.miss``). A check that fails returns ``_MISSED``: the general path runs.
-
-Launch and write-back are the core's ``CallPlan.run``, all or nothing: a step's program
-consumes its donated state and returns the new one, so once the launch has returned the
-write-back (``write_back``: ``_write_back``'s, idempotent) is finished whatever happens, and
-before it nothing has changed but the ``.grad``s it drops, which ``undo`` puts back. The model
-and optimizer hold either the values before the call or those after it (#37, item 2).
+Every general call (``_call``) ends in its entry's plan (``run_general``); one the next call may
+repeat is kept in ``_Jitted._last``, and a repeated call is "the last plan's guard still holds"
+(``call``: jit's checks beside ``CallPlan.miss``; ``_MISSED`` where one fails). Launch and
+write-back are ``CallPlan.run``'s, all or nothing (docs/architecture.md, "A repeated call").
 """
 
 from __future__ import annotations
@@ -22,17 +15,19 @@ from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
+import jax.numpy as jnp
 import torch
 import torchlax_core
+from torchlax_core import Tensor
 from torchlax_core.internal import (
     CallPlan,
     CompiledProgram,
-    Entry,
     ResultWrappers,
     donatable,
     is_root_of,
     result_specs,
     root_values,
+    set_exclusive,
     view_getter,
     wrap_results_like,
     x64,
@@ -41,53 +36,40 @@ from torchlax_core.internal import signature as _signature
 
 from ._autograd import differentiable_call, eager_call
 from ._outputs import _returned, _to_tensors
-from ._program import _Info
-from ._state import _Hashed, _Layout, _StateSet
+from ._program import _KEPT, _NEW, _NONE, _Info
+from ._state import _GRAD, _REQUIRES_GRAD, _Hashed, _Layout, _StateSet, mapping_get
 from ._watch import ReadConstants
-from ._write_back import _write_changed, _write_plan, _write_state
 
 if TYPE_CHECKING:
-    from ._call import _Jitted
+    from ._call import _Jitted, _Run
 
 
 _MISSED = object()  # a plan's call: this call is no repeat (take the general path)
 _ARRAY = operator.attrgetter("array")
-_GRAD = operator.attrgetter("grad")
 _EXCLUSIVE = operator.attrgetter("exclusive")
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
 class _JitPlan(CallPlan):
-    """What both of jit's plans keep: the layout and entry they were made for (one plan per
-    kind and entry: ``_Jitted._plans``) and, once ``record`` made it the last plan, the
-    recorded call's argument types and ``result_specs`` of its outputs where each was a root
-    torchlax Tensor (None: a repeat wraps them the general way)."""
+    """A plan of jit's: the layout and entry it was made for and, once ``record`` made it the
+    last plan, the call's argument types and its outputs' ``result_specs`` (None: wrapped the
+    general way)."""
 
     __slots__ = ("layout", "info", "types", "out_specs")
 
-    def __init__(
-        self,
-        program: CompiledProgram,
-        entry: Entry,
-        sig: tuple,
-        arrays: list,
-        layout: _Layout,
-        donated: int = 0,
-    ):
-        avals = [getattr(a, "aval", None) for a in arrays]
-        super().__init__(program, entry, sig, avals, (), donated)
-        self.layout = layout
-        self.info: _Info = entry.info
+    def __init__(self, program: CompiledProgram, run: _Run, donated: int = 0):
+        avals = [getattr(a, "aval", None) for a in run.arrays]
+        super().__init__(program, run.entry, run.signature[1], avals, (), donated)
+        self.layout: _Layout = run.layout
+        self.info: _Info = run.entry.info
         self.types: tuple = ()
         self.out_specs: list | None = None
 
     def _general_result(
         self, jitted: _Jitted, run: Any, out_arrays: Any, repeats: bool, outputs: Any = None
     ) -> Any:
-        """A general call's result (``outputs``: its tensors, else made of ``out_arrays``); where
-        ``repeats`` (the next call may repeat it), this plan recorded as the last one, over
-        ``run``'s state."""
+        """A general call's result (``outputs``, else made of ``out_arrays``); this plan recorded
+        as the last one where the next call may repeat it (``repeats``)."""
         info = self.info
         if outputs is None:
             outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
@@ -103,8 +85,7 @@ class _JitPlan(CallPlan):
         return _returned(info, outputs)
 
     def record(self, state: _StateSet, checks: bool) -> _JitPlan:
-        """This plan, made the one the next call may repeat, over ``state``, in checked mode
-        ``checks`` (``types`` and ``out_specs`` set)."""
+        """This plan, made the last one, over ``state`` in checked mode ``checks``."""
         raise NotImplementedError
 
     def _outputs(self, out_arrays: list, arrays: list) -> Any:
@@ -116,35 +97,21 @@ class _JitPlan(CallPlan):
 
 
 class _ForwardPlan(_JitPlan):
-    """The plan of a forward program's entry (a call that changes no state, buffers aside).
-
-    ``run_general`` runs every forward on the general path: one that autograd needs is a
-    ``torch.autograd.Function`` (``_autograd``), or runs eagerly where its backward would do
-    what ``jax.vjp`` of the program cannot (``_Info.eager_backward``); any other launches the
-    entry. The buffers the program changes are written back all or nothing (``launched``).
-
-    ``call`` repeats a ``torch.no_grad()`` forward over tensor arguments only that writes
-    nothing back. What launching needs is checked first (the state arrays may have been
-    donated by a step since); the rest (the layout, ``_Layout.forward_guard``; checked mode)
-    while XLA computes: a call that fails them drops its results (the program writes nothing)
-    and takes the general path, as does a launch that raises. An entry that draws keys or
-    checks values launches through ``CallPlan.launch`` after every check. Its shape follows
-    what a call costs after an XLA computation left the caches cold (benchmarks/README.md,
-    "the repeated forward touches less"; ``benchmarks/jit_call_parts.py`` times its parts)."""
+    """The plan of a forward's entry (a call that changes no state, buffers aside): every
+    general forward (``run_general``: autograd's, ``_autograd``, or a launch), and the repeat
+    of a ``torch.no_grad()`` forward over tensor arguments that writes nothing (``call``:
+    launched before the layout's guard is asked: docs/architecture.md, "A repeated call")."""
 
     __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
 
-    def __init__(
-        self, program: CompiledProgram, entry: Entry, sig: tuple, arrays: list, layout: _Layout
-    ):
-        super().__init__(program, entry, sig, arrays, layout)
+    def __init__(self, run: _Run):
+        super().__init__(run.program.forward_core, run)
         self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
         self.atomic = bool(self.info.writes)
         self.constants: ReadConstants | None = self.info.constants
 
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
-        """The general path's forward (``run``: its ``_Run``): its result, and the plan recorded
-        if the next call may repeat it."""
+        """The general path's forward (``run``: its ``_Run``)."""
         state, info = run.state, self.info
         if run.differentiable():
             if info.eager_backward:
@@ -165,10 +132,8 @@ class _ForwardPlan(_JitPlan):
         return self._general_result(jitted, run, out_arrays, repeats, outputs)
 
     def launched(self, jitted: _Jitted, state: _StateSet, launch: Callable[[], Any]) -> Any:
-        """``launch()``'s results (the program's), the buffers they change written back into
-        ``state``, all or nothing (``CallPlan.run``). The launch donates nothing, so it stays
-        interruptible (a first call's trace, autograd's ``jax.vjp``): interrupted, it has
-        changed nothing."""
+        """``launch()``'s results, the buffers they change written back into ``state`` all or
+        nothing (the launch donates nothing: interrupted, it changed nothing)."""
         results = launch()
         if not self.info.writes:
             return results
@@ -198,9 +163,8 @@ class _ForwardPlan(_JitPlan):
         return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
-        """The call's result, or ``_MISSED``. Outside JAX's 64-bit mode (``__call__`` switches
-        it on for the general path only), which launching an executable does not read; a view
-        argument's value (a JAX op) and a checked launch are made inside ``x64()``."""
+        """The call's result, or ``_MISSED``. Outside ``x64()``, which a launch does not read
+        (a view argument's value and a checked launch switch it on)."""
         if torch.is_grad_enabled() or len(args) != len(self.types):
             return _MISSED
         if all(
@@ -227,9 +191,8 @@ class _ForwardPlan(_JitPlan):
         plain = self.plain
         out_arrays: Any = None
         if plain is not None:
-            # Called here rather than through launch(), whose fallback to CompiledProgram.run
-            # would run a call that then misses: a launch that raises (an outer JAX trace's
-            # tracers) has done nothing, and the general path handles or raises it.
+            # (not launch(), whose fallback would run a call that then misses: a launch that
+            # raises has done nothing, and the general path handles or raises it)
             try:
                 out_arrays = plain[0](self.state_arrays, [], arrays, plain[1])[0]
             except Exception:
@@ -249,9 +212,8 @@ class _ForwardPlan(_JitPlan):
 
 
 def _contiguous_arrays(args: Sequence) -> list | None:
-    """The arguments' arrays, or None (a miss) where one is a view laid out otherwise
-    (``x.t()``: another program, whose results take eager's strides). A contiguous view's
-    value is a JAX op: read inside ``x64()``."""
+    """The arguments' arrays, or None (a miss) where a view is not contiguous (``x.t()``:
+    another program)."""
     if not any(map(view_getter, args)):  # roots are row-major
         return [t.jax() for t in args]
     if not all(map(_IS_CONTIGUOUS, args)):
@@ -261,15 +223,10 @@ def _contiguous_arrays(args: Sequence) -> list | None:
 
 
 class _StepPlan(_JitPlan):
-    """The plan of a training step's entry (the donating program): its launch and write-back
-    (``step``), which every step on the general path runs, and the guard of a call that repeats
-    the last one over the same state objects (``call``).
-
-    Where the general path would assemble the state anew (a cost per state array), ``call``
-    checks that it would come out the same: the layout's guards in full (``_Layout.holds``),
-    each ``.grad`` and optimizer state value the very object the last call left, each storage
-    the array it wrote (an in-place write or a ``.grad`` set by hand takes the general path).
-    Checked mode is never repeated (its errors are raised on the general path)."""
+    """The plan of a training step's entry (the donating program): launch and write-back
+    (``step``) of every step, and the repeat over the same state objects (``call``: the
+    layout's guard, each ``.grad``, optimizer state value and storage array the very object the
+    last call left; never in checked mode)."""
 
     __slots__ = (
         "write_plan",
@@ -280,30 +237,17 @@ class _StepPlan(_JitPlan):
         "grads",
         "values",
         "dead",
-        "lr_groups",
-        "lr_types",
     )
 
-    def __init__(
-        self,
-        program: CompiledProgram,
-        entry: Entry,
-        sig: tuple,
-        arrays: list,
-        layout: _Layout,
-        state: _StateSet,
-        donated: int,
-    ):
-        super().__init__(program, entry, sig, arrays, layout, donated)
-        self.write_plan = _write_plan(state, self.info)  # holds while the layout does
+    def __init__(self, run: _Run, donate: bool):
+        super().__init__(run.program.core, run, len(run.state_arrays) if donate else 0)
+        self.write_plan = _write_plan(run.state, self.info)  # holds while the layout does
         self.atomic = True  # (also where it donates nothing: donate_state=False)
-        # The signature of the state arrays the program returns (the same every call, known
-        # after the first): the next call's state is not re-read (_Jitted._state_signature)
+        # the state arrays' signature, the same every call (_Jitted._state_signature)
         self.out_sig: _Hashed | None = None
 
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
-        """The general path's step (``run``: its ``_Run``): ``step``, its result, and the plan
-        recorded if the next call may repeat it."""
+        """The general path's step (``run``: its ``_Run``)."""
         state = run.state
         dead = [state.grads[i] for i in state.dead_grads]
         out_arrays = self.step(jitted, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
@@ -316,11 +260,8 @@ class _StepPlan(_JitPlan):
         return self._general_result(jitted, run, out_arrays, repeats)
 
     def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
-        """Launch the entry on ``call_args`` and write the new state into ``state``'s objects,
-        all or nothing (``CallPlan.run``); returns the program's output arrays. The
-        ``.grad``s of ``dead`` (the step discards them unread) are dropped before the launch
-        (``prepare``), and put back if it does not happen (``undo``). A donated state array
-        that is not exclusive or passed twice is copied (``donatable``)."""
+        """Run the entry on ``call_args`` into ``state``'s objects, all or nothing; the output
+        arrays. The ``.grad``s of ``dead`` (discarded unread) are dropped for the launch."""
         if self.donated:
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
@@ -338,9 +279,8 @@ class _StepPlan(_JitPlan):
                 p.grad = grad
 
     def write_back(self, args: Sequence, results: Any) -> None:
-        """Write the run's new state, remember what it left for the next call's guard, and make
-        the schedulers' deferred ``step()``s (``args``: ``step``'s). Safe to run twice (the
-        second completes an interrupted first)."""
+        """The run's new state written, what it left remembered for the next call's guard, the
+        schedulers' deferred ``step()``s made (``args``: ``step``'s). Idempotent."""
         jitted, state, stepped = args[:3]
         new_storages = results[1]
         grads = _write_state(
@@ -354,26 +294,20 @@ class _StepPlan(_JitPlan):
         _step_schedulers(state, self.info, stepped)
 
     def _remember(self, written: list, grads: list) -> None:
-        # What the call left, re-checked by identity on the next: the arrays it wrote into the
-        # storages, each parameter's .grad, the optimizers' state values.
+        # what the call left, re-checked by identity on the next
         self.written_arrays: list = written
         self.grads: list = grads
         self.values: list = _state_values(self.layout)
 
     def record(self, state: _StateSet, checks: bool) -> _StepPlan:
-        """(``state``: the call's, less the ``.grad``s the step discards unread; never in
-        checked mode)"""
         self.state = state
         self.grad_enabled = torch.is_grad_enabled()
         self.dead = tuple(state.grads[i] for i in state.dead_grads)  # (their .grads dropped)
-        self.lr_groups = [group for group, _ in state.lrs]
-        self.lr_types = state.lr_types
         self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
         return self
 
     def call(self, jitted: _Jitted, args: tuple) -> Any:
-        """The call's result, or ``_MISSED`` (nothing was changed then). Its checks run outside
-        JAX's 64-bit mode, as ``_ForwardPlan.call``'s, the launch inside."""
+        """The call's result, or ``_MISSED`` (nothing changed). Checked outside ``x64()``."""
         layout = self.layout
         state = self.state
         if (
@@ -397,15 +331,14 @@ class _StepPlan(_JitPlan):
         ):
             return _MISSED
         lr_arrays = [
-            to(group["lr"]) for group, to in zip(self.lr_groups, self.lr_types, strict=True)
+            to(group["lr"]) for group, to in zip(layout.lr_groups, layout.lr_types, strict=True)
         ]
         out_arrays = self.step(jitted, state, self.dead, (self.written_arrays, lr_arrays, arrays))
         return self._outputs(out_arrays, arrays)
 
 
 def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:
-    """The schedulers' ``step()``s the program deferred; ``stepped`` counts those made (a
-    write-back run again after an interruption makes only the rest)."""
+    """The schedulers' deferred ``step()``s not yet made (``stepped`` counts those made)."""
     for i, (scheduler, count) in enumerate(
         zip(state.schedulers, info.scheduler_steps, strict=True)
     ):
@@ -415,10 +348,8 @@ def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:
 
 
 def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
-    """Whether the next call, if nothing changes meanwhile, runs this call's program over the
-    same storages: what the write-back left assembles into the same structure and storages,
-    once the same unread ``.grad``s are dropped. Not so after a step that created state the
-    next one reads, or that replaces a tensor it reads each time: those keep the general path."""
+    """Whether the next call, if nothing changes meanwhile, runs this program over the same
+    storages (not after a step that created state, or replaced a tensor it reads)."""
     after = layout.assemble()
     if after.structure() != state.structure():
         return False
@@ -432,6 +363,90 @@ def _same_objects(now: list, then: list) -> bool:
 
 
 def _state_values(layout: _Layout) -> list:
-    """Every optimizer state value, in the layout's order of their dicts (what ``assemble``
-    reads the storages of)."""
+    """Every optimizer state value, in the layout's order of their dicts."""
     return list(chain.from_iterable(map(dict.values, layout.entry_dicts)))
+
+
+def _write_state(
+    state: _StateSet, info: _Info, new_storages, extra, plan: list, fresh: bool = False
+) -> list:
+    """Put one call's new state into its objects (``plan``: ``_write_plan``); the ``.grad`` it
+    leaves on each of ``state.grads``. ``fresh``: the arrays are a donating program's own
+    results, held by no one else, so their storages are marked exclusive."""
+    for storage, array in zip(state.storages, new_storages, strict=True):
+        storage.array = array  # changed, or donated: the program's output is the live array
+        if fresh:
+            storage.exclusive = True
+    owners = state.owners
+    grads = []
+    for p, kind, index in plan[0]:
+        if kind == _NEW:
+            grad = Tensor(extra[index])
+            if fresh:
+                set_exclusive(grad)
+            p.grad = grad  # (a new tensor: no need to read whether p holds it already)
+        else:
+            grad = None if kind == _NONE else owners[index]
+            if p.grad is not grad:  # the setter's checks cost more than this test
+                p.grad = grad
+        grads.append(grad)
+    dicts, names, kept, get = plan[2]
+    if not all(map(is_, map(get, dicts, names), map(owners.__getitem__, kept))):
+        for values, name, index in zip(dicts, names, kept, strict=True):
+            if values.get(name) is not owners[index]:
+                values[name] = owners[index]
+    for values, name, kind, index in plan[1]:
+        value = None if kind == _NONE else Tensor(extra[index])
+        if fresh and value is not None:
+            set_exclusive(value)
+        if values.get(name) is not value:
+            values[name] = value
+    _write_cpu_buffers(state, info, extra)
+    return grads
+
+
+def _write_plan(state: _StateSet, info: _Info) -> list:
+    """Where ``_write_state`` puts each ``.grad`` and optimizer state value (valid while the
+    layout holds): ``[(param, kind, index)]``, ``[(state dict, name, kind, index)]`` of the
+    entries that become ``None`` or new tensors, and ``(dicts, names, indices, get)`` of those
+    that keep the owner at each index (flat: checked in one C-level pass)."""
+
+    grads = [
+        (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
+    ]
+    entries = []
+    for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        for p, row in zip(params, slots, strict=True):
+            if row:
+                values = opt.state[p]
+                entries.extend((values, name, kind, index) for name, kind, index in row)
+    kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
+    others = [entry for entry in entries if entry[2] != _KEPT]
+    dicts = tuple(values for values, _, _ in kept)
+    flat_kept = (
+        dicts,
+        tuple(name for _, name, _ in kept),
+        tuple(index for _, _, index in kept),
+        # (an optimizer keeping its state in another mapping type: that type's get)
+        dict.get if all(isinstance(d, dict) for d in dicts) else mapping_get,
+    )
+    return [grads, others, flat_kept]
+
+
+def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
+    """A forward's new state: the storages it changed (buffers) and CPU module buffers."""
+    for storage, array, changed in zip(state.storages, new_storages, info.changed, strict=True):
+        if changed:  # BatchNorm's running statistics
+            storage.array = array
+    _write_cpu_buffers(state, info, extra)
+
+
+def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
+    if not state.cpu_tensors:
+        return
+    cpu_new = iter(extra[len(extra) - sum(info.cpu_changed) :])
+    with torch.no_grad():
+        for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
+            if changed:
+                t.copy_(torch.from_dlpack(jnp.array(next(cpu_new), copy=True)))

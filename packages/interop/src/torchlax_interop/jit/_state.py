@@ -1,15 +1,7 @@
-"""The state a ``torchlax.jit`` call reaches, as found, and its guard: re-checked cheaply on each
-call.
-
-Finding the state (``_discover``) walks the function's closures and globals, every module's
-parameters and buffers and every optimizer's groups and state. What it found is kept in a
-``_Layout`` (the objects holding state, in the order their storages become program inputs),
-and what it read on the way in the layout's ``_Snapshot``. A later call checks the snapshot by
-identity (``_Layout.holds``) and only re-reads what each step replaces (``.grad``s, optimizer
-state values, learning rates: ``_Layout.assemble``, a ``_StateSet``). Any difference (a
-parameter replaced, ``opt.add_param_group``, a new submodule, a module hook registered or
-removed, another closed-over object) makes the next call walk again; a false alarm only costs
-that walk.
+"""The state a ``torchlax.jit`` call reaches as found (``_Layout``, by ``_discover``), its guard
+(``_Layout.holds``: every read of the walk, its ``_Snapshot``, checked by identity) and one
+call's state (``_StateSet``, ``_Layout.assemble``: what each step replaces read anew). Any
+difference makes the next call walk again (docs/architecture.md, "The walk's guard").
 """
 
 from __future__ import annotations
@@ -34,10 +26,8 @@ _Scheduler = torch.optim.lr_scheduler.LRScheduler
 
 
 # The hook dicts ``Module.__call__`` consults (``_call_impl``, torch 2.14), per module and
-# global. Each ``_with_kwargs`` or ``_always_called`` dict holds keys of its forward hook dict
-# (registration fills both, ``handle.remove()`` empties both), and a module's or the global
-# ``_is_full_backward_hook`` changes only with a registration in its backward hook dict: these
-# four, and the four global ones, tell every change of the hooks a call runs.
+# global: the ``_with_kwargs``/``_always_called`` dicts and ``_is_full_backward_hook`` change
+# only with these, so they tell every change of the hooks a call runs.
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 
 
@@ -54,17 +44,15 @@ _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
+_GRAD = operator.attrgetter("grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
 @dataclasses.dataclass
 class _StateSet:
-    """The state one call reads and may change.
-
-    ``storages`` are the distinct storages of every state tensor (tied weights and views share
-    one); their arrays are program inputs and outputs. ``.grad`` slots and optimizer state
-    entries are tracked as objects too, since a step replaces them (``zero_grad`` sets
-    ``None``, ``backward`` creates new grads, the first ``opt.step`` creates its state).
-    """
+    """The state one call reads and may change: the distinct storages of every state tensor
+    (tied weights and views share one), program inputs and outputs, and the objects a step
+    replaces (``.grad``s, optimizer state entries)."""
 
     storages: list
     owners: list  # one torchlax Tensor per storage (for autograd and write-back)
@@ -80,8 +68,7 @@ class _StateSet:
     # first): not program inputs, and ``None`` while tracing.
     dead_grads: tuple[int, ...] = ()
 
-    # structure(), once computed: valid while the state is (``_Layout.assemble`` reuses a
-    # state only while no parameter has a .grad).
+    # structure(), once computed (a state is reused only while no parameter has a .grad)
     _structure: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def structure(self) -> tuple:
@@ -107,9 +94,8 @@ class _StateSet:
 
 
 class _Hashed:
-    """A cache key's part that stays the same over many calls, hashed once: the structure the
-    state's layout fixes (a training step's optimizer structure is a large tuple), the state's
-    signature (hashing numpy dtypes is not cheap). Each call's lookups would hash it again."""
+    """A cache key's part that stays the same over many calls (the layout's structure, the
+    state's signature), hashed once."""
 
     __slots__ = ("value", "_hash")
 
@@ -140,13 +126,9 @@ class _ByIdentity:
 
 
 class _Snapshot:
-    """What finding the state read, to check on a later call that reading it again gives the
-    same objects, by identity: reads (``read``: a reader and its arguments, recorded with
-    what it returned), sequences read live (``items``: a list's items, a dict's keys: the
-    same objects in the same order) and mapping entries that need only hold some torchlax
-    Tensor (``tensor_at``: an optimizer state value each step replaces). Reads are grouped by
-    reader for ``_Layout.forward_guard``'s C-level passes: one ``map`` per reader
-    (``getattr``, ``dict.get``, a storage getter, ...), not a Python loop per object."""
+    """What finding the state read, for a later call to check by identity: reads (``read``,
+    grouped by reader for ``forward_guard``'s C-level passes), sequences read live
+    (``items``) and mapping entries that need only hold some torchlax Tensor (``tensor_at``)."""
 
     def __init__(self):
         self.reads: dict[tuple, list] = {}  # (reader, its arity) -> [(*arguments, value)]
@@ -216,11 +198,9 @@ class _Layout:
         return [(namespace, name, value) for namespace, name, _, value in reads]
 
     def keyed_statics(self, statics: tuple) -> tuple:
-        """The arguments' static values as the program's key holds them: an object among
-        the arguments through which the walk found state (``step(state, x, y)``) by its
-        identity, as a module argument is (a dataclass or ``SimpleNamespace`` is not
-        hashable; the program traced it, not another equal one). Other objects keep their
-        own hash and equality (an equal frozen config shares the program)."""
+        """The arguments' static values as the program's key holds them: an argument through
+        which the walk found state by its identity (the program traced it, not an equal one),
+        others by their own hash and equality."""
         holders = self._arg_holder_ids
         if not holders:
             return statics
@@ -239,17 +219,10 @@ class _Layout:
         return self._holds()
 
     def forward_guard(self, state: _StateSet | None) -> Callable[[], bool]:
-        """The snapshot's check (``holds()`` less its check of the arguments) as one function
-        over local names, in C-level passes (bools and None are singletons, so every read is
-        compared by identity). With ``state``, for ``torchlax.jit``'s repeated forward, which
-        asks it on every call: also ``reused(state)`` (whether each storage of ``state``
-        still holds the array it recorded is its own check, made before the launch).
-
-        One frame over local names: each call runs it with cold caches (XLA ran since the last
-        one), where every frame and attribute lookup costs several times its warm cost
-        (benchmarks/README.md). The tensors' flags are read with ``__torch_function__`` off:
-        each such read of a Tensor subclass otherwise first looks the attribute up on the
-        tensor (PyTorch's check for an override)."""
+        """The snapshot's check (``holds()`` less the arguments') as one function over local
+        names, in C-level passes by identity (each call runs it with cold caches, where every
+        lookup costs several times its warm cost: benchmarks/README.md); with ``state`` (the
+        repeated forward's), also ``reused(state)``."""
         layout, forward, snapshot = self, state is not None, self.snapshot
         # Each reader's rows as columns: (reader, *argument columns, values expected)
         reads = [(reader, *zip(*rows)) for (reader, _), rows in snapshot.reads.items()]
@@ -292,11 +265,8 @@ class _Layout:
         return holds
 
     def _no_new_hooks(self) -> bool:
-        """After a hook was registered somewhere (``RemovableHandle``'s counter moved): whether
-        the layout's empty hook dicts are all still empty. Registration is the only way into a
-        hook dict, and each takes a new handle id, so while the counter stands none can have
-        changed: one read per call instead of one per module and hook kind. A registration
-        elsewhere (a tensor hook, a trace's own hooks) costs one pass over them."""
+        """After a hook was registered somewhere (``RemovableHandle``'s counter moved, the only
+        way into a hook dict): whether the layout's empty hook dicts are all still empty."""
         seen = RemovableHandle.next_id  # read first: a registration during the pass moves it
         if any(self.unused_hook_dicts):
             return False
@@ -304,11 +274,8 @@ class _Layout:
         return True
 
     def assemble(self) -> _StateSet:
-        """This call's state: the layout's objects, with what each step replaces read anew.
-
-        Without optimizers (a forward) and without ``.grad``s, nothing can change what this
-        returns while ``holds()`` is true: the last such state is reused (it holds nothing
-        the module does not hold itself)."""
+        """This call's state: the layout's objects, with what each step replaces read anew
+        (without optimizers and ``.grad``s, the last one: nothing could change it)."""
         memo = self._assembled
         no_grads = self._no_grads()
         if memo is not None and no_grads:
@@ -364,12 +331,6 @@ class _Layout:
         )
 
 
-_GRAD = operator.attrgetter("grad")
-
-
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
-
-
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
     """The arguments' leaves, and whether they are positional tensors only (the common call)."""
     if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
@@ -378,14 +339,22 @@ def arg_leaves(args, kwargs) -> tuple[list, bool]:
 
 
 def _snapshot_hooks(layout: _Layout, hook_dicts) -> None:
-    """A hook dict in use joins the snapshot (checked key by key on each call, so that a
-    removal is seen); an empty one is checked only after a registration anywhere in the
-    process (``_Layout._no_new_hooks``): it can change in no other way."""
+    """A hook dict in use joins the snapshot (checked key by key); an empty one is checked only
+    after a registration anywhere (``_Layout._no_new_hooks``)."""
     for d in hook_dicts:
         if d:
             layout.snapshot.dict(d)
         else:
             layout.unused_hook_dicts.append(d)
+
+
+def set_capturable(optimizers) -> list:
+    """Set each group's ``capturable`` flag (its code path keeps step counts and learning rates
+    as tensors, no host reads, as for CUDA graphs); the ``(group, flag before)`` pairs."""
+    groups = [(g, g["capturable"]) for o in optimizers for g in o.param_groups if "capturable" in g]
+    for group, _ in groups:
+        group["capturable"] = True
+    return groups
 
 
 def mapping_get(mapping, key):
@@ -396,18 +365,16 @@ def mapping_get(mapping, key):
 
 def _lr_type(params) -> type:
     """The type a group's learning rate is passed as: float64 if a parameter is 64-bit, else
-    float32. PyTorch combines a Python-float rate with a float32 tensor in float32 (as a
-    scalar of the tensor's dtype), so this keeps the optimizer's scalar arithmetic (``lr /
-    bias_correction``) in the dtype PyTorch computes it in, and float64 models exact."""
+    float32 (the dtype PyTorch computes a Python-float rate with a tensor in)."""
     wide = (torch.float64, torch.complex128)
     return np.float64 if any(p.dtype in wide for p in params) else np.float32
 
 
 def _rate_in(group: dict) -> bool:
     """Whether a group's learning rate is an input of the program: a Python number, or a 0-d
-    floating tensor (``SGD(params, lr=torch.tensor(0.1))``, which a scheduler changes in place
-    with ``fill_``: baked in, a CPU one would silently keep its first value, a jax one compile
-    the step again on each change). Either is passed as its value, in the group's precision."""
+    floating tensor (which a scheduler changes in place with ``fill_``: baked in, it would
+    keep its first value)."""
+
     value = group.get("lr")
     if isinstance(value, float | int):
         return not isinstance(value, bool)
