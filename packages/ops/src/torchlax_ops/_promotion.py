@@ -24,7 +24,7 @@ from torchlax_core import DtypeNotImplementedError, UnsupportedDtypeError, jax_d
 from torchlax_core.internal import scalar_type_name
 
 from ._aten import Missing
-from ._recompute import fenced, recomputed
+from ._recompute import recomputed
 
 __all__ = [
     "HALF",
@@ -124,7 +124,6 @@ def declared(
     args: Sequence[str] | None,
     opmath: bool,
     results: Sequence[Any] | None = None,
-    fence: bool = False,
 ) -> Callable:
     """``fn`` promoting the arguments ``args`` of ``op``'s schema as ``promote`` says, or (no
     ``promote``) computing half precision in float32 when ``opmath`` (pw_cast_for_opmath), each
@@ -161,7 +160,7 @@ def declared(
         return _promoting(fn, pairs, promote, cast_result=True, op=str(op))
     if opmath:
         rules = None if results is None else _result_rules(op, fn, schema, results, position)
-        return _in_opmath(fn, pairs, rules, fence)
+        return _in_opmath(fn, pairs, rules)
     return fn
 
 
@@ -308,24 +307,14 @@ def up(x: Any) -> Any:
     return x.astype(jnp.float32) if isinstance(x, _ARRAYS) and x.dtype in HALF else x
 
 
-def _fence_arrays(values: list) -> list:
-    """``values`` with their arrays behind one ``fenced`` barrier."""
-    where = [i for i, v in enumerate(values) if isinstance(v, jax.Array)]
-    values = list(values)
-    for i, v in zip(where, fenced(*[values[i] for i in where]), strict=True):
-        values[i] = v
-    return values
-
-
 def _in_opmath(
     fn: Callable,
     pairs: tuple[tuple[int, str], ...],
     rules: tuple[tuple[int, Any, str | None], ...] | None = None,
-    fence: bool = False,
 ) -> Callable:
     """PyTorch's pw_cast_for_opmath: float16/bfloat16 arguments computed in float32, float32
     results cast back to the arguments' common dtype when that is half precision, or where
-    ``rules`` (``_result_rules``) says; behind ``fenced`` first with ``fence``."""
+    ``rules`` (``_result_rules``) says."""
     # A ScalarType rule is PyTorch's dtype= argument: the arguments are cast to it first.
     dtype_at = next(((p, n) for kind, p, n in rules or () if kind == _DTYPE), None)
 
@@ -351,8 +340,7 @@ def _in_opmath(
 
         def compute(*args, **kwargs):
             args = list(args)
-            values = [args[p] if p < len(args) else kwargs.get(n) for p, n in pairs]
-            ups = [up(v) for v in (_fence_arrays(values) if fence else values)]
+            ups = [up(args[p] if p < len(args) else kwargs.get(n)) for p, n in pairs]
             _replace(args, kwargs, pairs, ups)
             return _round(fn(*args, **kwargs), common, targets)
 

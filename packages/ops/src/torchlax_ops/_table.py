@@ -97,7 +97,6 @@ def lowering(
     args: Sequence[str] | None = None,
     opmath: bool = False,
     results: Sequence[Any] | None = None,
-    fence: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Record ``fn`` as the JAX lowering of each of ``ops`` (jax.Arrays in and out).
 
@@ -111,12 +110,8 @@ def lowering(
     of a schema argument: a tensor's dtype as passed (``"input"``: layer norm's output), a
     ``ScalarType`` argument's dtype when given (``"dtype"``: PyTorch casts the arguments to it
     first, and so does the wrapper), a ``bool`` argument's float32 when true
-    (``"half_to_float"``). ``fence`` (with ``opmath``): half-precision arguments pass an
-    optimization barrier before their up-cast (``_recompute.fenced``), for an op that reads its
-    input more than once (softmax: its maximum, sum and output passes): XLA then reads the half
-    input in each pass, and cannot hoist the up-cast above a reshape or relayout copy that
-    precedes the op (which would move float32 bytes: a causal LM's logits). The name bound in
-    the module is the lowering of ``ops[0]``, so a direct call promotes too.
+    (``"half_to_float"``). The name bound in the module is the lowering of ``ops[0]``, so a
+    direct call promotes too.
     """
 
     def record(fn: Callable) -> Callable:
@@ -124,7 +119,7 @@ def lowering(
         if promote is None and not opmath and results is None:
             LOWERINGS.extend((op, fn) for op in present)
             return fn
-        wrapped = [declared(op, fn, promote, args, opmath, results, fence) for op in present]
+        wrapped = [declared(op, fn, promote, args, opmath, results) for op in present]
         LOWERINGS.extend(zip(present, wrapped, strict=True))
         # (every op missing from this torch: the plain function, which no table holds)
         return wrapped[0] if wrapped else fn

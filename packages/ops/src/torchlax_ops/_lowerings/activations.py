@@ -28,12 +28,12 @@ def _along(fn, x, dim):
 
 
 # half_to_float: a half input's softmax stays float32 instead of rounding back.
-@lowering(aten._softmax.default, opmath=True, results=("half_to_float",), fence=True)
+@lowering(aten._softmax.default, opmath=True, results=("half_to_float",))
 def _softmax(self, dim, half_to_float):
     return _along(jax.nn.softmax, self, dim)
 
 
-@lowering(aten._log_softmax.default, opmath=True, results=("half_to_float",), fence=True)
+@lowering(aten._log_softmax.default, opmath=True, results=("half_to_float",))
 def _log_softmax(self, dim, half_to_float):
     return _along(jax.nn.log_softmax, self, dim)
 
