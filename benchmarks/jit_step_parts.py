@@ -55,9 +55,8 @@ def mlp_case(depth: int):
 
 
 def state_arrays(jitted) -> int:
-    """How many state arrays the jitted step passes (its last call's state)."""
-    last = jitted._last_state
-    return len(last[0]) if last is not None else -1
+    """How many state arrays the jitted step passes (the last state signature it computed)."""
+    return len(jitted._state_sig[0])
 
 
 def variants_of(name: str, make_case, optimizer: str) -> dict[str, Callable[[], Any]]:

@@ -78,7 +78,7 @@ class _JitFunction(torch.autograd.Function):
                 raise_error(error)  # before any output or state is written back
             return results
 
-        call.out_arrays = outs = call.plan.launched(call.jitted, run.state, launch)[0]
+        call.out_arrays = outs = call.plan.launched(run.state, launch)[0]
         ctx.call = call
         outputs = _to_tensors(outs, run.on_jax, call.arrays, info.out_orders)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])

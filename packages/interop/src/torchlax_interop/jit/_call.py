@@ -8,8 +8,9 @@ entry for the signature (``_Run``), and runs that entry's plan (docs/architectur
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import functools
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from operator import is_
 from typing import Any
 
@@ -85,8 +86,7 @@ class _Jitted:
         self.programs: dict[Any, _Program] = {}
         self._first_call = True
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
-        self._tensor_args_specs: dict[int, tuple] = {}
-        self._last_state: tuple | None = None  # (state arrays, their signature)
+        self._state_sig: tuple = ((), _Hashed(()))  # the state arrays' avals, their signature
         self._plans: dict[bool, Any] = {}  # run.forward -> the last plan of that kind (_plan)
         # program key -> positions (in the state's grads) of .grads the step discards unread,
         # and the key of the program run without them (without_dead_grads)
@@ -148,96 +148,65 @@ class _Jitted:
             if _optimizer_state_missing(state.optimizers):
                 # compiled, and the next call's program compiled ahead (_first_call.py)
                 return _first_call.first_call(self, state, args, kwargs)
-        run = self._prepared(args, kwargs, leaves, tensors_only, layout, state)
+        plain = tensors_only and not self.static_argnums
+        run = self._prepared((args, kwargs), leaves, plain, layout, state)
         if self._compile_only:  # the first call compiles its program and the next one ahead
             return _first_call.compile_only(self, run)
         return self._plan(run).run_general(self, run)
 
-    def _prepared(self, args, kwargs, leaves, tensors_only, layout, state) -> _Run:
-        """The program, entry and arrays of this call (without the ``.grad``s a step's first
-        trace found it discards unread)."""
-        run = _Run(layout, state, tensors_only and not self.static_argnums, (args, kwargs))
-        args, kwargs, static_values = self._split_static(args, kwargs)
-        if run.plain_args:
-            # Tensors only, positionally (the common call): no pytree walk.
-            inputs, in_spec, spec_key = leaves, *self._tensor_args_spec(len(leaves))
-            statics = key_statics = (_SLOT,) * len(leaves)
-        else:
-            flat, in_spec = pytree.tree_flatten((args, kwargs))
-            inputs = [x for x in flat if isinstance(x, torch.Tensor)]
-            statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
-            spec_key = str(in_spec)
-            key_statics = layout.keyed_statics(statics)
-        run.inputs = inputs
-        run.checks = bool(torchlax_core.current_env().config.checked)
-        run.in_layouts = _input_layouts(inputs)
-        structure = state.structure()
-        key = (spec_key, key_statics, static_values, structure, torch.is_grad_enabled())
-        program_key = (*key, run.checks, run.in_layouts)
-        configuration = (in_spec, statics, static_values)
+    def _prepared(
+        self, call: tuple, leaves: list, plain: bool, layout: _Layout, state: _StateSet
+    ) -> _Run:
+        """The call's program and entry, over the state less the ``.grad``s the step discards
+        unread (which its first trace finds: ``without_dead_grads``)."""
+        inputs, key, configuration = self._arguments(call, leaves, plain, layout)
+        in_layouts = _input_layouts(inputs)
+        checks = bool(torchlax_core.current_env().config.checked)
+        key = (*key, state.structure(), torch.is_grad_enabled(), checks, in_layouts)
         while True:
-            dead_grads = self._find_program(run, program_key, configuration)
-            self._find_entry(run)
-            info = run.info
-            if info.trains and any(t.requires_grad for t in inputs):
+            try:
+                # (a forward never has dead .grads: no second hash of its key)
+                dead = self._dead_grads.get(key) if self._dead_grads else None
+                run_state, run_key = (
+                    (state.without_grads(dead), self._dead_keys[key]) if dead else (state, key)
+                )
+                program = self.programs.get(run_key)
+            except TypeError:
+                raise JitArgumentError(
+                    "torchlax.jit treats non-tensor arguments as static values, which must be "
+                    "hashable; got an unhashable one. Pass arrays as tensors and other values "
+                    "as hashable Python objects (tuples, not lists)."
+                ) from None
+            if program is None:
+                program = self.programs[run_key] = _Program(self, configuration, checks, in_layouts)
+            run = _Run(self, layout, run_state, plain, call, inputs, in_layouts, checks, program)
+            if run.info.trains and any(t.requires_grad for t in inputs):
                 raise _argument_requiring_grad_error(self, inputs)
-            if not info.trains or run.entry.jaxpr is None or dead_grads is not None:
+            if not run.info.trains or run.entry.jaxpr is None or dead is not None:
                 return run  # (no jaxpr kept in checked mode)
             # The first trace of this step: the .grads it discards unread are left out, by this
             # call (its program not compiled yet) and later ones (without_dead_grads).
-            dead = self._dead_grads[run.program_key] = _unread_grads(run.entry, run.state)
+            dead = self._dead_grads[run_key] = _unread_grads(run.entry, run_state)
             if not dead:
                 return run
-            self._dead_keys[run.program_key] = without_dead_grads(
-                self.programs, run.program_key, run.entry, run.state, dead
+            self._dead_keys[run_key] = without_dead_grads(
+                self.programs, run_key, run.entry, run_state, dead
             )
-            run.state = state
 
-    def _find_program(self, run: _Run, program_key: tuple, configuration: tuple):
-        """Set ``run.program`` and, where known, the state less the discarded ``.grad``s;
-        returns those (None before they are known)."""
-        try:
-            # (a forward never has dead .grads: no second hash of its key)
-            dead_grads = self._dead_grads.get(program_key) if self._dead_grads else None
-            if dead_grads:
-                run.state = run.state.without_grads(dead_grads)
-                program_key = self._dead_keys[program_key]
-            program = self.programs.get(program_key)
-        except TypeError:
-            raise JitArgumentError(
-                "torchlax.jit treats non-tensor arguments as static values, which must be "
-                "hashable; got an unhashable one. Pass arrays as tensors and other values as "
-                "hashable Python objects (tuples, not lists)."
-            ) from None
-        if program is None:
-            with _trace_lock:
-                program = self.programs.setdefault(
-                    program_key, _Program(self, configuration, run.checks, run.in_layouts)
-                )
-        run.program, run.program_key = program, program_key
-        return dead_grads
-
-    def _find_entry(self, run: _Run) -> None:
-        """Set the call's arrays, signature and program entry (``run.entry``, ``run.info``)."""
-        state, program = run.state, run.program
-        run.cpu_tensors = list(state.cpu_tensors.values())
-        run.state_arrays = [s.array for s in state.storages]
-        run.lr_arrays = [to(lr) for (_, lr), to in zip(state.lrs, state.lr_types, strict=True)]
-        run.arrays = [_borrow(t) for t in run.cpu_tensors] + _input_arrays(
-            run.inputs, run.in_layouts
-        )
-        run.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in run.inputs)
-        run.signature = (self._state_signature(run.state_arrays), _signature(run.arrays))
-        # A step that trains runs the donating program, a forward the other: guessed from the
-        # optimizers until the first trace tells, and checked on each new signature.
-        forward = program.trains is False or (program.trains is None and not state.optimizers)
-        call_args = (run.state_arrays, run.lr_arrays, run.arrays)
-        run.entry = program.entry(run.signature, state, call_args, forward)
-        if run.entry.info.trains == forward:  # the guess was wrong: the other program's entry
-            forward = not forward
-            run.entry = program.entry(run.signature, state, call_args, forward)
-        run.info, run.forward = run.entry.info, forward
-        program.trains = run.info.trains
+    def _arguments(self, call: tuple, leaves: list, plain: bool, layout: _Layout) -> tuple:
+        """The call's tensors, what its arguments give the program's key, and its
+        configuration (``_Program``: the arguments' tree, each leaf's place or value, the
+        static values)."""
+        if plain:  # tensors only, positionally (the common call): no pytree walk
+            in_spec, spec_key = _tensor_args_spec(len(leaves))
+            statics = (_SLOT,) * len(leaves)
+            return leaves, (spec_key, statics, ()), (in_spec, statics, ())
+        args, kwargs, static_values = self._split_static(*call)
+        flat, in_spec = pytree.tree_flatten((args, kwargs))
+        inputs = [x for x in flat if isinstance(x, torch.Tensor)]
+        statics = tuple(_SLOT if isinstance(x, torch.Tensor) else x for x in flat)
+        key = (str(in_spec), layout.keyed_statics(statics), static_values)
+        return inputs, key, (in_spec, statics, static_values)
 
     def _plan(self, run: _Run) -> _ForwardPlan | _StepPlan:
         """The plan of ``run``'s entry and layout (one kept per kind: forward, step)."""
@@ -262,37 +231,35 @@ class _Jitted:
                 move_cpu_state_to_jax(opt)
 
     def _state_signature(self, arrays: list) -> _Hashed:
-        # The last call's state signature while its arrays are the live state.
-        last = self._last_state
-        if last is not None and len(last[0]) == len(arrays) and all(map(is_, arrays, last[0])):
-            return last[1]
-        sig = _Hashed(_signature(arrays))
-        self._last_state = (arrays, sig)
+        # The last one while the arrays' avals are the very ones it was computed for (as the
+        # core's CallPlan.miss: a step's results keep their avals call after call); a stand-in
+        # (jax.ShapeDtypeStruct, _first_call) has none and is compared itself.
+        avals, sig = self._state_sig
+        now = list(map(getattr, arrays, repeat("aval"), arrays))
+        if len(now) != len(avals) or not all(map(is_, now, avals)):
+            sig = _Hashed(_signature(arrays))
+            self._state_sig = (now, sig)
         return sig
 
-    def _tensor_args_spec(self, n: int) -> tuple:
-        spec = self._tensor_args_specs.get(n)
-        if spec is None:
-            in_spec = pytree.tree_flatten((tuple(range(n)), {}))[1]
-            spec = self._tensor_args_specs[n] = (in_spec, str(in_spec))
-        return spec
+    def _split_static(self, args: tuple, kwargs: dict) -> tuple:
+        """The arguments with ``_STATIC`` in each static one's place, and the static values."""
+        positional, kwargs, values = list(args), dict(kwargs), []
+        for i in self.static_argnums:
+            if i < len(positional):
+                values.append(positional[i])
+                positional[i] = _STATIC
+        for name in self.static_argnames:
+            if name in kwargs:
+                values.append(kwargs[name])
+                kwargs[name] = _STATIC
+        return tuple(positional), kwargs, tuple(values)
 
-    def _split_static(self, args, kwargs):
-        static_values = []
-        if self.static_argnums:
-            args = list(args)
-            for i in self.static_argnums:
-                if i < len(args):
-                    static_values.append(args[i])
-                    args[i] = _STATIC
-            args = tuple(args)
-        if self.static_argnames:
-            kwargs = dict(kwargs)
-            for name in self.static_argnames:
-                if name in kwargs:
-                    static_values.append(kwargs[name])
-                    kwargs[name] = _STATIC
-        return args, kwargs, tuple(static_values)
+
+@functools.cache
+def _tensor_args_spec(n: int) -> tuple:
+    """The tree of ``n`` positional tensor arguments, and its key."""
+    in_spec = pytree.tree_flatten((tuple(range(n)), {}))[1]
+    return in_spec, str(in_spec)
 
 
 @contextlib.contextmanager
@@ -362,28 +329,38 @@ def _optimizer_state_missing(optimizers) -> bool:
     )
 
 
-@dataclasses.dataclass(slots=True)
 class _Run:
-    """One call on the general path: its state, program, entry and arrays (``_prepared``)."""
+    """One call on the general path (``_Jitted._prepared``): its state and arguments, and the
+    arrays and entry of ``program`` it runs (the entry traced here if new)."""
 
-    layout: _Layout
-    state: _StateSet
-    plain_args: bool  # tensors only, positionally, none static: a repeat can check them cheaply
-    call: tuple  # the call's (args, kwargs)
-    inputs: list = dataclasses.field(default_factory=list)
-    checks: bool = False
-    in_layouts: tuple | None = None
-    program: Any = None  # _Program
-    program_key: tuple = ()
-    cpu_tensors: list = dataclasses.field(default_factory=list)
-    state_arrays: list = dataclasses.field(default_factory=list)
-    lr_arrays: list = dataclasses.field(default_factory=list)
-    arrays: list = dataclasses.field(default_factory=list)
-    on_jax: bool = False
-    signature: tuple = ()
-    forward: bool = True
-    entry: Any = None  # Entry
-    info: Any = None  # _Info
+    __slots__ = (
+        *("layout", "state", "plain_args", "call", "inputs", "in_layouts", "checks", "program"),
+        *("cpu_tensors", "state_arrays", "lr_arrays", "arrays", "on_jax", "signature"),
+        *("entry", "info", "forward"),
+    )
+
+    def __init__(
+        self, jitted, layout, state, plain_args, call, inputs, in_layouts, checks, program
+    ):
+        self.layout, self.state, self.call, self.program = layout, state, call, program
+        self.plain_args = plain_args  # tensors only, positionally: a repeat checks them cheaply
+        self.inputs, self.in_layouts, self.checks = inputs, in_layouts, checks
+        self.cpu_tensors = list(state.cpu_tensors.values())
+        self.state_arrays = [s.array for s in state.storages]
+        self.lr_arrays = [to(lr) for (_, lr), to in zip(state.lrs, state.lr_types, strict=True)]
+        self.arrays = [_borrow(t) for t in self.cpu_tensors] + _input_arrays(inputs, in_layouts)
+        self.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
+        self.signature = (jitted._state_signature(self.state_arrays), _signature(self.arrays))
+        # A step that trains runs the donating program, a forward the other: guessed from the
+        # optimizers until the first trace tells, and checked on each new signature.
+        forward = program.trains is False or (program.trains is None and not state.optimizers)
+        call_args = (self.state_arrays, self.lr_arrays, self.arrays)
+        entry = program.entry(self.signature, state, call_args, forward)
+        if entry.info.trains == forward:  # the guess was wrong: the other program's entry
+            forward = not forward
+            entry = program.entry(self.signature, state, call_args, forward)
+        self.entry, self.info, self.forward = entry, entry.info, forward
+        program.trains = entry.info.trains
 
     def differentiable(self) -> bool:
         """Whether autograd needs the call (a forward with grad on over tensors requiring it)."""

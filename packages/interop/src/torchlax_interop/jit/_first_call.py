@@ -123,7 +123,6 @@ def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: d
             put_back(state, before)
             # (the layout the steady trace found, and its arrays, hold stand-ins)
             jitted._layout = layout
-            jitted._last_state = None
 
 
 def _aval(x: Any) -> tuple:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torchlax_core import JitError
 
 from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
@@ -89,23 +90,22 @@ def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None
     )
 
 
-def untrained_module_error(owner: str, module, path: str | None) -> JitError:
-    """The error for a module the step computes gradients for that is no state."""
-    where = "called inside the step " + where_held(path) if path is None else where_held(path)
+def unfound_state_error(owner: str, obj, path: str | None = None) -> JitError:
+    """The error for an optimizer the step steps, or a module it computes gradients for (at
+    ``path``), that is no state."""
+    name, which = type(obj).__name__, "optimizer"
+    if isinstance(obj, torch.optim.Optimizer):
+        what = f"calls {name}.step() on an optimizer that is not part of the compiled step's state"
+    else:
+        where = ("called inside the step " if path is None else "") + where_held(path)
+        what = (
+            f"computes gradients for the parameters of the {name} {where}, {_NOT_STATE}: its "
+            "parameters would be constants of the program, and it would not train"
+        )
+        which = "module (or its optimizer)"
     return JitError(
-        f"{owner}: the step computes gradients for the parameters of the "
-        f"{type(module).__name__} {where}, {_NOT_STATE}: its parameters would be constants of "
-        f"the program, and it would not train. {_STATE_IS_FOUND}. Close over the module (or "
-        "its optimizer) directly, or pass it as an argument of the jitted function."
-    )
-
-
-def unfound_optimizer_error(owner: str, opt) -> JitError:
-    """The error for an optimizer the step steps that is no state."""
-    return JitError(
-        f"{owner}: the step calls {type(opt).__name__}.step() on an optimizer that is not "
-        f"part of the compiled step's state. {_STATE_IS_FOUND}. Close over the optimizer "
-        "directly, or pass it as an argument of the jitted function."
+        f"{owner}: the step {what}. {_STATE_IS_FOUND}. Close over the {which} directly, or pass "
+        "it as an argument of the jitted function."
     )
 
 

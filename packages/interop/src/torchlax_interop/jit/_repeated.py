@@ -32,12 +32,11 @@ from torchlax_core.internal import (
     wrap_results_like,
     x64,
 )
-from torchlax_core.internal import signature as _signature
 
 from ._autograd import differentiable_call, eager_call
 from ._outputs import _returned, _to_tensors
 from ._program import _KEPT, _NEW, _NONE, _Info
-from ._state import _GRAD, _REQUIRES_GRAD, _Hashed, _Layout, _StateSet, mapping_get
+from ._state import _GRAD, _REQUIRES_GRAD, _Layout, _StateSet, mapping_get
 from ._watch import ReadConstants
 
 if TYPE_CHECKING:
@@ -119,7 +118,7 @@ class _ForwardPlan(_JitPlan):
             out_arrays, repeats, outputs = None, False, differentiable_call(self, jitted, run)
         else:
             call_args = (run.state_arrays, run.lr_arrays, run.arrays)
-            results = self.launched(jitted, state, lambda: self.program.run(self.entry, *call_args))
+            results = self.launched(state, lambda: self.program.run(self.entry, *call_args))
             out_arrays, outputs = results[0], None
             repeats = (
                 not info.writes
@@ -131,18 +130,17 @@ class _ForwardPlan(_JitPlan):
         _step_schedulers(state, info, [0] * len(state.schedulers))
         return self._general_result(jitted, run, out_arrays, repeats, outputs)
 
-    def launched(self, jitted: _Jitted, state: _StateSet, launch: Callable[[], Any]) -> Any:
+    def launched(self, state: _StateSet, launch: Callable[[], Any]) -> Any:
         """``launch()``'s results, the buffers they change written back into ``state`` all or
         nothing (the launch donates nothing: interrupted, it changed nothing)."""
         results = launch()
         if not self.info.writes:
             return results
-        return self.run((jitted, state), (), lambda: results)
+        return self.run((state,), (), lambda: results)
 
     def write_back(self, args: Sequence, results: Any) -> None:
-        """The buffers the forward changed (``args``: the jitted callable, the call's state)."""
-        args[0]._last_state = None
-        _write_changed(args[1], self.info, results[1], results[2])
+        """The buffers the forward changed (``args``: the call's state)."""
+        _write_changed(args[0], self.info, results[1], results[2])
 
     def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
         if self.plain is None:  # (launched now: its C++ launcher may be known)
@@ -230,7 +228,6 @@ class _StepPlan(_JitPlan):
 
     __slots__ = (
         "write_plan",
-        "out_sig",
         "state",
         "grad_enabled",
         "written_arrays",
@@ -243,14 +240,12 @@ class _StepPlan(_JitPlan):
         super().__init__(run.program.core, run, len(run.state_arrays) if donate else 0)
         self.write_plan = _write_plan(run.state, self.info)  # holds while the layout does
         self.atomic = True  # (also where it donates nothing: donate_state=False)
-        # the state arrays' signature, the same every call (_Jitted._state_signature)
-        self.out_sig: _Hashed | None = None
 
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
         """The general path's step (``run``: its ``_Run``)."""
         state = run.state
         dead = [state.grads[i] for i in state.dead_grads]
-        out_arrays = self.step(jitted, state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
+        out_arrays = self.step(state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
         repeats = (
             not run.checks
             and not jitted._cpu_outputs  # pyright: ignore[reportPrivateUsage]  (its own module)
@@ -259,37 +254,33 @@ class _StepPlan(_JitPlan):
         )
         return self._general_result(jitted, run, out_arrays, repeats)
 
-    def step(self, jitted: _Jitted, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
+    def step(self, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Run the entry on ``call_args`` into ``state``'s objects, all or nothing; the output
         arrays. The ``.grad``s of ``dead`` (discarded unread) are dropped for the launch."""
         if self.donated:
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
-        args = (jitted, state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
+        args = (state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
         with x64():  # the learning rates are numpy scalars: float64 ones stay float64
             return self.run(args, call_args)[0]
 
     def prepare(self, args: Sequence) -> None:
-        for p in args[3]:
+        for p in args[2]:
             p.grad = None  # dropped before the program runs: not alive in it
 
     def undo(self, args: Sequence) -> None:
-        for p, grad in zip(args[3], args[4], strict=True):
+        for p, grad in zip(args[2], args[3], strict=True):
             if p.grad is not grad:
                 p.grad = grad
 
     def write_back(self, args: Sequence, results: Any) -> None:
         """The run's new state written, what it left remembered for the next call's guard, the
         schedulers' deferred ``step()``s made (``args``: ``step``'s). Idempotent."""
-        jitted, state, stepped = args[:3]
+        state, stepped = args[:2]
         new_storages = results[1]
         grads = _write_state(
             state, self.info, new_storages, results[2], self.write_plan, bool(self.donated)
         )
-        out_sig = self.out_sig
-        if out_sig is None:
-            out_sig = self.out_sig = _Hashed(_signature(new_storages))
-        jitted._last_state = (new_storages, out_sig)
         self._remember(new_storages, grads)  # (what _write_state put in the storages)
         _step_schedulers(state, self.info, stepped)
 
@@ -333,7 +324,7 @@ class _StepPlan(_JitPlan):
         lr_arrays = [
             to(group["lr"]) for group, to in zip(layout.lr_groups, layout.lr_types, strict=True)
         ]
-        out_arrays = self.step(jitted, state, self.dead, (self.written_arrays, lr_arrays, arrays))
+        out_arrays = self.step(state, self.dead, (self.written_arrays, lr_arrays, arrays))
         return self._outputs(out_arrays, arrays)
 
 

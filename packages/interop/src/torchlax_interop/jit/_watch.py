@@ -41,8 +41,7 @@ from ._refusals import (
     changed_constant_error,
     changed_cpu_tensor_error,
     described_tensor,
-    unfound_optimizer_error,
-    untrained_module_error,
+    unfound_state_error,
     where_held,
 )
 from ._state import _StateSet
@@ -350,7 +349,7 @@ class TraceWatch(TorchFunctionMode):
         # Its state tensors would be created or written inside the program without being its
         # inputs or outputs: values of a finished trace kept in ``opt.state``.
         if id(opt) not in self._state_optimizers and threading.get_ident() == self._thread:
-            raise unfound_optimizer_error(self._owner, opt)
+            raise unfound_state_error(self._owner, opt)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -483,7 +482,7 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         else [c for c in changed if not reaches(out, c.tensor)]
     )
     if untrained is not None:
-        raise untrained_module_error(owner, untrained, path(untrained))
+        raise unfound_state_error(owner, untrained, path(untrained))
     if named:
         raise changed_constant_error(owner, named)
     host_grad = [
@@ -504,7 +503,7 @@ def _cpu_tensor_error(watch: TraceWatch, changed: list, owner: str, path: Callab
     if changed[0].by_backward and not changed[0].crossing:
         untrained = watch.untrained_module({id(c.tensor) for c in changed})
         if untrained is not None:
-            return untrained_module_error(owner, untrained, path(untrained))
+            return unfound_state_error(owner, untrained, path(untrained))
     named = [(c, None if c.made else path(c.tensor)) for c in changed]
     return changed_cpu_tensor_error(owner, named)
 
