@@ -131,3 +131,21 @@ def test_a_steps_run_that_fails_while_it_runs_is_waited_for_and_written_nowhere(
         jstep(x, y)
     held = {id(array_of(p)) for p in model.parameters()}  # pyright: ignore[reportArgumentType]  (torchlax Tensors)
     assert ran and not any(id(a) in held for a in ran)  # no result became a parameter
+
+
+def test_a_state_array_of_another_dtype_is_another_signature():
+    # The state's signature is kept while its arrays' avals are the very ones it was made for
+    # (_Jitted._state_signature): a state array of another dtype, its count unchanged, is
+    # another entry.
+    with torchlax.enable():
+        w = torch.ones(3, device="jax")
+        x = torch.full((3,), 2.0, device="jax")
+    f = torchlax.jit(lambda x, *, k: x * w + k)  # (a keyword call: the general path each time)
+    for _ in range(2):
+        assert f(x, k=1.0).dtype == torch.float32
+    with torchlax.enable():
+        w.data = torch.ones(3, dtype=torch.float64, device="jax")
+    out = f(x, k=1.0)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out.cpu(), torch.full((3,), 3.0, dtype=torch.float64))
+    assert f.compilations == 2

@@ -133,3 +133,32 @@ def test_jit_and_the_backend_raise_no_plain_builtin_errors(package):
             ):
                 plain.append(f"{path.name}:{value.lineno}")
     assert plain == []
+
+
+def test_unfound_state_error_words_an_optimizer_and_a_module_each_their_own_way():
+    # One builder for both (``_refusals.unfound_state_error``): each sentence names the object,
+    # what the step did with it and what to do.
+    from torchlax_interop.jit._refusals import _STATE_IS_FOUND, unfound_state_error
+
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fix = "directly, or pass it as an argument of the jitted function."
+    error = unfound_state_error("torchlax.jit(step)", opt)
+    assert isinstance(error, torchlax.JitError)
+    assert str(error) == (
+        "torchlax.jit(step): the step calls SGD.step() on an optimizer that is not part of the "
+        f"compiled step's state. {_STATE_IS_FOUND}. Close over the optimizer {fix}"
+    )
+    module_words = (
+        "which is not part of the compiled step's state: its parameters would be constants of "
+        "the program, and it would not train. "
+        f"{_STATE_IS_FOUND}. Close over the module (or its optimizer) {fix}"
+    )
+    assert str(unfound_state_error("torchlax.jit(step)", model, "cfg.net")) == (
+        "torchlax.jit(step): the step computes gradients for the parameters of the Linear at "
+        f"cfg.net, {module_words}"
+    )
+    assert str(unfound_state_error("torchlax.jit(step)", model, None)) == (
+        "torchlax.jit(step): the step computes gradients for the parameters of the Linear "
+        "called inside the step (the function does not reach it within the search), " + module_words
+    )

@@ -28,7 +28,6 @@ class _Call:
     """One differentiable call: its plan, ``_Run`` (``_call``) and what its backward needs."""
 
     plan: Any  # _repeated._ForwardPlan
-    jitted: Any  # _call._Jitted
     run: Any  # _call._Run
     mask: tuple[bool, ...]  # per tensor: whether the call is differentiated by it
     arrays: list  # state arrays, then CPU module tensors and inputs
@@ -38,12 +37,12 @@ class _Call:
     out_arrays: Any = None
 
 
-def differentiable_call(plan: Any, jitted: Any, run: Any) -> list:
+def differentiable_call(plan: Any, run: Any) -> list:
     """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``."""
     tensors = run.tensors()
     mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
     arrays, precision = run.state_arrays + run.arrays, torch.get_float32_matmul_precision()
-    call = _Call(plan, jitted, run, mask, arrays, run.entry.key(), precision)
+    call = _Call(plan, run, mask, arrays, run.entry.key(), precision)
     return _JitFunction.apply(call, *_masked(tensors, mask))
 
 

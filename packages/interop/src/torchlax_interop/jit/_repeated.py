@@ -115,7 +115,7 @@ class _ForwardPlan(_JitPlan):
         if run.differentiable():
             if info.eager_backward:
                 return eager_call(jitted, run)
-            out_arrays, repeats, outputs = None, False, differentiable_call(self, jitted, run)
+            out_arrays, repeats, outputs = None, False, differentiable_call(self, run)
         else:
             call_args = (run.state_arrays, run.lr_arrays, run.arrays)
             results = self.launched(state, lambda: self.program.run(self.entry, *call_args))

@@ -57,7 +57,6 @@ class _StateSet:
     storages: list
     owners: list  # one torchlax Tensor per storage (for autograd and write-back)
     grads: list  # parameters whose .grad the program may change
-    modules: list  # every module reached (their train/eval flags select the program)
     optimizers: list
     schedulers: list
     lrs: list  # (param_group, value) for each learning rate that is an input
@@ -184,11 +183,17 @@ class _Layout:
     # assemble()'s last state, kept while it has no optimizers and no .grads
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
+    # assemble()'s state less its storages and owners
+    _template: _StateSet = dataclasses.field(init=False, repr=False)
     _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # forward_guard
 
     def seal(self) -> None:
         """Make the checks of the layout as found (after the walk)."""
         self._nones = (None,) * len(self.grads)
+        self._template = _StateSet(
+            [], [], self.grads, self.optimizer_list, self.schedulers, [],
+            self.lr_types, self.cpu_tensors, self.static_structure
+        )  # fmt: skip
         self._holds = self.forward_guard(None)
 
     @property
@@ -317,18 +322,7 @@ class _Layout:
         for t in self.tensors:
             add(t)
         lrs = [(group, group["lr"]) for group in self.lr_groups]
-        return _StateSet(
-            storages,
-            owners,
-            self.grads,
-            self.modules,
-            self.optimizer_list,
-            self.schedulers,
-            lrs,
-            self.lr_types,
-            self.cpu_tensors,
-            self.static_structure,
-        )
+        return dataclasses.replace(self._template, storages=storages, owners=owners, lrs=lrs)
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
