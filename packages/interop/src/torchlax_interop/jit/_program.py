@@ -66,8 +66,10 @@ class _Info:
     out_spec: Any
     out_statics: tuple
     changed: tuple[bool, ...]  # per storage: whether the program writes it
-    grad_slots: tuple  # per grad parameter: (_NONE | _KEPT | _NEW, index)
-    opt_slots: tuple  # per optimizer, per parameter: ((name, kind, index), ...)
+    # What each .grad, then each optimizer state tensor (in entry_names' order) became:
+    # (_NONE | _KEPT | _NEW, its storage's index | its index in the extra results)
+    slots: tuple
+    entry_names: tuple  # per optimizer, per parameter: the names of its state tensors
     scheduler_steps: tuple[int, ...]
     cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
     trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
@@ -163,8 +165,7 @@ class _Program:
                 ]
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
-                grad_slots = tuple(swap.slot(p.grad, extra) for p in state.grads)
-                opt_slots = swap.optimizer_slots(extra)
+                slots, entry_names = swap.slots(extra)
                 cpu_new = [array_of(t) for t in cpu_state.values()]
         finally:
             swap.restore()
@@ -180,11 +181,11 @@ class _Program:
             out_spec,
             out_statics,
             changed,
-            grad_slots,
-            opt_slots,
+            slots,
+            entry_names,
             tuple(swap.scheduler_steps[id(s)] for s in state.schedulers),
             cpu_changed,
-            swap.trains(grad_slots, opt_slots, changed),
+            swap.trains(slots, changed),
             out_orders if any(o is not None for o in out_orders) else (),
             constants,
             eager_backward,
@@ -267,22 +268,31 @@ class _Program:
 
 def held(state: _StateSet, storages=None) -> tuple:
     """What a trace (or the first call's stand-ins) changes of the state's objects, for
-    ``put_back``: the arrays of ``storages`` (default: the state's), the ``.grad``s, and each
-    optimizer's state dict and entries."""
+    ``put_back``: the arrays of ``storages`` (default: the state's), the ``.grad``s, each
+    optimizer's state dict and entries, and its groups' learning rates and ``capturable``."""
     storages = state.storages if storages is None else storages
     optimizers = [
         (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
         for opt in state.optimizers
     ]
-    return storages, [s.array for s in storages], [p.grad for p in state.grads], optimizers
+    settings = [(g, "lr", g["lr"]) for g, _ in state.lrs] + [
+        (g, "capturable", g["capturable"])
+        for o in state.optimizers
+        for g in o.param_groups
+        if "capturable" in g
+    ]
+    grads = [p.grad for p in state.grads]
+    return storages, [s.array for s in storages], grads, optimizers, settings
 
 
 def put_back(state: _StateSet, held: tuple) -> None:
     """The state's objects as ``held`` found them (the same dicts: the step's own references
     to them stay valid)."""
-    storages, arrays, grads, optimizers = held
+    storages, arrays, grads, optimizers, settings = held
     for storage, array in zip(storages, arrays, strict=True):
         storage.array = array
+    for group, name, value in settings:
+        group[name] = value
     for p, grad in zip(state.grads, grads, strict=True):
         if p.grad is not grad:
             p.grad = grad
@@ -309,7 +319,6 @@ class _Swap:
         ]
         dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
         self.held = held(state, [*state.storages, *dead])
-        self.lrs = [group["lr"] for group, _ in state.lrs]
         self.scheduler_steps = {id(s): 0 for s in state.schedulers}
         for storage, array in zip(state.storages, state_arrays, strict=True):
             storage.array = array
@@ -321,7 +330,7 @@ class _Swap:
         self.lr_tensors = [Tensor(array) for array in lr_arrays]
         for (group, _), lr in zip(state.lrs, self.lr_tensors, strict=True):
             group["lr"] = lr
-        self.capturable = set_capturable(state.optimizers)
+        set_capturable(state.optimizers)
         for s in state.schedulers:
             s.step = functools.partial(self._scheduler_step, s)
 
@@ -334,13 +343,8 @@ class _Swap:
         self.scheduler_steps[id(scheduler)] += 1
 
     def restore(self) -> None:
-        state = self.state
-        put_back(state, self.held)
-        for (group, _), lr in zip(state.lrs, self.lrs, strict=True):
-            group["lr"] = lr
-        for group, capturable in self.capturable:
-            group["capturable"] = capturable
-        for s in state.schedulers:
+        put_back(self.state, self.held)
+        for s in self.state.schedulers:
             del s.step
 
     def slot(self, value, extra: list) -> tuple:
@@ -354,11 +358,12 @@ class _Swap:
         extra.append(_traced_array(value))
         return _NEW, len(extra) - 1
 
-    def optimizer_slots(self, extra: list) -> tuple:
-        """Per optimizer, per parameter: ``(name, *slot)`` for each state entry; a non-tensor
-        entry the step changed is refused, as is a learning rate it assigned."""
-        slots = tuple(
-            tuple(self._entries(opt, p, before.get(p, {}), extra) for p in _params(opt))
+    def slots(self, extra: list) -> tuple:
+        """``_Info``'s ``slots`` and ``entry_names`` of the trace's final state; a non-tensor
+        optimizer entry the step changed is refused, as is a learning rate it assigned."""
+        slots = [self.slot(p.grad, extra) for p in self.state.grads]
+        names = tuple(
+            tuple(self._entries(opt, p, before.get(p, {}), slots, extra) for p in _params(opt))
             for opt, _, before in self.held[3]
         )
         for (group, _), lr in zip(self.state.lrs, self.lr_tensors, strict=True):
@@ -368,13 +373,14 @@ class _Swap:
                     "value would be a constant of the program. Change learning rates with a "
                     "torch.optim.lr_scheduler scheduler, or outside the compiled function."
                 )
-        return slots
+        return tuple(slots), names
 
-    def _entries(self, opt, p, before: dict, extra: list) -> tuple:
+    def _entries(self, opt, p, before: dict, slots: list, extra: list) -> tuple:
         row = []
         for name, value in (opt.state.get(p) or {}).items():
             if isinstance(value, torch.Tensor):
-                row.append((name, *self.slot(value, extra)))
+                row.append(name)
+                slots.append(self.slot(value, extra))
             elif name not in before or before[name] != value:
                 raise JitError(
                     f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
@@ -383,22 +389,18 @@ class _Swap:
                 )
         return tuple(row)
 
-    def trains(self, grad_slots: tuple, opt_slots: tuple, changed: tuple) -> bool:
+    def trains(self, slots: tuple, changed: tuple) -> bool:
         """Whether the step changes a ``.grad`` or optimizer state (it then never runs as a
         forward that outer autograd differentiates)."""
+        n = len(self.grad_storage)
         return any(
             before != -1 if kind == _NONE else kind == _NEW or index != before or changed[index]
-            for (kind, index), before in zip(grad_slots, self.grad_storage, strict=True)
-        ) or any(kind != _KEPT or changed[index] for kind, index in _entry_slots(opt_slots))
+            for (kind, index), before in zip(slots[:n], self.grad_storage, strict=True)
+        ) or any(kind != _KEPT or changed[index] for kind, index in slots[n:])
 
 
 def _params(opt) -> list:
     return [p for group in opt.param_groups for p in group["params"]]
-
-
-def _entry_slots(opt_slots: tuple) -> list:
-    """The ``(kind, index)`` of each optimizer state entry of ``_Info.opt_slots``."""
-    return [(kind, i) for slots in opt_slots for entries in slots for _, kind, i in entries]
 
 
 def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
@@ -413,8 +415,7 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     read.update(id(v) for v in (*outs, *extra))
     # (a storage's output reads it unless it is its own unchanged value)
     read.update(id(v) for v, old in zip(new_storages, invars, strict=True) if v is not old)
-    slots = (*info.grad_slots, *_entry_slots(info.opt_slots))
-    kept = {index for kind, index in slots if kind == _KEPT}
+    kept = {index for kind, index in info.slots if kind == _KEPT}
     index = {id(s): i for i, s in enumerate(state.storages)}
     dead = []
     for position, p in enumerate(state.grads):
@@ -461,28 +462,16 @@ def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arra
     full = list(state_arrays)
     for i in drop:
         full.insert(i, None)  # (never read: _unread_grads)
-    key = closed.in_avals[-1]
-    if source.random:  # (one more split of the call's key: as random, not the same values)
-        key = jax.random.key_data(torchlax_core.current_env().next_prng_key())
-    else:
-        key = jnp.zeros(key.shape, key.dtype)  # pyright: ignore[reportAttributeAccessIssue]  (an aval)
+    key = source.key()  # (if random, one more split of the call's key: not the same values)
     if source.precision is not None:  # stale, as its source, once the matmul precision changes
         float32_matmul_precision()
     outs, storages, extra = _evaluated(source, full, lr_arrays, arrays, key)
     n_state = len(info.changed)
     kept = {old: new for new, old in enumerate(i for i in range(n_state) if i not in drop)}
-
-    def slot(kind: int, index: int) -> tuple:
-        return kind, kept[index] if kind == _KEPT else index
-
     info = dataclasses.replace(
         info,
         changed=tuple(info.changed[i] for i in kept),
-        grad_slots=tuple(slot(*s) for s in info.grad_slots),
-        opt_slots=tuple(
-            tuple(tuple((name, *slot(kind, i)) for name, kind, i in row) for row in slots)
-            for slots in info.opt_slots
-        ),
+        slots=tuple((kind, kept[i] if kind == _KEPT else i) for kind, i in info.slots),
     )
     return (outs, [storages[i] for i in kept], extra), info
 
