@@ -408,23 +408,20 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     ``None`` first) and only hands back unchanged."""
     assert entry.jaxpr is not None
     jaxpr = entry.jaxpr.jaxpr
-    info: _Info = entry.info
     invars = jaxpr.invars[: len(state.storages)]
-    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
     outs, new_storages, extra = jax.tree.unflatten(entry.out_tree, jaxpr.outvars)
-    read.update(id(v) for v in (*outs, *extra))
-    # (a storage's output reads it unless it is its own unchanged value)
+    read = {id(v) for v in (*outs, *extra)} | {id(v) for e in jaxpr.eqns for v in e.invars}
+    # (a storage's output reads it unless it is its own unchanged value; a slot kept reads it)
     read.update(id(v) for v, old in zip(new_storages, invars, strict=True) if v is not old)
-    kept = {index for kind, index in info.slots if kind == _KEPT}
+    read.update(id(invars[i]) for kind, i in entry.info.slots if kind == _KEPT)
     index = {id(s): i for i, s in enumerate(state.storages)}
-    dead = []
-    for position, p in enumerate(state.grads):
-        if not isinstance(p.grad, Tensor):
-            continue
-        i = index[id(storage_of(p.grad))]
-        if id(invars[i]) not in read and i not in kept and state.owners[i] is p.grad:
-            dead.append(position)
-    return tuple(dead)
+    return tuple(
+        position
+        for position, p in enumerate(state.grads)
+        if isinstance(p.grad, Tensor)
+        and id(invars[i := index[id(storage_of(p.grad))]]) not in read
+        and state.owners[i] is p.grad
+    )
 
 
 def without_dead_grads(
@@ -445,12 +442,10 @@ def without_dead_grads(
         for e in other.core.entries():
             if e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes:
                 return without
-    new = programs[(*key, dead)] = _Program(
-        program.jitted, program.configuration, program.checks, program.in_layouts
-    )
-    new.trains = True
+    program.forget_traces()  # (its one trace: what the program less those .grads derives from)
+    programs[(*key, dead)] = program
     dropped = {id(storage_of(state.grads[i].grad)) for i in dead}
-    new.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
+    program.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
     return (*key, dead)
 
 
