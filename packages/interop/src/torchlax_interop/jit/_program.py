@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -266,59 +267,54 @@ class _Program:
         return {**self.core.executables(), **self.forward_core.executables()}
 
 
-def held(state: _StateSet, storages=None) -> tuple:
-    """What a trace (or the first call's stand-ins) changes of the state's objects, for
+class _Held:
+    """What a trace (or the first call's stand-ins) changes of the state's objects, until
     ``put_back``: the arrays of ``storages`` (default: the state's), the ``.grad``s, each
     optimizer's state dict and entries, and its groups' learning rates and ``capturable``."""
-    storages = state.storages if storages is None else storages
-    optimizers = [
-        (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
-        for opt in state.optimizers
-    ]
-    settings = [(g, "lr", g["lr"]) for g, _ in state.lrs] + [
-        (g, "capturable", g["capturable"])
-        for o in state.optimizers
-        for g in o.param_groups
-        if "capturable" in g
-    ]
-    grads = [p.grad for p in state.grads]
-    return storages, [s.array for s in storages], grads, optimizers, settings
+
+    def __init__(self, state: _StateSet, storages=None):
+        self.state = state
+        self.arrays = [(s, s.array) for s in (state.storages if storages is None else storages)]
+        self.grads = [p.grad for p in state.grads]
+        self.optimizers = [
+            (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
+            for opt in state.optimizers
+        ]
+        self.settings = [(g, "lr", g["lr"]) for g, _ in state.lrs] + [
+            (g, "capturable", g["capturable"])
+            for o in state.optimizers
+            for g in o.param_groups
+            if "capturable" in g
+        ]
+
+    def put_back(self) -> None:
+        """The state's objects as found (the same dicts: the step's own references to them
+        stay valid)."""
+        for storage, array in self.arrays:
+            storage.array = array
+        for group, name, value in self.settings:
+            group[name] = value
+        for p, grad in zip(self.state.grads, self.grads, strict=True):
+            if p.grad is not grad:
+                p.grad = grad
+        for opt, dicts, entries in self.optimizers:
+            opt.state.clear()
+            for p, values in dicts.items():
+                values.clear()
+                values.update(entries[p])
+                opt.state[p] = values
 
 
-def put_back(state: _StateSet, held: tuple) -> None:
-    """The state's objects as ``held`` found them (the same dicts: the step's own references
-    to them stay valid)."""
-    storages, arrays, grads, optimizers, settings = held
-    for storage, array in zip(storages, arrays, strict=True):
-        storage.array = array
-    for group, name, value in settings:
-        group[name] = value
-    for p, grad in zip(state.grads, grads, strict=True):
-        if p.grad is not grad:
-            p.grad = grad
-    for opt, dicts, entries in optimizers:
-        opt.state.clear()
-        for p, values in dicts.items():
-            values.clear()
-            values.update(entries[p])
-            opt.state[p] = values
-
-
-class _Swap:
+class _Swap(_Held):
     """The state's objects holding a trace's tracers (``_Program._traced``) until ``restore``:
     the storages' arrays, the learning rates (tensors of their inputs), the optimizers'
     ``capturable`` flags and the schedulers' ``step()`` (counted, made after the call). It
     tells how each ``.grad`` and optimizer entry the trace leaves is returned (``slot``)."""
 
     def __init__(self, state: _StateSet, state_arrays: list, lr_arrays: list):
-        self.state = state
-        self.ids = {id(s): i for i, s in enumerate(state.storages)}
-        # per grad parameter, what its .grad was: None (-1), a storage's (its index), other (-2)
-        self.grad_storage = [
-            -1 if p.grad is None else self.ids.get(id(storage_of(p.grad)), -2) for p in state.grads
-        ]
         dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
-        self.held = held(state, [*state.storages, *dead])
+        super().__init__(state, [*state.storages, *dead])
+        self.ids = {id(s): i for i, s in enumerate(state.storages)}
         self.scheduler_steps = {id(s): 0 for s in state.schedulers}
         for storage, array in zip(state.storages, state_arrays, strict=True):
             storage.array = array
@@ -343,7 +339,7 @@ class _Swap:
         self.scheduler_steps[id(scheduler)] += 1
 
     def restore(self) -> None:
-        put_back(self.state, self.held)
+        self.put_back()
         for s in self.state.schedulers:
             del s.step
 
@@ -364,7 +360,7 @@ class _Swap:
         slots = [self.slot(p.grad, extra) for p in self.state.grads]
         names = tuple(
             tuple(self._entries(opt, p, before.get(p, {}), slots, extra) for p in _params(opt))
-            for opt, _, before in self.held[3]
+            for opt, _, before in self.optimizers
         )
         for (group, _), lr in zip(self.state.lrs, self.lr_tensors, strict=True):
             if group["lr"] is not lr:
@@ -391,12 +387,16 @@ class _Swap:
 
     def trains(self, slots: tuple, changed: tuple) -> bool:
         """Whether the step changes a ``.grad`` or optimizer state (it then never runs as a
-        forward that outer autograd differentiates)."""
-        n = len(self.grad_storage)
+        forward that outer autograd differentiates): a slot other than it was (an optimizer
+        entry: kept), or kept and written."""
+        before = [  # (a .grad of no storage: index -2, equal to no slot after)
+            (_NONE, -1) if g is None else (_KEPT, self.ids.get(id(storage_of(g)), -2))
+            for g in self.grads
+        ]
         return any(
-            before != -1 if kind == _NONE else kind == _NEW or index != before or changed[index]
-            for (kind, index), before in zip(slots[:n], self.grad_storage, strict=True)
-        ) or any(kind != _KEPT or changed[index] for kind, index in slots[n:])
+            (kind, i) != (b or (_KEPT, i)) or kind == _NEW or (kind == _KEPT and changed[i])
+            for (kind, i), b in itertools.zip_longest(slots, before)
+        )
 
 
 def _params(opt) -> list:
