@@ -1299,3 +1299,37 @@ def test_the_optimizers_capturable_flag_is_left_as_it_was(optimizer):
     for _ in range(3):
         jstep(x)
         assert opt.param_groups[0]["capturable"] is False
+
+
+def test_a_refused_trace_leaves_the_optimizer_as_it_found_it():
+    """A trace refused after it swapped its stand-ins in (the step assigns a learning rate)
+    puts back each group's learning rate and ``capturable`` flag, the state entries and the
+    ``.grad``s (the same state entries; the same values: a ``.grad`` that is a view is
+    replaced by its own value as the call assembles its state)."""
+    torch.manual_seed(0)
+    with torchlax.enable():
+        model = nn.Linear(4, 2).to("jax")
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        x = torch.randn(3, 4).to("jax")
+
+    def step(x):
+        opt.param_groups[0]["lr"] = 0.5  # (refused in a trace: the first call runs eagerly)
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+
+    jstep = torchlax.jit(step)
+    jstep(x)  # (eagerly: creates the optimizer's state, sets the rate)
+    group = opt.param_groups[0]
+    group["lr"] = 0.25  # (by hand: what the refused trace's assignment must not leave)
+    entries = {p: dict(opt.state[p]) for p in model.parameters()}
+    values = [(p.detach().cpu(), p.grad.cpu()) for p in model.parameters()]
+    with pytest.raises(torchlax.JitError, match=r"param_group\['lr'\]"):
+        jstep(x)
+    assert group["lr"] == 0.25 and type(group["lr"]) is float
+    assert group["capturable"] is False
+    for p, (value, grad_value) in zip(model.parameters(), values, strict=True):
+        assert opt.state[p].keys() == entries[p].keys()
+        assert all(opt.state[p][k] is v for k, v in entries[p].items())
+        torch.testing.assert_close(p.detach().cpu(), value, rtol=0, atol=0)
+        torch.testing.assert_close(p.grad.cpu(), grad_value, rtol=0, atol=0)

@@ -16,7 +16,7 @@ from torchlax_core import JitError
 from torchlax_core.internal import HeldInterrupts as _HeldInterrupts
 from torchlax_core.internal import op_cache_compiling_nothing
 
-from ._program import _log, held, put_back
+from ._program import _Held, _log
 from ._refusals import _owner
 from ._repeated import _write_plan, _write_state
 
@@ -107,10 +107,10 @@ def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: d
     stand-ins on ``sharding`` for what it creates, and compiling; the state put back after."""
     state, info, entry = first.state, first.info, first.entry
     _, new_types, extra_types = jax.tree.unflatten(entry.out_tree, entry.jaxpr.out_avals)
-    before = held(state)
+    before = _Held(state)
     new_storages = [
         array if _aval(array) == _aval(aval) else _stand_in(aval, sharding)
-        for array, aval in zip(before[1], new_types, strict=True)
+        for (_, array), aval in zip(before.arrays, new_types, strict=True)
     ]
     extra = [_stand_in(aval, sharding) for aval in extra_types]
     layout = jitted._layout
@@ -120,7 +120,7 @@ def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: d
         return _compile_ahead(jitted, args, kwargs, True)
     finally:
         with _HeldInterrupts():  # (a Ctrl-C arriving here waits until all is put back)
-            put_back(state, before)
+            before.put_back()
             # (the layout the steady trace found, and its arrays, hold stand-ins)
             jitted._layout = layout
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -66,8 +67,10 @@ class _Info:
     out_spec: Any
     out_statics: tuple
     changed: tuple[bool, ...]  # per storage: whether the program writes it
-    grad_slots: tuple  # per grad parameter: (_NONE | _KEPT | _NEW, index)
-    opt_slots: tuple  # per optimizer, per parameter: ((name, kind, index), ...)
+    # What each .grad, then each optimizer state tensor (in entry_names' order) became:
+    # (_NONE | _KEPT | _NEW, its storage's index | its index in the extra results)
+    slots: tuple
+    entry_names: tuple  # per optimizer, per parameter: the names of its state tensors
     scheduler_steps: tuple[int, ...]
     cpu_changed: tuple[bool, ...]  # per CPU buffer of a module target: written by the program
     trains: bool  # changes grads or optimizer state: never wrapped for outer autograd
@@ -163,8 +166,7 @@ class _Program:
                 ]
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
-                grad_slots = tuple(swap.slot(p.grad, extra) for p in state.grads)
-                opt_slots = swap.optimizer_slots(extra)
+                slots, entry_names = swap.slots(extra)
                 cpu_new = [array_of(t) for t in cpu_state.values()]
         finally:
             swap.restore()
@@ -180,11 +182,11 @@ class _Program:
             out_spec,
             out_statics,
             changed,
-            grad_slots,
-            opt_slots,
+            slots,
+            entry_names,
             tuple(swap.scheduler_steps[id(s)] for s in state.schedulers),
             cpu_changed,
-            swap.trains(grad_slots, opt_slots, changed),
+            swap.trains(slots, changed),
             out_orders if any(o is not None for o in out_orders) else (),
             constants,
             eager_backward,
@@ -265,51 +267,54 @@ class _Program:
         return {**self.core.executables(), **self.forward_core.executables()}
 
 
-def held(state: _StateSet, storages=None) -> tuple:
-    """What a trace (or the first call's stand-ins) changes of the state's objects, for
-    ``put_back``: the arrays of ``storages`` (default: the state's), the ``.grad``s, and each
-    optimizer's state dict and entries."""
-    storages = state.storages if storages is None else storages
-    optimizers = [
-        (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
-        for opt in state.optimizers
-    ]
-    return storages, [s.array for s in storages], [p.grad for p in state.grads], optimizers
+class _Held:
+    """What a trace (or the first call's stand-ins) changes of the state's objects, until
+    ``put_back``: the arrays of ``storages`` (default: the state's), the ``.grad``s, each
+    optimizer's state dict and entries, and its groups' learning rates and ``capturable``."""
+
+    def __init__(self, state: _StateSet, storages=None):
+        self.state = state
+        self.arrays = [(s, s.array) for s in (state.storages if storages is None else storages)]
+        self.grads = [p.grad for p in state.grads]
+        self.optimizers = [
+            (opt, dict(opt.state), {p: dict(v) for p, v in opt.state.items()})
+            for opt in state.optimizers
+        ]
+        self.settings = [(g, "lr", g["lr"]) for g, _ in state.lrs] + [
+            (g, "capturable", g["capturable"])
+            for o in state.optimizers
+            for g in o.param_groups
+            if "capturable" in g
+        ]
+
+    def put_back(self) -> None:
+        """The state's objects as found (the same dicts: the step's own references to them
+        stay valid)."""
+        for storage, array in self.arrays:
+            storage.array = array
+        for group, name, value in self.settings:
+            group[name] = value
+        for p, grad in zip(self.state.grads, self.grads, strict=True):
+            if p.grad is not grad:
+                p.grad = grad
+        for opt, dicts, entries in self.optimizers:
+            opt.state.clear()
+            for p, values in dicts.items():
+                values.clear()
+                values.update(entries[p])
+                opt.state[p] = values
 
 
-def put_back(state: _StateSet, held: tuple) -> None:
-    """The state's objects as ``held`` found them (the same dicts: the step's own references
-    to them stay valid)."""
-    storages, arrays, grads, optimizers = held
-    for storage, array in zip(storages, arrays, strict=True):
-        storage.array = array
-    for p, grad in zip(state.grads, grads, strict=True):
-        if p.grad is not grad:
-            p.grad = grad
-    for opt, dicts, entries in optimizers:
-        opt.state.clear()
-        for p, values in dicts.items():
-            values.clear()
-            values.update(entries[p])
-            opt.state[p] = values
-
-
-class _Swap:
+class _Swap(_Held):
     """The state's objects holding a trace's tracers (``_Program._traced``) until ``restore``:
     the storages' arrays, the learning rates (tensors of their inputs), the optimizers'
     ``capturable`` flags and the schedulers' ``step()`` (counted, made after the call). It
     tells how each ``.grad`` and optimizer entry the trace leaves is returned (``slot``)."""
 
     def __init__(self, state: _StateSet, state_arrays: list, lr_arrays: list):
-        self.state = state
-        self.ids = {id(s): i for i, s in enumerate(state.storages)}
-        # per grad parameter, what its .grad was: None (-1), a storage's (its index), other (-2)
-        self.grad_storage = [
-            -1 if p.grad is None else self.ids.get(id(storage_of(p.grad)), -2) for p in state.grads
-        ]
         dead: list[Any] = [storage_of(state.grads[i].grad) for i in state.dead_grads]
-        self.held = held(state, [*state.storages, *dead])
-        self.lrs = [group["lr"] for group, _ in state.lrs]
+        super().__init__(state, [*state.storages, *dead])
+        self.ids = {id(s): i for i, s in enumerate(state.storages)}
         self.scheduler_steps = {id(s): 0 for s in state.schedulers}
         for storage, array in zip(state.storages, state_arrays, strict=True):
             storage.array = array
@@ -321,7 +326,7 @@ class _Swap:
         self.lr_tensors = [Tensor(array) for array in lr_arrays]
         for (group, _), lr in zip(state.lrs, self.lr_tensors, strict=True):
             group["lr"] = lr
-        self.capturable = set_capturable(state.optimizers)
+        set_capturable(state.optimizers)
         for s in state.schedulers:
             s.step = functools.partial(self._scheduler_step, s)
 
@@ -334,13 +339,8 @@ class _Swap:
         self.scheduler_steps[id(scheduler)] += 1
 
     def restore(self) -> None:
-        state = self.state
-        put_back(state, self.held)
-        for (group, _), lr in zip(state.lrs, self.lrs, strict=True):
-            group["lr"] = lr
-        for group, capturable in self.capturable:
-            group["capturable"] = capturable
-        for s in state.schedulers:
+        self.put_back()
+        for s in self.state.schedulers:
             del s.step
 
     def slot(self, value, extra: list) -> tuple:
@@ -354,12 +354,13 @@ class _Swap:
         extra.append(_traced_array(value))
         return _NEW, len(extra) - 1
 
-    def optimizer_slots(self, extra: list) -> tuple:
-        """Per optimizer, per parameter: ``(name, *slot)`` for each state entry; a non-tensor
-        entry the step changed is refused, as is a learning rate it assigned."""
-        slots = tuple(
-            tuple(self._entries(opt, p, before.get(p, {}), extra) for p in _params(opt))
-            for opt, _, before in self.held[3]
+    def slots(self, extra: list) -> tuple:
+        """``_Info``'s ``slots`` and ``entry_names`` of the trace's final state; a non-tensor
+        optimizer entry the step changed is refused, as is a learning rate it assigned."""
+        slots = [self.slot(p.grad, extra) for p in self.state.grads]
+        names = tuple(
+            tuple(self._entries(opt, p, before.get(p, {}), slots, extra) for p in _params(opt))
+            for opt, _, before in self.optimizers
         )
         for (group, _), lr in zip(self.state.lrs, self.lr_tensors, strict=True):
             if group["lr"] is not lr:
@@ -368,13 +369,14 @@ class _Swap:
                     "value would be a constant of the program. Change learning rates with a "
                     "torch.optim.lr_scheduler scheduler, or outside the compiled function."
                 )
-        return slots
+        return tuple(slots), names
 
-    def _entries(self, opt, p, before: dict, extra: list) -> tuple:
+    def _entries(self, opt, p, before: dict, slots: list, extra: list) -> tuple:
         row = []
         for name, value in (opt.state.get(p) or {}).items():
             if isinstance(value, torch.Tensor):
-                row.append((name, *self.slot(value, extra)))
+                row.append(name)
+                slots.append(self.slot(value, extra))
             elif name not in before or before[name] != value:
                 raise JitError(
                     f"torchlax.jit: the optimizer {type(opt).__name__} stores a non-tensor "
@@ -383,22 +385,22 @@ class _Swap:
                 )
         return tuple(row)
 
-    def trains(self, grad_slots: tuple, opt_slots: tuple, changed: tuple) -> bool:
+    def trains(self, slots: tuple, changed: tuple) -> bool:
         """Whether the step changes a ``.grad`` or optimizer state (it then never runs as a
-        forward that outer autograd differentiates)."""
+        forward that outer autograd differentiates): a slot other than it was (an optimizer
+        entry: kept), or kept and written."""
+        before = [  # (a .grad of no storage: index -2, equal to no slot after)
+            (_NONE, -1) if g is None else (_KEPT, self.ids.get(id(storage_of(g)), -2))
+            for g in self.grads
+        ]
         return any(
-            before != -1 if kind == _NONE else kind == _NEW or index != before or changed[index]
-            for (kind, index), before in zip(grad_slots, self.grad_storage, strict=True)
-        ) or any(kind != _KEPT or changed[index] for kind, index in _entry_slots(opt_slots))
+            (kind, i) != (b or (_KEPT, i)) or kind == _NEW or (kind == _KEPT and changed[i])
+            for (kind, i), b in itertools.zip_longest(slots, before)
+        )
 
 
 def _params(opt) -> list:
     return [p for group in opt.param_groups for p in group["params"]]
-
-
-def _entry_slots(opt_slots: tuple) -> list:
-    """The ``(kind, index)`` of each optimizer state entry of ``_Info.opt_slots``."""
-    return [(kind, i) for slots in opt_slots for entries in slots for _, kind, i in entries]
 
 
 def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
@@ -406,24 +408,20 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
     ``None`` first) and only hands back unchanged."""
     assert entry.jaxpr is not None
     jaxpr = entry.jaxpr.jaxpr
-    info: _Info = entry.info
     invars = jaxpr.invars[: len(state.storages)]
-    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
     outs, new_storages, extra = jax.tree.unflatten(entry.out_tree, jaxpr.outvars)
-    read.update(id(v) for v in (*outs, *extra))
-    # (a storage's output reads it unless it is its own unchanged value)
+    read = {id(v) for v in (*outs, *extra)} | {id(v) for e in jaxpr.eqns for v in e.invars}
+    # (a storage's output reads it unless it is its own unchanged value; a slot kept reads it)
     read.update(id(v) for v, old in zip(new_storages, invars, strict=True) if v is not old)
-    slots = (*info.grad_slots, *_entry_slots(info.opt_slots))
-    kept = {index for kind, index in slots if kind == _KEPT}
+    read.update(id(invars[i]) for kind, i in entry.info.slots if kind == _KEPT)
     index = {id(s): i for i, s in enumerate(state.storages)}
-    dead = []
-    for position, p in enumerate(state.grads):
-        if not isinstance(p.grad, Tensor):
-            continue
-        i = index[id(storage_of(p.grad))]
-        if id(invars[i]) not in read and i not in kept and state.owners[i] is p.grad:
-            dead.append(position)
-    return tuple(dead)
+    return tuple(
+        position
+        for position, p in enumerate(state.grads)
+        if isinstance(p.grad, Tensor)
+        and id(invars[i := index[id(storage_of(p.grad))]]) not in read
+        and state.owners[i] is p.grad
+    )
 
 
 def without_dead_grads(
@@ -444,12 +442,10 @@ def without_dead_grads(
         for e in other.core.entries():
             if e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes:
                 return without
-    new = programs[(*key, dead)] = _Program(
-        program.jitted, program.configuration, program.checks, program.in_layouts
-    )
-    new.trains = True
+    program.forget_traces()  # (its one trace: what the program less those .grads derives from)
+    programs[(*key, dead)] = program
     dropped = {id(storage_of(state.grads[i].grad)) for i in dead}
-    new.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
+    program.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
     return (*key, dead)
 
 
@@ -461,28 +457,16 @@ def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arra
     full = list(state_arrays)
     for i in drop:
         full.insert(i, None)  # (never read: _unread_grads)
-    key = closed.in_avals[-1]
-    if source.random:  # (one more split of the call's key: as random, not the same values)
-        key = jax.random.key_data(torchlax_core.current_env().next_prng_key())
-    else:
-        key = jnp.zeros(key.shape, key.dtype)  # pyright: ignore[reportAttributeAccessIssue]  (an aval)
+    key = source.key()  # (if random, one more split of the call's key: not the same values)
     if source.precision is not None:  # stale, as its source, once the matmul precision changes
         float32_matmul_precision()
     outs, storages, extra = _evaluated(source, full, lr_arrays, arrays, key)
     n_state = len(info.changed)
     kept = {old: new for new, old in enumerate(i for i in range(n_state) if i not in drop)}
-
-    def slot(kind: int, index: int) -> tuple:
-        return kind, kept[index] if kind == _KEPT else index
-
     info = dataclasses.replace(
         info,
         changed=tuple(info.changed[i] for i in kept),
-        grad_slots=tuple(slot(*s) for s in info.grad_slots),
-        opt_slots=tuple(
-            tuple(tuple((name, *slot(kind, i)) for name, kind, i in row) for row in slots)
-            for slots in info.opt_slots
-        ),
+        slots=tuple((kind, kept[i] if kind == _KEPT else i) for kind, i in info.slots),
     )
     return (outs, [storages[i] for i in kept], extra), info
 

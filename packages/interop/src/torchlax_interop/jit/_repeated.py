@@ -402,16 +402,13 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
     entries that become ``None`` or new tensors, and ``(dicts, names, indices, get)`` of those
     that keep the owner at each index (flat: checked in one C-level pass)."""
 
-    grads = [
-        (p, kind, index) for p, (kind, index) in zip(state.grads, info.grad_slots, strict=True)
-    ]
+    slots = iter(info.slots)
+    grads = [(p, *next(slots)) for p in state.grads]
     entries = []
-    for opt, slots in zip(state.optimizers, info.opt_slots, strict=True):
+    for opt, names in zip(state.optimizers, info.entry_names, strict=True):
         params = [p for g in opt.param_groups for p in g["params"]]
-        for p, row in zip(params, slots, strict=True):
-            if row:
-                values = opt.state[p]
-                entries.extend((values, name, kind, index) for name, kind, index in row)
+        for p, row in zip(params, names, strict=True):
+            entries.extend((opt.state[p], name, *next(slots)) for name in row)
     kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
     others = [entry for entry in entries if entry[2] != _KEPT]
     dicts = tuple(values for values, _, _ in kept)
