@@ -226,15 +226,7 @@ class _StepPlan(_JitPlan):
     layout's guard, each ``.grad``, optimizer state value and storage array the very object the
     last call left; never in checked mode)."""
 
-    __slots__ = (
-        "write_plan",
-        "state",
-        "grad_enabled",
-        "written_arrays",
-        "grads",
-        "values",
-        "dead",
-    )
+    __slots__ = ("write_plan", "state", "grad_enabled", "written_arrays", "grads", "values", "dead")
 
     def __init__(self, run: _Run, donate: bool):
         super().__init__(run.program.core, run, len(run.state_arrays) if donate else 0)
