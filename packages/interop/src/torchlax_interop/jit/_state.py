@@ -191,9 +191,16 @@ class _Layout:
         """Make the checks of the layout as found (after the walk)."""
         self._nones = (None,) * len(self.grads)
         self._template = _StateSet(
-            [], [], self.grads, self.optimizer_list, self.schedulers, [],
-            self.lr_types, self.cpu_tensors, self.static_structure
-        )  # fmt: skip
+            [],
+            [],
+            self.grads,
+            self.optimizer_list,
+            self.schedulers,
+            [],
+            self.lr_types,
+            self.cpu_tensors,
+            self.static_structure,
+        )
         self._holds = self.forward_guard(None)
 
     @property
