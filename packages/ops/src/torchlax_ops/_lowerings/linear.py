@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.core
 import torch
-from torchlax_core import Tensor
+from torchlax_core import Tensor, unwrap
 
 from .. import _aten
 from .._precision import product_precision
@@ -87,7 +87,7 @@ def _traced(input) -> bool:
     # custom op's dispatch costs more than the composite's three ops.
     if torch.compiler.is_compiling():  # torchlax.jit, torch.compile
         return True
-    return isinstance(input, Tensor) and isinstance(input._value(), jax.core.Tracer)
+    return isinstance(input, Tensor) and isinstance(unwrap(input), jax.core.Tracer)
 
 
 def _kept_whole(input, weight, bias) -> bool:
