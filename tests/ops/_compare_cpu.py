@@ -102,3 +102,21 @@ def grads_match(loss_fn, inputs, *, atol=1e-5, rtol=1e-5):
                 continue
             assert j.grad is not None, f"input {i}: no gradient"
             assert_same(j.grad, c.grad, atol=atol, rtol=rtol, what=f"grad[{i}]")
+
+
+def stablehlo_with_grads(fn, arrays):
+    """StableHLO of ``fn`` over torchlax Tensors and its gradients through PyTorch's autograd,
+    traced as ``torchlax.jit`` traces a step."""
+    import torchlax
+    from torchlax_core.internal import tracing
+
+    env = torchlax_core.default_env()
+
+    def run(*arrays):
+        with tracing(env):
+            xs = [torchlax.torch_view(a).requires_grad_() for a in arrays]
+            out = fn(*xs)
+            grads = torch.autograd.grad(out.float().sum(), xs)
+            return torchlax.jax_view((out, *grads))
+
+    return jax.jit(run).lower(*arrays).as_text()

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import torchlax
 import torchlax_core
-from _compare_cpu import assert_same, to_jax
+from _compare_cpu import assert_same, stablehlo_with_grads, to_jax
 from torchlax_core.internal import tracing
 
 
@@ -75,18 +75,8 @@ def test_second_order_gradients_match_pytorch():
     assert_same(_traced(run, x, w), run(x, w), atol=1e-4, rtol=1e-4)
 
 
-def _program(fn, *shapes, dtype=jnp.float32):
-    """StableHLO of ``fn`` over torchlax Tensors, and of its gradients through autograd."""
-    env = torchlax_core.default_env()
-
-    def run(*arrays):
-        with tracing(env):
-            xs = [torchlax.torch_view(a).requires_grad_() for a in arrays]
-            out = fn(*xs)
-            grads = torch.autograd.grad(out.float().sum(), xs)
-            return torchlax.jax_view((out, *grads))
-
-    return jax.jit(run).lower(*[jnp.ones(s, dtype) for s in shapes]).as_text()
+def _program(fn, *shapes):
+    return stablehlo_with_grads(fn, [jnp.ones(s, jnp.float32) for s in shapes])
 
 
 _DOT = re.compile(r"stablehlo\.dot_general.*")

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import torchlax
 import torchlax_core
-from torchlax_core.internal import tracing
+from _compare_cpu import stablehlo_with_grads
 
 
 @pytest.fixture(autouse=True)
@@ -28,20 +28,6 @@ def restore_mode():
     before = torch.get_float32_matmul_precision()
     yield
     torch.set_float32_matmul_precision(before)
-
-
-def _with_grads(fn, arrays):
-    """StableHLO of ``fn`` over torchlax Tensors and its gradients through PyTorch's autograd."""
-    env = torchlax_core.default_env()
-
-    def run(*arrays):
-        with tracing(env):
-            xs = [torchlax.torch_view(a).requires_grad_() for a in arrays]
-            out = fn(*xs)
-            grads = torch.autograd.grad(out.float().sum(), xs)
-            return torchlax.jax_view((out, *grads))
-
-    return jax.jit(run).lower(*arrays).as_text()
 
 
 def _conv(x, w, b):
@@ -93,7 +79,7 @@ def _products(text):
 def test_float32_products_follow_the_mode(case, mode, name):
     fn, shapes = CASES[case]
     torch.set_float32_matmul_precision(mode)
-    text = _with_grads(fn, [jnp.ones(s, jnp.float32) for s in shapes])
+    text = stablehlo_with_grads(fn, [jnp.ones(s, jnp.float32) for s in shapes])
     products = _products(text)
     assert len(products) >= 2  # the forward's and the backward's
     for line, types, _ in products:
@@ -110,7 +96,7 @@ def test_half_operands_stay_half_and_accumulate_in_float32(case, dtype):
     fn, shapes = CASES[case]
     arrays = [jnp.ones(s, dtype) for s in shapes]
     half = "bf16" if dtype == jnp.bfloat16 else "f16"
-    text = _with_grads(fn, arrays)
+    text = stablehlo_with_grads(fn, arrays)
     products = _products(text)
     assert len(products) >= 2
     for line, types, result in products:
