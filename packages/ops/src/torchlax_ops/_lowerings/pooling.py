@@ -75,6 +75,17 @@ def _lowest(dtype):
     return jnp.iinfo(dtype).min
 
 
+def _window_max(values, valid, flat, dtype):
+    """Each window's maximum over its valid positions (last axis) and its flat input index
+    (``flat``, int64), as max pooling returns them."""
+    values = jnp.where(valid, values, _lowest(dtype))
+    # (index_dtype int32: a 64-bit one is narrowed when a caller's jax.jit lowers without x64)
+    best = jax.lax.argmax(values, values.ndim - 1, jnp.int32)[..., None]
+    out = jnp.take_along_axis(values, best, axis=-1)[..., 0]
+    flat = jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape)
+    return out, jnp.take_along_axis(flat, best, axis=-1)[..., 0]
+
+
 def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, n):
     kernel = _ntuple(kernel_size, n)
     stride = _ntuple(stride, n) if stride else kernel
@@ -85,14 +96,7 @@ def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, n):
     spatial = np.array(self.shape[-n:])
     valid = np.all((positions >= 0) & (positions < spatial), axis=-1)
     flat = np.sum(positions * np.concatenate([np.cumprod(spatial[::-1])[::-1][1:], [1]]), axis=-1)
-    values = jnp.where(valid, values, _lowest(self.dtype))
-    # (index_dtype int32: a 64-bit one is narrowed when a caller's jax.jit lowers without x64)
-    best = jax.lax.argmax(values, values.ndim - 1, jnp.int32)
-    out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
-    indices = jnp.take_along_axis(
-        jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape), best[..., None], axis=-1
-    )[..., 0]
-    return out, indices
+    return _window_max(values, valid, flat, self.dtype)
 
 
 @lowering(aten.max_pool2d_with_indices.default)
@@ -283,14 +287,7 @@ def _adaptive_max(self, output_size):
         flat += picks[d].reshape(shape) * strides[d]
     valid = valid.reshape(*output_size, -1)
     flat = flat.reshape(*output_size, -1)
-    values = jnp.where(valid, values, _lowest(self.dtype))
-    # (index_dtype int32: a 64-bit one is narrowed when a caller's jax.jit lowers without x64)
-    best = jax.lax.argmax(values, values.ndim - 1, jnp.int32)
-    out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
-    indices = jnp.take_along_axis(
-        jnp.broadcast_to(jnp.asarray(flat), values.shape), best[..., None], axis=-1
-    )[..., 0]
-    return out, indices
+    return _window_max(values, valid, flat, self.dtype)
 
 
 @lowering(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
