@@ -107,14 +107,16 @@ def _kernel_cases(length: int, dim: int, heads: int, block: int, interpret: bool
 
     scale = dim**-0.5
     b = min(block, length)
-    flash_blocks = flash.BlockSizes(
-        block_q=b, block_k_major=b, block_k=b, block_b=1,
-        block_q_major_dkv=b, block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b,
-        block_k_major_dq=b, block_k_dq=b, block_q_dq=b,
-    )  # fmt: skip
 
-    def flash_case(q, k, v):
-        return flash.flash_attention(q, k, v, causal=True, sm_scale=scale, block_sizes=flash_blocks)
+    def flash_case(dq_block: int):
+        blocks = flash.BlockSizes(
+            block_q=b, block_k_major=b, block_k=b, block_b=1,
+            block_q_major_dkv=b, block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b,
+            block_k_major_dq=dq_block, block_k_dq=dq_block, block_q_dq=b,
+        )  # fmt: skip
+        return lambda q, k, v: flash.flash_attention(
+            q, k, v, causal=True, sm_scale=scale, block_sizes=blocks
+        )
 
     mask = splash.MultiHeadMask([splash.CausalMask((length, length))] * heads)
 
@@ -143,7 +145,9 @@ def _kernel_cases(length: int, dim: int, heads: int, block: int, interpret: bool
         return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v, precision="highest")
 
     return {
-        "flash": flash_case,
+        "flash": flash_case(b),
+        # its dq kernel broadcasts a row statistic to the kv block: a smaller block, less of it
+        "flash_dq_128": flash_case(128),
         "splash": splash_case(False),
         "splash_fused_bwd": splash_case(True),
         "xla": xla_case,
