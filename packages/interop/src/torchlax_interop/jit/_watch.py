@@ -8,14 +8,13 @@ it. What it watches, and why: docs/architecture.md, "What the capture watches".
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.core
@@ -38,8 +37,7 @@ from torchlax_core.internal import (
 from ._refusals import (
     _leaked_tracer_error,
     _owner,
-    changed_constant_error,
-    changed_cpu_tensor_error,
+    changed_tensor_error,
     described_tensor,
     unfound_state_error,
     where_held,
@@ -75,6 +73,7 @@ class _SeenConstant:
     dropped is no one's constant), its storage, view and array, and its ``.grad``'s."""
 
     __slots__ = ("ref", "storage", "view", "array", "layout", "grad", "grad_storage", "grad_array")
+    origin = None
 
     def __init__(self, t: Tensor):
         self.ref = weakref.ref(t)
@@ -85,9 +84,6 @@ class _SeenConstant:
         self.grad = grad = t.grad if t.is_leaf else None
         self.grad_storage = _storage_of(grad) if isinstance(grad, Tensor) else None
         self.grad_array = None if self.grad_storage is None else self.grad_storage.array
-
-    def named(self, t: Tensor) -> Tensor:
-        return t
 
     def written(self, t: Tensor) -> bool:
         return _storage_of(t) is not self.storage or self.storage.array is not self.array
@@ -124,7 +120,7 @@ class _SeenCpu:
     def __init__(self, t: torch.Tensor, origin: Callable | None = None):
         # (``t.data`` is a temporary: held here, so that a write through it is still seen)
         self.ref: Callable = weakref.ref(t) if origin is None else lambda: t
-        self.origin = origin  # for ``t.data``: t (the tensor to name)
+        self.origin = origin  # for ``t.data``: t's ref (the tensor to name)
         self.version = _version(t)
         with torch.no_grad():
             self.alias = t.detach()
@@ -132,10 +128,6 @@ class _SeenCpu:
             self.grad = t.grad if t.is_leaf else None
             self.grad_version = -1 if self.grad is None else _version(self.grad)
             self.grad_value = None if self.grad is None else self.grad.clone()
-
-    def named(self, t: torch.Tensor) -> torch.Tensor:
-        origin = self.origin() if self.origin is not None else None
-        return t if origin is None else origin
 
     def written(self, t: torch.Tensor) -> bool:
         return _version(t) != self.version or not _same_data(t, self.alias)
@@ -157,34 +149,28 @@ class _SeenCpu:
                         grad.copy_(self.grad_value)
 
 
-@dataclasses.dataclass(slots=True)
-class Changed:
-    """A tensor the traced step changed: ``tensor`` (a torchlax Tensor for a constant), and
-    whether its data (``written``: in place, or through ``.data``) or its ``.grad``
-    (``grad_given``: given, replaced or written in place) changed; ``first_seen``, what it held
-    then (None: nothing to put back). For a plain CPU tensor: ``by_backward``, a
-    ``backward()`` or ``torch.autograd.grad()`` of the step (``call``) was refused before it
-    ran, so nothing changed: it would give the tensor a ``.grad``, or (``crossing``) carry a
-    gradient from the traced program to it; ``made``: the trace made the tensor itself (no
-    path of the function's reaches it)."""
+class Changed(NamedTuple):
+    """A tensor the traced step changed (``tensor``: for ``t.data``, t), whether its data
+    (``written``: in place, or through ``.data``) or its ``.grad`` (``grad_given``: given,
+    replaced or written in place) changed, and what it held when first seen (``seen``)."""
 
     tensor: Any
     written: bool
     grad_given: bool
-    first_seen: _SeenConstant | _SeenCpu | None
-    by_backward: bool = False
-    call: str = "backward()"
-    crossing: bool = False
-    made: bool = False
+    seen: _SeenConstant | _SeenCpu
+
+    @property
+    def kind(self) -> str:
+        """What the step did, in ``_refusals``' words: ``"grad"`` or ``"write"``."""
+        return "grad" if self.grad_given and not self.written else "write"
 
 
 def restore(changed: list[Changed]) -> None:
     """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
     for c in changed:
-        seen = c.first_seen
-        t = None if seen is None else seen.ref()
-        if seen is not None and t is not None:
-            seen.put_back(t, c.written, c.grad_given)
+        t = c.seen.ref()
+        if t is not None:
+            c.seen.put_back(t, c.written, c.grad_given)
 
 
 class _Noted(dict):
@@ -208,7 +194,10 @@ class _Noted(dict):
             for seen, t in self.alive():
                 written, grad_given = seen.written(t), seen.grad_changed(t)
                 if written or grad_given:
-                    found.append(Changed(seen.named(t), written, grad_given, seen))
+                    origin = seen.origin and seen.origin()  # (``t.data``'s: t, to name)
+                    found.append(
+                        Changed(t if origin is None else origin, written, grad_given, seen)
+                    )
         return found
 
     def requiring_grad(self) -> list[Tensor]:
@@ -279,7 +268,7 @@ class TraceWatch(TorchFunctionMode):
         self._grad_on_host = False
         # The CPU tensors a refused backward() would have given a .grad, or toward which it or
         # a refused autograd.grad() would have carried a gradient from the traced program
-        self.refused: list[Changed] = []
+        self.refused: tuple[str, bool, list[torch.Tensor]] | None = None  # (call, crossing, them)
         # What runs in autograd's backward of the traced code, in words ("the full backward
         # hook 'halve' of the Linear"), first met first
         self.backward_hooks: list[str] = []
@@ -414,21 +403,29 @@ class TraceWatch(TorchFunctionMode):
         not make a ``.grad`` (it would be given once, on the host, while the step is traced),
         or if it or this ``torch.autograd.grad()`` would carry a gradient from a traced
         torchlax Tensor to a plain CPU tensor, made by the trace or not (it cannot leave the
-        traced program). A ``torch.autograd.grad()`` on the host alone (a CPU loss) is fine:
-        its result is a value of the trace, as eagerly."""
+        traced program: the backward of the device copy fails with an unnamed "Unable to
+        cast"). A ``torch.autograd.grad()`` on the host alone (a CPU loss) is fine: its result
+        is a value of the trace, as eagerly."""
         call, roots_name, inputs_name = _REFUSED_CALLS[func]
         bound = inspect.signature(func).bind(*args, **kwargs).arguments
-        roots, inputs = bound.get(roots_name, ()), bound.get(inputs_name)
-        leaves = [] if func is _AUTOGRAD_GRAD else _leaves_given_grads(roots, inputs)
-        leaves = [t for t in leaves if is_plain_cpu(t) and not self.trace_made(t)]
-        crossing = not leaves
-        if crossing:
-            leaves = [t for t in _host_targets_of_traced_roots(roots, inputs) if is_plain_cpu(t)]
-        if leaves:
-            made = self.trace_made
-            self.refused = [
-                Changed(t, False, True, None, True, call, crossing, made(t)) for t in leaves
+        roots, inputs = _tensors(bound.get(roots_name, ())), bound.get(inputs_name)
+        inputs = None if inputs is None else _tensors(inputs)
+        leaves, _ = _reached(roots) if func is not _AUTOGRAD_GRAD else ({}, None)
+        wanted = None if inputs is None else set(map(id, inputs))
+        given = [t for k, t in leaves.items() if wanted is None or k in wanted]
+        refused = [t for t in given if is_plain_cpu(t) and not self.trace_made(t)]
+        crossing = not refused
+        if crossing:  # toward ``inputs`` where given (leaves or not), else every leaf reached
+            traced = [
+                r
+                for r in roots
+                if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
             ]
+            leaves, nodes = _reached(traced)
+            toward = leaves.values() if inputs is None else _toward(inputs, leaves, nodes)
+            refused = [t for t in toward if is_plain_cpu(t)]
+        if refused:
+            self.refused = (call, crossing, refused)
             raise RefusedBackward(
                 f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
@@ -461,14 +458,14 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     except BaseException as exc:
         put_back()
         if watch.refused:  # a backward() that would give CPU leaves .grads
-            raise _cpu_tensor_error(watch, watch.refused, owner, path) from None
+            raise _host_error(watch, [], path) from None
         if isinstance(exc, jax.errors.UnexpectedTracerError):
             raise _leaked_tracer_error(jitted) from exc
         raise
-    cpu_changed = watch.refused or watch.cpu.changed()  # (a refusal the step caught first)
-    if cpu_changed:
+    cpu_changed = watch.cpu.changed()
+    if watch.refused or cpu_changed:  # (a refusal the step caught first, or a change)
         put_back()
-        raise _cpu_tensor_error(watch, cpu_changed, owner, path)
+        raise _host_error(watch, cpu_changed, path)
     untrained = watch.untrained_module()
     # A changed tensor the function reaches is a constant of the user's: put back, and
     # named. Any other is one the step made from host data (torch.tensor(...)): its
@@ -484,7 +481,7 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     if untrained is not None:
         raise unfound_state_error(owner, untrained, path(untrained))
     if named:
-        raise changed_constant_error(owner, named)
+        raise changed_tensor_error(owner, named[0][0].kind, [(c.tensor, p) for c, p in named])
     host_grad = [
         f"{described_tensor(t, cpu=t.device.type == 'cpu')} {where_held(path(t))}, which "
         "requires grad: a constant of the program, given its gradient by PyTorch's backward only"
@@ -496,16 +493,23 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     return out, constants.read(), eager_backward, bool(host_grad)
 
 
-def _cpu_tensor_error(watch: TraceWatch, changed: list, owner: str, path: Callable) -> JitError:
-    """The error for the plain CPU tensors the step changed, or a refused ``backward()``
+def _host_error(watch: TraceWatch, changed: list[Changed], path: Callable) -> JitError:
+    """The error for the plain CPU tensors the step changed, or its refused ``backward()``
     would have: naming the module, where such a leaf is the parameter of a module called that
     is no state, else the first tensor, by its path (or as the step's own)."""
-    if changed[0].by_backward and not changed[0].crossing:
-        untrained = watch.untrained_module({id(c.tensor) for c in changed})
+    owner = watch._owner
+    if watch.refused:
+        call, crossing, tensors = watch.refused
+        untrained = None if crossing else watch.untrained_module({id(t) for t in tensors})
         if untrained is not None:
             return unfound_state_error(owner, untrained, path(untrained))
-    named = [(c, None if c.made else path(c.tensor)) for c in changed]
-    return changed_cpu_tensor_error(owner, named)
+        made = [watch.trace_made(t) for t in tensors]
+        named = [(t, None if m else path(t)) for t, m in zip(tensors, made, strict=True)]
+        kind = "crossing" if crossing else "backward"
+        return changed_tensor_error(owner, kind, named, call, made[0])
+    return changed_tensor_error(
+        owner, changed[0].kind, [(c.tensor, path(c.tensor)) for c in changed]
+    )
 
 
 def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
@@ -529,44 +533,22 @@ def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
 
 
-def _leaves_given_grads(roots, inputs) -> list[torch.Tensor]:
-    """The leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would give a
-    ``.grad``, found by walking the roots' autograd graph before it runs."""
-    leaves, _ = _reached(roots)
-    wanted = None if inputs is None else {id(t) for t in _tensors(inputs)}
-    return [t for k, t in leaves.items() if wanted is None or k in wanted]
-
-
-def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
-    """The tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of ``roots``
-    would carry a gradient from a traced torchlax Tensor among them: ``inputs`` where given
-    (leaves or not), else every leaf reached. To a plain CPU tensor, such a gradient would have
-    to leave the traced program for the host while the step is traced, which it cannot (the
-    backward of the device copy fails with an unnamed "Unable to cast")."""
-    traced = [
-        r
-        for r in _tensors(roots)
-        if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
-    ]
-    if not traced:
-        return []
-    leaves, nodes = _reached(traced)
-    if inputs is None:
-        return list(leaves.values())
-    return [t for t in _tensors(inputs) if id(t) in leaves or (t.grad_fn in nodes)]
-
-
-def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
-    """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches."""
-    tensors = _tensors(roots)
+def _reached(roots: list[torch.Tensor]) -> tuple[dict[int, torch.Tensor], set]:
+    """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches (walked by
+    the core's ``graph_nodes`` before it runs)."""
     # (``w.backward(...)`` of a leaf itself)
-    reached = {id(r): r for r in tensors if r.grad_fn is None and r.requires_grad}
+    reached = {id(r): r for r in roots if r.grad_fn is None and r.requires_grad}
     nodes = set()
-    for node in graph_nodes(r.grad_fn for r in tensors):
+    for node in graph_nodes(r.grad_fn for r in roots):
         nodes.add(node)
         if (leaf := graph_leaf(node)) is not None:
             reached[id(leaf)] = leaf
     return reached, nodes
+
+
+def _toward(inputs: list[torch.Tensor], leaves: dict, nodes: set) -> list[torch.Tensor]:
+    """Those of ``inputs`` a backward reaching ``leaves`` and ``nodes`` carries a gradient to."""
+    return [t for t in inputs if id(t) in leaves or t.grad_fn in nodes]
 
 
 def _tensors(values) -> list[torch.Tensor]:
