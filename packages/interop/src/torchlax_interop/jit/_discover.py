@@ -80,10 +80,9 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     _snapshot_hooks(layout, _GLOBAL_HOOK_DICTS)
     structures = tuple(_add_optimizer(layout, opt, found) for opt in optimizers)
     read = layout.snapshot.read
-    for t in tensors:
+    for t in tensors:  # (one requiring grad: its .grad is state too, backward() gives it one)
         read(storage_getter, t)
-        if t.requires_grad and t.is_leaf:  # (its .grad is state too: backward() gives it one)
-            _add_grad(layout, t)
+        _add_grad(layout, t, t.requires_grad and t.is_leaf)
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     layout.static_structure = _Hashed(
@@ -136,12 +135,11 @@ def _add(layout: _Layout, t: Tensor, grad: bool) -> None:
         layout.fixed_ids.add(id(storage))
         layout.fixed_storages.append(storage)
         layout.fixed_owners.append(t)
-    if grad:
-        _add_grad(layout, t)
+    _add_grad(layout, t, grad)
 
 
-def _add_grad(layout: _Layout, p) -> None:
-    if all(p is not g for g in layout.grads):
+def _add_grad(layout: _Layout, p, grad: bool = True) -> None:
+    if grad and all(p is not g for g in layout.grads):
         layout.grads.append(p)
 
 
@@ -202,17 +200,12 @@ def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
                 kinds.append(())
                 continue
             snapshot.items(entries)
-            for name, value in entries.items():
+            for name, value in entries.items():  # (a tensor need only stay a torchlax Tensor)
                 if isinstance(value, Tensor):
                     snapshot.tensor_at(entries, name)
                 else:
                     snapshot.read(getitem, entries, name)
-            kinds.append(
-                tuple(
-                    (k, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
-                    for k, v in entries.items()
-                )
-            )
+            kinds.append(tuple((k, _hashable(v, "tensor")) for k, v in entries.items()))
             if entries:
                 layout.entry_dicts.append(entries)
     return type(opt), tuple(hypers), tuple(kinds)
@@ -221,11 +214,12 @@ def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
 _NO_HYPER = ("params", "lr")
 
 
-def _hashable(value):
+def _hashable(value, tensor=None):
+    """``value`` in a key (``tensor``: what stands for a tensor, else its shape and dtype)."""
     if isinstance(value, list | tuple):
         return tuple(_hashable(v) for v in value)
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
+        return tensor or ("tensor", tuple(value.shape), value.dtype)
     try:
         hash(value)
     except TypeError:
@@ -297,29 +291,24 @@ class _StateWalk:
             return []
         if is_container(value):
             # a container under an attribute: its tensors are no state (see the docstring)
-            return self._container(visit, not any(k in (ATTR, SLOT) for k, _ in path))
+            return self._enter(visit, not any(k in (ATTR, SLOT) for k, _ in path), items(value))
         if (own or enterable(value)) and not module:
-            return self._object(visit, own, fields(value))
+            return self._enter(visit, own, fields(value), named=True)
         if module:  # its public attributes (not its parameters, buffers, submodules)
-            public = [(s, v) for s, v in fields(value) if not s[1].startswith("_")]
-            return self._object(visit, False, [(s, v) for s, v in public if s[1] != "training"])
+            public = [
+                (s, v) for s, v in fields(value) if not s[1].startswith("_") and s[1] != "training"
+            ]
+            return self._enter(visit, False, public, named=True)
         return []
 
-    def _container(self, visit: Visit, tensors: bool) -> list:
-        children = items(visit.value)
-        if not self._within_budget(len(children)):
+    def _enter(self, visit: Visit, own: bool, children: list, named: bool = False) -> list:
+        """Where the walk goes from a container's items or an object's attributes (``named``)
+        (``own``: their tensors are state): what leads to state, within the budget (no bound
+        on the jitted bound method's object's own)."""
+        if not (own and named) and not self._within_budget(len(children)):
             return []
-        if not tensors and children and not any(_leads_to_state(v, False) for _, v in children):
-            return []  # (a history of tensors, numbers or tuples of them)
-        self.entered.append((visit, tensors, None))
-        wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
-        return [(s, v) for s, v in children if isinstance(v, wanted) or _leads_on(v)]
-
-    def _object(self, visit: Visit, own: bool, named: list) -> list:
-        if not own and not self._within_budget(len(named)):
-            return []
-        self.entered.append((visit, own, named))
-        return [(s, v) for s, v in named if _leads_to_state(v, own)]
+        self.entered.append((visit, own, children if named else None))
+        return [(s, v) for s, v in children if _leads_to_state(v, own)]
 
     def _within_budget(self, size: int) -> bool:
         if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
@@ -351,6 +340,7 @@ class _StateWalk:
 
 
 def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set, again: set):
+    """An object's part of the snapshot (see ``_StateWalk.keep``)."""
     attrs, _ = attributes(obj)
     if attrs is not None:
         snapshot.items(attrs)
@@ -371,8 +361,7 @@ def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set,
 
 
 def _leads_to_state(value, own: bool) -> bool:
-    """Whether the walk goes on from an object's attribute ``value`` (``own``: of the
-    jitted bound method's object, whose tensors are state too)."""
+    """Whether the walk goes on to ``value`` (``own``: a tensor is state there)."""
     return (
         isinstance(value, _STATEFUL)
         or (own and isinstance(value, torch.Tensor))

@@ -57,14 +57,12 @@ def walk(
     too_far: Callable[[Visit], None] | None = None,
     seen: set[int] | None = None,
 ) -> Iterator[Visit]:
-    """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once
-    (an object met again is yielded with ``again`` and not entered), in depth-first order
-    (each object's children in their order) or, with ``breadth``, nearest first. Atoms are
-    not yielded. A child's step of None (where a value hides from Python: a C extension's
-    field, a set's item) leaves its path its holder's. An object whose path has
-    ``max_depth`` steps, or any once ``max_nodes`` objects were met, is not entered
-    (``too_far`` is told of it: it may raise). ``seen``: the ids of the objects met, to
-    share between walks (each then skips what another met, and counts it)."""
+    """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once (met
+    again: yielded with ``again``, not entered), depth first or, with ``breadth``, nearest
+    first; atoms are not yielded. A child's step of None (a value hidden from Python: a C
+    extension's field, a set's item) leaves it its holder's path. An object whose path has
+    ``max_depth`` steps, or any once ``max_nodes`` were met, is not entered (``too_far`` is
+    told, and may raise). ``seen``: the ids met, to share between walks."""
     seen = set() if seen is None else seen
     pending = deque(Visit(path, value, (), False) for path, value in roots)
     if not breadth:
@@ -279,24 +277,15 @@ def fields(obj: Any) -> list[tuple[tuple, Any]]:
     return found
 
 
-def attributes(obj: Any) -> tuple[dict | None, tuple[str, ...]]:
+def attributes(obj: Any) -> tuple[dict | None, list[str]]:
     """``obj``'s instance dict (None if it has none, or one that is not a plain dict) and the
     names of the ``__slots__`` its classes declare."""
-    try:
-        attrs = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        attrs = None
-    if type(attrs) is not dict:
-        attrs = None
-    return attrs, tuple(slot_names(type(obj)))
-
-
-def slot_names(cls: type) -> list[str]:
-    names = []
-    for klass in cls.__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        names.extend([slots] if isinstance(slots, str) else slots)
-    return [n for n in names if n not in ("__dict__", "__weakref__")]
+    attrs = slot_value(obj, "__dict__")
+    slots = [klass.__dict__.get("__slots__", ()) for klass in type(obj).__mro__]
+    names = [n for s in slots for n in ([s] if isinstance(s, str) else s)]
+    return (attrs if type(attrs) is dict else None), [
+        n for n in names if n not in ("__dict__", "__weakref__")
+    ]
 
 
 def slot_value(obj: Any, name: str) -> Any:

@@ -9,11 +9,9 @@ it. What it watches, and why: docs/architecture.md, "What the capture watches".
 from __future__ import annotations
 
 import inspect
-import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from itertools import repeat
 from typing import Any, NamedTuple
 
 import jax
@@ -48,7 +46,6 @@ from ._walk import path_to, reaches
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
 _storage_of: Callable[[Tensor], Any] = storage_of
 
-_ARRAY = operator.attrgetter("array")
 _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
 _REGISTER_HOOK = torch.Tensor.register_hook
 _REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
@@ -218,32 +215,19 @@ class ReadConstants:
     """The constants a program's trace read, each with the storage and array it had then:
     their values are baked into the program. ``hold()`` tells whether each still has them (a
     write between calls, in place or through ``.data``, replaces one); a constant no one
-    holds any more can no longer change. A C-level pass of identity checks: a program that
-    read no constant has no ``ReadConstants`` at all."""
+    holds any more can no longer change. A program that read no constant has none."""
 
-    __slots__ = ("_refs", "_storages", "_arrays")
+    __slots__ = ("_read",)
 
-    def __init__(self, seen: list):
-        self._refs = tuple(s.ref for s in seen)
-        self._storages = tuple(s.storage for s in seen)
-        self._arrays = tuple(s.array for s in seen)
+    def __init__(self, seen: list[_SeenConstant]):
+        self._read = tuple((s.ref, s.storage, s.array) for s in seen)
 
     def hold(self) -> bool:
-        tensors = [ref() for ref in self._refs]
-        # (not ``None in tensors``: that compares each tensor with None, an op each)
-        if not all(map(operator.is_not, tensors, repeat(None))):
-            # dropped since (or made by the trace): forgotten, it never changes again
-            alive = [i for i, t in enumerate(tensors) if t is not None]
-            tensors = [tensors[i] for i in alive]
-            self._refs = tuple(self._refs[i] for i in alive)
-            self._storages = tuple(self._storages[i] for i in alive)
-            self._arrays = tuple(self._arrays[i] for i in alive)
-        return all(map(operator.is_, map(storage_getter, tensors), self._storages)) and all(
-            map(operator.is_, map(_ARRAY, self._storages), self._arrays)
-        )
-
-    def __len__(self) -> int:
-        return len(self._refs)
+        for ref, storage, array in self._read:
+            t = ref()
+            if t is not None and (storage_getter(t) is not storage or storage.array is not array):
+                return False
+        return True
 
 
 class TraceWatch(TorchFunctionMode):
@@ -255,29 +239,24 @@ class TraceWatch(TorchFunctionMode):
         super().__init__()
         self._thread = threading.get_ident()
         self._owner = owner
-        # ids of the state's parameters and optimizers
         self._state_parameters = {
             id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())
         }
         self._state_optimizers = {id(opt) for opt in state.optimizers}
-        # The plain CPU tensors the mode saw, and the torchlax Tensors it saw that hold
-        # concrete arrays: the step's constants
+        # The plain CPU tensors seen, and the torchlax Tensors seen holding concrete arrays
         self.cpu, self.constants = _Noted(), _Noted()
-        # Whether a CPU tensor of the trace requires grad (one noted, or one the trace made):
-        # only then can a backward() or autograd.grad() reach a CPU tensor
+        # Whether a CPU tensor of the trace requires grad: only then can a backward() reach one
         self._grad_on_host = False
-        # The CPU tensors a refused backward() would have given a .grad, or toward which it or
-        # a refused autograd.grad() would have carried a gradient from the traced program
-        self.refused: tuple[str, bool, list[torch.Tensor]] | None = None  # (call, crossing, them)
-        # What runs in autograd's backward of the traced code, in words ("the full backward
-        # hook 'halve' of the Linear"), first met first
+        # A refused backward's (call, whether it crosses from the program, the CPU tensors)
+        self.refused: tuple[str, bool, list[torch.Tensor]] | None = None
+        # What autograd's backward of the traced code would run, in words, first met first
         self.backward_hooks: list[str] = []
-        # The plain CPU tensors requiring grad the step read, first met first: constants of the
+        # The plain CPU tensors requiring grad the step read with grad on: constants of the
         # program, which a backward after the call (jax.vjp of it) would give no gradient
         self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
-        # (module, parameter, its .grad before the step) of each parameter requiring grad of
-        # a module called that is no state (shared ones once)
+        # (module, parameter, its .grad before) of each parameter requiring grad of a module
+        # called that is no state
         self._untrained: dict[int, tuple] = {}
         self._handles: list = []
 
@@ -382,7 +361,10 @@ class TraceWatch(TorchFunctionMode):
                 if isinstance(t, Tensor):
                     traced = True
                     if id(t) not in self.constants:
-                        self._see_constant(t)
+                        # (None: an input of the program, or a value it computed)
+                        with _NO_TORCH_FUNCTION():
+                            concrete = not isinstance(_storage_of(t).array, jax.core.Tracer)
+                            self.constants[id(t)] = _SeenConstant(t) if concrete else None
                 elif is_plain_cpu(t) and id(t) not in self.cpu:
                     self.cpu[id(t)] = _SeenCpu(t)
                     if t.requires_grad:
@@ -390,13 +372,6 @@ class TraceWatch(TorchFunctionMode):
                         if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
                             self.host_tensors_requiring_grad.append(t)
         return traced
-
-    def _see_constant(self, t: Tensor) -> None:
-        if isinstance(_storage_of(t).array, jax.core.Tracer):
-            self.constants[id(t)] = None  # an input of the program, or a value it computed
-        else:
-            with _NO_TORCH_FUNCTION():
-                self.constants[id(t)] = _SeenConstant(t)
 
     def _refuse_backward_to_host(self, func, args: tuple, kwargs: dict) -> None:
         """Raise ``RefusedBackward`` if this ``backward()`` would give a CPU leaf the trace did
