@@ -53,14 +53,13 @@ from ._walk import (
 
 # How deep the walk goes from the function (a closure cell, a global, a bound method's object
 # and each container is one level), and the most items it reads from one list, tuple or dict:
-# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``_watch.TraceWatch``) instead of keeping its state inside the program.
+# what lies beyond is not state (an optimizer stepped there is refused: ``_watch``).
 MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
 MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
 
-# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
-# object (the object as deep as its method), a partial's function and arguments, an argument
+# The state walk's own steps: a bound method's function and object (as deep as its method), a
+# partial's function and arguments, an argument
 _FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
 
 _STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
@@ -87,19 +86,14 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     layout.static_structure = _Hashed(
         (
-            # A parameter's requires_grad decides what the traced step computes (its grad or none).
-            tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),
+            tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),  # (its grad computed or not)
             structures,
             len(layout.lr_groups),
             tuple(layout.cpu_tensors),
             tuple(flag for _, flag in trainings),
-            # Which module classes: a submodule replaced by one of another class that holds
-            # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
-            tuple(type(m) for m, _ in trainings),
-            # Which hooks: a hook runs while the step is traced, so its effect is part of the
-            # program. Each by its dict key (its RemovableHandle's id, never reused in the
-            # process): a hook registered anew is another program, one removed gives the
-            # program back, and the key keeps no reference to the hook's function.
+            tuple(type(m) for m, _ in trainings),  # (``model[1] = nn.Tanh()`` for a ReLU)
+            # Which hooks (traced into the program), each by its RemovableHandle's id (never
+            # reused): one registered anew is another program, one removed gives it back.
             tuple(chain.from_iterable(hooks)),
             tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS),
         )
@@ -109,8 +103,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
 
 
 def _sorted(found: list, read=read_directly) -> tuple[list, list, list, list]:
-    """``found`` by kind: modules, optimizers (a scheduler's too, read by ``read``),
-    schedulers, tensors."""
+    """``found`` by kind: modules, optimizers (a scheduler's too), schedulers, tensors."""
     modules, optimizers, schedulers, tensors = [], [], [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
@@ -144,9 +137,9 @@ def _add_grad(layout: _Layout, p, grad: bool = True) -> None:
 
 
 def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: list) -> list:
-    """Add a module's parameters and buffers (a CPU one of the target module is lent to the
-    program: ``cpu_tensors``) and snapshot its submodules; returns (module position, hook
-    kind, the hook dict's keys) of each hook dict in use."""
+    """Add a module's parameters and buffers (a CPU one of the target module: ``cpu_tensors``)
+    and snapshot its submodules; returns (module position, hook kind, keys) per hook dict in
+    use."""
     snapshot, hooks = layout.snapshot, []
     for sub in m.modules():
         for d in (sub._parameters, sub._buffers, sub._modules):
@@ -154,9 +147,8 @@ def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: li
         hook_dicts = [getattr(sub, name) for name in _HOOK_DICTS]
         _snapshot_hooks(layout, hook_dicts)
         hooks.extend((len(trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d)
-        # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` and
-        # ``train()`` put it there): read there, not through ``nn.Module``'s ``__getattr__``
-        # (a slot call per read); a class that defines ``training`` itself, as an attribute.
+        # ``training`` is read from the module's __dict__ (past ``nn.Module.__getattr__``),
+        # unless its class defines it
         own = "training" in vars(sub) and not hasattr(type(sub), "training")
         reader, holder = (getitem, vars(sub)) if own else (getattr, sub)
         trainings.append((sub, snapshot.read(reader, holder, "training")))
@@ -166,16 +158,14 @@ def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: li
                 _add(layout, t, grad)
             elif target:
                 layout.cpu_tensors[name] = t
-                # (``module.to("jax")`` swaps each tensor's class and data: the program lent
-                # the CPU ones through DLPack)
                 snapshot.read(isinstance, t, Tensor)
     return hooks
 
 
 def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
-    """Add an optimizer's groups (their learning rates and hyperparameters), parameters and
-    state entries (each entry's names; its values, any torchlax Tensor for a tensor); returns
-    its structure: its type, each group's hyperparameters, each entry's names and values."""
+    """Add an optimizer's groups (learning rates, hyperparameters), parameters and state
+    entries; returns its structure: its type, each group's hyperparameters, each entry's
+    names and values (a tensor as such)."""
     _move_cpu_state_to_jax(opt)
     snapshot, hypers, kinds = layout.snapshot, [], []
     snapshot.read(getattr, opt, "param_groups")
@@ -228,10 +218,9 @@ def _hashable(value, tensor=None):
 
 
 def _reached(target, arg_leaves: list, layout: _Layout) -> list:
-    """The modules, optimizers, schedulers and tensors the walk (``_walk.walk``, by the rule
-    ``_StateWalk.children``) finds from ``target``, then from each argument, in the order
-    met. An argument through which it finds state is noted (``_arg_holder_ids``), and the
-    layout keeps the snapshot of what leads to state (``_StateWalk.keep``)."""
+    """The modules, optimizers, schedulers and tensors the walk finds from ``target``, then
+    from each argument, in the order met; noted in the layout: the arguments through which it
+    finds state (``_arg_holder_ids``), the snapshot of what leads to it (``_StateWalk.keep``)."""
     layout.arg_objects = tuple(_arg_holders(arg_leaves))
     roots = [((), target), *((((_ARG, i),), a) for i, a in enumerate(layout.arg_objects))]
     rule = _StateWalk(layout.snapshot)
@@ -259,9 +248,8 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
 
 class _StateWalk:
     """The state walk's rule (``children``): where it goes from each object, within
-    ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
-    state (``keep``), for a later call to check (``_Layout.holds``). Its rules:
-    docs/architecture.md, "What the state walk enters"."""
+    ``MAX_*``; and what it read on its way, kept in the snapshot where that leads to state
+    (``keep``). docs/architecture.md, "What the state walk enters"."""
 
     def __init__(self, snapshot: _Snapshot):
         self.snapshot = snapshot
@@ -317,11 +305,10 @@ class _StateWalk:
         return True
 
     def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
-        """Snapshot what the walk entered, but the containers and objects under attributes
-        that lead to no state (``leading``: the ids of those on the paths to state) and all
-        they hold; ``again``: (holder, step) of each object met a second time. An object's
-        part: its attribute dict's names, and the attributes and slots that lead to state,
-        are None, or hold an object met before (kept, to be safe)."""
+        """Snapshot what the walk entered, but what under attributes leads to no state
+        (``leading``: the ids on the paths to state) and all it holds; ``again``: (holder,
+        step) of each object met twice. An object's part: its attribute names, and the
+        attributes and slots that lead to state, are None, or were met before."""
         snapshot, dropped = self.snapshot, set()
         for visit, own, named in self.entered:  # (a holder before what it holds)
             value = visit.value
@@ -375,7 +362,7 @@ def _leads_on(value) -> bool:
 
 def _arg_holders(leaves) -> list:
     """The arguments' leaves the walk enters: modules, optimizers, schedulers and objects
-    (``step(state, x, y)`` with ``state.model``); tensors come first, the common call."""
+    (``step(state, x, y)`` with ``state.model``)."""
     return [
         leaf
         for leaf in leaves

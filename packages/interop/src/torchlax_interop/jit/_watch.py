@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -50,8 +50,7 @@ _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wra
 _REGISTER_HOOK = torch.Tensor.register_hook
 _REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
 _AUTOGRAD_GRAD = torch.autograd.grad
-# Each call refused: in words, and where it keeps its roots and its inputs (by name: their
-# signatures' own)
+# Each call refused: in words, and its roots' and inputs' parameter names
 _REFUSED_CALLS = {
     torch.Tensor.backward: ("backward()", "self", "inputs"),
     torch.autograd.backward: ("torch.autograd.backward()", "tensors", "inputs"),
@@ -108,9 +107,8 @@ class _SeenConstant:
 
 class _SeenCpu:
     """A plain CPU tensor as first seen: the tensor (weakly), its version counter, an alias
-    of its data (the storage and layout ``t.data = other`` would replace), a copy of its
-    value, its ``.grad`` and that ``.grad``'s version counter and value (a ``.grad`` can be
-    written in place: ``backward()`` accumulates into it)."""
+    of its data (what ``t.data = other`` would replace), a copy of its value, its ``.grad``
+    and that one's version counter and value (``backward()`` accumulates into it)."""
 
     __slots__ = ("ref", "origin", "version", "alias", "value", "grad", "grad_version", "grad_value")
 
@@ -183,9 +181,7 @@ class _Noted(dict):
 
     def changed(self) -> list[Changed]:
         """Those still alive whose data or ``.grad`` the traced code changed (first seen
-        first). Among the constants may be tensors the traced code made from host data (an
-        optimizer's new step count: a factory op is no op of the trace to see) and kept where
-        the program returns it from: the caller tells those apart."""
+        first); among the constants, maybe ones it made from host data (``_kept_as_state``)."""
         found = []
         with _NO_TORCH_FUNCTION():
             for seen, t in self.alive():
@@ -198,14 +194,12 @@ class _Noted(dict):
         return found
 
     def requiring_grad(self) -> list[Tensor]:
-        """Those still alive that require grad (first seen first): a backward of the program
-        (its vjp) gives a constant no gradient, where eager PyTorch's would give it one."""
+        """Those still alive that require grad: the program's vjp gives them no gradient."""
         with _NO_TORCH_FUNCTION():
             return [t for _, t in self.alive() if t.requires_grad]
 
     def read(self) -> ReadConstants | None:
-        """The constants still alive that the traced code read and left as they were (None
-        if there are none), to check on each call that they still are (``ReadConstants``)."""
+        """The constants still alive that the traced code read and left as they were."""
         with _NO_TORCH_FUNCTION():
             kept = [s for s, t in self.alive() if not s.written(t)]
         return ReadConstants(kept) if kept else None
@@ -284,7 +278,7 @@ class TraceWatch(TorchFunctionMode):
     def untrained_module(self, refused: set[int] | frozenset = frozenset()):
         """The first module called that is no state whose parameter the step gave a new
         ``.grad`` (read before the constants are put back), or a refused ``backward()`` would
-        have (``refused``: the ids of the leaves it would have given one), else None."""
+        have (``refused``: ids), else None."""
         return next(
             (
                 m
@@ -352,9 +346,8 @@ class TraceWatch(TorchFunctionMode):
         return result
 
     def _see(self, values) -> bool:
-        """Note the constants (torchlax Tensors holding concrete arrays) and the plain CPU
-        tensors among a call's arguments (and their lists' items); whether a torchlax Tensor
-        is among them."""
+        """Note the constants and plain CPU tensors among a call's arguments (and their lists'
+        items); whether a torchlax Tensor is among them."""
         traced = False
         for a in values:
             for t in _each(a):
@@ -410,12 +403,9 @@ class TraceWatch(TorchFunctionMode):
 
 def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     """The step (``jitted``) on tracers under a ``TraceWatch``, refusing what cannot be one
-    program: an optimizer stepped or a module trained that is no state, a constant or a plain
-    CPU tensor changed, a refused ``backward()``. What the step changed is put back before it
-    raises. Returns the step's output, the constants it read (``ReadConstants``, or None),
-    what its backward after the call would do only eagerly (``_Info.eager_backward``: the
-    backward hooks it met, the tensors requiring grad it read that are no state) and whether
-    it read such a tensor."""
+    program (put back first). Returns the step's output, the constants it read (or None),
+    what its backward after the call would do only eagerly (``_Info.eager_backward``: backward
+    hooks, tensors requiring grad that are no state) and whether it read such a tensor."""
     owner = _owner(jitted)
     watch = TraceWatch(state, cpu_state, owner)
     constants = watch.constants
@@ -442,10 +432,9 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         put_back()
         raise _host_error(watch, cpu_changed, path)
     untrained = watch.untrained_module()
-    # A changed tensor the function reaches is a constant of the user's: put back, and
-    # named. Any other is one the step made from host data (torch.tensor(...)): its
-    # own, left alone where the program returns it from (a new optimizer state entry or
-    # .grad, the output), else put back (an output's autograd graph may save it).
+    # A changed tensor the function reaches is the user's constant: put back, and named. Any
+    # other the step made from host data (torch.tensor(...)): left alone where the program
+    # returns it from (the output), else put back (an output's autograd graph may save it).
     changed = [c for c in constants.changed() if not _kept_as_state(c.tensor, state)]
     named = [(c, p) for c in changed if (p := path(c.tensor)) is not None]
     restore(
@@ -488,9 +477,8 @@ def _host_error(watch: TraceWatch, changed: list[Changed], path: Callable) -> Ji
 
 
 def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
-    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
-    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
-    the step made (a new optimizer's step count), which the program returns."""
+    """Whether ``t`` (a changed constant) is a parameter's new ``.grad`` or an optimizer's new
+    state entry: the step made it (a new step count), and the program returns it."""
     return any(p.grad is t for p in state.grads) or any(
         v is t
         for opt in state.optimizers
@@ -508,10 +496,9 @@ def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
 
 
-def _reached(roots: list[torch.Tensor]) -> tuple[dict[int, torch.Tensor], set]:
-    """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches (walked by
-    the core's ``graph_nodes`` before it runs)."""
-    # (``w.backward(...)`` of a leaf itself)
+def _reached(roots: Sequence[torch.Tensor]) -> tuple[dict[int, torch.Tensor], set]:
+    """The leaves (by id; a root leaf itself: ``w.backward()``) and the autograd nodes a
+    backward of ``roots`` reaches, walked before it runs."""
     reached = {id(r): r for r in roots if r.grad_fn is None and r.requires_grad}
     nodes = set()
     for node in graph_nodes(r.grad_fn for r in roots):
