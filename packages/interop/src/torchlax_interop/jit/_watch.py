@@ -355,10 +355,7 @@ class TraceWatch(TorchFunctionMode):
                 if isinstance(t, Tensor):
                     traced = True
                     if id(t) not in self.constants:
-                        # (None: an input of the program, or a value it computed)
-                        with _NO_TORCH_FUNCTION():
-                            concrete = not isinstance(_storage_of(t).array, jax.core.Tracer)
-                            self.constants[id(t)] = _SeenConstant(t) if concrete else None
+                        self._see_constant(t)
                 elif is_plain_cpu(t) and id(t) not in self.cpu:
                     self.cpu[id(t)] = _SeenCpu(t)
                     if t.requires_grad:
@@ -366,6 +363,13 @@ class TraceWatch(TorchFunctionMode):
                         if torch.is_grad_enabled():  # (read under no_grad, it carries no gradient)
                             self.host_tensors_requiring_grad.append(t)
         return traced
+
+    def _see_constant(self, t: Tensor) -> None:
+        if isinstance(_storage_of(t).array, jax.core.Tracer):
+            self.constants[id(t)] = None  # an input of the program, or a value it computed
+        else:
+            with _NO_TORCH_FUNCTION():
+                self.constants[id(t)] = _SeenConstant(t)
 
     def _refuse_backward_to_host(self, func, args: tuple, kwargs: dict) -> None:
         """Raise ``RefusedBackward`` if this ``backward()`` would give a CPU leaf the trace did
