@@ -334,7 +334,7 @@ def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
     """Whether the next call, if nothing changes meanwhile, runs this program over the same
     storages (not after a step that created state, or replaced a tensor it reads)."""
     after = layout.assemble()
-    if after.structure() != state.structure():
+    if after.structure != state.structure:
         return False
     if state.dead_grads:
         after = after.without_grads(state.dead_grads)
