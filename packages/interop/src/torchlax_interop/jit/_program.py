@@ -431,7 +431,8 @@ def without_dead_grads(
     that trace, dropped) less the ``.grad``s at positions ``dead`` it discards unread: the
     program of the state without them where it computes the same equations (a resumed
     process's first call; the step's Python may branch on a ``.grad`` being ``None``), else
-    ``key``'s own, its entries derived from ``entry`` (``_without``), not traced again."""
+    ``key``'s own, whose entry at that signature is derived from ``entry`` (``_without``), not
+    traced again."""
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
     other = programs.get((spec, statics, values, (present, static), *rest))
