@@ -88,9 +88,11 @@ class _Jitted:
         self._layout: _Layout | None = None  # where the state lives (re-checked each call)
         self._state_sig: tuple = ((), _Hashed(()))  # the state arrays' avals, their signature
         self._plans: dict[bool, Any] = {}  # run.forward -> the last plan of that kind (_plan)
-        # program key -> positions (in the state's grads) of .grads the step discards unread
-        # (its program runs without them: without_dead_grads)
+        # program key -> positions (in the state's grads) of .grads the step discards unread,
+        # and the key whose program it runs where that is the state's without them
+        # (without_dead_grads)
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
+        self._dead_keys: dict[Any, tuple] = {}
         self._last = LastPlan()  # the plan a repeated call may take (_repeated)
         self._cpu_outputs = False  # set while a call over lent CPU state runs
         self._compile_only = False  # set while the first call compiles ahead (_first_call)
@@ -99,8 +101,9 @@ class _Jitted:
     @property
     def compilations(self) -> int:
         """XLA compilations this callable has made (one per program and input signature)."""
-        programs = {id(p): p for p in list(self.programs.values())}  # (keys may share one)
-        return sum(p.core.compilations + p.forward_core.compilations for p in programs.values())
+        return sum(
+            p.core.compilations + p.forward_core.compilations for p in list(self.programs.values())
+        )
 
     def _run(self, cpu_state: dict, args, kwargs):
         if self.module is None:
@@ -165,7 +168,8 @@ class _Jitted:
             try:
                 # (a forward never has dead .grads: no second hash of its key)
                 dead = self._dead_grads.get(key) if self._dead_grads else None
-                program = self.programs.get(key)
+                run_key = self._dead_keys.get(key, key) if dead else key
+                program = self.programs.get(run_key)
             except TypeError:
                 raise JitArgumentError(
                     "torchlax.jit treats non-tensor arguments as static values, which must be "
@@ -173,7 +177,7 @@ class _Jitted:
                     "as hashable Python objects (tuples, not lists)."
                 ) from None
             if program is None:
-                program = self.programs[key] = _Program(self, configuration, checks, in_layouts)
+                program = self.programs[run_key] = _Program(self, configuration, checks, in_layouts)
             run_state = state.without_grads(dead) if dead else state
             run = _Run(self, layout, run_state, plain, call, inputs, in_layouts, checks, program)
             if run.info.trains and any(t.requires_grad for t in inputs):
@@ -185,7 +189,9 @@ class _Jitted:
             dead = self._dead_grads[key] = _unread_grads(run.entry, state)
             if not dead:
                 return run
-            without_dead_grads(self.programs, key, run.entry, state, dead)
+            shared = without_dead_grads(self.programs, key, run.entry, state, dead)
+            if shared is not None:
+                self._dead_keys[key] = shared
 
     def _arguments(self, call: tuple, leaves: list, plain: bool, layout: _Layout) -> tuple:
         """The call's tensors, what its arguments give the program's key, and its

@@ -426,28 +426,28 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
 
 def without_dead_grads(
     programs: dict, key: tuple, entry: Entry, state: _StateSet, dead: tuple[int, ...]
-) -> None:
-    """The program at ``key`` made that of the step traced there over ``state`` (``entry``:
-    that trace, dropped) less the ``.grad``s at positions ``dead`` it discards unread: the
-    program of the state without them where it computes the same equations (a resumed
-    process's first call; the step's Python may branch on a ``.grad`` being ``None``), else
-    ``key``'s own, whose entry at that signature is derived from ``entry`` (``_without``), not
-    traced again."""
+) -> tuple | None:
+    """Where the step traced at ``key`` over ``state`` (``entry``: that trace, dropped) runs
+    less the ``.grad``s at positions ``dead`` it discards unread: the key of the state without
+    them, returned, where its program computes the same equations (a resumed process's first
+    call; the step's Python may branch on a ``.grad`` being ``None``); else ``key``'s own
+    program (None), whose entry at that signature is derived from ``entry`` (``_without``),
+    not traced again."""
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
-    other = programs.get((spec, statics, values, (present, static), *rest))
+    without = (spec, statics, values, (present, static), *rest)
+    other = programs.get(without)
     if other is not None and entry.jaxpr is not None:
         computes = _equations(entry.jaxpr.jaxpr)
-        if any(
-            e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes
-            for e in other.core.entries()
-        ):
-            programs[key] = other
-            return
+        for e in other.core.entries():
+            if e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes:
+                del programs[key]
+                return without
     program = programs[key]
     program.forget_traces()  # (its one trace: what the program less those .grads derives from)
     dropped = {id(storage_of(state.grads[i].grad)) for i in dead}
     program.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
+    return None
 
 
 def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arrays) -> tuple:
