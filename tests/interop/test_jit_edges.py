@@ -251,3 +251,119 @@ def test_a_write_into_a_constant_under_a_default_argument_names_it_as_such():
     ):
         jit(f)(x)
     torch.testing.assert_close(_cpu(counter), torch.zeros(3))  # put back
+
+
+def test_a_returned_jax_value_is_refused():
+    with pytest.raises(torchlax.JitError, match="JAX value computed inside the function"):
+        jit(lambda x: (x * 2).jax())(from_torch(torch.ones(2)))
+
+
+def test_a_returned_object_too_deep_to_search_is_refused():
+    def f(x):
+        box = _Box(y=x * 2)
+        for _ in range(20):
+            box = _Box(inner=box)
+        return box
+
+    with pytest.raises(torchlax.JitError, match="too deep or too large to search"):
+        jit(f)(from_torch(torch.ones(2)))
+
+
+class _CopiesToItself(_Box):
+    def __copy__(self):
+        return self
+
+
+def test_a_returned_object_that_copy_does_not_copy_is_refused():
+    with pytest.raises(torchlax.JitError, match="is not copied by copy.copy"):
+        jit(lambda x: _CopiesToItself(y=x * 2))(from_torch(torch.ones(2)))
+
+
+def test_outputs_returned_some_in_memory_order_some_not():
+    x = torch.randn(3, 4)
+    fn = jit(lambda x: (x * 2, (x * 3).t()))
+    a, b = fn(from_torch(x))
+    torch.testing.assert_close(_cpu(a), x * 2)
+    torch.testing.assert_close(_cpu(b), (x * 3).t())
+    assert b.stride() == (x * 3).t().stride()
+
+
+def test_an_expanded_input_and_views_in_repeated_forwards():
+    base = torch.randn(4, 3)
+    fn = jit(lambda x: x * 2)
+    with torch.no_grad():
+        expanded = from_torch(torch.randn(3)).expand(4, 3)  # (zero strides: passed by value)
+        torch.testing.assert_close(_cpu(fn(expanded)), _cpu(expanded) * 2)
+        jax_base = from_torch(base)
+        for rows in (slice(0, 2), slice(1, 3), slice(2, 4)):  # contiguous views: repeats
+            torch.testing.assert_close(_cpu(fn(jax_base[rows])), base[rows] * 2)
+
+
+def test_a_forward_called_with_another_module_argument_walks_again():
+    with torchlax.enable():
+        a, b = nn.Linear(3, 2).to("jax"), nn.Linear(3, 2).to("jax")
+        x = torch.randn(4, 3, device="jax")
+    fn = jit(lambda m, x: m(x))
+    with torch.no_grad():
+        for m in (a, a, b, a):
+            torch.testing.assert_close(_cpu(fn(m, x)), _cpu(m(x)))
+
+
+def test_a_forward_hook_registered_after_repeated_calls_runs():
+    with torchlax.enable():
+        model = nn.Linear(3, 2).to("jax")
+        x = torch.randn(4, 3, device="jax")
+    fn = jit(model)
+    with torch.no_grad():
+        want = _cpu(model(x))
+        for _ in range(2):
+            torch.testing.assert_close(_cpu(fn(x)), want)
+        handle = model.register_forward_hook(lambda m, args, out: out * 2)
+        torch.testing.assert_close(_cpu(fn(x)), want * 2)
+        handle.remove()
+        torch.testing.assert_close(_cpu(fn(x)), want)
+
+
+def test_a_step_without_an_optimizer_that_gives_grads_runs_as_a_step():
+    # Guessed a forward (no optimizer), its trace tells it trains: the donating program runs.
+    grads = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        with torchlax.enable():
+            model = nn.Linear(3, 2).to("jax")
+            x = torch.randn(4, 3, device="jax")
+
+        def step(x, model=model):
+            model.zero_grad()
+            model(x).sum().backward()
+
+        (jit(step) if compiled else step)(x)
+        grads.append([_cpu(p.grad) for p in model.parameters()])
+    for want, got in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def _sgd_step(model, opt):
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def test_a_training_step_called_with_a_transposed_view_after_repeats():
+    losses = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        with torchlax.enable():
+            model = nn.Linear(3, 2).to("jax")
+            x = torch.randn(4, 3, device="jax")
+            xt = torch.randn(3, 4, device="jax").t()  # (4, 3), not contiguous
+        step = _sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        fn = jit(step) if compiled else step
+        losses.append([_cpu(fn(v)) for v in (x, x, x, xt, x)])
+    for want, got in zip(*losses, strict=True):
+        torch.testing.assert_close(got, want)

@@ -497,6 +497,13 @@ def _backward_to_cpu_leaf_the_step_makes(model, cfg, x):
     return loss, t.grad
 
 
+def _backward_to_cpu_leaf_the_step_makes_by_name(model, cfg, x):
+    t = torch.ones(3, requires_grad=True)
+    loss = model(x).sum() + (t * 2).sum().to("jax")
+    loss.backward(inputs={"t": t}, retain_graph=True)  # (a dict: Tensor.backward takes one)
+    return loss, t.grad
+
+
 CROSSINGS = {
     "autograd.grad": (_grad_toward_cpu_leaf, r"torch\.autograd\.grad\(\) .* at cfg\.w"),
     "autograd.grad-create-graph": (
@@ -517,6 +524,10 @@ CROSSINGS = {
     ),
     "backward-made-leaf": (
         _backward_to_cpu_leaf_the_step_makes,
+        r"backward\(\) .* \(3,\) that the step makes itself",
+    ),
+    "backward-made-leaf-dict-inputs": (
+        _backward_to_cpu_leaf_the_step_makes_by_name,
         r"backward\(\) .* \(3,\) that the step makes itself",
     ),
 }
