@@ -367,3 +367,31 @@ def test_a_training_step_called_with_a_transposed_view_after_repeats():
         losses.append([_cpu(fn(v)) for v in (x, x, x, xt, x)])
     for want, got in zip(*losses, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_a_plain_cpu_inference_tensor_read_by_the_step():
+    with torch.inference_mode():
+        c = torch.arange(3.0)  # (no version counter)
+    x = torch.randn(3)
+    fn = jit(lambda x: x + c.to("jax"))
+    for _ in range(2):
+        torch.testing.assert_close(_cpu(fn(from_torch(x))), x + c)
+
+
+class _LabelledSGD(torch.optim.SGD):
+    """An SGD that keeps a Python value in its state it never changes after setting it."""
+
+    def step(self, closure=None):  # pyright: ignore[reportIncompatibleMethodOverride]
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["label"] = "sgd"
+        return super().step(closure)
+
+
+def test_an_optimizer_keeping_an_unchanged_python_state_value_trains():
+    def make_step(model):
+        return _sgd_step(model, _LabelledSGD(model.parameters(), lr=0.1, momentum=0.9))
+
+    eager, compiled = _eager_and_jitted_steps(make_step)
+    for want, got in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(got, want)
