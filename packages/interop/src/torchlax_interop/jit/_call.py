@@ -151,7 +151,8 @@ class _Jitted:
         plain = tensors_only and not self.static_argnums
         run = self._prepared((args, kwargs), leaves, plain, layout, state)
         if self._compile_only:  # the first call compiles its program and the next one ahead
-            return _first_call.compile_only(self, run)
+            run.entry.compile_ahead(progress=self._compile_only is _first_call.FIRST)
+            return run  # (compiling in another thread, not launched)
         return self._plan(run).run_general(self, run)
 
     def _prepared(

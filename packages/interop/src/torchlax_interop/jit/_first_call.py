@@ -81,12 +81,6 @@ def _not_ahead(error: BaseException) -> None:
     )
 
 
-def compile_only(jitted: Any, run: Any) -> Any:
-    """``_Jitted._call`` under ``_compile_only``: ``run.entry`` compiling, not launched."""
-    run.entry.compile_ahead(progress=jitted._compile_only is FIRST)
-    return run
-
-
 def _one_device(jitted: Any, run: Any) -> Any:
     """The one device's sharding that holds every array of a training step's call (where the
     stand-ins go), or None where stand-ins cannot say what the state after it is: nothing

@@ -27,7 +27,7 @@ from torchlax_core.internal import (
     is_root_of,
     result_specs,
     root_values,
-    set_exclusive,
+    storage_getter,
     view_getter,
     wrap_results_like,
     x64,
@@ -129,10 +129,11 @@ class _JitPlan(CallPlan):
             map(is_, map(_ARRAY, storages), state_arrays)
         ):
             return _MISSED  # (an array a training step donated since is deleted: never launched)
+        elif not all(map(_IS_CONTIGUOUS, args)):
+            return _MISSED  # (a view the first pass met, not contiguous: x.t(), another program)
         else:
-            arrays = _contiguous_arrays(args)
-            if arrays is None:
-                return _MISSED
+            with x64():  # (a view's value)
+                arrays = [t.jax() for t in args]
         constants = self.constants
         if self.miss(arrays) is not None or (constants is not None and not constants.hold()):
             return _MISSED  # (stale: traced under another matmul precision; a constant changed)
@@ -226,17 +227,6 @@ class _ForwardPlan(_JitPlan):
 
     def repeat(self, arrays: list) -> Any:
         return self.launch((self.state_arrays, [], arrays))[0]
-
-
-def _contiguous_arrays(args: Sequence) -> list | None:
-    """The arguments' arrays, or None (a miss) where a view is not contiguous (``x.t()``:
-    another program)."""
-    if not any(map(view_getter, args)):  # roots are row-major
-        return [t.jax() for t in args]
-    if not all(map(_IS_CONTIGUOUS, args)):
-        return None
-    with x64():
-        return [t.jax() for t in args]
 
 
 class _StepPlan(_JitPlan):
@@ -371,13 +361,11 @@ def _write_state(
         if fresh:
             storage.exclusive = True
     owners = state.owners
+    made = _new_tensors(extra, plan[3], fresh)
     grads = []
     for p, kind, index in plan[0]:
         if kind == _NEW:
-            grad = Tensor(extra[index])
-            if fresh:
-                set_exclusive(grad)
-            p.grad = grad  # (a new tensor: no need to read whether p holds it already)
+            grad = p.grad = made[index]  # (a new tensor: no need to read whether p holds it)
         else:
             grad = None if kind == _NONE else owners[index]
             if p.grad is not grad:  # the setter's checks cost more than this test
@@ -389,9 +377,7 @@ def _write_state(
             if values.get(name) is not owners[index]:
                 values[name] = owners[index]
     for values, name, kind, index in plan[1]:
-        value = None if kind == _NONE else Tensor(extra[index])
-        if fresh and value is not None:
-            set_exclusive(value)
+        value = None if kind == _NONE else made[index]
         if values.get(name) is not value:
             values[name] = value
     _write_cpu_buffers(state, info, extra)
@@ -402,7 +388,8 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
     """Where ``_write_state`` puts each ``.grad`` and optimizer state value (valid while the
     layout holds): ``[(param, kind, index)]``, ``[(state dict, name, kind, index)]`` of the
     entries that become ``None`` or new tensors, and ``(dicts, names, indices, get)`` of those
-    that keep the owner at each index (flat: checked in one C-level pass)."""
+    that keep the owner at each index (flat: checked in one C-level pass); and
+    ``[positions, None]`` of the extra results that become new tensors (``_new_tensors``)."""
 
     slots = iter(info.slots)
     grads = [(p, *next(slots)) for p in state.grads]
@@ -421,7 +408,28 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
         # (an optimizer keeping its state in another mapping type: that type's get)
         dict.get if all(isinstance(d, dict) for d in dicts) else mapping_get,
     )
-    return [grads, others, flat_kept]
+    made = [i for _, kind, i in grads if kind == _NEW]
+    made += [i for *_, kind, i in others if kind == _NEW]
+    return [grads, others, flat_kept, [made, None]]
+
+
+def _new_tensors(extra: list, made: list, fresh: bool) -> dict:
+    """The extra results at positions ``made[0]`` (new ``.grad``s and optimizer state values)
+    as new torchlax Tensors, by position; made by what the first ones gave (``made[1]``:
+    ``result_specs``), without reading each array's shape, dtype and device again (half
+    what a tensor costs, for each ``.grad`` of every step); marked exclusive where
+    ``fresh``."""
+    at, specs = made
+    arrays = [extra[i] for i in at]
+    if specs is None:
+        tensors = [Tensor(a) for a in arrays]
+        made[1] = result_specs(tensors, arrays)
+    else:
+        tensors = wrap_results_like(arrays, specs)
+    if fresh:
+        for storage in map(storage_getter, tensors):
+            storage.exclusive = True  # (new roots: set_exclusive)
+    return dict(zip(at, tensors))
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
