@@ -162,3 +162,36 @@ def test_unfound_state_error_words_an_optimizer_and_a_module_each_their_own_way(
         "torchlax.jit(step): the step computes gradients for the parameters of the Linear "
         "called inside the step (the function does not reach it within the search), " + module_words
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "cpu", "says", "then"),
+    [
+        ("write", False, "the step writes into the float32 tensor", "the write would happen once"),
+        ("grad", False, "the step gives a .grad to the float32 tensor", "it would not train"),
+        ("write", True, "the step writes into the CPU float32 tensor", "A plain CPU tensor"),
+        ("grad", True, "the step gives a .grad to the CPU float32 tensor", "A plain CPU tensor"),
+        ("backward", True, "the step's backward() gives a .grad to the CPU", "A plain CPU"),
+        ("crossing", True, "the step's backward() would carry the gradient", "leave the"),
+    ],
+)
+def test_each_kind_of_change_to_a_tensor_is_worded_with_the_tensor_and_what_to_do(
+    kind, cpu, says, then
+):
+    # One builder (``_refusals.changed_tensor_error``), one row of its table per kind: the
+    # tensor, where the function holds it, why the change cannot be compiled, and what to do.
+    from torchlax_interop.jit._refusals import changed_tensor_error
+
+    t = torch.ones(3)
+    if not cpu:
+        with torchlax.enable():
+            t = t.to("jax")
+    error = changed_tensor_error(
+        "torchlax.jit(step)", kind, [(t, "cfg.w"), (t, None)], "backward()"
+    )
+    assert isinstance(error, torchlax.JitError)
+    words = str(error)
+    assert words.startswith(f"torchlax.jit(step): {says}")
+    assert "of shape (3,) at cfg.w" in words and "(1 more such tensor too)" in words
+    assert then in words
+    assert "Move the tensor to the 'jax' device" in words if cpu else "Pass the tensor" in words

@@ -6,6 +6,7 @@ Every case is compared with the same code run eagerly by PyTorch on the CPU (flo
 """
 
 import copy
+import logging
 import types
 import warnings
 
@@ -100,6 +101,21 @@ def test_backward_hooks_run_when_backward_follows_a_jitted_forward(name):
     finally:
         for h in handles:
             h.remove()
+
+
+def test_the_log_line_of_a_forward_run_for_its_hooks_names_each_hook_in_words(caplog):
+    # A global hook and a module's pre-hook, each named as what it is.
+    with torchlax.enable():
+        model = _model().to("jax")
+    handles = _global_full_backward_hook(model) + _full_backward_pre_hook(model)
+    try:
+        with caplog.at_level(logging.INFO, logger="torchlax.jit"):
+            torchlax.jit(model)(torchlax.from_torch(torch.randn(2, 4))).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "the forward meets the global full backward hook '_scale_grad_input'" in logged
 
 
 def test_a_forward_run_eagerly_for_its_hooks_gets_its_static_arguments():

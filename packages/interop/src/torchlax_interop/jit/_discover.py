@@ -53,14 +53,13 @@ from ._walk import (
 
 # How deep the walk goes from the function (a closure cell, a global, a bound method's object
 # and each container is one level), and the most items it reads from one list, tuple or dict:
-# what lies beyond is not state. A step that runs an optimizer found nowhere raises when it is
-# traced (``_watch.TraceWatch``) instead of keeping its state inside the program.
+# what lies beyond is not state (an optimizer stepped there is refused: ``_watch``).
 MAX_STATE_DEPTH = 4
 MAX_CONTAINER_ITEMS = 64
 MAX_WALKED_ITEMS = 1024  # over all the containers of one walk
 
-# The state walk's steps that ``_walk``'s rules do not make: a bound method's function and
-# object (the object as deep as its method), a partial's function and arguments, an argument
+# The state walk's own steps: a bound method's function and object (as deep as its method), a
+# partial's function and arguments, an argument
 _FUNC, _SELF, _PARTIAL, _ARG = "function", "self", "partial", "argument"
 
 _STATEFUL_OR_TENSOR = (*_STATEFUL, torch.Tensor)
@@ -80,27 +79,21 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
     _snapshot_hooks(layout, _GLOBAL_HOOK_DICTS)
     structures = tuple(_add_optimizer(layout, opt, found) for opt in optimizers)
     read = layout.snapshot.read
-    for t in tensors:
+    for t in tensors:  # (one requiring grad: its .grad is state too, backward() gives it one)
         read(storage_getter, t)
-        if t.requires_grad and t.is_leaf:  # (its .grad is state too: backward() gives it one)
-            _add_grad(layout, t)
+        _add_grad(layout, t, t.requires_grad and t.is_leaf)
     layout.tensors = tensors
     layout.modules, layout.optimizer_list, layout.schedulers = modules, optimizers, schedulers
     layout.static_structure = _Hashed(
         (
-            # A parameter's requires_grad decides what the traced step computes (its grad or none).
-            tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),
+            tuple(read(_REQUIRES_GRAD, p) for p in layout.grads),  # (its grad computed or not)
             structures,
             len(layout.lr_groups),
             tuple(layout.cpu_tensors),
             tuple(flag for _, flag in trainings),
-            # Which module classes: a submodule replaced by one of another class that holds
-            # the same parameters (``model[1] = nn.Tanh()`` for a ReLU) runs other code.
-            tuple(type(m) for m, _ in trainings),
-            # Which hooks: a hook runs while the step is traced, so its effect is part of the
-            # program. Each by its dict key (its RemovableHandle's id, never reused in the
-            # process): a hook registered anew is another program, one removed gives the
-            # program back, and the key keeps no reference to the hook's function.
+            tuple(type(m) for m, _ in trainings),  # (``model[1] = nn.Tanh()`` for a ReLU)
+            # Which hooks (traced into the program), each by its RemovableHandle's id (never
+            # reused): one registered anew is another program, one removed gives it back.
             tuple(chain.from_iterable(hooks)),
             tuple(tuple(d) for d in _GLOBAL_HOOK_DICTS),
         )
@@ -110,8 +103,7 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
 
 
 def _sorted(found: list, read=read_directly) -> tuple[list, list, list, list]:
-    """``found`` by kind: modules, optimizers (a scheduler's too, read by ``read``),
-    schedulers, tensors."""
+    """``found`` by kind: modules, optimizers (a scheduler's too), schedulers, tensors."""
     modules, optimizers, schedulers, tensors = [], [], [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
@@ -136,19 +128,18 @@ def _add(layout: _Layout, t: Tensor, grad: bool) -> None:
         layout.fixed_ids.add(id(storage))
         layout.fixed_storages.append(storage)
         layout.fixed_owners.append(t)
-    if grad:
-        _add_grad(layout, t)
+    _add_grad(layout, t, grad)
 
 
-def _add_grad(layout: _Layout, p) -> None:
-    if all(p is not g for g in layout.grads):
+def _add_grad(layout: _Layout, p, grad: bool = True) -> None:
+    if grad and all(p is not g for g in layout.grads):
         layout.grads.append(p)
 
 
 def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: list) -> list:
-    """Add a module's parameters and buffers (a CPU one of the target module is lent to the
-    program: ``cpu_tensors``) and snapshot its submodules; returns (module position, hook
-    kind, the hook dict's keys) of each hook dict in use."""
+    """Add a module's parameters and buffers (a CPU one of the target module: ``cpu_tensors``)
+    and snapshot its submodules; returns (module position, hook kind, keys) per hook dict in
+    use."""
     snapshot, hooks = layout.snapshot, []
     for sub in m.modules():
         for d in (sub._parameters, sub._buffers, sub._modules):
@@ -156,9 +147,8 @@ def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: li
         hook_dicts = [getattr(sub, name) for name in _HOOK_DICTS]
         _snapshot_hooks(layout, hook_dicts)
         hooks.extend((len(trainings), kind, tuple(d)) for kind, d in enumerate(hook_dicts) if d)
-        # A module's training flag is an entry of its __dict__ (``Module.__setattr__`` and
-        # ``train()`` put it there): read there, not through ``nn.Module``'s ``__getattr__``
-        # (a slot call per read); a class that defines ``training`` itself, as an attribute.
+        # ``training`` is read from the module's __dict__ (past ``nn.Module.__getattr__``),
+        # unless its class defines it
         own = "training" in vars(sub) and not hasattr(type(sub), "training")
         reader, holder = (getitem, vars(sub)) if own else (getattr, sub)
         trainings.append((sub, snapshot.read(reader, holder, "training")))
@@ -168,16 +158,14 @@ def _add_module(layout: _Layout, m: torch.nn.Module, target: bool, trainings: li
                 _add(layout, t, grad)
             elif target:
                 layout.cpu_tensors[name] = t
-                # (``module.to("jax")`` swaps each tensor's class and data: the program lent
-                # the CPU ones through DLPack)
                 snapshot.read(isinstance, t, Tensor)
     return hooks
 
 
 def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
-    """Add an optimizer's groups (their learning rates and hyperparameters), parameters and
-    state entries (each entry's names; its values, any torchlax Tensor for a tensor); returns
-    its structure: its type, each group's hyperparameters, each entry's names and values."""
+    """Add an optimizer's groups (learning rates, hyperparameters), parameters and state
+    entries; returns its structure: its type, each group's hyperparameters, each entry's
+    names and values (a tensor as such)."""
     _move_cpu_state_to_jax(opt)
     snapshot, hypers, kinds = layout.snapshot, [], []
     snapshot.read(getattr, opt, "param_groups")
@@ -202,17 +190,12 @@ def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
                 kinds.append(())
                 continue
             snapshot.items(entries)
-            for name, value in entries.items():
+            for name, value in entries.items():  # (a tensor need only stay a torchlax Tensor)
                 if isinstance(value, Tensor):
                     snapshot.tensor_at(entries, name)
                 else:
                     snapshot.read(getitem, entries, name)
-            kinds.append(
-                tuple(
-                    (k, "tensor" if isinstance(v, torch.Tensor) else _hashable(v))
-                    for k, v in entries.items()
-                )
-            )
+            kinds.append(tuple((k, _hashable(v, "tensor")) for k, v in entries.items()))
             if entries:
                 layout.entry_dicts.append(entries)
     return type(opt), tuple(hypers), tuple(kinds)
@@ -221,11 +204,12 @@ def _add_optimizer(layout: _Layout, opt, found: list) -> tuple:
 _NO_HYPER = ("params", "lr")
 
 
-def _hashable(value):
+def _hashable(value, tensor=None):
+    """``value`` in a key (``tensor``: what stands for a tensor, else its shape and dtype)."""
     if isinstance(value, list | tuple):
         return tuple(_hashable(v) for v in value)
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
+        return tensor or ("tensor", tuple(value.shape), value.dtype)
     try:
         hash(value)
     except TypeError:
@@ -234,10 +218,9 @@ def _hashable(value):
 
 
 def _reached(target, arg_leaves: list, layout: _Layout) -> list:
-    """The modules, optimizers, schedulers and tensors the walk (``_walk.walk``, by the rule
-    ``_StateWalk.children``) finds from ``target``, then from each argument, in the order
-    met. An argument through which it finds state is noted (``_arg_holder_ids``), and the
-    layout keeps the snapshot of what leads to state (``_StateWalk.keep``)."""
+    """The modules, optimizers, schedulers and tensors the walk finds from ``target``, then
+    from each argument, in the order met; noted in the layout: the arguments through which it
+    finds state (``_arg_holder_ids``), the snapshot of what leads to it (``_StateWalk.keep``)."""
     layout.arg_objects = tuple(_arg_holders(arg_leaves))
     roots = [((), target), *((((_ARG, i),), a) for i, a in enumerate(layout.arg_objects))]
     rule = _StateWalk(layout.snapshot)
@@ -265,9 +248,8 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
 
 class _StateWalk:
     """The state walk's rule (``children``): where it goes from each object, within
-    ``MAX_*``; and what it read on its way, kept in the layout's snapshot where that leads to
-    state (``keep``), for a later call to check (``_Layout.holds``). Its rules:
-    docs/architecture.md, "What the state walk enters"."""
+    ``MAX_*``; and what it read on its way, kept in the snapshot where that leads to state
+    (``keep``). docs/architecture.md, "What the state walk enters"."""
 
     def __init__(self, snapshot: _Snapshot):
         self.snapshot = snapshot
@@ -297,29 +279,24 @@ class _StateWalk:
             return []
         if is_container(value):
             # a container under an attribute: its tensors are no state (see the docstring)
-            return self._container(visit, not any(k in (ATTR, SLOT) for k, _ in path))
+            return self._enter(visit, not any(k in (ATTR, SLOT) for k, _ in path), items(value))
         if (own or enterable(value)) and not module:
-            return self._object(visit, own, fields(value))
+            return self._enter(visit, own, fields(value), named=True)
         if module:  # its public attributes (not its parameters, buffers, submodules)
-            public = [(s, v) for s, v in fields(value) if not s[1].startswith("_")]
-            return self._object(visit, False, [(s, v) for s, v in public if s[1] != "training"])
+            public = [
+                (s, v) for s, v in fields(value) if not s[1].startswith("_") and s[1] != "training"
+            ]
+            return self._enter(visit, False, public, named=True)
         return []
 
-    def _container(self, visit: Visit, tensors: bool) -> list:
-        children = items(visit.value)
-        if not self._within_budget(len(children)):
+    def _enter(self, visit: Visit, own: bool, children: list, named: bool = False) -> list:
+        """Where the walk goes from a container's items or an object's attributes (``named``)
+        (``own``: their tensors are state): what leads to state, within the budget (no bound
+        on the jitted bound method's object's own)."""
+        if not (own and named) and not self._within_budget(len(children)):
             return []
-        if not tensors and children and not any(_leads_to_state(v, False) for _, v in children):
-            return []  # (a history of tensors, numbers or tuples of them)
-        self.entered.append((visit, tensors, None))
-        wanted = _STATEFUL_OR_TENSOR if tensors else _STATEFUL
-        return [(s, v) for s, v in children if isinstance(v, wanted) or _leads_on(v)]
-
-    def _object(self, visit: Visit, own: bool, named: list) -> list:
-        if not own and not self._within_budget(len(named)):
-            return []
-        self.entered.append((visit, own, named))
-        return [(s, v) for s, v in named if _leads_to_state(v, own)]
+        self.entered.append((visit, own, children if named else None))
+        return [(s, v) for s, v in children if _leads_to_state(v, own)]
 
     def _within_budget(self, size: int) -> bool:
         if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
@@ -328,11 +305,10 @@ class _StateWalk:
         return True
 
     def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
-        """Snapshot what the walk entered, but the containers and objects under attributes
-        that lead to no state (``leading``: the ids of those on the paths to state) and all
-        they hold; ``again``: (holder, step) of each object met a second time. An object's
-        part: its attribute dict's names, and the attributes and slots that lead to state,
-        are None, or hold an object met before (kept, to be safe)."""
+        """Snapshot what the walk entered, but what under attributes leads to no state
+        (``leading``: the ids on the paths to state) and all it holds; ``again``: (holder,
+        step) of each object met twice. An object's part: its attribute names, and the
+        attributes and slots that lead to state, are None, or were met before."""
         snapshot, dropped = self.snapshot, set()
         for visit, own, named in self.entered:  # (a holder before what it holds)
             value = visit.value
@@ -351,6 +327,7 @@ class _StateWalk:
 
 
 def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set, again: set):
+    """An object's part of the snapshot (see ``_StateWalk.keep``)."""
     attrs, _ = attributes(obj)
     if attrs is not None:
         snapshot.items(attrs)
@@ -371,8 +348,7 @@ def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set,
 
 
 def _leads_to_state(value, own: bool) -> bool:
-    """Whether the walk goes on from an object's attribute ``value`` (``own``: of the
-    jitted bound method's object, whose tensors are state too)."""
+    """Whether the walk goes on to ``value`` (``own``: a tensor is state there)."""
     return (
         isinstance(value, _STATEFUL)
         or (own and isinstance(value, torch.Tensor))
@@ -386,7 +362,7 @@ def _leads_on(value) -> bool:
 
 def _arg_holders(leaves) -> list:
     """The arguments' leaves the walk enters: modules, optimizers, schedulers and objects
-    (``step(state, x, y)`` with ``state.model``); tensors come first, the common call."""
+    (``step(state, x, y)`` with ``state.model``)."""
     return [
         leaf
         for leaf in leaves

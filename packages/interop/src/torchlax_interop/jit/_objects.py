@@ -35,8 +35,7 @@ from ._walk import (
     walk,
 )
 
-# A search this deep or this large is not trusted to have seen everything (an object graph
-# that reaches a whole program); it raises instead.
+# A search this deep or large is not trusted to have seen everything: it raises.
 _MAX_DEPTH = 17
 _MAX_NODES = 100_000
 
@@ -71,10 +70,8 @@ def find(
     leaf: Any, name: Callable[[], str], stateful: set, owner: str
 ) -> tuple[ObjectOutput, list] | None:
     """The plan for output leaf ``leaf`` and the traced tensors it holds (in output order), or
-    None when it holds none. ``stateful``: ids of the state's storages (a parameter, a buffer:
-    it is no leaked value, and the returned object keeps it, as eagerly). ``name`` (the leaf's
-    path in the output, made only when an error needs it) and ``owner``
-    (``torchlax.jit(fn)``) name it in errors."""
+    None when it holds none. ``stateful``: ids of the state's storages (kept in the object, as
+    eagerly). ``name()`` (its path in the output) and ``owner`` name it in errors."""
     search = _Search(stateful, name, owner, leaf)
     if isinstance(leaf, jax.core.Tracer):
         raise search.error((), "is a JAX value computed inside the function (not a tensor)")
@@ -88,9 +85,9 @@ def find(
 
 
 class _Search:
-    """The walk (``_walk``) through a returned object, by the rule of what an object holds
-    (``_children``): the traced tensors it finds, each at its paths; and the walks through
-    what hides in it from Python (by the rule ``_hidden``), which refuse one there."""
+    """The walk through a returned object (rule: ``_children``), finding its traced tensors at
+    their paths, and the walks through what hides in it from Python (``_hidden``), refusing
+    one there."""
 
     def __init__(self, stateful: set, name: Callable[[], str], owner: str, root: Any):
         self.stateful = stateful
@@ -128,8 +125,8 @@ class _Search:
                     holding.update(map(id, visit.holders))
             elif visit.again:
                 again.append(visit)
-        # An object holding computed tensors met by two paths (shared, or a cycle back to
-        # it): its copies would not share it.
+        # An object holding computed tensors met by two paths (shared, or a cycle): its
+        # copies would not share it.
         for visit in again:
             if id(visit.value) in holding:
                 raise self.error(
@@ -192,10 +189,9 @@ class _Search:
                 raise self.error(visit.path, "holds a JAX value computed inside the function")
 
     def _hidden(self, visit: Visit) -> list:
-        """What the search for hidden tensors goes to from ``visit.value``: what it holds as
-        the garbage collector sees it (``gc.get_referents``), not named in paths; from a
-        function, its closure (searched from there, as deep again). Within ``_MAX_DEPTH`` of
-        its walk's roots; a tensor or JAX value one step beyond is still checked."""
+        """Where the search for hidden tensors goes from ``visit.value``: its
+        ``gc.get_referents`` (not named in paths); from a function, its closure (as deep
+        again). Within ``_MAX_DEPTH`` of its roots, and a tensor or JAX value one beyond."""
         if isinstance(visit.value, types.FunctionType | types.MethodType):
             self._children(visit)  # its closure only
             return []
@@ -226,8 +222,8 @@ def _insert(trie: dict, path: tuple, index: int) -> None:
 
 
 def _rebuilt(node: Any, trie: dict, tensors: list, error=None, path: tuple = ()) -> Any:
-    """A copy of ``node`` with, at each path of ``trie``, the tensor its index names (copies
-    only the objects along the paths; with ``error``, checks that the copy took the values)."""
+    """A copy of ``node`` (only the objects along the paths) with, at each path of ``trie``,
+    the tensor its index names; with ``error``, checks that the copy took the values."""
     values = {
         step: tensors[sub]
         if isinstance(sub, int)

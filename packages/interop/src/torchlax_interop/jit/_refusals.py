@@ -1,20 +1,16 @@
 """The errors by which ``torchlax.jit`` refuses a step (``JitError``s), each naming what the step
 did, the tensor or module by the path the function reaches it by (``_walk.path_to``), and what
 to do. The trace watch (``_watch``) finds what the step did and puts it back; this module only
-words the errors.
+words the errors: a tensor's change by one table (``_DID``: what the step did, by kind), then
+why that cannot be part of the program and what to do, for a constant or a plain CPU tensor.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-from torchlax_core import JitError
+from torchlax_core import JitError, Tensor
 
 from ._discover import MAX_CONTAINER_ITEMS, MAX_STATE_DEPTH, MAX_WALKED_ITEMS
-
-if TYPE_CHECKING:
-    from ._watch import Changed
 
 # Where the state walk (``_discover``) looks, for the errors about what it did not find.
 _STATE_IS_FOUND = (
@@ -27,66 +23,67 @@ _STATE_IS_FOUND = (
 )
 _NOT_STATE = "which is not part of the compiled step's state"
 
+# What the step did to a tensor that is no state, by kind ({held}: the tensor and where the
+# function holds it; {call}: a refused backward's call, which did not run).
+_DID = {
+    "write": "the step writes into {held} (in place, or through .data)",
+    "grad": "the step gives a .grad to {held}",
+    "backward": "the step's {call} gives a .grad to {held}",
+    "crossing": "the step's {call} would carry the gradient of a traced torchlax Tensor to {held}",
+}
+# Why a constant's change cannot be part of the program, by kind, and what to do
+_CONSTANT = {
+    "write": "the write would happen once, while the step is traced, not on each call",
+    "grad": "it would not train, and its .grad would be a value of the finished trace",
+}
+_KEEP_AS_STATE = (
+    "Pass the tensor as an argument, close over it directly, register it in a module the step "
+    "uses (nn.Parameter or register_buffer), or give it to an optimizer the step steps. The "
+    "tensor was left as it was before the call."
+)
+_ON_HOST = (
+    "A plain CPU tensor is no part of the compiled program: the change would happen once, on "
+    "the host, while the step is traced, and never on the program's calls (a counter would "
+    "stop counting). Move the tensor to the 'jax' device (tensor.to('jax') inside "
+    "torchlax.enable()) and keep it where the step's state is found (close over it, pass it as "
+    "an argument, or register it as a module's buffer), or change it outside the jitted "
+    "function. The tensor was left as it was before the call."
+)
 
-def changed_constant_error(owner: str, changed: list[tuple[Changed, str]]) -> JitError:
-    """The error for the constants a traced step changed (the first one named by its path)."""
-    first, path = changed[0]
-    t = first.tensor
-    held = f"{described_tensor(t)} {where_held(path)}"
-    if first.grad_given and not first.written:
-        what = (
-            f"the step's backward() gives a .grad to {held} (requires_grad={t.requires_grad}), "
-            f"{_NOT_STATE}: it is a constant of the program, so it would not train, and its "
-            ".grad would be a value of the finished trace"
-        )
-    else:
-        what = (
-            f"the step writes into {held} (in place, or through .data), {_NOT_STATE}: it is a "
-            "constant of the program, so the write would happen once, while the step is "
-            "traced, not on each call"
-        )
-    return JitError(
-        f"{owner}: {what}{_others(changed)}. {_STATE_IS_FOUND}. Pass the tensor as an argument, "
-        "close over it directly, register it in a module the step uses (nn.Parameter or "
-        "register_buffer), or give it to an optimizer the step steps. The tensor was left as "
-        "it was before the call."
-    )
 
-
-def changed_cpu_tensor_error(owner: str, changed: list[tuple[Changed, str | None]]) -> JitError:
-    """The error for the plain CPU tensors a traced step changed (or a refused ``backward()``
-    would have), each with its path or None."""
-    first, path = changed[0]
-    held = described_tensor(first.tensor, cpu=True) + " " + where_held(path, first.made)
-    if first.crossing:
+def changed_tensor_error(
+    owner: str, kind: str, named: list[tuple], call: str = "", made: bool = False
+) -> JitError:
+    """The error for the tensors that are no state the traced step changed (or a refused
+    ``backward()`` would have, ``call``), ``named`` each with its path or None, the first
+    one in words: a torchlax Tensor (a constant of the program) or a plain CPU tensor
+    (``made``: one the step makes itself). ``kind``: what the step did, a key of ``_DID``."""
+    t, path = named[0]
+    cpu = not isinstance(t, Tensor)
+    held = f"{described_tensor(t, cpu=cpu)} {where_held(path, made)}"
+    did = _DID[kind].format(held=held, call=call)
+    others = len(named) - 1
+    others = f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
+    if not cpu:
+        grad = f" (requires_grad={t.requires_grad})" if kind == "grad" else ""
         return JitError(
-            f"{owner}: the step's {first.call} would carry the gradient of a traced torchlax "
-            f"Tensor to {held}{_others(changed)}. That gradient would have to leave the "
-            "compiled program for the host while the step is traced, which it cannot "
-            "(eagerly PyTorch computes it on the CPU). Move the tensor to the 'jax' device "
-            "(tensor.to('jax') inside torchlax.enable(); "
-            + (
-                "make it there, torch.ones(..., device='jax')"
-                if first.made
-                else "close over it or register it in a module, so it is part of the step's state"
-            )
-            + "): then the gradient is a value of the program. Or compute this gradient "
-            "outside the jitted function. Nothing was changed."
+            f"{owner}: {did}{grad}, {_NOT_STATE}: it is a constant of the program, so "
+            f"{_CONSTANT[kind]}{others}. {_STATE_IS_FOUND}. {_KEEP_AS_STATE}"
         )
-    if first.by_backward:
-        what = f"the step's {first.call} gives a .grad to {held}"
-    elif first.grad_given and not first.written:
-        what = f"the step gives a .grad to {held}"
-    else:
-        what = f"the step writes into {held} (in place, or through .data)"
+    did += others
+    if kind != "crossing":
+        return JitError(f"{owner}: {did}. {_ON_HOST}")
+    keep = (
+        "make it there, torch.ones(..., device='jax')"
+        if made
+        else "close over it or register it in a module, so it is part of the step's state"
+    )
     return JitError(
-        f"{owner}: {what}{_others(changed)}. A plain CPU tensor is no part of the compiled "
-        "program: the change would happen once, on the host, while the step is traced, and "
-        "never on the program's calls (a counter would stop counting). Move the tensor to the "
-        "'jax' device (tensor.to('jax') inside torchlax.enable()) and keep it where the step's "
-        "state is found (close over it, pass it as an argument, or register it as a module's "
-        "buffer), or change it outside the jitted function. The tensor was left as it was "
-        "before the call."
+        f"{owner}: {did}. That gradient would have to leave the compiled program for the host "
+        "while the step is traced, which it cannot (eagerly PyTorch computes it on the CPU). "
+        f"Move the tensor to the 'jax' device (tensor.to('jax') inside torchlax.enable(); "
+        f"{keep}): then the gradient is a value of the program. Or compute this gradient "
+        "outside the jitted function. Nothing was changed."
     )
 
 
@@ -123,7 +120,6 @@ def returned_object_error(owner: str, obj, where: str, what: str) -> JitError:
 def where_held(path: str | None, made: bool = False) -> str:
     """Where the function holds a tensor, in words, from its path (None: not found; ``made``:
     the step made it)."""
-
     if made:
         return "that the step makes itself"
     if path is None:
@@ -131,12 +127,6 @@ def where_held(path: str | None, made: bool = False) -> str:
     if path.startswith("default argument"):
         return f"held as the function's {path}"
     return f"at {path}"
-
-
-def _others(changed: list) -> str:
-    """The note on how many tensors besides the first one named also changed."""
-    others = len(changed) - 1
-    return f" ({others} more such tensor{'s' if others > 1 else ''} too)" if others else ""
 
 
 def described_tensor(t, *, cpu: bool = False) -> str:

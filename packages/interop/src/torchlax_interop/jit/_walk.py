@@ -57,14 +57,12 @@ def walk(
     too_far: Callable[[Visit], None] | None = None,
     seen: set[int] | None = None,
 ) -> Iterator[Visit]:
-    """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once
-    (an object met again is yielded with ``again`` and not entered), in depth-first order
-    (each object's children in their order) or, with ``breadth``, nearest first. Atoms are
-    not yielded. A child's step of None (where a value hides from Python: a C extension's
-    field, a set's item) leaves its path its holder's. An object whose path has
-    ``max_depth`` steps, or any once ``max_nodes`` objects were met, is not entered
-    (``too_far`` is told of it: it may raise). ``seen``: the ids of the objects met, to
-    share between walks (each then skips what another met, and counts it)."""
+    """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once (met
+    again: yielded with ``again``, not entered), depth first or, with ``breadth``, nearest
+    first; atoms are not yielded. A child's step of None (a value hidden from Python: a C
+    extension's field, a set's item) leaves it its holder's path. An object whose path has
+    ``max_depth`` steps, or any once ``max_nodes`` were met, is not entered (``too_far`` is
+    told, and may raise). ``seen``: the ids met, to share between walks."""
     seen = set() if seen is None else seen
     pending = deque(Visit(path, value, (), False) for path, value in roots)
     if not breadth:
@@ -95,10 +93,9 @@ def walk(
 
 
 def reached(visit: Visit) -> list[tuple[tuple, Any]]:
-    """What a function reaches from ``visit.value``: a list's or tuple's items, a dict's
-    values, an entered object's attributes (``fields``), a module's submodules, parameters,
-    buffers and public attributes, and what a function met names (``function_roots``: a
-    helper the step calls, and what it closes over)."""
+    """What a function reaches from ``visit.value``: a container's items, an entered object's
+    ``fields``, a module's submodules, parameters, buffers and public attributes, what a
+    function met names (``function_roots``)."""
     value = visit.value
     if isinstance(value, torch.nn.Module):
         named = [
@@ -115,7 +112,7 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     return fields(value) if enterable(value) else []
 
 
-# How far the search for a path goes (it runs only to word an error: wider than the state walk).
+# How far the search for a path goes (only to word an error: wider than the state walk)
 _SEARCH_DEPTH = 8
 _SEARCH_NODES = 20_000
 
@@ -166,11 +163,9 @@ def function_roots(fn) -> list[tuple[tuple, Any]]:
 
 
 def named_by(fn: types.FunctionType, read: Callable = read_directly) -> list[tuple[tuple, Any]]:
-    """What ``fn``'s code names: its closure cells, the globals it reads and its default
-    arguments, positional then keyword-only (``def step(model=model)``: what a call that
-    omits them uses; ``default argument 'model'``), each bound one with its step. Each is read
-    through ``read(reader, *arguments)`` (the state walk's snapshot records those reads: bound
-    or not, and ``fn``'s defaults)."""
+    """What ``fn``'s code names, each bound one with its step: its closure cells, the globals
+    it reads, its default arguments (``default argument 'model'``). Each is read through
+    ``read(reader, *arguments)`` (the state walk's snapshot records those reads)."""
     code = fn.__code__
     cells = zip(code.co_freevars, fn.__closure__ or (), strict=False)
     found = [((ROOT, name), read(cell_contents, cell)) for name, cell in cells]
@@ -200,9 +195,8 @@ _GLOBAL_READS = {"LOAD_GLOBAL", "LOAD_NAME"}
 
 @functools.cache
 def global_names(code: types.CodeType) -> tuple[str, ...]:
-    """The globals ``code`` (and the functions, lambdas and classes it defines) reads. Not
-    ``co_names``: that holds the attribute names too (``out.loss`` would take a global
-    ``loss`` the function never reads for one it reaches)."""
+    """The globals ``code`` (and the code objects it defines) reads. Not ``co_names``: that
+    holds attribute names too (``out.loss`` would take a global ``loss`` for one it reads)."""
     names = [i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_READS]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -223,20 +217,15 @@ def items(container) -> list[tuple[tuple, Any]]:
     return [((ITEM, i), v) for i, v in enumerate(container)]
 
 
-# Python marks the types its class statement creates (and C types built the same way) as heap
-# types; a static C type's instance dict, where it has one, is the type's business.
+# Python's class statement makes heap types; a static C type's instance dict is its own business.
 _HEAP_TYPE = 1 << 9
 
-# Objects with attributes a function's walk does not enter, though they are Python objects:
-# - data pipelines: a dataset's samples and a loader's iterators and workers are data, not
-#   state, and can be large (a dataset holding a list of every sample);
-# - loggers: a logger reaches the logging manager, and through it every logger of the process;
-# - threads: a thread's target and arguments belong to another thread's work;
-# - JAX arrays: C++ objects (a heap type without attributes to read);
-# - what the walk handles itself, or that holds no state of its own: modules, optimizers,
-#   schedulers, tensors (state), classes, Python modules, enum members, and functions and
-#   methods (the walk follows the jitted function's closures and globals and those of the
-#   functions they hold, not every callback an object keeps: its globals reach the program).
+# Python objects whose attributes a function's walk does not enter: data pipelines (a
+# dataset's samples are data, and can be many), loggers (they reach every logger of the
+# process), threads (another thread's work), JAX arrays (C++ objects), and what the walk
+# handles itself or holds no state of its own: modules, optimizers, schedulers, tensors,
+# classes, Python modules, enum members, functions and methods (a callback's globals reach
+# the whole program).
 _NOT_ENTERED = (
     torch.utils.data.DataLoader,
     torch.utils.data.Dataset,
@@ -259,8 +248,7 @@ _NOT_ENTERED = (
 
 def enterable(obj: Any) -> bool:
     """Whether a function's walk enters ``obj``'s attributes: an instance of a class written
-    in Python (or a ``SimpleNamespace``: a trainer, a config, a dataclass) that is none of
-    ``_NOT_ENTERED``."""
+    in Python, or a ``SimpleNamespace`` (a trainer, a config), that is none of ``_NOT_ENTERED``."""
     cls = type(obj)
     if cls is types.SimpleNamespace:
         return True
@@ -279,29 +267,19 @@ def fields(obj: Any) -> list[tuple[tuple, Any]]:
     return found
 
 
-def attributes(obj: Any) -> tuple[dict | None, tuple[str, ...]]:
+def attributes(obj: Any) -> tuple[dict | None, list[str]]:
     """``obj``'s instance dict (None if it has none, or one that is not a plain dict) and the
     names of the ``__slots__`` its classes declare."""
-    try:
-        attrs = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        attrs = None
-    if type(attrs) is not dict:
-        attrs = None
-    return attrs, tuple(slot_names(type(obj)))
-
-
-def slot_names(cls: type) -> list[str]:
-    names = []
-    for klass in cls.__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        names.extend([slots] if isinstance(slots, str) else slots)
-    return [n for n in names if n not in ("__dict__", "__weakref__")]
+    attrs = slot_value(obj, "__dict__")
+    slots = [klass.__dict__.get("__slots__", ()) for klass in type(obj).__mro__]
+    names = [n for s in slots for n in ([s] if isinstance(s, str) else s)]
+    return (attrs if type(attrs) is dict else None), [
+        n for n in names if n not in ("__dict__", "__weakref__")
+    ]
 
 
 def slot_value(obj: Any, name: str) -> Any:
-    """The value of ``obj``'s slot ``name`` (``ABSENT`` if unset), read past any
-    ``__getattribute__`` of the class."""
+    """``obj``'s slot ``name`` (``ABSENT`` if unset), past the class's ``__getattribute__``."""
     try:
         return object.__getattribute__(obj, name)
     except AttributeError:

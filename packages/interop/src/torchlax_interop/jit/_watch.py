@@ -8,14 +8,11 @@ it. What it watches, and why: docs/architecture.md, "What the capture watches".
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import operator
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from itertools import repeat
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.core
@@ -38,8 +35,7 @@ from torchlax_core.internal import (
 from ._refusals import (
     _leaked_tracer_error,
     _owner,
-    changed_constant_error,
-    changed_cpu_tensor_error,
+    changed_tensor_error,
     described_tensor,
     unfound_state_error,
     where_held,
@@ -50,13 +46,11 @@ from ._walk import path_to, reaches
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
 _storage_of: Callable[[Tensor], Any] = storage_of
 
-_ARRAY = operator.attrgetter("array")
 _DATA = torch.Tensor.data  # the descriptor: ``t.data``'s getter is a method-wrapper of it
 _REGISTER_HOOK = torch.Tensor.register_hook
 _REGISTER_POST_ACCUMULATE = torch.Tensor.register_post_accumulate_grad_hook
 _AUTOGRAD_GRAD = torch.autograd.grad
-# Each call refused: in words, and where it keeps its roots and its inputs (by name: their
-# signatures' own)
+# Each call refused: in words, and its roots' and inputs' parameter names
 _REFUSED_CALLS = {
     torch.Tensor.backward: ("backward()", "self", "inputs"),
     torch.autograd.backward: ("torch.autograd.backward()", "tensors", "inputs"),
@@ -75,6 +69,7 @@ class _SeenConstant:
     dropped is no one's constant), its storage, view and array, and its ``.grad``'s."""
 
     __slots__ = ("ref", "storage", "view", "array", "layout", "grad", "grad_storage", "grad_array")
+    origin = None
 
     def __init__(self, t: Tensor):
         self.ref = weakref.ref(t)
@@ -85,9 +80,6 @@ class _SeenConstant:
         self.grad = grad = t.grad if t.is_leaf else None
         self.grad_storage = _storage_of(grad) if isinstance(grad, Tensor) else None
         self.grad_array = None if self.grad_storage is None else self.grad_storage.array
-
-    def named(self, t: Tensor) -> Tensor:
-        return t
 
     def written(self, t: Tensor) -> bool:
         return _storage_of(t) is not self.storage or self.storage.array is not self.array
@@ -115,16 +107,15 @@ class _SeenConstant:
 
 class _SeenCpu:
     """A plain CPU tensor as first seen: the tensor (weakly), its version counter, an alias
-    of its data (the storage and layout ``t.data = other`` would replace), a copy of its
-    value, its ``.grad`` and that ``.grad``'s version counter and value (a ``.grad`` can be
-    written in place: ``backward()`` accumulates into it)."""
+    of its data (what ``t.data = other`` would replace), a copy of its value, its ``.grad``
+    and that one's version counter and value (``backward()`` accumulates into it)."""
 
     __slots__ = ("ref", "origin", "version", "alias", "value", "grad", "grad_version", "grad_value")
 
     def __init__(self, t: torch.Tensor, origin: Callable | None = None):
         # (``t.data`` is a temporary: held here, so that a write through it is still seen)
         self.ref: Callable = weakref.ref(t) if origin is None else lambda: t
-        self.origin = origin  # for ``t.data``: t (the tensor to name)
+        self.origin = origin  # for ``t.data``: t's ref (the tensor to name)
         self.version = _version(t)
         with torch.no_grad():
             self.alias = t.detach()
@@ -132,10 +123,6 @@ class _SeenCpu:
             self.grad = t.grad if t.is_leaf else None
             self.grad_version = -1 if self.grad is None else _version(self.grad)
             self.grad_value = None if self.grad is None else self.grad.clone()
-
-    def named(self, t: torch.Tensor) -> torch.Tensor:
-        origin = self.origin() if self.origin is not None else None
-        return t if origin is None else origin
 
     def written(self, t: torch.Tensor) -> bool:
         return _version(t) != self.version or not _same_data(t, self.alias)
@@ -157,34 +144,28 @@ class _SeenCpu:
                         grad.copy_(self.grad_value)
 
 
-@dataclasses.dataclass(slots=True)
-class Changed:
-    """A tensor the traced step changed: ``tensor`` (a torchlax Tensor for a constant), and
-    whether its data (``written``: in place, or through ``.data``) or its ``.grad``
-    (``grad_given``: given, replaced or written in place) changed; ``first_seen``, what it held
-    then (None: nothing to put back). For a plain CPU tensor: ``by_backward``, a
-    ``backward()`` or ``torch.autograd.grad()`` of the step (``call``) was refused before it
-    ran, so nothing changed: it would give the tensor a ``.grad``, or (``crossing``) carry a
-    gradient from the traced program to it; ``made``: the trace made the tensor itself (no
-    path of the function's reaches it)."""
+class Changed(NamedTuple):
+    """A tensor the traced step changed (``tensor``: for ``t.data``, t), whether its data
+    (``written``: in place, or through ``.data``) or its ``.grad`` (``grad_given``: given,
+    replaced or written in place) changed, and what it held when first seen (``seen``)."""
 
     tensor: Any
     written: bool
     grad_given: bool
-    first_seen: _SeenConstant | _SeenCpu | None
-    by_backward: bool = False
-    call: str = "backward()"
-    crossing: bool = False
-    made: bool = False
+    seen: _SeenConstant | _SeenCpu
+
+    @property
+    def kind(self) -> str:
+        """What the step did, in ``_refusals``' words: ``"grad"`` or ``"write"``."""
+        return "grad" if self.grad_given and not self.written else "write"
 
 
 def restore(changed: list[Changed]) -> None:
     """Put back the data and ``.grad`` each of ``changed`` held when first seen."""
     for c in changed:
-        seen = c.first_seen
-        t = None if seen is None else seen.ref()
-        if seen is not None and t is not None:
-            seen.put_back(t, c.written, c.grad_given)
+        t = c.seen.ref()
+        if t is not None:
+            c.seen.put_back(t, c.written, c.grad_given)
 
 
 class _Noted(dict):
@@ -200,26 +181,25 @@ class _Noted(dict):
 
     def changed(self) -> list[Changed]:
         """Those still alive whose data or ``.grad`` the traced code changed (first seen
-        first). Among the constants may be tensors the traced code made from host data (an
-        optimizer's new step count: a factory op is no op of the trace to see) and kept where
-        the program returns it from: the caller tells those apart."""
+        first); among the constants, maybe ones it made from host data (``_kept_as_state``)."""
         found = []
         with _NO_TORCH_FUNCTION():
             for seen, t in self.alive():
                 written, grad_given = seen.written(t), seen.grad_changed(t)
                 if written or grad_given:
-                    found.append(Changed(seen.named(t), written, grad_given, seen))
+                    origin = seen.origin and seen.origin()  # (``t.data``'s: t, to name)
+                    found.append(
+                        Changed(t if origin is None else origin, written, grad_given, seen)
+                    )
         return found
 
     def requiring_grad(self) -> list[Tensor]:
-        """Those still alive that require grad (first seen first): a backward of the program
-        (its vjp) gives a constant no gradient, where eager PyTorch's would give it one."""
+        """Those still alive that require grad: the program's vjp gives them no gradient."""
         with _NO_TORCH_FUNCTION():
             return [t for _, t in self.alive() if t.requires_grad]
 
     def read(self) -> ReadConstants | None:
-        """The constants still alive that the traced code read and left as they were (None
-        if there are none), to check on each call that they still are (``ReadConstants``)."""
+        """The constants still alive that the traced code read and left as they were."""
         with _NO_TORCH_FUNCTION():
             kept = [s for s, t in self.alive() if not s.written(t)]
         return ReadConstants(kept) if kept else None
@@ -229,32 +209,19 @@ class ReadConstants:
     """The constants a program's trace read, each with the storage and array it had then:
     their values are baked into the program. ``hold()`` tells whether each still has them (a
     write between calls, in place or through ``.data``, replaces one); a constant no one
-    holds any more can no longer change. A C-level pass of identity checks: a program that
-    read no constant has no ``ReadConstants`` at all."""
+    holds any more can no longer change. A program that read no constant has none."""
 
-    __slots__ = ("_refs", "_storages", "_arrays")
+    __slots__ = ("_read",)
 
-    def __init__(self, seen: list):
-        self._refs = tuple(s.ref for s in seen)
-        self._storages = tuple(s.storage for s in seen)
-        self._arrays = tuple(s.array for s in seen)
+    def __init__(self, seen: list[_SeenConstant]):
+        self._read = tuple((s.ref, s.storage, s.array) for s in seen)
 
     def hold(self) -> bool:
-        tensors = [ref() for ref in self._refs]
-        # (not ``None in tensors``: that compares each tensor with None, an op each)
-        if not all(map(operator.is_not, tensors, repeat(None))):
-            # dropped since (or made by the trace): forgotten, it never changes again
-            alive = [i for i, t in enumerate(tensors) if t is not None]
-            tensors = [tensors[i] for i in alive]
-            self._refs = tuple(self._refs[i] for i in alive)
-            self._storages = tuple(self._storages[i] for i in alive)
-            self._arrays = tuple(self._arrays[i] for i in alive)
-        return all(map(operator.is_, map(storage_getter, tensors), self._storages)) and all(
-            map(operator.is_, map(_ARRAY, self._storages), self._arrays)
-        )
-
-    def __len__(self) -> int:
-        return len(self._refs)
+        for ref, storage, array in self._read:
+            t = ref()
+            if t is not None and (storage_getter(t) is not storage or storage.array is not array):
+                return False
+        return True
 
 
 class TraceWatch(TorchFunctionMode):
@@ -266,29 +233,24 @@ class TraceWatch(TorchFunctionMode):
         super().__init__()
         self._thread = threading.get_ident()
         self._owner = owner
-        # ids of the state's parameters and optimizers
         self._state_parameters = {
             id(p) for p in (*state.grads, *state.cpu_tensors.values(), *cpu_state.values())
         }
         self._state_optimizers = {id(opt) for opt in state.optimizers}
-        # The plain CPU tensors the mode saw, and the torchlax Tensors it saw that hold
-        # concrete arrays: the step's constants
+        # The plain CPU tensors seen, and the torchlax Tensors seen holding concrete arrays
         self.cpu, self.constants = _Noted(), _Noted()
-        # Whether a CPU tensor of the trace requires grad (one noted, or one the trace made):
-        # only then can a backward() or autograd.grad() reach a CPU tensor
+        # Whether a CPU tensor of the trace requires grad: only then can a backward() reach one
         self._grad_on_host = False
-        # The CPU tensors a refused backward() would have given a .grad, or toward which it or
-        # a refused autograd.grad() would have carried a gradient from the traced program
-        self.refused: list[Changed] = []
-        # What runs in autograd's backward of the traced code, in words ("the full backward
-        # hook 'halve' of the Linear"), first met first
+        # A refused backward's (call, whether it crosses from the program, the CPU tensors)
+        self.refused: tuple[str, bool, list[torch.Tensor]] | None = None
+        # What autograd's backward of the traced code would run, in words, first met first
         self.backward_hooks: list[str] = []
-        # The plain CPU tensors requiring grad the step read, first met first: constants of the
+        # The plain CPU tensors requiring grad the step read with grad on: constants of the
         # program, which a backward after the call (jax.vjp of it) would give no gradient
         self.host_tensors_requiring_grad: list[torch.Tensor] = []
         self._called_modules: set[int] = set()
-        # (module, parameter, its .grad before the step) of each parameter requiring grad of
-        # a module called that is no state (shared ones once)
+        # (module, parameter, its .grad before) of each parameter requiring grad of a module
+        # called that is no state
         self._untrained: dict[int, tuple] = {}
         self._handles: list = []
 
@@ -297,11 +259,12 @@ class TraceWatch(TorchFunctionMode):
             register_module_forward_pre_hook(self._module_called),
             register_optimizer_step_pre_hook(self._optimizer_stepped),
         ]
-        for kind, hooks in (
-            ("global full backward", _torch_module._global_backward_hooks),
-            ("global backward pre-", _torch_module._global_backward_pre_hooks),
-        ):
-            self.backward_hooks.extend(f"the {kind}hook {_name(h)}" for h in hooks.values())
+        self.backward_hooks += _hooks(
+            "global full backward hook",
+            _torch_module._global_backward_hooks,
+            "global backward pre-hook",
+            _torch_module._global_backward_pre_hooks,
+        )
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -316,7 +279,7 @@ class TraceWatch(TorchFunctionMode):
     def untrained_module(self, refused: set[int] | frozenset = frozenset()):
         """The first module called that is no state whose parameter the step gave a new
         ``.grad`` (read before the constants are put back), or a refused ``backward()`` would
-        have (``refused``: the ids of the leaves it would have given one), else None."""
+        have (``refused``: ids), else None."""
         return next(
             (
                 m
@@ -336,14 +299,14 @@ class TraceWatch(TorchFunctionMode):
             if p.requires_grad and id(p) not in self._state_parameters:
                 self._untrained.setdefault(id(p), (module, p, p.grad))
         if module._backward_hooks or module._backward_pre_hooks:
-            owner, full = type(module).__name__, "full " if module._is_full_backward_hook else ""
-            for kind, hooks in (
-                (f"{full}backward hook", module._backward_hooks),
-                ("backward pre-hook", module._backward_pre_hooks),
-            ):
-                self.backward_hooks.extend(
-                    f"the {kind} {_name(h)} of the {owner}" for h in hooks.values()
-                )
+            full = "full " if module._is_full_backward_hook else ""
+            self.backward_hooks += _hooks(
+                f"{full}backward hook",
+                module._backward_hooks,
+                "backward pre-hook",
+                module._backward_pre_hooks,
+                of=f" of the {type(module).__name__}",
+            )
 
     def _optimizer_stepped(self, opt, _args, _kwargs) -> None:
         # Its state tensors would be created or written inside the program without being its
@@ -384,9 +347,8 @@ class TraceWatch(TorchFunctionMode):
         return result
 
     def _see(self, values) -> bool:
-        """Note the constants (torchlax Tensors holding concrete arrays) and the plain CPU
-        tensors among a call's arguments (and their lists' items); whether a torchlax Tensor
-        is among them."""
+        """Note the constants and plain CPU tensors among a call's arguments (and their lists'
+        items); whether a torchlax Tensor is among them."""
         traced = False
         for a in values:
             for t in _each(a):
@@ -414,21 +376,29 @@ class TraceWatch(TorchFunctionMode):
         not make a ``.grad`` (it would be given once, on the host, while the step is traced),
         or if it or this ``torch.autograd.grad()`` would carry a gradient from a traced
         torchlax Tensor to a plain CPU tensor, made by the trace or not (it cannot leave the
-        traced program). A ``torch.autograd.grad()`` on the host alone (a CPU loss) is fine:
-        its result is a value of the trace, as eagerly."""
+        traced program: the backward of the device copy fails with an unnamed "Unable to
+        cast"). A ``torch.autograd.grad()`` on the host alone (a CPU loss) is fine: its result
+        is a value of the trace, as eagerly."""
         call, roots_name, inputs_name = _REFUSED_CALLS[func]
         bound = inspect.signature(func).bind(*args, **kwargs).arguments
-        roots, inputs = bound.get(roots_name, ()), bound.get(inputs_name)
-        leaves = [] if func is _AUTOGRAD_GRAD else _leaves_given_grads(roots, inputs)
-        leaves = [t for t in leaves if is_plain_cpu(t) and not self.trace_made(t)]
-        crossing = not leaves
-        if crossing:
-            leaves = [t for t in _host_targets_of_traced_roots(roots, inputs) if is_plain_cpu(t)]
-        if leaves:
-            made = self.trace_made
-            self.refused = [
-                Changed(t, False, True, None, True, call, crossing, made(t)) for t in leaves
+        roots, inputs = _tensors(bound.get(roots_name, ())), bound.get(inputs_name)
+        inputs = None if inputs is None else _tensors(inputs)
+        leaves, _ = _reached(roots) if func is not _AUTOGRAD_GRAD else ({}, None)
+        wanted = None if inputs is None else set(map(id, inputs))
+        given = [t for k, t in leaves.items() if wanted is None or k in wanted]
+        refused = [t for t in given if is_plain_cpu(t) and not self.trace_made(t)]
+        crossing = not refused
+        if crossing:  # toward ``inputs`` where given (leaves or not), else every leaf reached
+            traced = [
+                r
+                for r in roots
+                if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
             ]
+            leaves, nodes = _reached(traced)
+            toward = leaves.values() if inputs is None else _toward(inputs, leaves, nodes)
+            refused = [t for t in toward if is_plain_cpu(t)]
+        if refused:
+            self.refused = (call, crossing, refused)
             raise RefusedBackward(
                 f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
@@ -438,12 +408,9 @@ class TraceWatch(TorchFunctionMode):
 
 def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     """The step (``jitted``) on tracers under a ``TraceWatch``, refusing what cannot be one
-    program: an optimizer stepped or a module trained that is no state, a constant or a plain
-    CPU tensor changed, a refused ``backward()``. What the step changed is put back before it
-    raises. Returns the step's output, the constants it read (``ReadConstants``, or None),
-    what its backward after the call would do only eagerly (``_Info.eager_backward``: the
-    backward hooks it met, the tensors requiring grad it read that are no state) and whether
-    it read such a tensor."""
+    program (put back first). Returns the step's output, the constants it read (or None),
+    what its backward after the call would do only eagerly (``_Info.eager_backward``: backward
+    hooks, tensors requiring grad that are no state) and whether it read such a tensor."""
     owner = _owner(jitted)
     watch = TraceWatch(state, cpu_state, owner)
     constants = watch.constants
@@ -461,19 +428,18 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     except BaseException as exc:
         put_back()
         if watch.refused:  # a backward() that would give CPU leaves .grads
-            raise _cpu_tensor_error(watch, watch.refused, owner, path) from None
+            raise _host_error(watch, [], path) from None
         if isinstance(exc, jax.errors.UnexpectedTracerError):
             raise _leaked_tracer_error(jitted) from exc
         raise
-    cpu_changed = watch.refused or watch.cpu.changed()  # (a refusal the step caught first)
-    if cpu_changed:
+    cpu_changed = watch.cpu.changed()
+    if watch.refused or cpu_changed:  # (a refusal the step caught first, or a change)
         put_back()
-        raise _cpu_tensor_error(watch, cpu_changed, owner, path)
+        raise _host_error(watch, cpu_changed, path)
     untrained = watch.untrained_module()
-    # A changed tensor the function reaches is a constant of the user's: put back, and
-    # named. Any other is one the step made from host data (torch.tensor(...)): its
-    # own, left alone where the program returns it from (a new optimizer state entry or
-    # .grad, the output), else put back (an output's autograd graph may save it).
+    # A changed tensor the function reaches is the user's constant: put back, and named. Any
+    # other the step made from host data (torch.tensor(...)): left alone where the program
+    # returns it from (the output), else put back (an output's autograd graph may save it).
     changed = [c for c in constants.changed() if not _kept_as_state(c.tensor, state)]
     named = [(c, p) for c in changed if (p := path(c.tensor)) is not None]
     restore(
@@ -484,7 +450,7 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     if untrained is not None:
         raise unfound_state_error(owner, untrained, path(untrained))
     if named:
-        raise changed_constant_error(owner, named)
+        raise changed_tensor_error(owner, named[0][0].kind, [(c.tensor, p) for c, p in named])
     host_grad = [
         f"{described_tensor(t, cpu=t.device.type == 'cpu')} {where_held(path(t))}, which "
         "requires grad: a constant of the program, given its gradient by PyTorch's backward only"
@@ -496,22 +462,28 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     return out, constants.read(), eager_backward, bool(host_grad)
 
 
-def _cpu_tensor_error(watch: TraceWatch, changed: list, owner: str, path: Callable) -> JitError:
-    """The error for the plain CPU tensors the step changed, or a refused ``backward()``
+def _host_error(watch: TraceWatch, changed: list[Changed], path: Callable) -> JitError:
+    """The error for the plain CPU tensors the step changed, or its refused ``backward()``
     would have: naming the module, where such a leaf is the parameter of a module called that
     is no state, else the first tensor, by its path (or as the step's own)."""
-    if changed[0].by_backward and not changed[0].crossing:
-        untrained = watch.untrained_module({id(c.tensor) for c in changed})
+    owner = watch._owner
+    if watch.refused:
+        call, crossing, tensors = watch.refused
+        untrained = None if crossing else watch.untrained_module({id(t) for t in tensors})
         if untrained is not None:
             return unfound_state_error(owner, untrained, path(untrained))
-    named = [(c, None if c.made else path(c.tensor)) for c in changed]
-    return changed_cpu_tensor_error(owner, named)
+        made = [watch.trace_made(t) for t in tensors]
+        named = [(t, None if m else path(t)) for t, m in zip(tensors, made, strict=True)]
+        kind = "crossing" if crossing else "backward"
+        return changed_tensor_error(owner, kind, named, call, made[0])
+    return changed_tensor_error(
+        owner, changed[0].kind, [(c.tensor, path(c.tensor)) for c in changed]
+    )
 
 
 def _kept_as_state(t: Tensor, state: _StateSet) -> bool:
-    """Whether ``t`` (a tensor the step changed that held a concrete array when the trace
-    first saw it) is a parameter's new ``.grad`` or an optimizer's new state entry: a tensor
-    the step made (a new optimizer's step count), which the program returns."""
+    """Whether ``t`` (a changed constant) is a parameter's new ``.grad`` or an optimizer's new
+    state entry: the step made it (a new step count), and the program returns it."""
     return any(p.grad is t for p in state.grads) or any(
         v is t
         for opt in state.optimizers
@@ -529,44 +501,27 @@ def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
 
 
-def _leaves_given_grads(roots, inputs) -> list[torch.Tensor]:
-    """The leaves a ``backward()`` of ``roots`` (limited to ``inputs`` if given) would give a
-    ``.grad``, found by walking the roots' autograd graph before it runs."""
-    leaves, _ = _reached(roots)
-    wanted = None if inputs is None else {id(t) for t in _tensors(inputs)}
-    return [t for k, t in leaves.items() if wanted is None or k in wanted]
+def _hooks(kind: str, hooks: dict, pre_kind: str, pre_hooks: dict, of: str = "") -> list[str]:
+    """The hooks of two dicts (``kind``'s, ``pre_kind``'s), each in words."""
+    named = [(kind, h) for h in hooks.values()] + [(pre_kind, h) for h in pre_hooks.values()]
+    return [f"the {k} {_name(h)}{of}" for k, h in named]
 
 
-def _host_targets_of_traced_roots(roots, inputs) -> list[torch.Tensor]:
-    """The tensors toward which a ``backward()`` or ``torch.autograd.grad()`` of ``roots``
-    would carry a gradient from a traced torchlax Tensor among them: ``inputs`` where given
-    (leaves or not), else every leaf reached. To a plain CPU tensor, such a gradient would have
-    to leave the traced program for the host while the step is traced, which it cannot (the
-    backward of the device copy fails with an unnamed "Unable to cast")."""
-    traced = [
-        r
-        for r in _tensors(roots)
-        if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
-    ]
-    if not traced:
-        return []
-    leaves, nodes = _reached(traced)
-    if inputs is None:
-        return list(leaves.values())
-    return [t for t in _tensors(inputs) if id(t) in leaves or (t.grad_fn in nodes)]
-
-
-def _reached(roots) -> tuple[dict[int, torch.Tensor], set]:
-    """The leaves (by id) and the autograd nodes a backward of ``roots`` reaches."""
-    tensors = _tensors(roots)
-    # (``w.backward(...)`` of a leaf itself)
-    reached = {id(r): r for r in tensors if r.grad_fn is None and r.requires_grad}
+def _reached(roots: Sequence[torch.Tensor]) -> tuple[dict[int, torch.Tensor], set]:
+    """The leaves (by id; a root leaf itself: ``w.backward()``) and the autograd nodes a
+    backward of ``roots`` reaches, walked before it runs."""
+    reached = {id(r): r for r in roots if r.grad_fn is None and r.requires_grad}
     nodes = set()
-    for node in graph_nodes(r.grad_fn for r in tensors):
+    for node in graph_nodes(r.grad_fn for r in roots):
         nodes.add(node)
         if (leaf := graph_leaf(node)) is not None:
             reached[id(leaf)] = leaf
     return reached, nodes
+
+
+def _toward(inputs: list[torch.Tensor], leaves: dict, nodes: set) -> list[torch.Tensor]:
+    """Those of ``inputs`` a backward reaching ``leaves`` and ``nodes`` carries a gradient to."""
+    return [t for t in inputs if id(t) in leaves or t.grad_fn in nodes]
 
 
 def _tensors(values) -> list[torch.Tensor]:
