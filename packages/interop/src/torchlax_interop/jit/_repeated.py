@@ -3,9 +3,9 @@
 
 Every general call (``_call``) ends in its entry's plan (``run_general``); one the next call may
 repeat is kept in ``_Jitted._last``, and a repeated call is "the last plan's guard still holds"
-(``call``: jit's checks beside ``CallPlan.miss``; ``_MISSED`` where one fails). Launch and
-write-back are ``CallPlan.run``'s, all or nothing (docs/architecture.md, "A repeated call").
-"""
+(``_JitPlan.call``, one guard for both plans: jit's checks beside ``CallPlan.miss``;
+``_MISSED`` where one fails). Launch and write-back are ``CallPlan.run``'s, all or nothing
+(docs/architecture.md, "A repeated call")."""
 
 from __future__ import annotations
 
