@@ -258,7 +258,9 @@ class _StepPlan(_JitPlan):
     def step(self, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Run the entry on ``call_args`` into ``state``'s objects, all or nothing; the output
         arrays. The ``.grad``s of ``dead`` (discarded unread) are dropped for the launch."""
-        if self.donated:
+        if self.donated and not all(map(_EXCLUSIVE, state.storages)):
+            # (each storage exclusive: its array a program's result no one else has seen, in
+            # no other storage: donated as it is, as donatable would)
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
         args = (state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
