@@ -160,7 +160,7 @@ def test_auto_takes_the_plain_lowering_for_small_scores_and_says_why(caplog, mon
         assert kernels.plan_for(gpt2, gpt2, gpt2, None, 0.0).kernel  # 384 MiB of scores
     messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
     assert "plain lowering" in messages[0] and "24 MiB" in messages[0]
-    assert "flash-attention kernel" in messages[1]
+    assert messages[1].endswith("the Pallas TPU splash-attention kernel")
     assert kernels.seen() == sorted(m.split(": ", 1)[1] for m in messages)
 
 
@@ -174,8 +174,36 @@ def test_the_choice_is_logged_once(caplog, monkeypatch):
         assert not kernels.plan_for(Q, KV, KV, None, 0.5).kernel
     messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
     assert len(messages) == 2, messages
-    assert "Pallas TPU flash-attention kernel" in messages[0]
+    assert messages[0].endswith("the Pallas TPU splash-attention kernel")
     assert "plain lowering" in messages[1] and "dropout" in messages[1]
+
+
+@pytest.mark.parametrize(
+    ("splash", "mask", "said"),
+    [
+        (True, None, "the Pallas TPU splash-attention kernel"),
+        (False, None, "the Pallas TPU flash-attention kernel"),
+        (True, spec(256, 256), "the Pallas TPU flash-attention kernel with the mask as its bias"),
+    ],
+)
+def test_the_log_names_the_kernel_a_call_runs(splash, mask, said, caplog, monkeypatch):
+    # The splash kernel takes calls without a mask; a mask is the flash kernel's bias.
+    monkeypatch.setattr(kernels, "_logged", {})
+    monkeypatch.setattr(kernels, "choice", "always")
+    monkeypatch.setattr(kernels, "splash", splash)
+    monkeypatch.setattr(kernels, "platform", lambda: "tpu")
+    with caplog.at_level(logging.INFO, logger="torchlax.attention"):
+        assert kernels.plan_for(Q, KV, KV, mask, 0.0).kernel
+    messages = [r.getMessage() for r in caplog.records if r.name == "torchlax.attention"]
+    assert messages[0].endswith(said), messages
+    assert kernels._splashed(mask) is (splash and mask is None)
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "true"])
+def test_a_bad_splash_switch_names_the_variable(value, monkeypatch):
+    monkeypatch.setenv("TORCHLAX_ATTENTION_SPLASH", value)
+    with pytest.raises(ValueError, match=f"TORCHLAX_ATTENTION_SPLASH='{value}'.*'1'.*'0'"):
+        kernels._splash_from_environment()
 
 
 def test_off_a_tpu_the_plain_lowering_runs_and_says_so(caplog, monkeypatch):
@@ -213,18 +241,30 @@ def _run(platform, monkeypatch, q, k, v, **kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
-    ["causal_gqa", "bool_mask_with_an_empty_row", "float_mask", "causal_bool_mask"],
+    [
+        "causal_gqa",  # the splash kernel (no mask)
+        "causal_gqa_flash",  # the same on the flash kernel (TORCHLAX_ATTENTION_SPLASH=0)
+        "causal_longer_keys",  # splash, PyTorch's causal mask of more keys than queries
+        "no_mask_longer_keys",
+        "bool_mask_with_an_empty_row",  # the flash kernel, the mask as its bias
+        "float_mask",
+        "causal_bool_mask",  # checked: splash where causal, else flash with the bias
+    ],
 )
 def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypatch):
     from jax.experimental.pallas import tpu as pltpu
 
     gen = torch.Generator().manual_seed(0)
-    heads, kv_heads = (2, 1) if case == "causal_gqa" else (1, 1)
+    heads, kv_heads = (2, 1) if case.startswith("causal_gqa") else (1, 1)
+    source = 256 if case.endswith("longer_keys") else 128
     q = torch.randn(1, heads, 128, 64, generator=gen)
-    k = torch.randn(1, kv_heads, 128, 64, generator=gen)
-    v = torch.randn(1, kv_heads, 128, 64, generator=gen)
-    if case == "causal_gqa":
+    k = torch.randn(1, kv_heads, source, 64, generator=gen)
+    v = torch.randn(1, kv_heads, source, 64, generator=gen)
+    monkeypatch.setattr(kernels, "splash", case != "causal_gqa_flash")
+    if case.startswith("causal_gqa"):
         kwargs = {"is_causal": True, "enable_gqa": True}
+    elif case.endswith("longer_keys"):
+        kwargs = {"is_causal": case.startswith("causal")}
     elif case == "causal_bool_mask":  # checked in the program: the kernel with causal=True
         kwargs = {"attn_mask": torch.ones(128, 128, dtype=torch.bool).tril()[None, None]}
     elif case == "bool_mask_with_an_empty_row":
@@ -235,11 +275,17 @@ def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypa
         mask = torch.randn(1, 1, 128, 128, generator=gen)
         mask[0, 0, :, 7] = float("-inf")
         kwargs = {"attn_mask": mask}
-    calls = []
+    calls, splashed = [], []
     for name in ("forward", "backward"):
         original = getattr(kernels, name)
         monkeypatch.setattr(
             kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a)
+        )
+        original = getattr(kernels._splash_kernel, name)
+        monkeypatch.setattr(
+            kernels._splash_kernel,
+            name,
+            lambda *a, _f=original, _n=name: splashed.append(_n) or _f(*a),
         )
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium")  # (float32 takes the kernel under "medium")
@@ -255,6 +301,9 @@ def test_kernel_values_match_the_plain_lowering_in_interpret_mode(case, monkeypa
         torch.set_float32_matmul_precision(before)
     # (a square boolean mask traces both of the program's branches: causal, and as given)
     assert calls == ["forward", "backward"] or calls == ["forward"] * 2 + ["backward"] * 2
+    # the splash kernel: calls without a mask, and a square boolean mask's causal branch
+    flash_only = case in ("causal_gqa_flash", "float_mask")
+    assert sorted(set(splashed)) == ([] if flash_only else ["backward", "forward"])
     for a, b in zip(kernel, plain, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
     if case == "bool_mask_with_an_empty_row":

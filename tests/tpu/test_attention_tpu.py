@@ -1,6 +1,6 @@
-"""F.scaled_dot_product_attention on a TPU runs JAX's Pallas flash-attention kernel (forward and
-backward), and computes what PyTorch computes; calls the kernel cannot take run the plain
-lowering. Skipped where JAX sees no TPU (the CPU tests of the rule: tests/ops/test_attention_kernel.py).
+"""F.scaled_dot_product_attention on a TPU runs JAX's Pallas attention kernels (forward and
+backward: splash without a mask, flash with the mask as its bias), and computes what PyTorch
+computes; calls the kernels cannot take run the plain lowering. Skipped where JAX sees no TPU (the CPU tests of the rule: tests/ops/test_attention_kernel.py).
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ def _attention(dtype, q, k, v, **kwargs):
     return results
 
 
-def _kernel_chosen(caplog) -> bool:
-    return any("flash-attention kernel" in r.getMessage() for r in caplog.records)
+def _kernel_chosen(caplog, kernel: str = "") -> bool:
+    """Whether the log says a call runs a Pallas kernel (``kernel``: "splash", "flash", any)."""
+    return any(f"{kernel}-attention kernel" in r.getMessage() for r in caplog.records)
 
 
 CASES = {
@@ -79,13 +80,17 @@ CASES = {
         {"attn_mask": torch.ones(256, 256, dtype=torch.bool).tril().expand(2, 1, 256, 256)},
     ),
     "plain": (2, 4, 4, 128, 64, {}),
+    # the flash kernel where the splash kernel would run (TORCHLAX_ATTENTION_SPLASH=0)
+    "causal_flash": (2, 4, 4, 256, 64, {"is_causal": True}),
+    "gqa_flash": (2, 8, 2, 256, 64, {"is_causal": True, "enable_gqa": True}),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_the_kernel_matches_pytorch(case, dtype, caplog):
+def test_the_kernel_matches_pytorch(case, dtype, caplog, monkeypatch):
     batch, heads, kv_heads, length, dim, kwargs = CASES[case]
+    monkeypatch.setattr(kernels, "splash", not case.endswith("_flash"))
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(batch, heads, length, dim, generator=gen)
     k = torch.randn(batch, kv_heads, length, dim, generator=gen)
@@ -94,7 +99,8 @@ def test_the_kernel_matches_pytorch(case, dtype, caplog):
         torch.set_float32_matmul_precision("medium")  # (float32 takes the kernel only then)
     with caplog.at_level(logging.INFO, logger="torchlax.attention"):
         got, want = _attention(dtype, q, k, v, **kwargs)
-    assert _kernel_chosen(caplog), [r.getMessage() for r in caplog.records]
+    kernel = "flash" if case == "bool_mask" or case.endswith("_flash") else "splash"
+    assert _kernel_chosen(caplog, kernel), [r.getMessage() for r in caplog.records]
     tol = 3e-2  # single bfloat16 passes, for bfloat16 and (under "medium") float32 alike
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, atol=tol, rtol=tol)

@@ -1,10 +1,13 @@
-"""Scaled dot-product attention on JAX's Pallas TPU flash-attention kernel: when, and the calls.
+"""Scaled dot-product attention on JAX's Pallas TPU kernels: when, and the flash kernel's calls.
 
-``kernel_refusal`` is the one rule: on a TPU, a call the kernel computes as PyTorch does, and
-that the kernel pays for, runs ``jax.experimental.pallas.ops.tpu.flash_attention`` (forward and
-backward: torchlax does not write a kernel); any other call, and every call elsewhere, runs the
-plain lowering in ``_lowerings.attention``. Each decision is logged once per kind of call at
-``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
+``kernel_refusal`` is the one rule: on a TPU, a call a kernel computes as PyTorch does, and
+that the kernel pays for, runs one of JAX's kernels (forward and backward: torchlax does not
+write a kernel): a call without a mask the splash kernel (``_splash_kernel``; its fused
+backward measured faster), one with a mask
+``jax.experimental.pallas.ops.tpu.flash_attention`` with the mask as its bias
+(``TORCHLAX_ATTENTION_SPLASH=0``: every kernel call the flash kernel); any other call, and
+every call elsewhere, runs the plain lowering in ``_lowerings.attention``. Each decision is
+logged once per kind of call at ``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
 
 Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at the first attention call, so
 that a bad value fails that call and not the import of the ops: ``auto``, the default;
@@ -18,8 +21,8 @@ What the kernel takes: bfloat16 q, k, v (float32 too under the "medium" float32 
 precision: the kernel's products are single bfloat16 passes, measured on a v5e) of shape
 (batch, heads, length, head_dim),
 both lengths multiples of 128 (its block), a head_dim of at most 128 or a multiple of it, no
-dropout. Grouped-query attention repeats k and v over the groups first (their gradients are
-summed back); a boolean or float mask becomes the kernel's additive bias (masked out: a large
+dropout. The flash kernel takes grouped-query attention with k and v repeated over the groups
+(their gradients summed back); a boolean or float mask becomes the kernel's additive bias (masked out: a large
 finite negative, where the kernel's own masking works; a row masked out entirely gives zeros,
 as PyTorch's ``_safe_softmax``, with a logsumexp of 0, as the plain lowering). Dropout is
 refused: the kernel draws no dropout mask, and the plain lowering's mask is the one its
@@ -56,6 +59,7 @@ import jax
 import jax.numpy as jnp
 from torchlax_core.internal import float32_matmul_precision, get_logger, no_x64
 
+from . import _splash_kernel
 from ._promotion import accumulator
 
 __all__ = [
@@ -105,17 +109,38 @@ def _block_from_environment() -> int:
     return value
 
 
+def _splash_from_environment() -> bool:
+    text = os.environ.get("TORCHLAX_ATTENTION_SPLASH", "").strip() or "1"
+    if text not in ("0", "1"):
+        raise ValueError(
+            f"scaled_dot_product_attention reads TORCHLAX_ATTENTION_SPLASH={text!r}, which is "
+            "neither '1' (the default: the splash kernel for calls without a mask) nor '0' "
+            "(the flash kernel for every kernel call): set one, or unset it."
+        )
+    return text == "1"
+
+
 choice: str | None = None  # None: not read yet (``_chosen``)
 block: int | None = None  # None: not read yet
+splash: bool | None = None  # None: not read yet
 
 
 def _chosen() -> str:
-    global choice, block
+    global choice, block, splash
     if choice is None:
         choice = _choice_from_environment()
     if block is None:
         block = _block_from_environment()
+    if splash is None:
+        splash = _splash_from_environment()
     return choice
+
+
+def _splashed(attn_bias) -> bool:
+    """Whether a kernel call runs the splash kernel (no bias), else the flash kernel."""
+    if splash is None:
+        _chosen()
+    return attn_bias is None and bool(splash)
 
 
 def platform() -> str:
@@ -235,23 +260,26 @@ def plan_for(query, key, value, attn_bias, dropout_p) -> Plan:
         if check and why is None and chosen == "auto":
             why = "a mask that is not the causal one"
     plan = Plan(why is None, check)
-    _log_plan(plan, why, query)
+    _log_plan(plan, why, query, attn_bias is not None)
     return plan
 
 
-def _log_plan(plan: Plan, why: str | None, query) -> None:
+def _log_plan(plan: Plan, why: str | None, query, masked: bool) -> None:
     shape, dtype = tuple(query.shape), jnp.dtype(query.dtype).name
-    if (why, plan, shape, dtype) in _logged or len(_logged) >= 256:
+    if (why, plan, masked, shape, dtype) in _logged or len(_logged) >= 256:
         return
-    kernel = "the Pallas TPU flash-attention kernel"
-    said = kernel if plan.kernel else f"the plain lowering, since {why}"
+    flash = "the Pallas TPU flash-attention kernel"
+    kernel = "the Pallas TPU splash-attention kernel" if _splashed(None) else flash
+    said = f"the plain lowering, since {why}"
+    if plan.kernel:
+        said = f"{flash} with the mask as its bias" if masked else kernel
     if plan.causal_check:
-        other = f"{kernel} with the mask as its bias" if plan.kernel else "the plain lowering"
+        other = f"{flash} with the mask as its bias" if plan.kernel else "the plain lowering"
         said = (
             f"{kernel} with causal=True where the boolean mask is the causal one (checked in "
             f"the program), else {other}"
         )
-    _logged[why, plan, shape, dtype] = said
+    _logged[why, plan, masked, shape, dtype] = said
     _log.info("scaled_dot_product_attention (%s, query %s): %s", dtype, shape, said)
 
 
@@ -274,9 +302,14 @@ def _fitting(length: int, largest: int) -> int:
     return size
 
 
-def _blocks(flash, query, key):
+def _lengths(query, key) -> tuple[int, int]:
+    """The kernels' blocks along the query and the key lengths."""
     largest = block or _block_from_environment()
-    q, k = _fitting(query.shape[-2], largest), _fitting(key.shape[-2], largest)
+    return _fitting(query.shape[-2], largest), _fitting(key.shape[-2], largest)
+
+
+def _blocks(flash, query, key):
+    q, k = _lengths(query, key)
     return flash.BlockSizes(
         block_q=q,
         block_k_major=k,
@@ -326,6 +359,8 @@ def forward(query, key, value, attn_bias, is_causal, scale) -> tuple:
 
 
 def _forward(query, key, value, attn_bias, is_causal, scale):
+    if _splashed(attn_bias):
+        return _splash_kernel.forward(query, key, value, is_causal, scale, _lengths(query, key))
     flash = _flash()
     heads = query.shape[1]
     k, v = _repeat(key, heads), _repeat(value, heads)
@@ -386,8 +421,14 @@ def sum_to(grad, shape):
 def backward(grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale):
     """(grad_query, grad_key, grad_value, grad of the broadcast bias or None) by the kernel's
     backward, from the forward's output and logsumexp."""
-    flash = _flash()
     scale = _scale(query, scale)
+    if _splashed(attn_bias):
+        lengths = _lengths(query, key)
+        grads = _splash_kernel.backward(
+            grad_out, query, key, value, out, logsumexp, is_causal, scale, lengths
+        )
+        return (*grads, None)
+    flash = _flash()
     heads = query.shape[1]
     k, v = _repeat(key, heads), _repeat(value, heads)
     bias, _ = _bias(attn_bias, query, key, scale)

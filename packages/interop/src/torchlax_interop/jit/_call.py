@@ -89,7 +89,8 @@ class _Jitted:
         self._state_sig: tuple = ((), _Hashed(()))  # the state arrays' avals, their signature
         self._plans: dict[bool, Any] = {}  # run.forward -> the last plan of that kind (_plan)
         # program key -> positions (in the state's grads) of .grads the step discards unread,
-        # and the key of the program run without them (without_dead_grads)
+        # and the key whose program it runs where that is the state's without them
+        # (without_dead_grads)
         self._dead_grads: dict[Any, tuple[int, ...]] = {}
         self._dead_keys: dict[Any, tuple] = {}
         self._last = LastPlan()  # the plan a repeated call may take (_repeated)
@@ -163,14 +164,12 @@ class _Jitted:
         inputs, key, configuration = self._arguments(call, leaves, plain, layout)
         in_layouts = _input_layouts(inputs)
         checks = bool(torchlax_core.current_env().config.checked)
-        key = (*key, state.structure(), torch.is_grad_enabled(), checks, in_layouts)
+        key = (*key, state.structure, torch.is_grad_enabled(), checks, in_layouts)
         while True:
             try:
                 # (a forward never has dead .grads: no second hash of its key)
                 dead = self._dead_grads.get(key) if self._dead_grads else None
-                run_state, run_key = (
-                    (state.without_grads(dead), self._dead_keys[key]) if dead else (state, key)
-                )
+                run_key = self._dead_keys.get(key, key) if dead else key
                 program = self.programs.get(run_key)
             except TypeError:
                 raise JitArgumentError(
@@ -180,6 +179,7 @@ class _Jitted:
                 ) from None
             if program is None:
                 program = self.programs[run_key] = _Program(self, configuration, checks, in_layouts)
+            run_state = state.without_grads(dead) if dead else state
             run = _Run(self, layout, run_state, plain, call, inputs, in_layouts, checks, program)
             if run.info.trains and any(t.requires_grad for t in inputs):
                 raise _argument_requiring_grad_error(self, inputs)
@@ -187,12 +187,12 @@ class _Jitted:
                 return run  # (no jaxpr kept in checked mode)
             # The first trace of this step: the .grads it discards unread are left out, by this
             # call (its program not compiled yet) and later ones (without_dead_grads).
-            dead = self._dead_grads[run_key] = _unread_grads(run.entry, run_state)
+            dead = self._dead_grads[key] = _unread_grads(run.entry, state)
             if not dead:
                 return run
-            self._dead_keys[run_key] = without_dead_grads(
-                self.programs, run_key, run.entry, run_state, dead
-            )
+            shared = without_dead_grads(self.programs, key, run.entry, state, dead)
+            if shared is not None:
+                self._dead_keys[key] = shared
 
     def _arguments(self, call: tuple, leaves: list, plain: bool, layout: _Layout) -> tuple:
         """The call's tensors, what its arguments give the program's key, and its

@@ -426,13 +426,13 @@ def _unread_grads(entry: Entry, state: _StateSet) -> tuple[int, ...]:
 
 def without_dead_grads(
     programs: dict, key: tuple, entry: Entry, state: _StateSet, dead: tuple[int, ...]
-) -> tuple:
-    """The program key of the step traced with ``key`` over ``state`` (``entry``: that trace,
-    its program dropped) less the ``.grad``s at positions ``dead`` it discards unread: the key
-    of the state without them where a program there computes the same equations (a resumed
-    process's first call; the step's Python may branch on a ``.grad`` being ``None``), else a
-    key of its own whose entry is derived from ``entry`` (``_without``), not traced again."""
-    program = programs.pop(key)
+) -> tuple | None:
+    """Where the step traced at ``key`` over ``state`` (``entry``: that trace, dropped) runs
+    less the ``.grad``s at positions ``dead`` it discards unread: the key of the state without
+    them, returned, where its program computes the same equations (a resumed process's first
+    call; the step's Python may branch on a ``.grad`` being ``None``); else ``key``'s own
+    program (None), whose entry at that signature is derived from ``entry`` (``_without``),
+    not traced again."""
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
     without = (spec, statics, values, (present, static), *rest)
@@ -441,12 +441,13 @@ def without_dead_grads(
         computes = _equations(entry.jaxpr.jaxpr)
         for e in other.core.entries():
             if e.jaxpr is not None and _equations(e.jaxpr.jaxpr) == computes:
+                del programs[key]
                 return without
+    program = programs[key]
     program.forget_traces()  # (its one trace: what the program less those .grads derives from)
-    programs[(*key, dead)] = program
     dropped = {id(storage_of(state.grads[i].grad)) for i in dead}
     program.derived = (entry, tuple(i for i, s in enumerate(state.storages) if id(s) in dropped))
-    return (*key, dead)
+    return None
 
 
 def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arrays) -> tuple:

@@ -35,7 +35,7 @@ from torchlax_core.internal import (
 
 from ._autograd import differentiable_call, eager_call
 from ._outputs import _returned, _to_tensors
-from ._program import _KEPT, _NEW, _NONE, _Info
+from ._program import _KEPT, _NEW, _NONE, _Info, _params
 from ._state import _GRAD, _REQUIRES_GRAD, _Layout, _StateSet, mapping_get
 from ._watch import ReadConstants
 
@@ -336,7 +336,7 @@ def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
     """Whether the next call, if nothing changes meanwhile, runs this program over the same
     storages (not after a step that created state, or replaced a tensor it reads)."""
     after = layout.assemble()
-    if after.structure() != state.structure():
+    if after.structure != state.structure:
         return False
     if state.dead_grads:
         after = after.without_grads(state.dead_grads)
@@ -397,8 +397,7 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
     grads = [(p, *next(slots)) for p in state.grads]
     entries = []
     for opt, names in zip(state.optimizers, info.entry_names, strict=True):
-        params = [p for g in opt.param_groups for p in g["params"]]
-        for p, row in zip(params, names, strict=True):
+        for p, row in zip(_params(opt), names, strict=True):
             entries.extend((opt.state[p], name, *next(slots)) for name in row)
     kept = [(values, name, index) for values, name, kind, index in entries if kind == _KEPT]
     others = [entry for entry in entries if entry[2] != _KEPT]

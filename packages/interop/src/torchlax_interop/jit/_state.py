@@ -62,21 +62,12 @@ class _StateSet:
     lrs: list  # (param_group, value) for each learning rate that is an input
     lr_types: list  # the numpy type each learning rate is passed as (see _lr_type)
     cpu_tensors: dict  # name -> CPU parameter/buffer of a module target (forward only)
-    static_structure: object  # what of the structure the layout's snapshot guarantees
+    # What of the state is part of the program's identity (not its values): which parameters
+    # have a .grad, and what of the structure the layout's snapshot guarantees
+    structure: tuple
     # Positions in ``grads`` of .grads the step discards unread (zero_grad(set_to_none=True)
     # first): not program inputs, and ``None`` while tracing.
     dead_grads: tuple[int, ...] = ()
-
-    # structure(), once computed (a state is reused only while no parameter has a .grad)
-    _structure: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
-
-    def structure(self) -> tuple:
-        """What of the state is part of the program's identity (not its values)."""
-        structure = self._structure
-        if structure is None:
-            grads = tuple(p.grad is not None for p in self.grads)
-            structure = self._structure = (grads, self.static_structure)
-        return structure
 
     def without_grads(self, dead: tuple[int, ...]) -> _StateSet:
         """This state less the storages of the ``.grad``s at positions ``dead``."""
@@ -183,24 +174,11 @@ class _Layout:
     # assemble()'s last state, kept while it has no optimizers and no .grads
     _assembled: _StateSet | None = None
     _nones: tuple = ()  # one None per parameter in ``grads``
-    # assemble()'s state less its storages and owners
-    _template: _StateSet = dataclasses.field(init=False, repr=False)
     _holds: Callable[[], bool] = dataclasses.field(init=False, repr=False)  # forward_guard
 
     def seal(self) -> None:
         """Make the checks of the layout as found (after the walk)."""
         self._nones = (None,) * len(self.grads)
-        self._template = _StateSet(
-            [],
-            [],
-            self.grads,
-            self.optimizer_list,
-            self.schedulers,
-            [],
-            self.lr_types,
-            self.cpu_tensors,
-            self.static_structure,
-        )
         self._holds = self.forward_guard(None)
 
     @property
@@ -328,8 +306,17 @@ class _Layout:
                 add(grad)
         for t in self.tensors:
             add(t)
-        lrs = [(group, group["lr"]) for group in self.lr_groups]
-        return dataclasses.replace(self._template, storages=storages, owners=owners, lrs=lrs)
+        return _StateSet(
+            storages,
+            owners,
+            self.grads,
+            self.optimizer_list,
+            self.schedulers,
+            [(group, group["lr"]) for group in self.lr_groups],
+            self.lr_types,
+            self.cpu_tensors,
+            (tuple(p.grad is not None for p in self.grads), self.static_structure),
+        )
 
 
 def arg_leaves(args, kwargs) -> tuple[list, bool]:
