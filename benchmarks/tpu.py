@@ -5,7 +5,7 @@
     uv run python benchmarks/tpu.py --smoke        # CI-sized shapes on the CPU, in one process
 
 Models (bf16 weights, random, from configs; dropout 0 so that every variant computes the same
-function, and so that attention on a TPU runs the Pallas flash-attention kernel, which draws no
+function, and so that attention on a TPU runs a Pallas attention kernel, which draws no
 dropout mask: GPT-2's default ``attn_pdrop=0.1`` takes the plain lowering in training; ``--gpt2-dropout
 0.1`` measures that): GPT-2 small (transformers' GPT2LMHeadModel, AdamW lr 1e-4, batch 8 x 1024), a
 Llama-style decoder of ~400 M parameters (LlamaForCausalLM, AdamW, sequence 2048, the largest
@@ -867,7 +867,7 @@ def main(argv: list[str] | None = None) -> int:
             f"[tpu] GPT-2 dropout {args.gpt2_dropout}: "
             + (
                 "every variant computes the same function, and torchlax's attention on a TPU "
-                "can take the Pallas flash-attention kernel (it draws no dropout mask; GPT-2's "
+                "can take a Pallas attention kernel (it draws no dropout mask; GPT-2's "
                 "default attn_pdrop=0.1 would take the plain lowering: --gpt2-dropout 0.1)"
                 if not args.gpt2_dropout
                 else "attention takes the plain lowering (the Pallas kernel has no dropout); "

@@ -4,6 +4,8 @@ refusal of a run into the core's ``ProgramFailedError`` with the state left as i
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import pytest
 import torch
@@ -149,3 +151,104 @@ def test_a_state_array_of_another_dtype_is_another_signature():
     assert out.dtype == torch.float64
     torch.testing.assert_close(out.cpu(), torch.full((3,), 3.0, dtype=torch.float64))
     assert f.compilations == 2
+
+
+def _counted_repeats(monkeypatch) -> list[bool]:
+    """Per call that had a last plan: whether its guard held (``_JitPlan.call``)."""
+    from torchlax_interop.jit import _repeated
+
+    taken: list[bool] = []
+    original = _repeated._JitPlan.call
+
+    def counted(self, jitted, args):
+        out = original(self, jitted, args)
+        taken.append(out is not _repeated._MISSED)
+        return out
+
+    monkeypatch.setattr(_repeated._JitPlan, "call", counted)
+    return taken
+
+
+def test_one_guard_repeats_a_forward_and_a_step_over_a_contiguous_view_argument(monkeypatch):
+    """The repeat's guard takes an argument that is a contiguous view (``rows[2:4]``), as the
+    general path would, and leaves a transposed one to the general path (another program), for
+    a forward and a training step alike; the values are eager PyTorch's."""
+    taken = _counted_repeats(monkeypatch)
+    torch.manual_seed(0)
+    square, rows = torch.randn(4, 4), torch.randn(8, 4)
+    layer = nn.Linear(4, 4)
+    with torchlax.enable():
+        jlayer = copy.deepcopy(layer).to("jax")
+        jsquare, jrows = square.to("jax"), rows.to("jax")
+    forward = torchlax.jit(jlayer)
+    with torch.no_grad():
+        for _ in range(2):
+            forward(jrows[:4].contiguous())
+        taken.clear()
+        torch.testing.assert_close(forward(jrows[4:]).cpu(), layer(rows[4:]))
+        torch.testing.assert_close(forward(jsquare.t()).cpu(), layer(square.t()))
+    assert taken == [True, False]
+
+    taken.clear()
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.01)
+    jopt = torch.optim.AdamW(jlayer.parameters(), lr=0.01)
+
+    def step_of(model, optimizer):
+        def step(x):
+            optimizer.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        return step
+
+    eager, jstep = step_of(layer, opt), torchlax.jit(step_of(jlayer, jopt))
+    for i in range(5):
+        got = jstep(jrows[i : i + 4])  # a contiguous view each call
+        torch.testing.assert_close(got.cpu(), eager(rows[i : i + 4]))
+    assert taken[-2:] == [True, True]
+    taken.clear()
+    torch.testing.assert_close(jstep(jsquare.t()).cpu(), eager(square.t()))
+    assert taken == [False]
+    for p, q in zip(jlayer.parameters(), layer.parameters(), strict=True):
+        torch.testing.assert_close(p.cpu(), q.detach())
+        torch.testing.assert_close(_grad(p).cpu(), q.grad)
+
+
+def test_a_repeated_step_gives_new_grads_as_eagerly(monkeypatch):
+    """A step whose ``zero_grad()`` discards the ``.grad``s gives each parameter a new
+    ``.grad`` on every call, as eager PyTorch does (made by the first one's shape, dtype and
+    device: ``_repeated._new_tensors``): one held from an earlier step keeps its values."""
+    taken = _counted_repeats(monkeypatch)
+    model, opt, jstep, (x, y) = _setup()
+    for _ in range(3):
+        jstep(x, y)
+    held = [_grad(p) for p in model.parameters()]
+    values = [g.cpu().clone() for g in held]
+    x2 = x * 2
+    jstep(x2, y)
+    assert taken[-1]  # (repeated)
+    for p, old, value in zip(model.parameters(), held, values, strict=True):
+        grad = _grad(p)
+        assert grad is not old and type(grad) is type(old)
+        assert (grad.shape, grad.dtype, grad.device) == (p.shape, p.dtype, p.device)
+        assert not grad.requires_grad and grad.grad_fn is None
+        torch.testing.assert_close(old.cpu(), value)  # untouched
+    # The new .grads are eager's for these parameters and inputs.
+    with torchlax.enable():
+        params = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    model_cpu = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    jstep(x, y)
+    assert taken[-1]
+    with torch.no_grad():
+        for q, p in zip(model_cpu.parameters(), params, strict=True):
+            q.copy_(p.cpu())
+    F.cross_entropy(model_cpu(x.cpu()), y.cpu()).backward()
+    for p, q in zip(model.parameters(), model_cpu.parameters(), strict=True):
+        torch.testing.assert_close(_grad(p).cpu(), q.grad)
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None
+    return p.grad

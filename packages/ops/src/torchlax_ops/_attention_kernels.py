@@ -1,10 +1,13 @@
-"""Scaled dot-product attention on JAX's Pallas TPU flash-attention kernel: when, and the calls.
+"""Scaled dot-product attention on JAX's Pallas TPU kernels: when, and the flash kernel's calls.
 
-``kernel_refusal`` is the one rule: on a TPU, a call the kernel computes as PyTorch does, and
-that the kernel pays for, runs ``jax.experimental.pallas.ops.tpu.flash_attention`` (forward and
-backward: torchlax does not write a kernel); any other call, and every call elsewhere, runs the
-plain lowering in ``_lowerings.attention``. Each decision is logged once per kind of call at
-``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
+``kernel_refusal`` is the one rule: on a TPU, a call a kernel computes as PyTorch does, and
+that the kernel pays for, runs one of JAX's kernels (forward and backward: torchlax does not
+write a kernel): a call without a mask the splash kernel (``_splash_kernel``; its fused
+backward measured faster), one with a mask
+``jax.experimental.pallas.ops.tpu.flash_attention`` with the mask as its bias
+(``TORCHLAX_ATTENTION_SPLASH=0``: every kernel call the flash kernel); any other call, and
+every call elsewhere, runs the plain lowering in ``_lowerings.attention``. Each decision is
+logged once per kind of call at ``TORCHLAX_LOG=info`` (logger ``torchlax.attention``).
 
 Whether the kernel pays (``TORCHLAX_ATTENTION_KERNEL``, read at the first attention call, so
 that a bad value fails that call and not the import of the ops: ``auto``, the default;
@@ -18,8 +21,8 @@ What the kernel takes: bfloat16 q, k, v (float32 too under the "medium" float32 
 precision: the kernel's products are single bfloat16 passes, measured on a v5e) of shape
 (batch, heads, length, head_dim),
 both lengths multiples of 128 (its block), a head_dim of at most 128 or a multiple of it, no
-dropout. Grouped-query attention repeats k and v over the groups first (their gradients are
-summed back); a boolean or float mask becomes the kernel's additive bias (masked out: a large
+dropout. The flash kernel takes grouped-query attention with k and v repeated over the groups
+(their gradients summed back); a boolean or float mask becomes the kernel's additive bias (masked out: a large
 finite negative, where the kernel's own masking works; a row masked out entirely gives zeros,
 as PyTorch's ``_safe_softmax``, with a logsumexp of 0, as the plain lowering). Dropout is
 refused: the kernel draws no dropout mask, and the plain lowering's mask is the one its

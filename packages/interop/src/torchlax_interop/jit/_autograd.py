@@ -5,7 +5,6 @@ call"), or run eagerly where that backward would miss what PyTorch's does (``eag
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -23,27 +22,13 @@ from ._program import _log
 from ._refusals import _owner
 
 
-@dataclasses.dataclass
-class _Call:
-    """One differentiable call: its plan, ``_Run`` (``_call``) and what its backward needs."""
-
-    plan: Any  # _repeated._ForwardPlan
-    run: Any  # _call._Run
-    mask: tuple[bool, ...]  # per tensor: whether the call is differentiated by it
-    arrays: list  # state arrays, then CPU module tensors and inputs
-    key: Any
-    precision: str  # the float32 matmul precision its entry was traced under
-    vjp: Any = None
-    out_arrays: Any = None
-
-
 def differentiable_call(plan: Any, run: Any) -> list:
-    """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``."""
+    """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``
+    (``_repeated._ForwardPlan``), differentiated by the tensors that require grad."""
     tensors = run.tensors()
     mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
-    arrays, precision = run.state_arrays + run.arrays, torch.get_float32_matmul_precision()
-    call = _Call(plan, run, mask, arrays, run.entry.key(), precision)
-    return _JitFunction.apply(call, *_masked(tensors, mask))
+    precision = torch.get_float32_matmul_precision()  # (the one its entry was traced under)
+    return _JitFunction.apply(plan, run, mask, run.entry.key(), precision, *_masked(tensors, mask))
 
 
 def _masked(values: list, mask: tuple, where: bool = True) -> list:
@@ -51,43 +36,46 @@ def _masked(values: list, mask: tuple, where: bool = True) -> list:
     return [v for v, m in zip(values, mask, strict=True) if m == where]
 
 
-def _differentiated(call: _Call) -> list:
+def _differentiated(ctx: Any) -> list:
     """The call's entry under ``jax.vjp`` by the arrays its mask selects (the program's
     ``forward_vjp``): ``[outputs, new storages, extra results, check error, vjp]``."""
-    run, mask = call.run, call.mask
-    diff, other = _masked(call.arrays, mask), _masked(call.arrays, mask, False)
-    selection = (mask, run.entry)
-    return run.program.forward_vjp(selection, call.precision, diff, other, run.lr_arrays, call.key)
+    run, mask = ctx.run, ctx.mask
+    arrays = run.state_arrays + run.arrays  # (state arrays, then CPU module tensors and inputs)
+    diff, other = _masked(arrays, mask), _masked(arrays, mask, False)
+    return run.program.forward_vjp(
+        (mask, run.entry), ctx.precision, diff, other, run.lr_arrays, ctx.key
+    )
 
 
 class _JitFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, call: _Call, *diff_tensors):
-        run = call.run
-        program, info = run.program, run.info
+    def forward(ctx, plan, run, mask: tuple, key, precision: str, *diff_tensors):
+        """``mask``: per tensor of ``run.tensors()``, whether the call is differentiated by it;
+        ``key``, ``precision``: the call's random key and float32 matmul precision, which a
+        backward that recomputes the forward (``_differentiated``) uses again."""
+        ctx.run, ctx.mask, ctx.key, ctx.precision, ctx.vjp = run, mask, key, precision, None
+        program = run.program
 
         def launch():
             if not program.saves_residuals:
                 # The plain forward; backward() recomputes it (this call's key: same dropout).
-                return call.plan.program.run(
-                    run.entry, run.state_arrays, run.lr_arrays, run.arrays, key=call.key
+                return plan.program.run(
+                    run.entry, run.state_arrays, run.lr_arrays, run.arrays, key=key
                 )
-            *results, error, call.vjp = _differentiated(call)
+            *results, error, ctx.vjp = _differentiated(ctx)
             if error is not None:
                 raise_error(error)  # before any output or state is written back
             return results
 
-        call.out_arrays = outs = call.plan.launched(run.state, launch)[0]
-        ctx.call = call
-        outputs = _to_tensors(outs, run.on_jax, call.arrays, info.out_orders)
+        ctx.out_arrays = outs = plan.launched(run.state, launch)[0]
+        outputs = _to_tensors(outs, run.on_jax, run.state_arrays + run.arrays, run.info.out_orders)
         ctx.mark_non_differentiable(*[o for o in outputs if not _inexact(o)])
         ctx.set_materialize_grads(False)
         return tuple(outputs)
 
     @staticmethod
     def backward(ctx, *grads):
-        call: _Call = ctx.call
-        run = call.run
+        run = ctx.run
         if torch.is_grad_enabled():  # create_graph=True: the gradients would be constants
             raise JitError(
                 "torchlax.jit: double backward (create_graph=True, or torch.autograd.grad of a "
@@ -99,18 +87,18 @@ class _JitFunction(torch.autograd.Function):
         with x64():  # (as the forward ran: outside it a float64 cotangent narrows to float32)
             cotangents = [
                 _cotangent(out, g, order)
-                for out, g, order in zip(call.out_arrays, grads, orders, strict=True)
+                for out, g, order in zip(ctx.out_arrays, grads, orders, strict=True)
             ]
-            vjp = call.vjp
+            vjp = ctx.vjp
             if vjp is None:  # the plain forward ran: its residuals now (its inputs and key)
                 run.program.saves_residuals = True  # a backward follows this forward
-                vjp = _differentiated(call)[-1]
+                vjp = _differentiated(ctx)[-1]
             (grad_arrays,) = run.program.backward(vjp, cotangents)
         # Per tensor, the memory order its array was passed in (its gradient's), or None
         tensors, layouts = run.tensors(), run.in_layouts or ()
         orders = [None] * (len(tensors) - len(layouts)) + [x and x[1] for x in layouts]
         results = []
-        diff = _masked(list(zip(tensors, orders, strict=True)), call.mask)
+        diff = _masked(list(zip(tensors, orders, strict=True)), ctx.mask)
         for grad, (tensor, order) in zip(grad_arrays, diff, strict=True):
             if order is not None:
                 grad = jnp.transpose(grad, [int(d) for d in np.argsort(order)])
@@ -118,7 +106,7 @@ class _JitFunction(torch.autograd.Function):
                 results.append(torchlax_core.wrap(grad))
             else:
                 results.append(_give_back([grad], [])[0].to(tensor.device))
-        return (None, *results)
+        return (None, None, None, None, None, *results)
 
 
 def _cotangent(out, grad, order=None):

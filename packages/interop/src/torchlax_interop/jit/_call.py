@@ -30,7 +30,7 @@ from ._discover import _move_cpu_state_to_jax as move_cpu_state_to_jax
 from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
 from ._program import _Program, _trace_lock, _unread_grads, without_dead_grads
 from ._refusals import _argument_requiring_grad_error
-from ._repeated import _MISSED, _ForwardPlan, _StepPlan
+from ._repeated import _MISSED, _ForwardPlan, _StepPlan, lr_arrays
 from ._state import _Hashed, _Layout, _StateSet, arg_leaves, set_capturable
 
 
@@ -152,7 +152,8 @@ class _Jitted:
         plain = tensors_only and not self.static_argnums
         run = self._prepared((args, kwargs), leaves, plain, layout, state)
         if self._compile_only:  # the first call compiles its program and the next one ahead
-            return _first_call.compile_only(self, run)
+            run.entry.compile_ahead(progress=self._compile_only is _first_call.FIRST)
+            return run  # (compiling in another thread, not launched)
         return self._plan(run).run_general(self, run)
 
     def _prepared(
@@ -347,7 +348,7 @@ class _Run:
         self.inputs, self.in_layouts, self.checks = inputs, in_layouts, checks
         self.cpu_tensors = list(state.cpu_tensors.values())
         self.state_arrays = [s.array for s in state.storages]
-        self.lr_arrays = [to(lr) for (_, lr), to in zip(state.lrs, state.lr_types, strict=True)]
+        self.lr_arrays = lr_arrays(layout)
         self.arrays = [_borrow(t) for t in self.cpu_tensors] + _input_arrays(inputs, in_layouts)
         self.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         self.signature = (jitted._state_signature(self.state_arrays), _signature(self.arrays))

@@ -81,25 +81,17 @@ def _not_ahead(error: BaseException) -> None:
     )
 
 
-def compile_only(jitted: Any, run: Any) -> Any:
-    """``_Jitted._call`` under ``_compile_only``: ``run.entry`` compiling, not launched."""
-    run.entry.compile_ahead(progress=jitted._compile_only is FIRST)
-    return run
-
-
 def _one_device(jitted: Any, run: Any) -> Any:
     """The one device's sharding that holds every array of a training step's call (where the
     stand-ins go), or None where stand-ins cannot say what the state after it is: nothing
     trained, CPU state, several devices or sharded, no jaxpr kept (checked mode)."""
-    if run.forward or not run.info.trains or jitted._cpu_outputs or run.cpu_tensors:
+    if not run.info.trains or jitted._cpu_outputs or run.cpu_tensors:  # (a forward, CPU state)
         return None
     shardings = {getattr(a, "sharding", None) for a in (*run.state_arrays, *run.arrays)}
     if len(shardings) != 1 or run.entry.jaxpr is None:
         return None
     (sharding,) = shardings
-    if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        return None
-    return sharding
+    return sharding if isinstance(sharding, jax.sharding.SingleDeviceSharding) else None
 
 
 def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: dict) -> Any:

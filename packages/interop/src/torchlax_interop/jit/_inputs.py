@@ -6,6 +6,8 @@ its strides inside the trace (``_Program._arguments``), so the program sees eage
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torchlax_core import Tensor
 from torchlax_core.internal import memory_order, memory_ordered_array, traced_strides
@@ -24,41 +26,32 @@ def _input_layouts(inputs: list) -> tuple | None:
     every input is row-major (the common call: one ``is_contiguous`` per input)."""
     if all(t.is_contiguous() for t in inputs):
         return None
-    layouts = tuple(None if t.is_contiguous() else _input_layout(t) for t in inputs)
+    layouts = tuple(
+        None if t.is_contiguous() else _layout_of(tuple(t.shape), t.stride(), isinstance(t, Tensor))
+        for t in inputs
+    )
     return layouts if any(s is not None for s in layouts) else None
 
 
-# (sizes, strides, whether a torchlax Tensor) -> _input_layout's answer (memory_order is
-# Python arithmetic: not paid on each call)
-_input_layout_cache: dict = {}
-
-
-def _input_layout(t: torch.Tensor):
-    key = (t.shape, t.stride(), type(t) is Tensor)
-    if key in _input_layout_cache:
-        return _input_layout_cache[key]
-    strides = traced_strides(tuple(t.shape), t.stride())
-    layout = None
-    if strides is not None:
-        dense = memory_order(tuple(t.shape), t.stride()) if isinstance(t, Tensor) else None
-        layout = (strides, dense)
-    if len(_input_layout_cache) < 4096:
-        _input_layout_cache[key] = layout
-    return layout
+@functools.lru_cache(maxsize=4096)  # (memory_order is Python arithmetic: not paid on each call)
+def _layout_of(shape: tuple, strides: tuple, dense: bool) -> tuple | None:
+    traced = traced_strides(shape, strides)
+    if traced is None:
+        return None
+    return traced, memory_order(shape, strides) if dense else None
 
 
 def _input_arrays(inputs: list, layouts: tuple | None) -> list:
     """The program's input arrays: each tensor's value, or its elements in memory order where
     its layout says so (``_input_layouts``)."""
-    if layouts is None:
-        return [t.jax() if isinstance(t, Tensor) else _borrow(t) for t in inputs]
-    arrays = []
-    for t, layout in zip(inputs, layouts, strict=True):
-        if layout is not None and layout[1] is not None:
-            arrays.append(memory_ordered_array(t, layout[1])[0])  # pyright: ignore[reportOptionalSubscript]  (dense: never None)
-        else:
-            arrays.append(t.jax() if isinstance(t, Tensor) else _borrow(t))
-    return arrays
+    return [
+        memory_ordered_array(t, layout[1])[0]  # pyright: ignore[reportOptionalSubscript]  (dense: never None)
+        if layout is not None and layout[1] is not None
+        else t.jax()
+        if isinstance(t, Tensor)
+        else _borrow(t)
+        for t, layout in zip(inputs, layouts or [None] * len(inputs), strict=True)
+    ]
 
 
 def _traced_array(x: torch.Tensor):

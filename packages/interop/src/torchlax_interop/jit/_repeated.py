@@ -3,9 +3,9 @@
 
 Every general call (``_call``) ends in its entry's plan (``run_general``); one the next call may
 repeat is kept in ``_Jitted._last``, and a repeated call is "the last plan's guard still holds"
-(``call``: jit's checks beside ``CallPlan.miss``; ``_MISSED`` where one fails). Launch and
-write-back are ``CallPlan.run``'s, all or nothing (docs/architecture.md, "A repeated call").
-"""
+(``_JitPlan.call``, one guard for both plans: jit's checks beside ``CallPlan.miss``;
+``_MISSED`` where one fails). Launch and write-back are ``CallPlan.run``'s, all or nothing
+(docs/architecture.md, "A repeated call")."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from torchlax_core.internal import (
     is_root_of,
     result_specs,
     root_values,
-    set_exclusive,
+    storage_getter,
     view_getter,
     wrap_results_like,
     x64,
@@ -50,17 +50,31 @@ _IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
 
 
 class _JitPlan(CallPlan):
-    """A plan of jit's: the layout and entry it was made for and, once ``record`` made it the
-    last plan, the call's argument types and its outputs' ``result_specs`` (None: wrapped the
-    general way)."""
+    """A plan of jit's: the layout and entry it was made for, its run on the general path
+    (``run_general``) and, once ``record`` made it the last plan, its guard (``call``).
 
-    __slots__ = ("layout", "info", "types", "out_specs")
+    The guard holds where the call's grad mode, checked mode and argument types are the
+    recorded ones, each state storage holds the array the last call left (``state_arrays``),
+    the core's ``CallPlan.miss`` and the constants read hold, and so does the plan's own
+    check of the state's objects (``holds``); the outputs are wrapped by their
+    ``result_specs`` (``out_specs``; None: the general way)."""
+
+    __slots__ = (
+        *("layout", "info", "constants", "types", "expected", "grad_enabled", "checks"),
+        *("storages", "state_arrays", "holds", "out_specs", "single"),
+    )
+
+    early = False  # whether a repeat launches before ``holds`` is asked (``_ForwardPlan``)
+    storages: Sequence  # (set by a subclass's record)
+    state_arrays: list
+    holds: Callable[[], bool]
 
     def __init__(self, program: CompiledProgram, run: _Run, donated: int = 0):
         avals = [getattr(a, "aval", None) for a in run.arrays]
         super().__init__(program, run.entry, run.signature[1], avals, (), donated)
         self.layout: _Layout = run.layout
         self.info: _Info = run.entry.info
+        self.constants: ReadConstants | None = self.info.constants
         self.types: tuple = ()
         self.out_specs: list | None = None
 
@@ -73,41 +87,101 @@ class _JitPlan(CallPlan):
         if outputs is None:
             outputs = _to_tensors(out_arrays, run.on_jax, run.arrays, info.out_orders)
         if repeats:
-            self.types = tuple(map(type, run.inputs))
             plain = not info.out_orders and all(map(is_root_of, outputs, out_arrays))
             self.out_specs = result_specs(outputs, out_arrays) if plain else None
-            jitted._last.plan = self.record(run.state, run.checks)  # pyright: ignore[reportPrivateUsage]  (its own module)
+            jitted._last.plan = self.record(run)  # pyright: ignore[reportPrivateUsage]  (its own module)
         if jitted._cpu_outputs and info.rebuilds:  # pyright: ignore[reportPrivateUsage]  (its own module)
             # A call over lent CPU state returns CPU tensors: those inside returned objects are
             # put in place as such (the caller converts the leaves).
             outputs = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
         return _returned(info, outputs)
 
-    def record(self, state: _StateSet, checks: bool) -> _JitPlan:
-        """This plan, made the last one, over ``state`` in checked mode ``checks``."""
-        raise NotImplementedError
+    def record(self, run: _Run) -> _JitPlan:
+        """This plan, made the last one after ``run`` ran it: what its guard compares. A
+        subclass sets ``storages``, ``state_arrays`` and ``holds``."""
+        types = self.types = tuple(map(type, run.inputs))
+        self.expected = (*types, *(None,) * len(types))  # (call()'s first pass: no view)
+        self.grad_enabled, self.checks = torch.is_grad_enabled(), run.checks
+        specs = self.out_specs
+        self.single = (  # the result's tensors of a function returning one tensor, made ahead
+            ResultWrappers(specs[0]) if specs is not None and self.info.single_output else None
+        )
+        return self
 
-    def _outputs(self, out_arrays: list, arrays: list) -> Any:
-        """A repeated call's result: its arrays wrapped as the recorded call's were."""
+    def call(self, jitted: _Jitted, args: tuple) -> Any:
+        """The call's result, or ``_MISSED`` where the guard fails (nothing changed). In the
+        order a call's cost after an XLA computation dictates (docs/architecture.md, "A
+        repeated call"): what launching needs first, a forward's launch (``early``), then the
+        rest while XLA computes. Outside ``x64()``, which a launch does not read (a view
+        argument's value and a checked launch switch it on)."""
+        if torch.is_grad_enabled() is not self.grad_enabled or len(args) != len(self.types):
+            return _MISSED
+        storages, state_arrays = self.storages, self.state_arrays
+        if all(
+            map(
+                is_,
+                chain(map(type, args), map(view_getter, args), map(_ARRAY, storages)),
+                chain(self.expected, state_arrays),
+            )
+        ):  # the recorded types, no view (roots are row-major), the recorded state arrays
+            arrays = root_values(args)
+        elif tuple(map(type, args)) != self.types or not all(
+            map(is_, map(_ARRAY, storages), state_arrays)
+        ):
+            return _MISSED  # (an array a training step donated since is deleted: never launched)
+        elif not all(map(_IS_CONTIGUOUS, args)):
+            return _MISSED  # (a view the first pass met, not contiguous: x.t(), another program)
+        else:
+            with x64():  # (a view's value)
+                arrays = [t.jax() for t in args]
+        constants = self.constants
+        if self.miss(arrays) is not None or (constants is not None and not constants.hold()):
+            return _MISSED  # (stale: traced under another matmul precision; a constant changed)
+        plain = self.plain if self.early else None
+        out_arrays: Any = None
+        if plain is not None:
+            # (not launch(), whose fallback would run a call that then misses: a launch that
+            # raises has done nothing, and the general path handles or raises it)
+            try:
+                out_arrays = plain[0](state_arrays, [], arrays, plain[1])[0]
+            except Exception:
+                return _MISSED
+        if (
+            jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
+            or bool(torchlax_core.current_env().config.checked) is not self.checks
+            or not self.holds()
+            or (self.info.trains and any(map(_REQUIRES_GRAD, args)))  # (the general path refuses)
+        ):
+            return _MISSED
+        if plain is None:
+            out_arrays = self.repeat(arrays)
+        single = self.single
+        if single is not None:
+            return single.wrap(out_arrays[0])
         info = self.info
         if self.out_specs is None:
             return _returned(info, _to_tensors(out_arrays, True, arrays, info.out_orders))
         return _returned(info, wrap_results_like(out_arrays, self.out_specs))
 
+    def repeat(self, arrays: list) -> Any:
+        """A repeated call's output arrays, launched on its arguments' ``arrays``."""
+        raise NotImplementedError
+
 
 class _ForwardPlan(_JitPlan):
     """The plan of a forward's entry (a call that changes no state, buffers aside): every
     general forward (``run_general``: autograd's, ``_autograd``, or a launch), and the repeat
-    of a ``torch.no_grad()`` forward over tensor arguments that writes nothing (``call``:
-    launched before the layout's guard is asked: docs/architecture.md, "A repeated call")."""
+    of a ``torch.no_grad()`` forward over tensor arguments that writes nothing, launched before
+    the layout's guard is asked (``early``: docs/architecture.md, "A repeated call")."""
 
-    __slots__ = ("checks", "storages", "state_arrays", "holds", "single", "expected", "constants")
+    __slots__ = ()
+
+    early = True
 
     def __init__(self, run: _Run):
         super().__init__(run.program.forward_core, run)
         self.fits = True  # (recorded after its entry ran on the general path: it fits the device)
         self.atomic = bool(self.info.writes)
-        self.constants: ReadConstants | None = self.info.constants
 
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
         """The general path's forward (``run``: its ``_Run``)."""
@@ -142,91 +216,26 @@ class _ForwardPlan(_JitPlan):
         """The buffers the forward changed (``args``: the call's state)."""
         _write_changed(args[0], self.info, results[1], results[2])
 
-    def record(self, state: _StateSet, checks: bool) -> _ForwardPlan:
+    def record(self, run: _Run) -> _ForwardPlan:
+        super().record(run)
         if self.plain is None:  # (launched now: its C++ launcher may be known)
             self.plain = self.entry.plain_launch()
-        self.checks = checks
-        out_specs, types = self.out_specs, self.types
-        self.storages = tuple(state.storages)
-        self.state_arrays: list = list(map(_ARRAY, self.storages))
-        self.holds: Callable[[], bool] = self.layout.forward_guard(state)
-        self.single = (  # the result's tensors of a function returning one tensor, made ahead
-            ResultWrappers(out_specs[0])
-            if out_specs is not None and self.info.single_output
-            else None
-        )
-        # what call() reads before the launch, in one pass: the arguments' types, their _view
-        # (None: no view), each state storage's array
-        self.expected = (*types, *(None,) * len(types), *self.state_arrays)
+        self.storages = tuple(run.state.storages)
+        self.state_arrays = list(map(_ARRAY, self.storages))
+        self.holds = self.layout.forward_guard(run.state)  # (its state reused, no .grads)
         return self
 
-    def call(self, jitted: _Jitted, args: tuple) -> Any:
-        """The call's result, or ``_MISSED``. Outside ``x64()``, which a launch does not read
-        (a view argument's value and a checked launch switch it on)."""
-        if torch.is_grad_enabled() or len(args) != len(self.types):
-            return _MISSED
-        if all(
-            map(
-                is_,
-                chain(map(type, args), map(view_getter, args), map(_ARRAY, self.storages)),
-                self.expected,
-            )
-        ):  # the recorded types, no view (roots are row-major), the recorded state arrays
-            arrays = root_values(args)
-        elif tuple(map(type, args)) != self.types or not all(
-            map(is_, map(_ARRAY, self.storages), self.state_arrays)
-        ):
-            return _MISSED  # (an array a training step donated since is deleted: never launched)
-        else:
-            arrays = _contiguous_arrays(args)
-            if arrays is None:
-                return _MISSED
-        if self.miss(arrays) is not None:  # (stale: traced under another matmul precision)
-            return _MISSED
-        constants = self.constants
-        if constants is not None and not constants.hold():
-            return _MISSED  # (the general path traces the program again)
-        plain = self.plain
-        out_arrays: Any = None
-        if plain is not None:
-            # (not launch(), whose fallback would run a call that then misses: a launch that
-            # raises has done nothing, and the general path handles or raises it)
-            try:
-                out_arrays = plain[0](self.state_arrays, [], arrays, plain[1])[0]
-            except Exception:
-                return _MISSED
-        if (
-            jitted._layout is not self.layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-            or bool(torchlax_core.current_env().config.checked) is not self.checks
-            or not self.holds()
-        ):
-            return _MISSED
-        if plain is None:
-            out_arrays = self.launch((self.state_arrays, [], arrays))[0]
-        single = self.single
-        if single is not None:
-            return single.wrap(out_arrays[0])
-        return self._outputs(out_arrays, arrays)
-
-
-def _contiguous_arrays(args: Sequence) -> list | None:
-    """The arguments' arrays, or None (a miss) where a view is not contiguous (``x.t()``:
-    another program)."""
-    if not any(map(view_getter, args)):  # roots are row-major
-        return [t.jax() for t in args]
-    if not all(map(_IS_CONTIGUOUS, args)):
-        return None
-    with x64():
-        return [t.jax() for t in args]
+    def repeat(self, arrays: list) -> Any:
+        return self.launch((self.state_arrays, [], arrays))[0]
 
 
 class _StepPlan(_JitPlan):
     """The plan of a training step's entry (the donating program): launch and write-back
-    (``step``) of every step, and the repeat over the same state objects (``call``: the
-    layout's guard, each ``.grad``, optimizer state value and storage array the very object the
-    last call left; never in checked mode)."""
+    (``step``) of every step, and the repeat over the same state objects (``holds``: the
+    layout's guard, each ``.grad`` and optimizer state value the very object the last call
+    left; never in checked mode)."""
 
-    __slots__ = ("write_plan", "state", "grad_enabled", "written_arrays", "grads", "values", "dead")
+    __slots__ = ("write_plan", "state", "grads", "values", "dead")
 
     def __init__(self, run: _Run, donate: bool):
         super().__init__(run.program.core, run, len(run.state_arrays) if donate else 0)
@@ -249,7 +258,9 @@ class _StepPlan(_JitPlan):
     def step(self, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
         """Run the entry on ``call_args`` into ``state``'s objects, all or nothing; the output
         arrays. The ``.grad``s of ``dead`` (discarded unread) are dropped for the launch."""
-        if self.donated:
+        if self.donated and not all(map(_EXCLUSIVE, state.storages)):
+            # (each storage exclusive: its array a program's result no one else has seen, in
+            # no other storage: donated as it is, as donatable would)
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
         args = (state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
@@ -278,46 +289,37 @@ class _StepPlan(_JitPlan):
 
     def _remember(self, written: list, grads: list) -> None:
         # what the call left, re-checked by identity on the next
-        self.written_arrays: list = written
+        self.state_arrays = written
         self.grads: list = grads
         self.values: list = _state_values(self.layout)
 
-    def record(self, state: _StateSet, checks: bool) -> _StepPlan:
-        self.state = state
-        self.grad_enabled = torch.is_grad_enabled()
+    def record(self, run: _Run) -> _StepPlan:
+        super().record(run)
+        state = self.state = run.state
+        self.storages = state.storages
         self.dead = tuple(state.grads[i] for i in state.dead_grads)  # (their .grads dropped)
         self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
+        layout, grads = self.layout, state.grads
+
+        def holds() -> bool:  # (the arguments hold no state: all tensors, as recorded)
+            return (
+                layout.holds([])
+                and all(map(is_, map(_GRAD, grads), self.grads))
+                and _same_objects(_state_values(layout), self.values)
+            )
+
+        self.holds = holds
         return self
 
-    def call(self, jitted: _Jitted, args: tuple) -> Any:
-        """The call's result, or ``_MISSED`` (nothing changed). Checked outside ``x64()``."""
-        layout = self.layout
-        state = self.state
-        if (
-            torch.is_grad_enabled() is not self.grad_enabled
-            or jitted._layout is not layout  # pyright: ignore[reportPrivateUsage]  (its own module)
-            or tuple(map(type, args)) != self.types
-            or bool(torchlax_core.current_env().config.checked)
-        ):
-            return _MISSED
-        arrays = _contiguous_arrays(args)
-        if arrays is None:
-            return _MISSED
-        if (
-            self.miss(arrays) is not None  # (stale: traced under another matmul precision)
-            or any(map(_REQUIRES_GRAD, args))  # (the general path refuses such an argument)
-            or not layout.holds(args)  # pyright: ignore[reportArgumentType]  (a tuple does)
-            or not all(map(is_, map(_GRAD, state.grads), self.grads))
-            or not _same_objects(_state_values(layout), self.values)
-            or not all(map(is_, map(_ARRAY, state.storages), self.written_arrays))
-            or (self.info.constants is not None and not self.info.constants.hold())
-        ):
-            return _MISSED
-        lr_arrays = [
-            to(group["lr"]) for group, to in zip(layout.lr_groups, layout.lr_types, strict=True)
-        ]
-        out_arrays = self.step(state, self.dead, (self.written_arrays, lr_arrays, arrays))
-        return self._outputs(out_arrays, arrays)
+    def repeat(self, arrays: list) -> Any:
+        call_args = (self.state_arrays, lr_arrays(self.layout), arrays)
+        return self.step(self.state, self.dead, call_args)
+
+
+def lr_arrays(layout: _Layout) -> list:
+    """Each learning rate that is an input of the program, as the program takes it (a numpy
+    scalar of its group's ``_state._lr_type``), read now."""
+    return [to(group["lr"]) for group, to in zip(layout.lr_groups, layout.lr_types, strict=True)]
 
 
 def _step_schedulers(state: _StateSet, info: _Info, stepped: list[int]) -> None:
@@ -361,13 +363,11 @@ def _write_state(
         if fresh:
             storage.exclusive = True
     owners = state.owners
+    made = _new_tensors(extra, plan[3], fresh)
     grads = []
     for p, kind, index in plan[0]:
         if kind == _NEW:
-            grad = Tensor(extra[index])
-            if fresh:
-                set_exclusive(grad)
-            p.grad = grad  # (a new tensor: no need to read whether p holds it already)
+            grad = p.grad = made[index]  # (a new tensor: no need to read whether p holds it)
         else:
             grad = None if kind == _NONE else owners[index]
             if p.grad is not grad:  # the setter's checks cost more than this test
@@ -379,9 +379,7 @@ def _write_state(
             if values.get(name) is not owners[index]:
                 values[name] = owners[index]
     for values, name, kind, index in plan[1]:
-        value = None if kind == _NONE else Tensor(extra[index])
-        if fresh and value is not None:
-            set_exclusive(value)
+        value = None if kind == _NONE else made[index]
         if values.get(name) is not value:
             values[name] = value
     _write_cpu_buffers(state, info, extra)
@@ -392,7 +390,8 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
     """Where ``_write_state`` puts each ``.grad`` and optimizer state value (valid while the
     layout holds): ``[(param, kind, index)]``, ``[(state dict, name, kind, index)]`` of the
     entries that become ``None`` or new tensors, and ``(dicts, names, indices, get)`` of those
-    that keep the owner at each index (flat: checked in one C-level pass)."""
+    that keep the owner at each index (flat: checked in one C-level pass); and
+    ``[positions, None]`` of the extra results that become new tensors (``_new_tensors``)."""
 
     slots = iter(info.slots)
     grads = [(p, *next(slots)) for p in state.grads]
@@ -410,7 +409,28 @@ def _write_plan(state: _StateSet, info: _Info) -> list:
         # (an optimizer keeping its state in another mapping type: that type's get)
         dict.get if all(isinstance(d, dict) for d in dicts) else mapping_get,
     )
-    return [grads, others, flat_kept]
+    made = [i for _, kind, i in grads if kind == _NEW]
+    made += [i for *_, kind, i in others if kind == _NEW]
+    return [grads, others, flat_kept, [made, None]]
+
+
+def _new_tensors(extra: list, made: list, fresh: bool) -> dict:
+    """The extra results at positions ``made[0]`` (new ``.grad``s and optimizer state values)
+    as new torchlax Tensors, by position; made by what the first ones gave (``made[1]``:
+    ``result_specs``), without reading each array's shape, dtype and device again (half
+    what a tensor costs, for each ``.grad`` of every step); marked exclusive where
+    ``fresh``."""
+    at, specs = made
+    arrays = [extra[i] for i in at]
+    if specs is None:
+        tensors = [Tensor(a) for a in arrays]
+        made[1] = result_specs(tensors, arrays)
+    else:
+        tensors = wrap_results_like(arrays, specs)
+    if fresh:
+        for storage in map(storage_getter, tensors):
+            storage.exclusive = True  # (new roots: set_exclusive)
+    return dict(zip(at, tensors))
 
 
 def _write_changed(state: _StateSet, info: _Info, new_storages, extra) -> None:
