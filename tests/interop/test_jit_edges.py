@@ -295,6 +295,8 @@ def test_an_expanded_input_and_views_in_repeated_forwards():
         expanded = from_torch(torch.randn(3)).expand(4, 3)  # (zero strides: passed by value)
         torch.testing.assert_close(_cpu(fn(expanded)), _cpu(expanded) * 2)
         jax_base = from_torch(base)
+        # a column slice: not contiguous, but in row-major order (traced as row-major)
+        torch.testing.assert_close(_cpu(fn(jax_base[:, :2])), base[:, :2] * 2)
         for rows in (slice(0, 2), slice(1, 3), slice(2, 4)):  # contiguous views: repeats
             torch.testing.assert_close(_cpu(fn(jax_base[rows])), base[rows] * 2)
 
