@@ -20,8 +20,9 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 from torchlax_core.internal import no_x64
+
+from ._promotion import up
 
 
 def _splash():
@@ -106,5 +107,5 @@ def backward(grad_out, query, key, value, out, logsumexp, is_causal, scale, bloc
         grad_q, grad_k, grad_v = jax.vmap(one)(
             _scaled(query, scale), key, value, out, logsumexp, grad_out.astype(query.dtype)
         )
-    grad_q = (grad_q.astype(jnp.float32) * scale).astype(query.dtype)
+    grad_q = (up(grad_q) * scale).astype(query.dtype)  # (one rounding, as the forward's q)
     return grad_q, grad_k.astype(key.dtype), grad_v.astype(value.dtype)
