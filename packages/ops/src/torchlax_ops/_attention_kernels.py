@@ -22,9 +22,10 @@ precision: the kernel's products are single bfloat16 passes, measured on a v5e) 
 (batch, heads, length, head_dim),
 both lengths multiples of 128 (its block), a head_dim of at most 128 or a multiple of it, no
 dropout. The flash kernel takes grouped-query attention with k and v repeated over the groups
-(their gradients summed back); a boolean or float mask becomes the kernel's additive bias (masked out: a large
-finite negative, where the kernel's own masking works; a row masked out entirely gives zeros,
-as PyTorch's ``_safe_softmax``, with a logsumexp of 0, as the plain lowering). Dropout is
+(their gradients summed back); a boolean or float mask becomes the kernel's additive bias
+(masked out: a large finite negative, where the kernel's own masking works; a row masked out
+entirely gives zeros, as PyTorch's ``_safe_softmax``, with a logsumexp of 0, as the plain
+lowering). Dropout is
 refused: the kernel draws no dropout mask, and the plain lowering's mask is the one its
 backward redraws from the saved seed.
 
