@@ -173,6 +173,59 @@ def test_max_pool_int64():
     check(lambda t: F.max_pool2d(t, 2), x)
 
 
+def test_max_pool_picks_as_pytorch_scans_a_window():
+    # The last NaN of a window, the first of equal maxima, and a window of -inf answers its
+    # first valid position, never a padded one: the indices say which.
+    x = randn(1, 2, 7, 7)
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = x[0, 0, 2, 1] = float("nan")
+    x[0, 0, 4:, 4:] = 1.0
+    x[0, 1] = float("-inf")
+    check(lambda t: F.max_pool2d(t, 3, 2, 1, return_indices=True), x)
+    check(lambda t: F.max_pool2d(t, 2, 1, 0, dilation=2, return_indices=True), x)
+    check(lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True), x)
+    check(lambda t: F.adaptive_max_pool2d(t, (3, 2), return_indices=True), x)
+
+
+def test_max_pool_and_its_backward_neither_gather_nor_scatter():
+    # Over every window, a gather or scatter serializes on a TPU: ResNet-50's one max pooling
+    # took 1.6 s of its training step's 1.7 s that way (forward and backward, batch 128).
+    import jax
+    import jax.numpy as jnp
+    from torchlax_ops._lowerings import pooling
+
+    x = jnp.ones((2, 3, 9, 9), jnp.bfloat16)
+    args = ([3, 3], [2, 2], [1, 1], [1, 1], False)
+
+    def step(x):
+        out, indices = pooling.max_pool2d_with_indices(x, *args)
+        grad = pooling.max_pool2d_with_indices_backward(out, x, *args, indices)
+        return grad, jax.grad(lambda x: pooling.max_pool2d_with_indices(x, *args)[0].sum())(x)
+
+    program = str(jax.make_jaxpr(step)(x))
+    assert "reduce_window" in program
+    assert "gather" not in program and "scatter" not in program
+
+
+def test_max_pool_under_jax_grad_is_pytorchs_backward():
+    # torchlax.functional + jax.grad differentiates the forward lowering itself.
+    import jax
+    import jax.numpy as jnp
+    from torchlax_ops._lowerings import pooling
+
+    x = randn(2, 3, 9, 9)
+    x[0, 0, 2:5, 2:5] = 0.5  # ties: one window's first maximum takes the gradient
+    weights = randn(2, 3, 5, 5)
+    x_cpu = x.clone().requires_grad_()
+    (F.max_pool2d(x_cpu, 3, 2, 1) * weights).sum().backward()
+
+    def loss(a):
+        values, _ = pooling.max_pool2d_with_indices(a, [3, 3], [2, 2], [1, 1], [1, 1], False)
+        return jnp.sum(values * jnp.asarray(weights.numpy()))
+
+    grad = jax.grad(loss)(jnp.asarray(x.numpy()))
+    torch.testing.assert_close(torch.from_numpy(jax.numpy.asarray(grad).__array__()), x_cpu.grad)
+
+
 # -- softmax and activations ----------------------------------------------------------------------
 
 ACTIVATIONS = {

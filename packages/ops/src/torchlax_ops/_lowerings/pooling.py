@@ -36,28 +36,25 @@ def _pool_geometry(in_size, kernel, stride, padding, dilation, ceil_mode):
     return out
 
 
-def _windows(x, kernel, stride, padding, dilation, ceil_mode, fill):
-    """Stack every window element: (..., *out, K) values, plus static (out..., K) positions."""
-    n = len(kernel)
-    spatial = x.shape[-n:]
+def _window_shape(spatial, kernel, stride, padding, dilation, ceil_mode):
+    """The output lengths, and the input padding (low, high) each dimension needs."""
     outs = [
         _pool_geometry(s, k, st, p, d, ceil_mode)
         for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation, strict=True)
     ]
-    config = [(0, 0, 0)] * (x.ndim - n)
-    for s, k, st, p, d, o in zip(spatial, kernel, stride, padding, dilation, outs, strict=True):
-        high = max((o - 1) * st + d * (k - 1) + 1 - (s + p), 0)
-        config.append((p, high, 0))
-    padded = jax.lax.pad(x, jnp.asarray(fill, x.dtype), config)
-    lead = x.ndim - n
-    slices, positions = [], []
+    pads = [
+        (p, max((o - 1) * st + d * (k - 1) + 1 - (s + p), 0))
+        for s, k, st, p, d, o in zip(spatial, kernel, stride, padding, dilation, outs, strict=True)
+    ]
+    return outs, pads
+
+
+def _window_grid(spatial, kernel, stride, padding, dilation, ceil_mode):
+    """``_window_shape``, and every window element's input position, (*out, K, n), K in the
+    order PyTorch scans a window."""
+    outs, pads = _window_shape(spatial, kernel, stride, padding, dilation, ceil_mode)
+    positions = []
     for offset in itertools.product(*(range(k) for k in kernel)):
-        starts = [0] * lead + [o * d for o, d in zip(offset, dilation, strict=True)]
-        limits = list(x.shape[:lead]) + [
-            start + (o - 1) * st + 1
-            for start, o, st in zip(starts[lead:], outs, stride, strict=True)
-        ]
-        slices.append(jax.lax.slice(padded, starts, limits, [1] * lead + list(stride)))
         grids = np.meshgrid(
             *[
                 np.arange(o) * st - p + off * d
@@ -66,7 +63,26 @@ def _windows(x, kernel, stride, padding, dilation, ceil_mode, fill):
             indexing="ij",
         )
         positions.append(np.stack(grids, axis=-1))
-    return jnp.stack(slices, axis=-1), np.stack(positions, axis=-2), outs  # positions: (*out, K, n)
+    return outs, pads, np.stack(positions, axis=-2)
+
+
+def _windows(x, kernel, stride, padding, dilation, ceil_mode, fill):
+    """Every window element's values: one strided slice of the padded input (..., *out) per
+    element, in scan order, with the static grid (``_window_grid``)."""
+    n = len(kernel)
+    lead = x.ndim - n
+    outs, pads, positions = _window_grid(x.shape[-n:], kernel, stride, padding, dilation, ceil_mode)
+    config = [(0, 0, 0)] * lead + [(low, high, 0) for low, high in pads]
+    padded = jax.lax.pad(x, jnp.asarray(fill, x.dtype), config)
+    slices = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        starts = [0] * lead + [o * d for o, d in zip(offset, dilation, strict=True)]
+        limits = list(x.shape[:lead]) + [
+            start + (o - 1) * st + 1
+            for start, o, st in zip(starts[lead:], outs, stride, strict=True)
+        ]
+        slices.append(jax.lax.slice(padded, starts, limits, [1] * lead + list(stride)))
+    return slices, positions, outs
 
 
 def _lowest(dtype):
@@ -75,28 +91,106 @@ def _lowest(dtype):
     return jnp.iinfo(dtype).min
 
 
-def _window_max(values, valid, flat, dtype):
-    """Each window's maximum over its valid positions (last axis) and its flat input index
-    (``flat``, int64), as max pooling returns them."""
-    values = jnp.where(valid, values, _lowest(dtype))
-    # (index_dtype int32: a 64-bit one is narrowed when a caller's jax.jit lowers without x64)
-    best = jax.lax.argmax(values, values.ndim - 1, jnp.int32)[..., None]
-    out = jnp.take_along_axis(values, best, axis=-1)[..., 0]
-    flat = jnp.broadcast_to(jnp.asarray(flat, jnp.int64), values.shape)
-    return out, jnp.take_along_axis(flat, best, axis=-1)[..., 0]
+def _flat_positions(positions, spatial):
+    """Each position's flat index in its plane, (*out, K), and whether it is inside the input."""
+    spatial = np.array(spatial)
+    valid = np.all((positions >= 0) & (positions < spatial), axis=-1)
+    row = np.concatenate([np.cumprod(spatial[::-1])[::-1][1:], [1]])
+    return np.sum(positions * row, axis=-1), valid
+
+
+def _index_dtype(plane):
+    # Narrow while the plane allows (a TPU emulates int64); returned as int64.
+    return np.int32 if plane < 2**31 else np.int64
+
+
+def _window_max(elements, valid, flat, dtype, plane):
+    """Each window's maximum and its flat input index (int64), as PyTorch's CPU kernels scan
+    a window: an element replaces the best so far when larger or NaN (the last NaN wins); a
+    window holding only its dtype's lowest value answers its first valid position.
+    ``elements``: one array (..., *out) per window element in scan order; ``valid`` and
+    ``flat``: static (*out, K). Selects only: no stacked windows, no gather (slow on a TPU)."""
+    index_dtype = _index_dtype(plane)
+    first = np.take_along_axis(flat, np.argmax(valid, axis=-1)[..., None], -1)[..., 0]
+    best = jnp.full(elements[0].shape, _lowest(dtype), dtype)
+    index = jnp.broadcast_to(jnp.asarray(first, index_dtype), best.shape)
+    floating = jnp.issubdtype(dtype, jnp.floating)
+    for k, value in enumerate(elements):
+        take = value > best
+        if floating:
+            take = take | jnp.isnan(value)
+        if not valid[..., k].all():
+            take = take & valid[..., k]
+        best = jnp.where(take, value, best)
+        index = jnp.where(take, jnp.asarray(flat[..., k], index_dtype), index)
+    return best, index.astype(jnp.int64)
+
+
+def _pool_arguments(kernel_size, stride, padding, dilation, n):
+    kernel = _ntuple(kernel_size, n)
+    stride = _ntuple(stride, n) if stride else kernel
+    return kernel, stride, _ntuple(padding, n), _ntuple(dilation, n)
 
 
 def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, n):
-    kernel = _ntuple(kernel_size, n)
-    stride = _ntuple(stride, n) if stride else kernel
-    padding, dilation = _ntuple(padding, n), _ntuple(dilation, n)
-    values, positions, _ = _windows(
-        self, kernel, stride, padding, dilation, ceil_mode, _lowest(self.dtype)
+    geometry = (
+        *_pool_arguments(kernel_size, stride, padding, dilation, n),
+        ceil_mode,
+        tuple(self.shape[-n:]),
     )
-    spatial = np.array(self.shape[-n:])
-    valid = np.all((positions >= 0) & (positions < spatial), axis=-1)
-    flat = np.sum(positions * np.concatenate([np.cumprod(spatial[::-1])[::-1][1:], [1]]), axis=-1)
-    return _window_max(values, valid, flat, self.dtype)
+    return _max_pool_windows(self, geometry)
+
+
+def _better(a, b):
+    """Of two (value, flat index) candidates, the one PyTorch's CPU kernel keeps scanning a
+    window: a NaN (of two, the later), else the larger value, else the earlier. A total
+    order, so the reduction's grouping cannot change the answer; (lowest, past the plane) is
+    its identity: a window of only its dtype's lowest value answers its first position."""
+    (a_value, a_index), (b_value, b_index) = a, b
+    a_nan, b_nan = jnp.isnan(a_value), jnp.isnan(b_value)
+    keep_a = jnp.where(
+        a_nan | b_nan,
+        a_nan & (~b_nan | (a_index > b_index)),
+        (a_value > b_value) | ((a_value == b_value) & (a_index < b_index)),
+    )
+    return jnp.where(keep_a, a_value, b_value), jnp.where(keep_a, a_index, b_index)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _max_pool_windows(x, geometry):
+    """Max pooling's values and int64 flat indices as one reduction over (value, position)
+    pairs: no stacked windows, no gather, and a producer XLA materializes once (a chain of
+    selects would be fused, and recomputed, into each of the backward's comparisons).
+    ``geometry``: (kernel, stride, padding, dilation, ceil_mode, spatial shape)."""
+    kernel, stride, padding, dilation, ceil_mode, spatial = geometry
+    lead = x.ndim - len(spatial)
+    outs, pads = _window_shape(spatial, kernel, stride, padding, dilation, ceil_mode)
+    plane = int(np.prod(spatial, dtype=np.int64))
+    index_dtype = _index_dtype(plane)
+    flat = jnp.broadcast_to(jnp.arange(plane, dtype=index_dtype).reshape(spatial), x.shape)
+    values, index = jax.lax.reduce_window(
+        (x, flat),
+        (jnp.asarray(_lowest(x.dtype), x.dtype), jnp.asarray(plane, index_dtype)),
+        _better,
+        (1,) * lead + tuple(kernel),
+        (1,) * lead + tuple(stride),
+        [(0, 0)] * lead + pads,
+        window_dilation=(1,) * lead + tuple(dilation),
+    )
+    window = tuple(slice(0, o) for o in outs)
+    return values[(..., *window)], index[(..., *window)].astype(jnp.int64)
+
+
+def _max_pool_windows_forward(x, geometry):
+    values, index = _max_pool_windows(x, geometry)
+    return (values, index), index
+
+
+def _max_pool_windows_backward(geometry, index, cotangents):
+    return (_spread(cotangents[0], index, geometry),)
+
+
+_max_pool_windows.defvjp(_max_pool_windows_forward, _max_pool_windows_backward)
 
 
 @lowering(aten.max_pool2d_with_indices.default)
@@ -120,18 +214,64 @@ def _scatter_to_indices(grad_output, self, indices, n):
     return out.reshape(self.shape).astype(self.dtype)
 
 
+def _spread(grad, indices, geometry):
+    """Each window's gradient added into the input position its index names, for indices as
+    max pooling returns them (one of the window's own positions): per window element, the
+    gradients whose index is that element's position, spread back onto the input by a padding
+    (the strided slice's inverse), summed. Dense selects and pads: a scatter to the indices
+    serializes on a TPU."""
+    kernel, stride, padding, dilation, ceil_mode, spatial = geometry
+    shape = tuple(indices.shape[: indices.ndim - len(spatial)]) + tuple(spatial)
+    outs, _, positions = _window_grid(spatial, kernel, stride, padding, dilation, ceil_mode)
+    total = jnp.zeros(shape, grad.dtype)
+    if 0 in outs:
+        return total
+    flat, valid = _flat_positions(positions, spatial)
+    index_dtype = _index_dtype(int(np.prod(spatial, dtype=np.int64)))
+    indices = indices.astype(index_dtype)
+    zero = jnp.zeros((), grad.dtype)
+    lead = [(0, 0, 0)] * (len(shape) - len(spatial))
+    for k, offset in enumerate(itertools.product(*(range(kk) for kk in kernel))):
+        hit = indices == jnp.asarray(flat[..., k], index_dtype)
+        if not valid[..., k].all():
+            hit = hit & valid[..., k]
+        config = [
+            (off * d - p, s - (off * d - p + (o - 1) * st + 1), st - 1)
+            for s, o, st, p, off, d in zip(
+                spatial, outs, stride, padding, offset, dilation, strict=True
+            )
+        ]
+        total = total + jax.lax.pad(jnp.where(hit, grad, zero), zero, lead + config)
+    return total
+
+
+def _max_pool_backward(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, n
+):
+    geometry = (
+        *_pool_arguments(kernel_size, stride, padding, dilation, n),
+        ceil_mode,
+        tuple(self.shape[-n:]),
+    )
+    return _spread(grad_output, indices, geometry).astype(self.dtype)
+
+
 @lowering(aten.max_pool2d_with_indices_backward.default, opmath=True, args=("grad_output", "self"))
 def max_pool2d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
 ):
-    return _scatter_to_indices(grad_output, self, indices, 2)
+    return _max_pool_backward(
+        grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, 2
+    )
 
 
 @lowering(aten.max_pool3d_with_indices_backward.default, opmath=True, args=("grad_output", "self"))
 def max_pool3d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
 ):
-    return _scatter_to_indices(grad_output, self, indices, 3)
+    return _max_pool_backward(
+        grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, 3
+    )
 
 
 def _avg_pool(
@@ -141,7 +281,7 @@ def _avg_pool(
     stride = _ntuple(stride, n) if stride else kernel
     padding = _ntuple(padding, n)
     values, positions, outs = _windows(self, kernel, stride, padding, (1,) * n, ceil_mode, 0)
-    total = jnp.sum(values, axis=-1)
+    total = jnp.sum(jnp.stack(values, axis=-1), axis=-1)
     if divisor_override:
         divisor = np.full(outs, divisor_override)
     else:
@@ -287,7 +427,10 @@ def _adaptive_max(self, output_size):
         flat += picks[d].reshape(shape) * strides[d]
     valid = valid.reshape(*output_size, -1)
     flat = flat.reshape(*output_size, -1)
-    return _window_max(values, valid, flat, self.dtype)
+    plane = int(np.prod(self.shape[lead:], dtype=np.int64))
+    return _window_max(
+        [values[..., k] for k in range(values.shape[-1])], valid, flat, self.dtype, plane
+    )
 
 
 @lowering(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
