@@ -55,15 +55,14 @@ def walk(
     max_nodes: int,
     breadth: bool = False,
     too_far: Callable[[Visit], None] | None = None,
-    seen: set[int] | None = None,
 ) -> Iterator[Visit]:
     """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once (met
     again: yielded with ``again``, not entered), depth first or, with ``breadth``, nearest
     first; atoms are not yielded. A child's step of None (a value hidden from Python: a C
     extension's field, a set's item) leaves it its holder's path. An object whose path has
     ``max_depth`` steps, or any once ``max_nodes`` were met, is not entered (``too_far`` is
-    told, and may raise). ``seen``: the ids met, to share between walks."""
-    seen = set() if seen is None else seen
+    told, and may raise)."""
+    seen: set[int] = set()
     pending = deque(Visit(path, value, (), False) for path, value in roots)
     if not breadth:
         pending.reverse()
