@@ -97,13 +97,9 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     function met names (``function_roots``)."""
     value = visit.value
     if isinstance(value, torch.nn.Module):
-        named = [
-            *value._modules.items(),
-            *value._parameters.items(),
-            *value._buffers.items(),
-            *((n, v) for n, v in vars(value).items() if not n.startswith("_") and n != "training"),
-        ]
-        return [((ATTR, n), v) for n, v in named if v is not None]
+        named = [*value._modules.items(), *value._parameters.items(), *value._buffers.items()]
+        found = [*(((ATTR, n), v) for n, v in named), *public_fields(value)]
+        return [(step, v) for step, v in found if v is not None]
     if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
         return function_roots(value)
     if is_container(value):
@@ -264,6 +260,12 @@ def fields(obj: Any) -> list[tuple[tuple, Any]]:
         if value is not ABSENT:
             found.append(((SLOT, name), value))
     return found
+
+
+def public_fields(module: torch.nn.Module) -> list[tuple[tuple, Any]]:
+    """A module's ``fields`` that are public (neither its parameters, buffers and submodules,
+    which its ``__dict__`` does not hold, nor ``training``)."""
+    return [(s, v) for s, v in fields(module) if not s[1].startswith("_") and s[1] != "training"]
 
 
 def attributes(obj: Any) -> tuple[dict | None, list[str]]:

@@ -40,7 +40,7 @@ from ._refusals import (
     unfound_state_error,
     where_held,
 )
-from ._state import _StateSet
+from ._state import _NO_TORCH_FUNCTION, _StateSet
 from ._walk import path_to, reaches
 
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
@@ -56,7 +56,6 @@ _REFUSED_CALLS = {
     torch.autograd.backward: ("torch.autograd.backward()", "tensors", "inputs"),
     _AUTOGRAD_GRAD: ("torch.autograd.grad()", "outputs", "inputs"),
 }
-_NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 class RefusedBackward(RuntimeError):
@@ -395,8 +394,10 @@ class TraceWatch(TorchFunctionMode):
                 if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
             ]
             leaves, nodes = _reached(traced)
-            toward = leaves.values() if inputs is None else _toward(inputs, leaves, nodes)
-            refused = [t for t in toward if is_plain_cpu(t)]
+            toward = [t for t in inputs or () if id(t) in leaves or t.grad_fn in nodes]
+            refused = [
+                t for t in (leaves.values() if inputs is None else toward) if is_plain_cpu(t)
+            ]
         if refused:
             self.refused = (call, crossing, refused)
             raise RefusedBackward(
@@ -418,15 +419,11 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     def path(t) -> str | None:
         return path_to(t, jitted.target, args, kwargs)
 
-    def put_back() -> None:  # what the step changed, before a refusal is raised
-        restore(constants.changed())
-        restore(watch.cpu.changed())
-
     try:
         with watch:
             out = jitted._run(cpu_state, args, kwargs)
     except BaseException as exc:
-        put_back()
+        restore([*constants.changed(), *watch.cpu.changed()])  # (before a refusal is raised)
         if watch.refused:  # a backward() that would give CPU leaves .grads
             raise _host_error(watch, [], path) from None
         if isinstance(exc, jax.errors.UnexpectedTracerError):
@@ -434,7 +431,7 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         raise
     cpu_changed = watch.cpu.changed()
     if watch.refused or cpu_changed:  # (a refusal the step caught first, or a change)
-        put_back()
+        restore([*constants.changed(), *watch.cpu.changed()])
         raise _host_error(watch, cpu_changed, path)
     untrained = watch.untrained_module()
     # A changed tensor the function reaches is the user's constant: put back, and named. Any
@@ -517,11 +514,6 @@ def _reached(roots: Sequence[torch.Tensor]) -> tuple[dict[int, torch.Tensor], se
         if (leaf := graph_leaf(node)) is not None:
             reached[id(leaf)] = leaf
     return reached, nodes
-
-
-def _toward(inputs: list[torch.Tensor], leaves: dict, nodes: set) -> list[torch.Tensor]:
-    """Those of ``inputs`` a backward reaching ``leaves`` and ``nodes`` carries a gradient to."""
-    return [t for t in inputs if id(t) in leaves or t.grad_fn in nodes]
 
 
 def _tensors(values) -> list[torch.Tensor]:
