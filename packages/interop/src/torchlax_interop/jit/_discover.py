@@ -275,16 +275,15 @@ class _StateWalk:
         if isinstance(value, types.FunctionType):
             return named_by(value, self.snapshot.read)
         own = bool(path) and path[-1][0] == _SELF
-        module = own and isinstance(value, torch.nn.Module)
-        if isinstance(value, _STATEFUL_OR_TENSOR) and not module:
+        if own and isinstance(value, torch.nn.Module):  # (a bound method's: its public attributes)
+            return self._enter(visit, False, public_fields(value), named=True)
+        if isinstance(value, _STATEFUL_OR_TENSOR):
             return []
         if is_container(value):
             # a container under an attribute: its tensors are no state (see the docstring)
             return self._enter(visit, not any(k in (ATTR, SLOT) for k, _ in path), items(value))
-        if (own or enterable(value)) and not module:
+        if own or enterable(value):
             return self._enter(visit, own, fields(value), named=True)
-        if module:
-            return self._enter(visit, False, public_fields(value), named=True)
         return []
 
     def _enter(self, visit: Visit, own: bool, children: list, named: bool = False) -> list:

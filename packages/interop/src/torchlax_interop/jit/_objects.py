@@ -84,16 +84,16 @@ def find(
     return ObjectOutput(template, trie, len(tensors)), tensors
 
 
+@dataclasses.dataclass
 class _Search:
     """The walk through a returned object (rule: ``_children``), finding its traced tensors at
     their paths; what hides in it from Python (a C extension's field, a closure, a set's items:
     its ``gc.get_referents``, under a ``HIDDEN`` step) is walked only to refuse one there."""
 
-    def __init__(self, stateful: set, name: Callable[[], str], owner: str, root: Any):
-        self.stateful = stateful
-        self.name = name
-        self.owner = owner
-        self.root = root
+    stateful: set
+    name: Callable[[], str]
+    owner: str
+    root: Any
 
     def run(self) -> tuple[dict, list]:
         """The trie of paths to the traced tensors ``root`` holds, and those tensors."""

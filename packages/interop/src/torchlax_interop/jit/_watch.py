@@ -192,11 +192,6 @@ class _Noted(dict):
                     )
         return found
 
-    def requiring_grad(self) -> list[Tensor]:
-        """Those still alive that require grad: the program's vjp gives them no gradient."""
-        with _NO_TORCH_FUNCTION():
-            return [t for _, t in self.alive() if t.requires_grad]
-
     def read(self) -> ReadConstants | None:
         """The constants still alive that the traced code read and left as they were."""
         with _NO_TORCH_FUNCTION():
@@ -431,7 +426,7 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         raise
     cpu_changed = watch.cpu.changed()
     if watch.refused or cpu_changed:  # (a refusal the step caught first, or a change)
-        restore([*constants.changed(), *watch.cpu.changed()])
+        restore([*constants.changed(), *cpu_changed])
         raise _host_error(watch, cpu_changed, path)
     untrained = watch.untrained_module()
     # A changed tensor the function reaches is the user's constant: put back, and named. Any
@@ -448,10 +443,12 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         raise unfound_state_error(owner, untrained, path(untrained))
     if named:
         raise changed_tensor_error(owner, named[0][0].kind, [(c.tensor, p) for c, p in named])
+    with _NO_TORCH_FUNCTION():  # (the program's vjp gives these no gradient)
+        requiring = [t for _, t in constants.alive() if t.requires_grad]
     host_grad = [
         f"{described_tensor(t, cpu=t.device.type == 'cpu')} {where_held(path(t))}, which "
         "requires grad: a constant of the program, given its gradient by PyTorch's backward only"
-        for t in (*watch.host_tensors_requiring_grad, *constants.requiring_grad())
+        for t in (*watch.host_tensors_requiring_grad, *requiring)
     ]
     eager_backward = tuple(
         f"{hook}, which PyTorch runs in its backward" for hook in watch.backward_hooks
