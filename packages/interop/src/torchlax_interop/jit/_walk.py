@@ -290,16 +290,11 @@ def slot_value(obj: Any, name: str) -> Any:
 ABSENT = object()  # an unset slot, an empty closure cell
 
 
+# Each kind of step in words (a root's arrow dropped where it starts the path)
+_STEP_TEXT = {ROOT: " -> {}", ITEM: "[{!r}]", HIDDEN: " (inside a {})"}
+
+
 def path_text(path: tuple) -> str:
     """A path in words: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``."""
-    text = ""
-    for kind, key in path:
-        if kind == ROOT:
-            text += f" -> {key}" if text else str(key)
-        elif kind == ITEM:
-            text += f"[{key!r}]"
-        elif kind == HIDDEN:
-            text += f" (inside a {key})"
-        else:
-            text += f".{key}"
-    return text
+    text = "".join(_STEP_TEXT.get(kind, ".{}").format(key) for kind, key in path)
+    return text.removeprefix(" -> ")
