@@ -12,6 +12,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import jax
@@ -312,9 +313,7 @@ class TraceWatch(TorchFunctionMode):
         kwargs = kwargs or {}
         traced = False  # whether a torchlax Tensor is among the arguments
         if threading.get_ident() == self._thread:
-            traced = self._see(args)
-            if kwargs:
-                traced = self._see(kwargs.values()) or traced
+            traced = self._see(chain(args, kwargs.values()))
             if func is _REGISTER_HOOK or func is _REGISTER_POST_ACCUMULATE:  # (no hashing)
                 hook = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
                 self.backward_hooks.append(
