@@ -104,6 +104,20 @@ class _Twice(Holder):
         self.again = {tensor}
 
 
+class _Box:
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class _TwiceHeld(Holder):
+    """An object holding a tensor in a list (where it can be put back) and in a set."""
+
+    def __init__(self, tensor):
+        box = _Box(tensor)
+        super().__init__([box], 0)
+        self.again = {box}
+
+
 @pytest.mark.parametrize(
     ("returns", "message"),
     [
@@ -142,6 +156,10 @@ class _Twice(Holder):
             r"_Twice at output\[1\]\.again \(inside a set\) holds a tensor the function",
         ),
         (
+            lambda x: (x, _TwiceHeld(x * 2)),
+            r"_TwiceHeld at output\[1\]\.again \(inside a set\) holds a tensor the function",
+        ),
+        (
             # more objects than the search for hidden tensors goes through
             lambda x: (x, Holder({(i,) for i in range(100_001)}, 0)),
             r"Holder at output\[1\]\.tensors \(inside a set\) is too large to search",
@@ -157,6 +175,7 @@ class _Twice(Holder):
         "hidden-jax-value",
         "closure-inside-c-field",
         "also-hidden",
+        "holder-also-hidden",
         "hidden-too-large",
     ],
 )

@@ -46,6 +46,7 @@ from ._walk import (
     is_container,
     items,
     named_by,
+    public_fields,
     read_directly,
     slot_value,
     walk,
@@ -274,35 +275,28 @@ class _StateWalk:
         if isinstance(value, types.FunctionType):
             return named_by(value, self.snapshot.read)
         own = bool(path) and path[-1][0] == _SELF
-        module = own and isinstance(value, torch.nn.Module)
-        if isinstance(value, _STATEFUL_OR_TENSOR) and not module:
+        if own and isinstance(value, torch.nn.Module):  # (a bound method's: its public attributes)
+            return self._enter(visit, False, public_fields(value), named=True)
+        if isinstance(value, _STATEFUL_OR_TENSOR):
             return []
         if is_container(value):
             # a container under an attribute: its tensors are no state (see the docstring)
             return self._enter(visit, not any(k in (ATTR, SLOT) for k, _ in path), items(value))
-        if (own or enterable(value)) and not module:
+        if own or enterable(value):
             return self._enter(visit, own, fields(value), named=True)
-        if module:  # its public attributes (not its parameters, buffers, submodules)
-            public = [
-                (s, v) for s, v in fields(value) if not s[1].startswith("_") and s[1] != "training"
-            ]
-            return self._enter(visit, False, public, named=True)
         return []
 
     def _enter(self, visit: Visit, own: bool, children: list, named: bool = False) -> list:
         """Where the walk goes from a container's items or an object's attributes (``named``)
         (``own``: their tensors are state): what leads to state, within the budget (no bound
         on the jitted bound method's object's own)."""
-        if not (own and named) and not self._within_budget(len(children)):
-            return []
+        size = len(children)
+        if not (own and named):
+            if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
+                return []
+            self.walked += size
         self.entered.append((visit, own, children if named else None))
         return [(s, v) for s, v in children if _leads_to_state(v, own)]
-
-    def _within_budget(self, size: int) -> bool:
-        if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
-            return False
-        self.walked += size
-        return True
 
     def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
         """Snapshot what the walk entered, but what under attributes leads to no state

@@ -84,17 +84,16 @@ def find(
     return ObjectOutput(template, trie, len(tensors)), tensors
 
 
+@dataclasses.dataclass
 class _Search:
     """The walk through a returned object (rule: ``_children``), finding its traced tensors at
-    their paths, and the walks through what hides in it from Python (``_hidden``), refusing
-    one there."""
+    their paths; what hides in it from Python (a C extension's field, a closure, a set's items:
+    its ``gc.get_referents``, under a ``HIDDEN`` step) is walked only to refuse one there."""
 
-    def __init__(self, stateful: set, name: Callable[[], str], owner: str, root: Any):
-        self.stateful = stateful
-        self.name = name
-        self.owner = owner
-        self.root = root
-        self.hidden: set[int] = set()  # what the searches for hidden tensors went through
+    stateful: set
+    name: Callable[[], str]
+    owner: str
+    root: Any
 
     def run(self) -> tuple[dict, list]:
         """The trie of paths to the traced tensors ``root`` holds, and those tensors."""
@@ -106,24 +105,30 @@ class _Search:
         visits = walk(
             [((), self.root)],
             self._children,
-            max_depth=_MAX_DEPTH,
+            max_depth=sys.maxsize,  # (``_children`` bounds it: a hidden step adds none to a path)
             max_nodes=_MAX_NODES,
             too_far=self._too_far,
         )
         for visit in visits:
-            value = visit.value
+            value, path = visit.value, visit.path
+            hidden = _hidden(path)
             if isinstance(value, jax.core.Tracer):
+                what = "holds a JAX value computed inside the function"
+                raise self.error(path, what if hidden else f"{what} (not a tensor)")
+            traced = isinstance(value, torch.Tensor) and self._traced(value)
+            if hidden and (traced or (visit.again and id(value) in holding)):
                 raise self.error(
-                    visit.path, "holds a JAX value computed inside the function (not a tensor)"
+                    path,
+                    "holds a tensor the function computed where torchlax cannot put another "
+                    "in its place (a C extension's field, a closure, a set)",
                 )
-            if isinstance(value, torch.Tensor):
-                if self._traced(value):
-                    i = index.setdefault(id(value), len(tensors))
-                    if i == len(tensors):
-                        tensors.append(value)
-                    _insert(trie, visit.path, i)
-                    holding.update(map(id, visit.holders))
-            elif visit.again:
+            if traced:
+                i = index.setdefault(id(value), len(tensors))
+                if i == len(tensors):
+                    tensors.append(value)
+                _insert(trie, path, i)
+                holding.update(map(id, visit.holders))
+            elif visit.again and not isinstance(value, torch.Tensor):
                 again.append(visit)
         # An object holding computed tensors met by two paths (shared, or a cycle): its
         # copies would not share it.
@@ -137,70 +142,36 @@ class _Search:
         return trie, tensors
 
     def _too_far(self, visit: Visit) -> None:
-        raise self.error(
-            visit.path, "is too deep or too large to search for the tensors the function computed"
-        )
-
-    def _too_large(self, visit: Visit) -> None:
-        raise self.error(visit.path, "is too large to search for the tensors the function computed")
+        far = "too large" if _hidden(visit.path) else "too deep or too large"
+        raise self.error(visit.path, f"is {far} to search for the tensors the function computed")
 
     def _children(self, visit: Visit) -> list:
-        node, path = visit.value, visit.path
-        if type(node) in (list, tuple) or is_namedtuple(node) or isinstance(node, dict):
-            return items(node)  # (an OrderedDict or defaultdict too: copied with copy.copy)
+        """A container's items, an object's fields; what hides from Python in it first, and
+        from a function (its globals reach the whole program) only what it closes over. In
+        what hides: its ``gc.get_referents`` (no step), within ``_MAX_DEPTH`` of where it
+        hides, and a tensor or JAX value one beyond."""
+        node, path, hidden = visit.value, visit.path, _hidden(visit.path)
+        if not hidden and len(path) >= _MAX_DEPTH:
+            self._too_far(visit)
         if isinstance(node, types.MethodType):
             node = node.__func__
         if isinstance(node, types.FunctionType):
-            # Its globals reach the whole program: only what it closes over is searched.
-            where = (*path, (HIDDEN, "closure"))
-            self._refuse_hidden([(where, cell) for cell in node.__closure__ or ()])
-            return []
+            return [((HIDDEN, "closure"), cell) for cell in node.__closure__ or ()]
+        if hidden:  # (each hidden step adds a holder, none to the path)
+            deep = len(visit.holders) - len(path) >= _MAX_DEPTH
+            return [
+                (None, r)
+                for r in gc.get_referents(node)
+                if not deep or isinstance(r, torch.Tensor | jax.core.Tracer)
+            ]
+        if type(node) in (list, tuple) or is_namedtuple(node) or isinstance(node, dict):
+            return items(node)  # (an OrderedDict or defaultdict too: copied with copy.copy)
         children = fields(node)
         attrs, _ = attributes(node)
         # (Python may traverse an instance's attribute values without their dict.)
         explained = {id(type(node)), id(attrs), *(id(v) for _, v in children)}
-        # What the object holds where Python cannot set it (a C extension's fields, a closure,
-        # a set's items): searched only to refuse a traced tensor there.
-        where = (*path, (HIDDEN, type(node).__name__))
-        self._refuse_hidden([(where, r) for r in gc.get_referents(node) if id(r) not in explained])
-        return children
-
-    def _refuse_hidden(self, roots: list) -> None:
-        """Raises at a traced tensor or a JAX value among ``roots`` or what they reach by the
-        rule ``_hidden``, each at its root's path. The walks share what they met (``hidden``)
-        and its bound."""
-        visits = walk(
-            roots,
-            self._hidden,
-            max_depth=sys.maxsize,  # (its steps add none to a path: ``_hidden`` bounds it)
-            max_nodes=_MAX_NODES,
-            too_far=self._too_large,
-            seen=self.hidden,
-        )
-        for visit in visits:
-            value = visit.value
-            if isinstance(value, torch.Tensor) and self._traced(value):
-                raise self.error(
-                    visit.path,
-                    "holds a tensor the function computed where torchlax cannot put another "
-                    "in its place (a C extension's field, a closure, a set)",
-                )
-            if isinstance(value, jax.core.Tracer):
-                raise self.error(visit.path, "holds a JAX value computed inside the function")
-
-    def _hidden(self, visit: Visit) -> list:
-        """Where the search for hidden tensors goes from ``visit.value``: its
-        ``gc.get_referents`` (not named in paths); from a function, its closure (as deep
-        again). Within ``_MAX_DEPTH`` of its roots, and a tensor or JAX value one beyond."""
-        if isinstance(visit.value, types.FunctionType | types.MethodType):
-            self._children(visit)  # its closure only
-            return []
-        deep = len(visit.holders) >= _MAX_DEPTH
-        return [
-            (None, r)
-            for r in gc.get_referents(visit.value)
-            if not deep or isinstance(r, torch.Tensor | jax.core.Tracer)
-        ]
+        step = (HIDDEN, type(node).__name__)
+        return [(step, r) for r in gc.get_referents(node) if id(r) not in explained] + children
 
     def _traced(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` was computed inside the trace (holds a tracer that is no state)."""
@@ -213,6 +184,11 @@ class _Search:
 
     def error(self, path: tuple, what: str) -> JitError:
         return returned_object_error(self.owner, self.root, self.name() + path_text(path), what)
+
+
+def _hidden(path: tuple) -> bool:
+    """Whether ``path`` leads into what hides from Python."""
+    return bool(path) and path[-1][0] == HIDDEN
 
 
 def _insert(trie: dict, path: tuple, index: int) -> None:

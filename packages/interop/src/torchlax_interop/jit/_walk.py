@@ -55,15 +55,14 @@ def walk(
     max_nodes: int,
     breadth: bool = False,
     too_far: Callable[[Visit], None] | None = None,
-    seen: set[int] | None = None,
 ) -> Iterator[Visit]:
     """Each object reachable from ``roots`` ((path, value) pairs) by ``children``, once (met
     again: yielded with ``again``, not entered), depth first or, with ``breadth``, nearest
     first; atoms are not yielded. A child's step of None (a value hidden from Python: a C
     extension's field, a set's item) leaves it its holder's path. An object whose path has
     ``max_depth`` steps, or any once ``max_nodes`` were met, is not entered (``too_far`` is
-    told, and may raise). ``seen``: the ids met, to share between walks."""
-    seen = set() if seen is None else seen
+    told, and may raise)."""
+    seen: set[int] = set()
     pending = deque(Visit(path, value, (), False) for path, value in roots)
     if not breadth:
         pending.reverse()
@@ -98,13 +97,9 @@ def reached(visit: Visit) -> list[tuple[tuple, Any]]:
     function met names (``function_roots``)."""
     value = visit.value
     if isinstance(value, torch.nn.Module):
-        named = [
-            *value._modules.items(),
-            *value._parameters.items(),
-            *value._buffers.items(),
-            *((n, v) for n, v in vars(value).items() if not n.startswith("_") and n != "training"),
-        ]
-        return [((ATTR, n), v) for n, v in named if v is not None]
+        named = [*value._modules.items(), *value._parameters.items(), *value._buffers.items()]
+        found = [*(((ATTR, n), v) for n, v in named), *public_fields(value)]
+        return [(step, v) for step, v in found if v is not None]
     if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
         return function_roots(value)
     if is_container(value):
@@ -267,6 +262,12 @@ def fields(obj: Any) -> list[tuple[tuple, Any]]:
     return found
 
 
+def public_fields(module: torch.nn.Module) -> list[tuple[tuple, Any]]:
+    """A module's ``fields`` that are public (neither its parameters, buffers and submodules,
+    which its ``__dict__`` does not hold, nor ``training``)."""
+    return [(s, v) for s, v in fields(module) if not s[1].startswith("_") and s[1] != "training"]
+
+
 def attributes(obj: Any) -> tuple[dict | None, list[str]]:
     """``obj``'s instance dict (None if it has none, or one that is not a plain dict) and the
     names of the ``__slots__`` its classes declare."""
@@ -289,16 +290,11 @@ def slot_value(obj: Any, name: str) -> Any:
 ABSENT = object()  # an unset slot, an empty closure cell
 
 
+# Each kind of step in words (a root's arrow dropped where it starts the path)
+_STEP_TEXT = {ROOT: " -> {}", ITEM: "[{!r}]", HIDDEN: " (inside a {})"}
+
+
 def path_text(path: tuple) -> str:
     """A path in words: ``cfg.model``, ``holder.nets[0]``, ``helper -> buf``."""
-    text = ""
-    for kind, key in path:
-        if kind == ROOT:
-            text += f" -> {key}" if text else str(key)
-        elif kind == ITEM:
-            text += f"[{key!r}]"
-        elif kind == HIDDEN:
-            text += f" (inside a {key})"
-        else:
-            text += f".{key}"
-    return text
+    text = "".join(_STEP_TEXT.get(kind, ".{}").format(key) for kind, key in path)
+    return text.removeprefix(" -> ")

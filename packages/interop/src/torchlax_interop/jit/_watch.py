@@ -12,6 +12,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import jax
@@ -40,7 +41,7 @@ from ._refusals import (
     unfound_state_error,
     where_held,
 )
-from ._state import _StateSet
+from ._state import _NO_TORCH_FUNCTION, _StateSet
 from ._walk import path_to, reaches
 
 # A storage (``.array``: its root's current array; ``.exclusive``), typed for what is read here
@@ -56,7 +57,6 @@ _REFUSED_CALLS = {
     torch.autograd.backward: ("torch.autograd.backward()", "tensors", "inputs"),
     _AUTOGRAD_GRAD: ("torch.autograd.grad()", "outputs", "inputs"),
 }
-_NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 class RefusedBackward(RuntimeError):
@@ -193,11 +193,6 @@ class _Noted(dict):
                     )
         return found
 
-    def requiring_grad(self) -> list[Tensor]:
-        """Those still alive that require grad: the program's vjp gives them no gradient."""
-        with _NO_TORCH_FUNCTION():
-            return [t for _, t in self.alive() if t.requires_grad]
-
     def read(self) -> ReadConstants | None:
         """The constants still alive that the traced code read and left as they were."""
         with _NO_TORCH_FUNCTION():
@@ -318,9 +313,7 @@ class TraceWatch(TorchFunctionMode):
         kwargs = kwargs or {}
         traced = False  # whether a torchlax Tensor is among the arguments
         if threading.get_ident() == self._thread:
-            traced = self._see(args)
-            if kwargs:
-                traced = self._see(kwargs.values()) or traced
+            traced = self._see(chain(args, kwargs.values()))
             if func is _REGISTER_HOOK or func is _REGISTER_POST_ACCUMULATE:  # (no hashing)
                 hook = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
                 self.backward_hooks.append(
@@ -395,8 +388,10 @@ class TraceWatch(TorchFunctionMode):
                 if isinstance(r, Tensor) and isinstance(array_of(r), jax.core.Tracer)
             ]
             leaves, nodes = _reached(traced)
-            toward = leaves.values() if inputs is None else _toward(inputs, leaves, nodes)
-            refused = [t for t in toward if is_plain_cpu(t)]
+            toward = [t for t in inputs or () if id(t) in leaves or t.grad_fn in nodes]
+            refused = [
+                t for t in (leaves.values() if inputs is None else toward) if is_plain_cpu(t)
+            ]
         if refused:
             self.refused = (call, crossing, refused)
             raise RefusedBackward(
@@ -418,15 +413,11 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     def path(t) -> str | None:
         return path_to(t, jitted.target, args, kwargs)
 
-    def put_back() -> None:  # what the step changed, before a refusal is raised
-        restore(constants.changed())
-        restore(watch.cpu.changed())
-
     try:
         with watch:
             out = jitted._run(cpu_state, args, kwargs)
     except BaseException as exc:
-        put_back()
+        restore([*constants.changed(), *watch.cpu.changed()])  # (before a refusal is raised)
         if watch.refused:  # a backward() that would give CPU leaves .grads
             raise _host_error(watch, [], path) from None
         if isinstance(exc, jax.errors.UnexpectedTracerError):
@@ -434,7 +425,7 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         raise
     cpu_changed = watch.cpu.changed()
     if watch.refused or cpu_changed:  # (a refusal the step caught first, or a change)
-        put_back()
+        restore([*constants.changed(), *cpu_changed])
         raise _host_error(watch, cpu_changed, path)
     untrained = watch.untrained_module()
     # A changed tensor the function reaches is the user's constant: put back, and named. Any
@@ -451,10 +442,12 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
         raise unfound_state_error(owner, untrained, path(untrained))
     if named:
         raise changed_tensor_error(owner, named[0][0].kind, [(c.tensor, p) for c, p in named])
+    with _NO_TORCH_FUNCTION():  # (the program's vjp gives these no gradient)
+        requiring = [t for _, t in constants.alive() if t.requires_grad]
     host_grad = [
         f"{described_tensor(t, cpu=t.device.type == 'cpu')} {where_held(path(t))}, which "
         "requires grad: a constant of the program, given its gradient by PyTorch's backward only"
-        for t in (*watch.host_tensors_requiring_grad, *constants.requiring_grad())
+        for t in (*watch.host_tensors_requiring_grad, *requiring)
     ]
     eager_backward = tuple(
         f"{hook}, which PyTorch runs in its backward" for hook in watch.backward_hooks
@@ -517,11 +510,6 @@ def _reached(roots: Sequence[torch.Tensor]) -> tuple[dict[int, torch.Tensor], se
         if (leaf := graph_leaf(node)) is not None:
             reached[id(leaf)] = leaf
     return reached, nodes
-
-
-def _toward(inputs: list[torch.Tensor], leaves: dict, nodes: set) -> list[torch.Tensor]:
-    """Those of ``inputs`` a backward reaching ``leaves`` and ``nodes`` carries a gradient to."""
-    return [t for t in inputs if id(t) in leaves or t.grad_fn in nodes]
 
 
 def _tensors(values) -> list[torch.Tensor]:
