@@ -364,13 +364,13 @@ class _Run:
         self.entry, self.info, self.forward = entry, entry.info, forward
         program.trains = entry.info.trains
 
-    def differentiable(self) -> bool:
-        """Whether autograd needs the call (a forward with grad on over tensors requiring it)."""
+    def grad_mask(self) -> tuple | None:
+        """Per tensor of ``tensors()``, whether autograd differentiates the call by it; None
+        where autograd does not need the call (a step, grad off, nothing requiring grad)."""
         if self.info.trains or not torch.is_grad_enabled():
-            return False
-        return self.info.reads_host_grad or any(
-            t.requires_grad and _inexact(t) for t in self.tensors()
-        )
+            return None
+        mask = tuple(t.requires_grad and _inexact(t) for t in self.tensors())
+        return mask if self.info.reads_host_grad or any(mask) else None
 
     def tensors(self) -> list:
         """The tensors an autograd call differentiates by: state owners, CPU tensors, inputs."""
