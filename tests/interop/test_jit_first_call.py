@@ -281,12 +281,12 @@ def test_compiling_a_call_ahead_runs_nothing_and_the_call_then_launches_that_ent
     """``_first_call._compile_ahead`` traces and compiles the entry a call would run without
     launching it: the parameters, ``.grad``s and optimizer state stay as they were, and the
     call that follows runs that very entry (nothing compiled again) with eager's values."""
-    ref = _model(False)
-    ref_opt = OPTIMIZERS["adamw"](ref.parameters())
+    ref, model = _model(False), _model(False)  # (seeded: the same initial values)
     with torchlax.enable():
-        model = copy.deepcopy(ref).to("jax")
+        model.to("jax")
         opt = OPTIMIZERS["adamw"](model.parameters())
-    reference, compiled = _step_fn(ref, ref_opt), torchlax.jit(_step_fn(model, opt))
+    compiled = torchlax.jit(_step_fn(model, opt))
+    reference = _step_fn(ref, OPTIMIZERS["adamw"](ref.parameters()))
     compiled._first_call = False  # pyright: ignore[reportFunctionMemberAccess]  (the general path)
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
