@@ -277,3 +277,32 @@ def test_the_dead_grad_match_compares_equations_not_unread_inputs_or_rule_object
     assert equations(lambda a, unread, b: sine()(a) * b * 2.0, 1.0, 2.0, 3.0) == steady
     assert equations(lambda a, b: sine()(a) * b * 3.0, 1.0, 3.0) != steady
     assert equations(lambda a, b: sine()(a) * a * 2.0, 1.0, 3.0) != steady
+
+
+def test_compiling_a_call_ahead_runs_nothing_and_the_call_then_launches_that_entry():
+    """``_first_call._compile_ahead`` traces and compiles the entry a call would run without
+    launching it: the parameters, ``.grad``s and optimizer state stay as they were, and the
+    call that follows runs that very entry (nothing compiled again) with eager's values."""
+    ref, model = _model(False), _model(False)  # (seeded: the same initial values)
+    with torchlax.enable():
+        model.to("jax")
+        opt = OPTIMIZERS["adamw"](model.parameters())
+    compiled = torchlax.jit(_step_fn(model, opt))
+    reference = _step_fn(ref, OPTIMIZERS["adamw"](ref.parameters()))
+    compiled._first_call = False  # pyright: ignore[reportFunctionMemberAccess]  (the general path)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+    args = (torchlax.from_torch(x), torchlax.from_torch(y))
+    before = [p.detach().cpu().clone() for p in model.parameters()]
+    run = _first_call._compile_ahead(compiled, args, {}, _first_call.FIRST)
+    assert run.entry.wait_compiled() is None
+    assert all(not opt.state[p] and p.grad is None for p in model.parameters())
+    for p, b in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p.detach().cpu(), b)
+    compilations = compiled.compilations  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
+    assert compilations == 1
+    want = reference(x, y)
+    torch.testing.assert_close(compiled(*args).cpu(), want, rtol=1e-10, atol=1e-10)
+    assert compiled.compilations == compilations  # pyright: ignore[reportFunctionMemberAccess]  (jit returns a Callable)
+    for p_ref, p in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-10, atol=1e-10)

@@ -22,13 +22,13 @@ from ._program import _log
 from ._refusals import _owner
 
 
-def differentiable_call(plan: Any, run: Any) -> list:
+def differentiable_call(plan: Any, run: Any, mask: tuple) -> list:
     """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``
-    (``_repeated._ForwardPlan``), differentiated by the tensors that require grad."""
-    tensors = run.tensors()
-    mask = tuple(t.requires_grad and _inexact(t) for t in tensors)
+    (``_repeated._ForwardPlan``), differentiated by the tensors ``mask`` selects
+    (``_Run.grad_mask``)."""
     precision = torch.get_float32_matmul_precision()  # (the one its entry was traced under)
-    return _JitFunction.apply(plan, run, mask, run.entry.key(), precision, *_masked(tensors, mask))
+    diff = _masked(run.tensors(), mask)
+    return _JitFunction.apply(plan, run, mask, run.entry.key(), precision, *diff)
 
 
 def _masked(values: list, mask: tuple, where: bool = True) -> list:

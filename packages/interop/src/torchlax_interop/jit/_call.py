@@ -31,7 +31,7 @@ from ._inputs import _SLOT, _STATIC, _inexact, _input_arrays, _input_layouts
 from ._program import _Program, _trace_lock, _unread_grads, without_dead_grads
 from ._refusals import _argument_requiring_grad_error
 from ._repeated import _MISSED, _ForwardPlan, _StepPlan, lr_arrays
-from ._state import _Hashed, _Layout, _StateSet, arg_leaves, set_capturable
+from ._state import _Hashed, _Layout, arg_leaves, set_capturable
 
 
 def jit(
@@ -95,7 +95,6 @@ class _Jitted:
         self._dead_keys: dict[Any, tuple] = {}
         self._last = LastPlan()  # the plan a repeated call may take (_repeated)
         self._cpu_outputs = False  # set while a call over lent CPU state runs
-        self._compile_only = False  # set while the first call compiles ahead (_first_call)
         self.__wrapped__ = target
 
     @property
@@ -133,34 +132,36 @@ class _Jitted:
     # -- calling -----------------------------------------------------------------------------
 
     def _call(self, args, kwargs):
+        try:
+            leaves, plain, layout = self._layout_of(args, kwargs)
+        except CpuStateError as error:
+            # A step over CPU parameters: the call over them lent to the program.
+            with _lent(self, error.found):
+                out = self._call(*_borrowed((args, kwargs)))
+            return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
+        if self._first_call:
+            self._first_call = False
+            if _optimizer_state_missing(layout.optimizer_list):
+                # compiled, and the next call's program compiled ahead (_first_call.py)
+                return _first_call.first_call(self, layout.optimizer_list, args, kwargs)
+        run = self._prepared((args, kwargs), leaves, plain, layout)
+        return self._plan(run).run_general(self, run)
+
+    def _layout_of(self, args, kwargs) -> tuple:
+        """The call's argument leaves, whether they are tensors only, positionally, and the
+        layout of the state (walked again where the last one no longer holds; raises
+        ``CpuStateError`` for a step over CPU parameters)."""
         leaves, tensors_only = arg_leaves(args, kwargs)
         layout = self._layout
         if layout is None or not layout.holds(leaves):
-            try:
-                layout = self._layout = find_state(self.target, self.module, leaves)
-            except CpuStateError as error:
-                # A step over CPU parameters: the call over them lent to the program.
-                with _lent(self, error.found):
-                    out = self._call(*_borrowed((args, kwargs)))
-                return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
-        state = layout.assemble()
-        if self._first_call:
-            self._first_call = False
-            if _optimizer_state_missing(state.optimizers):
-                # compiled, and the next call's program compiled ahead (_first_call.py)
-                return _first_call.first_call(self, state, args, kwargs)
-        plain = tensors_only and not self.static_argnums
-        run = self._prepared((args, kwargs), leaves, plain, layout, state)
-        if self._compile_only:  # the first call compiles its program and the next one ahead
-            run.entry.compile_ahead(progress=self._compile_only is _first_call.FIRST)
-            return run  # (compiling in another thread, not launched)
-        return self._plan(run).run_general(self, run)
+            layout = self._layout = find_state(self.target, self.module, leaves)
+        return leaves, tensors_only and not self.static_argnums, layout
 
-    def _prepared(
-        self, call: tuple, leaves: list, plain: bool, layout: _Layout, state: _StateSet
-    ) -> _Run:
-        """The call's program and entry, over the state less the ``.grad``s the step discards
-        unread (which its first trace finds: ``without_dead_grads``)."""
+    def _prepared(self, call: tuple, leaves: list, plain: bool, layout: _Layout) -> _Run:
+        """The call's program and entry (traced if new, not launched: ``_first_call`` compiles
+        it ahead), over the state less the ``.grad``s the step discards unread (which its
+        first trace finds: ``without_dead_grads``)."""
+        state = layout.assemble()
         inputs, key, configuration = self._arguments(call, leaves, plain, layout)
         in_layouts = _input_layouts(inputs)
         checks = bool(torchlax_core.current_env().config.checked)
@@ -363,13 +364,13 @@ class _Run:
         self.entry, self.info, self.forward = entry, entry.info, forward
         program.trains = entry.info.trains
 
-    def differentiable(self) -> bool:
-        """Whether autograd needs the call (a forward with grad on over tensors requiring it)."""
+    def grad_mask(self) -> tuple | None:
+        """Per tensor of ``tensors()``, whether autograd differentiates the call by it; None
+        where autograd does not need the call (a step, grad off, nothing requiring grad)."""
         if self.info.trains or not torch.is_grad_enabled():
-            return False
-        return self.info.reads_host_grad or any(
-            t.requires_grad and _inexact(t) for t in self.tensors()
-        )
+            return None
+        mask = tuple(t.requires_grad and _inexact(t) for t in self.tensors())
+        return mask if self.info.reads_host_grad or any(mask) else None
 
     def tensors(self) -> list:
         """The tensors an autograd call differentiates by: state owners, CPU tensors, inputs."""

@@ -20,12 +20,12 @@ from ._program import _Held, _log
 from ._refusals import _owner
 from ._repeated import _write_plan, _write_state
 
-# ``_Jitted._compile_only`` while the first call traces its own program (whose trace errors
-# are the call's, and whose compilation shows a progress line on a terminal: one at a time)
+# ``_compile_ahead``'s mode for the first call's own program (whose trace errors are the
+# call's, and whose compilation shows a progress line on a terminal: one at a time)
 FIRST = "first"
 
 
-def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
+def first_call(jitted: Any, optimizers: list, args: tuple, kwargs: dict) -> Any:
     """The first call of a step whose optimizers have no state yet (or parameters no
     ``.grad``), compiled, the next call's program compiled by the time it returns; run eagerly
     where its trace is refused or reads a value on the host (Rprop's ``lr.item()``)."""
@@ -46,7 +46,7 @@ def first_call(jitted: Any, state: Any, args: tuple, kwargs: dict) -> Any:
                 type(error).__name__,
                 error,
             )
-            return jitted._eager(args, kwargs, state.optimizers)
+            return jitted._eager(args, kwargs, optimizers)
         if steady is None:  # (no stand-ins: traced over the state the call left)
             steady = _compile_ahead(jitted, args, kwargs, True)
         error = steady and steady.entry.wait_compiled()
@@ -60,16 +60,15 @@ def _compile_ahead(jitted: Any, args: tuple, kwargs: dict, mode: object) -> Any:
     compiling in another thread, not run. ``mode`` FIRST: the first call's own program, whose
     trace errors are the call's; else the steady step's, whose errors are logged (None is
     returned) and raised by the next call, which traces it again."""
-    jitted._compile_only = mode
     try:
-        return jitted._call(args, kwargs)
+        run = jitted._prepared((args, kwargs), *jitted._layout_of(args, kwargs))
+        run.entry.compile_ahead(progress=mode is FIRST)
+        return run
     except Exception as error:
         if mode is FIRST:
             raise
         _not_ahead(error)
         return None
-    finally:
-        jitted._compile_only = False
 
 
 def _not_ahead(error: BaseException) -> None:

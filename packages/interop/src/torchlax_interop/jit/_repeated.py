@@ -65,7 +65,7 @@ class _JitPlan(CallPlan):
     )
 
     early = False  # whether a repeat launches before ``holds`` is asked (``_ForwardPlan``)
-    storages: Sequence  # (set by a subclass's record)
+    storages: Sequence  # (set by record)
     state_arrays: list
     holds: Callable[[], bool]
 
@@ -97,11 +97,13 @@ class _JitPlan(CallPlan):
         return _returned(info, outputs)
 
     def record(self, run: _Run) -> _JitPlan:
-        """This plan, made the last one after ``run`` ran it: what its guard compares. A
-        subclass sets ``storages``, ``state_arrays`` and ``holds``."""
+        """This plan, made the last one after ``run`` ran it: what its guard compares (a
+        subclass sets ``holds``)."""
         types = self.types = tuple(map(type, run.inputs))
         self.expected = (*types, *(None,) * len(types))  # (call()'s first pass: no view)
         self.grad_enabled, self.checks = torch.is_grad_enabled(), run.checks
+        self.storages = tuple(run.state.storages)
+        self.state_arrays = list(map(_ARRAY, self.storages))
         specs = self.out_specs
         self.single = (  # the result's tensors of a function returning one tensor, made ahead
             ResultWrappers(specs[0]) if specs is not None and self.info.single_output else None
@@ -186,10 +188,11 @@ class _ForwardPlan(_JitPlan):
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
         """The general path's forward (``run``: its ``_Run``)."""
         state, info = run.state, self.info
-        if run.differentiable():
+        mask = run.grad_mask()
+        if mask is not None:
             if info.eager_backward:
                 return eager_call(jitted, run)
-            out_arrays, repeats, outputs = None, False, differentiable_call(self, run)
+            out_arrays, repeats, outputs = None, False, differentiable_call(self, run, mask)
         else:
             call_args = (run.state_arrays, run.lr_arrays, run.arrays)
             results = self.launched(state, lambda: self.program.run(self.entry, *call_args))
@@ -220,8 +223,6 @@ class _ForwardPlan(_JitPlan):
         super().record(run)
         if self.plain is None:  # (launched now: its C++ launcher may be known)
             self.plain = self.entry.plain_launch()
-        self.storages = tuple(run.state.storages)
-        self.state_arrays = list(map(_ARRAY, self.storages))
         self.holds = self.layout.forward_guard(run.state)  # (its state reused, no .grads)
         return self
 
@@ -235,7 +236,7 @@ class _StepPlan(_JitPlan):
     layout's guard, each ``.grad`` and optimizer state value the very object the last call
     left; never in checked mode)."""
 
-    __slots__ = ("write_plan", "state", "grads", "values", "dead")
+    __slots__ = ("write_plan", "state", "grads", "values")
 
     def __init__(self, run: _Run, donate: bool):
         super().__init__(run.program.core, run, len(run.state_arrays) if donate else 0)
@@ -245,8 +246,7 @@ class _StepPlan(_JitPlan):
     def run_general(self, jitted: _Jitted, run: Any) -> Any:
         """The general path's step (``run``: its ``_Run``)."""
         state = run.state
-        dead = [state.grads[i] for i in state.dead_grads]
-        out_arrays = self.step(state, dead, (run.state_arrays, run.lr_arrays, run.arrays))
+        out_arrays = self.step(state, (run.state_arrays, run.lr_arrays, run.arrays))
         repeats = (
             not run.checks
             and not jitted._cpu_outputs  # pyright: ignore[reportPrivateUsage]  (its own module)
@@ -255,14 +255,15 @@ class _StepPlan(_JitPlan):
         )
         return self._general_result(jitted, run, out_arrays, repeats)
 
-    def step(self, state: _StateSet, dead: Sequence, call_args: tuple) -> Any:
+    def step(self, state: _StateSet, call_args: tuple) -> Any:
         """Run the entry on ``call_args`` into ``state``'s objects, all or nothing; the output
-        arrays. The ``.grad``s of ``dead`` (discarded unread) are dropped for the launch."""
+        arrays. The ``.grad``s the step discards unread are dropped for the launch."""
         if self.donated and not all(map(_EXCLUSIVE, state.storages)):
             # (each storage exclusive: its array a program's result no one else has seen, in
             # no other storage: donated as it is, as donatable would)
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
+        dead = [state.grads[i] for i in state.dead_grads]
         args = (state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
         with x64():  # the learning rates are numpy scalars: float64 ones stay float64
             return self.run(args, call_args)[0]
@@ -296,9 +297,7 @@ class _StepPlan(_JitPlan):
     def record(self, run: _Run) -> _StepPlan:
         super().record(run)
         state = self.state = run.state
-        self.storages = state.storages
-        self.dead = tuple(state.grads[i] for i in state.dead_grads)  # (their .grads dropped)
-        self._remember(list(map(_ARRAY, state.storages)), list(map(_GRAD, state.grads)))
+        self._remember(self.state_arrays, list(map(_GRAD, state.grads)))
         layout, grads = self.layout, state.grads
 
         def holds() -> bool:  # (the arguments hold no state: all tensors, as recorded)
@@ -313,7 +312,7 @@ class _StepPlan(_JitPlan):
 
     def repeat(self, arrays: list) -> Any:
         call_args = (self.state_arrays, lr_arrays(self.layout), arrays)
-        return self.step(self.state, self.dead, call_args)
+        return self.step(self.state, call_args)
 
 
 def lr_arrays(layout: _Layout) -> list:
