@@ -206,3 +206,27 @@ def test_a_value_of_a_finished_trace_read_again_is_a_jit_error(env):
     y = jnp.ones(4, jnp.float32)
     with pytest.raises(torchlax_core.JitError, match="keeps: the traced function reads 1"):
         program(signature([y]), y)
+
+
+def test_a_tracer_jax_refuses_while_tracing_is_a_jit_error_naming_the_program(env):
+    # A value of another trace that JAX does not take in as an input raises its
+    # UnexpectedTracerError while tracing: every compiled program (torchlax.jit's, a
+    # torch.compile graph's, export's) refuses it as a JitError that names the program and
+    # what to do, the JAX error as its cause; nothing is cached, and a later trace runs.
+    fail = [True]
+
+    def escapes(static, x):
+        if fail[0]:
+            raise jax.errors.UnexpectedTracerError("Encountered an unexpected tracer.")
+        return (x + 1,), None
+
+    program = CompiledProgram("escapes", escapes, env=env)
+    x = jnp.ones(3, jnp.float32)
+    with pytest.raises(torchlax_core.JitError, match="escapes: a tensor from another") as caught:
+        program(signature([x]), x)
+    assert "Return such values from the function" in str(caught.value)
+    assert isinstance(caught.value.__cause__, jax.errors.UnexpectedTracerError)
+    assert len(program) == 0
+    fail[0] = False
+    (out,), _ = program(signature([x]), x)
+    np.testing.assert_array_equal(out, np.full(3, 2.0, np.float32))

@@ -15,6 +15,8 @@ the same for all three and lives here (docs/architecture.md, "Compiled programs"
 - Donation of the arguments the caller names (state replaced by the program's outputs).
 - Checked mode: value checks recorded while tracing are raised after the call, before the
   caller writes anything back.
+- A value of another, finished trace that the function reads (JAX lifts it as an input no
+  call passes, or refuses it): a ``JitError`` naming the program and what to do.
 - What tracing learned beyond arrays (output structure, which inputs were mutated): the
   function returns ``(results, info)``; ``info`` is kept on the entry.
 - Write-back into the caller's tensors (``write_back``) and the output layout
@@ -327,8 +329,17 @@ class CompiledProgram:
         learned: list = []
         jitted = self.jitted(static, learned=learned)
         start = time.perf_counter()
-        with x64(), recording() as reads:
-            trace = jitted.trace(*args, self.key_input())
+        try:
+            with x64(), recording() as reads:
+                trace = jitted.trace(*args, self.key_input())
+        except jax.errors.UnexpectedTracerError as exc:  # (one JAX did not take as an input)
+            raise JitError(
+                f"{self.name}: a tensor from another (finished) trace reached this program. A "
+                "value computed inside a compiled function was kept outside it (stored on an "
+                "object torchlax does not track as state, or a global list). Return such values "
+                "from the function instead, or keep them in a module buffer, an optimizer or a "
+                "torchlax Tensor the function closes over."
+            ) from exc
         self.traces += 1
         avals = _compile_log.avals_of(args)
         _compile_log.traced(
