@@ -38,12 +38,12 @@ from torchlax_core.internal import (
     array_of,
     donatable,
     is_exclusive,
-    laid_out,
     output_tensors,
     peek_array,
     peek_arrays,
     result_specs,
     returned_in_memory_order,
+    traced_input,
     traced_strides,
     view_kind,
     viewed_back,
@@ -329,10 +329,7 @@ class XlaProgram:
         static_at = dict(statics)
         array_positions = [i for i in range(self._num_inputs) if i not in static_at]
         layouts = [self._input_layouts[i] for i in array_positions]
-        tensors = [
-            Tensor(a) if strides is None else laid_out(a, strides)
-            for a, strides in zip(arrays, layouts, strict=True)
-        ]
+        tensors = [traced_input(a, strides) for a, strides in zip(arrays, layouts, strict=True)]
         pick = iter(tensors)
         args = [static_at[i] if i in static_at else next(pick) for i in range(self._num_inputs)]
         with enable(self.env):
