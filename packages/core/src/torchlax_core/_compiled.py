@@ -41,6 +41,7 @@ from . import _compile_log
 from ._checks import checked, raise_error
 from ._current import current_env
 from ._errors import JitError
+from ._layouts import viewed_back
 from ._opcache import cpp_launcher
 from ._precision import current_precision, recording
 from ._program import unused_key, unused_key_data
@@ -442,13 +443,24 @@ def output_tensors(
     on_jax: bool,
     to_torch: Callable[[list, list], list],
     devices: Sequence[torch.device | None] | None = None,
+    orders: Sequence[tuple[int, ...] | None] = (),
 ) -> list[torch.Tensor]:
     """A program's array results as the caller's tensors.
 
     Each goes where ``devices`` says (a graph's fake outputs know their device; ``None``: as
     the call was): ``jax`` gives a torchlax Tensor; ``cpu``/``cuda`` a torch tensor from
-    ``to_torch(arrays, devices)`` (DLPack: sharing the XLA buffer, no copy).
+    ``to_torch(arrays, devices)`` (DLPack: sharing the XLA buffer, no copy). One returned in
+    memory order (``orders``, per array: ``returned_in_memory_order``'s, or None) is viewed
+    back with eager's strides (``viewed_back``).
     """
+    out = _placed(arrays, on_jax, to_torch, devices)
+    for i, order in enumerate(orders):
+        if order is not None:
+            out[i] = viewed_back(out[i], order)
+    return out
+
+
+def _placed(arrays: Sequence[jax.Array], on_jax: bool, to_torch: Callable, devices) -> list:
     if devices is None:
         if on_jax:
             return [_wrap_result(a) for a in arrays]

@@ -45,7 +45,6 @@ from torchlax_core.internal import (
     traced_input,
     traced_strides,
     view_kind,
-    viewed_back,
     wrapped_results,
     write_back,
     write_back_all,
@@ -141,7 +140,7 @@ class _GraphPlan(CallPlan):
         "layout",
         "arrays_at",
         "devices",
-        "restrided",
+        "orders",
         "forwarded",
         "on_jax",
         "outputs",
@@ -170,7 +169,8 @@ class _GraphPlan(CallPlan):
         self.layout = layout
         self.arrays_at = arrays_at
         self.devices = devices
-        self.restrided = restrided
+        # per array output: the memory order it is returned in (viewed back), or None
+        self.orders = tuple(dict(restrided).get(i) for i in arrays_at)
         kinds = arguments.kinds
         self.forwarded = tuple(p for p in forwarded if kinds[p] == _TORCHLAX)
         self.on_jax = arguments.on_jax
@@ -218,12 +218,10 @@ class _GraphPlan(CallPlan):
             arrays_at = self.arrays_at
             if arrays_at:
                 converted = output_tensors(
-                    [outs[i] for i in arrays_at], self.on_jax, _to_torch, self.devices
+                    [outs[i] for i in arrays_at], self.on_jax, _to_torch, self.devices, self.orders
                 )
                 for i, tensor in zip(arrays_at, converted, strict=True):
                     outs[i] = tensor
-                for i, order in self.restrided:
-                    outs[i] = viewed_back(outs[i], order)
         self.write_back(args, results)
         return outs[0] if self.single_output else tuple(outs)
 
