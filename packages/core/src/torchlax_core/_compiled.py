@@ -522,16 +522,6 @@ def wrap_results_like(arrays: Sequence[jax.Array], specs: Sequence[tuple]) -> li
     return out
 
 
-def wrapped_results(arrays: Sequence[jax.Array], specs: list | None) -> tuple[list, list]:
-    """An executable's results as torchlax Tensors, and the specs that wrap its next ones:
-    ``wrap_results_like`` by ``specs`` (its earlier results'), or, on its first results
-    (``specs`` None), ``wrap_results`` and their ``result_specs``."""
-    if specs is None:
-        tensors = wrap_results(arrays)
-        return tensors, result_specs(tensors, arrays)
-    return wrap_results_like(arrays, specs), specs
-
-
 def _wrap_result(array: jax.Array) -> Tensor:
     """A program's result as a torchlax Tensor (on the hot path of every compiled call)."""
     global _last_result_device

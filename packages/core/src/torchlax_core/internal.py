@@ -45,7 +45,6 @@ from ._compiled import set_exclusive as set_exclusive
 from ._compiled import signature as signature
 from ._compiled import wrap_results as wrap_results
 from ._compiled import wrap_results_like as wrap_results_like
-from ._compiled import wrapped_results as wrapped_results
 from ._compiled import write_back as write_back
 from ._compiled import write_back_all as write_back_all
 from ._dtypes import COMPUTE_DTYPES as COMPUTE_DTYPES
@@ -97,7 +96,6 @@ __all__ = [
     "signature",
     "wrap_results",
     "wrap_results_like",
-    "wrapped_results",
     "write_back",
     "write_back_all",
     "COMPUTE_DTYPES",

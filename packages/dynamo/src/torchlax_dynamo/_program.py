@@ -41,11 +41,13 @@ from torchlax_core.internal import (
     output_tensors,
     peek_array,
     peek_arrays,
+    result_specs,
     returned_in_memory_order,
     traced_input,
     traced_strides,
     view_kind,
-    wrapped_results,
+    wrap_results,
+    wrap_results_like,
     write_back,
     write_back_all,
 )
@@ -204,8 +206,11 @@ class _GraphPlan(CallPlan):
                 outs = cpu_tensors(arrays) if self.all_cpu else None
                 if outs is None:
                     outs = output_tensors(arrays, self.on_jax, _to_torch, self.devices)
+            elif self.specs is not None:
+                outs = wrap_results_like(arrays, self.specs)
             else:
-                outs, self.specs = wrapped_results(arrays, self.specs)
+                outs = wrap_results(arrays)
+                self.specs = result_specs(outs, arrays)
         else:
             outs = []
             for kind, value in self.layout:

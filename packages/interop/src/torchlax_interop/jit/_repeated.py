@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import jax.numpy as jnp
 import torch
 import torchlax_core
+from torchlax_core import Tensor
 from torchlax_core.internal import (
     CallPlan,
     CompiledProgram,
@@ -29,7 +30,6 @@ from torchlax_core.internal import (
     storage_getter,
     view_getter,
     wrap_results_like,
-    wrapped_results,
     write_back,
     x64,
 )
@@ -423,7 +423,11 @@ def _new_tensors(extra: list, made: list, fresh: bool) -> dict:
     ``fresh``."""
     at, specs = made
     arrays = [extra[i] for i in at]
-    tensors, made[1] = wrapped_results(arrays, specs)
+    if specs is None:
+        tensors = [Tensor(a) for a in arrays]
+        made[1] = result_specs(tensors, arrays)
+    else:
+        tensors = wrap_results_like(arrays, specs)
     if fresh:
         for storage in map(storage_getter, tensors):
             storage.exclusive = True  # (new roots: set_exclusive)
