@@ -11,7 +11,12 @@ import pytest
 import torch
 import torchlax_core
 from torchlax_core import Tensor
-from torchlax_core._compiled import CompiledProgram, signature, write_back
+from torchlax_core._compiled import (
+    CompiledProgram,
+    output_tensors,
+    signature,
+    write_back,
+)
 
 
 @pytest.fixture
@@ -206,3 +211,42 @@ def test_a_value_of_a_finished_trace_read_again_is_a_jit_error(env):
     y = jnp.ones(4, jnp.float32)
     with pytest.raises(torchlax_core.JitError, match="keeps: the traced function reads 1"):
         program(signature([y]), y)
+
+
+def test_a_tracer_jax_refuses_while_tracing_is_a_jit_error_naming_the_program(env):
+    # A value of another trace that JAX does not take in as an input raises its
+    # UnexpectedTracerError while tracing: every compiled program (torchlax.jit's, a
+    # torch.compile graph's, export's) refuses it as a JitError that names the program and
+    # what to do, the JAX error as its cause; nothing is cached, and a later trace runs.
+    fail = [True]
+
+    def escapes(static, x):
+        if fail[0]:
+            raise jax.errors.UnexpectedTracerError("Encountered an unexpected tracer.")
+        return (x + 1,), None
+
+    program = CompiledProgram("escapes", escapes, env=env)
+    x = jnp.ones(3, jnp.float32)
+    with pytest.raises(torchlax_core.JitError, match="escapes: a tensor from another") as caught:
+        program(signature([x]), x)
+    assert "Return such values from the function" in str(caught.value)
+    assert isinstance(caught.value.__cause__, jax.errors.UnexpectedTracerError)
+    assert len(program) == 0
+    fail[0] = False
+    (out,), _ = program(signature([x]), x)
+    np.testing.assert_array_equal(out, np.full(3, 2.0, np.float32))
+
+
+def _no_torch(arrays, devices):
+    raise AssertionError("every result stays on the jax device")
+
+
+def test_a_result_returned_in_memory_order_is_viewed_back_with_eagers_strides(env):
+    # The caller's side of a program's results, shared by torchlax.jit and the backend: one
+    # returned in memory order is viewed back with eager's strides (output_tensors).
+    ints = jnp.zeros(4, jnp.int32)
+    stored = jnp.arange(6.0, dtype=jnp.float32).reshape(3, 2)  # a (2, 3) result, stored transposed
+    out = output_tensors([stored, ints], True, _no_torch, None, [(1, 0), None])
+    assert tuple(out[0].shape) == (2, 3) and out[0].stride() == (1, 2)
+    assert torch.equal(out[0].cpu(), torch.arange(6.0).reshape(3, 2).T)
+    assert out[1].stride() == (1,)

@@ -8,10 +8,12 @@ strides, storage offset, ``is_contiguous()`` and ``_base``.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import pytest
 import torch
 import torchlax_core
 from eager_compare import assert_same, to_jax
+from torchlax_core.internal import traced_input
 
 
 @pytest.fixture(autouse=True)
@@ -345,3 +347,19 @@ def test_the_layout_rule_matches_the_cpu_for_every_pointwise_op():
                 wrong.append((str(op), combo, out.stride(), predicted))
     assert checked > 800, checked
     assert not wrong, wrong
+
+
+def test_a_program_input_enters_its_trace_row_major_laid_out_or_stored_in_order():
+    # traced_input, the one way a compiled program's input array becomes the tensor its trace
+    # computes with (torchlax.jit's steps, the backend's graphs): row-major; laid out with
+    # strides (the array holds the values in logical order); or passed in memory order.
+    values = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+    expected = torch.arange(6.0).reshape(2, 3)
+    plain = traced_input(values)
+    assert plain.stride() == (3, 1)
+    strided = traced_input(values, (1, 2))  # a transpose's strides, the values as they read
+    assert strided.stride() == (1, 2)
+    stored = traced_input(values.T, (1, 2), (1, 0))  # the elements in memory order
+    assert stored.stride() == (1, 2)
+    for t in (plain, strided, stored):
+        assert torch.equal(t.cpu(), expected)

@@ -67,6 +67,35 @@ def test_a_value_kept_from_an_earlier_trace_is_a_jit_error():
             compiled(torch.ones(4, device="jax"))
 
 
+def test_a_tracer_jax_refuses_in_the_trace_is_a_jit_error_and_the_state_is_put_back():
+    # JAX's UnexpectedTracerError raised while the step is traced (a value of another trace
+    # it cannot take in as an input): a JitError naming the jitted function, raised after the
+    # state the step changed was put back, and a later call that does not raise it compiles.
+    import jax
+
+    with torchlax.enable():
+        model = nn.BatchNorm1d(3).to("jax")
+        x = torch.randn(4, 3, device="jax")
+    stats = model.running_mean
+    assert stats is not None
+    before = stats.cpu().clone()
+    fail = [True]
+
+    def forward(x):
+        out = model(x)  # (writes the running statistics)
+        if fail[0]:
+            raise jax.errors.UnexpectedTracerError("Encountered an unexpected tracer.")
+        return out
+
+    compiled = torchlax.jit(forward)
+    with pytest.raises(torchlax.JitError, match=r"torchlax.jit\(.*forward\): a tensor from"):
+        compiled(x)
+    assert torch.equal(stats.cpu(), before)
+    fail[0] = False
+    compiled(x)
+    assert not torch.equal(stats.cpu(), before)
+
+
 def test_refusals_of_what_the_state_walk_did_not_find_say_alike_where_it_looks():
     # An optimizer stepped, a module trained and a tensor written that the walk did not find
     # (deeper than it goes): each error says, in the same words, where torchlax.jit looks for

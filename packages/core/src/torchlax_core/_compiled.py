@@ -15,6 +15,8 @@ the same for all three and lives here (docs/architecture.md, "Compiled programs"
 - Donation of the arguments the caller names (state replaced by the program's outputs).
 - Checked mode: value checks recorded while tracing are raised after the call, before the
   caller writes anything back.
+- A value of another, finished trace that the function reads (JAX lifts it as an input no
+  call passes, or refuses it): a ``JitError`` naming the program and what to do.
 - What tracing learned beyond arrays (output structure, which inputs were mutated): the
   function returns ``(results, info)``; ``info`` is kept on the entry.
 - Write-back into the caller's tensors (``write_back``) and the output layout
@@ -39,6 +41,7 @@ from . import _compile_log
 from ._checks import checked, raise_error
 from ._current import current_env
 from ._errors import JitError
+from ._layouts import viewed_back
 from ._opcache import cpp_launcher
 from ._precision import current_precision, recording
 from ._program import unused_key, unused_key_data
@@ -327,8 +330,17 @@ class CompiledProgram:
         learned: list = []
         jitted = self.jitted(static, learned=learned)
         start = time.perf_counter()
-        with x64(), recording() as reads:
-            trace = jitted.trace(*args, self.key_input())
+        try:
+            with x64(), recording() as reads:
+                trace = jitted.trace(*args, self.key_input())
+        except jax.errors.UnexpectedTracerError as exc:  # (one JAX did not take as an input)
+            raise JitError(
+                f"{self.name}: a tensor from another (finished) trace reached this program. A "
+                "value computed inside a compiled function was kept outside it (stored on an "
+                "object torchlax does not track as state, or a global list). Return such values "
+                "from the function instead, or keep them in a module buffer, an optimizer or a "
+                "torchlax Tensor the function closes over."
+            ) from exc
         self.traces += 1
         avals = _compile_log.avals_of(args)
         _compile_log.traced(
@@ -431,13 +443,24 @@ def output_tensors(
     on_jax: bool,
     to_torch: Callable[[list, list], list],
     devices: Sequence[torch.device | None] | None = None,
+    orders: Sequence[tuple[int, ...] | None] = (),
 ) -> list[torch.Tensor]:
     """A program's array results as the caller's tensors.
 
     Each goes where ``devices`` says (a graph's fake outputs know their device; ``None``: as
     the call was): ``jax`` gives a torchlax Tensor; ``cpu``/``cuda`` a torch tensor from
-    ``to_torch(arrays, devices)`` (DLPack: sharing the XLA buffer, no copy).
+    ``to_torch(arrays, devices)`` (DLPack: sharing the XLA buffer, no copy). One returned in
+    memory order (``orders``, per array: ``returned_in_memory_order``'s, or None) is viewed
+    back with eager's strides (``viewed_back``).
     """
+    out = _placed(arrays, on_jax, to_torch, devices)
+    for i, order in enumerate(orders):
+        if order is not None:
+            out[i] = viewed_back(out[i], order)
+    return out
+
+
+def _placed(arrays: Sequence[jax.Array], on_jax: bool, to_torch: Callable, devices) -> list:
     if devices is None:
         if on_jax:
             return [_wrap_result(a) for a in arrays]

@@ -166,6 +166,18 @@ def _laid_out(array, strides: tuple[int, ...], deferred: bool = False) -> Tensor
     return stored_in_order(_transposed(array, order), order, strides, value=value)
 
 
+def traced_input(array, strides: tuple[int, ...] | None = None, order=None) -> Tensor:
+    """A compiled program's input ``array`` as the tensor its trace computes with
+    (``torchlax.jit``'s steps, the backend's graphs): row-major, or with the ``strides`` the
+    caller traces it with (``_laid_out``), or, where its elements are passed in memory
+    ``order``, stored in that order (``stored_in_order``)."""
+    if strides is None:
+        return Tensor(array)
+    if order is None:
+        return _laid_out(array, strides)
+    return stored_in_order(array, order, strides)
+
+
 @functools.lru_cache(maxsize=4096)
 def _storage_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
     """The dimension order in which a result of ``shape`` with ``strides`` (a permutation of a

@@ -59,6 +59,7 @@ from ._layouts import memory_order as memory_order
 from ._layouts import memory_ordered_array as memory_ordered_array
 from ._layouts import returned_in_memory_order as returned_in_memory_order
 from ._layouts import stored_in_order as stored_in_order
+from ._layouts import traced_input as traced_input
 from ._layouts import viewed_back as viewed_back
 from ._logging import get_logger as get_logger
 from ._opcache import compiling_nothing as op_cache_compiling_nothing
@@ -126,6 +127,7 @@ __all__ = [
     "set_exclusive",
     "storage_of",
     "stored_in_order",
+    "traced_input",
     "tables_of",
     "tracing",
     "unused_key",

@@ -38,15 +38,14 @@ from torchlax_core.internal import (
     array_of,
     donatable,
     is_exclusive,
-    laid_out,
     output_tensors,
     peek_array,
     peek_arrays,
     result_specs,
     returned_in_memory_order,
+    traced_input,
     traced_strides,
     view_kind,
-    viewed_back,
     wrap_results,
     wrap_results_like,
     write_back,
@@ -143,7 +142,7 @@ class _GraphPlan(CallPlan):
         "layout",
         "arrays_at",
         "devices",
-        "restrided",
+        "orders",
         "forwarded",
         "on_jax",
         "outputs",
@@ -172,7 +171,8 @@ class _GraphPlan(CallPlan):
         self.layout = layout
         self.arrays_at = arrays_at
         self.devices = devices
-        self.restrided = restrided
+        # per array output: the memory order it is returned in (viewed back), or None
+        self.orders = tuple(dict(restrided).get(i) for i in arrays_at)
         kinds = arguments.kinds
         self.forwarded = tuple(p for p in forwarded if kinds[p] == _TORCHLAX)
         self.on_jax = arguments.on_jax
@@ -223,12 +223,10 @@ class _GraphPlan(CallPlan):
             arrays_at = self.arrays_at
             if arrays_at:
                 converted = output_tensors(
-                    [outs[i] for i in arrays_at], self.on_jax, _to_torch, self.devices
+                    [outs[i] for i in arrays_at], self.on_jax, _to_torch, self.devices, self.orders
                 )
                 for i, tensor in zip(arrays_at, converted, strict=True):
                     outs[i] = tensor
-                for i, order in self.restrided:
-                    outs[i] = viewed_back(outs[i], order)
         self.write_back(args, results)
         return outs[0] if self.single_output else tuple(outs)
 
@@ -329,10 +327,7 @@ class XlaProgram:
         static_at = dict(statics)
         array_positions = [i for i in range(self._num_inputs) if i not in static_at]
         layouts = [self._input_layouts[i] for i in array_positions]
-        tensors = [
-            Tensor(a) if strides is None else laid_out(a, strides)
-            for a, strides in zip(arrays, layouts, strict=True)
-        ]
+        tensors = [traced_input(a, strides) for a, strides in zip(arrays, layouts, strict=True)]
         pick = iter(tensors)
         args = [static_at[i] if i in static_at else next(pick) for i in range(self._num_inputs)]
         with enable(self.env):

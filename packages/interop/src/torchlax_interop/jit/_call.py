@@ -18,7 +18,7 @@ import torch
 import torchlax_core
 from torch.utils import _pytree as pytree
 from torchlax_core import JitArgumentError, JitError, Tensor
-from torchlax_core.internal import LastPlan, array_of, x64
+from torchlax_core.internal import LastPlan, array_of, write_back, x64
 from torchlax_core.internal import signature as _signature
 
 from .._arguments import check_jit_arguments, check_static_argnames, check_static_argnums
@@ -303,8 +303,7 @@ def _lent(jitted: _Jitted, found: list):
             t.grad = None
             torch.utils.swap_tensors(t, cpu)
             if new is not array:
-                with torch.no_grad():
-                    t.copy_(torch.from_dlpack(new))  # in place: bumps _version
+                write_back(t, new)  # in place: bumps _version
             if grad is not None:
                 t.grad = grad.cpu()
         for opt in optimizers:  # state the step created (on its first, eager, call)

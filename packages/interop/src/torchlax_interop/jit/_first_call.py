@@ -14,7 +14,7 @@ from typing import Any
 import jax
 from torchlax_core import JitError
 from torchlax_core.internal import HeldInterrupts as _HeldInterrupts
-from torchlax_core.internal import op_cache_compiling_nothing
+from torchlax_core.internal import op_cache_compiling_nothing, signature
 
 from ._program import _Held, _log
 from ._refusals import _owner
@@ -100,7 +100,7 @@ def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: d
     _, new_types, extra_types = jax.tree.unflatten(entry.out_tree, entry.jaxpr.out_avals)
     before = _Held(state)
     new_storages = [
-        array if _aval(array) == _aval(aval) else _stand_in(aval, sharding)
+        array if signature([array]) == signature([aval]) else _stand_in(aval, sharding)
         for (_, array), aval in zip(before.arrays, new_types, strict=True)
     ]
     extra = [_stand_in(aval, sharding) for aval in extra_types]
@@ -114,10 +114,6 @@ def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: d
             before.put_back()
             # (the layout the steady trace found, and its arrays, hold stand-ins)
             jitted._layout = layout
-
-
-def _aval(x: Any) -> tuple:
-    return (tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False)))
 
 
 def _stand_in(aval: Any, sharding: Any) -> jax.ShapeDtypeStruct:

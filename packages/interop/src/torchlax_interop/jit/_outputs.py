@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.utils import _pytree as pytree
-from torchlax_core.internal import output_tensors, viewed_back
+from torchlax_core.internal import output_tensors
 
 from .._call_jax import _give_back
 from ._inputs import _SLOT
@@ -70,8 +70,6 @@ def _leaf_name(out, i: int) -> str:
 
 
 def _to_tensors(arrays, on_jax: bool, inputs, orders: tuple = ()) -> list[torch.Tensor]:
-    outputs = output_tensors(arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs))
-    for i, order in enumerate(orders):
-        if order is not None:
-            outputs[i] = viewed_back(outputs[i], order)
-    return outputs
+    return output_tensors(
+        arrays, on_jax, lambda arrays, _: _give_back(arrays, inputs), None, orders
+    )

@@ -29,11 +29,10 @@ from torchlax_core.internal import (
     array_of,
     float32_matmul_precision,
     get_logger,
-    laid_out,
     returned_in_memory_order,
     state_lock,
     storage_of,
-    stored_in_order,
+    traced_input,
     tracing,
 )
 
@@ -199,16 +198,8 @@ class _Program:
         target, then the inputs, each with the strides it is traced with, if any):
         ``(cpu_state, args, kwargs)``."""
         n_cpu = len(state.cpu_tensors)
-        tensors = [Tensor(a) for a in arrays]
-        layouts: tuple = self.in_layouts or ()
-        for k, layout in enumerate(layouts):
-            if layout is not None:  # (strides, the order its elements come in, or None)
-                (strides, order), array = layout, arrays[n_cpu + k]
-                tensors[n_cpu + k] = (
-                    laid_out(array, strides)
-                    if order is None
-                    else stored_in_order(array, order, strides)
-                )
+        layouts = (None,) * n_cpu + (self.in_layouts or (None,) * (len(arrays) - n_cpu))
+        tensors = [traced_input(a, *(at or ())) for a, at in zip(arrays, layouts, strict=True)]
         cpu_state = dict(zip(state.cpu_tensors, tensors[:n_cpu], strict=True))
         inputs, statics = iter(tensors[n_cpu:]), iter(self.static_values)
         flat = [

@@ -149,15 +149,5 @@ def _argument_requiring_grad_error(jitted, inputs: list) -> JitError:
     )
 
 
-def _leaked_tracer_error(jitted) -> JitError:
-    return JitError(
-        f"{_owner(jitted)}: a tensor from another (finished) trace reached this program. "
-        "A value computed inside a compiled function was kept outside it (stored on an object "
-        "torchlax does not track as state, or a global list). Return such values from the "
-        "function instead, or keep them in a module buffer, an optimizer or a torchlax Tensor "
-        "the function closes over."
-    )
-
-
 def _owner(jitted) -> str:
     return f"torchlax.jit({getattr(jitted.target, '__qualname__', type(jitted.target).__name__)})"

@@ -30,6 +30,7 @@ from torchlax_core.internal import (
     storage_getter,
     view_getter,
     wrap_results_like,
+    write_back,
     x64,
 )
 
@@ -444,7 +445,6 @@ def _write_cpu_buffers(state: _StateSet, info: _Info, extra) -> None:
     if not state.cpu_tensors:
         return
     cpu_new = iter(extra[len(extra) - sum(info.cpu_changed) :])
-    with torch.no_grad():
-        for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
-            if changed:
-                t.copy_(torch.from_dlpack(jnp.array(next(cpu_new), copy=True)))
+    for t, changed in zip(state.cpu_tensors.values(), info.cpu_changed, strict=True):
+        if changed:
+            write_back(t, jnp.array(next(cpu_new), copy=True))

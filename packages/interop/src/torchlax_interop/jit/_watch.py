@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, NamedTuple
 
-import jax
 import jax.core
 import torch
 from torch.nn.modules import module as _torch_module
@@ -34,7 +33,6 @@ from torchlax_core.internal import (
 )
 
 from ._refusals import (
-    _leaked_tracer_error,
     _owner,
     changed_tensor_error,
     described_tensor,
@@ -416,12 +414,10 @@ def run_watched(jitted, cpu_state: dict, args, kwargs, state: _StateSet):
     try:
         with watch:
             out = jitted._run(cpu_state, args, kwargs)
-    except BaseException as exc:
+    except BaseException:
         restore([*constants.changed(), *watch.cpu.changed()])  # (before a refusal is raised)
         if watch.refused:  # a backward() that would give CPU leaves .grads
             raise _host_error(watch, [], path) from None
-        if isinstance(exc, jax.errors.UnexpectedTracerError):
-            raise _leaked_tracer_error(jitted) from exc
         raise
     cpu_changed = watch.cpu.changed()
     if watch.refused or cpu_changed:  # (a refusal the step caught first, or a change)
