@@ -156,8 +156,7 @@ def _better(a, b):
     return jnp.where(keep_a, a_value, b_value), jnp.where(keep_a, a_index, b_index)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _max_pool_windows(x, geometry):
+def _max_pool_pairs(x, geometry) -> tuple:
     """Max pooling's values and int64 flat indices as one reduction over (value, position)
     pairs: no stacked windows, no gather, and a producer XLA materializes once (a chain of
     selects would be fused, and recomputed, into each of the backward's comparisons).
@@ -182,14 +181,17 @@ def _max_pool_windows(x, geometry):
 
 
 def _max_pool_windows_forward(x, geometry):
-    values, index = _max_pool_windows(x, geometry)
-    return (values, index), index
+    pooled = _max_pool_pairs(x, geometry)
+    return pooled, pooled[1]  # (the indices: all the backward needs)
 
 
 def _max_pool_windows_backward(geometry, index, cotangents):
     return (_spread(cotangents[0], index, geometry),)
 
 
+#: ``_max_pool_pairs`` with its backward as ``max_pool2d_with_indices_backward``'s: under
+#: ``jax.grad`` (``torchlax.functional``) too, no scatter.
+_max_pool_windows = jax.custom_vjp(_max_pool_pairs, nondiff_argnums=(1,))
 _max_pool_windows.defvjp(_max_pool_windows_forward, _max_pool_windows_backward)
 
 
