@@ -1,6 +1,8 @@
 """Pooling: max, average, adaptive (average and max) and fractional max pooling, with backward.
 
-Backward ops are the ``jax.vjp`` of the forward in opmath, or a scatter to the saved indices.
+Backward ops are the ``jax.vjp`` of the forward in opmath, or a scatter to the saved indices
+(adaptive and fractional max pooling); max pooling's own, forward and backward, gather and
+scatter nothing (over every window, both serialize on a TPU).
 ``adaptive_avg_pool3d`` computes in the input dtype step by step, as its scalar CPU kernel does;
 the larger kernels are ``jax.jit``-compiled per configuration, so an eager call is one XLA
 computation.
