@@ -42,19 +42,22 @@ def fresh(monkeypatch):
 
 def _attention(dtype, q, k, v, **kwargs):
     """Output and q, k, v gradients on the jax device (in ``dtype``) and on the CPU (float64
-    from the same ``dtype`` values: the reference), as float64."""
+    from the same ``dtype`` values: the reference), as float64. No op cache: an executable
+    another case compiled (the same shapes, the other kernel) must not answer."""
     cotangent = torch.randn(q.shape[:-1] + v.shape[-1:], generator=torch.Generator().manual_seed(1))
+    env = torchlax_core.Environment()
+    env.config.op_cache_size = 0
     results = []
     for device in ("jax", "cpu"):
         wanted = dtype if device == "jax" else torch.float64
-        xs = [x.to(dtype).to(wanted).to(device).requires_grad_() for x in (q, k, v)]
-        mask = kwargs.get("attn_mask")
-        extra = dict(kwargs)
-        if mask is not None:
-            extra["attn_mask"] = (
-                mask.to(device) if mask.dtype == torch.bool else mask.to(wanted).to(device)
-            )
-        with torchlax_core.enable():
+        with torchlax_core.enable(env):
+            xs = [x.to(dtype).to(wanted).to(device).requires_grad_() for x in (q, k, v)]
+            mask = kwargs.get("attn_mask")
+            extra = dict(kwargs)
+            if mask is not None:
+                extra["attn_mask"] = (
+                    mask.to(device) if mask.dtype == torch.bool else mask.to(wanted).to(device)
+                )
             out = F.scaled_dot_product_attention(*xs, **extra)
             grads = torch.autograd.grad(out, xs, cotangent.to(wanted).to(device))
         results.append([t.cpu().double() for t in (out, *grads)])
