@@ -222,28 +222,30 @@ def _reached(target, arg_leaves: list, layout: _Layout) -> list:
     """The modules, optimizers, schedulers and tensors the walk finds from ``target``, then
     from each argument, in the order met; noted in the layout: the arguments through which it
     finds state (``_arg_holder_ids``), the snapshot of what leads to it (``_StateWalk.keep``)."""
-    layout.arg_objects = tuple(_arg_holders(arg_leaves))
+    layout.arg_objects = tuple(  # (``step(state, x, y)`` with ``state.model``)
+        leaf
+        for leaf in arg_leaves
+        if not isinstance(leaf, torch.Tensor) and (isinstance(leaf, _STATEFUL) or enterable(leaf))
+    )
     roots = [((), target), *((((_ARG, i),), a) for i, a in enumerate(layout.arg_objects))]
     rule = _StateWalk(layout.snapshot)
     found: list = []
-    leading: set[int] = set()  # ids of the objects on the paths to what was found
-    again: set[tuple[int, tuple]] = set()  # (id of the holder, step) of each object met again
     holder_args: set[int] = set()
     for visit in walk(roots, rule.children, max_depth=1 << 10, max_nodes=1 << 30):
         path = visit.path
         if visit.again:
             if visit.holders:
-                again.add((id(visit.holders[-1]), path[-1]))
+                rule.again.add((id(visit.holders[-1]), path[-1]))
         elif isinstance(visit.value, _STATEFUL_OR_TENSOR) and not (
             # (``torchlax.jit(t.add)``: a method's tensor is its argument, no state)
             path and path[-1][0] == _SELF and isinstance(visit.value, torch.Tensor)
         ):
             found.append(visit.value)
-            leading.update(map(id, visit.holders))
+            rule.leading.update(map(id, visit.holders))
             if len(path) > 1 and path[0][0] == _ARG:
                 holder_args.add(path[0][1])
     layout._arg_holder_ids = frozenset(id(layout.arg_objects[i]) for i in holder_args)
-    rule.keep(leading, again)
+    rule.keep()
     return found
 
 
@@ -254,8 +256,10 @@ class _StateWalk:
 
     def __init__(self, snapshot: _Snapshot):
         self.snapshot = snapshot
-        self.entered: list = []  # (visit, own, its fields or None) per container and object
+        self.entered: list = []  # (visit, own, its items or fields) per container and object
         self.walked = 0  # the items of every container the walk went through
+        self.leading: set[int] = set()  # ids of the objects on the paths to what was found
+        self.again: set[tuple[int, tuple]] = set()  # (holder's id, step) of each met again
 
     def children(self, visit: Visit) -> list:
         depth = sum(kind not in (_SELF, _ARG) for kind, _ in visit.path)
@@ -276,69 +280,62 @@ class _StateWalk:
             return named_by(value, self.snapshot.read)
         own = bool(path) and path[-1][0] == _SELF
         if own and isinstance(value, torch.nn.Module):  # (a bound method's: its public attributes)
-            return self._enter(visit, False, public_fields(value), named=True)
+            return self._enter(visit, False, public_fields(value))
         if isinstance(value, _STATEFUL_OR_TENSOR):
             return []
         if is_container(value):
             # a container under an attribute: its tensors are no state (see the docstring)
             return self._enter(visit, not any(k in (ATTR, SLOT) for k, _ in path), items(value))
         if own or enterable(value):
-            return self._enter(visit, own, fields(value), named=True)
+            return self._enter(visit, own, fields(value))
         return []
 
-    def _enter(self, visit: Visit, own: bool, children: list, named: bool = False) -> list:
-        """Where the walk goes from a container's items or an object's attributes (``named``)
-        (``own``: their tensors are state): what leads to state, within the budget (no bound
-        on the jitted bound method's object's own)."""
+    def _enter(self, visit: Visit, own: bool, children: list) -> list:
+        """Where the walk goes from a container's items or an object's attributes (``own``:
+        their tensors are state): what leads to state, within the budget (no bound on the
+        jitted bound method's object's own)."""
         size = len(children)
-        if not (own and named):
+        if not own or is_container(visit.value):
             if size > MAX_CONTAINER_ITEMS or self.walked + size > MAX_WALKED_ITEMS:
                 return []
             self.walked += size
-        self.entered.append((visit, own, children if named else None))
+        self.entered.append((visit, own, children))
         return [(s, v) for s, v in children if _leads_to_state(v, own)]
 
-    def keep(self, leading: set[int], again: set[tuple[int, tuple]]) -> None:
-        """Snapshot what the walk entered, but what under attributes leads to no state
-        (``leading``: the ids on the paths to state) and all it holds; ``again``: (holder,
-        step) of each object met twice. An object's part: its attribute names, and the
-        attributes and slots that lead to state, are None, or were met before."""
-        snapshot, dropped = self.snapshot, set()
-        for visit, own, named in self.entered:  # (a holder before what it holds)
+    def keep(self) -> None:
+        """Snapshot what the walk entered, but what under attributes leads to no state and
+        all it holds. An object's part: its attribute names, and the attributes and slots
+        that lead to state, are None, or were met before."""
+        dropped = set()
+        for visit, own, children in self.entered:  # (a holder before what it holds)
             value = visit.value
-            empty = is_container(value) and not value
-            if any(id(h) in dropped for h in visit.holders) or not (
-                own or id(value) in leading or empty
-            ):
+            if any(id(h) in dropped for h in visit.holders) or not (own or self._leads(value)):
                 dropped.add(id(value))
-            elif named is None:
-                if isinstance(value, dict):
-                    snapshot.dict(value)
-                elif type(value) is list:
-                    snapshot.items(value)
-            else:
-                _keep_object(snapshot, value, own, named, leading, again)
+            elif isinstance(value, dict):
+                self.snapshot.dict(value)
+            elif type(value) is list:
+                self.snapshot.items(value)
+            elif not is_container(value):
+                self._keep_object(value, own, children)
 
+    def _leads(self, value) -> bool:
+        """Whether ``value``, entered, is on a path to state, or an empty container (one
+        filled later: ``self.models.append(m)``)."""
+        return id(value) in self.leading or (is_container(value) and not value)
 
-def _keep_object(snapshot: _Snapshot, obj, own: bool, named: list, leading: set, again: set):
-    """An object's part of the snapshot (see ``_StateWalk.keep``)."""
-    attrs, _ = attributes(obj)
-    if attrs is not None:
-        snapshot.items(attrs)
-    for step, v in named:
-        if (
-            v is None
-            or isinstance(v, _STATEFUL)
-            or (own and isinstance(v, torch.Tensor))
-            or (
-                _leads_on(v)
-                and ((id(obj), step) in again or id(v) in leading or (is_container(v) and not v))
-            )
-        ):
-            if step[0] == ATTR:
-                snapshot.read(dict.get, attrs, step[1])
-            else:
-                snapshot.read(slot_value, obj, step[1])
+    def _keep_object(self, obj, own: bool, named: list) -> None:
+        attrs, _ = attributes(obj)
+        if attrs is not None:
+            self.snapshot.items(attrs)
+        for step, v in named:
+            if (
+                v is None
+                or isinstance(v, _STATEFUL)
+                or (own and isinstance(v, torch.Tensor))
+                or (_leads_on(v) and ((id(obj), step) in self.again or self._leads(v)))
+            ):
+                reader, holder = (dict.get, attrs) if step[0] == ATTR else (slot_value, obj)
+                self.snapshot.read(reader, holder, step[1])
 
 
 def _leads_to_state(value, own: bool) -> bool:
@@ -352,16 +349,6 @@ def _leads_to_state(value, own: bool) -> bool:
 
 def _leads_on(value) -> bool:
     return is_container(value) or enterable(value)
-
-
-def _arg_holders(leaves) -> list:
-    """The arguments' leaves the walk enters: modules, optimizers, schedulers and objects
-    (``step(state, x, y)`` with ``state.model``)."""
-    return [
-        leaf
-        for leaf in leaves
-        if not isinstance(leaf, torch.Tensor) and (isinstance(leaf, _STATEFUL) or enterable(leaf))
-    ]
 
 
 def _move_cpu_state_to_jax(opt) -> None:

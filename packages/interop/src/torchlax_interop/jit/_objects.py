@@ -40,16 +40,7 @@ _MAX_DEPTH = 17
 _MAX_NODES = 100_000
 
 
-class _Placeholder:
-    """What the kept template holds where a program output goes (no tracer is kept)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<torchlax.jit output>"
-
-
-_PLACEHOLDER = _Placeholder()
+_PLACEHOLDER = object()  # what the kept template holds where a program output goes (no tracer)
 
 
 @dataclasses.dataclass(frozen=True)

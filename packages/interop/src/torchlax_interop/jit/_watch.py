@@ -253,10 +253,10 @@ class TraceWatch(TorchFunctionMode):
             register_optimizer_step_pre_hook(self._optimizer_stepped),
         ]
         self.backward_hooks += _hooks(
-            "global full backward hook",
-            _torch_module._global_backward_hooks,
-            "global backward pre-hook",
-            _torch_module._global_backward_pre_hooks,
+            {
+                "global full backward hook": _torch_module._global_backward_hooks,
+                "global backward pre-hook": _torch_module._global_backward_pre_hooks,
+            }
         )
         return super().__enter__()
 
@@ -291,15 +291,14 @@ class TraceWatch(TorchFunctionMode):
         for p in module.parameters():
             if p.requires_grad and id(p) not in self._state_parameters:
                 self._untrained.setdefault(id(p), (module, p, p.grad))
-        if module._backward_hooks or module._backward_pre_hooks:
-            full = "full " if module._is_full_backward_hook else ""
-            self.backward_hooks += _hooks(
-                f"{full}backward hook",
-                module._backward_hooks,
-                "backward pre-hook",
-                module._backward_pre_hooks,
-                of=f" of the {type(module).__name__}",
-            )
+        full = "full " if module._is_full_backward_hook else ""
+        self.backward_hooks += _hooks(
+            {
+                f"{full}backward hook": module._backward_hooks,
+                "backward pre-hook": module._backward_pre_hooks,
+            },
+            of=f" of the {type(module).__name__}",
+        )
 
     def _optimizer_stepped(self, opt, _args, _kwargs) -> None:
         # Its state tensors would be created or written inside the program without being its
@@ -490,10 +489,9 @@ def _name(hook) -> str:
     return repr(getattr(hook, "__qualname__", type(hook).__name__))
 
 
-def _hooks(kind: str, hooks: dict, pre_kind: str, pre_hooks: dict, of: str = "") -> list[str]:
-    """The hooks of two dicts (``kind``'s, ``pre_kind``'s), each in words."""
-    named = [(kind, h) for h in hooks.values()] + [(pre_kind, h) for h in pre_hooks.values()]
-    return [f"the {k} {_name(h)}{of}" for k, h in named]
+def _hooks(dicts: dict[str, dict], of: str = "") -> list[str]:
+    """The hooks of each dict (``{kind: hook dict}``), each in words."""
+    return [f"the {kind} {_name(h)}{of}" for kind, hooks in dicts.items() for h in hooks.values()]
 
 
 def _reached(roots: Sequence[torch.Tensor]) -> tuple[dict[int, torch.Tensor], set]:
