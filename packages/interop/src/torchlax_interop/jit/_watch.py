@@ -234,8 +234,8 @@ class TraceWatch(TorchFunctionMode):
         self.cpu, self.constants = _Noted(), _Noted()
         # Whether a CPU tensor of the trace requires grad: only then can a backward() reach one
         self._grad_on_host = False
-        # A refused backward's (call, whether it crosses from the program, the CPU tensors)
-        self.refused: tuple[str, bool, list[torch.Tensor]] | None = None
+        # A refused backward's (call, "backward" or "crossing" from the program, CPU tensors)
+        self.refused: tuple[str, str, list[torch.Tensor]] | None = None
         # What autograd's backward of the traced code would run, in words, first met first
         self.backward_hooks: list[str] = []
         # The plain CPU tensors requiring grad the step read with grad on: constants of the
@@ -377,8 +377,8 @@ class TraceWatch(TorchFunctionMode):
         wanted = None if inputs is None else set(map(id, inputs))
         given = [t for k, t in leaves.items() if wanted is None or k in wanted]
         refused = [t for t in given if is_plain_cpu(t) and not self.trace_made(t)]
-        crossing = not refused
-        if crossing:  # toward ``inputs`` where given (leaves or not), else every leaf reached
+        kind = "backward" if refused else "crossing"
+        if not refused:  # toward ``inputs`` where given (leaves or not), else every leaf reached
             traced = [
                 r
                 for r in roots
@@ -390,7 +390,7 @@ class TraceWatch(TorchFunctionMode):
                 t for t in (leaves.values() if inputs is None else toward) if is_plain_cpu(t)
             ]
         if refused:
-            self.refused = (call, crossing, refused)
+            self.refused = (call, kind, refused)
             raise RefusedBackward(
                 f"torchlax.jit: a {call} of the traced step would give a .grad to, or carry a "
                 "gradient from the traced program to, a plain CPU tensor; it is refused (the "
@@ -456,13 +456,12 @@ def _host_error(watch: TraceWatch, changed: list[Changed], path: Callable) -> Ji
     is no state, else the first tensor, by its path (or as the step's own)."""
     owner = watch._owner
     if watch.refused:
-        call, crossing, tensors = watch.refused
-        untrained = None if crossing else watch.untrained_module({id(t) for t in tensors})
+        call, kind, tensors = watch.refused
+        untrained = None if kind == "crossing" else watch.untrained_module(set(map(id, tensors)))
         if untrained is not None:
             return unfound_state_error(owner, untrained, path(untrained))
         made = [watch.trace_made(t) for t in tensors]
         named = [(t, None if m else path(t)) for t, m in zip(tensors, made, strict=True)]
-        kind = "crossing" if crossing else "backward"
         return changed_tensor_error(owner, kind, named, call, made[0])
     return changed_tensor_error(
         owner, changed[0].kind, [(c.tensor, path(c.tensor)) for c in changed]
