@@ -167,6 +167,29 @@ def test_a_scheduler_whose_optimizer_the_step_reaches_only_through_it():
         torch.testing.assert_close(got, want)
 
 
+def test_a_scheduler_the_walk_meets_before_its_optimizer():
+    # (closure cells in name order: ``lr_schedule`` first) One optimizer of the state, not two
+    # whose learning rate the program would set twice.
+    def make_step(model):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        lr_schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            lr_schedule.step()
+            return loss
+
+        assert step.__code__.co_freevars[0] == "lr_schedule"
+        return step
+
+    eager, compiled = _eager_and_jitted_steps(make_step)
+    for want, got in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_an_unhashable_value_in_a_param_group_keys_the_program_by_its_repr():
     def make_step(model):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -104,21 +104,21 @@ def find_state(target, module, arg_leaves: list) -> _Layout:
 
 
 def _sorted(found: list, read=read_directly) -> tuple[list, list, list, list]:
-    """``found`` by kind: modules, optimizers (a scheduler's too), schedulers, tensors."""
-    modules, optimizers, schedulers, tensors = [], [], [], []
+    """``found`` by kind: modules, optimizers (a scheduler's too: each once, met first or
+    not), schedulers, tensors."""
+    modules, optimizers, schedulers, tensors = [], {}, [], []
     for obj in found:
         if isinstance(obj, torch.nn.Module):
             modules.append(obj)
         elif isinstance(obj, torch.optim.Optimizer):
-            optimizers.append(obj)
+            optimizers.setdefault(id(obj), obj)
         elif isinstance(obj, _Scheduler):
             schedulers.append(obj)
             opt = read(getattr, obj, "optimizer")
-            if all(opt is not o for o in optimizers):
-                optimizers.append(opt)
+            optimizers.setdefault(id(opt), opt)
         elif isinstance(obj, Tensor):
             tensors.append(obj)
-    return modules, optimizers, schedulers, tensors
+    return modules, list(optimizers.values()), schedulers, tensors
 
 
 def _add(layout: _Layout, t: Tensor, grad: bool) -> None:
