@@ -198,7 +198,7 @@ class _Layout:
 
     def holds(self, arg_leaves: list) -> bool:
         """Whether walking again would find the same objects, in the same structure."""
-        args = [  # _discover._arg_holders(arg_leaves), inlined: this runs on every call
+        args = [  # the arguments the walk enters, as _discover._reached picks them (inline: hot)
             leaf
             for leaf in arg_leaves
             if not isinstance(leaf, torch.Tensor)
