@@ -31,20 +31,18 @@ def differentiable_call(plan: Any, run: Any, mask: tuple) -> list:
     return _JitFunction.apply(plan, run, mask, run.entry.key(), precision, *diff)
 
 
-def _masked(values: list, mask: tuple, where: bool = True) -> list:
-    """``values`` where ``mask`` is ``where``."""
-    return [v for v, m in zip(values, mask, strict=True) if m == where]
+def _masked(values: list, mask: tuple) -> list:
+    """``values`` where ``mask`` is true."""
+    return [v for v, m in zip(values, mask, strict=True) if m]
 
 
 def _differentiated(ctx: Any) -> list:
     """The call's entry under ``jax.vjp`` by the arrays its mask selects (the program's
     ``forward_vjp``): ``[outputs, new storages, extra results, check error, vjp]``."""
-    run, mask = ctx.run, ctx.mask
+    run = ctx.run
     arrays = run.state_arrays + run.arrays  # (state arrays, then CPU module tensors and inputs)
-    diff, other = _masked(arrays, mask), _masked(arrays, mask, False)
-    return run.program.forward_vjp(
-        (mask, run.entry), ctx.precision, diff, other, run.lr_arrays, ctx.key
-    )
+    selection = (ctx.mask, run.entry)
+    return run.program.forward_vjp(selection, ctx.precision, arrays, run.lr_arrays, ctx.key)
 
 
 class _JitFunction(torch.autograd.Function):
