@@ -28,7 +28,6 @@ from torchlax_core.internal import (
     array_of,
     float32_matmul_precision,
     get_logger,
-    returned_in_memory_order,
     state_lock,
     storage_of,
     traced_input,
@@ -145,14 +144,7 @@ class _Program:
                 out, constants, eager_backward, reads_host_grad = run_watched(
                     self.jitted, cpu_state, args, kwargs, state
                 )
-                out_flat, out_spec = pytree.tree_flatten(out)
-                out_statics, out_tensors = _output_plan(out, out_flat, set(swap.ids), self.jitted)
-                returned = [
-                    returned_in_memory_order(x)
-                    if isinstance(x, Tensor)
-                    else (_traced_array(x), None)
-                    for x in out_tensors
-                ]
+                outputs = _output_plan(out, set(swap.ids), self.jitted)
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
                 slots, entry_names = swap.slots(extra)
@@ -166,7 +158,7 @@ class _Program:
             ]
         cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
         extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
-        out_orders = tuple(order for _, order in returned)
+        out_spec, out_statics, out_arrays, out_orders = outputs
         info = _Info(
             out_spec,
             out_statics,
@@ -176,12 +168,12 @@ class _Program:
             tuple(swap.scheduler_steps[id(s)] for s in state.schedulers),
             cpu_changed,
             swap.trains(slots, changed),
-            out_orders if any(o is not None for o in out_orders) else (),
+            out_orders,
             constants,
             eager_backward,
             reads_host_grad,
         )
-        return ([array for array, _ in returned], new_storages, extra), info
+        return (out_arrays, new_storages, extra), info
 
     def _arguments(self, arrays: list, state: _StateSet) -> tuple:
         """The step's arguments on tracers of ``arrays`` (the state's CPU tensors of a module
