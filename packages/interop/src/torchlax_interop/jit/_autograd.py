@@ -26,34 +26,32 @@ def differentiable_call(plan: Any, run: Any, mask: tuple) -> list:
     """``run`` (a ``_Run`` that autograd needs) as one ``_JitFunction`` call of ``plan``
     (``_repeated._ForwardPlan``), differentiated by the tensors ``mask`` selects
     (``_Run.grad_mask``)."""
-    precision = torch.get_float32_matmul_precision()  # (the one its entry was traced under)
-    diff = _masked(run.tensors(), mask)
-    return _JitFunction.apply(plan, run, mask, run.entry.key(), precision, *diff)
+    return _JitFunction.apply(plan, run, mask, *_masked(run.tensors(), mask))
 
 
-def _masked(values: list, mask: tuple, where: bool = True) -> list:
-    """``values`` where ``mask`` is ``where``."""
-    return [v for v, m in zip(values, mask, strict=True) if m == where]
+def _masked(values: list, mask: tuple) -> list:
+    """``values`` where ``mask`` is true."""
+    return [v for v, m in zip(values, mask, strict=True) if m]
 
 
 def _differentiated(ctx: Any) -> list:
     """The call's entry under ``jax.vjp`` by the arrays its mask selects (the program's
     ``forward_vjp``): ``[outputs, new storages, extra results, check error, vjp]``."""
-    run, mask = ctx.run, ctx.mask
+    run = ctx.run
     arrays = run.state_arrays + run.arrays  # (state arrays, then CPU module tensors and inputs)
-    diff, other = _masked(arrays, mask), _masked(arrays, mask, False)
-    return run.program.forward_vjp(
-        (mask, run.entry), ctx.precision, diff, other, run.lr_arrays, ctx.key
-    )
+    selection = (ctx.mask, run.entry)
+    return run.program.forward_vjp(selection, ctx.precision, arrays, run.lr_arrays, ctx.key)
 
 
 class _JitFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, plan, run, mask: tuple, key, precision: str, *diff_tensors):
-        """``mask``: per tensor of ``run.tensors()``, whether the call is differentiated by it;
-        ``key``, ``precision``: the call's random key and float32 matmul precision, which a
-        backward that recomputes the forward (``_differentiated``) uses again."""
-        ctx.run, ctx.mask, ctx.key, ctx.precision, ctx.vjp = run, mask, key, precision, None
+    def forward(ctx, plan, run, mask: tuple, *diff_tensors):
+        """``mask``: per tensor of ``run.tensors()``, whether the call is differentiated by it.
+        The call's key and float32 matmul precision are kept for a backward that recomputes
+        the forward (``_differentiated``)."""
+        key = run.entry.key()
+        ctx.run, ctx.mask, ctx.key, ctx.vjp = run, mask, key, None
+        ctx.precision = torch.get_float32_matmul_precision()  # (its entry's, traced under it)
         program = run.program
 
         def launch():
@@ -106,7 +104,7 @@ class _JitFunction(torch.autograd.Function):
                 results.append(torchlax_core.wrap(grad))
             else:
                 results.append(_give_back([grad], [])[0].to(tensor.device))
-        return (None, None, None, None, None, *results)
+        return (None, None, None, *results)
 
 
 def _cotangent(out, grad, order=None):

@@ -136,8 +136,8 @@ class _Jitted:
             leaves, plain, layout = self._layout_of(args, kwargs)
         except CpuStateError as error:
             # A step over CPU parameters: the call over them lent to the program.
-            with _lent(self, error.found):
-                out = self._call(*_borrowed((args, kwargs)))
+            with _lent(self, error.found):  # (each CPU tensor argument over its memory)
+                out = self._call(*pytree.tree_map_only(torch.Tensor, _borrowed, (args, kwargs)))
             return pytree.tree_map_only(Tensor, lambda x: x.cpu(), out)
         if self._first_call:
             self._first_call = False
@@ -166,34 +166,34 @@ class _Jitted:
         in_layouts = _input_layouts(inputs)
         checks = bool(torchlax_core.current_env().config.checked)
         key = (*key, state.structure, torch.is_grad_enabled(), checks, in_layouts)
-        while True:
-            try:
-                # (a forward never has dead .grads: no second hash of its key)
-                dead = self._dead_grads.get(key) if self._dead_grads else None
-                run_key = self._dead_keys.get(key, key) if dead else key
-                program = self.programs.get(run_key)
-            except TypeError:
-                raise JitArgumentError(
-                    "torchlax.jit treats non-tensor arguments as static values, which must be "
-                    "hashable; got an unhashable one. Pass arrays as tensors and other values "
-                    "as hashable Python objects (tuples, not lists)."
-                ) from None
-            if program is None:
-                program = self.programs[run_key] = _Program(self, configuration, checks, in_layouts)
-            run_state = state.without_grads(dead) if dead else state
-            run = _Run(self, layout, run_state, plain, call, inputs, in_layouts, checks, program)
-            if run.info.trains and any(t.requires_grad for t in inputs):
-                raise _argument_requiring_grad_error(self, inputs)
-            if not run.info.trains or run.entry.jaxpr is None or dead is not None:
-                return run  # (no jaxpr kept in checked mode)
-            # The first trace of this step: the .grads it discards unread are left out, by this
-            # call (its program not compiled yet) and later ones (without_dead_grads).
-            dead = self._dead_grads[key] = _unread_grads(run.entry, state)
-            if not dead:
-                return run
-            shared = without_dead_grads(self.programs, key, run.entry, state, dead)
-            if shared is not None:
-                self._dead_keys[key] = shared
+        try:
+            # (a forward never has dead .grads: no second hash of its key)
+            dead = self._dead_grads.get(key) if self._dead_grads else None
+            run_key = self._dead_keys.get(key, key) if dead else key
+            program = self.programs.get(run_key)
+        except TypeError:
+            raise JitArgumentError(
+                "torchlax.jit treats non-tensor arguments as static values, which must be "
+                "hashable; got an unhashable one. Pass arrays as tensors and other values "
+                "as hashable Python objects (tuples, not lists)."
+            ) from None
+        if program is None:
+            program = self.programs[run_key] = _Program(self, configuration, checks, in_layouts)
+        run_state = state.without_grads(dead) if dead else state
+        run = _Run(self, layout, run_state, plain, call, inputs, in_layouts, checks, program)
+        if run.info.trains and any(t.requires_grad for t in inputs):
+            raise _argument_requiring_grad_error(self, inputs)
+        if not run.info.trains or run.entry.jaxpr is None or dead is not None:
+            return run  # (no jaxpr kept in checked mode)
+        # The first trace of this step: the .grads it discards unread are left out, by this
+        # call (its program not compiled yet) and later ones (without_dead_grads).
+        dead = self._dead_grads[key] = _unread_grads(run.entry, state)
+        if not dead:
+            return run
+        shared = without_dead_grads(self.programs, key, run.entry, state, dead)
+        if shared is not None:
+            self._dead_keys[key] = shared
+        return self._prepared(call, leaves, plain, layout)  # (now over the state less them)
 
     def _arguments(self, call: tuple, leaves: list, plain: bool, layout: _Layout) -> tuple:
         """The call's tensors, what its arguments give the program's key, and its
@@ -216,7 +216,6 @@ class _Jitted:
         if plan is None or plan.entry is not run.entry or plan.layout is not run.layout:
             plan = _ForwardPlan(run) if run.forward else _StepPlan(run, self.donate_state)
             self._plans[run.forward] = plan
-
         return plan
 
     def _eager(self, args, kwargs, optimizers=()):
@@ -313,11 +312,8 @@ def _lent(jitted: _Jitted, found: list):
                         entries[name] = value.cpu()
 
 
-def _borrowed(args_kwargs: tuple) -> tuple:
-    """The call's arguments with each CPU tensor a torchlax Tensor over its memory."""
-    return pytree.tree_map_only(
-        torch.Tensor, lambda x: x if isinstance(x, Tensor) else Tensor(_borrow(x)), args_kwargs
-    )
+def _borrowed(x: torch.Tensor) -> Tensor:
+    return x if isinstance(x, Tensor) else Tensor(_borrow(x))
 
 
 def _optimizer_state_missing(optimizers) -> bool:
@@ -352,16 +348,9 @@ class _Run:
         self.arrays = [_borrow(t) for t in self.cpu_tensors] + _input_arrays(inputs, in_layouts)
         self.on_jax = bool(state.storages) or any(isinstance(t, Tensor) for t in inputs)
         self.signature = (jitted._state_signature(self.state_arrays), _signature(self.arrays))
-        # A step that trains runs the donating program, a forward the other: guessed from the
-        # optimizers until the first trace tells, and checked on each new signature.
-        forward = program.trains is False or (program.trains is None and not state.optimizers)
         call_args = (self.state_arrays, self.lr_arrays, self.arrays)
-        entry = program.entry(self.signature, state, call_args, forward)
-        if entry.info.trains == forward:  # the guess was wrong: the other program's entry
-            forward = not forward
-            entry = program.entry(self.signature, state, call_args, forward)
-        self.entry, self.info, self.forward = entry, entry.info, forward
-        program.trains = entry.info.trains
+        self.entry, self.forward = program.entry(self.signature, state, call_args)
+        self.info = self.entry.info
 
     def grad_mask(self) -> tuple | None:
         """Per tensor of ``tensors()``, whether autograd differentiates the call by it; None

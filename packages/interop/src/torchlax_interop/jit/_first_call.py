@@ -30,12 +30,9 @@ def first_call(jitted: Any, optimizers: list, args: tuple, kwargs: dict) -> Any:
     ``.grad``), compiled, the next call's program compiled by the time it returns; run eagerly
     where its trace is refused or reads a value on the host (Rprop's ``lr.item()``)."""
     with op_cache_compiling_nothing():
-        steady = None
         try:
             first = _compile_ahead(jitted, args, kwargs, FIRST)
-            sharding = _one_device(jitted, first)
-            if sharding is not None:
-                steady = _steady_ahead(jitted, first, sharding, args, kwargs)
+            steady = _steady_ahead(jitted, first, args, kwargs)
             first.entry.executable  # noqa: B018  (waits for it here, not in the launch)
             out = jitted._call(args, kwargs)
         except (JitError, RuntimeError, jax.errors.ConcretizationTypeError) as error:
@@ -47,7 +44,7 @@ def first_call(jitted: Any, optimizers: list, args: tuple, kwargs: dict) -> Any:
                 error,
             )
             return jitted._eager(args, kwargs, optimizers)
-        if steady is None:  # (no stand-ins: traced over the state the call left)
+        if steady is None:  # (not ahead: traced over the state the call left)
             steady = _compile_ahead(jitted, args, kwargs, True)
         error = steady and steady.entry.wait_compiled()
         if error is not None:
@@ -80,23 +77,18 @@ def _not_ahead(error: BaseException) -> None:
     )
 
 
-def _one_device(jitted: Any, run: Any) -> Any:
-    """The one device's sharding that holds every array of a training step's call (where the
-    stand-ins go), or None where stand-ins cannot say what the state after it is: nothing
-    trained, CPU state, several devices or sharded, no jaxpr kept (checked mode)."""
-    if not run.info.trains or jitted._cpu_outputs or run.cpu_tensors:  # (a forward, CPU state)
-        return None
-    shardings = {getattr(a, "sharding", None) for a in (*run.state_arrays, *run.arrays)}
-    if len(shardings) != 1 or run.entry.jaxpr is None:
-        return None
-    (sharding,) = shardings
-    return sharding if isinstance(sharding, jax.sharding.SingleDeviceSharding) else None
-
-
-def _steady_ahead(jitted: Any, first: Any, sharding: Any, args: tuple, kwargs: dict) -> Any:
+def _steady_ahead(jitted: Any, first: Any, args: tuple, kwargs: dict) -> Any:
     """The steady step traced over the state ``first`` (the first call's ``_Run``) will leave,
-    stand-ins on ``sharding`` for what it creates, and compiling; the state put back after."""
+    stand-ins for what it creates on the one device that holds every array of the call, and
+    compiling; the state put back after. None where stand-ins cannot say what that state is:
+    nothing trained, CPU state, several devices or sharded, no jaxpr kept (checked mode)."""
     state, info, entry = first.state, first.info, first.entry
+    if not info.trains or jitted._cpu_outputs or first.cpu_tensors or entry.jaxpr is None:
+        return None
+    shardings = {getattr(a, "sharding", None) for a in (*first.state_arrays, *first.arrays)}
+    sharding = shardings.pop() if len(shardings) == 1 else None
+    if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return None
     _, new_types, extra_types = jax.tree.unflatten(entry.out_tree, entry.jaxpr.out_avals)
     before = _Held(state)
     new_storages = [

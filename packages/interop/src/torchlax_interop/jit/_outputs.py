@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.utils import _pytree as pytree
-from torchlax_core.internal import output_tensors
+from torchlax_core import Tensor
+from torchlax_core.internal import output_tensors, returned_in_memory_order
 
 from .._call_jax import _give_back
-from ._inputs import _SLOT
+from ._inputs import _SLOT, _traced_array
 from ._objects import ObjectOutput
 from ._objects import find as find_object_output
 from ._refusals import _owner
@@ -40,10 +41,12 @@ def _returned(info: _Info, outputs: list):
     return pytree.tree_unflatten(flat_out, info.out_spec)
 
 
-def _output_plan(out, out_flat: list, stateful: set, jitted) -> tuple[tuple, list]:
-    """Per output leaf, ``_SLOT`` (a tensor), an ``ObjectOutput`` (an object holding tensors
-    computed in the trace: they are outputs too) or the leaf (a constant); and the output
-    tensors, in the program's order."""
+def _output_plan(out, stateful: set, jitted) -> tuple:
+    """The tree of the traced step's output ``out``; per leaf, ``_SLOT`` (a tensor), an
+    ``ObjectOutput`` (an object holding tensors computed in the trace: they are outputs too) or
+    the leaf (a constant); the output tensors' arrays, in the program's order; and the memory
+    order each is returned in (``returned_in_memory_order``; ``()`` where none is)."""
+    out_flat, out_spec = pytree.tree_flatten(out)
     statics: list = []
     tensors: list = []
     for i, x in enumerate(out_flat):
@@ -57,7 +60,13 @@ def _output_plan(out, out_flat: list, stateful: set, jitted) -> tuple[tuple, lis
         else:
             statics.append(found[0])
             tensors.extend(found[1])
-    return tuple(statics), tensors
+    returned = [
+        returned_in_memory_order(x) if isinstance(x, Tensor) else (_traced_array(x), None)
+        for x in tensors
+    ]
+    orders = tuple(order for _, order in returned)
+    arrays = [array for array, _ in returned]
+    return out_spec, tuple(statics), arrays, orders if any(o is not None for o in orders) else ()
 
 
 def _leaf_name(out, i: int) -> str:

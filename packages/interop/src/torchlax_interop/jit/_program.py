@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import itertools
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -29,7 +28,6 @@ from torchlax_core.internal import (
     array_of,
     float32_matmul_precision,
     get_logger,
-    returned_in_memory_order,
     state_lock,
     storage_of,
     traced_input,
@@ -98,29 +96,20 @@ class _Program:
 
     def __init__(self, jitted: _Jitted, configuration: tuple, checks: bool, in_layouts=None):
         self.jitted = jitted
-        # (the tree of the arguments, each leaf's _SLOT / _STATIC / value, the static values)
-        self.configuration = configuration
+        # the tree of the arguments, each leaf's _SLOT / _STATIC / value, the static values
         self.in_spec, self.statics, self.static_values = configuration
         self.in_layouts = in_layouts  # per input: None or (strides, order): _input_layouts
         self.checks = checks  # Config.checked (checkify; the state is then not donated)
         self._state: _StateSet | None = None
-
         # The key input is raw key data, made on the host (a typed key would be one more JAX
         # dispatch per call). The forward's jaxprs are kept in checked mode too: autograd
-        # differentiates them.
-        def compiled(fn: Callable, donate: tuple = (), keep_jaxpr: bool = not checks):
-            return CompiledProgram(
-                _owner(jitted),
-                fn,
-                donate_argnums=donate,
-                checks=checks,
-                keep_jaxpr=keep_jaxpr,
-                key_data=True,
-            )
-
-        self.core = compiled(self._traced, (0,) if jitted.donate_state else ())
-        self.forward_core = compiled(
-            functools.partial(self._traced, all_storages=False), keep_jaxpr=True
+        # differentiates them. (The step's donation is set by entry().)
+        self.core = CompiledProgram(
+            _owner(jitted), self._traced, checks=checks, keep_jaxpr=not checks, key_data=True
+        )
+        forward = functools.partial(self._traced, all_storages=False)
+        self.forward_core = CompiledProgram(
+            _owner(jitted), forward, checks=checks, keep_jaxpr=True, key_data=True
         )
         self.trains: bool | None = None  # learned by the first trace
         # Autograd: forwards run the plain program until a first backward() (which recomputes
@@ -155,14 +144,7 @@ class _Program:
                 out, constants, eager_backward, reads_host_grad = run_watched(
                     self.jitted, cpu_state, args, kwargs, state
                 )
-                out_flat, out_spec = pytree.tree_flatten(out)
-                out_statics, out_tensors = _output_plan(out, out_flat, set(swap.ids), self.jitted)
-                returned = [
-                    returned_in_memory_order(x)
-                    if isinstance(x, Tensor)
-                    else (_traced_array(x), None)
-                    for x in out_tensors
-                ]
+                outputs = _output_plan(out, set(swap.ids), self.jitted)
                 new_storages = [s.array for s in state.storages]
                 extra: list = []
                 slots, entry_names = swap.slots(extra)
@@ -176,7 +158,7 @@ class _Program:
             ]
         cpu_changed = tuple(new is not old for new, old in zip(cpu_new, arrays, strict=False))
         extra.extend(new for new, c in zip(cpu_new, cpu_changed, strict=True) if c)
-        out_orders = tuple(order for _, order in returned)
+        out_spec, out_statics, out_arrays, out_orders = outputs
         info = _Info(
             out_spec,
             out_statics,
@@ -186,12 +168,12 @@ class _Program:
             tuple(swap.scheduler_steps[id(s)] for s in state.schedulers),
             cpu_changed,
             swap.trains(slots, changed),
-            out_orders if any(o is not None for o in out_orders) else (),
+            out_orders,
             constants,
             eager_backward,
             reads_host_grad,
         )
-        return ([array for array, _ in returned], new_storages, extra), info
+        return (out_arrays, new_storages, extra), info
 
     def _arguments(self, arrays: list, state: _StateSet) -> tuple:
         """The step's arguments on tracers of ``arrays`` (the state's CPU tensors of a module
@@ -208,35 +190,45 @@ class _Program:
         ]
         return cpu_state, *pytree.tree_unflatten(flat, self.in_spec)
 
-    def _traced_vjp(self, selection: tuple, precision: str, diff, other, lr_arrays, key):
+    def _traced_vjp(self, selection: tuple, precision: str, arrays, lr_arrays, key):
         """The outputs of ``selection``'s entry (``(mask, entry)``, static: keyed by the
-        entry's identity), its vjp by the ``diff`` arrays and its other results, from its
-        jaxpr (a pure function: no Python is traced again). ``precision`` is unused: a static
-        argument, it keys jax.jit's cache on the mode, as the entry is."""
+        entry's identity), its vjp by the ``arrays`` (state, then the others) its mask selects
+        and its other results, from its jaxpr (a pure function: no Python is traced again).
+        ``precision`` is unused: a static argument, it keys jax.jit's cache on the mode, as
+        the entry is."""
         mask, entry = selection
         n_state = len(entry.info.changed)
         checks = self.checks
 
         def forward(diff):
-            diff_, other_ = iter(diff), iter(other)
-            merged = [next(diff_) if m else next(other_) for m in mask]
+            diff_ = iter(diff)
+            merged = [next(diff_) if m else a for a, m in zip(arrays, mask, strict=True)]
             results = _evaluated(entry, merged[:n_state], lr_arrays, merged[n_state:], key)
             error, (outs, new_storages, extra) = results if checks else (None, results)
             return outs, (new_storages, extra, error)
 
+        diff = [a for a, m in zip(arrays, mask, strict=True) if m]
         outs, vjp, aux = jax.vjp(forward, diff, has_aux=True)
         return outs, *aux, vjp
 
-    def entry(self, signature, state: _StateSet, args: tuple, forward: bool = False) -> Entry:
-        """This signature's entry (traced now if new: its ``info`` says what the step does):
-        of the forward program (``forward``: nothing donated) or of the donating one."""
+    def entry(self, signature, state: _StateSet, args: tuple) -> tuple[Entry, bool]:
+        """This signature's entry (traced now if new: its ``info`` says what the step does), and
+        whether it is the forward program's (nothing donated) or the donating one's: a step
+        that trains runs the latter, guessed from the optimizers until the first trace tells,
+        and checked on each new signature."""
         self._state = state  # read by the trace; the caller holds _trace_lock
-        if forward:
-            core = self.forward_core
-        else:
-            # The state is donated unless the step runs on lent CPU memory (read when tracing).
-            core = self.core
-            core.donate_argnums = (0,) if self.jitted.donate_state else ()
+        forward = self.trains is False or (self.trains is None and not state.optimizers)
+        entry = self._entry(signature, args, forward)
+        if entry.info.trains == forward:  # the guess was wrong: the other program's entry
+            forward = not forward
+            entry = self._entry(signature, args, forward)
+        self.trains = entry.info.trains
+        return entry, forward
+
+    def _entry(self, signature, args: tuple, forward: bool) -> Entry:
+        core = self.forward_core if forward else self.core
+        # The state is donated unless the step runs on lent CPU memory (read when tracing).
+        core.donate_argnums = (0,) if self.jitted.donate_state and not forward else ()
         derived, self.derived = self.derived, None
         entry = core.entry(signature, args, derived)
         constants = entry.info.constants
@@ -421,9 +413,8 @@ def without_dead_grads(
     """Where the step traced at ``key`` over ``state`` (``entry``: that trace, dropped) runs
     less the ``.grad``s at positions ``dead`` it discards unread: the key of the state without
     them, returned, where its program computes the same equations (a resumed process's first
-    call; the step's Python may branch on a ``.grad`` being ``None``); else ``key``'s own
-    program (None), whose entry at that signature is derived from ``entry`` (``_without``),
-    not traced again."""
+    call; the step's Python may branch on a ``.grad`` being ``None``); else (None) ``key``'s
+    own program, its next entry derived from ``entry`` (``_without``), not traced again."""
     spec, statics, values, (grads, static), *rest = key
     present = tuple(g and i not in dead for i, g in enumerate(grads))
     without = (spec, statics, values, (present, static), *rest)
@@ -444,8 +435,7 @@ def without_dead_grads(
 def _without(source: Entry, drop: tuple[int, ...], state_arrays, lr_arrays, arrays) -> tuple:
     """The results and ``_Info`` of ``source``'s program over the state less the storages at
     ``drop`` (``.grad``s it discards unread): its jaxpr evaluated, storage indices renumbered."""
-    closed, info = source.jaxpr, source.info
-    assert closed is not None  # (no dead .grads are looked for in checked mode)
+    info = source.info
     full = list(state_arrays)
     for i in drop:
         full.insert(i, None)  # (never read: _unread_grads)
