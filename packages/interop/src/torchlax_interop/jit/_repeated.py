@@ -291,7 +291,7 @@ class _StepPlan(_JitPlan):
         # what the call left, re-checked by identity on the next
         self.state_arrays = written
         self.grads: list = grads
-        self.values: list = _state_values(self.layout)
+        self.values = list(chain.from_iterable(map(dict.values, self.layout.entry_dicts)))
 
     def record(self, run: _Run) -> _StepPlan:
         super().record(run)
@@ -299,13 +299,12 @@ class _StepPlan(_JitPlan):
         self._remember(self.state_arrays, list(map(_GRAD, state.grads)))
         grads, dicts = state.grads, self.layout.entry_dicts
 
-        def live() -> tuple:  # each .grad and optimizer state value, and what the last call left
-            return chain(map(_GRAD, grads), chain.from_iterable(map(dict.values, dicts))), chain(
-                self.grads, self.values
-            )
+        def live() -> tuple:  # each .grad and optimizer state value; what the last call left
+            now = chain(map(_GRAD, grads), chain.from_iterable(map(dict.values, dicts)))
+            return now, chain(self.grads, self.values)
 
-        # (the arguments hold no state: all tensors, as recorded.) The values compared by
-        # identity are the tensors the last write-back left, where it leaves no None.
+        # (the arguments hold no state: all tensors, as recorded.) An optimizer state tensor is
+        # still one where it is the very one the last write-back left, unless that may be None.
         typed = any(kind == _NONE for _, _, kind, _ in self.write_plan[1])
         self.holds = self.layout.forward_guard(None, live, typed)
         return self
@@ -344,11 +343,6 @@ def _next_state_is(layout: _Layout, state: _StateSet) -> bool:
 
 def _same_objects(now: list, then: list) -> bool:
     return len(now) == len(then) and all(map(is_, now, then))
-
-
-def _state_values(layout: _Layout) -> list:
-    """Every optimizer state value, in the layout's order of their dicts."""
-    return list(chain.from_iterable(map(dict.values, layout.entry_dicts)))
 
 
 def _write_state(
