@@ -63,7 +63,7 @@ def test_steps_run_one_plan_whose_refused_launch_leaves_the_state_as_it_was():
             jstep._last.plan = None  # pyright: ignore[reportFunctionMemberAccess]  (the general path)
         with pytest.raises(ProgramOutOfMemoryError, match="ran out of memory"):
             jstep(x, y)
-        # Nothing was launched: nothing written, nothing lost (the dropped .grads put back).
+        # Nothing was launched: nothing written, nothing lost (the .grads left in place).
         assert all(map(torch.equal, _values(model, opt), before)), path
         plan.plain = (launcher, key)
         jstep(x, y)  # the next call works

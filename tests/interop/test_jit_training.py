@@ -359,8 +359,18 @@ def _replace_grad(model, opt):
 
 @pytest.mark.parametrize(
     "zero_grad, changes",
-    [(True, {3: _replace_exp_avg}), (False, {3: _replace_grad})],
-    ids=["optimizer-state-value-replaced", "accumulated-grad-replaced"],
+    [
+        (True, {3: _replace_exp_avg}),
+        (False, {3: _replace_grad}),
+        (True, {3: _replace_grad}),  # (a .grad the step discards unread: set all the same)
+        (True, {3: _replace_exp_avg, 4: _replace_grad}),
+    ],
+    ids=[
+        "optimizer-state-value-replaced",
+        "accumulated-grad-replaced",
+        "discarded-grad-replaced",
+        "state-then-grad-replaced",
+    ],
 )
 def test_repeated_step_follows_what_its_shortcut_checks(zero_grad, changes, repeated_steps):
     # A training step that repeats the last call's program over the same state objects skips

@@ -37,7 +37,14 @@ from torchlax_core.internal import (
 from ._autograd import differentiable_call, eager_call
 from ._outputs import _returned, _to_tensors
 from ._program import _KEPT, _NEW, _NONE, _Info, _params
-from ._state import _GRAD, _REQUIRES_GRAD, _Layout, _StateSet, mapping_get
+from ._state import (
+    _GRAD,
+    _NO_TORCH_FUNCTION,
+    _REQUIRES_GRAD,
+    _Layout,
+    _StateSet,
+    mapping_get,
+)
 from ._watch import ReadConstants
 
 if TYPE_CHECKING:
@@ -258,25 +265,16 @@ class _StepPlan(_JitPlan):
 
     def step(self, state: _StateSet, call_args: tuple) -> Any:
         """Run the entry on ``call_args`` into ``state``'s objects, all or nothing; the output
-        arrays. The ``.grad``s the step discards unread are dropped for the launch."""
+        arrays. (The ``.grad``s the step discards unread are no inputs: the write-back replaces
+        them.)"""
         if self.donated and not all(map(_EXCLUSIVE, state.storages)):
             # (each storage exclusive: its array a program's result no one else has seen, in
             # no other storage: donated as it is, as donatable would)
             exclusive = list(map(_EXCLUSIVE, state.storages))
             call_args = (donatable(call_args[0], exclusive), *call_args[1:])
-        dead = [state.grads[i] for i in state.dead_grads]
-        args = (state, [0] * len(state.schedulers), dead, list(map(_GRAD, dead)))
+        args = (state, [0] * len(state.schedulers))
         with x64():  # the learning rates are numpy scalars: float64 ones stay float64
             return self.run(args, call_args)[0]
-
-    def prepare(self, args: Sequence) -> None:
-        for p in args[2]:
-            p.grad = None  # dropped before the program runs: not alive in it
-
-    def undo(self, args: Sequence) -> None:
-        for p, grad in zip(args[2], args[3], strict=True):
-            if p.grad is not grad:
-                p.grad = grad
 
     def write_back(self, args: Sequence, results: Any) -> None:
         """The run's new state written, what it left remembered for the next call's guard, the
@@ -293,22 +291,22 @@ class _StepPlan(_JitPlan):
         # what the call left, re-checked by identity on the next
         self.state_arrays = written
         self.grads: list = grads
-        self.values: list = _state_values(self.layout)
+        self.values = list(chain.from_iterable(map(dict.values, self.layout.entry_dicts)))
 
     def record(self, run: _Run) -> _StepPlan:
         super().record(run)
         state = self.state = run.state
         self._remember(self.state_arrays, list(map(_GRAD, state.grads)))
-        layout, grads = self.layout, state.grads
+        grads, dicts = state.grads, self.layout.entry_dicts
 
-        def holds() -> bool:  # (the arguments hold no state: all tensors, as recorded)
-            return (
-                layout.holds([])
-                and all(map(is_, map(_GRAD, grads), self.grads))
-                and _same_objects(_state_values(layout), self.values)
-            )
+        def live() -> tuple:  # each .grad and optimizer state value; what the last call left
+            now = chain(map(_GRAD, grads), chain.from_iterable(map(dict.values, dicts)))
+            return now, chain(self.grads, self.values)
 
-        self.holds = holds
+        # (the arguments hold no state: all tensors, as recorded.) An optimizer state tensor is
+        # still one where it is the very one the last write-back left, unless that may be None.
+        typed = any(kind == _NONE for _, _, kind, _ in self.write_plan[1])
+        self.holds = self.layout.forward_guard(None, live, typed)
         return self
 
     def repeat(self, arrays: list) -> Any:
@@ -347,11 +345,6 @@ def _same_objects(now: list, then: list) -> bool:
     return len(now) == len(then) and all(map(is_, now, then))
 
 
-def _state_values(layout: _Layout) -> list:
-    """Every optimizer state value, in the layout's order of their dicts."""
-    return list(chain.from_iterable(map(dict.values, layout.entry_dicts)))
-
-
 def _write_state(
     state: _StateSet, info: _Info, new_storages, extra, plan: list, fresh: bool = False
 ) -> list:
@@ -365,14 +358,15 @@ def _write_state(
     owners = state.owners
     made = _new_tensors(extra, plan[3], fresh)
     grads = []
-    for p, kind, index in plan[0]:
-        if kind == _NEW:
-            grad = p.grad = made[index]  # (a new tensor: no need to read whether p holds it)
-        else:
-            grad = None if kind == _NONE else owners[index]
-            if p.grad is not grad:  # the setter's checks cost more than this test
-                p.grad = grad
-        grads.append(grad)
+    with _NO_TORCH_FUNCTION():  # (torch's look for an override, on each .grad read and set)
+        for p, kind, index in plan[0]:
+            if kind == _NEW:
+                grad = p.grad = made[index]  # (a new tensor: no need to read whether p holds it)
+            else:
+                grad = None if kind == _NONE else owners[index]
+                if p.grad is not grad:  # the setter's checks cost more than this test
+                    p.grad = grad
+            grads.append(grad)
     dicts, names, kept, get = plan[2]
     if not all(map(is_, map(get, dicts, names), map(owners.__getitem__, kept))):
         for values, name, index in zip(dicts, names, kept, strict=True):

@@ -43,6 +43,7 @@ _GLOBAL_HOOK_DICTS = (  # mutated in place by torch's register_module_*_hook, ne
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
+_END = (object(),)  # the last object of both sides of a guard's pass (forward_guard)
 _STATEFUL = (torch.nn.Module, torch.optim.Optimizer, _Scheduler)
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
@@ -208,11 +209,16 @@ class _Layout:
             return False
         return self._holds()
 
-    def forward_guard(self, state: _StateSet | None) -> Callable[[], bool]:
+    def forward_guard(
+        self, state: _StateSet | None, live: Callable[[], tuple] | None = None, typed: bool = True
+    ) -> Callable[[], bool]:
         """The snapshot's check (``holds()`` less the arguments') as one function over local
         names, in C-level passes by identity (each call runs it with cold caches, where every
         lookup costs several times its warm cost: benchmarks/README.md); with ``state`` (the
-        repeated forward's), also ``reused(state)``."""
+        repeated forward's), also ``reused(state)``. ``live()``: the caller's own objects to
+        compare by identity in the same pass, ``(now, expected)`` (a step's ``.grad``s and
+        optimizer state values); ``typed=False`` leaves out the snapshot's check that each
+        optimizer state tensor is still one, for a caller whose ``live`` compares them."""
         layout, forward, snapshot = self, state is not None, self.snapshot
         # Each reader's rows as columns: (reader, *argument columns, values expected)
         reads = [(reader, *zip(*rows)) for (reader, _), rows in snapshot.reads.items()]
@@ -222,7 +228,8 @@ class _Layout:
         sequences = tuple(s for s, _ in snapshot.sequences)
         lengths = tuple(len(items) for _, items in snapshot.sequences)
         filled = tuple(s for s, items in snapshot.sequences if items)
-        mappings, keys = tuple(zip(*snapshot.tensor_entries)) or ((), ())
+        entries = snapshot.tensor_entries if typed else ()
+        mappings, keys = tuple(zip(*entries)) or ((), ())
         expected = (  # in the order holds() reads them
             *chain.from_iterable(items for s, items in snapshot.sequences if items),
             *chain.from_iterable(columns[-1] for columns in reads),
@@ -236,6 +243,7 @@ class _Layout:
                 return False
             if tuple(map(len, sequences)) != lengths:
                 return False
+            now, then = live() if live is not None else ((), ())
             try:
                 with _NO_TORCH_FUNCTION():
                     return all(
@@ -245,8 +253,10 @@ class _Layout:
                                 chain.from_iterable(filled),
                                 chain.from_iterable(starmap(map, table)),
                                 map(isinstance, map(getitem, mappings, keys), repeat(Tensor)),
+                                now,
+                                _END,
                             ),
-                            expected,
+                            chain(expected, then, _END),  # (_END: as many compared)
                         )
                     )
             except (AttributeError, KeyError):  # (a tensor swapped for one no torchlax Tensor)
