@@ -107,11 +107,12 @@ def _buffers(lines: list[str]) -> list[tuple[int, int, int, str]]:
     return buffers
 
 
-def hlo_live(path: Path, top: int = 15) -> None:
-    """What is alive at the scheduled program's peak, grouped by shape (``--live``)."""
-    entry = re.search(r"^ENTRY .*?^}", path.read_text(), re.S | re.M)
+def live_at_peak(text: str) -> tuple[int, int, list[tuple[int, int, int, str]]]:
+    """(peak bytes, the instruction where it is reached, the buffers alive there) of an
+    optimized HLO module's scheduled entry computation (``_buffers``)."""
+    entry = re.search(r"^ENTRY .*?^}", text, re.S | re.M)
     if entry is None:
-        raise SystemExit(f"{path}: no ENTRY computation (not an HLO module's text?)")
+        raise SystemExit("no ENTRY computation (not an HLO module's text?)")
     buffers = _buffers(entry.group(0).splitlines()[1:])
     delta: collections.Counter = collections.Counter()
     for first, end, size, _ in buffers:
@@ -122,10 +123,15 @@ def hlo_live(path: Path, top: int = 15) -> None:
         live += delta[t]
         if live > peak:
             peak, at = live, t
+    return peak, at, [b for b in buffers if b[0] <= at <= b[1]]
+
+
+def hlo_live(path: Path, top: int = 15) -> None:
+    """What is alive at the scheduled program's peak, grouped by shape (``--live``)."""
+    peak, at, alive = live_at_peak(path.read_text())
     groups: collections.Counter = collections.Counter()
-    for first, end, size, shape in buffers:
-        if first <= at <= end:
-            groups[shape] += size
+    for _, _, size, shape in alive:
+        groups[shape] += size
     print(f"== {path.name}: {peak / 2**30:.2f} GiB of temporaries alive at instruction {at}")
     for shape, n in groups.most_common(top):
         print(f"   {n / 2**30:7.3f} GiB  {shape}")
