@@ -125,7 +125,9 @@ def gelu(self, *, approximate="none"):
     return _gelu(self, approximate)
 
 
-@lowering(aten.gelu_backward.default, opmath=True)
+# (fenced: XLA would merge the float32 GELU of the forward and this one's, and keep it from
+# the forward to the backward in a program holding both)
+@lowering(aten.gelu_backward.default, opmath=True, fenced=True)
 def gelu_backward(grad_output, self, *, approximate="none"):
     return _vjp(lambda x: _gelu(x, approximate), self, grad_output)
 
