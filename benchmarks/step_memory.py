@@ -10,18 +10,20 @@ bf16 model (weights random, from a config, dropout 0), jitted whole and called t
 the steady step's executable (the one that takes the optimizer's state as arguments), it
 reports XLA's ``memory_analysis`` (temporaries; peak = arguments + outputs - donated aliases +
 temporaries), how long XLA took to compile it (wall time, in the thread that compiled it: the
-first call compiles the steady step's program beside its own), what is alive at its peak
+first call compiles the steady step's program beside its own; torchlax's persistent compilation
+cache off unless ``TORCHLAX_COMPILATION_CACHE`` says otherwise), what is alive at its peak
 (``tpu_profile_report.live_at_peak``: the scheduled entry computation's buffers from their
-instruction to their last use), and how many float32 arrays of an activation's shape are among
-them: on any backend, where the peak is the start of the backward pass, those are float32
-copies of activations kept from the forward for the backward, which PyTorch keeps in bf16.
+instruction to their last use), and how many float32 arrays as large as an activation are among
+them: float32 copies of activations kept from the forward for the backward (PyTorch keeps bf16
+ones), and on the CPU also the operands of bf16 weight-gradient products, which XLA's CPU
+backend up-casts and computes in float32 (the TPU does not).
 
 Models: ``mlp``, ``--layers`` residual blocks ``x + fc2(act(fc1(ln(x))))`` (width ``--width``,
 hidden 4 x width) under a float32 mean-square loss, batch ``--batch`` x ``--seq`` rows;
-``gpt2``, transformers' GPT2LMHeadModel (``--activation``: transformers' name,
-``gelu_new`` as in GPT-2's own config, ``gelu_pytorch_tanh`` for ``F.gelu(approximate="tanh")``)
-with ``labels=`` the input ids. ``--hlo PATH`` keeps the optimized HLO text (the input of
-``tpu_profile_report.py --live``).
+``gpt2``, transformers' GPT2LMHeadModel with ``labels=`` the input ids. ``--activation`` is a
+transformers activation name: ``gelu_new`` (GPT-2's own, written as elementwise ops),
+``gelu`` (``F.gelu``), ``gelu_pytorch_tanh`` (``F.gelu(approximate="tanh")``), ``silu``, ...
+``--hlo PATH`` keeps the optimized HLO text (the input of ``tpu_profile_report.py --live``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import math
+import os
 import re
 import sys
 import time
@@ -38,17 +41,23 @@ from typing import Any
 import jax
 import torch
 from torch import nn
+from transformers.activations import ACT2FN
 
+# Every compile timed is a compile: torchlax's persistent cache (on where torchlax_core is
+# imported) would load a program an earlier run compiled.
+os.environ.setdefault("TORCHLAX_COMPILATION_CACHE", "off")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tpu_profile_report import live_at_peak  # noqa: E402  (benchmarks/: a script beside this one)
 
 
 class Block(nn.Module):
+    """``x + fc2(act(fc1(ln(x))))``, ``act`` transformers' activation of that name."""
+
     def __init__(self, width: int, activation: str):
         super().__init__()
         self.ln = nn.LayerNorm(width)
         self.fc1 = nn.Linear(width, 4 * width)
-        self.act = nn.GELU(approximate="tanh" if activation == "gelu_pytorch_tanh" else "none")
+        self.act = ACT2FN[activation]
         self.fc2 = nn.Linear(4 * width, width)
 
     def forward(self, x):
@@ -175,8 +184,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--hlo", default="", help="write the steady step's optimized HLO here")
     args = p.parse_args(argv)
-    if args.model == "mlp" and args.activation == "gelu_new":
-        args.activation = "gelu"
     compiled, seconds = steady_step(args)
     text = compiled.as_text()
     if args.hlo:
