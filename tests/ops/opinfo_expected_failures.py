@@ -51,13 +51,6 @@ EXPECTED_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {
         "eager",
     ): "one element 1.9e-5 from PyTorch (tolerance 1e-5); PyTorch's own float32 result is 1.9e-5 "
     "from the float64 answer there, torchlax's is closer",
-    (
-        "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
-        None,
-        "float32",
-        "jit",
-    ): "one element 1.4e-5 from PyTorch (tolerance 1e-5) under jit, as eagerly (above): "
-    "PyTorch's own float32 result is off the float64 answer there",
     # data-dependent work a JAX trace cannot do
     (
         "as_strided",

@@ -35,8 +35,17 @@ def _cpu_flags() -> set[str]:
 
 MACHINE_FAILURES: dict[tuple[str, str | None, str | None, str], str] = {}
 
+_SDPA_FOR_CPU_F32_JIT = (
+    "on an AVX-512 CPU one element is 1.4e-5 from PyTorch (tolerance 1e-5) under jit, as "
+    "eagerly on every CPU (opinfo_expected_failures.py): PyTorch's own float32 result is off "
+    "the float64 answer there; XLA's AVX2 code lands within the tolerance"
+)
+
 if "avx512f" in _cpu_flags():
     MACHINE_FAILURES[("nn.functional.grid_sample", None, "float16", "eager")] = _GRID_SAMPLE_F16
+    MACHINE_FAILURES[
+        ("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", None, "float32", "jit")
+    ] = _SDPA_FOR_CPU_F32_JIT
 
 if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
     for _n in (1, 2, 3):
