@@ -107,12 +107,11 @@ def _buffers(lines: list[str]) -> list[tuple[int, int, int, str]]:
     return buffers
 
 
-def live_at_peak(text: str) -> tuple[int, int, list[tuple[int, int, int, str]]]:
-    """(peak bytes, the instruction where it is reached, the buffers alive there) of an
-    optimized HLO module's scheduled entry computation (``_buffers``)."""
-    entry = re.search(r"^ENTRY .*?^}", text, re.S | re.M)
+def hlo_live(path: Path, top: int = 15) -> None:
+    """What is alive at the scheduled program's peak, grouped by shape (``--live``)."""
+    entry = re.search(r"^ENTRY .*?^}", path.read_text(), re.S | re.M)
     if entry is None:
-        raise SystemExit("no ENTRY computation (not an HLO module's text?)")
+        raise SystemExit(f"{path}: no ENTRY computation (not an HLO module's text?)")
     buffers = _buffers(entry.group(0).splitlines()[1:])
     delta: collections.Counter = collections.Counter()
     for first, end, size, _ in buffers:
@@ -123,15 +122,10 @@ def live_at_peak(text: str) -> tuple[int, int, list[tuple[int, int, int, str]]]:
         live += delta[t]
         if live > peak:
             peak, at = live, t
-    return peak, at, [b for b in buffers if b[0] <= at <= b[1]]
-
-
-def hlo_live(path: Path, top: int = 15) -> None:
-    """What is alive at the scheduled program's peak, grouped by shape (``--live``)."""
-    peak, at, alive = live_at_peak(path.read_text())
     groups: collections.Counter = collections.Counter()
-    for _, _, size, shape in alive:
-        groups[shape] += size
+    for first, end, size, shape in buffers:
+        if first <= at <= end:
+            groups[shape] += size
     print(f"== {path.name}: {peak / 2**30:.2f} GiB of temporaries alive at instruction {at}")
     for shape, n in groups.most_common(top):
         print(f"   {n / 2**30:7.3f} GiB  {shape}")

@@ -3,9 +3,9 @@
 Each runs at the torch level on torchlax Tensors, so every op it calls dispatches again to a
 lowering. These are the ops where PyTorch's decomposition is exact and XLA-friendly (no host
 syncs, static shapes) and a hand-written lowering would buy little: group norm, the
-normalization backward ops but layer norm's (lowered in ``_lowerings.normalization``, as batch
-norm's forward), the losses and their backward ops, and a few rearrangements. A lowering of the
-same op, from this package or a plugin, wins over these.
+normalization backward ops (batch norm's forward is lowered in ``_lowerings.normalization``),
+the losses and their backward ops, and a few rearrangements. A lowering of the same op, from this package
+or a plugin, wins over these.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ _OPS = [
     # normalization
     aten.batch_norm_backward.default,
     aten.native_batch_norm_backward.default,
+    aten.native_layer_norm_backward.default,
     aten.native_group_norm.default,
     aten.native_group_norm_backward.default,
     aten._fused_rms_norm.default,

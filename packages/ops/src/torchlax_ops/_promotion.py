@@ -24,7 +24,6 @@ from torchlax_core import DtypeNotImplementedError, UnsupportedDtypeError, jax_d
 from torchlax_core.internal import scalar_type_name
 
 from ._aten import Missing
-from ._recompute import fenced as fence
 from ._recompute import recomputed
 
 __all__ = [
@@ -125,13 +124,10 @@ def declared(
     args: Sequence[str] | None,
     opmath: bool,
     results: Sequence[Any] | None = None,
-    *,
-    fenced: bool = False,
 ) -> Callable:
     """``fn`` promoting the arguments ``args`` of ``op``'s schema as ``promote`` says, or (no
     ``promote``) computing half precision in float32 when ``opmath`` (pw_cast_for_opmath), each
-    result rounding back as ``results`` says, the half-precision arguments through a barrier
-    where ``fenced`` (see ``lowering``).
+    result rounding back as ``results`` says (see ``lowering``).
 
     Arguments are bound by the schema's names and positions, so the lowering's own parameter
     names do not matter; ``args`` defaults to every positional tensor or scalar argument.
@@ -160,16 +156,11 @@ def declared(
             f"The lowering {fn.__name__} of {op} declares results= without opmath=True: "
             "results= says how opmath's float32 results round back; declare opmath=True."
         )
-    if fenced and (promote is not None or not opmath):
-        raise ValueError(
-            f"The lowering {fn.__name__} of {op} declares fenced=True without opmath=True: "
-            "fenced= puts opmath's up-cast behind a barrier; declare opmath=True."
-        )
     if promote is not None:
         return _promoting(fn, pairs, promote, cast_result=True, op=str(op))
     if opmath:
         rules = None if results is None else _result_rules(op, fn, schema, results, position)
-        return _in_opmath(fn, pairs, rules, fenced=fenced)
+        return _in_opmath(fn, pairs, rules)
     return fn
 
 
@@ -320,13 +311,10 @@ def _in_opmath(
     fn: Callable,
     pairs: tuple[tuple[int, str], ...],
     rules: tuple[tuple[int, Any, str | None], ...] | None = None,
-    *,
-    fenced: bool = False,
 ) -> Callable:
     """PyTorch's pw_cast_for_opmath: float16/bfloat16 arguments computed in float32, float32
     results cast back to the arguments' common dtype when that is half precision, or where
-    ``rules`` (``_result_rules``) says; ``fenced``: the arguments' arrays read through one
-    optimization barrier before their up-cast."""
+    ``rules`` (``_result_rules``) says."""
     # A ScalarType rule is PyTorch's dtype= argument: the arguments are cast to it first.
     dtype_at = next(((p, n) for kind, p, n in rules or () if kind == _DTYPE), None)
 
@@ -352,10 +340,7 @@ def _in_opmath(
 
         def compute(*args, **kwargs):
             args = list(args)
-            values = [args[p] if p < len(args) else kwargs.get(n) for p, n in pairs]
-            if fenced:
-                values = _fenced(values)
-            ups = [up(v) for v in values]
+            ups = [up(args[p] if p < len(args) else kwargs.get(n)) for p, n in pairs]
             _replace(args, kwargs, pairs, ups)
             return _round(fn(*args, **kwargs), common, targets)
 
@@ -365,16 +350,6 @@ def _in_opmath(
 
     in_opmath.opmath = tuple(n for _, n in pairs)  # pyright: ignore[reportAttributeAccessIssue]  (a marker attribute on the wrapper)
     return in_opmath
-
-
-def _fenced(values: list) -> list:
-    """``values`` with their arrays read through one barrier (``_recompute.fenced``): a
-    backward op's up-cast of a saved activation then cannot be merged with its forward's."""
-    where = [i for i, v in enumerate(values) if isinstance(v, jax.Array)]
-    out = list(values)
-    for i, v in zip(where, fence(*(values[i] for i in where)), strict=True):
-        out[i] = v
-    return out
 
 
 def _round(out, common, targets):

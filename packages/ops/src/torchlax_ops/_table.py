@@ -97,7 +97,6 @@ def lowering(
     args: Sequence[str] | None = None,
     opmath: bool = False,
     results: Sequence[Any] | None = None,
-    fenced: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Record ``fn`` as the JAX lowering of each of ``ops`` (jax.Arrays in and out).
 
@@ -111,22 +110,16 @@ def lowering(
     of a schema argument: a tensor's dtype as passed (``"input"``: layer norm's output), a
     ``ScalarType`` argument's dtype when given (``"dtype"``: PyTorch casts the arguments to it
     first, and so does the wrapper), a ``bool`` argument's float32 when true
-    (``"half_to_float"``). ``fenced`` (with ``opmath``): the op is a backward op that
-    up-casts the same half-precision activation as its forward: those arguments reach the
-    float32 computation through an optimization barrier (``_recompute.fenced``), so that XLA
-    does not merge the two up-casts in a program holding both passes and keep the forward's
-    float32 array until the backward. The name bound in the module is the lowering of
-    ``ops[0]``, so a direct call promotes too.
+    (``"half_to_float"``). The name bound in the module is the lowering of ``ops[0]``, so a
+    direct call promotes too.
     """
 
     def record(fn: Callable) -> Callable:
         present = _present(ops)
-        if promote is None and not opmath and results is None and not fenced:
+        if promote is None and not opmath and results is None:
             LOWERINGS.extend((op, fn) for op in present)
             return fn
-        wrapped = [
-            declared(op, fn, promote, args, opmath, results, fenced=fenced) for op in present
-        ]
+        wrapped = [declared(op, fn, promote, args, opmath, results) for op in present]
         LOWERINGS.extend(zip(present, wrapped, strict=True))
         # (every op missing from this torch: the plain function, which no table holds)
         return wrapped[0] if wrapped else fn

@@ -125,9 +125,7 @@ def gelu(self, *, approximate="none"):
     return _gelu(self, approximate)
 
 
-# (fenced: XLA would merge the float32 GELU of the forward and this one's, and keep it from
-# the forward to the backward in a program holding both)
-@lowering(aten.gelu_backward.default, opmath=True, fenced=True)
+@lowering(aten.gelu_backward.default, opmath=True)
 def gelu_backward(grad_output, self, *, approximate="none"):
     return _vjp(lambda x: _gelu(x, approximate), self, grad_output)
 

@@ -1,13 +1,11 @@
-"""Normalization: layer norm (forward and backward) and batch norm (forward; its backward ops
-are ``torch._decomp`` decompositions in ``torchlax_ops._decompositions``).
+"""Normalization: layer norm and batch norm (forward; their backward ops are ``torch._decomp``
+decompositions in ``torchlax_ops._decompositions``).
 
 Half-precision inputs compute in float32 and round once, as PyTorch's CPU kernels do: each
 lowering declares it, and where its results round to, in its stanza.
 """
 
 from __future__ import annotations
-
-import math
 
 import jax
 import jax.core
@@ -80,40 +78,6 @@ _layer_norm = declared(
 # The dtype check reads the arguments as passed, before opmath's float32: the registered
 # lowering checks, then runs the declared computation, and carries its declaration.
 native_layer_norm.opmath = _layer_norm.opmath  # pyright: ignore[reportFunctionMemberAccess]
-
-
-# Fenced: it computes in float32 from the saved bf16 input, weight and statistics what the
-# forward computed from them (the weight's broadcast, the normalized input); XLA would merge
-# the two, or schedule the backward's in the forward, and keep the float32 array until then.
-@lowering(
-    aten.native_layer_norm_backward.default,
-    opmath=True,
-    fenced=True,
-    results=("input", "weight", "bias"),
-)
-def native_layer_norm_backward(
-    grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask
-):
-    """The gradients of layer norm from its saved statistics (mean and 1/std of each slice over
-    the normalized dims): for ``x̂ = (x - mean) * rstd`` and ``g = grad_out * weight``, the input's
-    is ``rstd / N * (N g - Σ g - x̂ Σ g x̂)``, the sums over a slice of N elements; the
-    weight's ``Σ grad_out x̂`` and the bias's ``Σ grad_out`` over the other dims."""
-    inner = tuple(range(input.ndim - len(normalized_shape), input.ndim))
-    outer = tuple(range(input.ndim - len(normalized_shape)))
-    stats_shape = input.shape[: len(outer)] + (1,) * len(inner)
-    mean, rstd = mean.reshape(stats_shape), rstd.reshape(stats_shape)
-    x_hat = (input - mean) * rstd
-    g = grad_out if weight is None else grad_out * weight
-    n = math.prod(input.shape[i] for i in inner)
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        dot = jnp.sum(g * x_hat, axis=inner, keepdims=True)
-        grad_input = (rstd / n) * (g * n - jnp.sum(g, axis=inner, keepdims=True) - x_hat * dot)
-    if output_mask[1] and weight is not None:
-        grad_weight = jnp.sum(grad_out * x_hat, axis=outer)
-    if output_mask[2] and bias is not None:
-        grad_bias = jnp.sum(grad_out, axis=outer)
-    return grad_input, grad_weight, grad_bias
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
